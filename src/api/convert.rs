@@ -1,0 +1,286 @@
+//! Conversions between prost types and domain types; parsing names the offending field.
+
+use super::pb;
+use crate::domain::{
+    Branch, Error, Expose, FunctionResult, FunctionStatus, MediaSource, Node, NodeContent,
+    NodeKind, Part, Role, Session, ToolCall,
+};
+use crate::render::{Message, MessageRole};
+use crate::tokens::Tokens;
+
+// ---------------------------------------------------------------- requests
+
+pub fn node_input(field: &str, input: pb::NodeInput) -> Result<NodeContent, Error> {
+    use pb::node_input::Kind;
+    let content = match input.kind {
+        None => {
+            return Err(Error::invalid(
+                field,
+                "needs one of message, tool_result, function_call, function_result",
+            ));
+        }
+        Some(Kind::Message(m)) => NodeContent::Message {
+            role: match pb::Role::try_from(m.role) {
+                Ok(pb::Role::System) => Role::System,
+                Ok(pb::Role::Developer) => Role::Developer,
+                Ok(pb::Role::User) => Role::User,
+                Ok(pb::Role::Assistant) => Role::Assistant,
+                Ok(pb::Role::Tool) => {
+                    return Err(Error::invalid(
+                        format!("{field}.message.role"),
+                        "tool output is appended as a tool_result, not a message",
+                    ));
+                }
+                Ok(pb::Role::Unspecified) | Err(_) => {
+                    return Err(Error::invalid(
+                        format!("{field}.message.role"),
+                        "must be system, developer, user or assistant",
+                    ));
+                }
+            },
+            parts: parts(&format!("{field}.message"), m.parts)?,
+            tool_calls: m
+                .tool_calls
+                .into_iter()
+                .map(|c| ToolCall {
+                    call_id: c.call_id,
+                    name: c.name,
+                    arguments_json: c.arguments_json,
+                })
+                .collect(),
+        },
+        Some(Kind::ToolResult(r)) => NodeContent::ToolResult {
+            call_id: r.call_id,
+            name: r.name,
+            parts: parts(&format!("{field}.tool_result"), r.parts)?,
+            is_error: r.is_error,
+        },
+        Some(Kind::FunctionCall(c)) => NodeContent::FunctionCall {
+            call_id: c.call_id,
+            name: c.name,
+            input: c.input,
+            expose: match pb::Expose::try_from(c.expose) {
+                Ok(pb::Expose::Unspecified | pb::Expose::Io) => Expose::Io,
+                Ok(pb::Expose::Full) => Expose::Full,
+                Ok(pb::Expose::None) => Expose::None,
+                Err(_) => {
+                    return Err(Error::invalid(
+                        format!("{field}.function_call.expose"),
+                        format!("unknown value {}", c.expose),
+                    ));
+                }
+            },
+        },
+        Some(Kind::FunctionResult(r)) => {
+            if !r.function_id.is_empty() || !r.chain_head_id.is_empty() {
+                return Err(Error::invalid(
+                    format!("{field}.function_result.function_id"),
+                    "is filled by the server; leave function_id and chain_head_id empty",
+                ));
+            }
+            NodeContent::FunctionResult(FunctionResult {
+                call_id: r.call_id,
+                output: r.output,
+                status: match pb::FunctionStatus::try_from(r.status) {
+                    Ok(pb::FunctionStatus::Unspecified | pb::FunctionStatus::Completed) => {
+                        FunctionStatus::Completed
+                    }
+                    Ok(pb::FunctionStatus::Error) => FunctionStatus::Error,
+                    Err(_) => {
+                        return Err(Error::invalid(
+                            format!("{field}.function_result.status"),
+                            format!("unknown value {}", r.status),
+                        ));
+                    }
+                },
+                chain: None,
+            })
+        }
+    };
+    content.validate(field)?;
+    Ok(content)
+}
+
+fn parts(field: &str, parts: Vec<pb::ContentPart>) -> Result<Vec<Part>, Error> {
+    use pb::content_part::Part as P;
+    use pb::media::Source;
+    parts
+        .into_iter()
+        .enumerate()
+        .map(|(i, part)| match part.part {
+            Some(P::Text(text)) => Ok(Part::Text(text)),
+            Some(P::Media(media)) => Ok(Part::Media {
+                mime_type: media.mime_type,
+                source: match media.source {
+                    Some(Source::Data(data)) => MediaSource::Data(data),
+                    Some(Source::Url(url)) => MediaSource::Url(url),
+                    None => {
+                        return Err(Error::invalid(
+                            format!("{field}.parts[{i}].media"),
+                            "needs data or url",
+                        ));
+                    }
+                },
+            }),
+            None => Err(Error::invalid(
+                format!("{field}.parts[{i}]"),
+                "needs text or media",
+            )),
+        })
+        .collect()
+}
+
+// ---------------------------------------------------------------- responses
+
+pub fn session(s: Session) -> pb::Session {
+    pb::Session {
+        session_id: s.id.to_string(),
+        created_at_unix_ms: s.created_at_ms,
+        metadata: s.metadata.into_iter().collect(),
+        compaction_count: s.compaction_count,
+        branches: s.branches.into_iter().map(branch).collect(),
+    }
+}
+
+pub fn branch(b: Branch) -> pb::Branch {
+    let (head_id, head_hash) = match b.head {
+        Some((id, hash)) => (id.to_string(), hash.to_hex()),
+        None => (String::new(), String::new()),
+    };
+    pb::Branch {
+        name: b.name.to_string(),
+        head_id,
+        head_hash,
+        updated_at_unix_ms: b.updated_at_ms,
+    }
+}
+
+pub fn node(n: Node) -> pb::Node {
+    use pb::node_input::Kind;
+    let kind = match n.content.kind() {
+        NodeKind::Message => pb::NodeKind::Message,
+        NodeKind::ToolResult => pb::NodeKind::ToolResult,
+        NodeKind::FunctionCall => pb::NodeKind::FunctionCall,
+        NodeKind::FunctionResult => pb::NodeKind::FunctionResult,
+    };
+    let content = match n.content {
+        NodeContent::Message {
+            role,
+            parts,
+            tool_calls,
+        } => Kind::Message(pb::Message {
+            role: match role {
+                Role::System => pb::Role::System,
+                Role::Developer => pb::Role::Developer,
+                Role::User => pb::Role::User,
+                Role::Assistant => pb::Role::Assistant,
+            }
+            .into(),
+            parts: parts.into_iter().map(part).collect(),
+            tool_calls: tool_calls.into_iter().map(tool_call).collect(),
+        }),
+        NodeContent::ToolResult {
+            call_id,
+            name,
+            parts,
+            is_error,
+        } => Kind::ToolResult(pb::ToolResult {
+            call_id,
+            name,
+            parts: parts.into_iter().map(part).collect(),
+            is_error,
+        }),
+        NodeContent::FunctionCall {
+            call_id,
+            name,
+            input,
+            expose,
+        } => Kind::FunctionCall(pb::FunctionCall {
+            call_id,
+            name,
+            input,
+            expose: match expose {
+                Expose::Io => pb::Expose::Io,
+                Expose::Full => pb::Expose::Full,
+                Expose::None => pb::Expose::None,
+            }
+            .into(),
+        }),
+        NodeContent::FunctionResult(r) => Kind::FunctionResult(pb::FunctionResult {
+            call_id: r.call_id,
+            output: r.output,
+            status: match r.status {
+                FunctionStatus::Completed => pb::FunctionStatus::Completed,
+                FunctionStatus::Error => pb::FunctionStatus::Error,
+            }
+            .into(),
+            function_id: r
+                .chain
+                .as_ref()
+                .map(|c| c.function_id.to_string())
+                .unwrap_or_default(),
+            chain_head_id: r
+                .chain
+                .and_then(|c| c.head_id)
+                .map(|id| id.to_string())
+                .unwrap_or_default(),
+        }),
+    };
+    pb::Node {
+        node_id: n.id.to_string(),
+        parent_id: n.parent_id.map(|id| id.to_string()).unwrap_or_default(),
+        kind: kind.into(),
+        content: Some(pb::NodeInput {
+            kind: Some(content),
+        }),
+        created_at_unix_ms: n.created_at_ms,
+        hash: n.hash.to_hex(),
+        function_id: n.function_id.map(|id| id.to_string()).unwrap_or_default(),
+    }
+}
+
+fn part(p: Part) -> pb::ContentPart {
+    use pb::content_part::Part as P;
+    use pb::media::Source;
+    pb::ContentPart {
+        part: Some(match p {
+            Part::Text(text) => P::Text(text),
+            Part::Media { mime_type, source } => P::Media(pb::Media {
+                mime_type,
+                source: Some(match source {
+                    MediaSource::Data(data) => Source::Data(data),
+                    MediaSource::Url(url) => Source::Url(url),
+                }),
+            }),
+        }),
+    }
+}
+
+fn tool_call(c: ToolCall) -> pb::ToolCall {
+    pb::ToolCall {
+        call_id: c.call_id,
+        name: c.name,
+        arguments_json: c.arguments_json,
+    }
+}
+
+pub fn rendered(m: Message, tokens: Tokens) -> pb::RenderedMessage {
+    pb::RenderedMessage {
+        role: match m.role {
+            MessageRole::System => pb::Role::System,
+            MessageRole::Developer => pb::Role::Developer,
+            MessageRole::User => pb::Role::User,
+            MessageRole::Assistant => pb::Role::Assistant,
+            MessageRole::Tool => pb::Role::Tool,
+        }
+        .into(),
+        parts: m.parts.into_iter().map(part).collect(),
+        tool_calls: m.tool_calls.into_iter().map(tool_call).collect(),
+        tool_call_id: m.tool_call_id.unwrap_or_default(),
+        name: m.name.unwrap_or_default(),
+        is_error: m.is_error,
+        node_ids: m.node_ids.iter().map(ToString::to_string).collect(),
+        function_id: m.function_id.map(|id| id.to_string()).unwrap_or_default(),
+        tokens,
+    }
+}

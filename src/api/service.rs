@@ -1,0 +1,290 @@
+//! The `ctxd.v1.ContextStore` RPCs: each parses, calls the store or engine, converts back.
+
+use tonic::{Request, Response, Status};
+use tracing::instrument;
+
+use super::{convert, domain_status, pb, status};
+use crate::domain::{BranchName, Error, NodeId, SessionId};
+use crate::render::{self, Callers, Options};
+use crate::store::{AppendRequest, AppendTarget, PathTarget, Store};
+use crate::tokens::Tokenizer;
+
+const DEFAULT_PAGE_SIZE: u32 = 50;
+const MAX_PAGE_SIZE: u32 = 1000;
+const DEFAULT_LOG_LIMIT: u32 = 100;
+const MAX_LOG_LIMIT: u32 = 1000;
+
+#[derive(Clone)]
+pub struct ContextStoreService {
+    store: Store,
+}
+
+impl ContextStoreService {
+    pub fn new(store: Store) -> Self {
+        Self { store }
+    }
+}
+
+type Reply<T> = Result<Response<T>, Status>;
+
+fn parse<T>(result: Result<T, Error>) -> Result<T, Status> {
+    result.map_err(domain_status)
+}
+
+fn session_id(text: &str) -> Result<SessionId, Status> {
+    parse(SessionId::parse("session_id", text))
+}
+
+/// A branch field where empty means `main`.
+fn branch_or_main(field: &str, name: &str) -> Result<BranchName, Status> {
+    if name.is_empty() {
+        Ok(BranchName::main())
+    } else {
+        parse(BranchName::parse(field, name))
+    }
+}
+
+fn optional_node(field: &str, text: &str) -> Result<Option<NodeId>, Status> {
+    (!text.is_empty())
+        .then(|| parse(NodeId::parse(field, text)))
+        .transpose()
+}
+
+#[tonic::async_trait]
+impl pb::context_store_server::ContextStore for ContextStoreService {
+    #[instrument(skip_all)]
+    async fn create_session(&self, request: Request<pb::CreateSessionRequest>) -> Reply<pb::Session> {
+        let metadata = request.into_inner().metadata;
+        if metadata.keys().any(String::is_empty) {
+            return Err(domain_status(Error::invalid("metadata", "keys must not be empty")));
+        }
+        let session = self
+            .store
+            .create_session(metadata.into_iter().collect())
+            .await
+            .map_err(status)?;
+        Ok(Response::new(convert::session(session)))
+    }
+
+    #[instrument(skip_all)]
+    async fn get_session(&self, request: Request<pb::GetSessionRequest>) -> Reply<pb::Session> {
+        let id = session_id(&request.into_inner().session_id)?;
+        let session = self.store.get_session(id).await.map_err(status)?;
+        Ok(Response::new(convert::session(session)))
+    }
+
+    #[instrument(skip_all)]
+    async fn list_sessions(
+        &self,
+        request: Request<pb::ListSessionsRequest>,
+    ) -> Reply<pb::ListSessionsResponse> {
+        let request = request.into_inner();
+        let page_size = match request.page_size {
+            0 => DEFAULT_PAGE_SIZE,
+            n => n.min(MAX_PAGE_SIZE),
+        };
+        let after = (!request.page_token.is_empty())
+            .then(|| parse(SessionId::parse("page_token", &request.page_token)))
+            .transpose()?;
+        let (sessions, next) = self
+            .store
+            .list_sessions(page_size, after)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(pb::ListSessionsResponse {
+            sessions: sessions.into_iter().map(convert::session).collect(),
+            next_page_token: next.map(|id| id.to_string()).unwrap_or_default(),
+        }))
+    }
+
+    #[instrument(skip_all)]
+    async fn append(&self, request: Request<pb::AppendRequest>) -> Reply<pb::AppendResponse> {
+        let request = request.into_inner();
+        let session = session_id(&request.session_id)?;
+        let target = match optional_node("function_id", &request.function_id)? {
+            Some(function) => AppendTarget::Function(function),
+            None => AppendTarget::Branch(branch_or_main("branch", &request.branch)?),
+        };
+        let expected_head = request
+            .expected_head_id
+            .as_deref()
+            .map(|id| optional_node("expected_head_id", id))
+            .transpose()?;
+        if request.nodes.is_empty() {
+            return Err(domain_status(Error::invalid("nodes", "must hold at least one node")));
+        }
+        let nodes = request
+            .nodes
+            .into_iter()
+            .enumerate()
+            .map(|(i, node)| parse(convert::node_input(&format!("nodes[{i}]"), node)))
+            .collect::<Result<Vec<_>, _>>()?;
+        let outcome = self
+            .store
+            .append(AppendRequest {
+                session,
+                target,
+                expected_head,
+                idempotency_key: (!request.idempotency_key.is_empty())
+                    .then_some(request.idempotency_key),
+                nodes,
+            })
+            .await
+            .map_err(status)?;
+        Ok(Response::new(pb::AppendResponse {
+            node_ids: outcome.node_ids,
+            head_id: outcome.head_id,
+            head_hash: outcome.head_hash,
+        }))
+    }
+
+    #[instrument(skip_all)]
+    async fn get_nodes(&self, request: Request<pb::GetNodesRequest>) -> Reply<pb::GetNodesResponse> {
+        let request = request.into_inner();
+        let session = session_id(&request.session_id)?;
+        let ids = request
+            .node_ids
+            .iter()
+            .enumerate()
+            .map(|(i, id)| parse(NodeId::parse(&format!("node_ids[{i}]"), id)))
+            .collect::<Result<Vec<_>, _>>()?;
+        let nodes = self.store.get_nodes(session, &ids).await.map_err(status)?;
+        Ok(Response::new(pb::GetNodesResponse {
+            nodes: nodes.into_iter().map(convert::node).collect(),
+        }))
+    }
+
+    #[instrument(skip_all)]
+    async fn log(&self, request: Request<pb::LogRequest>) -> Reply<pb::LogResponse> {
+        let request = request.into_inner();
+        let session = session_id(&request.session_id)?;
+        if !request.branch.is_empty() && !request.node_id.is_empty() {
+            return Err(domain_status(Error::invalid(
+                "node_id",
+                "give a branch or a node_id, not both",
+            )));
+        }
+        // A page token is the node the next page starts at.
+        let start = if let Some(next) = optional_node("page_token", &request.page_token)? {
+            PathTarget::Node(next)
+        } else if let Some(node) = optional_node("node_id", &request.node_id)? {
+            PathTarget::Node(node)
+        } else {
+            PathTarget::Branch(branch_or_main("branch", &request.branch)?)
+        };
+        let limit = match request.limit {
+            0 => DEFAULT_LOG_LIMIT,
+            n => n.min(MAX_LOG_LIMIT),
+        };
+        let (nodes, next) = self.store.log(session, start, limit).await.map_err(status)?;
+        Ok(Response::new(pb::LogResponse {
+            nodes: nodes.into_iter().map(convert::node).collect(),
+            next_page_token: next.map(|id| id.to_string()).unwrap_or_default(),
+        }))
+    }
+
+    #[instrument(skip_all)]
+    async fn create_branch(&self, request: Request<pb::CreateBranchRequest>) -> Reply<pb::Branch> {
+        let request = request.into_inner();
+        let session = session_id(&request.session_id)?;
+        let name = parse(BranchName::parse("name", &request.name))?;
+        let from = optional_node("from_node_id", &request.from_node_id)?;
+        let branch = self
+            .store
+            .create_branch(session, name, from)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(convert::branch(branch)))
+    }
+
+    #[instrument(skip_all)]
+    async fn list_branches(
+        &self,
+        request: Request<pb::ListBranchesRequest>,
+    ) -> Reply<pb::ListBranchesResponse> {
+        let session = session_id(&request.into_inner().session_id)?;
+        let branches = self.store.list_branches(session).await.map_err(status)?;
+        Ok(Response::new(pb::ListBranchesResponse {
+            branches: branches.into_iter().map(convert::branch).collect(),
+        }))
+    }
+
+    #[instrument(skip_all)]
+    async fn delete_branch(
+        &self,
+        request: Request<pb::DeleteBranchRequest>,
+    ) -> Reply<pb::DeleteBranchResponse> {
+        let request = request.into_inner();
+        let session = session_id(&request.session_id)?;
+        let name = parse(BranchName::parse("name", &request.name))?;
+        self.store
+            .delete_branch(session, &name)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(pb::DeleteBranchResponse {}))
+    }
+
+    #[instrument(skip_all)]
+    async fn render(&self, request: Request<pb::RenderRequest>) -> Reply<pb::RenderResponse> {
+        use pb::render_request::Target;
+        let request = request.into_inner();
+        let session = session_id(&request.session_id)?;
+        let target = match request.target {
+            None => PathTarget::Branch(BranchName::main()),
+            Some(Target::Branch(name)) => PathTarget::Branch(branch_or_main("branch", &name)?),
+            Some(Target::NodeId(id)) => PathTarget::Node(parse(NodeId::parse("node_id", &id))?),
+            Some(Target::FunctionId(id)) => {
+                PathTarget::Function(parse(NodeId::parse("function_id", &id))?)
+            }
+        };
+        let tokenizer = Tokenizer::parse(&request.tokenizer).ok_or_else(|| {
+            domain_status(Error::invalid(
+                "tokenizer",
+                format!(
+                    "unknown tokenizer {:?}; known: {}",
+                    request.tokenizer,
+                    Tokenizer::NAMES.join(", ")
+                ),
+            ))
+        })?;
+        let callers = match pb::Callers::try_from(request.callers) {
+            Ok(pb::Callers::Unspecified | pb::Callers::All) => Callers::All,
+            Ok(pb::Callers::None) => Callers::None,
+            Err(_) => {
+                return Err(domain_status(Error::invalid(
+                    "callers",
+                    format!("unknown value {}", request.callers),
+                )));
+            }
+        };
+        let path = self.store.load_path(session, &target).await.map_err(status)?;
+        let options = Options { tokenizer, callers };
+        // Counting real BPE tokens over a long path is CPU work: keep it off the I/O threads.
+        let (path, rendered) = tokio::task::spawn_blocking(move || {
+            let rendered = render::render(&path, &options);
+            (path, rendered)
+        })
+        .await
+        .map_err(|e| {
+            tracing::error!(error = %e, "render task failed");
+            Status::internal("render failed")
+        })?;
+        let (head_id, head_hash) = path
+            .nodes
+            .last()
+            .map(|n| (n.id.to_string(), n.hash.to_hex()))
+            .unwrap_or_default();
+        Ok(Response::new(pb::RenderResponse {
+            messages: rendered
+                .messages
+                .into_iter()
+                .zip(rendered.tokens)
+                .map(|(m, t)| convert::rendered(m, t))
+                .collect(),
+            head_id,
+            head_hash,
+            total_tokens: rendered.total_tokens,
+            tokenizer: tokenizer.name().to_owned(),
+        }))
+    }
+}

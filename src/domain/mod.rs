@@ -1,0 +1,19 @@
+//! The domain: ids, sessions, nodes, branches, pairing rules and hashing. Plain data, no I/O.
+
+mod error;
+mod hash;
+mod ids;
+mod node;
+mod pairing;
+mod session;
+
+pub use error::Error;
+pub use hash::{Hash, blob_hash, node_hash};
+pub use ids::{BranchName, NodeId, SessionId};
+pub use node::{
+    ClosedChain, Expose, FunctionResult, FunctionStatus, MediaSource, Node, NodeContent, NodeKind, Part,
+    PathView, Role,
+    ToolCall,
+};
+pub use pairing::{Admit, ChainTail};
+pub use session::{Branch, Session};

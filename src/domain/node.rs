@@ -1,0 +1,257 @@
+//! Nodes: the immutable records of a session's DAG and their content.
+
+use super::{Hash, NodeId};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Role {
+    System,
+    Developer,
+    User,
+    Assistant,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::System => "system",
+            Role::Developer => "developer",
+            Role::User => "user",
+            Role::Assistant => "assistant",
+        }
+    }
+
+    pub fn from_str_opt(s: &str) -> Option<Self> {
+        Some(match s {
+            "system" => Role::System,
+            "developer" => Role::Developer,
+            "user" => Role::User,
+            "assistant" => Role::Assistant,
+            _ => return None,
+        })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MediaSource {
+    Data(Vec<u8>),
+    Url(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Part {
+    Text(String),
+    Media {
+        mime_type: String,
+        source: MediaSource,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolCall {
+    pub call_id: String,
+    pub name: String,
+    /// Checked to be JSON at the boundary; kept byte-exact as the model wrote it.
+    pub arguments_json: String,
+}
+
+/// How a completed function shows in its caller's render.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Expose {
+    #[default]
+    Io,
+    Full,
+    None,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FunctionStatus {
+    #[default]
+    Completed,
+    Error,
+}
+
+/// A function result; `chain` is filled by the store when the result is appended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FunctionResult {
+    pub call_id: String,
+    pub output: String,
+    pub status: FunctionStatus,
+    pub chain: Option<ClosedChain>,
+}
+
+/// What a function result closed: the function and the head of its internal chain.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClosedChain {
+    pub function_id: NodeId,
+    /// `None` when the function appended nothing inside.
+    pub head_id: Option<NodeId>,
+    /// The hash of that head (or of the function_call node when empty), so the
+    /// caller's history hash covers what the function did.
+    pub head_hash: Hash,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NodeContent {
+    Message {
+        role: Role,
+        parts: Vec<Part>,
+        tool_calls: Vec<ToolCall>,
+    },
+    ToolResult {
+        call_id: String,
+        name: String,
+        parts: Vec<Part>,
+        is_error: bool,
+    },
+    FunctionCall {
+        call_id: String,
+        name: String,
+        input: String,
+        expose: Expose,
+    },
+    FunctionResult(FunctionResult),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeKind {
+    Message,
+    ToolResult,
+    FunctionCall,
+    FunctionResult,
+}
+
+impl NodeContent {
+    pub fn kind(&self) -> NodeKind {
+        match self {
+            NodeContent::Message { .. } => NodeKind::Message,
+            NodeContent::ToolResult { .. } => NodeKind::ToolResult,
+            NodeContent::FunctionCall { .. } => NodeKind::FunctionCall,
+            NodeContent::FunctionResult(_) => NodeKind::FunctionResult,
+        }
+    }
+
+    /// The content parts, for the kinds that carry them.
+    pub fn parts(&self) -> &[Part] {
+        match self {
+            NodeContent::Message { parts, .. } | NodeContent::ToolResult { parts, .. } => parts,
+            NodeContent::FunctionCall { .. } | NodeContent::FunctionResult(_) => &[],
+        }
+    }
+}
+
+/// A stored node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Node {
+    pub id: NodeId,
+    pub parent_id: Option<NodeId>,
+    /// The function_call node whose internal chain holds this node; `None` at top level.
+    pub function_id: Option<NodeId>,
+    pub content: NodeContent,
+    pub created_at_ms: i64,
+    pub hash: Hash,
+}
+
+impl NodeContent {
+    /// Checks the rules a node must meet on its own, before any pairing: `field` names it in
+    /// the request (`nodes[3]`).
+    pub fn validate(&self, field: &str) -> Result<(), super::Error> {
+        use super::Error;
+        let parts_ok = |parts: &[Part], at: &str| -> Result<(), Error> {
+            for (i, part) in parts.iter().enumerate() {
+                if let Part::Media { mime_type, source } = part {
+                    if mime_type.is_empty() {
+                        return Err(Error::invalid(
+                            format!("{field}.{at}.parts[{i}].media.mime_type"),
+                            "is required",
+                        ));
+                    }
+                    if matches!(source, MediaSource::Url(url) if url.is_empty()) {
+                        return Err(Error::invalid(
+                            format!("{field}.{at}.parts[{i}].media.url"),
+                            "is empty",
+                        ));
+                    }
+                }
+            }
+            Ok(())
+        };
+        match self {
+            NodeContent::Message {
+                role,
+                parts,
+                tool_calls,
+            } => {
+                parts_ok(parts, "message")?;
+                if !tool_calls.is_empty() && *role != Role::Assistant {
+                    return Err(Error::invalid(
+                        format!("{field}.message.tool_calls"),
+                        format!("only assistant messages carry tool calls, not {}", role.as_str()),
+                    ));
+                }
+                if parts.is_empty() && tool_calls.is_empty() {
+                    return Err(Error::invalid(
+                        format!("{field}.message"),
+                        "needs parts or tool_calls",
+                    ));
+                }
+                for (i, call) in tool_calls.iter().enumerate() {
+                    let at = format!("{field}.message.tool_calls[{i}]");
+                    if call.call_id.is_empty() {
+                        return Err(Error::invalid(format!("{at}.call_id"), "is required"));
+                    }
+                    if call.name.is_empty() {
+                        return Err(Error::invalid(format!("{at}.name"), "is required"));
+                    }
+                    if tool_calls[..i].iter().any(|c| c.call_id == call.call_id) {
+                        return Err(Error::invalid(
+                            format!("{at}.call_id"),
+                            format!("{:?} appears twice in this message", call.call_id),
+                        ));
+                    }
+                    if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(&call.arguments_json)
+                    {
+                        return Err(Error::invalid(
+                            format!("{at}.arguments_json"),
+                            format!("not JSON: {e}"),
+                        ));
+                    }
+                }
+            }
+            NodeContent::ToolResult { call_id, parts, .. } => {
+                if call_id.is_empty() {
+                    return Err(Error::invalid(format!("{field}.tool_result.call_id"), "is required"));
+                }
+                parts_ok(parts, "tool_result")?;
+            }
+            NodeContent::FunctionCall { call_id, .. } => {
+                if call_id.is_empty() {
+                    return Err(Error::invalid(
+                        format!("{field}.function_call.call_id"),
+                        "is required",
+                    ));
+                }
+            }
+            NodeContent::FunctionResult(result) => {
+                if result.call_id.is_empty() {
+                    return Err(Error::invalid(
+                        format!("{field}.function_result.call_id"),
+                        "is required",
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A path as the store loads it for rendering.
+#[derive(Debug, Clone, Default)]
+pub struct PathView {
+    /// From the root down to the target, oldest first; may cross function scopes when the
+    /// target is inside a function.
+    pub nodes: Vec<Node>,
+    /// The function whose chain is the target's (`None`: top level).
+    pub scope: Option<NodeId>,
+    /// Internal chains of completed functions that render in full, by function id, oldest first.
+    pub chains: std::collections::HashMap<NodeId, Vec<Node>>,
+}

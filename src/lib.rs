@@ -1,0 +1,18 @@
+//! ctxd: a persistent session store for LLM agents.
+//!
+//! Module map (dependencies point one way: `api` → `store`, `render` → `domain`):
+//! - [`domain`]: ids, nodes, sessions, pairing rules, canonical hashing, errors. Plain data, no I/O.
+//! - [`tokens`]: tokenizers (a 4-characters heuristic and real BPE vocabularies).
+//! - [`render`]: the pure engine turning a path into provider-neutral messages.
+//! - [`store`]: SQLite, the only place with SQL.
+//! - [`api`]: the tonic service, the only place with prost types.
+//! - [`server`]: wires the service, health and reflection onto a bound listener.
+//! - [`cli`]: the command line (`ctxd serve`).
+
+pub mod api;
+pub mod cli;
+pub mod domain;
+pub mod render;
+pub mod server;
+pub mod store;
+pub mod tokens;

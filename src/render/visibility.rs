@@ -1,0 +1,135 @@
+//! Visibility, the first render step: which nodes of a path show, and as what messages.
+
+use std::collections::HashMap;
+
+use super::{Callers, Message, MessageRole};
+use crate::domain::{Expose, FunctionStatus, Node, NodeContent, NodeId, Part, PathView, Role};
+
+/// The messages a path shows before any budget step.
+///
+/// A completed function shows as its call and result (`io`), followed by its internal chain
+/// (`full`), or not at all (`none`, which also takes its call out of the assistant message).
+/// The result comes right after the call's assistant message even in `full`, so every
+/// provider's pairing rule holds; the chain follows it. At a function, its callers' context
+/// shows above its chain unless `callers` is `None`.
+pub fn visible(path: &PathView, callers: Callers) -> Vec<Message> {
+    let mut segments: Vec<&[Node]> = path
+        .nodes
+        .chunk_by(|a, b| a.function_id == b.function_id)
+        .collect();
+    if callers == Callers::None {
+        segments = segments
+            .pop()
+            .filter(|last| last.first().is_some_and(|n| n.function_id == path.scope))
+            .into_iter()
+            .collect();
+    }
+    let mut out = Vec::new();
+    for segment in segments {
+        chain(segment, &path.chains, &mut out);
+    }
+    out
+}
+
+/// Renders one scope's chain onto `out`.
+fn chain(nodes: &[Node], chains: &HashMap<NodeId, Vec<Node>>, out: &mut Vec<Message>) {
+    // Function calls of this chain by call id: (function id, expose, name).
+    let mut functions: HashMap<&str, (NodeId, Expose, &str)> = HashMap::new();
+    let mut latest_assistant: Option<usize> = None;
+    let mut emptied: Vec<usize> = Vec::new();
+    for node in nodes {
+        let function_id = node.function_id;
+        match &node.content {
+            NodeContent::Message {
+                role,
+                parts,
+                tool_calls,
+            } => {
+                if *role == Role::Assistant {
+                    latest_assistant = Some(out.len());
+                }
+                out.push(Message {
+                    role: match role {
+                        Role::System => MessageRole::System,
+                        Role::Developer => MessageRole::Developer,
+                        Role::User => MessageRole::User,
+                        Role::Assistant => MessageRole::Assistant,
+                    },
+                    parts: parts.clone(),
+                    tool_calls: tool_calls.clone(),
+                    tool_call_id: None,
+                    name: None,
+                    is_error: false,
+                    node_ids: vec![node.id],
+                    function_id,
+                });
+            }
+            NodeContent::ToolResult {
+                call_id,
+                name,
+                parts,
+                is_error,
+            } => out.push(Message {
+                role: MessageRole::Tool,
+                parts: parts.clone(),
+                tool_calls: Vec::new(),
+                tool_call_id: Some(call_id.clone()),
+                name: Some(name.clone()),
+                is_error: *is_error,
+                node_ids: vec![node.id],
+                function_id,
+            }),
+            NodeContent::FunctionCall {
+                call_id,
+                name,
+                expose,
+                ..
+            } => {
+                functions.insert(call_id, (node.id, *expose, name));
+                if *expose == Expose::None
+                    && let Some(at) = latest_assistant
+                {
+                    out[at].tool_calls.retain(|c| c.call_id != *call_id);
+                    emptied.push(at);
+                }
+            }
+            NodeContent::FunctionResult(result) => {
+                let (call_node, expose, name) = functions
+                    .get(result.call_id.as_str())
+                    .copied()
+                    .unwrap_or((node.id, Expose::Io, ""));
+                if expose == Expose::None {
+                    continue;
+                }
+                let node_ids = if call_node == node.id {
+                    vec![node.id]
+                } else {
+                    vec![call_node, node.id]
+                };
+                out.push(Message {
+                    role: MessageRole::Tool,
+                    parts: vec![Part::Text(result.output.clone())],
+                    tool_calls: Vec::new(),
+                    tool_call_id: Some(result.call_id.clone()),
+                    name: Some(name.to_owned()),
+                    is_error: result.status == FunctionStatus::Error,
+                    node_ids,
+                    function_id,
+                });
+                if expose == Expose::Full
+                    && let Some(inner) = chains.get(&call_node)
+                {
+                    chain(inner, chains, out);
+                }
+            }
+        }
+    }
+    // An assistant message whose only calls went to hidden functions has nothing left to say.
+    emptied.sort_unstable();
+    emptied.dedup();
+    for at in emptied.into_iter().rev() {
+        if out[at].parts.is_empty() && out[at].tool_calls.is_empty() {
+            out.remove(at);
+        }
+    }
+}

@@ -1,0 +1,49 @@
+//! Serving: the ContextStore service, health checking and reflection on a bound listener.
+
+use std::future::Future;
+
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+use tonic::transport::Server;
+
+use crate::api::{ContextStoreService, pb};
+use crate::store::Store;
+
+/// The largest request or response message: room for media parts and long tool output.
+const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
+
+/// Serves on `listener` until `shutdown` resolves, then finishes in-flight requests.
+///
+/// The caller binds the listener (port 0 in tests) and picks the shutdown signal.
+pub async fn serve(
+    listener: TcpListener,
+    store: Store,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), tonic::transport::Error> {
+    let service = pb::context_store_server::ContextStoreServer::new(ContextStoreService::new(store))
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health
+        .set_serving::<pb::context_store_server::ContextStoreServer<ContextStoreService>>()
+        .await;
+    // Both reflection versions: grpcurl speaks v1, Python's grpcio-reflection only v1alpha.
+    let reflection = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    };
+    let reflection_v1 = reflection()
+        .build_v1()
+        .expect("the compiled-in descriptors are valid");
+    let reflection_v1alpha = reflection()
+        .build_v1alpha()
+        .expect("the compiled-in descriptors are valid");
+    Server::builder()
+        .add_service(health_service)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
+        .add_service(service)
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+        .await
+}

@@ -1,0 +1,865 @@
+//! SQLite persistence: sessions, the node DAG, blobs, branches, functions. The only place with SQL.
+//!
+//! One writer connection serialises writes, each in `BEGIN IMMEDIATE`, so a read-then-write
+//! transaction never fails half-way on a lock; readers use their own pool (WAL lets them run
+//! beside the writer). An append is acknowledged only after its COMMIT.
+
+mod body;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::Path;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
+    SqliteSynchronous,
+};
+use sqlx::{QueryBuilder, Row, Sqlite, SqliteConnection};
+
+use crate::domain::{
+    self, Admit, Branch, BranchName, ChainTail, ClosedChain, Expose, Hash, Node, NodeContent,
+    NodeId, PathView, Session, SessionId, node_hash,
+};
+use body::Body;
+
+/// Errors of the store: domain errors pass through; database failures stay opaque to clients.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Domain(#[from] domain::Error),
+    #[error("database: {0}")]
+    Database(#[from] sqlx::Error),
+    #[error("migration: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("corrupt store: {0}")]
+    Corrupt(String),
+}
+
+type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Where an append goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AppendTarget {
+    Branch(BranchName),
+    /// The internal chain of a running function.
+    Function(NodeId),
+}
+
+#[derive(Debug, Clone)]
+pub struct AppendRequest {
+    pub session: SessionId,
+    pub target: AppendTarget,
+    /// `Some(None)`: the target must have no head yet.
+    pub expected_head: Option<Option<NodeId>>,
+    pub idempotency_key: Option<String>,
+    pub nodes: Vec<NodeContent>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AppendOutcome {
+    pub node_ids: Vec<String>,
+    pub head_id: String,
+    pub head_hash: String,
+}
+
+/// Where a render or log starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PathTarget {
+    Branch(BranchName),
+    Node(NodeId),
+    Function(NodeId),
+}
+
+#[derive(Clone)]
+pub struct Store {
+    writer: SqlitePool,
+    reader: SqlitePool,
+}
+
+const READERS: u32 = 8;
+const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+/// Bound parameters per `IN (…)` list, well under SQLite's limit.
+const IN_CHUNK: usize = 500;
+
+impl Store {
+    /// Opens (creating and migrating if needed) the SQLite file at `path`.
+    pub async fn open(path: &Path) -> Result<Self> {
+        let options = SqliteConnectOptions::new()
+            .filename(path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Full)
+            .foreign_keys(true)
+            .busy_timeout(BUSY_TIMEOUT);
+        let writer = SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect_with(options.clone())
+            .await?;
+        sqlx::migrate!("./migrations").run(&writer).await?;
+        let reader = SqlitePoolOptions::new()
+            .max_connections(READERS)
+            .connect_with(options.read_only(true))
+            .await?;
+        Ok(Self { writer, reader })
+    }
+
+    /// Closes both pools, checkpointing the WAL.
+    pub async fn close(&self) {
+        self.reader.close().await;
+        self.writer.close().await;
+    }
+
+    // ------------------------------------------------------------ sessions
+
+    pub async fn create_session(&self, metadata: BTreeMap<String, String>) -> Result<Session> {
+        let id = SessionId::new();
+        let now = now_ms();
+        let metadata_json = serde_json::to_string(&metadata).expect("a string map serializes");
+        let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
+        sqlx::query("INSERT INTO sessions (id, created_at_ms, metadata) VALUES (?, ?, ?)")
+            .bind(id.as_bytes().as_slice())
+            .bind(now)
+            .bind(&metadata_json)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("INSERT INTO branches (session_id, name, updated_at_ms) VALUES (?, ?, ?)")
+            .bind(id.as_bytes().as_slice())
+            .bind(BranchName::main().as_str())
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(Session {
+            id,
+            created_at_ms: now,
+            metadata,
+            compaction_count: 0,
+            branches: vec![Branch {
+                name: BranchName::main(),
+                head: None,
+                updated_at_ms: now,
+            }],
+        })
+    }
+
+    pub async fn get_session(&self, id: SessionId) -> Result<Session> {
+        let mut conn = self.reader.acquire().await?;
+        let row = sqlx::query(
+            "SELECT id, created_at_ms, metadata, compaction_count FROM sessions WHERE id = ?",
+        )
+        .bind(id.as_bytes().as_slice())
+        .fetch_optional(&mut *conn)
+        .await?
+        .ok_or_else(|| domain::Error::not_found("session", id))?;
+        session_from_row(&mut conn, &row).await
+    }
+
+    /// Sessions newest first, starting after `after`; also returns the cursor of the next page.
+    pub async fn list_sessions(
+        &self,
+        page_size: u32,
+        after: Option<SessionId>,
+    ) -> Result<(Vec<Session>, Option<SessionId>)> {
+        let mut conn = self.reader.acquire().await?;
+        // A UUID v7 sorts by creation time, so the id is the cursor. One extra row tells
+        // whether a next page exists.
+        let after = after.map(|id| id.as_bytes().to_vec());
+        let rows = sqlx::query(
+            "SELECT id, created_at_ms, metadata, compaction_count FROM sessions
+             WHERE ?1 IS NULL OR id < ?1 ORDER BY id DESC LIMIT ?2",
+        )
+        .bind(after)
+        .bind(i64::from(page_size) + 1)
+        .fetch_all(&mut *conn)
+        .await?;
+        let mut sessions = Vec::with_capacity(rows.len());
+        for row in rows.iter().take(page_size as usize) {
+            sessions.push(session_from_row(&mut conn, row).await?);
+        }
+        let next = (rows.len() > page_size as usize)
+            .then(|| sessions.last().map(|s| s.id))
+            .flatten();
+        Ok((sessions, next))
+    }
+
+    // ------------------------------------------------------------ branches
+
+    pub async fn list_branches(&self, session: SessionId) -> Result<Vec<Branch>> {
+        let mut conn = self.reader.acquire().await?;
+        ensure_session(&mut conn, session).await?;
+        branches(&mut conn, session).await
+    }
+
+    /// Creates a branch at `from` (a top-level node of the session), or with no head.
+    pub async fn create_branch(
+        &self,
+        session: SessionId,
+        name: BranchName,
+        from: Option<NodeId>,
+    ) -> Result<Branch> {
+        let now = now_ms();
+        let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
+        ensure_session(&mut tx, session).await?;
+        let head = match from {
+            Some(id) => {
+                let node = node_row(&mut tx, session, id, "from_node_id").await?;
+                if let Some(function) = node.function_id {
+                    return Err(domain::Error::invalid(
+                        "from_node_id",
+                        format!("node {id} is inside function {function}; branch at a top-level node"),
+                    )
+                    .into());
+                }
+                Some((id, node.hash))
+            }
+            None => None,
+        };
+        let inserted = sqlx::query(
+            "INSERT INTO branches (session_id, name, head_id, updated_at_ms) VALUES (?, ?, ?, ?)",
+        )
+        .bind(session.as_bytes().as_slice())
+        .bind(name.as_str())
+        .bind(head.map(|(id, _)| id.as_bytes().to_vec()))
+        .bind(now)
+        .execute(&mut *tx)
+        .await;
+        match inserted {
+            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
+                return Err(domain::Error::AlreadyExists(format!(
+                    "name: branch {name:?} already exists in session {session}"
+                ))
+                .into());
+            }
+            other => other?,
+        };
+        tx.commit().await?;
+        Ok(Branch {
+            name,
+            head,
+            updated_at_ms: now,
+        })
+    }
+
+    /// Removes the ref; the nodes stay.
+    pub async fn delete_branch(&self, session: SessionId, name: &BranchName) -> Result<()> {
+        let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
+        ensure_session(&mut tx, session).await?;
+        let done = sqlx::query("DELETE FROM branches WHERE session_id = ? AND name = ?")
+            .bind(session.as_bytes().as_slice())
+            .bind(name.as_str())
+            .execute(&mut *tx)
+            .await?;
+        if done.rows_affected() == 0 {
+            return Err(domain::Error::not_found("branch", name).into());
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    // ------------------------------------------------------------ append
+
+    /// Appends nodes atomically: all are checked and written in one transaction, or none is.
+    pub async fn append(&self, request: AppendRequest) -> Result<AppendOutcome> {
+        let AppendRequest {
+            session,
+            target,
+            expected_head,
+            idempotency_key,
+            mut nodes,
+        } = request;
+        let request_hash = idempotency_key
+            .as_ref()
+            .map(|_| request_fingerprint(&target, expected_head, &nodes));
+        let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
+        ensure_session(&mut tx, session).await?;
+
+        if let (Some(key), Some(hash)) = (&idempotency_key, &request_hash) {
+            let previous = sqlx::query(
+                "SELECT request_hash, response FROM idempotency WHERE session_id = ? AND key = ?",
+            )
+            .bind(session.as_bytes().as_slice())
+            .bind(key)
+            .fetch_optional(&mut *tx)
+            .await?;
+            if let Some(row) = previous {
+                let stored: Vec<u8> = row.try_get("request_hash")?;
+                if stored != hash.0 {
+                    return Err(domain::Error::FailedPrecondition(format!(
+                        "idempotency_key: {key:?} was used for a different request"
+                    ))
+                    .into());
+                }
+                let response: String = row.try_get("response")?;
+                return serde_json::from_str(&response)
+                    .map_err(|e| Error::Corrupt(format!("idempotency response: {e}")));
+            }
+        }
+
+        // The target's head, the node new ones hang under, and the scope they live in.
+        let (head, mut parent, scope) = match &target {
+            AppendTarget::Branch(name) => {
+                let head = branch_head(&mut tx, session, name).await?;
+                (head, head, None)
+            }
+            AppendTarget::Function(function) => {
+                let (head, closed) = function_row(&mut tx, session, *function).await?;
+                if closed {
+                    return Err(domain::Error::FailedPrecondition(format!(
+                        "function_id: function {function} is closed by its function_result"
+                    ))
+                    .into());
+                }
+                (head, Some(head.unwrap_or(*function)), Some(*function))
+            }
+        };
+        if let Some(expected) = expected_head
+            && expected != head
+        {
+            let show = |h: Option<NodeId>| h.map_or_else(|| "none".to_owned(), |id| id.to_string());
+            return Err(domain::Error::Aborted(format!(
+                "expected_head_id: the head is {}, not {}",
+                show(head),
+                show(expected)
+            ))
+            .into());
+        }
+
+        let scope_hash = match scope {
+            Some(function) => Some(node_row(&mut tx, session, function, "function_id").await?.hash),
+            None => None,
+        };
+        let mut parent_hash = match parent {
+            Some(id) => Some(node_row(&mut tx, session, id, "head").await?.hash),
+            None => None,
+        };
+        let mut tail = chain_tail(&mut tx, session, head, scope).await?;
+        let now = now_ms();
+        let mut node_ids = Vec::with_capacity(nodes.len());
+        for (i, content) in nodes.iter_mut().enumerate() {
+            let field = format!("nodes[{i}]");
+            let id = NodeId::new();
+            let admit = tail.admit(&field, id, content)?;
+            if let Admit::ClosesFunction(function) = admit {
+                let chain = close_function(&mut tx, session, function, id, &field).await?;
+                if let NodeContent::FunctionResult(result) = content {
+                    result.chain = Some(chain);
+                }
+            }
+            let hash = node_hash(parent_hash.as_ref(), scope_hash.as_ref(), content);
+            insert_node(&mut tx, session, id, parent, scope, content, now, &hash).await?;
+            if admit == Admit::OpensFunction {
+                sqlx::query("INSERT INTO functions (id, session_id) VALUES (?, ?)")
+                    .bind(id.as_bytes().as_slice())
+                    .bind(session.as_bytes().as_slice())
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            parent = Some(id);
+            parent_hash = Some(hash);
+            node_ids.push(id);
+        }
+        let (Some(head_id), Some(head_hash)) = (parent, parent_hash) else {
+            return Err(domain::Error::invalid("nodes", "is empty").into());
+        };
+        match &target {
+            AppendTarget::Branch(name) => {
+                sqlx::query(
+                    "UPDATE branches SET head_id = ?, updated_at_ms = ? WHERE session_id = ? AND name = ?",
+                )
+                .bind(head_id.as_bytes().as_slice())
+                .bind(now)
+                .bind(session.as_bytes().as_slice())
+                .bind(name.as_str())
+                .execute(&mut *tx)
+                .await?;
+            }
+            AppendTarget::Function(function) => {
+                sqlx::query("UPDATE functions SET head_id = ? WHERE id = ?")
+                    .bind(head_id.as_bytes().as_slice())
+                    .bind(function.as_bytes().as_slice())
+                    .execute(&mut *tx)
+                    .await?;
+            }
+        }
+        let outcome = AppendOutcome {
+            node_ids: node_ids.iter().map(NodeId::to_string).collect(),
+            head_id: head_id.to_string(),
+            head_hash: head_hash.to_hex(),
+        };
+        if let (Some(key), Some(hash)) = (&idempotency_key, &request_hash) {
+            sqlx::query(
+                "INSERT INTO idempotency (session_id, key, request_hash, response, created_at_ms)
+                 VALUES (?, ?, ?, ?, ?)",
+            )
+            .bind(session.as_bytes().as_slice())
+            .bind(key)
+            .bind(hash.0.as_slice())
+            .bind(serde_json::to_string(&outcome).expect("an outcome serializes"))
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(outcome)
+    }
+
+    // ------------------------------------------------------------ reading
+
+    /// Nodes by id, in the order asked; every id must be a node of `session`.
+    pub async fn get_nodes(&self, session: SessionId, ids: &[NodeId]) -> Result<Vec<Node>> {
+        let mut conn = self.reader.acquire().await?;
+        ensure_session(&mut conn, session).await?;
+        let mut rows = Vec::with_capacity(ids.len());
+        for (i, id) in ids.iter().enumerate() {
+            rows.push(node_row(&mut conn, session, *id, &format!("node_ids[{i}]")).await?);
+        }
+        hydrate(&mut conn, rows).await
+    }
+
+    /// Up to `limit` nodes from `start` following parent links, newest first, and the node the
+    /// next page starts at.
+    pub async fn log(
+        &self,
+        session: SessionId,
+        start: PathTarget,
+        limit: u32,
+    ) -> Result<(Vec<Node>, Option<NodeId>)> {
+        let mut conn = self.reader.acquire().await?;
+        ensure_session(&mut conn, session).await?;
+        let Some(start) = resolve_start(&mut conn, session, &start).await? else {
+            return Ok((Vec::new(), None));
+        };
+        let mut rows = ancestors(&mut conn, start, Some(limit)).await?;
+        rows.reverse();
+        let next = rows.last().and_then(|r| r.parent_id);
+        let next = if rows.len() == limit as usize { next } else { None };
+        Ok((hydrate(&mut conn, rows).await?, next))
+    }
+
+    /// Loads what a render of `target` needs: the path from the root, and the internal chains
+    /// of completed functions that expose them in full.
+    pub async fn load_path(&self, session: SessionId, target: &PathTarget) -> Result<PathView> {
+        let mut conn = self.reader.acquire().await?;
+        ensure_session(&mut conn, session).await?;
+        let Some(start) = resolve_start(&mut conn, session, target).await? else {
+            return Ok(PathView::default());
+        };
+        let scope = match target {
+            PathTarget::Branch(_) => None,
+            PathTarget::Function(function) => Some(*function),
+            PathTarget::Node(id) => node_row(&mut conn, session, *id, "node_id").await?.function_id,
+        };
+        let rows = ancestors(&mut conn, start, None).await?;
+        let nodes = hydrate(&mut conn, rows).await?;
+        let mut chains = HashMap::new();
+        let mut todo = full_chains(&nodes);
+        while let Some((function, head)) = todo.pop() {
+            let rows = chain(&mut conn, head, function).await?;
+            let chain = hydrate(&mut conn, rows).await?;
+            todo.extend(full_chains(&chain));
+            chains.insert(function, chain);
+        }
+        Ok(PathView {
+            nodes,
+            scope,
+            chains,
+        })
+    }
+}
+
+// ---------------------------------------------------------------- helpers
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// What an idempotent retry must repeat exactly: target, expectation and content.
+fn request_fingerprint(
+    target: &AppendTarget,
+    expected: Option<Option<NodeId>>,
+    nodes: &[NodeContent],
+) -> Hash {
+    let mut h = blake3::Hasher::new();
+    match target {
+        AppendTarget::Branch(name) => h.update(b"b").update(name.as_str().as_bytes()),
+        AppendTarget::Function(id) => h.update(b"f").update(id.as_bytes()),
+    };
+    match expected {
+        None => h.update(b"-"),
+        Some(None) => h.update(b"0"),
+        Some(Some(id)) => h.update(b"1").update(id.as_bytes()),
+    };
+    for node in nodes {
+        h.update(&node_hash(None, None, node).0);
+    }
+    Hash(*h.finalize().as_bytes())
+}
+
+struct NodeRow {
+    id: NodeId,
+    parent_id: Option<NodeId>,
+    function_id: Option<NodeId>,
+    created_at_ms: i64,
+    hash: Hash,
+    body: String,
+}
+
+const NODE_COLUMNS: &str = "n.id, n.parent_id, n.function_id, n.created_at_ms, n.hash, n.body";
+
+fn id_column(row: &SqliteRow, column: &str) -> Result<Option<NodeId>> {
+    let bytes: Option<Vec<u8>> = row.try_get(column)?;
+    bytes
+        .map(|b| {
+            <[u8; 16]>::try_from(b.as_slice())
+                .map(NodeId::from_bytes)
+                .map_err(|_| Error::Corrupt(format!("{column} is not 16 bytes")))
+        })
+        .transpose()
+}
+
+fn hash_column(row: &SqliteRow, column: &str) -> Result<Hash> {
+    let bytes: Vec<u8> = row.try_get(column)?;
+    <[u8; 32]>::try_from(bytes.as_slice())
+        .map(Hash)
+        .map_err(|_| Error::Corrupt(format!("{column} is not 32 bytes")))
+}
+
+fn node_row_from(row: &SqliteRow) -> Result<NodeRow> {
+    Ok(NodeRow {
+        id: id_column(row, "id")?.ok_or_else(|| Error::Corrupt("node without id".into()))?,
+        parent_id: id_column(row, "parent_id")?,
+        function_id: id_column(row, "function_id")?,
+        created_at_ms: row.try_get("created_at_ms")?,
+        hash: hash_column(row, "hash")?,
+        body: row.try_get("body")?,
+    })
+}
+
+async fn ensure_session(conn: &mut SqliteConnection, session: SessionId) -> Result<()> {
+    sqlx::query("SELECT 1 FROM sessions WHERE id = ?")
+        .bind(session.as_bytes().as_slice())
+        .fetch_optional(&mut *conn)
+        .await?
+        .ok_or_else(|| domain::Error::not_found("session", session))?;
+    Ok(())
+}
+
+async fn session_from_row(conn: &mut SqliteConnection, row: &SqliteRow) -> Result<Session> {
+    let bytes: Vec<u8> = row.try_get("id")?;
+    let id = SessionId::from_bytes(
+        <[u8; 16]>::try_from(bytes.as_slice())
+            .map_err(|_| Error::Corrupt("session id is not 16 bytes".into()))?,
+    );
+    let metadata: String = row.try_get("metadata")?;
+    let compaction_count: i64 = row.try_get("compaction_count")?;
+    Ok(Session {
+        id,
+        created_at_ms: row.try_get("created_at_ms")?,
+        metadata: serde_json::from_str(&metadata)
+            .map_err(|e| Error::Corrupt(format!("session metadata: {e}")))?,
+        compaction_count: u32::try_from(compaction_count).unwrap_or(u32::MAX),
+        branches: branches(conn, id).await?,
+    })
+}
+
+async fn branches(conn: &mut SqliteConnection, session: SessionId) -> Result<Vec<Branch>> {
+    let rows = sqlx::query(
+        "SELECT b.name, b.head_id, b.updated_at_ms, n.hash FROM branches b
+         LEFT JOIN nodes n ON n.id = b.head_id
+         WHERE b.session_id = ? ORDER BY b.name",
+    )
+    .bind(session.as_bytes().as_slice())
+    .fetch_all(&mut *conn)
+    .await?;
+    rows.iter()
+        .map(|row| {
+            let head = match id_column(row, "head_id")? {
+                Some(id) => Some((id, hash_column(row, "hash")?)),
+                None => None,
+            };
+            Ok(Branch {
+                name: BranchName::from_stored(row.try_get("name")?),
+                head,
+                updated_at_ms: row.try_get("updated_at_ms")?,
+            })
+        })
+        .collect()
+}
+
+async fn branch_head(
+    conn: &mut SqliteConnection,
+    session: SessionId,
+    name: &BranchName,
+) -> Result<Option<NodeId>> {
+    let row = sqlx::query("SELECT head_id FROM branches WHERE session_id = ? AND name = ?")
+        .bind(session.as_bytes().as_slice())
+        .bind(name.as_str())
+        .fetch_optional(&mut *conn)
+        .await?
+        .ok_or_else(|| domain::Error::not_found("branch", name))?;
+    id_column(&row, "head_id")
+}
+
+/// A function's chain head and whether it is closed.
+async fn function_row(
+    conn: &mut SqliteConnection,
+    session: SessionId,
+    function: NodeId,
+) -> Result<(Option<NodeId>, bool)> {
+    let row = sqlx::query("SELECT head_id, closed_by FROM functions WHERE id = ? AND session_id = ?")
+        .bind(function.as_bytes().as_slice())
+        .bind(session.as_bytes().as_slice())
+        .fetch_optional(&mut *conn)
+        .await?
+        .ok_or_else(|| domain::Error::not_found("function", function))?;
+    Ok((id_column(&row, "head_id")?, id_column(&row, "closed_by")?.is_some()))
+}
+
+/// One node of `session`; `field` names the request field in the not-found error.
+async fn node_row(
+    conn: &mut SqliteConnection,
+    session: SessionId,
+    id: NodeId,
+    field: &str,
+) -> Result<NodeRow> {
+    let row = sqlx::query(
+        "SELECT n.id, n.parent_id, n.function_id, n.created_at_ms, n.hash, n.body
+         FROM nodes n WHERE n.id = ? AND n.session_id = ?",
+    )
+    .bind(id.as_bytes().as_slice())
+    .bind(session.as_bytes().as_slice())
+    .fetch_optional(&mut *conn)
+    .await?
+    .ok_or_else(|| domain::Error::NotFound {
+        what: "node",
+        id: format!("{id} ({field})"),
+    })?;
+    node_row_from(&row)
+}
+
+/// The node a path or log starts at; `None` for a branch with no head.
+async fn resolve_start(
+    conn: &mut SqliteConnection,
+    session: SessionId,
+    target: &PathTarget,
+) -> Result<Option<NodeId>> {
+    Ok(match target {
+        PathTarget::Branch(name) => branch_head(conn, session, name).await?,
+        PathTarget::Node(id) => Some(node_row(conn, session, *id, "node_id").await?.id),
+        PathTarget::Function(function) => {
+            let (head, _) = function_row(conn, session, *function).await?;
+            Some(head.unwrap_or(*function))
+        }
+    })
+}
+
+/// `start` and its ancestors, oldest first, at most `limit` of them counted from `start`.
+async fn ancestors(
+    conn: &mut SqliteConnection,
+    start: NodeId,
+    limit: Option<u32>,
+) -> Result<Vec<NodeRow>> {
+    let sql = format!(
+        "WITH RECURSIVE walk(id, depth) AS (
+             SELECT ?1, 0
+             UNION ALL
+             SELECT n.parent_id, walk.depth + 1 FROM walk JOIN nodes n ON n.id = walk.id
+             WHERE n.parent_id IS NOT NULL AND walk.depth + 1 < ?2
+         )
+         SELECT {NODE_COLUMNS} FROM walk JOIN nodes n ON n.id = walk.id ORDER BY walk.depth DESC"
+    );
+    let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+        .bind(start.as_bytes().as_slice())
+        .bind(limit.map_or(i64::MAX, i64::from))
+        .fetch_all(&mut *conn)
+        .await?;
+    rows.iter().map(node_row_from).collect()
+}
+
+/// The internal chain of `function` ending at `head`, oldest first.
+async fn chain(
+    conn: &mut SqliteConnection,
+    head: NodeId,
+    function: NodeId,
+) -> Result<Vec<NodeRow>> {
+    let sql = format!(
+        "WITH RECURSIVE walk(id, depth) AS (
+             SELECT ?1, 0
+             UNION ALL
+             SELECT p.id, walk.depth + 1 FROM walk
+             JOIN nodes c ON c.id = walk.id JOIN nodes p ON p.id = c.parent_id
+             WHERE p.function_id = ?2
+         )
+         SELECT {NODE_COLUMNS} FROM walk JOIN nodes n ON n.id = walk.id ORDER BY walk.depth DESC"
+    );
+    let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+        .bind(head.as_bytes().as_slice())
+        .bind(function.as_bytes().as_slice())
+        .fetch_all(&mut *conn)
+        .await?;
+    rows.iter().map(node_row_from).collect()
+}
+
+/// The pairing state of a chain whose newest node is `head`: its nodes since the latest message.
+async fn chain_tail(
+    conn: &mut SqliteConnection,
+    session: SessionId,
+    head: Option<NodeId>,
+    scope: Option<NodeId>,
+) -> Result<ChainTail> {
+    let mut since_message = Vec::new();
+    let mut at = head;
+    while let Some(id) = at {
+        let row = node_row(conn, session, id, "head").await?;
+        if row.function_id != scope {
+            break;
+        }
+        let content = Body::parse(&row.body)?;
+        let is_message = matches!(content, Body::Message { .. });
+        // Pairing looks at call ids only, so parts need not be fetched.
+        let content = content.decode(&|_| Some(Vec::new()))?;
+        since_message.push((row.id, content));
+        if is_message {
+            break;
+        }
+        at = row.parent_id;
+    }
+    since_message.reverse();
+    Ok(ChainTail::replay(
+        since_message.iter().map(|(id, content)| (*id, content)),
+    ))
+}
+
+/// Closes `function` with the result node `result`: its chain must have no pending calls.
+async fn close_function(
+    conn: &mut SqliteConnection,
+    session: SessionId,
+    function: NodeId,
+    result: NodeId,
+    field: &str,
+) -> Result<ClosedChain> {
+    let (head, _) = function_row(conn, session, function).await?;
+    let inner = chain_tail(conn, session, head, Some(function)).await?;
+    let pending = inner.pending();
+    if !pending.is_empty() {
+        return Err(domain::Error::FailedPrecondition(format!(
+            "{field}: function {function} has unanswered tool calls inside ({}); answer them first",
+            pending.join(", ")
+        ))
+        .into());
+    }
+    let head_hash = node_row(conn, session, head.unwrap_or(function), "function_id")
+        .await?
+        .hash;
+    sqlx::query("UPDATE functions SET closed_by = ? WHERE id = ? AND closed_by IS NULL")
+        .bind(result.as_bytes().as_slice())
+        .bind(function.as_bytes().as_slice())
+        .execute(&mut *conn)
+        .await?;
+    Ok(ClosedChain {
+        function_id: function,
+        head_id: head,
+        head_hash,
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn insert_node(
+    conn: &mut SqliteConnection,
+    session: SessionId,
+    id: NodeId,
+    parent: Option<NodeId>,
+    function: Option<NodeId>,
+    content: &NodeContent,
+    now: i64,
+    hash: &Hash,
+) -> Result<()> {
+    let (json, blobs) = body::encode(content);
+    for (blob, data) in blobs {
+        sqlx::query("INSERT INTO blobs (hash, size, data) VALUES (?, ?, ?) ON CONFLICT (hash) DO NOTHING")
+            .bind(blob.0.as_slice())
+            .bind(i64::try_from(data.len()).unwrap_or(i64::MAX))
+            .bind(data)
+            .execute(&mut *conn)
+            .await?;
+    }
+    sqlx::query(
+        "INSERT INTO nodes (id, session_id, parent_id, function_id, kind, created_at_ms, hash, body)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+    )
+    .bind(id.as_bytes().as_slice())
+    .bind(session.as_bytes().as_slice())
+    .bind(parent.map(|p| p.as_bytes().to_vec()))
+    .bind(function.map(|f| f.as_bytes().to_vec()))
+    .bind(body::kind_code(content.kind()))
+    .bind(now)
+    .bind(hash.0.as_slice())
+    .bind(json)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// Turns rows into nodes, fetching every referenced blob once.
+async fn hydrate(conn: &mut SqliteConnection, rows: Vec<NodeRow>) -> Result<Vec<Node>> {
+    let bodies = rows
+        .iter()
+        .map(|row| Body::parse(&row.body))
+        .collect::<Result<Vec<_>>>()?;
+    let wanted: HashSet<Hash> = bodies.iter().flat_map(Body::blob_refs).collect();
+    let wanted: Vec<Hash> = wanted.into_iter().collect();
+    let mut blobs: HashMap<Hash, Vec<u8>> = HashMap::with_capacity(wanted.len());
+    for chunk in wanted.chunks(IN_CHUNK) {
+        let mut query = QueryBuilder::<Sqlite>::new("SELECT hash, data FROM blobs WHERE hash IN (");
+        let mut list = query.separated(", ");
+        for hash in chunk {
+            list.push_bind(hash.0.to_vec());
+        }
+        query.push(")");
+        for row in query.build().fetch_all(&mut *conn).await? {
+            blobs.insert(hash_column(&row, "hash")?, row.try_get("data")?);
+        }
+    }
+    rows.into_iter()
+        .zip(bodies)
+        .map(|(row, body)| {
+            Ok(Node {
+                id: row.id,
+                parent_id: row.parent_id,
+                function_id: row.function_id,
+                content: body.decode(&|hash| blobs.get(hash).cloned())?,
+                created_at_ms: row.created_at_ms,
+                hash: row.hash,
+            })
+        })
+        .collect()
+}
+
+/// Completed functions in `nodes` that render in full: (function id, chain head).
+fn full_chains(nodes: &[Node]) -> Vec<(NodeId, NodeId)> {
+    let full: HashSet<NodeId> = nodes
+        .iter()
+        .filter(|n| {
+            matches!(
+                n.content,
+                NodeContent::FunctionCall {
+                    expose: Expose::Full,
+                    ..
+                }
+            )
+        })
+        .map(|n| n.id)
+        .collect();
+    nodes
+        .iter()
+        .filter_map(|n| match &n.content {
+            NodeContent::FunctionResult(result) => result.chain.as_ref(),
+            _ => None,
+        })
+        .filter(|chain| full.contains(&chain.function_id))
+        .filter_map(|chain| chain.head_id.map(|head| (chain.function_id, head)))
+        .collect()
+}
