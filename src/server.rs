@@ -20,9 +20,10 @@ pub async fn serve(
     store: Store,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), tonic::transport::Error> {
-    let service = pb::context_store_server::ContextStoreServer::new(ContextStoreService::new(store))
-        .max_decoding_message_size(MAX_MESSAGE_BYTES)
-        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    let service =
+        pb::context_store_server::ContextStoreServer::new(ContextStoreService::new(store))
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES);
     let (health, health_service) = tonic_health::server::health_reporter();
     health
         .set_serving::<pb::context_store_server::ContextStoreServer<ContextStoreService>>()

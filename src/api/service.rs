@@ -53,10 +53,16 @@ fn optional_node(field: &str, text: &str) -> Result<Option<NodeId>, Status> {
 #[tonic::async_trait]
 impl pb::context_store_server::ContextStore for ContextStoreService {
     #[instrument(skip_all)]
-    async fn create_session(&self, request: Request<pb::CreateSessionRequest>) -> Reply<pb::Session> {
+    async fn create_session(
+        &self,
+        request: Request<pb::CreateSessionRequest>,
+    ) -> Reply<pb::Session> {
         let metadata = request.into_inner().metadata;
         if metadata.keys().any(String::is_empty) {
-            return Err(domain_status(Error::invalid("metadata", "keys must not be empty")));
+            return Err(domain_status(Error::invalid(
+                "metadata",
+                "keys must not be empty",
+            )));
         }
         let session = self
             .store
@@ -111,7 +117,10 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
             .map(|id| optional_node("expected_head_id", id))
             .transpose()?;
         if request.nodes.is_empty() {
-            return Err(domain_status(Error::invalid("nodes", "must hold at least one node")));
+            return Err(domain_status(Error::invalid(
+                "nodes",
+                "must hold at least one node",
+            )));
         }
         let nodes = request
             .nodes
@@ -139,7 +148,10 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
     }
 
     #[instrument(skip_all)]
-    async fn get_nodes(&self, request: Request<pb::GetNodesRequest>) -> Reply<pb::GetNodesResponse> {
+    async fn get_nodes(
+        &self,
+        request: Request<pb::GetNodesRequest>,
+    ) -> Reply<pb::GetNodesResponse> {
         let request = request.into_inner();
         let session = session_id(&request.session_id)?;
         let ids = request
@@ -176,7 +188,11 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
             0 => DEFAULT_LOG_LIMIT,
             n => n.min(MAX_LOG_LIMIT),
         };
-        let (nodes, next) = self.store.log(session, start, limit).await.map_err(status)?;
+        let (nodes, next) = self
+            .store
+            .log(session, start, limit)
+            .await
+            .map_err(status)?;
         Ok(Response::new(pb::LogResponse {
             nodes: nodes.into_iter().map(convert::node).collect(),
             next_page_token: next.map(|id| id.to_string()).unwrap_or_default(),
@@ -257,7 +273,11 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
                 )));
             }
         };
-        let path = self.store.load_path(session, &target).await.map_err(status)?;
+        let path = self
+            .store
+            .load_path(session, &target)
+            .await
+            .map_err(status)?;
         let options = Options { tokenizer, callers };
         // Counting real BPE tokens over a long path is CPU work: keep it off the I/O threads.
         let (path, rendered) = tokio::task::spawn_blocking(move || {

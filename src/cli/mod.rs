@@ -11,7 +11,11 @@ use tracing_subscriber::EnvFilter;
 use crate::store::Store;
 
 #[derive(Debug, Parser)]
-#[command(name = "ctxd", version, about = "A persistent session store for LLM agents")]
+#[command(
+    name = "ctxd",
+    version,
+    about = "A persistent session store for LLM agents"
+)]
 struct Cli {
     /// Log filter, in RUST_LOG syntax (e.g. `info`, `ctxd=debug,sqlx=warn`).
     #[arg(long, env = "CTXD_LOG", default_value = "info", global = true)]
@@ -73,15 +77,16 @@ async fn shutdown_signal() {
     let interrupt = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
-        let mut terminate =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(signal) => signal,
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot watch SIGTERM; only SIGINT stops the server");
-                    let _ = interrupt.await;
-                    return;
-                }
-            };
+        let mut terminate = match tokio::signal::unix::signal(
+            tokio::signal::unix::SignalKind::terminate(),
+        ) {
+            Ok(signal) => signal,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot watch SIGTERM; only SIGINT stops the server");
+                let _ = interrupt.await;
+                return;
+            }
+        };
         tokio::select! {
             _ = interrupt => {}
             _ = terminate.recv() => {}

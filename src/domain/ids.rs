@@ -120,7 +120,17 @@ mod tests {
             assert!(BranchName::parse("name", ok).is_ok(), "{ok}");
         }
         for bad in [
-            "", "..", "a/../b", "/x", "x/", "a//b", "has space", ".hidden", "x.lock", "-x", "é",
+            "",
+            "..",
+            "a/../b",
+            "/x",
+            "x/",
+            "a//b",
+            "has space",
+            ".hidden",
+            "x.lock",
+            "-x",
+            "é",
             "a\nb",
         ] {
             let err = BranchName::parse("name", bad).expect_err(bad);

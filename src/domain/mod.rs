@@ -11,9 +11,8 @@ pub use error::Error;
 pub use hash::{Hash, blob_hash, node_hash};
 pub use ids::{BranchName, NodeId, SessionId};
 pub use node::{
-    ClosedChain, Expose, FunctionResult, FunctionStatus, MediaSource, Node, NodeContent, NodeKind, Part,
-    PathView, Role,
-    ToolCall,
+    ClosedChain, Expose, FunctionResult, FunctionStatus, MediaSource, Node, NodeContent, NodeKind,
+    Part, PathView, Role, ToolCall,
 };
 pub use pairing::{Admit, ChainTail};
 pub use session::{Branch, Session};

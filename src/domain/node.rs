@@ -185,7 +185,10 @@ impl NodeContent {
                 if !tool_calls.is_empty() && *role != Role::Assistant {
                     return Err(Error::invalid(
                         format!("{field}.message.tool_calls"),
-                        format!("only assistant messages carry tool calls, not {}", role.as_str()),
+                        format!(
+                            "only assistant messages carry tool calls, not {}",
+                            role.as_str()
+                        ),
                     ));
                 }
                 if parts.is_empty() && tool_calls.is_empty() {
@@ -208,7 +211,8 @@ impl NodeContent {
                             format!("{:?} appears twice in this message", call.call_id),
                         ));
                     }
-                    if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(&call.arguments_json)
+                    if let Err(e) =
+                        serde_json::from_str::<serde::de::IgnoredAny>(&call.arguments_json)
                     {
                         return Err(Error::invalid(
                             format!("{at}.arguments_json"),
@@ -219,7 +223,10 @@ impl NodeContent {
             }
             NodeContent::ToolResult { call_id, parts, .. } => {
                 if call_id.is_empty() {
-                    return Err(Error::invalid(format!("{field}.tool_result.call_id"), "is required"));
+                    return Err(Error::invalid(
+                        format!("{field}.tool_result.call_id"),
+                        "is required",
+                    ));
                 }
                 parts_ok(parts, "tool_result")?;
             }

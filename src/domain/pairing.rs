@@ -113,7 +113,12 @@ impl ChainTail {
         Ok(admit)
     }
 
-    fn call(&self, field: &str, call_id: &str, kind: &str) -> Result<&(ToolCall, CallState), Error> {
+    fn call(
+        &self,
+        field: &str,
+        call_id: &str,
+        kind: &str,
+    ) -> Result<&(ToolCall, CallState), Error> {
         self.calls
             .iter()
             .find(|(call, _)| call.call_id == call_id)
@@ -164,7 +169,10 @@ fn fill_name(field: &str, kind: &str, name: &mut String, call: &ToolCall) -> Res
     } else if *name != call.name {
         return Err(Error::invalid(
             format!("{field}.{kind}.name"),
-            format!("call {:?} was made to {:?}, not {name:?}", call.call_id, call.name),
+            format!(
+                "call {:?} was made to {:?}, not {name:?}",
+                call.call_id, call.name
+            ),
         ));
     }
     Ok(())
@@ -211,14 +219,22 @@ mod tests {
     fn results_answer_open_calls_once() {
         let mut tail = ChainTail::default();
         let id = NodeId::new();
-        tail.admit("n", id, &mut assistant(&["a", "b"])).expect("assistant");
+        tail.admit("n", id, &mut assistant(&["a", "b"]))
+            .expect("assistant");
         let mut r = result("a");
         tail.admit("n", id, &mut r).expect("first result");
         assert!(matches!(r, NodeContent::ToolResult { ref name, .. } if name == "bash"));
-        let err = tail.admit("n", id, &mut result("a")).expect_err("second result");
+        let err = tail
+            .admit("n", id, &mut result("a"))
+            .expect_err("second result");
         assert!(err.to_string().contains("already has a result"), "{err}");
-        let err = tail.admit("n", id, &mut result("zz")).expect_err("unknown call");
-        assert!(err.to_string().starts_with("n.tool_result.call_id"), "{err}");
+        let err = tail
+            .admit("n", id, &mut result("zz"))
+            .expect_err("unknown call");
+        assert!(
+            err.to_string().starts_with("n.tool_result.call_id"),
+            "{err}"
+        );
         let err = tail.admit("n", id, &mut user()).expect_err("b still open");
         assert!(matches!(err, Error::FailedPrecondition(_)));
         tail.admit("n", id, &mut result("b")).expect("b");
@@ -230,7 +246,8 @@ mod tests {
     fn functions_open_and_close() {
         let mut tail = ChainTail::default();
         let fid = NodeId::new();
-        tail.admit("n", NodeId::new(), &mut assistant(&["t"])).expect("assistant");
+        tail.admit("n", NodeId::new(), &mut assistant(&["t"]))
+            .expect("assistant");
         let mut call = NodeContent::FunctionCall {
             call_id: "t".to_owned(),
             name: String::new(),

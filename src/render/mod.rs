@@ -66,7 +66,9 @@ pub fn render(path: &PathView, options: &Options) -> Rendered {
         .iter()
         .map(|m| message_tokens(m, options.tokenizer))
         .collect();
-    let total_tokens = tokens.iter().fold(0, |sum: Tokens, t| sum.saturating_add(*t));
+    let total_tokens = tokens
+        .iter()
+        .fold(0, |sum: Tokens, t| sum.saturating_add(*t));
     Rendered {
         messages,
         tokens,

@@ -56,9 +56,7 @@ pub(super) struct CallRow {
 #[serde(untagged)]
 pub(super) enum PartRef {
     /// A text part: `t` is its blob's hash.
-    Text {
-        t: String,
-    },
+    Text { t: String },
     Media {
         mime: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -233,7 +231,11 @@ impl Body {
                 .collect()
         };
         Ok(match self {
-            Body::Message { role, parts: p, calls } => NodeContent::Message {
+            Body::Message {
+                role,
+                parts: p,
+                calls,
+            } => NodeContent::Message {
                 role: Role::from_str_opt(&role)
                     .ok_or_else(|| Error::Corrupt(format!("unknown role {role:?}")))?,
                 parts: parts(p)?,

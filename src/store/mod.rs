@@ -207,7 +207,9 @@ impl Store {
                 if let Some(function) = node.function_id {
                     return Err(domain::Error::invalid(
                         "from_node_id",
-                        format!("node {id} is inside function {function}; branch at a top-level node"),
+                        format!(
+                            "node {id} is inside function {function}; branch at a top-level node"
+                        ),
                     )
                     .into());
                 }
@@ -326,7 +328,11 @@ impl Store {
         }
 
         let scope_hash = match scope {
-            Some(function) => Some(node_row(&mut tx, session, function, "function_id").await?.hash),
+            Some(function) => Some(
+                node_row(&mut tx, session, function, "function_id")
+                    .await?
+                    .hash,
+            ),
             None => None,
         };
         let mut parent_hash = match parent {
@@ -433,7 +439,11 @@ impl Store {
         let mut rows = ancestors(&mut conn, start, Some(limit)).await?;
         rows.reverse();
         let next = rows.last().and_then(|r| r.parent_id);
-        let next = if rows.len() == limit as usize { next } else { None };
+        let next = if rows.len() == limit as usize {
+            next
+        } else {
+            None
+        };
         Ok((hydrate(&mut conn, rows).await?, next))
     }
 
@@ -448,7 +458,11 @@ impl Store {
         let scope = match target {
             PathTarget::Branch(_) => None,
             PathTarget::Function(function) => Some(*function),
-            PathTarget::Node(id) => node_row(&mut conn, session, *id, "node_id").await?.function_id,
+            PathTarget::Node(id) => {
+                node_row(&mut conn, session, *id, "node_id")
+                    .await?
+                    .function_id
+            }
         };
         let rows = ancestors(&mut conn, start, None).await?;
         let nodes = hydrate(&mut conn, rows).await?;
@@ -609,13 +623,17 @@ async fn function_row(
     session: SessionId,
     function: NodeId,
 ) -> Result<(Option<NodeId>, bool)> {
-    let row = sqlx::query("SELECT head_id, closed_by FROM functions WHERE id = ? AND session_id = ?")
-        .bind(function.as_bytes().as_slice())
-        .bind(session.as_bytes().as_slice())
-        .fetch_optional(&mut *conn)
-        .await?
-        .ok_or_else(|| domain::Error::not_found("function", function))?;
-    Ok((id_column(&row, "head_id")?, id_column(&row, "closed_by")?.is_some()))
+    let row =
+        sqlx::query("SELECT head_id, closed_by FROM functions WHERE id = ? AND session_id = ?")
+            .bind(function.as_bytes().as_slice())
+            .bind(session.as_bytes().as_slice())
+            .fetch_optional(&mut *conn)
+            .await?
+            .ok_or_else(|| domain::Error::not_found("function", function))?;
+    Ok((
+        id_column(&row, "head_id")?,
+        id_column(&row, "closed_by")?.is_some(),
+    ))
 }
 
 /// One node of `session`; `field` names the request field in the not-found error.
@@ -779,12 +797,14 @@ async fn insert_node(
 ) -> Result<()> {
     let (json, blobs) = body::encode(content);
     for (blob, data) in blobs {
-        sqlx::query("INSERT INTO blobs (hash, size, data) VALUES (?, ?, ?) ON CONFLICT (hash) DO NOTHING")
-            .bind(blob.0.as_slice())
-            .bind(i64::try_from(data.len()).unwrap_or(i64::MAX))
-            .bind(data)
-            .execute(&mut *conn)
-            .await?;
+        sqlx::query(
+            "INSERT INTO blobs (hash, size, data) VALUES (?, ?, ?) ON CONFLICT (hash) DO NOTHING",
+        )
+        .bind(blob.0.as_slice())
+        .bind(i64::try_from(data.len()).unwrap_or(i64::MAX))
+        .bind(data)
+        .execute(&mut *conn)
+        .await?;
     }
     sqlx::query(
         "INSERT INTO nodes (id, session_id, parent_id, function_id, kind, created_at_ms, hash, body)
