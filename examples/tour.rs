@@ -61,13 +61,21 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                         ..Default::default()
                     })),
                 },
-                message(Role::Assistant, "It describes ctxd, a session store.", vec![]),
+                message(
+                    Role::Assistant,
+                    "It describes ctxd, a session store.",
+                    vec![],
+                ),
             ],
             ..Default::default()
         })
         .await?
         .into_inner();
-    println!("appended {} nodes, head {}", appended.node_ids.len(), appended.head_id);
+    println!(
+        "appended {} nodes, head {}",
+        appended.node_ids.len(),
+        appended.head_id
+    );
 
     let rendered = client
         .render(RenderRequest {
@@ -78,7 +86,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .await?
         .into_inner();
     for m in &rendered.messages {
-        let role = Role::try_from(m.role).unwrap_or(Role::Unspecified).as_str_name();
+        let role = Role::try_from(m.role)
+            .unwrap_or(Role::Unspecified)
+            .as_str_name();
         let body: Vec<String> = m
             .parts
             .iter()
@@ -86,10 +96,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 Some(Part::Text(t)) => Some(t.replace('\n', " ")),
                 _ => None,
             })
-            .chain(m.tool_calls.iter().map(|c| format!("-> {}({})", c.name, c.arguments_json)))
+            .chain(
+                m.tool_calls
+                    .iter()
+                    .map(|c| format!("-> {}({})", c.name, c.arguments_json)),
+            )
             .collect();
         println!("{role:>14} [{:>3} tokens] {}", m.tokens, body.join(" "));
     }
-    println!("total {} tokens ({})", rendered.total_tokens, rendered.tokenizer);
+    println!(
+        "total {} tokens ({})",
+        rendered.total_tokens, rendered.tokenizer
+    );
     Ok(())
 }

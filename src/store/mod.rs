@@ -347,19 +347,32 @@ impl Store {
             let id = NodeId::new();
             let admit = tail.admit(&field, id, content)?;
             if let Admit::ClosesFunction(function) = admit {
-                let chain = close_function(&mut tx, session, function, id, &field).await?;
+                let chain = closing_chain(&mut tx, session, function, &field).await?;
                 if let NodeContent::FunctionResult(result) = content {
                     result.chain = Some(chain);
                 }
             }
             let hash = node_hash(parent_hash.as_ref(), scope_hash.as_ref(), content);
             insert_node(&mut tx, session, id, parent, scope, content, now, &hash).await?;
-            if admit == Admit::OpensFunction {
-                sqlx::query("INSERT INTO functions (id, session_id) VALUES (?, ?)")
+            match admit {
+                Admit::Plain => {}
+                Admit::OpensFunction => {
+                    sqlx::query("INSERT INTO functions (id, session_id) VALUES (?, ?)")
+                        .bind(id.as_bytes().as_slice())
+                        .bind(session.as_bytes().as_slice())
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                Admit::ClosesFunction(function) => {
+                    // Another branch may have closed it already; the first result is the record.
+                    sqlx::query(
+                        "UPDATE functions SET closed_by = ? WHERE id = ? AND closed_by IS NULL",
+                    )
                     .bind(id.as_bytes().as_slice())
-                    .bind(session.as_bytes().as_slice())
+                    .bind(function.as_bytes().as_slice())
                     .execute(&mut *tx)
                     .await?;
+                }
             }
             parent = Some(id);
             parent_hash = Some(hash);
@@ -751,12 +764,11 @@ async fn chain_tail(
     ))
 }
 
-/// Closes `function` with the result node `result`: its chain must have no pending calls.
-async fn close_function(
+/// What a result closing `function` records; its chain must have no pending calls.
+async fn closing_chain(
     conn: &mut SqliteConnection,
     session: SessionId,
     function: NodeId,
-    result: NodeId,
     field: &str,
 ) -> Result<ClosedChain> {
     let (head, _) = function_row(conn, session, function).await?;
@@ -772,11 +784,6 @@ async fn close_function(
     let head_hash = node_row(conn, session, head.unwrap_or(function), "function_id")
         .await?
         .hash;
-    sqlx::query("UPDATE functions SET closed_by = ? WHERE id = ? AND closed_by IS NULL")
-        .bind(result.as_bytes().as_slice())
-        .bind(function.as_bytes().as_slice())
-        .execute(&mut *conn)
-        .await?;
     Ok(ClosedChain {
         function_id: function,
         head_id: head,

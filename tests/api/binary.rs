@@ -1,0 +1,273 @@
+//! The `ctxd serve` binary, and health and reflection (through the binary and `serve()`).
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::time::Duration;
+
+use ctxd::api::pb;
+use tonic::transport::Channel;
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
+use tonic_reflection::pb::{v1, v1alpha};
+
+use crate::helpers::*;
+
+const SERVICE: &str = "ctxd.v1.ContextStore";
+const WAIT: Duration = Duration::from_secs(20);
+
+/// A running `ctxd serve` child process.
+struct Daemon {
+    child: Child,
+    addr: SocketAddr,
+    stdout: BufReader<ChildStdout>,
+}
+
+fn kill(pid: u32, signal: &str) {
+    let status = Command::new("kill")
+        .args([signal, &pid.to_string()])
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill {signal} {pid}");
+}
+
+/// Starts `ctxd serve` on port 0 and reads the address from its one stdout line.
+async fn start_daemon(db: &Path, stderr_log: &Path) -> Daemon {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ctxd"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--db"])
+        .arg(db)
+        .env_remove("CTXD_LISTEN")
+        .env_remove("CTXD_DB")
+        .env_remove("CTXD_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(File::create(stderr_log).expect("stderr log"))
+        .spawn()
+        .expect("spawn ctxd");
+    let pid = child.id();
+    let stdout = child.stdout.take().expect("stdout");
+    let read_line = tokio::task::spawn_blocking(move || {
+        let mut reader = BufReader::new(stdout);
+        let mut line = String::new();
+        reader.read_line(&mut line).map(|_| (line, reader))
+    });
+    let (line, stdout) = match tokio::time::timeout(WAIT, read_line).await {
+        Ok(joined) => joined.expect("reader thread").expect("read stdout"),
+        Err(_) => {
+            kill(pid, "-KILL");
+            panic!(
+                "no stdout line within {WAIT:?}; stderr: {}",
+                read(stderr_log)
+            );
+        }
+    };
+    let addr = line
+        .strip_suffix('\n')
+        .and_then(|l| l.strip_prefix("ctxd listening on "))
+        .unwrap_or_else(|| {
+            kill(pid, "-KILL");
+            panic!(
+                "unexpected first stdout line {line:?}; stderr: {}",
+                read(stderr_log)
+            )
+        })
+        .parse::<SocketAddr>()
+        .expect("the line ends with a socket address");
+    assert!(addr.ip().is_loopback(), "{addr}");
+    assert_ne!(addr.port(), 0, "the real port is printed");
+    Daemon {
+        child,
+        addr,
+        stdout,
+    }
+}
+
+/// Sends `signal`, expects a clean exit in bounded time and nothing more on stdout.
+async fn stop_daemon(daemon: Daemon, signal: &str, stderr_log: &Path) {
+    let Daemon {
+        mut child,
+        mut stdout,
+        ..
+    } = daemon;
+    let pid = child.id();
+    kill(pid, signal);
+    let wait = tokio::task::spawn_blocking(move || child.wait());
+    let status = match tokio::time::timeout(WAIT, wait).await {
+        Ok(joined) => joined.expect("waiter thread").expect("wait"),
+        Err(_) => {
+            kill(pid, "-KILL");
+            panic!(
+                "ctxd ignored {signal} for {WAIT:?}; stderr: {}",
+                read(stderr_log)
+            );
+        }
+    };
+    assert!(
+        status.success(),
+        "exit after {signal}: {status:?}; stderr: {}",
+        read(stderr_log)
+    );
+    let mut rest = String::new();
+    stdout.read_to_string(&mut rest).expect("read stdout");
+    assert_eq!(rest, "", "exactly one line on stdout");
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+async fn assert_serving(channel: Channel) {
+    let mut health = HealthClient::new(channel);
+    for service in ["", SERVICE] {
+        let status = health
+            .check(HealthCheckRequest {
+                service: service.into(),
+            })
+            .await
+            .unwrap_or_else(|e| panic!("health check {service:?}: {e:?}"))
+            .into_inner()
+            .status;
+        assert_eq!(status, ServingStatus::Serving as i32, "service {service:?}");
+    }
+    let unknown = health
+        .check(HealthCheckRequest {
+            service: "no.such.Service".into(),
+        })
+        .await;
+    assert_code(unknown, tonic::Code::NotFound);
+}
+
+async fn reflected_services_v1(channel: Channel) -> Vec<String> {
+    use v1::server_reflection_request::MessageRequest;
+    use v1::server_reflection_response::MessageResponse;
+    let mut client = v1::server_reflection_client::ServerReflectionClient::new(channel);
+    let requests = vec![
+        v1::ServerReflectionRequest {
+            host: String::new(),
+            message_request: Some(MessageRequest::ListServices(String::new())),
+        },
+        v1::ServerReflectionRequest {
+            host: String::new(),
+            message_request: Some(MessageRequest::FileContainingSymbol(SERVICE.into())),
+        },
+    ];
+    let mut stream = client
+        .server_reflection_info(tokio_stream::iter(requests))
+        .await
+        .expect("reflection v1")
+        .into_inner();
+    let services = match stream
+        .message()
+        .await
+        .expect("v1 answer")
+        .map(|r| r.message_response)
+    {
+        Some(Some(MessageResponse::ListServicesResponse(list))) => {
+            list.service.into_iter().map(|s| s.name).collect()
+        }
+        other => panic!("expected a service list, got {other:?}"),
+    };
+    match stream
+        .message()
+        .await
+        .expect("v1 answer")
+        .map(|r| r.message_response)
+    {
+        Some(Some(MessageResponse::FileDescriptorResponse(files))) => {
+            assert!(!files.file_descriptor_proto.is_empty());
+        }
+        other => panic!("expected the descriptor of {SERVICE}, got {other:?}"),
+    }
+    services
+}
+
+async fn reflected_services_v1alpha(channel: Channel) -> Vec<String> {
+    use v1alpha::server_reflection_request::MessageRequest;
+    use v1alpha::server_reflection_response::MessageResponse;
+    let mut client = v1alpha::server_reflection_client::ServerReflectionClient::new(channel);
+    let request = v1alpha::ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(MessageRequest::ListServices(String::new())),
+    };
+    let mut stream = client
+        .server_reflection_info(tokio_stream::iter(vec![request]))
+        .await
+        .expect("reflection v1alpha")
+        .into_inner();
+    match stream
+        .message()
+        .await
+        .expect("v1alpha answer")
+        .map(|r| r.message_response)
+    {
+        Some(Some(MessageResponse::ListServicesResponse(list))) => {
+            list.service.into_iter().map(|s| s.name).collect()
+        }
+        other => panic!("expected a service list, got {other:?}"),
+    }
+}
+
+async fn assert_reflection(channel: Channel) {
+    let v1 = reflected_services_v1(channel.clone()).await;
+    assert!(v1.iter().any(|s| s == SERVICE), "v1 lists {v1:?}");
+    let v1alpha = reflected_services_v1alpha(channel).await;
+    assert!(
+        v1alpha.iter().any(|s| s == SERVICE),
+        "v1alpha lists {v1alpha:?}"
+    );
+}
+
+#[tokio::test]
+async fn serve_answers_health_and_reflection() {
+    let app = spawn_app().await;
+    assert_serving(channel(app.addr).await).await;
+    assert_reflection(channel(app.addr).await).await;
+}
+
+#[tokio::test]
+async fn the_binary_serves_stops_on_signals_and_keeps_its_data() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("ctxd.db");
+    let log = dir.path().join("stderr.log");
+
+    let daemon = start_daemon(&db, &log).await;
+    assert_serving(channel(daemon.addr).await).await;
+    assert_reflection(channel(daemon.addr).await).await;
+
+    let mut client = connect(daemon.addr).await;
+    let session = client
+        .create_session(pb::CreateSessionRequest::default())
+        .await
+        .expect("CreateSession")
+        .into_inner()
+        .session_id;
+    let appended = client
+        .append(append_req(
+            &session,
+            vec![user("remember me"), assistant("sure")],
+        ))
+        .await
+        .expect("Append")
+        .into_inner();
+    drop(client);
+    stop_daemon(daemon, "-TERM", &log).await;
+
+    let daemon = start_daemon(&db, &log).await;
+    let mut client = connect(daemon.addr).await;
+    let rendered = client
+        .render(render_req(&session, Target::Branch("main".into())))
+        .await
+        .expect("Render after restart")
+        .into_inner();
+    assert_eq!(
+        transcript(&rendered.messages),
+        vec!["user: remember me", "assistant: sure"]
+    );
+    assert_eq!(rendered.head_id, appended.head_id);
+    assert_eq!(rendered.head_hash, appended.head_hash);
+    drop(client);
+    stop_daemon(daemon, "-INT", &log).await;
+}

@@ -1,0 +1,174 @@
+//! Compare-and-swap on branch heads, alone and under contention.
+
+use std::collections::HashSet;
+
+use ctxd::api::pb;
+use tonic::Code;
+
+use crate::helpers::*;
+
+const WRITERS: usize = 8;
+const PER_WRITER: usize = 25;
+
+fn cas(session: &str, expected: Option<&str>, nodes: Vec<pb::NodeInput>) -> pb::AppendRequest {
+    pb::AppendRequest {
+        expected_head_id: expected.map(str::to_string),
+        ..append_req(session, nodes)
+    }
+}
+
+#[tokio::test]
+async fn expected_head_guards_the_append() {
+    let mut app = spawn_app().await;
+    let s = app.create_session().await;
+
+    let first = app
+        .try_append(cas(&s, Some(""), vec![user("first")]))
+        .await
+        .expect("Some(\"\") matches a branch with no head");
+    assert_code(
+        app.try_append(cas(&s, Some(""), vec![user("also first?")]))
+            .await,
+        Code::Aborted,
+    );
+    let second = app
+        .try_append(cas(&s, Some(&first.head_id), vec![assistant("second")]))
+        .await
+        .expect("the current head matches");
+
+    let nodes_before = app.node_count().await;
+    let stale = app
+        .try_append(cas(
+            &s,
+            Some(&first.head_id),
+            vec![user("x"), assistant("y")],
+        ))
+        .await;
+    assert_code(stale, Code::Aborted);
+    assert_eq!(
+        app.node_count().await,
+        nodes_before,
+        "an aborted append writes nothing"
+    );
+    assert_eq!(app.branch(&s, "main").await.head_id, second.head_id);
+    assert_eq!(app.log(&s, "main").await.len(), 2);
+
+    // No expectation: always appends.
+    app.try_append(cas(&s, None, vec![user("third")]))
+        .await
+        .expect("append without compare-and-swap");
+
+    // Per branch: a fork's head is its own.
+    app.create_branch(&s, "alt", &first.head_id).await;
+    let on_alt = pb::AppendRequest {
+        branch: "alt".into(),
+        ..cas(&s, Some(&second.head_id), vec![assistant("alt")])
+    };
+    assert_code(app.try_append(on_alt.clone()).await, Code::Aborted);
+    let on_alt = pb::AppendRequest {
+        expected_head_id: Some(first.head_id.clone()),
+        ..on_alt
+    };
+    app.try_append(on_alt).await.expect("alt's head matches");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_writers_lose_no_update() {
+    let mut app = spawn_app().await;
+    let s = app.create_session().await;
+    let seed = app.append(&s, vec![system("seed")]).await;
+
+    let mut tasks = Vec::new();
+    for writer in 0..WRITERS {
+        let mut client = app.client.clone();
+        let s = s.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut landed = Vec::new();
+            let mut conflicts = 0u32;
+            for i in 0..PER_WRITER {
+                loop {
+                    let session = client
+                        .get_session(pb::GetSessionRequest {
+                            session_id: s.clone(),
+                        })
+                        .await
+                        .expect("GetSession")
+                        .into_inner();
+                    let head = session
+                        .branches
+                        .into_iter()
+                        .find(|b| b.name == "main")
+                        .expect("main")
+                        .head_id;
+                    // The text names the head it was written against.
+                    let text = format!("w{writer}-{i} after {head}");
+                    let req = cas(&s, Some(&head), vec![user(&text)]);
+                    match client.append(req).await {
+                        Ok(resp) => {
+                            let resp = resp.into_inner();
+                            assert_eq!(resp.node_ids.len(), 1);
+                            assert_eq!(resp.head_id, resp.node_ids[0]);
+                            landed.push(resp.node_ids[0].clone());
+                            break;
+                        }
+                        Err(status) if status.code() == Code::Aborted => {
+                            conflicts += 1;
+                            assert!(conflicts < 100_000, "writer {writer} starves");
+                        }
+                        Err(status) => panic!("writer {writer}: unexpected {status:?}"),
+                    }
+                }
+            }
+            landed
+        }));
+    }
+    let mut acknowledged = Vec::new();
+    for task in tasks {
+        acknowledged.push(task.await.expect("writer task"));
+    }
+
+    let log = app.log(&s, "main").await;
+    assert_eq!(
+        log.len(),
+        WRITERS * PER_WRITER + 1,
+        "every acknowledged node, plus the seed"
+    );
+    for pair in log.windows(2) {
+        assert_eq!(pair[0].parent_id, pair[1].node_id, "one linear chain");
+    }
+    // Each acknowledged append landed exactly on the head it expected.
+    for n in &log[..log.len() - 1] {
+        let text = match n.content.as_ref().and_then(|c| c.kind.as_ref()) {
+            Some(pb::node_input::Kind::Message(m)) => text_of(&m.parts),
+            other => panic!("expected a message, got {other:?}"),
+        };
+        assert!(
+            text.ends_with(&format!(" after {}", n.parent_id)),
+            "{text:?} was written against another head than its parent {}",
+            n.parent_id
+        );
+    }
+    let oldest = log.last().expect("log");
+    assert_eq!(oldest.node_id, seed.head_id);
+    assert_eq!(oldest.parent_id, "");
+
+    let logged: Vec<&str> = log.iter().map(|n| n.node_id.as_str()).collect();
+    let unique: HashSet<&str> = logged.iter().copied().collect();
+    assert_eq!(unique.len(), logged.len(), "no node twice");
+    for (writer, ids) in acknowledged.iter().enumerate() {
+        assert_eq!(ids.len(), PER_WRITER);
+        let mut positions = Vec::new();
+        for id in ids {
+            let pos = logged
+                .iter()
+                .position(|l| l == id)
+                .unwrap_or_else(|| panic!("writer {writer}: acknowledged {id} is lost"));
+            positions.push(pos);
+        }
+        // Newest first: a writer's later nodes come earlier in the log.
+        assert!(
+            positions.windows(2).all(|w| w[0] > w[1]),
+            "writer {writer}'s nodes keep their order"
+        );
+    }
+}

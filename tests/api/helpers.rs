@@ -1,0 +1,523 @@
+//! The test harness: `spawn_app()` gives each test its own temp dir, SQLite file and
+//! server on 127.0.0.1:0, with a connected client; builders keep the tests readable.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use ctxd::api::pb;
+use pb::context_store_client::ContextStoreClient;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tonic::transport::Channel;
+use tonic::{Code, Status};
+
+pub type Client = ContextStoreClient<Channel>;
+
+/// Large enough for a few 1 MiB nodes in one response.
+const MAX_MESSAGE: usize = 64 * 1024 * 1024;
+
+/// One test's world: a temp dir with the SQLite file, a running server and a client.
+pub struct TestApp {
+    /// Deleted when the test ends.
+    _dir: tempfile::TempDir,
+    pub db_path: PathBuf,
+    pub addr: SocketAddr,
+    pub client: Client,
+    server: Option<RunningServer>,
+}
+
+struct RunningServer {
+    shutdown: oneshot::Sender<()>,
+    handle: JoinHandle<Result<(), tonic::transport::Error>>,
+}
+
+/// Starts a server on a fresh SQLite file in a fresh temp dir.
+pub async fn spawn_app() -> TestApp {
+    let dir = tempfile::tempdir().expect("create temp dir");
+    let db_path = dir.path().join("ctxd.db");
+    let (addr, server) = start_server(&db_path).await;
+    let client = connect(addr).await;
+    TestApp {
+        _dir: dir,
+        db_path,
+        addr,
+        client,
+        server: Some(server),
+    }
+}
+
+async fn start_server(db_path: &Path) -> (SocketAddr, RunningServer) {
+    let store = ctxd::store::Store::open(db_path)
+        .await
+        .expect("open the store");
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("local addr");
+    let (shutdown, signal) = oneshot::channel::<()>();
+    let handle = tokio::spawn(ctxd::server::serve(listener, store, async move {
+        let _ = signal.await;
+    }));
+    (addr, RunningServer { shutdown, handle })
+}
+
+/// A channel to `addr`; the listener is bound already, so this works at once.
+pub async fn channel(addr: SocketAddr) -> Channel {
+    Channel::from_shared(format!("http://{addr}"))
+        .expect("endpoint")
+        .connect()
+        .await
+        .expect("connect")
+}
+
+pub async fn connect(addr: SocketAddr) -> Client {
+    ContextStoreClient::new(channel(addr).await)
+        .max_decoding_message_size(MAX_MESSAGE)
+        .max_encoding_message_size(MAX_MESSAGE)
+}
+
+impl TestApp {
+    /// Shuts the server down and waits until `serve` has returned.
+    pub async fn stop(&mut self) {
+        let server = self.server.take().expect("server is running");
+        let _ = server.shutdown.send(());
+        let joined = tokio::time::timeout(Duration::from_secs(10), server.handle)
+            .await
+            .expect("serve() returns within 10 s of the shutdown signal")
+            .expect("serve task panicked");
+        joined.expect("serve() returns Ok after a clean shutdown");
+    }
+
+    /// Starts a new server on the same SQLite file and reconnects the client.
+    pub async fn start(&mut self) {
+        assert!(self.server.is_none(), "server already running");
+        let (addr, server) = start_server(&self.db_path).await;
+        self.addr = addr;
+        self.server = Some(server);
+        self.client = connect(addr).await;
+    }
+
+    pub async fn restart(&mut self) {
+        self.stop().await;
+        self.start().await;
+    }
+
+    /// Rows in the content-addressed `blobs` table.
+    pub async fn blob_count(&self) -> i64 {
+        self.count("SELECT COUNT(*) FROM blobs").await
+    }
+
+    /// Rows in the `nodes` table.
+    pub async fn node_count(&self) -> i64 {
+        self.count("SELECT COUNT(*) FROM nodes").await
+    }
+
+    async fn count(&self, sql: &'static str) -> i64 {
+        let options = sqlx::sqlite::SqliteConnectOptions::new().filename(&self.db_path);
+        let pool = sqlx::SqlitePool::connect_with(options)
+            .await
+            .expect("open the SQLite file");
+        let n: i64 = sqlx::query_scalar(sql)
+            .fetch_one(&pool)
+            .await
+            .expect("count rows");
+        pool.close().await;
+        n
+    }
+
+    // ------------------------------------------------------------ RPC shortcuts
+
+    pub async fn create_session(&mut self) -> String {
+        self.client
+            .create_session(pb::CreateSessionRequest::default())
+            .await
+            .expect("CreateSession")
+            .into_inner()
+            .session_id
+    }
+
+    pub async fn get_session(&mut self, session: &str) -> pb::Session {
+        self.client
+            .get_session(pb::GetSessionRequest {
+                session_id: session.into(),
+            })
+            .await
+            .expect("GetSession")
+            .into_inner()
+    }
+
+    pub async fn try_append(
+        &mut self,
+        req: pb::AppendRequest,
+    ) -> Result<pb::AppendResponse, Status> {
+        self.client.append(req).await.map(|r| r.into_inner())
+    }
+
+    /// Appends to `main`.
+    pub async fn append(&mut self, session: &str, nodes: Vec<pb::NodeInput>) -> pb::AppendResponse {
+        self.try_append(append_req(session, nodes))
+            .await
+            .expect("Append to main")
+    }
+
+    pub async fn append_branch(
+        &mut self,
+        session: &str,
+        branch: &str,
+        nodes: Vec<pb::NodeInput>,
+    ) -> pb::AppendResponse {
+        let req = pb::AppendRequest {
+            branch: branch.into(),
+            ..append_req(session, nodes)
+        };
+        self.try_append(req).await.expect("Append to branch")
+    }
+
+    /// Appends to the internal chain of the running function `function_id`.
+    pub async fn append_in_function(
+        &mut self,
+        session: &str,
+        function_id: &str,
+        nodes: Vec<pb::NodeInput>,
+    ) -> pb::AppendResponse {
+        self.try_append(function_req(session, function_id, nodes))
+            .await
+            .expect("Append into function")
+    }
+
+    pub async fn get_nodes(&mut self, session: &str, ids: &[String]) -> Vec<pb::Node> {
+        self.client
+            .get_nodes(pb::GetNodesRequest {
+                session_id: session.into(),
+                node_ids: ids.to_vec(),
+            })
+            .await
+            .expect("GetNodes")
+            .into_inner()
+            .nodes
+    }
+
+    /// The whole log from a branch head (all pages), newest first.
+    pub async fn log(&mut self, session: &str, branch: &str) -> Vec<pb::Node> {
+        self.log_all(pb::LogRequest {
+            session_id: session.into(),
+            branch: branch.into(),
+            ..Default::default()
+        })
+        .await
+    }
+
+    /// Follows `next_page_token` until the last page.
+    pub async fn log_all(&mut self, mut req: pb::LogRequest) -> Vec<pb::Node> {
+        let mut nodes = Vec::new();
+        for _ in 0..10_000 {
+            let page = self
+                .client
+                .log(req.clone())
+                .await
+                .expect("Log")
+                .into_inner();
+            nodes.extend(page.nodes);
+            if page.next_page_token.is_empty() {
+                return nodes;
+            }
+            req.page_token = page.next_page_token;
+        }
+        panic!("Log never returned an empty next_page_token");
+    }
+
+    pub async fn try_render(
+        &mut self,
+        req: pb::RenderRequest,
+    ) -> Result<pb::RenderResponse, Status> {
+        self.client.render(req).await.map(|r| r.into_inner())
+    }
+
+    pub async fn render(&mut self, req: pb::RenderRequest) -> pb::RenderResponse {
+        self.try_render(req).await.expect("Render")
+    }
+
+    pub async fn render_branch(&mut self, session: &str, branch: &str) -> pb::RenderResponse {
+        self.render(render_req(session, Target::Branch(branch.into())))
+            .await
+    }
+
+    pub async fn create_branch(&mut self, session: &str, name: &str, from: &str) -> pb::Branch {
+        self.client
+            .create_branch(pb::CreateBranchRequest {
+                session_id: session.into(),
+                name: name.into(),
+                from_node_id: from.into(),
+            })
+            .await
+            .expect("CreateBranch")
+            .into_inner()
+    }
+
+    pub async fn branches(&mut self, session: &str) -> Vec<pb::Branch> {
+        self.client
+            .list_branches(pb::ListBranchesRequest {
+                session_id: session.into(),
+            })
+            .await
+            .expect("ListBranches")
+            .into_inner()
+            .branches
+    }
+
+    pub async fn branch(&mut self, session: &str, name: &str) -> pb::Branch {
+        self.branches(session)
+            .await
+            .into_iter()
+            .find(|b| b.name == name)
+            .unwrap_or_else(|| panic!("branch {name} is listed"))
+    }
+}
+
+// ---------------------------------------------------------------- requests
+
+pub use pb::render_request::Target;
+
+pub fn append_req(session: &str, nodes: Vec<pb::NodeInput>) -> pb::AppendRequest {
+    pb::AppendRequest {
+        session_id: session.into(),
+        nodes,
+        ..Default::default()
+    }
+}
+
+pub fn function_req(
+    session: &str,
+    function_id: &str,
+    nodes: Vec<pb::NodeInput>,
+) -> pb::AppendRequest {
+    pb::AppendRequest {
+        function_id: function_id.into(),
+        ..append_req(session, nodes)
+    }
+}
+
+pub fn render_req(session: &str, target: Target) -> pb::RenderRequest {
+    pb::RenderRequest {
+        session_id: session.into(),
+        target: Some(target),
+        ..Default::default()
+    }
+}
+
+// ---------------------------------------------------------------- content
+
+pub fn text(s: impl Into<String>) -> pb::ContentPart {
+    pb::ContentPart {
+        part: Some(pb::content_part::Part::Text(s.into())),
+    }
+}
+
+pub fn media_data(mime: &str, data: Vec<u8>) -> pb::ContentPart {
+    pb::ContentPart {
+        part: Some(pb::content_part::Part::Media(pb::Media {
+            mime_type: mime.into(),
+            source: Some(pb::media::Source::Data(data)),
+        })),
+    }
+}
+
+pub fn media_url(mime: &str, url: &str) -> pb::ContentPart {
+    pb::ContentPart {
+        part: Some(pb::content_part::Part::Media(pb::Media {
+            mime_type: mime.into(),
+            source: Some(pb::media::Source::Url(url.into())),
+        })),
+    }
+}
+
+pub fn call(call_id: &str, name: &str, arguments_json: &str) -> pb::ToolCall {
+    pb::ToolCall {
+        call_id: call_id.into(),
+        name: name.into(),
+        arguments_json: arguments_json.into(),
+    }
+}
+
+pub fn node(kind: pb::node_input::Kind) -> pb::NodeInput {
+    pb::NodeInput { kind: Some(kind) }
+}
+
+pub fn message(
+    role: pb::Role,
+    parts: Vec<pb::ContentPart>,
+    tool_calls: Vec<pb::ToolCall>,
+) -> pb::NodeInput {
+    node(pb::node_input::Kind::Message(pb::Message {
+        role: role as i32,
+        parts,
+        tool_calls,
+    }))
+}
+
+pub fn system(s: &str) -> pb::NodeInput {
+    message(pb::Role::System, vec![text(s)], vec![])
+}
+
+pub fn user(s: &str) -> pb::NodeInput {
+    message(pb::Role::User, vec![text(s)], vec![])
+}
+
+pub fn assistant(s: &str) -> pb::NodeInput {
+    message(pb::Role::Assistant, vec![text(s)], vec![])
+}
+
+/// An assistant message making `calls`; an empty `s` means no text part.
+pub fn assistant_calls(s: &str, calls: Vec<pb::ToolCall>) -> pb::NodeInput {
+    let parts = if s.is_empty() { vec![] } else { vec![text(s)] };
+    message(pb::Role::Assistant, parts, calls)
+}
+
+/// A successful tool result; the server fills the tool name from the call.
+pub fn tool_result(call_id: &str, s: &str) -> pb::NodeInput {
+    node(pb::node_input::Kind::ToolResult(pb::ToolResult {
+        call_id: call_id.into(),
+        name: String::new(),
+        parts: vec![text(s)],
+        is_error: false,
+    }))
+}
+
+pub fn tool_error(call_id: &str, s: &str) -> pb::NodeInput {
+    node(pb::node_input::Kind::ToolResult(pb::ToolResult {
+        call_id: call_id.into(),
+        name: String::new(),
+        parts: vec![text(s)],
+        is_error: true,
+    }))
+}
+
+/// Opens a function answering `call_id`; the server fills the name from the call.
+pub fn function_call(call_id: &str, input: &str, expose: pb::Expose) -> pb::NodeInput {
+    node(pb::node_input::Kind::FunctionCall(pb::FunctionCall {
+        call_id: call_id.into(),
+        name: String::new(),
+        input: input.into(),
+        expose: expose as i32,
+    }))
+}
+
+pub fn function_result(call_id: &str, output: &str, status: pb::FunctionStatus) -> pb::NodeInput {
+    node(pb::node_input::Kind::FunctionResult(pb::FunctionResult {
+        call_id: call_id.into(),
+        output: output.into(),
+        status: status as i32,
+        ..Default::default()
+    }))
+}
+
+/// A text of exactly `len` bytes, mostly ASCII with some multi-byte characters,
+/// different for each `seed`.
+pub fn big_text(len: usize, seed: &str) -> String {
+    let mut s = String::with_capacity(len + 64);
+    let mut i = 0u64;
+    while s.len() < len {
+        s.push_str(&format!(
+            "{seed} line {i:07} · λ ✓ the quick brown fox 日本\n"
+        ));
+        i += 1;
+    }
+    while s.len() > len {
+        s.pop();
+    }
+    while s.len() < len {
+        s.push('.');
+    }
+    s
+}
+
+// ---------------------------------------------------------------- assertions
+
+/// Asserts the status code and that the message names `field` (case-insensitive).
+#[track_caller]
+pub fn assert_status<T: std::fmt::Debug>(result: Result<T, Status>, code: Code, field: &str) {
+    match result {
+        Ok(value) => panic!("expected {code:?} naming `{field}`, got Ok({value:?})"),
+        Err(status) => {
+            assert_eq!(
+                status.code(),
+                code,
+                "expected {code:?} naming `{field}`, got {:?}: {}",
+                status.code(),
+                status.message()
+            );
+            assert!(
+                status
+                    .message()
+                    .to_lowercase()
+                    .contains(&field.to_lowercase()),
+                "{code:?} message should name `{field}`: {:?}",
+                status.message()
+            );
+        }
+    }
+}
+
+/// Asserts only the status code.
+#[track_caller]
+pub fn assert_code<T: std::fmt::Debug>(result: Result<T, Status>, code: Code) {
+    match result {
+        Ok(value) => panic!("expected {code:?}, got Ok({value:?})"),
+        Err(status) => assert_eq!(
+            status.code(),
+            code,
+            "expected {code:?}, got {:?}: {}",
+            status.code(),
+            status.message()
+        ),
+    }
+}
+
+pub fn is_hex_hash(s: &str) -> bool {
+    s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// A fresh, well-formed id that names nothing.
+pub fn unknown_id() -> String {
+    uuid::Uuid::now_v7().to_string()
+}
+
+/// The text parts of a rendered message, joined; media as `<mime>`.
+pub fn text_of(parts: &[pb::ContentPart]) -> String {
+    parts
+        .iter()
+        .map(|p| match &p.part {
+            Some(pb::content_part::Part::Text(t)) => t.clone(),
+            Some(pb::content_part::Part::Media(m)) => format!("<{}>", m.mime_type),
+            None => "<empty part>".into(),
+        })
+        .collect::<Vec<_>>()
+        .join("|")
+}
+
+/// One line per rendered message, e.g. `assistant: Let me look. -> c1`,
+/// `tool[c1]: result`, with `[fn] ` in front of messages from a function's chain.
+pub fn transcript(messages: &[pb::RenderedMessage]) -> Vec<String> {
+    messages
+        .iter()
+        .map(|m| {
+            let role = match pb::Role::try_from(m.role) {
+                Ok(pb::Role::System) => "system".to_string(),
+                Ok(pb::Role::Developer) => "developer".to_string(),
+                Ok(pb::Role::User) => "user".to_string(),
+                Ok(pb::Role::Assistant) => "assistant".to_string(),
+                Ok(pb::Role::Tool) => format!("tool[{}]", m.tool_call_id),
+                _ => format!("role#{}", m.role),
+            };
+            let mut line = format!("{role}: {}", text_of(&m.parts));
+            if !m.tool_calls.is_empty() {
+                let ids: Vec<&str> = m.tool_calls.iter().map(|c| c.call_id.as_str()).collect();
+                line.push_str(&format!(" -> {}", ids.join(",")));
+            }
+            if !m.function_id.is_empty() {
+                line.insert_str(0, "[fn] ");
+            }
+            line
+        })
+        .collect()
+}

@@ -1,0 +1,15 @@
+//! Integration tests of ctxd: a real server on 127.0.0.1:0 over a real SQLite file,
+//! one fresh temp dir per test (see `helpers::spawn_app`).
+
+mod binary;
+mod branches;
+mod concurrency;
+mod functions;
+mod helpers;
+mod idempotency;
+mod pairing;
+mod render;
+mod restart;
+mod roundtrip;
+mod sessions;
+mod validation;

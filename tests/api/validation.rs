@@ -1,0 +1,472 @@
+//! Bad input: the status code, a message naming the field, and nothing written.
+
+use ctxd::api::pb;
+use tonic::Code;
+
+use crate::helpers::*;
+
+const MALFORMED: [&str; 4] = [
+    "not-a-uuid",
+    "42",
+    "zzzzzzzz-zzzz-zzzz-zzzz-zzzzzzzzzzzz",
+    "01890a5d-ac96-774b-bcce-b302099a8057-extra",
+];
+
+/// A session with two nodes on main.
+async fn seeded(app: &mut TestApp) -> (String, Vec<String>) {
+    let s = app.create_session().await;
+    let ids = app
+        .append(&s, vec![user("hi"), assistant("hello")])
+        .await
+        .node_ids;
+    (s, ids)
+}
+
+#[tokio::test]
+async fn malformed_session_ids_are_invalid() {
+    let mut app = spawn_app().await;
+    for bad in MALFORMED {
+        let c = &mut app.client;
+        let field = "session_id";
+        assert_status(
+            c.get_session(pb::GetSessionRequest {
+                session_id: bad.into(),
+            })
+            .await,
+            Code::InvalidArgument,
+            field,
+        );
+        assert_status(
+            c.append(append_req(bad, vec![user("x")])).await,
+            Code::InvalidArgument,
+            field,
+        );
+        assert_status(
+            c.get_nodes(pb::GetNodesRequest {
+                session_id: bad.into(),
+                node_ids: vec![unknown_id()],
+            })
+            .await,
+            Code::InvalidArgument,
+            field,
+        );
+        assert_status(
+            c.log(pb::LogRequest {
+                session_id: bad.into(),
+                ..Default::default()
+            })
+            .await,
+            Code::InvalidArgument,
+            field,
+        );
+        assert_status(
+            c.create_branch(pb::CreateBranchRequest {
+                session_id: bad.into(),
+                name: "b".into(),
+                from_node_id: String::new(),
+            })
+            .await,
+            Code::InvalidArgument,
+            field,
+        );
+        assert_status(
+            c.list_branches(pb::ListBranchesRequest {
+                session_id: bad.into(),
+            })
+            .await,
+            Code::InvalidArgument,
+            field,
+        );
+        assert_status(
+            c.delete_branch(pb::DeleteBranchRequest {
+                session_id: bad.into(),
+                name: "b".into(),
+            })
+            .await,
+            Code::InvalidArgument,
+            field,
+        );
+        assert_status(
+            c.render(render_req(bad, Target::Branch("main".into())))
+                .await,
+            Code::InvalidArgument,
+            field,
+        );
+    }
+}
+
+#[tokio::test]
+async fn malformed_node_and_function_ids_are_invalid() {
+    let mut app = spawn_app().await;
+    let (s, ids) = seeded(&mut app).await;
+    for bad in MALFORMED {
+        assert_status(
+            app.client
+                .get_nodes(pb::GetNodesRequest {
+                    session_id: s.clone(),
+                    node_ids: vec![ids[0].clone(), bad.into()],
+                })
+                .await,
+            Code::InvalidArgument,
+            "node_id",
+        );
+        assert_status(
+            app.client
+                .log(pb::LogRequest {
+                    session_id: s.clone(),
+                    node_id: bad.into(),
+                    ..Default::default()
+                })
+                .await,
+            Code::InvalidArgument,
+            "node_id",
+        );
+        assert_status(
+            app.try_render(render_req(&s, Target::NodeId(bad.into())))
+                .await,
+            Code::InvalidArgument,
+            "node_id",
+        );
+        assert_status(
+            app.try_render(render_req(&s, Target::FunctionId(bad.into())))
+                .await,
+            Code::InvalidArgument,
+            "function_id",
+        );
+        assert_status(
+            app.try_append(function_req(&s, bad, vec![user("x")])).await,
+            Code::InvalidArgument,
+            "function_id",
+        );
+        assert_status(
+            app.client
+                .create_branch(pb::CreateBranchRequest {
+                    session_id: s.clone(),
+                    name: "fork".into(),
+                    from_node_id: bad.into(),
+                })
+                .await,
+            Code::InvalidArgument,
+            "from_node_id",
+        );
+    }
+}
+
+#[tokio::test]
+async fn unknown_ids_and_names_are_not_found() {
+    let mut app = spawn_app().await;
+    let (s, ids) = seeded(&mut app).await;
+    let nobody = unknown_id();
+
+    // Sessions.
+    assert_status(
+        app.client
+            .get_session(pb::GetSessionRequest {
+                session_id: nobody.clone(),
+            })
+            .await,
+        Code::NotFound,
+        "session",
+    );
+    assert_status(
+        app.try_append(append_req(&nobody, vec![user("x")])).await,
+        Code::NotFound,
+        "session",
+    );
+    assert_status(
+        app.client
+            .log(pb::LogRequest {
+                session_id: nobody.clone(),
+                ..Default::default()
+            })
+            .await,
+        Code::NotFound,
+        "session",
+    );
+    assert_status(
+        app.client
+            .list_branches(pb::ListBranchesRequest {
+                session_id: nobody.clone(),
+            })
+            .await,
+        Code::NotFound,
+        "session",
+    );
+    assert_status(
+        app.try_render(render_req(&nobody, Target::Branch("main".into())))
+            .await,
+        Code::NotFound,
+        "session",
+    );
+    assert_status(
+        app.client
+            .create_branch(pb::CreateBranchRequest {
+                session_id: nobody.clone(),
+                name: "b".into(),
+                from_node_id: String::new(),
+            })
+            .await,
+        Code::NotFound,
+        "session",
+    );
+
+    // Branches.
+    assert_status(
+        app.try_append(pb::AppendRequest {
+            branch: "nope".into(),
+            ..append_req(&s, vec![user("x")])
+        })
+        .await,
+        Code::NotFound,
+        "branch",
+    );
+    assert_status(
+        app.client
+            .log(pb::LogRequest {
+                session_id: s.clone(),
+                branch: "nope".into(),
+                ..Default::default()
+            })
+            .await,
+        Code::NotFound,
+        "branch",
+    );
+    assert_status(
+        app.try_render(render_req(&s, Target::Branch("nope".into())))
+            .await,
+        Code::NotFound,
+        "branch",
+    );
+    assert_status(
+        app.client
+            .delete_branch(pb::DeleteBranchRequest {
+                session_id: s.clone(),
+                name: "nope".into(),
+            })
+            .await,
+        Code::NotFound,
+        "branch",
+    );
+
+    // Nodes, including a node of another session.
+    let elsewhere = app.create_session().await;
+    let foreign = app
+        .append(&elsewhere, vec![user("elsewhere")])
+        .await
+        .head_id;
+    for missing in [nobody.clone(), foreign] {
+        assert_status(
+            app.client
+                .get_nodes(pb::GetNodesRequest {
+                    session_id: s.clone(),
+                    node_ids: vec![ids[0].clone(), missing.clone()],
+                })
+                .await,
+            Code::NotFound,
+            "node",
+        );
+        assert_status(
+            app.client
+                .create_branch(pb::CreateBranchRequest {
+                    session_id: s.clone(),
+                    name: "fork".into(),
+                    from_node_id: missing.clone(),
+                })
+                .await,
+            Code::NotFound,
+            "node",
+        );
+    }
+    assert_status(
+        app.client
+            .log(pb::LogRequest {
+                session_id: s.clone(),
+                node_id: nobody.clone(),
+                ..Default::default()
+            })
+            .await,
+        Code::NotFound,
+        "node",
+    );
+    assert_status(
+        app.try_render(render_req(&s, Target::NodeId(nobody.clone())))
+            .await,
+        Code::NotFound,
+        "node",
+    );
+
+    // Functions.
+    assert_status(
+        app.try_append(function_req(&s, &nobody, vec![user("x")]))
+            .await,
+        Code::NotFound,
+        "function",
+    );
+    assert_status(
+        app.try_render(render_req(&s, Target::FunctionId(nobody.clone())))
+            .await,
+        Code::NotFound,
+        "function",
+    );
+}
+
+#[tokio::test]
+async fn malformed_nodes_are_invalid() {
+    let mut app = spawn_app().await;
+    let (s, _) = seeded(&mut app).await;
+    let bad = |nodes: Vec<pb::NodeInput>| append_req(&s, nodes);
+
+    assert_status(
+        app.try_append(bad(vec![])).await,
+        Code::InvalidArgument,
+        "nodes",
+    );
+    assert_code(
+        app.try_append(bad(vec![pb::NodeInput { kind: None }]))
+            .await,
+        Code::InvalidArgument,
+    );
+    assert_status(
+        app.try_append(bad(vec![message(
+            pb::Role::Unspecified,
+            vec![text("x")],
+            vec![],
+        )]))
+        .await,
+        Code::InvalidArgument,
+        "role",
+    );
+    for role in [pb::Role::User, pb::Role::System, pb::Role::Developer] {
+        assert_status(
+            app.try_append(bad(vec![message(
+                role,
+                vec![text("x")],
+                vec![call("c1", "t", "{}")],
+            )]))
+            .await,
+            Code::InvalidArgument,
+            "tool_calls",
+        );
+    }
+    for args in ["{not json", "{\"a\":}", "[1,2"] {
+        assert_status(
+            app.try_append(bad(vec![assistant_calls("", vec![call("c1", "t", args)])]))
+                .await,
+            Code::InvalidArgument,
+            "arguments_json",
+        );
+    }
+    assert_status(
+        app.try_append(bad(vec![assistant_calls("", vec![call("", "t", "{}")])]))
+            .await,
+        Code::InvalidArgument,
+        "call_id",
+    );
+    assert_code(
+        app.try_append(bad(vec![message(pb::Role::Assistant, vec![], vec![])]))
+            .await,
+        Code::InvalidArgument,
+    );
+    assert_code(
+        app.try_append(bad(vec![message(pb::Role::User, vec![], vec![])]))
+            .await,
+        Code::InvalidArgument,
+    );
+    assert_eq!(app.log(&s, "main").await.len(), 2, "nothing was written");
+}
+
+#[tokio::test]
+async fn branch_names_are_checked() {
+    let mut app = spawn_app().await;
+    let (s, ids) = seeded(&mut app).await;
+    for name in ["", "a/../b", "..", "/x", "x/", "a//b", "has space"] {
+        assert_status(
+            app.client
+                .create_branch(pb::CreateBranchRequest {
+                    session_id: s.clone(),
+                    name: name.into(),
+                    from_node_id: ids[0].clone(),
+                })
+                .await,
+            Code::InvalidArgument,
+            "name",
+        );
+    }
+    app.create_branch(&s, "feature/retry-2", &ids[0]).await;
+    for name in ["feature/retry-2", "main"] {
+        assert_code(
+            app.client
+                .create_branch(pb::CreateBranchRequest {
+                    session_id: s.clone(),
+                    name: name.into(),
+                    from_node_id: ids[1].clone(),
+                })
+                .await,
+            Code::AlreadyExists,
+        );
+    }
+    let names: Vec<String> = app.branches(&s).await.into_iter().map(|b| b.name).collect();
+    assert_eq!(names, vec!["feature/retry-2", "main"]);
+    assert_eq!(app.branch(&s, "feature/retry-2").await.head_id, ids[0]);
+}
+
+#[tokio::test]
+async fn an_unknown_tokenizer_is_invalid() {
+    let mut app = spawn_app().await;
+    let (s, _) = seeded(&mut app).await;
+    assert_status(
+        app.try_render(pb::RenderRequest {
+            tokenizer: "gpt2-ish".into(),
+            ..render_req(&s, Target::Branch("main".into()))
+        })
+        .await,
+        Code::InvalidArgument,
+        "tokenizer",
+    );
+}
+
+#[tokio::test]
+async fn a_batch_with_a_bad_later_node_writes_nothing() {
+    let mut app = spawn_app().await;
+    let (s, _) = seeded(&mut app).await;
+    let head = app.branch(&s, "main").await;
+    let log = app.log(&s, "main").await;
+    let nodes = app.node_count().await;
+    let blobs = app.blob_count().await;
+
+    let batches = vec![
+        vec![
+            user("fine"),
+            assistant("fine too"),
+            message(pb::Role::Unspecified, vec![text("bad")], vec![]),
+        ],
+        vec![user("fine"), pb::NodeInput { kind: None }],
+        vec![
+            user("fine"),
+            assistant_calls("", vec![call("c1", "t", "{}")]),
+            tool_result("c1", "ok"),
+            tool_result("c1", "answered twice"),
+        ],
+        vec![
+            user("fine"),
+            assistant_calls("", vec![call("c1", "t", "{}")]),
+            user("while c1 is open"),
+        ],
+        vec![
+            user("fresh text that must not be stored"),
+            assistant_calls("", vec![call("c1", "t", "{broken")]),
+        ],
+    ];
+    for (i, batch) in batches.into_iter().enumerate() {
+        let result = app.try_append(append_req(&s, batch)).await;
+        assert!(result.is_err(), "batch {i} should be refused: {result:?}");
+        assert_eq!(
+            app.branch(&s, "main").await,
+            head,
+            "batch {i}: head unchanged"
+        );
+        assert_eq!(app.log(&s, "main").await, log, "batch {i}: log unchanged");
+        assert_eq!(app.node_count().await, nodes, "batch {i}: no node written");
+    }
+    assert_eq!(app.blob_count().await, blobs, "no blob written");
+}
