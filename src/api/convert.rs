@@ -5,7 +5,7 @@ use crate::domain::{
     Branch, Error, Expose, FunctionResult, FunctionStatus, MediaSource, Node, NodeContent,
     NodeKind, Part, Role, Session, ToolCall,
 };
-use crate::render::{Message, MessageRole};
+use crate::render::{Budget, Message, MessageRole, Policy, Reduction, Report, Trigger};
 use crate::tokens::Tokens;
 
 // ---------------------------------------------------------------- requests
@@ -282,5 +282,92 @@ pub fn rendered(m: Message, tokens: Tokens) -> pb::RenderedMessage {
         node_ids: m.node_ids.iter().map(ToString::to_string).collect(),
         function_id: m.function_id.map(|id| id.to_string()).unwrap_or_default(),
         tokens,
+        truncated: matches!(m.reduction, Reduction::Truncated { .. }),
+        cleared: m.reduction == Reduction::Cleared,
+    }
+}
+
+// ---------------------------------------------------------------- render options and report
+
+pub fn budget(b: Option<pb::Budget>) -> Result<Option<Budget>, Error> {
+    let Some(b) = b else { return Ok(None) };
+    let budget = Budget {
+        context_window: b.context_window,
+        output_reserve: b.output_reserve,
+        system: b.system_tokens,
+        tools: b.tools_tokens,
+        schema: b.schema_tokens,
+    };
+    budget.history()?;
+    Ok(Some(budget))
+}
+
+pub fn policy(p: Option<pb::RenderPolicy>) -> Policy {
+    let defaults = Policy::default();
+    let Some(p) = p else { return defaults };
+    let or = |value: u32, default: usize| if value == 0 { default } else { value as usize };
+    Policy {
+        max_tool_result_chars: or(p.max_tool_result_chars, defaults.max_tool_result_chars),
+        microcompact_first: or(p.microcompact_first, defaults.microcompact_first),
+        microcompact_every: or(p.microcompact_every, defaults.microcompact_every),
+        microcompact_keep: or(p.microcompact_keep, defaults.microcompact_keep),
+        idle_ms: if p.idle_minutes == 0 {
+            defaults.idle_ms
+        } else {
+            i64::from(p.idle_minutes) * 60_000
+        },
+        retain_turns: or(p.retain_turns, defaults.retain_turns),
+        snip: p.snip.unwrap_or(defaults.snip),
+        reactive: p.reactive,
+    }
+}
+
+fn count(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+fn ids(ids: &[crate::domain::NodeId]) -> Vec<String> {
+    ids.iter().map(ToString::to_string).collect()
+}
+
+pub fn report(r: &Report) -> pb::ContextReport {
+    let b = &r.breakdown;
+    pb::ContextReport {
+        total_tokens: r.total_tokens,
+        tokens: Some(pb::TokenBreakdown {
+            system: b.system,
+            user: b.user,
+            assistant_text: b.assistant_text,
+            tool_calls: b.tool_calls,
+            tool_results: b.tool_results,
+            summaries: b.summaries,
+            markers: b.markers,
+        }),
+        messages: count(r.messages),
+        tokenizer: r.tokenizer.name().to_owned(),
+        budget: r.budget.map(|b| pb::Budget {
+            context_window: b.context_window,
+            output_reserve: b.output_reserve,
+            system_tokens: b.system,
+            tools_tokens: b.tools,
+            schema_tokens: b.schema,
+        }),
+        history_budget: r.history_budget.unwrap_or(0),
+        fits: r.fits,
+        over_by: r.over_by,
+        summary_needed: r.summary_needed,
+        results_truncated: count(r.results_truncated),
+        truncated_node_ids: ids(&r.truncated),
+        results_cleared: count(r.results_cleared),
+        cleared_node_ids: ids(&r.cleared),
+        turns_snipped: count(r.turns_snipped),
+        snipped_node_ids: ids(&r.snipped),
+        microcompact_trigger: r
+            .trigger
+            .map(Trigger::as_str)
+            .unwrap_or_default()
+            .to_owned(),
+        microcompact_boundary: count(r.microcompact_boundary),
+        stable_prefix_messages: count(r.stable_prefix_messages),
     }
 }

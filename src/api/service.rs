@@ -4,10 +4,12 @@ use tonic::{Request, Response, Status};
 use tracing::instrument;
 
 use super::{convert, domain_status, pb, status};
-use crate::domain::{BranchName, Error, NodeId, SessionId};
-use crate::render::{self, Callers, Options};
+use std::sync::Arc;
+
+use crate::domain::{BranchName, Error, NodeId, PathView, SessionId};
+use crate::render::{self, Callers, Options, Rendered};
 use crate::store::{AppendRequest, AppendTarget, PathTarget, Store};
-use crate::tokens::Tokenizer;
+use crate::tokens::{TokenCache, Tokenizer};
 
 const DEFAULT_PAGE_SIZE: u32 = 50;
 const MAX_PAGE_SIZE: u32 = 1000;
@@ -17,11 +19,15 @@ const MAX_LOG_LIMIT: u32 = 1000;
 #[derive(Clone)]
 pub struct ContextStoreService {
     store: Store,
+    tokens: Arc<TokenCache>,
 }
 
 impl ContextStoreService {
     pub fn new(store: Store) -> Self {
-        Self { store }
+        Self {
+            store,
+            tokens: Arc::new(TokenCache::default()),
+        }
     }
 }
 
@@ -243,57 +249,29 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
     #[instrument(skip_all)]
     async fn render(&self, request: Request<pb::RenderRequest>) -> Reply<pb::RenderResponse> {
         use pb::render_request::Target;
-        let request = request.into_inner();
-        let session = session_id(&request.session_id)?;
-        let target = match request.target {
-            None => PathTarget::Branch(BranchName::main()),
-            Some(Target::Branch(name)) => PathTarget::Branch(branch_or_main("branch", &name)?),
-            Some(Target::NodeId(id)) => PathTarget::Node(parse(NodeId::parse("node_id", &id))?),
-            Some(Target::FunctionId(id)) => {
-                PathTarget::Function(parse(NodeId::parse("function_id", &id))?)
-            }
-        };
-        let tokenizer = Tokenizer::parse(&request.tokenizer).ok_or_else(|| {
-            domain_status(Error::invalid(
-                "tokenizer",
-                format!(
-                    "unknown tokenizer {:?}; known: {}",
-                    request.tokenizer,
-                    Tokenizer::NAMES.join(", ")
-                ),
-            ))
-        })?;
-        let callers = match pb::Callers::try_from(request.callers) {
-            Ok(pb::Callers::Unspecified | pb::Callers::All) => Callers::All,
-            Ok(pb::Callers::None) => Callers::None,
-            Err(_) => {
-                return Err(domain_status(Error::invalid(
-                    "callers",
-                    format!("unknown value {}", request.callers),
-                )));
-            }
-        };
-        let path = self
-            .store
-            .load_path(session, &target)
-            .await
-            .map_err(status)?;
-        let options = Options { tokenizer, callers };
-        // Counting real BPE tokens over a long path is CPU work: keep it off the I/O threads.
-        let (path, rendered) = tokio::task::spawn_blocking(move || {
-            let rendered = render::render(&path, &options);
-            (path, rendered)
-        })
-        .await
-        .map_err(|e| {
-            tracing::error!(error = %e, "render task failed");
-            Status::internal("render failed")
-        })?;
+        let r = request.into_inner();
+        let target = r.target.map(|t| match t {
+            Target::Branch(b) => RenderTarget::Branch(b),
+            Target::NodeId(n) => RenderTarget::Node(n),
+            Target::FunctionId(f) => RenderTarget::Function(f),
+        });
+        let (path, rendered) = self
+            .rendered(RenderArgs {
+                session_id: r.session_id,
+                target,
+                tokenizer: r.tokenizer,
+                callers: r.callers,
+                budget: r.budget,
+                policy: r.policy,
+                now_unix_ms: r.now_unix_ms,
+            })
+            .await?;
         let (head_id, head_hash) = path
             .nodes
             .last()
             .map(|n| (n.id.to_string(), n.hash.to_hex()))
             .unwrap_or_default();
+        let report = convert::report(&rendered.report);
         Ok(Response::new(pb::RenderResponse {
             messages: rendered
                 .messages
@@ -303,8 +281,123 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
                 .collect(),
             head_id,
             head_hash,
-            total_tokens: rendered.total_tokens,
-            tokenizer: tokenizer.name().to_owned(),
+            total_tokens: report.total_tokens,
+            tokenizer: report.tokenizer.clone(),
+            report: Some(report),
         }))
     }
+
+    #[instrument(skip_all)]
+    async fn context_stats(
+        &self,
+        request: Request<pb::ContextStatsRequest>,
+    ) -> Reply<pb::ContextReport> {
+        use pb::context_stats_request::Target;
+        let r = request.into_inner();
+        let target = r.target.map(|t| match t {
+            Target::Branch(b) => RenderTarget::Branch(b),
+            Target::NodeId(n) => RenderTarget::Node(n),
+            Target::FunctionId(f) => RenderTarget::Function(f),
+        });
+        let (_, rendered) = self
+            .rendered(RenderArgs {
+                session_id: r.session_id,
+                target,
+                tokenizer: r.tokenizer,
+                callers: r.callers,
+                budget: r.budget,
+                policy: r.policy,
+                now_unix_ms: r.now_unix_ms,
+            })
+            .await?;
+        Ok(Response::new(convert::report(&rendered.report)))
+    }
+}
+
+/// A render target as both `Render` and `ContextStats` carry it.
+enum RenderTarget {
+    Branch(String),
+    Node(String),
+    Function(String),
+}
+
+/// The fields `Render` and `ContextStats` share.
+struct RenderArgs {
+    session_id: String,
+    target: Option<RenderTarget>,
+    tokenizer: String,
+    callers: i32,
+    budget: Option<pb::Budget>,
+    policy: Option<pb::RenderPolicy>,
+    now_unix_ms: i64,
+}
+
+impl ContextStoreService {
+    /// Parses, loads and renders; the one path behind `Render` and `ContextStats`, so the two
+    /// always agree.
+    async fn rendered(&self, args: RenderArgs) -> Result<(PathView, Rendered), Status> {
+        let session = session_id(&args.session_id)?;
+        let target = match args.target {
+            None => PathTarget::Branch(BranchName::main()),
+            Some(RenderTarget::Branch(name)) => {
+                PathTarget::Branch(branch_or_main("branch", &name)?)
+            }
+            Some(RenderTarget::Node(id)) => PathTarget::Node(parse(NodeId::parse("node_id", &id))?),
+            Some(RenderTarget::Function(id)) => {
+                PathTarget::Function(parse(NodeId::parse("function_id", &id))?)
+            }
+        };
+        let tokenizer = Tokenizer::parse(&args.tokenizer).ok_or_else(|| {
+            domain_status(Error::invalid(
+                "tokenizer",
+                format!(
+                    "unknown tokenizer {:?}; known: {}",
+                    args.tokenizer,
+                    Tokenizer::NAMES.join(", ")
+                ),
+            ))
+        })?;
+        let callers = match pb::Callers::try_from(args.callers) {
+            Ok(pb::Callers::Unspecified | pb::Callers::All) => Callers::All,
+            Ok(pb::Callers::None) => Callers::None,
+            Err(_) => {
+                return Err(domain_status(Error::invalid(
+                    "callers",
+                    format!("unknown value {}", args.callers),
+                )));
+            }
+        };
+        let options = Options {
+            callers,
+            budget: parse(convert::budget(args.budget))?,
+            policy: convert::policy(args.policy),
+            now_ms: if args.now_unix_ms == 0 {
+                now_ms()
+            } else {
+                args.now_unix_ms
+            },
+        };
+        let path = self
+            .store
+            .load_path(session, &target)
+            .await
+            .map_err(status)?;
+        let cache = Arc::clone(&self.tokens);
+        // Counting real BPE tokens over a long path is CPU work: keep it off the I/O threads.
+        tokio::task::spawn_blocking(move || {
+            let rendered = render::render(&path, &options, &cache.counter(tokenizer));
+            (path, rendered)
+        })
+        .await
+        .map_err(|e| {
+            tracing::error!(error = %e, "render task failed");
+            Status::internal("render failed")
+        })
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }

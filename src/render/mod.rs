@@ -1,12 +1,15 @@
-//! The render engine: a pure function from a loaded path to provider-neutral messages.
+//! The render engine: a pure function from a loaded path to the context of the next request.
 //!
-//! It never touches the store, the clock or the network. Steps run in order, each on the
-//! output of the last: visibility first; budget tiers and summaries slot in after it.
+//! It never touches the store, the clock or the network: `now` and the budget are arguments,
+//! and the same inputs render byte-identical output. Steps run cheapest first (DESIGN.md §2):
+//! visibility, the summary overlay, budget reduction, microcompact, snip, and a report that
+//! says what each did. Rendering is lossy, never failing: `Result` is for invalid input only.
 
+mod tiers;
 mod visibility;
 
-use crate::domain::{NodeId, Part, PathView, ToolCall};
-use crate::tokens::{MEDIA_TOKENS, MESSAGE_OVERHEAD, TOOL_CALL_OVERHEAD, Tokenizer, Tokens};
+use crate::domain::{Error, NodeId, Part, PathView, ToolCall};
+use crate::tokens::{Count, MEDIA_TOKENS, MESSAGE_OVERHEAD, TOOL_CALL_OVERHEAD, Tokenizer, Tokens};
 
 pub use visibility::visible;
 
@@ -19,6 +22,17 @@ pub enum MessageRole {
     Assistant,
     /// The answer to a tool call (a tool result or a function's result).
     Tool,
+}
+
+/// What budget steps did to a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Reduction {
+    #[default]
+    None,
+    /// Budget reduction kept the head and tail; the marker says what was cut.
+    Truncated { cut_chars: usize, of_chars: usize },
+    /// Microcompact replaced the content by a one-line placeholder.
+    Cleared,
 }
 
 /// One message of the rendered context.
@@ -35,6 +49,7 @@ pub struct Message {
     pub node_ids: Vec<NodeId>,
     /// Set on messages from inside a function's internal chain.
     pub function_id: Option<NodeId>,
+    pub reduction: Reduction,
 }
 
 /// Whether a render at a function shows its callers' context above its chain.
@@ -45,10 +60,165 @@ pub enum Callers {
     None,
 }
 
+/// The token budget of a request; the history gets what the other parts leave.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Budget {
+    pub context_window: Tokens,
+    pub output_reserve: Tokens,
+    pub system: Tokens,
+    pub tools: Tokens,
+    pub schema: Tokens,
+}
+
+impl Budget {
+    /// `context_window − output_reserve − system − tools − schema`, which must be positive.
+    pub fn history(&self) -> Result<Tokens, Error> {
+        let share = i64::from(self.context_window)
+            - i64::from(self.output_reserve)
+            - i64::from(self.system)
+            - i64::from(self.tools)
+            - i64::from(self.schema);
+        Tokens::try_from(share)
+            .ok()
+            .filter(|share| *share > 0)
+            .ok_or_else(|| {
+                Error::invalid(
+                    "budget",
+                    format!(
+                        "leaves the history {share} tokens: context_window {} − output_reserve {} \
+                         − system_tokens {} − tools_tokens {} − schema_tokens {} must be positive",
+                        self.context_window,
+                        self.output_reserve,
+                        self.system,
+                        self.tools,
+                        self.schema
+                    ),
+                )
+            })
+    }
+}
+
+/// How the engine fits a path into a budget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Policy {
+    pub max_tool_result_chars: usize,
+    pub microcompact_first: usize,
+    pub microcompact_every: usize,
+    pub microcompact_keep: usize,
+    pub idle_ms: i64,
+    pub retain_turns: usize,
+    pub snip: bool,
+    pub reactive: bool,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Self {
+            max_tool_result_chars: 4000,
+            microcompact_first: 50,
+            microcompact_every: 25,
+            microcompact_keep: 5,
+            idle_ms: 90 * 60 * 1000,
+            retain_turns: 2,
+            snip: true,
+            reactive: false,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Options {
-    pub tokenizer: Tokenizer,
     pub callers: Callers,
+    /// `None`: render everything, untouched.
+    pub budget: Option<Budget>,
+    pub policy: Policy,
+    /// The request's time, for the idle trigger.
+    pub now_ms: i64,
+}
+
+/// Tokens by what they are; the parts add up to the total.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Breakdown {
+    pub system: Tokens,
+    pub user: Tokens,
+    pub assistant_text: Tokens,
+    pub tool_calls: Tokens,
+    pub tool_results: Tokens,
+    pub summaries: Tokens,
+    pub markers: Tokens,
+}
+
+impl Breakdown {
+    pub fn total(&self) -> Tokens {
+        [
+            self.system,
+            self.user,
+            self.assistant_text,
+            self.tool_calls,
+            self.tool_results,
+            self.summaries,
+            self.markers,
+        ]
+        .iter()
+        .fold(0, |sum: Tokens, n| sum.saturating_add(*n))
+    }
+
+    fn add(&mut self, other: &Breakdown) {
+        self.system = self.system.saturating_add(other.system);
+        self.user = self.user.saturating_add(other.user);
+        self.assistant_text = self.assistant_text.saturating_add(other.assistant_text);
+        self.tool_calls = self.tool_calls.saturating_add(other.tool_calls);
+        self.tool_results = self.tool_results.saturating_add(other.tool_results);
+        self.summaries = self.summaries.saturating_add(other.summaries);
+        self.markers = self.markers.saturating_add(other.markers);
+    }
+}
+
+/// Why microcompact ran.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trigger {
+    /// The path reached `microcompact_first` tool results, or a further step of `every`.
+    Count,
+    /// The newest node is older than `idle_ms`.
+    Idle,
+    /// The caller said the provider refused the request as too long.
+    Reactive,
+}
+
+impl Trigger {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Trigger::Count => "count",
+            Trigger::Idle => "idle",
+            Trigger::Reactive => "reactive",
+        }
+    }
+}
+
+/// What a render did. Nothing is dropped without the report saying so.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Report {
+    pub total_tokens: Tokens,
+    pub breakdown: Breakdown,
+    pub messages: usize,
+    pub tokenizer: Tokenizer,
+    pub budget: Option<Budget>,
+    /// The history's share of the budget; `None` without a budget.
+    pub history_budget: Option<Tokens>,
+    pub fits: bool,
+    pub over_by: Tokens,
+    pub summary_needed: bool,
+    pub truncated: Vec<NodeId>,
+    pub results_truncated: usize,
+    pub cleared: Vec<NodeId>,
+    pub results_cleared: usize,
+    pub snipped: Vec<NodeId>,
+    pub turns_snipped: usize,
+    pub trigger: Option<Trigger>,
+    /// Tool results, in path order, before which microcompact may clear.
+    pub microcompact_boundary: usize,
+    /// Leading messages the next microcompact step cannot change.
+    pub stable_prefix_messages: usize,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,43 +226,57 @@ pub struct Rendered {
     pub messages: Vec<Message>,
     /// Tokens of each message, as counted by [`message_tokens`].
     pub tokens: Vec<Tokens>,
-    pub total_tokens: Tokens,
+    pub report: Report,
 }
 
-/// Renders `path` into messages.
-pub fn render(path: &PathView, options: &Options) -> Rendered {
+/// Renders `path` under `options`, counting with `counter`.
+pub fn render(path: &PathView, options: &Options, counter: &dyn Count) -> Rendered {
     let messages = visible(path, options.callers);
-    let tokens: Vec<Tokens> = messages
-        .iter()
-        .map(|m| message_tokens(m, options.tokenizer))
-        .collect();
-    let total_tokens = tokens
-        .iter()
-        .fold(0, |sum: Tokens, t| sum.saturating_add(*t));
-    Rendered {
-        messages,
-        tokens,
-        total_tokens,
-    }
+    tiers::fit(messages, path, options, counter)
 }
 
-/// Tokens of one message as sent: its text, tool calls and media, plus framing.
-pub fn message_tokens(message: &Message, tokenizer: Tokenizer) -> Tokens {
-    let mut total = MESSAGE_OVERHEAD;
+/// Tokens of one message as sent, by category: its text, tool calls and media, plus framing.
+pub fn message_breakdown(message: &Message, counter: &dyn Count) -> Breakdown {
+    let mut text = MESSAGE_OVERHEAD;
     for part in &message.parts {
-        total = total.saturating_add(match part {
-            Part::Text(text) => tokenizer.count(text),
+        text = text.saturating_add(match part {
+            Part::Text(t) => counter.count(t),
             Part::Media { .. } => MEDIA_TOKENS,
         });
     }
-    for call in &message.tool_calls {
-        total = total
-            .saturating_add(TOOL_CALL_OVERHEAD)
-            .saturating_add(tokenizer.count(&call.name))
-            .saturating_add(tokenizer.count(&call.arguments_json));
-    }
     if let Some(name) = &message.name {
-        total = total.saturating_add(tokenizer.count(name));
+        text = text.saturating_add(counter.count(name));
     }
-    total
+    let calls = message.tool_calls.iter().fold(0, |sum: Tokens, call| {
+        sum.saturating_add(TOOL_CALL_OVERHEAD)
+            .saturating_add(counter.count(&call.name))
+            .saturating_add(counter.count(&call.arguments_json))
+    });
+    let mut b = Breakdown {
+        tool_calls: calls,
+        ..Breakdown::default()
+    };
+    match message.role {
+        MessageRole::System | MessageRole::Developer => b.system = text,
+        MessageRole::User => b.user = text,
+        MessageRole::Assistant => b.assistant_text = text,
+        MessageRole::Tool => match message.reduction {
+            Reduction::Cleared => b.markers = text,
+            Reduction::Truncated {
+                cut_chars,
+                of_chars,
+            } => {
+                let marker = counter.count(&tiers::truncation_marker(cut_chars, of_chars));
+                b.markers = marker.min(text);
+                b.tool_results = text - b.markers;
+            }
+            Reduction::None => b.tool_results = text,
+        },
+    }
+    b
+}
+
+/// Tokens of one message as sent.
+pub fn message_tokens(message: &Message, counter: &dyn Count) -> Tokens {
+    message_breakdown(message, counter).total()
 }

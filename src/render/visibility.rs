@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use super::{Callers, Message, MessageRole};
+use super::{Callers, Message, MessageRole, Reduction};
 use crate::domain::{Expose, FunctionStatus, Node, NodeContent, NodeId, Part, PathView, Role};
 
 /// The messages a path shows before any budget step.
@@ -62,6 +62,7 @@ fn chain(nodes: &[Node], chains: &HashMap<NodeId, Vec<Node>>, out: &mut Vec<Mess
                     is_error: false,
                     node_ids: vec![node.id],
                     function_id,
+                    reduction: Reduction::None,
                 });
             }
             NodeContent::ToolResult {
@@ -78,6 +79,7 @@ fn chain(nodes: &[Node], chains: &HashMap<NodeId, Vec<Node>>, out: &mut Vec<Mess
                 is_error: *is_error,
                 node_ids: vec![node.id],
                 function_id,
+                reduction: Reduction::None,
             }),
             NodeContent::FunctionCall {
                 call_id,
@@ -115,6 +117,7 @@ fn chain(nodes: &[Node], chains: &HashMap<NodeId, Vec<Node>>, out: &mut Vec<Mess
                     is_error: result.status == FunctionStatus::Error,
                     node_ids,
                     function_id,
+                    reduction: Reduction::None,
                 });
                 if expose == Expose::Full
                     && let Some(inner) = chains.get(&call_node)
