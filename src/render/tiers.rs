@@ -159,17 +159,25 @@ pub(super) fn fit(
         .collect();
 
     if let Some(limit) = limit {
-        // 3. Budget reduction, always.
-        for &i in &results {
-            if truncate(&mut messages[i], policy.max_tool_result_chars) {
-                report.truncated.extend(&messages[i].node_ids);
-                report.results_truncated += 1;
-            }
-        }
+        // 3. Budget reduction, always; a cut that would not save tokens (the marker costs some)
+        // is not made, so no step ever grows the context.
         let mut counts: Vec<Breakdown> = messages
             .iter()
             .map(|m| message_breakdown(m, counter))
             .collect();
+        for &i in &results {
+            let original = messages[i].clone();
+            if truncate(&mut messages[i], policy.max_tool_result_chars) {
+                let reduced = message_breakdown(&messages[i], counter);
+                if reduced.total() < counts[i].total() {
+                    counts[i] = reduced;
+                    report.truncated.extend(&messages[i].node_ids);
+                    report.results_truncated += 1;
+                } else {
+                    messages[i] = original;
+                }
+            }
+        }
         let layout = Layout::of(&messages, path);
         let len = messages.len();
         let newest_turn = layout.newest_turns_start(1);
@@ -215,10 +223,19 @@ pub(super) fn fit(
         };
         report.microcompact_boundary = boundary;
         for &i in results[..boundary].iter().filter(|&&i| i < protect_from) {
+            let original = std::mem::take(&mut messages[i].parts);
+            let reduction = messages[i].reduction;
             clear(&mut messages[i]);
-            counts[i] = message_breakdown(&messages[i], counter);
-            report.cleared.extend(&messages[i].node_ids);
-            report.results_cleared += 1;
+            let cleared = message_breakdown(&messages[i], counter);
+            // A result shorter than its placeholder stays as it is.
+            if cleared.total() < counts[i].total() {
+                counts[i] = cleared;
+                report.cleared.extend(&messages[i].node_ids);
+                report.results_cleared += 1;
+            } else {
+                messages[i].parts = original;
+                messages[i].reduction = reduction;
+            }
         }
 
         // 5. Snip: whole oldest turns, never the newest, never a running function's content,
