@@ -265,13 +265,16 @@ pub(super) fn fit(
         }
 
         // 6. Whatever is left renders; the report says whether it fits.
+        // The next microcompact step can change only results it has not decided yet; the next
+        // snip, everything after the preamble.
         let stable_from = if report.turns_snipped > 0 {
             Some(preamble)
         } else {
             results
                 .iter()
-                .copied()
-                .find(|&i| messages[i].reduction != Reduction::Cleared)
+                .enumerate()
+                .find(|&(k, &i)| k >= boundary || i >= protect_from)
+                .map(|(_, &i)| i)
         };
         report.stable_prefix_messages = stable_from.map_or(len, |end| {
             (0..end.min(len)).filter(|&i| !dropped[i]).count()

@@ -9,8 +9,8 @@ use crate::domain::{Expose, FunctionStatus, Node, NodeContent, NodeId, Part, Pat
 ///
 /// A completed function shows as its call and result (`io`), followed by its internal chain
 /// (`full`), or not at all (`none`, which also takes its call out of the assistant message).
-/// The result comes right after the call's assistant message even in `full`, so every
-/// provider's pairing rule holds; the chain follows it. At a function, its callers' context
+/// In `full`, the chain follows the whole tool group of the call (the assistant message and
+/// all its results), so every provider's pairing rule holds. At a function, its callers' context
 /// shows above its chain unless `callers` is `None`.
 pub fn visible(path: &PathView, callers: Callers) -> Vec<Message> {
     let mut segments: Vec<&[Node]> = path
@@ -37,6 +37,9 @@ fn chain(nodes: &[Node], chains: &HashMap<NodeId, Vec<Node>>, out: &mut Vec<Mess
     let mut functions: HashMap<&str, (NodeId, Expose, &str)> = HashMap::new();
     let mut latest_assistant: Option<usize> = None;
     let mut emptied: Vec<usize> = Vec::new();
+    // Chains of `full` functions wait until their tool group ends, so an assistant message is
+    // followed by all its results before any transcript.
+    let mut deferred: Vec<NodeId> = Vec::new();
     for node in nodes {
         let function_id = node.function_id;
         match &node.content {
@@ -45,6 +48,7 @@ fn chain(nodes: &[Node], chains: &HashMap<NodeId, Vec<Node>>, out: &mut Vec<Mess
                 parts,
                 tool_calls,
             } => {
+                splice(&mut deferred, chains, out);
                 if *role == Role::Assistant {
                     latest_assistant = Some(out.len());
                 }
@@ -119,20 +123,28 @@ fn chain(nodes: &[Node], chains: &HashMap<NodeId, Vec<Node>>, out: &mut Vec<Mess
                     function_id,
                     reduction: Reduction::None,
                 });
-                if expose == Expose::Full
-                    && let Some(inner) = chains.get(&call_node)
-                {
-                    chain(inner, chains, out);
+                if expose == Expose::Full {
+                    deferred.push(call_node);
                 }
             }
         }
     }
+    splice(&mut deferred, chains, out);
     // An assistant message whose only calls went to hidden functions has nothing left to say.
     emptied.sort_unstable();
     emptied.dedup();
     for at in emptied.into_iter().rev() {
         if out[at].parts.is_empty() && out[at].tool_calls.is_empty() {
             out.remove(at);
+        }
+    }
+}
+
+/// Renders the deferred chains of `full` functions, in the order their results came.
+fn splice(deferred: &mut Vec<NodeId>, chains: &HashMap<NodeId, Vec<Node>>, out: &mut Vec<Message>) {
+    for function in deferred.drain(..) {
+        if let Some(inner) = chains.get(&function) {
+            chain(inner, chains, out);
         }
     }
 }
