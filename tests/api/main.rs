@@ -3,6 +3,7 @@
 
 mod binary;
 mod branches;
+mod budget;
 mod concurrency;
 mod functions;
 mod helpers;

@@ -1,0 +1,361 @@
+//! Rendering under a token budget through the real server: reduction, microcompact, snip, the
+//! report, and `ContextStats`.
+
+use ctxd::api::pb::{self, render_request::Target};
+use tonic::Code;
+
+use crate::helpers::*;
+
+fn budget(history: u32) -> pb::Budget {
+    pb::Budget {
+        context_window: history + 1000,
+        output_reserve: 1000,
+        ..Default::default()
+    }
+}
+
+fn budgeted(session: &str, history: u32, policy: Option<pb::RenderPolicy>) -> pb::RenderRequest {
+    pb::RenderRequest {
+        budget: Some(budget(history)),
+        policy,
+        ..render_req(session, Target::Branch("main".into()))
+    }
+}
+
+fn report_of(r: &pb::RenderResponse) -> &pb::ContextReport {
+    r.report.as_ref().expect("a render carries its report")
+}
+
+/// Appends `turns` turns, each a user request, `results` tool calls answered with `size`
+/// characters, and a closing answer. Returns the node ids of each turn's user message.
+async fn turns(
+    app: &mut TestApp,
+    s: &str,
+    turns: usize,
+    results: usize,
+    size: usize,
+) -> Vec<String> {
+    let mut users = Vec::new();
+    for t in 0..turns {
+        let mut nodes = vec![user(&format!("request {t}"))];
+        let calls = (0..results)
+            .map(|r| call(&format!("t{t}r{r}"), "read_file", r#"{"path":"x"}"#))
+            .collect();
+        nodes.push(assistant_calls(&format!("reading for {t}"), calls));
+        for r in 0..results {
+            nodes.push(tool_result(
+                &format!("t{t}r{r}"),
+                &big_text(size, &format!("t{t}r{r}")),
+            ));
+        }
+        nodes.push(assistant(&format!("done with {t}")));
+        users.push(app.append(s, nodes).await.node_ids[0].clone());
+    }
+    users
+}
+
+#[tokio::test]
+async fn a_budget_that_leaves_nothing_is_invalid() {
+    let mut app = spawn_app().await;
+    let s = app.create_session().await;
+    let request = pb::RenderRequest {
+        budget: Some(pb::Budget {
+            context_window: 8000,
+            output_reserve: 4000,
+            system_tokens: 3000,
+            tools_tokens: 1000,
+            schema_tokens: 0,
+        }),
+        ..render_req(&s, Target::Branch("main".into()))
+    };
+    let err = app.try_render(request).await.expect_err("no room left");
+    assert_eq!(err.code(), Code::InvalidArgument);
+    for part in [
+        "budget",
+        "context_window",
+        "output_reserve",
+        "system_tokens",
+        "tools_tokens",
+    ] {
+        assert!(
+            err.message().contains(part),
+            "{part} in {:?}",
+            err.message()
+        );
+    }
+    let stats = app
+        .client
+        .context_stats(pb::ContextStatsRequest {
+            session_id: s,
+            budget: Some(pb::Budget::default()),
+            ..Default::default()
+        })
+        .await;
+    assert_status(stats, Code::InvalidArgument, "budget");
+}
+
+#[tokio::test]
+async fn oversized_tool_results_keep_their_head_and_tail() {
+    let mut app = spawn_app().await;
+    let s = app.create_session().await;
+    let output: String = (0..10_000)
+        .map(|i| char::from(b'a' + (i % 26) as u8))
+        .collect();
+    let appended = app
+        .append(
+            &s,
+            vec![
+                user("show me"),
+                assistant_calls("", vec![call("c1", "cat", "{}")]),
+                tool_result("c1", &output),
+            ],
+        )
+        .await;
+
+    let plain = app.render_branch(&s, "main").await;
+    assert_eq!(
+        text_of(&plain.messages[2].parts),
+        output,
+        "no budget, no cut"
+    );
+    assert!(!plain.messages[2].truncated);
+
+    let r = app.render(budgeted(&s, 100_000, None)).await;
+    let result = &r.messages[2];
+    assert!(result.truncated);
+    let text = text_of(&result.parts);
+    assert!(text.starts_with(&output[..2400]), "the first 60% of 4000");
+    assert!(
+        text.ends_with(&output[10_000 - 1600..]),
+        "the last 40% of 4000"
+    );
+    assert!(
+        text.contains("[… 6000 of 10000 characters cut …]"),
+        "{text}"
+    );
+    let report = report_of(&r);
+    assert_eq!(report.results_truncated, 1);
+    assert_eq!(
+        report.truncated_node_ids,
+        vec![appended.node_ids[2].clone()]
+    );
+    assert!(report.fits);
+    assert!(report.tokens.expect("breakdown").markers > 0);
+
+    // A smaller cap cuts more.
+    let policy = pb::RenderPolicy {
+        max_tool_result_chars: 1000,
+        ..Default::default()
+    };
+    let r = app.render(budgeted(&s, 100_000, Some(policy))).await;
+    assert!(text_of(&r.messages[2].parts).contains("[… 9000 of 10000 characters cut …]"));
+}
+
+#[tokio::test]
+async fn over_budget_snips_whole_oldest_turns_and_says_so() {
+    let mut app = spawn_app().await;
+    let s = app.create_session().await;
+    let users = turns(&mut app, &s, 6, 1, 3000).await;
+    let full = app.render_branch(&s, "main").await;
+    let per_turn = full.total_tokens / 6;
+
+    let r = app.render(budgeted(&s, per_turn * 3, None)).await;
+    let report = report_of(&r);
+    assert!(report.fits, "{report:?}");
+    assert!(report.total_tokens <= report.history_budget);
+    assert!(report.turns_snipped >= 3, "{report:?}");
+    assert_eq!(
+        report.results_cleared, 0,
+        "fewer than 50 results: no microcompact"
+    );
+    // Whole turns go, oldest first: what remains starts at a user message, and the newest
+    // turns are all there.
+    let first = &r.messages[0];
+    assert_eq!(first.role, pb::Role::User as i32);
+    let remaining = 6 - report.turns_snipped as usize;
+    assert_eq!(first.node_ids[0], users[6 - remaining]);
+    assert_eq!(r.messages.len(), remaining * 4);
+    // Every dropped node is named.
+    let shown: Vec<&String> = r.messages.iter().flat_map(|m| &m.node_ids).collect();
+    for m in &full.messages {
+        for id in &m.node_ids {
+            assert_ne!(
+                shown.contains(&id),
+                report.snipped_node_ids.contains(id),
+                "node {id} is either shown or reported snipped"
+            );
+        }
+    }
+    // Snip off: nothing dropped, and the report says it does not fit.
+    let policy = pb::RenderPolicy {
+        snip: Some(false),
+        ..Default::default()
+    };
+    let r = app.render(budgeted(&s, per_turn * 3, Some(policy))).await;
+    assert_eq!(report_of(&r).turns_snipped, 0);
+    assert!(!report_of(&r).fits);
+}
+
+#[tokio::test]
+async fn a_newest_turn_larger_than_the_budget_asks_for_a_summary() {
+    let mut app = spawn_app().await;
+    let s = app.create_session().await;
+    turns(&mut app, &s, 3, 2, 3000).await;
+    let r = app.render(budgeted(&s, 500, None)).await;
+    let report = report_of(&r);
+    assert!(!report.fits);
+    assert!(report.summary_needed);
+    assert_eq!(report.over_by, report.total_tokens - report.history_budget);
+    // Everything droppable went; the newest turn stayed whole.
+    assert_eq!(report.turns_snipped, 2);
+    assert_eq!(r.messages.len(), 5);
+    assert_eq!(text_of(&r.messages[0].parts), "request 2");
+}
+
+#[tokio::test]
+async fn microcompact_clears_old_results_in_steps() {
+    let mut app = spawn_app().await;
+    let s = app.create_session().await;
+    // 4 turns of 3 results: 12 results; first=5, every=3 → step 11, keep 2 → boundary 9.
+    turns(&mut app, &s, 4, 3, 2000).await;
+    let policy = pb::RenderPolicy {
+        microcompact_first: 5,
+        microcompact_every: 3,
+        microcompact_keep: 2,
+        retain_turns: 1,
+        snip: Some(false),
+        ..Default::default()
+    };
+    let r = app.render(budgeted(&s, 2000, Some(policy))).await;
+    let report = report_of(&r);
+    assert_eq!(report.microcompact_trigger, "count");
+    assert_eq!(report.microcompact_boundary, 9);
+    // The newest turn (results 10..12) is never cleared; the 9 before the boundary are.
+    assert_eq!(report.results_cleared, 9);
+    let cleared: Vec<&pb::RenderedMessage> = r.messages.iter().filter(|m| m.cleared).collect();
+    assert_eq!(cleared.len(), 9);
+    assert_eq!(
+        text_of(&cleared[0].parts),
+        "[tool result cleared to save context: read_file call t0r0]"
+    );
+    let newest: Vec<&pb::RenderedMessage> = r.messages.iter().rev().take(4).collect();
+    assert!(newest.iter().all(|m| !m.cleared));
+    // The placeholders keep their pairing fields.
+    assert!(
+        cleared
+            .iter()
+            .all(|m| !m.tool_call_id.is_empty() && m.name == "read_file")
+    );
+    // Stable prefix: up to the first result the next step may clear.
+    let first_open = r
+        .messages
+        .iter()
+        .position(|m| m.role == pb::Role::Tool as i32 && !m.cleared)
+        .expect("an uncleared result");
+    assert_eq!(report.stable_prefix_messages as usize, first_open);
+
+    // One more result does not reach the next step (14): the boundary and prefix hold.
+    app.append(&s, vec![user("one more")]).await;
+    app.append(
+        &s,
+        vec![
+            assistant_calls("", vec![call("x", "read_file", "{}")]),
+            tool_result("x", &big_text(2000, "x")),
+        ],
+    )
+    .await;
+    let policy = pb::RenderPolicy {
+        microcompact_first: 5,
+        microcompact_every: 3,
+        microcompact_keep: 2,
+        retain_turns: 1,
+        snip: Some(false),
+        ..Default::default()
+    };
+    let next = app.render(budgeted(&s, 2000, Some(policy))).await;
+    assert_eq!(report_of(&next).microcompact_boundary, 9);
+    let stable = report.stable_prefix_messages as usize;
+    assert_eq!(next.messages[..stable], r.messages[..stable]);
+}
+
+#[tokio::test]
+async fn an_idle_gap_triggers_microcompact_and_the_server_fills_now() {
+    let mut app = spawn_app().await;
+    let s = app.create_session().await;
+    turns(&mut app, &s, 3, 2, 2000).await;
+    let head_time = app.log(&s, "main").await[0].created_at_unix_ms;
+    let policy = pb::RenderPolicy {
+        microcompact_keep: 1,
+        retain_turns: 1,
+        snip: Some(false),
+        ..Default::default()
+    };
+    let at = |now: i64| pb::RenderRequest {
+        now_unix_ms: now,
+        ..budgeted(&s, 1500, Some(policy))
+    };
+
+    let fresh = app.render(at(head_time + 60_000)).await;
+    assert_eq!(report_of(&fresh).microcompact_trigger, "");
+    assert_eq!(report_of(&fresh).results_cleared, 0);
+
+    let idle = app.render(at(head_time + 91 * 60_000)).await;
+    assert_eq!(report_of(&idle).microcompact_trigger, "idle");
+    // 6 results, keep 1: five may go, but the newest turn's two are protected.
+    assert_eq!(report_of(&idle).results_cleared, 4);
+
+    // Without now, the server's clock: the session was just written, so it is not idle.
+    let now = app.render(at(0)).await;
+    assert_eq!(report_of(&now).microcompact_trigger, "");
+}
+
+#[tokio::test]
+async fn reactive_clears_everything_but_the_newest_turn() {
+    let mut app = spawn_app().await;
+    let s = app.create_session().await;
+    turns(&mut app, &s, 3, 2, 500).await;
+    let policy = pb::RenderPolicy {
+        reactive: true,
+        ..Default::default()
+    };
+    // Even though everything fits, the provider said otherwise.
+    let r = app.render(budgeted(&s, 1_000_000, Some(policy))).await;
+    assert_eq!(report_of(&r).microcompact_trigger, "reactive");
+    assert_eq!(report_of(&r).results_cleared, 4);
+    assert!(r.messages.iter().rev().take(4).all(|m| !m.cleared));
+}
+
+#[tokio::test]
+async fn context_stats_is_the_render_report() {
+    let mut app = spawn_app().await;
+    let s = app.create_session().await;
+    turns(&mut app, &s, 5, 2, 3000).await;
+    for tokenizer in ["heuristic", "o200k_base", "cl100k_base"] {
+        for history in [800, 5000, 1_000_000] {
+            let r = app
+                .render(pb::RenderRequest {
+                    tokenizer: tokenizer.into(),
+                    now_unix_ms: 1,
+                    ..budgeted(&s, history, None)
+                })
+                .await;
+            let stats = app
+                .client
+                .context_stats(pb::ContextStatsRequest {
+                    session_id: s.clone(),
+                    target: Some(pb::context_stats_request::Target::Branch("main".into())),
+                    tokenizer: tokenizer.into(),
+                    budget: Some(budget(history)),
+                    now_unix_ms: 1,
+                    ..Default::default()
+                })
+                .await
+                .expect("ContextStats")
+                .into_inner();
+            assert_eq!(report_of(&r), &stats, "{tokenizer} {history}");
+            let sum: u32 = r.messages.iter().map(|m| m.tokens).sum();
+            assert_eq!(stats.total_tokens, sum);
+            assert_eq!(r.total_tokens, sum);
+        }
+    }
+}
