@@ -3,7 +3,8 @@
 //! Module map (dependencies point one way: `api` → `store`, `render` → `domain`):
 //! - [`domain`]: ids, nodes, sessions, pairing rules, canonical hashing, errors. Plain data, no I/O.
 //! - [`tokens`]: tokenizers (a 4-characters heuristic and real BPE vocabularies).
-//! - [`render`]: the pure engine turning a path into provider-neutral messages.
+//! - [`render`]: the pure engine turning a path into provider-neutral messages under a budget.
+//! - [`compact`]: the pure half of summaries: range selection, summary input, the commit rule.
 //! - [`store`]: SQLite, the only place with SQL.
 //! - [`api`]: the tonic service, the only place with prost types.
 //! - [`server`]: wires the service, health and reflection onto a bound listener.
@@ -11,6 +12,7 @@
 
 pub mod api;
 pub mod cli;
+pub mod compact;
 pub mod domain;
 pub mod render;
 pub mod server;

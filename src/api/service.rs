@@ -6,7 +6,8 @@ use tracing::instrument;
 use super::{convert, domain_status, pb, status};
 use std::sync::Arc;
 
-use crate::domain::{BranchName, Error, NodeId, PathView, SessionId};
+use super::compaction::PrepareArgs;
+use crate::domain::{BranchName, CompactionId, Error, NodeId, PathView, SessionId};
 use crate::render::{self, Callers, Options, Rendered};
 use crate::store::{AppendRequest, AppendTarget, PathTarget, Store};
 use crate::tokens::{TokenCache, Tokenizer};
@@ -18,8 +19,8 @@ const MAX_LOG_LIMIT: u32 = 1000;
 
 #[derive(Clone)]
 pub struct ContextStoreService {
-    store: Store,
-    tokens: Arc<TokenCache>,
+    pub(super) store: Store,
+    pub(super) tokens: Arc<TokenCache>,
 }
 
 impl ContextStoreService {
@@ -33,21 +34,34 @@ impl ContextStoreService {
 
 type Reply<T> = Result<Response<T>, Status>;
 
-fn parse<T>(result: Result<T, Error>) -> Result<T, Status> {
+pub(super) fn parse<T>(result: Result<T, Error>) -> Result<T, Status> {
     result.map_err(domain_status)
 }
 
-fn session_id(text: &str) -> Result<SessionId, Status> {
+pub(super) fn session_id(text: &str) -> Result<SessionId, Status> {
     parse(SessionId::parse("session_id", text))
 }
 
 /// A branch field where empty means `main`.
-fn branch_or_main(field: &str, name: &str) -> Result<BranchName, Status> {
+pub(super) fn branch_or_main(field: &str, name: &str) -> Result<BranchName, Status> {
     if name.is_empty() {
         Ok(BranchName::main())
     } else {
         parse(BranchName::parse(field, name))
     }
+}
+
+/// A tokenizer name; empty is the default.
+pub(super) fn tokenizer(name: &str) -> Result<Tokenizer, Status> {
+    Tokenizer::parse(name).ok_or_else(|| {
+        domain_status(Error::invalid(
+            "tokenizer",
+            format!(
+                "unknown tokenizer {name:?}; known: {}",
+                Tokenizer::NAMES.join(", ")
+            ),
+        ))
+    })
 }
 
 fn optional_node(field: &str, text: &str) -> Result<Option<NodeId>, Status> {
@@ -312,6 +326,78 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
             .await?;
         Ok(Response::new(convert::report(&rendered.report)))
     }
+
+    #[instrument(skip_all)]
+    async fn prepare_compaction(
+        &self,
+        request: Request<pb::PrepareCompactionRequest>,
+    ) -> Reply<pb::PrepareCompactionResponse> {
+        let r = request.into_inner();
+        let args = PrepareArgs::parse(
+            &r.session_id,
+            &r.branch,
+            r.budget,
+            &r.tokenizer,
+            r.retain_turns,
+            r.instructions,
+            r.max_tool_result_chars,
+        )?;
+        let budget = args.budget;
+        let outcome = self.prepare(args).await?;
+        Ok(Response::new(Self::prepare_response(outcome, budget)))
+    }
+
+    #[instrument(skip_all)]
+    async fn commit_summary(
+        &self,
+        request: Request<pb::CommitSummaryRequest>,
+    ) -> Reply<pb::CompactionOutcome> {
+        let r = request.into_inner();
+        let id = parse(CompactionId::parse("compaction_id", &r.compaction_id))?;
+        Ok(Response::new(self.commit(id, r.text, r.model).await?))
+    }
+
+    #[instrument(skip_all)]
+    async fn cancel_compaction(
+        &self,
+        request: Request<pb::CancelCompactionRequest>,
+    ) -> Reply<pb::CancelCompactionResponse> {
+        let r = request.into_inner();
+        let id = parse(CompactionId::parse("compaction_id", &r.compaction_id))?;
+        let reason = if r.reason.is_empty() {
+            "cancelled by the caller".to_owned()
+        } else {
+            r.reason
+        };
+        self.store.cancel(id, &reason).await.map_err(status)?;
+        Ok(Response::new(pb::CancelCompactionResponse {}))
+    }
+
+    #[instrument(skip_all)]
+    async fn list_summaries(
+        &self,
+        request: Request<pb::ListSummariesRequest>,
+    ) -> Reply<pb::ListSummariesResponse> {
+        let r = request.into_inner();
+        let session = session_id(&r.session_id)?;
+        let branch = branch_or_main("branch", &r.branch)?;
+        Ok(Response::new(self.summaries_of(session, branch).await?))
+    }
+
+    #[instrument(skip_all)]
+    async fn compact(&self, request: Request<pb::CompactRequest>) -> Reply<pb::CompactionOutcome> {
+        let r = request.into_inner();
+        let args = PrepareArgs::parse(
+            &r.session_id,
+            &r.branch,
+            r.budget,
+            &r.tokenizer,
+            r.retain_turns,
+            r.instructions,
+            r.max_tool_result_chars,
+        )?;
+        Ok(Response::new(self.compact_with_summarizer(args).await?))
+    }
 }
 
 /// A render target as both `Render` and `ContextStats` carry it.
@@ -347,16 +433,7 @@ impl ContextStoreService {
                 PathTarget::Function(parse(NodeId::parse("function_id", &id))?)
             }
         };
-        let tokenizer = Tokenizer::parse(&args.tokenizer).ok_or_else(|| {
-            domain_status(Error::invalid(
-                "tokenizer",
-                format!(
-                    "unknown tokenizer {:?}; known: {}",
-                    args.tokenizer,
-                    Tokenizer::NAMES.join(", ")
-                ),
-            ))
-        })?;
+        let tokenizer = tokenizer(&args.tokenizer)?;
         let callers = match pb::Callers::try_from(args.callers) {
             Ok(pb::Callers::Unspecified | pb::Callers::All) => Callers::All,
             Ok(pb::Callers::None) => Callers::None,
@@ -396,7 +473,7 @@ impl ContextStoreService {
     }
 }
 
-fn now_ms() -> i64 {
+pub(super) fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))

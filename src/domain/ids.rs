@@ -52,6 +52,8 @@ macro_rules! uuid_id {
 
 uuid_id!(SessionId, "session");
 uuid_id!(NodeId, "node");
+uuid_id!(SummaryId, "summary");
+uuid_id!(CompactionId, "compaction");
 
 /// A branch name: git-ref-like, so it is safe in URLs, logs and shell commands.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -1,12 +1,15 @@
 //! The domain: ids, sessions, nodes, branches, pairing rules and hashing. Plain data, no I/O.
 
+mod budget;
 mod error;
 mod hash;
 mod ids;
 mod node;
 mod pairing;
 mod session;
+mod summary;
 
+pub use budget::Budget;
 pub use error::Error;
 pub use hash::{Hash, blob_hash, node_hash};
 pub use ids::{BranchName, NodeId, SessionId};
@@ -16,3 +19,4 @@ pub use node::{
 };
 pub use pairing::{Admit, ChainTail};
 pub use session::{Branch, Session};
+pub use summary::{CompactionEvent, CompactionId, EventKind, Reason, Summary, SummaryId};

@@ -261,4 +261,7 @@ pub struct PathView {
     pub scope: Option<NodeId>,
     /// Internal chains of completed functions that render in full, by function id, oldest first.
     pub chains: std::collections::HashMap<NodeId, Vec<Node>>,
+    /// Summaries that may lie over this path, oldest first; the engine keeps those whose every
+    /// covered node is on it, and the newest of those wins.
+    pub summaries: Vec<super::Summary>,
 }

@@ -5,12 +5,16 @@
 //! visibility, the summary overlay, budget reduction, microcompact, snip, and a report that
 //! says what each did. Rendering is lossy, never failing: `Result` is for invalid input only.
 
+mod overlay;
 mod tiers;
 mod visibility;
 
-use crate::domain::{Error, NodeId, Part, PathView, ToolCall};
+pub use crate::domain::Budget;
+use crate::domain::{NodeId, Part, PathView, SummaryId, ToolCall};
 use crate::tokens::{Count, MEDIA_TOKENS, MESSAGE_OVERHEAD, TOOL_CALL_OVERHEAD, Tokenizer, Tokens};
 
+pub use overlay::{SUMMARY_HEADER, active_summary, overlay, summary_message};
+pub use tiers::{cleared_placeholder, truncation_marker};
 pub use visibility::visible;
 
 /// Who speaks a rendered message.
@@ -50,6 +54,8 @@ pub struct Message {
     /// Set on messages from inside a function's internal chain.
     pub function_id: Option<NodeId>,
     pub reduction: Reduction,
+    /// Set on the message a summary renders as.
+    pub summary_id: Option<SummaryId>,
 }
 
 /// Whether a render at a function shows its callers' context above its chain.
@@ -58,44 +64,6 @@ pub enum Callers {
     #[default]
     All,
     None,
-}
-
-/// The token budget of a request; the history gets what the other parts leave.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Budget {
-    pub context_window: Tokens,
-    pub output_reserve: Tokens,
-    pub system: Tokens,
-    pub tools: Tokens,
-    pub schema: Tokens,
-}
-
-impl Budget {
-    /// `context_window − output_reserve − system − tools − schema`, which must be positive.
-    pub fn history(&self) -> Result<Tokens, Error> {
-        let share = i64::from(self.context_window)
-            - i64::from(self.output_reserve)
-            - i64::from(self.system)
-            - i64::from(self.tools)
-            - i64::from(self.schema);
-        Tokens::try_from(share)
-            .ok()
-            .filter(|share| *share > 0)
-            .ok_or_else(|| {
-                Error::invalid(
-                    "budget",
-                    format!(
-                        "leaves the history {share} tokens: context_window {} − output_reserve {} \
-                         − system_tokens {} − tools_tokens {} − schema_tokens {} must be positive",
-                        self.context_window,
-                        self.output_reserve,
-                        self.system,
-                        self.tools,
-                        self.schema
-                    ),
-                )
-            })
-    }
 }
 
 /// How the engine fits a path into a budget.
@@ -109,6 +77,21 @@ pub struct Policy {
     pub retain_turns: usize,
     pub snip: bool,
     pub reactive: bool,
+}
+
+impl Policy {
+    /// Budget reduction only: what compaction measures, since microcompact and snip are what a
+    /// summary exists to avoid.
+    pub fn reduction_only(max_tool_result_chars: usize) -> Self {
+        Self {
+            max_tool_result_chars,
+            microcompact_first: usize::MAX,
+            idle_ms: i64::MAX,
+            snip: false,
+            reactive: false,
+            ..Self::default()
+        }
+    }
 }
 
 impl Default for Policy {
@@ -217,6 +200,8 @@ pub struct Report {
     pub trigger: Option<Trigger>,
     /// Tool results, in path order, before which microcompact may clear.
     pub microcompact_boundary: usize,
+    /// The summary laid over the path, if any.
+    pub summary: Option<SummaryId>,
     /// Leading messages the next microcompact step cannot change.
     pub stable_prefix_messages: usize,
 }
@@ -231,8 +216,14 @@ pub struct Rendered {
 
 /// Renders `path` under `options`, counting with `counter`.
 pub fn render(path: &PathView, options: &Options, counter: &dyn Count) -> Rendered {
-    let messages = visible(path, options.callers);
-    tiers::fit(messages, path, options, counter)
+    let mut messages = visible(path, options.callers);
+    let summary = active_summary(path);
+    if let Some(summary) = summary {
+        messages = overlay(messages, summary);
+    }
+    let mut rendered = tiers::fit(messages, path, options, counter);
+    rendered.report.summary = summary.map(|s| s.id);
+    rendered
 }
 
 /// Tokens of one message as sent, by category: its text, tool calls and media, plus framing.
@@ -257,6 +248,7 @@ pub fn message_breakdown(message: &Message, counter: &dyn Count) -> Breakdown {
         ..Breakdown::default()
     };
     match message.role {
+        _ if message.summary_id.is_some() => b.summaries = text,
         MessageRole::System | MessageRole::Developer => b.system = text,
         MessageRole::User => b.user = text,
         MessageRole::Assistant => b.assistant_text = text,

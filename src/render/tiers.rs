@@ -97,7 +97,9 @@ impl Layout {
                 .iter()
                 .enumerate()
                 .filter(|(_, m)| {
+                    // A summary stands with the preamble: it is what old turns became.
                     m.role == MessageRole::User
+                        && m.summary_id.is_none()
                         && (m.function_id.is_none() || m.function_id == path.scope)
                 })
                 .map(|(i, _)| i)
@@ -109,7 +111,7 @@ impl Layout {
         }
     }
 
-    /// Messages before the first turn (system prompts, say): never snipped.
+    /// Messages before the first turn (system prompts, the summary): never snipped.
     fn preamble(&self, len: usize) -> usize {
         self.turn_starts.first().copied().unwrap_or(len)
     }

@@ -67,6 +67,7 @@ fn chain(nodes: &[Node], chains: &HashMap<NodeId, Vec<Node>>, out: &mut Vec<Mess
                     node_ids: vec![node.id],
                     function_id,
                     reduction: Reduction::None,
+                    summary_id: None,
                 });
             }
             NodeContent::ToolResult {
@@ -84,6 +85,7 @@ fn chain(nodes: &[Node], chains: &HashMap<NodeId, Vec<Node>>, out: &mut Vec<Mess
                 node_ids: vec![node.id],
                 function_id,
                 reduction: Reduction::None,
+                summary_id: None,
             }),
             NodeContent::FunctionCall {
                 call_id,
@@ -122,6 +124,7 @@ fn chain(nodes: &[Node], chains: &HashMap<NodeId, Vec<Node>>, out: &mut Vec<Mess
                     node_ids,
                     function_id,
                     reduction: Reduction::None,
+                    summary_id: None,
                 });
                 if expose == Expose::Full {
                     deferred.push(call_node);

@@ -5,6 +5,7 @@
 //! beside the writer). An append is acknowledged only after its COMMIT.
 
 mod body;
+mod compaction;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
@@ -22,6 +23,7 @@ use crate::domain::{
     NodeId, PathView, Session, SessionId, node_hash,
 };
 use body::Body;
+pub use compaction::{Applied, CompactionPlan, PlanState};
 
 /// Errors of the store: domain errors pass through; database failures stay opaque to clients.
 #[derive(Debug, thiserror::Error)]
@@ -460,8 +462,9 @@ impl Store {
         Ok((hydrate(&mut conn, rows).await?, next))
     }
 
-    /// Loads what a render of `target` needs: the path from the root, and the internal chains
-    /// of completed functions that expose them in full.
+    /// Loads what a render of `target` needs: the path from the root, the internal chains of
+    /// completed functions that expose them in full, and the session's summaries (the engine
+    /// keeps those that apply to this path).
     pub async fn load_path(&self, session: SessionId, target: &PathTarget) -> Result<PathView> {
         let mut conn = self.reader.acquire().await?;
         ensure_session(&mut conn, session).await?;
@@ -487,10 +490,12 @@ impl Store {
             todo.extend(full_chains(&chain));
             chains.insert(function, chain);
         }
+        let summaries = compaction::summaries(&mut conn, session).await?;
         Ok(PathView {
             nodes,
             scope,
             chains,
+            summaries,
         })
     }
 }

@@ -1,0 +1,418 @@
+//! The summary RPCs: prepare, commit, cancel, list; each parses, calls, converts.
+
+use std::collections::HashSet;
+
+use tonic::Status;
+
+use super::service::{ContextStoreService, branch_or_main, now_ms, parse, session_id, tokenizer};
+use super::{convert, domain_status, pb, status};
+use crate::compact::{self, Plan, Prepared, Verdict};
+use crate::domain::{
+    BranchName, Budget, CompactionId, Error, NodeId, PathView, Reason, SessionId, Summary,
+    SummaryId,
+};
+use crate::render::{self, Policy};
+use crate::store::{self, Applied, CompactionPlan, PathTarget, PlanState};
+use crate::tokens::Tokenizer;
+
+/// How often a commit re-judges when the branch head moves between verdict and write.
+const COMMIT_ATTEMPTS: usize = 3;
+/// Commits in a row without a summary, on the same base, before Prepare refuses.
+pub(crate) const LOOP_GUARD: usize = 3;
+
+/// A Prepare request, parsed.
+pub(crate) struct PrepareArgs {
+    pub session: SessionId,
+    pub branch: BranchName,
+    pub budget: Budget,
+    pub tokenizer: Tokenizer,
+    pub retain_turns: usize,
+    pub instructions: String,
+    pub max_tool_result_chars: usize,
+}
+
+impl PrepareArgs {
+    #[allow(clippy::too_many_arguments)]
+    pub fn parse(
+        session: &str,
+        branch: &str,
+        budget: Option<pb::Budget>,
+        tokenizer_name: &str,
+        retain_turns: u32,
+        instructions: String,
+        max_tool_result_chars: u32,
+    ) -> Result<Self, Status> {
+        Ok(Self {
+            session: session_id(session)?,
+            branch: branch_or_main("branch", branch)?,
+            budget: parse(convert::budget(budget))?
+                .ok_or_else(|| domain_status(Error::invalid("budget", "is required")))?,
+            tokenizer: tokenizer(tokenizer_name)?,
+            retain_turns: if retain_turns == 0 {
+                2
+            } else {
+                retain_turns as usize
+            },
+            instructions,
+            max_tool_result_chars: if max_tool_result_chars == 0 {
+                Policy::default().max_tool_result_chars
+            } else {
+                max_tool_result_chars as usize
+            },
+        })
+    }
+}
+
+/// What Prepare answered: nothing to do, or a stored plan and the input to summarize.
+pub(crate) enum PrepareOutcome {
+    NotNeeded {
+        tokens_before: u32,
+        reason: String,
+    },
+    Needed {
+        plan: Box<CompactionPlan>,
+        prepared: Plan,
+    },
+}
+
+fn u32_of(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+fn reason(r: Reason) -> pb::CompactionReason {
+    match r {
+        Reason::Applied => pb::CompactionReason::Applied,
+        Reason::Empty => pb::CompactionReason::Empty,
+        Reason::NoGain => pb::CompactionReason::NoGain,
+        Reason::Stale => pb::CompactionReason::Stale,
+        Reason::Cancelled => pb::CompactionReason::Cancelled,
+        Reason::Failed => pb::CompactionReason::Failed,
+    }
+}
+
+/// Loads a branch's path; a branch that is gone has an empty path.
+async fn branch_path(
+    store: &store::Store,
+    session: SessionId,
+    branch: &BranchName,
+) -> Result<PathView, Status> {
+    match store
+        .load_path(session, &PathTarget::Branch(branch.clone()))
+        .await
+    {
+        Err(store::Error::Domain(Error::NotFound { what: "branch", .. })) => {
+            Ok(PathView::default())
+        }
+        other => other.map_err(status),
+    }
+}
+
+impl ContextStoreService {
+    pub(crate) async fn prepare(&self, args: PrepareArgs) -> Result<PrepareOutcome, Status> {
+        let path = self
+            .store
+            .load_path(args.session, &PathTarget::Branch(args.branch.clone()))
+            .await
+            .map_err(status)?;
+        let Some(head) = path.nodes.last().map(|n| n.id) else {
+            return Ok(PrepareOutcome::NotNeeded {
+                tokens_before: 0,
+                reason: "the branch is empty".to_owned(),
+            });
+        };
+        let failed = self
+            .store
+            .failed_commits_at(args.session, &args.branch, head)
+            .await
+            .map_err(status)?;
+        if failed >= LOOP_GUARD {
+            return Err(domain_status(Error::FailedPrecondition(format!(
+                "branch: the last {failed} commits on head {head} wrote no summary; append to \
+                 the branch before preparing again"
+            ))));
+        }
+        let cache = std::sync::Arc::clone(&self.tokens);
+        let (budget, retain, chars, tok) = (
+            args.budget,
+            args.retain_turns,
+            args.max_tool_result_chars,
+            args.tokenizer,
+        );
+        let prepared = tokio::task::spawn_blocking(move || {
+            compact::prepare(&path, budget, retain, chars, &cache.counter(tok))
+        })
+        .await
+        .map_err(|_| Status::internal("prepare failed"))?;
+        let prepared = match prepared {
+            Prepared::NotNeeded {
+                tokens_before,
+                reason,
+            } => {
+                return Ok(PrepareOutcome::NotNeeded {
+                    tokens_before,
+                    reason,
+                });
+            }
+            Prepared::Needed(plan) => plan,
+        };
+        let plan = CompactionPlan {
+            id: CompactionId::new(),
+            session: args.session,
+            branch: args.branch,
+            base_head: head,
+            prior: prepared.prior,
+            covers: prepared.covers.clone(),
+            budget: args.budget,
+            tokenizer: args.tokenizer.name().to_owned(),
+            max_tool_result_chars: u32_of(args.max_tool_result_chars),
+            retain_turns: u32_of(args.retain_turns),
+            instructions: args.instructions,
+            tokens_before: prepared.tokens_before,
+            state: PlanState::Open,
+            created_at_ms: now_ms(),
+        };
+        self.store.save_plan(&plan).await.map_err(status)?;
+        Ok(PrepareOutcome::Needed {
+            plan: Box::new(plan),
+            prepared,
+        })
+    }
+
+    pub(crate) fn prepare_response(
+        outcome: PrepareOutcome,
+        budget: Budget,
+    ) -> pb::PrepareCompactionResponse {
+        let history_budget = budget.history().unwrap_or(0);
+        match outcome {
+            PrepareOutcome::NotNeeded {
+                tokens_before,
+                reason,
+            } => pb::PrepareCompactionResponse {
+                needed: false,
+                tokens_before,
+                reason,
+                history_budget,
+                ..Default::default()
+            },
+            PrepareOutcome::Needed { plan, prepared } => pb::PrepareCompactionResponse {
+                needed: true,
+                compaction_id: plan.id.to_string(),
+                base_head_id: plan.base_head.to_string(),
+                covers_ids: plan.covers.iter().map(ToString::to_string).collect(),
+                prior_summary_id: plan.prior.map(|p| p.to_string()).unwrap_or_default(),
+                summary_input: prepared
+                    .input
+                    .into_iter()
+                    .map(|m| convert::rendered(m, 0))
+                    .collect(),
+                tokens_before: plan.tokens_before,
+                input_tokens: prepared.input_tokens,
+                reason: format!(
+                    "{} tokens exceed the history budget of {history_budget}",
+                    plan.tokens_before
+                ),
+                history_budget,
+                retained_turns: u32_of(prepared.retained_turns),
+            },
+        }
+    }
+
+    /// Judges `text` against the plan on the branch's current head and stores it if it helps.
+    pub(crate) async fn commit(
+        &self,
+        id: CompactionId,
+        text: String,
+        model: String,
+    ) -> Result<pb::CompactionOutcome, Status> {
+        let plan = self.store.plan(id).await.map_err(status)?;
+        if plan.state != PlanState::Open {
+            return Err(domain_status(Error::FailedPrecondition(format!(
+                "compaction_id: compaction {id} is {}",
+                if plan.state == PlanState::Applied {
+                    "already applied"
+                } else {
+                    "cancelled"
+                }
+            ))));
+        }
+        let tokenizer = Tokenizer::parse(&plan.tokenizer)
+            .ok_or_else(|| Status::data_loss("a stored plan names an unknown tokenizer"))?;
+        let outcome = |applied: bool,
+                       r: Reason,
+                       before: u32,
+                       after: u32,
+                       summary: Option<SummaryId>,
+                       message: String| {
+            pb::CompactionOutcome {
+                applied,
+                summary_id: summary.map(|s| s.to_string()).unwrap_or_default(),
+                tokens_before: before,
+                tokens_after: after,
+                reason: reason(r).into(),
+                message,
+                compaction_id: id.to_string(),
+            }
+        };
+        for _ in 0..COMMIT_ATTEMPTS {
+            let path = branch_path(&self.store, plan.session, &plan.branch).await?;
+            let head = path.nodes.last().map(|n| n.id);
+            let mut summary = Summary {
+                id: SummaryId::new(),
+                compaction_id: id,
+                covers: plan.covers.clone(),
+                text: text.clone(),
+                prior: plan.prior,
+                model: model.clone(),
+                base_head: plan.base_head,
+                tokens_before: 0,
+                tokens_after: 0,
+                created_at_ms: now_ms(),
+            };
+            let cache = std::sync::Arc::clone(&self.tokens);
+            let (prior, budget, chars) =
+                (plan.prior, plan.budget, plan.max_tool_result_chars as usize);
+            let judged = summary.clone();
+            let verdict = tokio::task::spawn_blocking(move || {
+                compact::judge(
+                    path,
+                    prior,
+                    &judged,
+                    budget,
+                    chars,
+                    &cache.counter(tokenizer),
+                )
+            })
+            .await
+            .map_err(|_| Status::internal("commit failed"))?;
+            let (r, before, after, message) = match verdict {
+                Verdict::Apply { before, after } => {
+                    let Some(head) = head else { continue };
+                    summary.tokens_before = before;
+                    summary.tokens_after = after;
+                    match self
+                        .store
+                        .apply_summary(id, &summary, head)
+                        .await
+                        .map_err(status)?
+                    {
+                        Applied::HeadMoved => continue,
+                        Applied::Stored => {
+                            return Ok(outcome(
+                                true,
+                                Reason::Applied,
+                                before,
+                                after,
+                                Some(summary.id),
+                                format!("{before} → {after} tokens"),
+                            ));
+                        }
+                    }
+                }
+                Verdict::Empty { before } => (
+                    Reason::Empty,
+                    before,
+                    before,
+                    "the summary text is empty".to_owned(),
+                ),
+                Verdict::NoGain { before, after } => (
+                    Reason::NoGain,
+                    before,
+                    after,
+                    format!("the summary would not shrink the context: {before} → {after} tokens"),
+                ),
+                Verdict::Stale { before } => (
+                    Reason::Stale,
+                    before,
+                    before,
+                    "a covered node left the branch, or its summary changed, since prepare"
+                        .to_owned(),
+                ),
+            };
+            self.store
+                .reject(id, r, before, after, &message)
+                .await
+                .map_err(status)?;
+            return Ok(outcome(false, r, before, after, None, message));
+        }
+        Err(Status::aborted(
+            "the branch kept moving while the summary was judged; commit again",
+        ))
+    }
+
+    pub(crate) async fn summaries_of(
+        &self,
+        session: SessionId,
+        branch: BranchName,
+    ) -> Result<pb::ListSummariesResponse, Status> {
+        let summaries = self.store.summaries(session).await.map_err(status)?;
+        let mut path = branch_path(&self.store, session, &branch).await?;
+        path.summaries = summaries;
+        let on_path: HashSet<NodeId> = path
+            .nodes
+            .iter()
+            .chain(path.chains.values().flatten())
+            .map(|n| n.id)
+            .collect();
+        let active = render::active_summary(&path).map(|s| s.id);
+        let events = self
+            .store
+            .events(session, Some(&branch))
+            .await
+            .map_err(status)?;
+        Ok(pb::ListSummariesResponse {
+            summaries: path
+                .summaries
+                .into_iter()
+                .map(|s| {
+                    let applies = s.covers.iter().all(|id| on_path.contains(id));
+                    pb::SummaryRecord {
+                        summary_id: s.id.to_string(),
+                        compaction_id: s.compaction_id.to_string(),
+                        covers_ids: s.covers.iter().map(ToString::to_string).collect(),
+                        prior_summary_id: s.prior.map(|p| p.to_string()).unwrap_or_default(),
+                        text: s.text,
+                        model: s.model,
+                        base_head_id: s.base_head.to_string(),
+                        tokens_before: s.tokens_before,
+                        tokens_after: s.tokens_after,
+                        created_at_unix_ms: s.created_at_ms,
+                        applies,
+                        active: active == Some(s.id),
+                    }
+                })
+                .collect(),
+            events: events
+                .into_iter()
+                .map(|e| pb::CompactionEvent {
+                    compaction_id: e.compaction_id.to_string(),
+                    branch: e.branch,
+                    kind: e.kind.as_str().to_owned(),
+                    reason: e
+                        .reason
+                        .map_or(pb::CompactionReason::Unspecified, reason)
+                        .into(),
+                    base_head_id: e.base_head.map(|h| h.to_string()).unwrap_or_default(),
+                    tokens_before: e.tokens_before,
+                    tokens_after: e.tokens_after,
+                    summary_id: e.summary_id.map(|s| s.to_string()).unwrap_or_default(),
+                    message: e.message,
+                    created_at_unix_ms: e.created_at_ms,
+                })
+                .collect(),
+        })
+    }
+}
+
+impl ContextStoreService {
+    /// Prepare, the server's summarizer, commit.
+    pub(crate) async fn compact_with_summarizer(
+        &self,
+        _args: PrepareArgs,
+    ) -> Result<pb::CompactionOutcome, Status> {
+        Err(domain_status(Error::FailedPrecondition(
+            "no summarizer is configured: start the server with --summarizer-url URL \
+             --summarizer-model NAME (an OpenAI-compatible chat-completions endpoint)"
+                .to_owned(),
+        )))
+    }
+}

@@ -1,0 +1,105 @@
+//! Summaries laid over a prefix of a branch's history, and the audit trail of compactions.
+
+use super::NodeId;
+
+/// A stored summary: the exact nodes it replaces, rolling over the summary it incorporates.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Summary {
+    pub id: SummaryId,
+    pub compaction_id: CompactionId,
+    /// Every node the summary replaces, the prior summary's included.
+    pub covers: Vec<NodeId>,
+    pub text: String,
+    pub prior: Option<SummaryId>,
+    pub model: String,
+    pub base_head: NodeId,
+    pub tokens_before: u32,
+    pub tokens_after: u32,
+    pub created_at_ms: i64,
+}
+
+pub use super::ids::{CompactionId, SummaryId};
+
+/// Why a compaction ended as it did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    Applied,
+    /// The text was empty or whitespace.
+    Empty,
+    /// The summary did not make the context strictly smaller.
+    NoGain,
+    /// A covered node left the branch's path, or the prior summary changed.
+    Stale,
+    Cancelled,
+    /// The summarizer failed (provider error, deadline, bound exhausted).
+    Failed,
+}
+
+impl Reason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::Applied => "applied",
+            Reason::Empty => "empty",
+            Reason::NoGain => "no_gain",
+            Reason::Stale => "stale",
+            Reason::Cancelled => "cancelled",
+            Reason::Failed => "failed",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "applied" => Reason::Applied,
+            "empty" => Reason::Empty,
+            "no_gain" => Reason::NoGain,
+            "stale" => Reason::Stale,
+            "cancelled" => Reason::Cancelled,
+            "failed" => Reason::Failed,
+            _ => return None,
+        })
+    }
+}
+
+/// What happened in a compaction's life, for the audit trail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventKind {
+    Prepared,
+    Committed,
+    Rejected,
+    Cancelled,
+}
+
+impl EventKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventKind::Prepared => "prepared",
+            EventKind::Committed => "committed",
+            EventKind::Rejected => "rejected",
+            EventKind::Cancelled => "cancelled",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "prepared" => EventKind::Prepared,
+            "committed" => EventKind::Committed,
+            "rejected" => EventKind::Rejected,
+            "cancelled" => EventKind::Cancelled,
+            _ => return None,
+        })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompactionEvent {
+    pub compaction_id: CompactionId,
+    pub branch: String,
+    pub kind: EventKind,
+    pub reason: Option<Reason>,
+    pub base_head: Option<NodeId>,
+    pub tokens_before: u32,
+    pub tokens_after: u32,
+    pub summary_id: Option<SummaryId>,
+    pub message: String,
+    pub created_at_ms: i64,
+}

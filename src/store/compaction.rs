@@ -1,0 +1,477 @@
+//! Compaction plans, summaries and their audit trail.
+
+use sqlx::sqlite::SqliteRow;
+use sqlx::{Row, SqliteConnection};
+
+use super::{Error, Result, Store, branch_head, ensure_session, id_column, now_ms};
+use crate::domain::{
+    self, BranchName, Budget, CompactionEvent, CompactionId, EventKind, Hash, NodeId, Reason,
+    SessionId, Summary, SummaryId,
+};
+
+/// Where a compaction plan stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PlanState {
+    /// Prepared; commits may be tried until one applies or it is cancelled.
+    Open,
+    Applied,
+    Cancelled,
+}
+
+/// What Prepare fixed, so Commit cannot be handed a different range.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompactionPlan {
+    pub id: CompactionId,
+    pub session: SessionId,
+    pub branch: BranchName,
+    pub base_head: NodeId,
+    pub prior: Option<SummaryId>,
+    pub covers: Vec<NodeId>,
+    pub budget: Budget,
+    pub tokenizer: String,
+    pub max_tool_result_chars: u32,
+    pub retain_turns: u32,
+    pub instructions: String,
+    pub tokens_before: u32,
+    pub state: PlanState,
+    pub created_at_ms: i64,
+}
+
+/// Whether a summary was stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Applied {
+    Stored,
+    /// The branch head moved since the verdict: judge again on the new head.
+    HeadMoved,
+}
+
+fn pack(ids: &[NodeId]) -> Vec<u8> {
+    ids.iter().flat_map(|id| *id.as_bytes()).collect()
+}
+
+fn unpack(bytes: &[u8]) -> Result<Vec<NodeId>> {
+    if !bytes.len().is_multiple_of(16) {
+        return Err(Error::Corrupt("packed ids are not 16-byte aligned".into()));
+    }
+    Ok(bytes
+        .chunks_exact(16)
+        .map(|c| {
+            let mut id = [0u8; 16];
+            id.copy_from_slice(c);
+            NodeId::from_bytes(id)
+        })
+        .collect())
+}
+
+fn uuid_column(row: &SqliteRow, column: &str) -> Result<Option<[u8; 16]>> {
+    let bytes: Option<Vec<u8>> = row.try_get(column)?;
+    bytes
+        .map(|b| {
+            <[u8; 16]>::try_from(b.as_slice())
+                .map_err(|_| Error::Corrupt(format!("{column} is not 16 bytes")))
+        })
+        .transpose()
+}
+
+fn required<T>(value: Option<T>, column: &str) -> Result<T> {
+    value.ok_or_else(|| Error::Corrupt(format!("{column} is null")))
+}
+
+fn u32_column(row: &SqliteRow, column: &str) -> Result<u32> {
+    let n: i64 = row.try_get(column)?;
+    u32::try_from(n).map_err(|_| Error::Corrupt(format!("{column} out of range")))
+}
+
+fn summary_from(row: &SqliteRow) -> Result<Summary> {
+    Ok(Summary {
+        id: SummaryId::from_bytes(required(uuid_column(row, "id")?, "id")?),
+        compaction_id: CompactionId::from_bytes(required(
+            uuid_column(row, "compaction_id")?,
+            "compaction_id",
+        )?),
+        covers: unpack(&row.try_get::<Vec<u8>, _>("covers")?)?,
+        text: row.try_get("text")?,
+        prior: uuid_column(row, "prior_id")?.map(SummaryId::from_bytes),
+        model: row.try_get("model")?,
+        base_head: required(id_column(row, "base_head_id")?, "base_head_id")?,
+        tokens_before: u32_column(row, "tokens_before")?,
+        tokens_after: u32_column(row, "tokens_after")?,
+        created_at_ms: row.try_get("created_at_ms")?,
+    })
+}
+
+/// Every summary of a session, oldest first.
+pub(super) async fn summaries(
+    conn: &mut SqliteConnection,
+    session: SessionId,
+) -> Result<Vec<Summary>> {
+    let rows = sqlx::query(
+        "SELECT id, compaction_id, covers, text, prior_id, model, base_head_id, tokens_before,
+                tokens_after, created_at_ms
+         FROM summaries WHERE session_id = ? ORDER BY created_at_ms, id",
+    )
+    .bind(session.as_bytes().as_slice())
+    .fetch_all(&mut *conn)
+    .await?;
+    rows.iter().map(summary_from).collect()
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn insert_event(
+    conn: &mut SqliteConnection,
+    plan: &CompactionPlan,
+    kind: EventKind,
+    reason: Option<Reason>,
+    tokens_before: u32,
+    tokens_after: u32,
+    summary: Option<SummaryId>,
+    message: &str,
+) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO compaction_events (session_id, compaction_id, branch, kind, reason,
+             base_head_id, tokens_before, tokens_after, summary_id, message, created_at_ms)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    )
+    .bind(plan.session.as_bytes().as_slice())
+    .bind(plan.id.as_bytes().as_slice())
+    .bind(plan.branch.as_str())
+    .bind(kind.as_str())
+    .bind(reason.map(Reason::as_str))
+    .bind(plan.base_head.as_bytes().as_slice())
+    .bind(i64::from(tokens_before))
+    .bind(i64::from(tokens_after))
+    .bind(summary.map(|s| s.as_bytes().to_vec()))
+    .bind(message)
+    .bind(now_ms())
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// The plan must still take commits.
+fn ensure_open(plan: &CompactionPlan) -> Result<()> {
+    match plan.state {
+        PlanState::Open => Ok(()),
+        PlanState::Applied => Err(domain::Error::FailedPrecondition(format!(
+            "compaction_id: compaction {} is already applied",
+            plan.id
+        ))
+        .into()),
+        PlanState::Cancelled => Err(domain::Error::FailedPrecondition(format!(
+            "compaction_id: compaction {} was cancelled",
+            plan.id
+        ))
+        .into()),
+    }
+}
+
+async fn load_plan(conn: &mut SqliteConnection, id: CompactionId) -> Result<CompactionPlan> {
+    let row = sqlx::query(
+        "SELECT session_id, branch, base_head_id, prior_summary_id, covers, budget, tokenizer,
+                max_tool_result_chars, retain_turns, instructions, tokens_before, state,
+                created_at_ms
+         FROM compactions WHERE id = ?",
+    )
+    .bind(id.as_bytes().as_slice())
+    .fetch_optional(&mut *conn)
+    .await?
+    .ok_or_else(|| domain::Error::not_found("compaction", id))?;
+    let budget: String = row.try_get("budget")?;
+    let [context_window, output_reserve, system, tools, schema]: [u32; 5] =
+        serde_json::from_str(&budget).map_err(|e| Error::Corrupt(format!("budget: {e}")))?;
+    let state: String = row.try_get("state")?;
+    Ok(CompactionPlan {
+        id,
+        session: SessionId::from_bytes(required(uuid_column(&row, "session_id")?, "session_id")?),
+        branch: BranchName::from_stored(row.try_get("branch")?),
+        base_head: required(id_column(&row, "base_head_id")?, "base_head_id")?,
+        prior: uuid_column(&row, "prior_summary_id")?.map(SummaryId::from_bytes),
+        covers: unpack(&row.try_get::<Vec<u8>, _>("covers")?)?,
+        budget: Budget {
+            context_window,
+            output_reserve,
+            system,
+            tools,
+            schema,
+        },
+        tokenizer: row.try_get("tokenizer")?,
+        max_tool_result_chars: u32_column(&row, "max_tool_result_chars")?,
+        retain_turns: u32_column(&row, "retain_turns")?,
+        instructions: row.try_get("instructions")?,
+        tokens_before: u32_column(&row, "tokens_before")?,
+        state: match state.as_str() {
+            "open" => PlanState::Open,
+            "applied" => PlanState::Applied,
+            "cancelled" => PlanState::Cancelled,
+            other => return Err(Error::Corrupt(format!("compaction state {other:?}"))),
+        },
+        created_at_ms: row.try_get("created_at_ms")?,
+    })
+}
+
+impl Store {
+    /// Stores a prepared plan and its `prepared` event.
+    pub async fn save_plan(&self, plan: &CompactionPlan) -> Result<()> {
+        let b = plan.budget;
+        let budget = serde_json::to_string(&[
+            b.context_window,
+            b.output_reserve,
+            b.system,
+            b.tools,
+            b.schema,
+        ])
+        .expect("numbers serialize");
+        let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
+        sqlx::query(
+            "INSERT INTO compactions (id, session_id, branch, base_head_id, prior_summary_id,
+                 covers, budget, tokenizer, max_tool_result_chars, retain_turns, instructions,
+                 tokens_before, state, created_at_ms)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'open', ?)",
+        )
+        .bind(plan.id.as_bytes().as_slice())
+        .bind(plan.session.as_bytes().as_slice())
+        .bind(plan.branch.as_str())
+        .bind(plan.base_head.as_bytes().as_slice())
+        .bind(plan.prior.map(|p| p.as_bytes().to_vec()))
+        .bind(pack(&plan.covers))
+        .bind(budget)
+        .bind(&plan.tokenizer)
+        .bind(i64::from(plan.max_tool_result_chars))
+        .bind(i64::from(plan.retain_turns))
+        .bind(&plan.instructions)
+        .bind(i64::from(plan.tokens_before))
+        .bind(plan.created_at_ms)
+        .execute(&mut *tx)
+        .await?;
+        insert_event(
+            &mut tx,
+            plan,
+            EventKind::Prepared,
+            None,
+            plan.tokens_before,
+            0,
+            None,
+            &format!("{} nodes to summarize", plan.covers.len()),
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub async fn plan(&self, id: CompactionId) -> Result<CompactionPlan> {
+        let mut conn = self.reader.acquire().await?;
+        load_plan(&mut conn, id).await
+    }
+
+    /// Stores `summary` if the plan is open and the branch head is still `expected_head`, in
+    /// one transaction with its event and the session's compaction count.
+    pub async fn apply_summary(
+        &self,
+        plan_id: CompactionId,
+        summary: &Summary,
+        expected_head: NodeId,
+    ) -> Result<Applied> {
+        let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
+        let plan = load_plan(&mut tx, plan_id).await?;
+        ensure_open(&plan)?;
+        if branch_head(&mut tx, plan.session, &plan.branch).await? != Some(expected_head) {
+            return Ok(Applied::HeadMoved);
+        }
+        sqlx::query(
+            "INSERT INTO summaries (id, session_id, compaction_id, prior_id, covers, text, model,
+                 base_head_id, tokens_before, tokens_after, created_at_ms)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(summary.id.as_bytes().as_slice())
+        .bind(plan.session.as_bytes().as_slice())
+        .bind(plan.id.as_bytes().as_slice())
+        .bind(summary.prior.map(|p| p.as_bytes().to_vec()))
+        .bind(pack(&summary.covers))
+        .bind(&summary.text)
+        .bind(&summary.model)
+        .bind(summary.base_head.as_bytes().as_slice())
+        .bind(i64::from(summary.tokens_before))
+        .bind(i64::from(summary.tokens_after))
+        .bind(summary.created_at_ms)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query("UPDATE compactions SET state = 'applied' WHERE id = ?")
+            .bind(plan.id.as_bytes().as_slice())
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("UPDATE sessions SET compaction_count = compaction_count + 1 WHERE id = ?")
+            .bind(plan.session.as_bytes().as_slice())
+            .execute(&mut *tx)
+            .await?;
+        insert_event(
+            &mut tx,
+            &plan,
+            EventKind::Committed,
+            Some(Reason::Applied),
+            summary.tokens_before,
+            summary.tokens_after,
+            Some(summary.id),
+            &format!("model {:?}", summary.model),
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(Applied::Stored)
+    }
+
+    /// Records a commit that wrote no summary; the plan stays open for another try.
+    pub async fn reject(
+        &self,
+        plan_id: CompactionId,
+        reason: Reason,
+        tokens_before: u32,
+        tokens_after: u32,
+        message: &str,
+    ) -> Result<()> {
+        let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
+        let plan = load_plan(&mut tx, plan_id).await?;
+        ensure_open(&plan)?;
+        insert_event(
+            &mut tx,
+            &plan,
+            EventKind::Rejected,
+            Some(reason),
+            tokens_before,
+            tokens_after,
+            None,
+            message,
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Closes an open plan without a summary.
+    pub async fn cancel(&self, plan_id: CompactionId, message: &str) -> Result<()> {
+        let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
+        let plan = load_plan(&mut tx, plan_id).await?;
+        ensure_open(&plan)?;
+        sqlx::query("UPDATE compactions SET state = 'cancelled' WHERE id = ?")
+            .bind(plan.id.as_bytes().as_slice())
+            .execute(&mut *tx)
+            .await?;
+        insert_event(
+            &mut tx,
+            &plan,
+            EventKind::Cancelled,
+            Some(Reason::Cancelled),
+            plan.tokens_before,
+            plan.tokens_before,
+            None,
+            message,
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub async fn summaries(&self, session: SessionId) -> Result<Vec<Summary>> {
+        let mut conn = self.reader.acquire().await?;
+        ensure_session(&mut conn, session).await?;
+        summaries(&mut conn, session).await
+    }
+
+    /// The audit trail of a session (one branch's, if given), oldest first.
+    pub async fn events(
+        &self,
+        session: SessionId,
+        branch: Option<&BranchName>,
+    ) -> Result<Vec<CompactionEvent>> {
+        let mut conn = self.reader.acquire().await?;
+        ensure_session(&mut conn, session).await?;
+        let rows = sqlx::query(
+            "SELECT compaction_id, branch, kind, reason, base_head_id, tokens_before,
+                    tokens_after, summary_id, message, created_at_ms
+             FROM compaction_events WHERE session_id = ?1 AND (?2 IS NULL OR branch = ?2)
+             ORDER BY id",
+        )
+        .bind(session.as_bytes().as_slice())
+        .bind(branch.map(BranchName::as_str))
+        .fetch_all(&mut *conn)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                let kind: String = row.try_get("kind")?;
+                let reason: Option<String> = row.try_get("reason")?;
+                Ok(CompactionEvent {
+                    compaction_id: CompactionId::from_bytes(required(
+                        uuid_column(row, "compaction_id")?,
+                        "compaction_id",
+                    )?),
+                    branch: row.try_get("branch")?,
+                    kind: EventKind::parse(&kind)
+                        .ok_or_else(|| Error::Corrupt(format!("event kind {kind:?}")))?,
+                    reason: reason
+                        .map(|r| {
+                            Reason::parse(&r)
+                                .ok_or_else(|| Error::Corrupt(format!("event reason {r:?}")))
+                        })
+                        .transpose()?,
+                    base_head: id_column(row, "base_head_id")?,
+                    tokens_before: u32_column(row, "tokens_before")?,
+                    tokens_after: u32_column(row, "tokens_after")?,
+                    summary_id: uuid_column(row, "summary_id")?.map(SummaryId::from_bytes),
+                    message: row.try_get("message")?,
+                    created_at_ms: row.try_get("created_at_ms")?,
+                })
+            })
+            .collect()
+    }
+
+    /// Commits in a row, newest first, that wrote no summary on plans based at `head`.
+    pub async fn failed_commits_at(
+        &self,
+        session: SessionId,
+        branch: &BranchName,
+        head: NodeId,
+    ) -> Result<usize> {
+        let mut conn = self.reader.acquire().await?;
+        let rows = sqlx::query(
+            "SELECT reason, base_head_id FROM compaction_events
+             WHERE session_id = ? AND branch = ? AND kind IN ('committed', 'rejected')
+             ORDER BY id DESC LIMIT 16",
+        )
+        .bind(session.as_bytes().as_slice())
+        .bind(branch.as_str())
+        .fetch_all(&mut *conn)
+        .await?;
+        let mut failed = 0;
+        for row in &rows {
+            let reason: Option<String> = row.try_get("reason")?;
+            if reason.as_deref() == Some(Reason::Applied.as_str())
+                || id_column(row, "base_head_id")? != Some(head)
+            {
+                break;
+            }
+            failed += 1;
+        }
+        Ok(failed)
+    }
+
+    /// The summarizer's earlier output for an identical source, if any.
+    pub async fn summarizer_output(&self, source: &Hash) -> Result<Option<String>> {
+        let mut conn = self.reader.acquire().await?;
+        let row = sqlx::query("SELECT text FROM summarizer_outputs WHERE source_key = ?")
+            .bind(source.0.as_slice())
+            .fetch_optional(&mut *conn)
+            .await?;
+        Ok(row.map(|r| r.try_get("text")).transpose()?)
+    }
+
+    pub async fn save_summarizer_output(&self, source: &Hash, text: &str) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO summarizer_outputs (source_key, text, created_at_ms) VALUES (?, ?, ?)
+             ON CONFLICT (source_key) DO UPDATE SET text = excluded.text",
+        )
+        .bind(source.0.as_slice())
+        .bind(text)
+        .bind(now_ms())
+        .execute(&self.writer)
+        .await?;
+        Ok(())
+    }
+}
