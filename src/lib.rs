@@ -7,6 +7,7 @@
 //! - [`compact`]: the pure half of summaries: range selection, summary input, the commit rule.
 //! - [`store`]: SQLite, the only place with SQL.
 //! - [`api`]: the tonic service, the only place with prost types.
+//! - [`summarizer`]: the server's own summarizer over an OpenAI-compatible endpoint.
 //! - [`server`]: wires the service, health and reflection onto a bound listener.
 //! - [`cli`]: the command line (`ctxd serve`).
 
@@ -17,4 +18,5 @@ pub mod domain;
 pub mod render;
 pub mod server;
 pub mod store;
+pub mod summarizer;
 pub mod tokens;

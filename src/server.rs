@@ -8,6 +8,7 @@ use tonic::transport::Server;
 
 use crate::api::{ContextStoreService, pb};
 use crate::store::Store;
+use crate::summarizer::Summarizer;
 
 /// The largest request or response message: room for media parts and long tool output.
 const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
@@ -20,10 +21,20 @@ pub async fn serve(
     store: Store,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), tonic::transport::Error> {
-    let service =
-        pb::context_store_server::ContextStoreServer::new(ContextStoreService::new(store))
-            .max_decoding_message_size(MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    serve_with_summarizer(listener, store, None, shutdown).await
+}
+
+/// [`serve`], with a summarizer for the `Compact` RPC.
+pub async fn serve_with_summarizer(
+    listener: TcpListener,
+    store: Store,
+    summarizer: Option<Summarizer>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), tonic::transport::Error> {
+    let service = ContextStoreService::new(store, summarizer);
+    let service = pb::context_store_server::ContextStoreServer::new(service)
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES);
     let (health, health_service) = tonic_health::server::health_reporter();
     health
         .set_serving::<pb::context_store_server::ContextStoreServer<ContextStoreService>>()

@@ -8,7 +8,7 @@ use super::service::{ContextStoreService, branch_or_main, now_ms, parse, session
 use super::{convert, domain_status, pb, status};
 use crate::compact::{self, Plan, Prepared, Verdict};
 use crate::domain::{
-    BranchName, Budget, CompactionId, Error, NodeId, PathView, Reason, SessionId, Summary,
+    BranchName, Budget, CompactionId, Error, Hash, NodeId, PathView, Reason, SessionId, Summary,
     SummaryId,
 };
 use crate::render::{self, Policy};
@@ -403,16 +403,123 @@ impl ContextStoreService {
     }
 }
 
+/// Closes a plan as cancelled if the Compact call is dropped (client cancel or deadline)
+/// before it finished: nothing is written but the event.
+struct CloseOnDrop {
+    store: store::Store,
+    plan: Option<CompactionId>,
+}
+
+impl CloseOnDrop {
+    fn disarm(&mut self) {
+        self.plan = None;
+    }
+}
+
+impl Drop for CloseOnDrop {
+    fn drop(&mut self) {
+        let (Some(plan), Ok(runtime)) = (self.plan, tokio::runtime::Handle::try_current()) else {
+            return;
+        };
+        let store = self.store.clone();
+        runtime.spawn(async move {
+            let message = "the Compact call was cancelled or its deadline passed";
+            if let Err(e) = store.close_plan(plan, Reason::Cancelled, message).await {
+                tracing::debug!(error = %e, "closing a dropped compaction");
+            }
+        });
+    }
+}
+
+/// What identifies a summary's source: the same prior, the same covered nodes by hash, the same
+/// model and instructions.
+fn source_key(prior: Option<SummaryId>, source: &Hash, model: &str, instructions: &str) -> Hash {
+    let mut h = blake3::Hasher::new();
+    h.update(b"ctxd/summary-source/v1");
+    h.update(&prior.map_or([0u8; 16], |p| *p.as_bytes()));
+    h.update(&source.0);
+    for s in [model, instructions] {
+        h.update(&(s.len() as u64).to_le_bytes());
+        h.update(s.as_bytes());
+    }
+    Hash(*h.finalize().as_bytes())
+}
+
 impl ContextStoreService {
     /// Prepare, the server's summarizer, commit.
     pub(crate) async fn compact_with_summarizer(
         &self,
-        _args: PrepareArgs,
+        args: PrepareArgs,
     ) -> Result<pb::CompactionOutcome, Status> {
-        Err(domain_status(Error::FailedPrecondition(
-            "no summarizer is configured: start the server with --summarizer-url URL \
-             --summarizer-model NAME (an OpenAI-compatible chat-completions endpoint)"
-                .to_owned(),
-        )))
+        let Some(summarizer) = self.summarizer.clone() else {
+            return Err(domain_status(Error::FailedPrecondition(
+                "no summarizer is configured: start the server with --summarizer-url URL \
+                 --summarizer-model NAME (an OpenAI-compatible chat-completions endpoint)"
+                    .to_owned(),
+            )));
+        };
+        let tokenizer = args.tokenizer;
+        let instructions = args.instructions.clone();
+        let (plan, prepared) = match self.prepare(args).await? {
+            PrepareOutcome::NotNeeded {
+                tokens_before,
+                reason,
+            } => {
+                return Ok(pb::CompactionOutcome {
+                    applied: false,
+                    tokens_before,
+                    tokens_after: tokens_before,
+                    reason: pb::CompactionReason::NotNeeded.into(),
+                    message: reason,
+                    ..Default::default()
+                });
+            }
+            PrepareOutcome::Needed { plan, prepared } => (plan, prepared),
+        };
+        let mut guard = CloseOnDrop {
+            store: self.store.clone(),
+            plan: Some(plan.id),
+        };
+        let model = summarizer.model().to_owned();
+        let key = source_key(plan.prior, &prepared.source_hash, &model, &instructions);
+        let text = match self.store.summarizer_output(&key).await.map_err(status)? {
+            Some(text) => text,
+            None => {
+                let counter = self.tokens.counter(tokenizer);
+                match summarizer
+                    .summarize(&prepared.input, &instructions, &counter)
+                    .await
+                {
+                    Ok(text) => {
+                        self.store
+                            .save_summarizer_output(&key, &text)
+                            .await
+                            .map_err(status)?;
+                        text
+                    }
+                    Err(e) => {
+                        guard.disarm();
+                        let message = e.to_string();
+                        tracing::warn!(error = %message, "summarizer failed");
+                        self.store
+                            .close_plan(plan.id, Reason::Failed, &message)
+                            .await
+                            .map_err(status)?;
+                        return Ok(pb::CompactionOutcome {
+                            applied: false,
+                            tokens_before: plan.tokens_before,
+                            tokens_after: plan.tokens_before,
+                            reason: pb::CompactionReason::Failed.into(),
+                            message,
+                            compaction_id: plan.id.to_string(),
+                            ..Default::default()
+                        });
+                    }
+                }
+            }
+        };
+        let outcome = self.commit(plan.id, text, model).await;
+        guard.disarm();
+        outcome
     }
 }

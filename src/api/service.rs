@@ -10,6 +10,7 @@ use super::compaction::PrepareArgs;
 use crate::domain::{BranchName, CompactionId, Error, NodeId, PathView, SessionId};
 use crate::render::{self, Callers, Options, Rendered};
 use crate::store::{AppendRequest, AppendTarget, PathTarget, Store};
+use crate::summarizer::Summarizer;
 use crate::tokens::{TokenCache, Tokenizer};
 
 const DEFAULT_PAGE_SIZE: u32 = 50;
@@ -21,13 +22,15 @@ const MAX_LOG_LIMIT: u32 = 1000;
 pub struct ContextStoreService {
     pub(super) store: Store,
     pub(super) tokens: Arc<TokenCache>,
+    pub(super) summarizer: Option<Arc<Summarizer>>,
 }
 
 impl ContextStoreService {
-    pub fn new(store: Store) -> Self {
+    pub fn new(store: Store, summarizer: Option<Summarizer>) -> Self {
         Self {
             store,
             tokens: Arc::new(TokenCache::default()),
+            summarizer: summarizer.map(Arc::new),
         }
     }
 }

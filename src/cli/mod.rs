@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
 
 use crate::store::Store;
+use crate::summarizer::{Config as SummarizerConfig, Summarizer};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -35,7 +36,52 @@ enum Command {
         /// SQLite file, created and migrated on first start.
         #[arg(long, env = "CTXD_DB", default_value = "ctxd.db")]
         db: PathBuf,
+        #[command(flatten)]
+        summarizer: SummarizerArgs,
     },
+}
+
+/// The server's own summarizer, for the `Compact` RPC.
+#[derive(Debug, clap::Args)]
+struct SummarizerArgs {
+    /// An OpenAI-compatible chat-completions URL (or its base, e.g. `https://host/v1`).
+    #[arg(long, env = "CTXD_SUMMARIZER_URL", requires = "summarizer_model")]
+    summarizer_url: Option<String>,
+    /// The model to ask for summaries.
+    #[arg(long, env = "CTXD_SUMMARIZER_MODEL")]
+    summarizer_model: Option<String>,
+    /// Sent as a bearer token; from the environment only, so it stays out of process lists.
+    #[arg(skip = std::env::var("CTXD_SUMMARIZER_API_KEY").ok())]
+    summarizer_api_key: Option<String>,
+    /// The summarizer model's context window, in tokens: larger inputs go in chunks.
+    #[arg(long, env = "CTXD_SUMMARIZER_WINDOW", default_value_t = 128_000)]
+    summarizer_window: u32,
+    /// Tokens a summary may take.
+    #[arg(long, env = "CTXD_SUMMARIZER_MAX_OUTPUT", default_value_t = 4096)]
+    summarizer_max_output: u32,
+    /// Model calls one compaction may make.
+    #[arg(long, env = "CTXD_SUMMARIZER_MAX_CALLS", default_value_t = 8)]
+    summarizer_max_calls: usize,
+    /// Seconds one compaction may take, all calls included.
+    #[arg(long, env = "CTXD_SUMMARIZER_TIMEOUT_SECS", default_value_t = 300)]
+    summarizer_timeout_secs: u64,
+}
+
+impl SummarizerArgs {
+    fn build(self) -> anyhow::Result<Option<Summarizer>> {
+        let (Some(url), Some(model)) = (self.summarizer_url, self.summarizer_model) else {
+            return Ok(None);
+        };
+        Ok(Some(Summarizer::new(SummarizerConfig {
+            url,
+            model,
+            api_key: self.summarizer_api_key,
+            window_tokens: self.summarizer_window,
+            max_output_tokens: self.summarizer_max_output,
+            max_calls: self.summarizer_max_calls,
+            timeout: std::time::Duration::from_secs(self.summarizer_timeout_secs),
+        })?))
+    }
 }
 
 pub fn main() -> anyhow::Result<()> {
@@ -49,11 +95,22 @@ pub fn main() -> anyhow::Result<()> {
         .build()
         .context("starting the runtime")?;
     match cli.command {
-        Command::Serve { listen, db } => runtime.block_on(serve(listen, db)),
+        Command::Serve {
+            listen,
+            db,
+            summarizer,
+        } => {
+            let summarizer = summarizer.build()?;
+            runtime.block_on(serve(listen, db, summarizer))
+        }
     }
 }
 
-async fn serve(listen: SocketAddr, db: PathBuf) -> anyhow::Result<()> {
+async fn serve(
+    listen: SocketAddr,
+    db: PathBuf,
+    summarizer: Option<Summarizer>,
+) -> anyhow::Result<()> {
     let store = Store::open(&db)
         .await
         .with_context(|| format!("opening {}", db.display()))?;
@@ -65,8 +122,14 @@ async fn serve(listen: SocketAddr, db: PathBuf) -> anyhow::Result<()> {
     let mut stdout = std::io::stdout();
     writeln!(stdout, "ctxd listening on {bound}")?;
     stdout.flush()?;
-    tracing::info!(%bound, db = %db.display(), "serving");
-    crate::server::serve(listener, store.clone(), shutdown_signal()).await?;
+    tracing::info!(
+        %bound,
+        db = %db.display(),
+        summarizer = summarizer.as_ref().map(Summarizer::model),
+        "serving"
+    );
+    crate::server::serve_with_summarizer(listener, store.clone(), summarizer, shutdown_signal())
+        .await?;
     store.close().await;
     tracing::info!("stopped");
     Ok(())

@@ -5,7 +5,9 @@
 
 use std::collections::HashSet;
 
-use crate::domain::{NodeId, PathView, Summary, SummaryId};
+use std::collections::HashMap;
+
+use crate::domain::{Hash, NodeId, PathView, Summary, SummaryId};
 use crate::render::{self, Budget, Message, MessageRole, Options, Policy, Rendered};
 use crate::tokens::{Count, Tokens};
 
@@ -33,6 +35,9 @@ pub struct Plan {
     pub tokens_before: Tokens,
     /// How many newest turns stay as they are.
     pub retained_turns: usize,
+    /// BLAKE3 over the hashes of the covered nodes, in order: the same source has the same key
+    /// wherever its nodes live.
+    pub source_hash: Hash,
 }
 
 /// Renders as compaction measures: overlay and budget reduction only.
@@ -141,6 +146,18 @@ pub fn prepare(
             covers.push(*id);
         }
     }
+    let hashes: HashMap<NodeId, Hash> = path
+        .nodes
+        .iter()
+        .chain(path.chains.values().flatten())
+        .map(|n| (n.id, n.hash))
+        .collect();
+    let mut source = blake3::Hasher::new();
+    for id in &covers {
+        if let Some(hash) = hashes.get(id) {
+            source.update(&hash.0);
+        }
+    }
     let input: Vec<Message> = range.to_vec();
     let input_tokens = tokens[preamble_end..range_end]
         .iter()
@@ -152,6 +169,7 @@ pub fn prepare(
         input_tokens,
         tokens_before,
         retained_turns: retained,
+        source_hash: Hash(*source.finalize().as_bytes()),
     })
 }
 

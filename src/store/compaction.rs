@@ -345,8 +345,18 @@ impl Store {
         Ok(())
     }
 
-    /// Closes an open plan without a summary.
+    /// Closes an open plan at the caller's word.
     pub async fn cancel(&self, plan_id: CompactionId, message: &str) -> Result<()> {
+        self.close_plan(plan_id, Reason::Cancelled, message).await
+    }
+
+    /// Closes an open plan without a summary, recording why.
+    pub async fn close_plan(
+        &self,
+        plan_id: CompactionId,
+        reason: Reason,
+        message: &str,
+    ) -> Result<()> {
         let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
         let plan = load_plan(&mut tx, plan_id).await?;
         ensure_open(&plan)?;
@@ -354,11 +364,16 @@ impl Store {
             .bind(plan.id.as_bytes().as_slice())
             .execute(&mut *tx)
             .await?;
+        let kind = if reason == Reason::Cancelled {
+            EventKind::Cancelled
+        } else {
+            EventKind::Rejected
+        };
         insert_event(
             &mut tx,
             &plan,
-            EventKind::Cancelled,
-            Some(Reason::Cancelled),
+            kind,
+            Some(reason),
             plan.tokens_before,
             plan.tokens_before,
             None,
