@@ -116,7 +116,12 @@ pub fn prepare(
         };
     }
     let prior = render::active_summary(path);
-    let range = &messages[preamble_end..range_end];
+    // The prior summary (which stands with the preamble) opens the range: the new one rolls it in.
+    let range_start = messages[..preamble_end]
+        .iter()
+        .position(|m| m.summary_id.is_some())
+        .unwrap_or(preamble_end);
+    let range = &messages[range_start..range_end];
 
     // The new range in path terms: every top-level node from its first to the node before the
     // first retained turn, hidden ones included, and the chains its messages show.
@@ -159,7 +164,7 @@ pub fn prepare(
         }
     }
     let input: Vec<Message> = range.to_vec();
-    let input_tokens = tokens[preamble_end..range_end]
+    let input_tokens = tokens[range_start..range_end]
         .iter()
         .fold(0, |s: Tokens, t| s.saturating_add(*t));
     Prepared::Needed(Plan {

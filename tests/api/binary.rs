@@ -271,3 +271,111 @@ async fn the_binary_serves_stops_on_signals_and_keeps_its_data() {
     drop(client);
     stop_daemon(daemon, "-INT", &log).await;
 }
+
+/// A kill -9 while a summary commits: after a restart the render is exactly the old one or
+/// exactly the new one, and the audit trail agrees with it.
+#[tokio::test]
+async fn a_server_killed_during_a_commit_keeps_the_old_or_the_new_context() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("ctxd.db");
+    let log = dir.path().join("stderr.log");
+    let budget = pb::Budget {
+        context_window: 2500,
+        output_reserve: 500,
+        ..Default::default()
+    };
+
+    let mut daemon = start_daemon(&db, &log).await;
+    let mut client = connect(daemon.addr).await;
+    let session = client
+        .create_session(pb::CreateSessionRequest::default())
+        .await
+        .expect("CreateSession")
+        .into_inner()
+        .session_id;
+    for t in 0..4 {
+        let id = format!("c{t}");
+        client
+            .append(append_req(
+                &session,
+                vec![
+                    user(&format!("request {t}")),
+                    assistant_calls("", vec![call(&id, "read_file", "{}")]),
+                    tool_result(&id, &big_text(3000, &format!("file {t}"))),
+                    assistant(&format!("answer {t}")),
+                ],
+            ))
+            .await
+            .expect("Append");
+    }
+    let render = pb::RenderRequest {
+        budget: Some(budget),
+        now_unix_ms: 1,
+        ..render_req(&session, Target::Branch("main".into()))
+    };
+    let before = client
+        .render(render.clone())
+        .await
+        .expect("Render")
+        .into_inner();
+    let plan = client
+        .prepare_compaction(pb::PrepareCompactionRequest {
+            session_id: session.clone(),
+            budget: Some(budget),
+            ..Default::default()
+        })
+        .await
+        .expect("PrepareCompaction")
+        .into_inner();
+    assert!(plan.needed);
+
+    let mut committer = client.clone();
+    let commit = tokio::spawn(async move {
+        committer
+            .commit_summary(pb::CommitSummaryRequest {
+                compaction_id: plan.compaction_id,
+                text: "Files 0 and 1 were read.".into(),
+                model: "m".into(),
+            })
+            .await
+    });
+    kill(daemon.child.id(), "-KILL");
+    let _ = commit.await;
+    let _ = tokio::task::spawn_blocking(move || daemon.child.wait()).await;
+    drop(client);
+
+    let daemon = start_daemon(&db, &log).await;
+    let mut client = connect(daemon.addr).await;
+    let after = client.render(render).await.expect("Render").into_inner();
+    let audit = client
+        .list_summaries(pb::ListSummariesRequest {
+            session_id: session.clone(),
+            branch: String::new(),
+        })
+        .await
+        .expect("ListSummaries")
+        .into_inner();
+    let count = client
+        .get_session(pb::GetSessionRequest {
+            session_id: session,
+        })
+        .await
+        .expect("GetSession")
+        .into_inner()
+        .compaction_count;
+    if audit.summaries.is_empty() {
+        assert_eq!(after, before, "the old context, exactly");
+        assert_eq!(count, 0);
+    } else {
+        assert_eq!(audit.summaries.len(), 1);
+        assert_eq!(count, 1);
+        assert!(text_of(&after.messages[0].parts).ends_with("Files 0 and 1 were read."));
+        assert_eq!(
+            after.messages[1..],
+            before.messages[before.messages.len() - 8..],
+            "the new context: the summary, then the newest turns as they were"
+        );
+    }
+    drop(client);
+    stop_daemon(daemon, "-TERM", &log).await;
+}
