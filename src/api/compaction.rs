@@ -218,11 +218,13 @@ impl ContextStoreService {
     }
 
     /// Judges `text` against the plan on the branch's current head and stores it if it helps.
+    /// With `keep_open`, a rejected plan takes another commit (a host may try a better text).
     pub(crate) async fn commit(
         &self,
         id: CompactionId,
         text: String,
         model: String,
+        keep_open: bool,
     ) -> Result<pb::CompactionOutcome, Status> {
         let plan = self.store.plan(id).await.map_err(status)?;
         if plan.state != PlanState::Open {
@@ -329,7 +331,7 @@ impl ContextStoreService {
                 ),
             };
             self.store
-                .reject(id, r, before, after, &message)
+                .reject(id, r, (before, after), &message, keep_open)
                 .await
                 .map_err(status)?;
             return Ok(outcome(false, r, before, after, None, message));
@@ -490,13 +492,7 @@ impl ContextStoreService {
                     .summarize(&prepared.input, &instructions, &counter)
                     .await
                 {
-                    Ok(text) => {
-                        self.store
-                            .save_summarizer_output(&key, &text)
-                            .await
-                            .map_err(status)?;
-                        text
-                    }
+                    Ok(text) => text,
                     Err(e) => {
                         guard.disarm();
                         let message = e.to_string();
@@ -518,8 +514,21 @@ impl ContextStoreService {
                 }
             }
         };
-        let outcome = self.commit(plan.id, text, model).await;
+        let outcome = self.commit(plan.id, text.clone(), model, false).await;
         guard.disarm();
-        outcome
+        let outcome = outcome?;
+        // Keep the text for this source unless the text itself was the problem (empty, no
+        // gain): a stale base says nothing against it.
+        let reason = pb::CompactionReason::try_from(outcome.reason);
+        if matches!(
+            reason,
+            Ok(pb::CompactionReason::Applied | pb::CompactionReason::Stale)
+        ) {
+            self.store
+                .save_summarizer_output(&key, &text)
+                .await
+                .map_err(status)?;
+        }
+        Ok(outcome)
     }
 }

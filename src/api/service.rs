@@ -357,7 +357,7 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
     ) -> Reply<pb::CompactionOutcome> {
         let r = request.into_inner();
         let id = parse(CompactionId::parse("compaction_id", &r.compaction_id))?;
-        Ok(Response::new(self.commit(id, r.text, r.model).await?))
+        Ok(Response::new(self.commit(id, r.text, r.model, true).await?))
     }
 
     #[instrument(skip_all)]

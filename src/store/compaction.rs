@@ -318,18 +318,26 @@ impl Store {
         Ok(Applied::Stored)
     }
 
-    /// Records a commit that wrote no summary; the plan stays open for another try.
+    /// Records a commit that wrote no summary. With `keep_open` the plan takes another try
+    /// (a host may commit a better text); without, it is closed with this event.
     pub async fn reject(
         &self,
         plan_id: CompactionId,
         reason: Reason,
-        tokens_before: u32,
-        tokens_after: u32,
+        tokens: (u32, u32),
         message: &str,
+        keep_open: bool,
     ) -> Result<()> {
+        let (tokens_before, tokens_after) = tokens;
         let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
         let plan = load_plan(&mut tx, plan_id).await?;
         ensure_open(&plan)?;
+        if !keep_open {
+            sqlx::query("UPDATE compactions SET state = 'cancelled' WHERE id = ?")
+                .bind(plan.id.as_bytes().as_slice())
+                .execute(&mut *tx)
+                .await?;
+        }
         insert_event(
             &mut tx,
             &plan,
