@@ -97,10 +97,9 @@ impl Layout {
                 .iter()
                 .enumerate()
                 .filter(|(_, m)| {
-                    // A summary stands with the preamble: it is what old turns became.
-                    m.role == MessageRole::User
-                        && m.summary_id.is_none()
-                        && (m.function_id.is_none() || m.function_id == path.scope)
+                    // Turns are top-level: a function's prompt belongs to its caller's turn. A
+                    // summary stands with the preamble: it is what old turns became.
+                    m.role == MessageRole::User && m.summary_id.is_none() && m.function_id.is_none()
                 })
                 .map(|(i, _)| i)
                 .collect(),
@@ -173,8 +172,6 @@ pub(super) fn fit(
                 let reduced = message_breakdown(&messages[i], counter);
                 if reduced.total() < counts[i].total() {
                     counts[i] = reduced;
-                    report.truncated.extend(&messages[i].node_ids);
-                    report.results_truncated += 1;
                 } else {
                     messages[i] = original;
                 }
@@ -224,7 +221,10 @@ pub(super) fn fit(
             }
         };
         report.microcompact_boundary = boundary;
-        for &i in results[..boundary].iter().filter(|&&i| i < protect_from) {
+        // The newest turns are kept verbatim, but a running function's own results age like
+        // any others: a sub-agent's long chain must not be frozen.
+        let decided = |i: usize| i < protect_from || layout.running[i];
+        for &i in results[..boundary].iter().filter(|&&i| decided(i)) {
             let original = std::mem::take(&mut messages[i].parts);
             let reduction = messages[i].reduction;
             clear(&mut messages[i]);
@@ -232,8 +232,6 @@ pub(super) fn fit(
             // A result shorter than its placeholder stays as it is.
             if cleared.total() < counts[i].total() {
                 counts[i] = cleared;
-                report.cleared.extend(&messages[i].node_ids);
-                report.results_cleared += 1;
             } else {
                 messages[i].parts = original;
                 messages[i].reduction = reduction;
@@ -275,8 +273,16 @@ pub(super) fn fit(
             results
                 .iter()
                 .enumerate()
-                .find(|&(k, &i)| k >= boundary || i >= protect_from)
+                .find(|&(k, &i)| k >= boundary || !decided(i))
                 .map(|(_, &i)| i)
+        };
+        // With more than two retained turns, a later append can bring older turns back under
+        // protection (the newest ones fit again) and restore their results: they are not stable.
+        let stable_from = if policy.retain_turns > 2 && !policy.reactive {
+            let regained = layout.newest_turns_start(policy.retain_turns - 1);
+            Some(stable_from.map_or(regained, |s| s.min(regained)))
+        } else {
+            stable_from
         };
         report.stable_prefix_messages = stable_from.map_or(len, |end| {
             (0..end.min(len)).filter(|&i| !dropped[i]).count()
@@ -285,6 +291,19 @@ pub(super) fn fit(
         let mut tokens = Vec::with_capacity(len);
         for ((message, count), dropped) in messages.into_iter().zip(counts).zip(dropped) {
             if !dropped {
+                // Counted from what is kept: a result cut, then cleared or snipped, is reported
+                // once, as what finally happened to it.
+                match message.reduction {
+                    Reduction::Truncated { .. } => {
+                        report.truncated.extend(&message.node_ids);
+                        report.results_truncated += 1;
+                    }
+                    Reduction::Cleared => {
+                        report.cleared.extend(&message.node_ids);
+                        report.results_cleared += 1;
+                    }
+                    Reduction::None => {}
+                }
                 report.breakdown.add(&count);
                 tokens.push(count.total());
                 kept.push(message);
