@@ -15,5 +15,6 @@ mod restart;
 mod roundtrip;
 mod sessions;
 mod summaries;
+mod summarizer;
 mod traces;
 mod validation;

@@ -1,0 +1,366 @@
+//! What a render costs, without gRPC: `cargo bench --bench render`.
+//!
+//! Imports the largest trace in `testdata/traces` (`cc-main-4d5611e5.jsonl`, a real Claude Code
+//! session) into a `Store` in a temp dir, then times, each case many times:
+//! - loading the path from SQLite (`Store::load_path`), the baseline every ratio refers to;
+//! - the render engine alone (`ctxd::render::render`) per tokenizer, with a fresh token cache
+//!   each iteration (cold) or one cache reused (warm), without and with a budget;
+//! - load and warm render together, what a Render RPC costs minus gRPC.
+//!
+//! The BPE vocabularies are initialised once, before any case, and that one-time cost is printed
+//! on its own. Prints the session's size and one table: p50, p95 and p50 over the baseline's p50
+//! measured in the same run (the baseline runs again last, to show drift). The heuristic
+//! tokenizer bypasses the token cache, so its cold and warm cases are the same work.
+
+use std::collections::BTreeMap;
+use std::hint::black_box;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use ctxd::domain::{BranchName, NodeContent, Part, PathView, Role, SessionId, ToolCall};
+use ctxd::render::{Budget, Options, render};
+use ctxd::store::{AppendRequest, AppendTarget, PathTarget, Store};
+use ctxd::tokens::{TokenCache, Tokenizer};
+use serde::Deserialize;
+
+const TRACE: &str = "cc-main-4d5611e5";
+/// Each case runs at least this many timed iterations...
+const MIN_ITERS: usize = 15;
+/// ... and then until this much time has passed or `MAX_ITERS` were run.
+const CASE_TIME: Duration = Duration::from_millis(1_800);
+const MAX_ITERS: usize = 2_000;
+/// Untimed iterations first (SQLite page caches, allocator, branch predictors): at least this
+/// many, for at least `WARMUP_TIME`.
+const WARMUP_ITERS: usize = 2;
+const WARMUP_TIME: Duration = Duration::from_millis(300);
+
+/// One line of a neutral JSONL trace (see `testdata/traces/README.md`).
+#[derive(Deserialize)]
+struct TraceMessage {
+    role: String,
+    #[serde(default)]
+    content: String,
+    #[serde(default)]
+    tool_calls: Vec<TraceCall>,
+    #[serde(default)]
+    tool_call_id: Option<String>,
+    #[serde(default)]
+    is_error: bool,
+}
+
+#[derive(Deserialize)]
+struct TraceCall {
+    id: String,
+    name: String,
+    arguments: String,
+}
+
+fn load_trace(name: &str) -> Vec<TraceMessage> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("testdata/traces")
+        .join(format!("{name}.jsonl"));
+    let text = std::fs::read_to_string(&path).expect("read the trace");
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .enumerate()
+        .map(|(i, l)| serde_json::from_str(l).unwrap_or_else(|e| panic!("line {}: {e}", i + 1)))
+        .collect()
+}
+
+/// The trace as the store's nodes, in batches an agent host would append: a message and the
+/// tool results answering it. The trace follows the pairing rules (checked by the store).
+fn batches(trace: &[TraceMessage]) -> Vec<Vec<NodeContent>> {
+    let mut out: Vec<Vec<NodeContent>> = Vec::new();
+    for m in trace {
+        if m.role == "tool" {
+            let batch = out.last_mut().expect("a tool result follows a message");
+            batch.push(NodeContent::ToolResult {
+                call_id: m.tool_call_id.clone().expect("tool_call_id"),
+                name: String::new(),
+                parts: vec![Part::Text(m.content.clone())],
+                is_error: m.is_error,
+            });
+            continue;
+        }
+        let role = Role::from_str_opt(&m.role).unwrap_or_else(|| panic!("role {:?}", m.role));
+        let tool_calls: Vec<ToolCall> = m
+            .tool_calls
+            .iter()
+            .map(|c| ToolCall {
+                call_id: c.id.clone(),
+                name: c.name.clone(),
+                arguments_json: c.arguments.clone(),
+            })
+            .collect();
+        let parts = if m.content.is_empty() && !tool_calls.is_empty() {
+            vec![]
+        } else {
+            vec![Part::Text(m.content.clone())]
+        };
+        out.push(vec![NodeContent::Message {
+            role,
+            parts,
+            tool_calls,
+        }]);
+    }
+    out
+}
+
+struct Row {
+    case: String,
+    iters: usize,
+    p50: Duration,
+    p95: Duration,
+}
+
+/// Runs `f` untimed for a while, then times it per iteration.
+async fn measure<F, Fut>(case: impl Into<String>, mut f: F) -> Row
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Duration>,
+{
+    let warmup = Instant::now();
+    let mut warmed = 0;
+    while warmed < WARMUP_ITERS || warmup.elapsed() < WARMUP_TIME {
+        f().await;
+        warmed += 1;
+    }
+    let mut times = Vec::new();
+    let start = Instant::now();
+    while times.len() < MIN_ITERS || (start.elapsed() < CASE_TIME && times.len() < MAX_ITERS) {
+        times.push(f().await);
+    }
+    times.sort_unstable();
+    Row {
+        case: case.into(),
+        iters: times.len(),
+        p50: percentile(&times, 50),
+        p95: percentile(&times, 95),
+    }
+}
+
+/// Nearest-rank percentile of sorted samples.
+fn percentile(sorted: &[Duration], p: usize) -> Duration {
+    let rank = (p * sorted.len()).div_ceil(100).max(1);
+    sorted[rank - 1]
+}
+
+fn show(d: Duration) -> String {
+    let us = d.as_secs_f64() * 1e6;
+    if us < 1_000.0 {
+        format!("{us:.1} µs")
+    } else {
+        format!("{:.2} ms", us / 1_000.0)
+    }
+}
+
+fn main() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    runtime.block_on(bench());
+}
+
+async fn bench() {
+    // The vocabularies load once per process; time that before anything else touches them.
+    let mut init = Vec::new();
+    for tokenizer in [Tokenizer::O200kBase, Tokenizer::Cl100kBase] {
+        let start = Instant::now();
+        black_box(tokenizer.count("hello world"));
+        init.push((tokenizer, start.elapsed()));
+    }
+
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let store = Store::open(&dir.path().join("bench.db"))
+        .await
+        .expect("open the store");
+    let session: SessionId = store
+        .create_session(BTreeMap::new())
+        .await
+        .expect("create a session")
+        .id;
+    let trace = load_trace(TRACE);
+    let import_start = Instant::now();
+    let mut nodes = 0;
+    let batches = batches(&trace);
+    let appends = batches.len();
+    for batch in batches {
+        nodes += batch.len();
+        store
+            .append(AppendRequest {
+                session,
+                target: AppendTarget::Branch(BranchName::main()),
+                expected_head: None,
+                idempotency_key: None,
+                nodes: batch,
+            })
+            .await
+            .expect("append a batch");
+    }
+    let import_time = import_start.elapsed();
+    let target = PathTarget::Branch(BranchName::main());
+    let path: PathView = store.load_path(session, &target).await.expect("load");
+    let chars: usize = trace
+        .iter()
+        .map(|m| {
+            m.content.chars().count()
+                + m.tool_calls
+                    .iter()
+                    .map(|c| c.arguments.chars().count())
+                    .sum::<usize>()
+        })
+        .sum();
+    let results = trace.iter().filter(|m| m.role == "tool").count();
+
+    let unbudgeted = Options {
+        now_ms: 1,
+        ..Options::default()
+    };
+    let budgeted = Options {
+        budget: Some(Budget {
+            context_window: 100_000,
+            output_reserve: 8_000,
+            ..Budget::default()
+        }),
+        ..unbudgeted
+    };
+    let tokenizers = [
+        Tokenizer::Heuristic,
+        Tokenizer::O200kBase,
+        Tokenizer::Cl100kBase,
+    ];
+
+    println!("ctxd render benchmark: testdata/traces/{TRACE}.jsonl");
+    println!(
+        "session: {} messages ({} tool results), {} nodes on the path, {} characters \
+         (contents + tool-call arguments); imported in {} appends, {}",
+        trace.len(),
+        results,
+        path.nodes.len(),
+        chars,
+        appends,
+        show(import_time)
+    );
+    assert_eq!(nodes, path.nodes.len());
+    for tokenizer in tokenizers {
+        let cache = TokenCache::default();
+        let counter = cache.counter(tokenizer);
+        let full = render(&path, &unbudgeted, &counter);
+        let fit = render(&path, &budgeted, &counter);
+        let r = &fit.report;
+        println!(
+            "  {:<11} {:>7} tokens unbudgeted; 100k window − 8k reserve: {} tokens, fits {}, \
+             {} truncated, {} cleared, {} turns snipped, {} messages",
+            tokenizer.name(),
+            full.report.total_tokens,
+            r.total_tokens,
+            r.fits,
+            r.results_truncated,
+            r.results_cleared,
+            r.turns_snipped,
+            r.messages
+        );
+    }
+    for (tokenizer, took) in &init {
+        println!(
+            "vocabulary initialisation (once per process): {:<11} {}",
+            tokenizer.name(),
+            show(*took)
+        );
+    }
+    println!();
+
+    let mut rows = Vec::new();
+    rows.push(
+        measure("load_path (SQLite read, baseline)", || async {
+            let start = Instant::now();
+            black_box(store.load_path(session, &target).await.expect("load"));
+            start.elapsed()
+        })
+        .await,
+    );
+    for tokenizer in tokenizers {
+        for (budget_name, options) in [("unbudgeted", &unbudgeted), ("100k/8k", &budgeted)] {
+            rows.push(
+                measure(
+                    format!("render {} cold, {budget_name}", tokenizer.name()),
+                    || async {
+                        let start = Instant::now();
+                        let cache = TokenCache::default();
+                        black_box(render(&path, options, &cache.counter(tokenizer)));
+                        start.elapsed()
+                    },
+                )
+                .await,
+            );
+            let cache = TokenCache::default();
+            rows.push(
+                measure(
+                    format!("render {} warm, {budget_name}", tokenizer.name()),
+                    || async {
+                        let start = Instant::now();
+                        black_box(render(&path, options, &cache.counter(tokenizer)));
+                        start.elapsed()
+                    },
+                )
+                .await,
+            );
+        }
+    }
+    for tokenizer in tokenizers {
+        let cache = TokenCache::default();
+        rows.push(
+            measure(
+                format!("load + render {} warm, 100k/8k", tokenizer.name()),
+                || async {
+                    let start = Instant::now();
+                    let path = store.load_path(session, &target).await.expect("load");
+                    black_box(render(&path, &budgeted, &cache.counter(tokenizer)));
+                    start.elapsed()
+                },
+            )
+            .await,
+        );
+    }
+
+    // The baseline again: how far the machine drifted during the run.
+    rows.push(
+        measure("load_path again (end of run)", || async {
+            let start = Instant::now();
+            black_box(store.load_path(session, &target).await.expect("load"));
+            start.elapsed()
+        })
+        .await,
+    );
+
+    let baseline = rows[0].p50.as_secs_f64();
+    let width = rows
+        .iter()
+        .map(|r| r.case.chars().count())
+        .max()
+        .unwrap_or(4);
+    println!(
+        "| {:<width$} | {:>6} | {:>10} | {:>10} | {:>12} |",
+        "case", "iters", "p50", "p95", "p50/baseline"
+    );
+    println!(
+        "|{}|{}:|{}:|{}:|{}:|",
+        "-".repeat(width + 2),
+        "-".repeat(7),
+        "-".repeat(11),
+        "-".repeat(11),
+        "-".repeat(13)
+    );
+    for row in &rows {
+        println!(
+            "| {:<width$} | {:>6} | {:>10} | {:>10} | {:>11.2}× |",
+            row.case,
+            row.iters,
+            show(row.p50),
+            show(row.p95),
+            row.p50.as_secs_f64() / baseline
+        );
+    }
+    store.close().await;
+}
