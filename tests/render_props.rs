@@ -1595,7 +1595,7 @@ fn with_context(check: Check, built: &Built, r: &Renders) -> Check {
 // ------------------------------------------------------------------------------- properties
 
 proptest! {
-    #![proptest_config(config(1000))]
+    #![proptest_config(config(2000))]
 
     /// 1. Pairing, under every budget and policy.
     #[test]
@@ -1728,7 +1728,7 @@ proptest! {
 }
 
 proptest! {
-    #![proptest_config(config(1000))]
+    #![proptest_config(config(2000))]
 
     /// The generators make only paths the store would hold.
     #[test]
