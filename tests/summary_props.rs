@@ -39,7 +39,7 @@ fn paths(len: usize, fork_at: usize, fork_len: usize) -> (Vec<Node>, Vec<Node>) 
     }
     let mut fork: Vec<Node> = trunk[..=fork_at].to_vec();
     for i in 0..fork_len {
-        let role = if (fork_at + 1 + i) % 2 == 0 {
+        let role = if (fork_at + 1 + i).is_multiple_of(2) {
             Role::User
         } else {
             Role::Assistant
