@@ -2,6 +2,7 @@
 //!
 //! Module map (dependencies point one way: `api` → `store`, `render` → `domain`):
 //! - [`domain`]: ids, nodes, sessions, pairing rules, canonical hashing, errors. Plain data, no I/O.
+//! - [`import`]: session files (neutral JSONL, Claude Code, OpenAI messages) parsed into plans.
 //! - [`tokens`]: tokenizers (a 4-characters heuristic and real BPE vocabularies).
 //! - [`render`]: the pure engine turning a path into provider-neutral messages under a budget.
 //! - [`compact`]: the pure half of summaries: range selection, summary input, the commit rule.
@@ -15,6 +16,7 @@ pub mod api;
 pub mod cli;
 pub mod compact;
 pub mod domain;
+pub mod import;
 pub mod render;
 pub mod server;
 pub mod store;

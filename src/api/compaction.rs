@@ -181,6 +181,7 @@ impl ContextStoreService {
     pub(crate) fn prepare_response(
         outcome: PrepareOutcome,
         budget: Budget,
+        format: Option<render::format::Format>,
     ) -> pb::PrepareCompactionResponse {
         let history_budget = budget.history().unwrap_or(0);
         match outcome {
@@ -196,6 +197,9 @@ impl ContextStoreService {
             },
             PrepareOutcome::Needed { plan, prepared } => pb::PrepareCompactionResponse {
                 needed: true,
+                summary_input_json: format
+                    .map(|f| render::format::document(f, &prepared.input))
+                    .unwrap_or_default(),
                 compaction_id: plan.id.to_string(),
                 base_head_id: plan.base_head.to_string(),
                 covers_ids: plan.covers.iter().map(ToString::to_string).collect(),

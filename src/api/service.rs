@@ -8,12 +8,15 @@ use std::sync::Arc;
 
 use super::compaction::PrepareArgs;
 use crate::domain::{BranchName, CompactionId, Error, NodeId, PathView, SessionId};
+use crate::import;
 use crate::render::{self, Callers, Options, Rendered};
 use crate::store::{AppendRequest, AppendTarget, PathTarget, Store};
 use crate::summarizer::Summarizer;
 use crate::tokens::{TokenCache, Tokenizer};
 
 const DEFAULT_PAGE_SIZE: u32 = 50;
+/// The largest session file an import takes; it is parsed in memory.
+const MAX_IMPORT_BYTES: usize = 512 * 1024 * 1024;
 const MAX_PAGE_SIZE: u32 = 1000;
 const DEFAULT_LOG_LIMIT: u32 = 100;
 const MAX_LOG_LIMIT: u32 = 1000;
@@ -51,6 +54,19 @@ pub(super) fn branch_or_main(field: &str, name: &str) -> Result<BranchName, Stat
         Ok(BranchName::main())
     } else {
         parse(BranchName::parse(field, name))
+    }
+}
+
+/// A provider document format; `None` for the neutral messages alone.
+pub(super) fn provider_format(value: i32) -> Result<Option<render::format::Format>, Status> {
+    match pb::Format::try_from(value) {
+        Ok(pb::Format::Unspecified | pb::Format::Neutral) => Ok(None),
+        Ok(pb::Format::OpenaiChat) => Ok(Some(render::format::Format::OpenAiChat)),
+        Ok(pb::Format::AnthropicMessages) => Ok(Some(render::format::Format::AnthropicMessages)),
+        Err(_) => Err(domain_status(Error::invalid(
+            "format",
+            format!("unknown value {value}"),
+        ))),
     }
 }
 
@@ -267,6 +283,7 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
     async fn render(&self, request: Request<pb::RenderRequest>) -> Reply<pb::RenderResponse> {
         use pb::render_request::Target;
         let r = request.into_inner();
+        let format = provider_format(r.format)?;
         let target = r.target.map(|t| match t {
             Target::Branch(b) => RenderTarget::Branch(b),
             Target::NodeId(n) => RenderTarget::Node(n),
@@ -289,6 +306,9 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
             .map(|n| (n.id.to_string(), n.hash.to_hex()))
             .unwrap_or_default();
         let report = convert::report(&rendered.report);
+        let messages_json = format
+            .map(|f| render::format::document(f, &rendered.messages))
+            .unwrap_or_default();
         Ok(Response::new(pb::RenderResponse {
             messages: rendered
                 .messages
@@ -301,6 +321,7 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
             total_tokens: report.total_tokens,
             tokenizer: report.tokenizer.clone(),
             report: Some(report),
+            messages_json,
         }))
     }
 
@@ -345,9 +366,12 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
             r.instructions,
             r.max_tool_result_chars,
         )?;
+        let format = provider_format(r.format)?;
         let budget = args.budget;
         let outcome = self.prepare(args).await?;
-        Ok(Response::new(Self::prepare_response(outcome, budget)))
+        Ok(Response::new(Self::prepare_response(
+            outcome, budget, format,
+        )))
     }
 
     #[instrument(skip_all)]
@@ -385,6 +409,62 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
         let session = session_id(&r.session_id)?;
         let branch = branch_or_main("branch", &r.branch)?;
         Ok(Response::new(self.summaries_of(session, branch).await?))
+    }
+
+    #[instrument(skip_all)]
+    async fn import_session(
+        &self,
+        request: Request<tonic::Streaming<pb::ImportChunk>>,
+    ) -> Reply<pb::ImportSessionResponse> {
+        let mut stream = request.into_inner();
+        let mut first: Option<(i32, std::collections::HashMap<String, String>)> = None;
+        let mut data = Vec::new();
+        while let Some(chunk) = stream.message().await? {
+            if data.len() + chunk.data.len() > MAX_IMPORT_BYTES {
+                return Err(domain_status(Error::invalid(
+                    "data",
+                    format!("larger than {MAX_IMPORT_BYTES} bytes"),
+                )));
+            }
+            first.get_or_insert((chunk.format, chunk.metadata));
+            data.extend_from_slice(&chunk.data);
+        }
+        let (format, metadata) = first.unwrap_or_default();
+        let source = match pb::ImportFormat::try_from(format) {
+            Ok(pb::ImportFormat::Unspecified) => import::detect(&data),
+            Ok(pb::ImportFormat::NeutralJsonl) => import::Source::NeutralJsonl,
+            Ok(pb::ImportFormat::ClaudeCodeJsonl) => import::Source::ClaudeCodeJsonl,
+            Ok(pb::ImportFormat::OpenaiMessages) => import::Source::OpenAiMessages,
+            Err(_) => {
+                return Err(domain_status(Error::invalid(
+                    "format",
+                    format!("unknown value {format}"),
+                )));
+            }
+        };
+        let plan = tokio::task::spawn_blocking(move || import::parse(source, &data))
+            .await
+            .map_err(|_| Status::internal("import failed"))?
+            .map_err(domain_status)?;
+        let session = self
+            .store
+            .import(metadata.into_iter().collect(), &plan)
+            .await
+            .map_err(status)?;
+        let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+        Ok(Response::new(pb::ImportSessionResponse {
+            session: Some(convert::session(session)),
+            nodes: count(plan.nodes()),
+            functions: count(plan.functions()),
+            summaries: count(plan.summaries()),
+            format: match source {
+                import::Source::NeutralJsonl => pb::ImportFormat::NeutralJsonl,
+                import::Source::ClaudeCodeJsonl => pb::ImportFormat::ClaudeCodeJsonl,
+                import::Source::OpenAiMessages => pb::ImportFormat::OpenaiMessages,
+            }
+            .into(),
+            warnings: plan.warnings,
+        }))
     }
 
     #[instrument(skip_all)]

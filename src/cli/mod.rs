@@ -1,4 +1,4 @@
-//! The command line: `ctxd serve` runs the service.
+//! The command line: `ctxd serve` runs the service; the other commands are its client.
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -7,6 +7,11 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
+
+mod client;
+mod json;
+mod panel;
+mod show;
 
 use crate::store::Store;
 use crate::summarizer::{Config as SummarizerConfig, Summarizer};
@@ -39,6 +44,8 @@ enum Command {
         #[command(flatten)]
         summarizer: SummarizerArgs,
     },
+    #[command(flatten)]
+    Client(client::Command),
 }
 
 /// The server's own summarizer, for the `Compact` RPC.
@@ -103,6 +110,7 @@ pub fn main() -> anyhow::Result<()> {
             let summarizer = summarizer.build()?;
             runtime.block_on(serve(listen, db, summarizer))
         }
+        Command::Client(command) => client::run(&runtime, command),
     }
 }
 

@@ -5,6 +5,7 @@
 //! visibility, the summary overlay, budget reduction, microcompact, snip, and a report that
 //! says what each did. Rendering is lossy, never failing: `Result` is for invalid input only.
 
+pub mod format;
 mod overlay;
 mod tiers;
 mod visibility;
@@ -221,8 +222,9 @@ pub fn render(path: &PathView, options: &Options, counter: &dyn Count) -> Render
     if let Some(summary) = summary {
         messages = overlay(messages, summary);
     }
+    let shown = summary.filter(|s| messages.iter().any(|m| m.summary_id == Some(s.id)));
     let mut rendered = tiers::fit(messages, path, options, counter);
-    rendered.report.summary = summary.map(|s| s.id);
+    rendered.report.summary = shown.map(|s| s.id);
     rendered
 }
 

@@ -44,6 +44,7 @@ pub fn summary_message(summary: &Summary) -> Message {
 }
 
 /// Replaces the messages `summary` covers by its one message, where the first of them stood.
+/// A render that shows none of them (a function's own chain, say) shows no summary.
 pub fn overlay(messages: Vec<Message>, summary: &Summary) -> Vec<Message> {
     let covers: HashSet<NodeId> = summary.covers.iter().copied().collect();
     let covered =
@@ -59,14 +60,6 @@ pub fn overlay(messages: Vec<Message>, summary: &Summary) -> Vec<Message> {
         } else {
             out.push(message);
         }
-    }
-    if !placed {
-        // It covers nothing visible (hidden functions only): it still stands after the preamble.
-        let at = out
-            .iter()
-            .position(|m| !matches!(m.role, MessageRole::System | MessageRole::Developer))
-            .unwrap_or(out.len());
-        out.insert(at, summary_message(summary));
     }
     out
 }

@@ -498,3 +498,78 @@ impl Store {
         Ok(())
     }
 }
+
+/// Records a summary that came with an imported session (a compaction made elsewhere): an
+/// applied plan, the summary over `covers`, its event, and the session's count.
+pub(super) async fn insert_imported_summary(
+    conn: &mut SqliteConnection,
+    session: SessionId,
+    covers: &[NodeId],
+    text: &str,
+    base_head: NodeId,
+    now: i64,
+) -> Result<SummaryId> {
+    let plan = CompactionPlan {
+        id: CompactionId::new(),
+        session,
+        branch: BranchName::main(),
+        base_head,
+        prior: None,
+        covers: covers.to_vec(),
+        budget: Budget::default(),
+        tokenizer: "heuristic".to_owned(),
+        max_tool_result_chars: 0,
+        retain_turns: 0,
+        instructions: "imported".to_owned(),
+        tokens_before: 0,
+        state: PlanState::Applied,
+        created_at_ms: now,
+    };
+    sqlx::query(
+        "INSERT INTO compactions (id, session_id, branch, base_head_id, prior_summary_id, covers,
+             budget, tokenizer, max_tool_result_chars, retain_turns, instructions, tokens_before,
+             state, created_at_ms)
+         VALUES (?, ?, ?, ?, NULL, ?, '[0,0,0,0,0]', ?, 0, 0, ?, 0, 'applied', ?)",
+    )
+    .bind(plan.id.as_bytes().as_slice())
+    .bind(session.as_bytes().as_slice())
+    .bind(plan.branch.as_str())
+    .bind(base_head.as_bytes().as_slice())
+    .bind(pack(covers))
+    .bind(&plan.tokenizer)
+    .bind(&plan.instructions)
+    .bind(now)
+    .execute(&mut *conn)
+    .await?;
+    let summary = SummaryId::new();
+    sqlx::query(
+        "INSERT INTO summaries (id, session_id, compaction_id, prior_id, covers, text, model,
+             base_head_id, tokens_before, tokens_after, created_at_ms)
+         VALUES (?, ?, ?, NULL, ?, ?, 'imported', ?, 0, 0, ?)",
+    )
+    .bind(summary.as_bytes().as_slice())
+    .bind(session.as_bytes().as_slice())
+    .bind(plan.id.as_bytes().as_slice())
+    .bind(pack(covers))
+    .bind(text)
+    .bind(base_head.as_bytes().as_slice())
+    .bind(now)
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query("UPDATE sessions SET compaction_count = compaction_count + 1 WHERE id = ?")
+        .bind(session.as_bytes().as_slice())
+        .execute(&mut *conn)
+        .await?;
+    insert_event(
+        conn,
+        &plan,
+        EventKind::Committed,
+        Some(Reason::Applied),
+        0,
+        0,
+        Some(summary),
+        "imported with the session",
+    )
+    .await?;
+    Ok(summary)
+}

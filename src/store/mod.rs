@@ -22,6 +22,7 @@ use crate::domain::{
     self, Admit, Branch, BranchName, ChainTail, ClosedChain, Expose, Hash, Node, NodeContent,
     NodeId, PathView, Session, SessionId, node_hash,
 };
+use crate::import;
 use body::Body;
 pub use compaction::{Applied, CompactionPlan, PlanState};
 
@@ -300,109 +301,21 @@ impl Store {
             }
         }
 
-        // The target's head, the node new ones hang under, and the scope they live in.
-        let (head, mut parent, scope) = match &target {
-            AppendTarget::Branch(name) => {
-                let head = branch_head(&mut tx, session, name).await?;
-                (head, head, None)
-            }
-            AppendTarget::Function(function) => {
-                let (head, closed) = function_row(&mut tx, session, *function).await?;
-                if closed {
-                    return Err(domain::Error::FailedPrecondition(format!(
-                        "function_id: function {function} is closed by its function_result"
-                    ))
-                    .into());
-                }
-                (head, Some(head.unwrap_or(*function)), Some(*function))
-            }
-        };
-        if let Some(expected) = expected_head
-            && expected != head
-        {
-            let show = |h: Option<NodeId>| h.map_or_else(|| "none".to_owned(), |id| id.to_string());
-            return Err(domain::Error::Aborted(format!(
-                "expected_head_id: the head is {}, not {}",
-                show(head),
-                show(expected)
-            ))
-            .into());
-        }
-
-        let scope_hash = match scope {
-            Some(function) => Some(
-                node_row(&mut tx, session, function, "function_id")
-                    .await?
-                    .hash,
-            ),
-            None => None,
-        };
-        let mut parent_hash = match parent {
-            Some(id) => Some(node_row(&mut tx, session, id, "head").await?.hash),
-            None => None,
-        };
-        let mut tail = chain_tail(&mut tx, session, head, scope).await?;
         let now = now_ms();
-        let mut node_ids = Vec::with_capacity(nodes.len());
-        for (i, content) in nodes.iter_mut().enumerate() {
-            let field = format!("nodes[{i}]");
-            let id = NodeId::new();
-            let admit = tail.admit(&field, id, content)?;
-            if let Admit::ClosesFunction(function) = admit {
-                let chain = closing_chain(&mut tx, session, function, &field).await?;
-                if let NodeContent::FunctionResult(result) = content {
-                    result.chain = Some(chain);
-                }
-            }
-            let hash = node_hash(parent_hash.as_ref(), scope_hash.as_ref(), content);
-            insert_node(&mut tx, session, id, parent, scope, content, now, &hash).await?;
-            match admit {
-                Admit::Plain => {}
-                Admit::OpensFunction => {
-                    sqlx::query("INSERT INTO functions (id, session_id) VALUES (?, ?)")
-                        .bind(id.as_bytes().as_slice())
-                        .bind(session.as_bytes().as_slice())
-                        .execute(&mut *tx)
-                        .await?;
-                }
-                Admit::ClosesFunction(function) => {
-                    // Another branch may have closed it already; the first result is the record.
-                    sqlx::query(
-                        "UPDATE functions SET closed_by = ? WHERE id = ? AND closed_by IS NULL",
-                    )
-                    .bind(id.as_bytes().as_slice())
-                    .bind(function.as_bytes().as_slice())
-                    .execute(&mut *tx)
-                    .await?;
-                }
-            }
-            parent = Some(id);
-            parent_hash = Some(hash);
-            node_ids.push(id);
-        }
-        let (Some(head_id), Some(head_hash)) = (parent, parent_hash) else {
-            return Err(domain::Error::invalid("nodes", "is empty").into());
-        };
-        match &target {
-            AppendTarget::Branch(name) => {
-                sqlx::query(
-                    "UPDATE branches SET head_id = ?, updated_at_ms = ? WHERE session_id = ? AND name = ?",
-                )
-                .bind(head_id.as_bytes().as_slice())
-                .bind(now)
-                .bind(session.as_bytes().as_slice())
-                .bind(name.as_str())
-                .execute(&mut *tx)
-                .await?;
-            }
-            AppendTarget::Function(function) => {
-                sqlx::query("UPDATE functions SET head_id = ? WHERE id = ?")
-                    .bind(head_id.as_bytes().as_slice())
-                    .bind(function.as_bytes().as_slice())
-                    .execute(&mut *tx)
-                    .await?;
-            }
-        }
+        let written = write_nodes(
+            &mut tx,
+            session,
+            &target,
+            expected_head,
+            &mut nodes,
+            &|i| format!("nodes[{i}]"),
+            now,
+        )
+        .await?;
+        let (head_id, head_hash) = *written
+            .last()
+            .ok_or_else(|| domain::Error::invalid("nodes", "is empty"))?;
+        let node_ids: Vec<NodeId> = written.iter().map(|(id, _)| *id).collect();
         let outcome = AppendOutcome {
             node_ids: node_ids.iter().map(NodeId::to_string).collect(),
             head_id: head_id.to_string(),
@@ -423,6 +336,95 @@ impl Store {
         }
         tx.commit().await?;
         Ok(outcome)
+    }
+
+    // ------------------------------------------------------------ import
+
+    /// Creates a session holding an imported plan, in one transaction: a plan the rules refuse
+    /// anywhere leaves nothing behind.
+    pub async fn import(
+        &self,
+        metadata: BTreeMap<String, String>,
+        plan: &import::Plan,
+    ) -> Result<Session> {
+        let session = SessionId::new();
+        let now = now_ms();
+        let metadata_json = serde_json::to_string(&metadata).expect("a string map serializes");
+        let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
+        sqlx::query("INSERT INTO sessions (id, created_at_ms, metadata) VALUES (?, ?, ?)")
+            .bind(session.as_bytes().as_slice())
+            .bind(now)
+            .bind(&metadata_json)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("INSERT INTO branches (session_id, name, updated_at_ms) VALUES (?, ?, ?)")
+            .bind(session.as_bytes().as_slice())
+            .bind(BranchName::main().as_str())
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+        let ops = &plan.ops;
+        let mut ids: Vec<Option<NodeId>> = vec![None; ops.len()];
+        let mut top_level: Vec<NodeId> = Vec::new();
+        let mut i = 0;
+        while i < ops.len() {
+            match &ops[i] {
+                import::Op::Node { scope, .. } => {
+                    // One write per run of nodes in the same chain.
+                    let run_end = (i..ops.len())
+                        .find(|&j| !matches!(&ops[j], import::Op::Node { scope: s, .. } if s == scope))
+                        .unwrap_or(ops.len());
+                    let (mut contents, lines): (Vec<NodeContent>, Vec<usize>) = ops[i..run_end]
+                        .iter()
+                        .filter_map(|op| match op {
+                            import::Op::Node { content, line, .. } => {
+                                Some((content.clone(), *line))
+                            }
+                            import::Op::Summary { .. } => None,
+                        })
+                        .unzip();
+                    let target = match scope {
+                        None => AppendTarget::Branch(BranchName::main()),
+                        Some(op) => AppendTarget::Function(ids[*op].ok_or_else(|| {
+                            Error::Corrupt("an import plan opens a function after its chain".into())
+                        })?),
+                    };
+                    let written = write_nodes(
+                        &mut tx,
+                        session,
+                        &target,
+                        None,
+                        &mut contents,
+                        &|k| format!("line {}", lines[k]),
+                        now,
+                    )
+                    .await?;
+                    for (k, (id, _)) in written.iter().enumerate() {
+                        ids[i + k] = Some(*id);
+                        if scope.is_none() {
+                            top_level.push(*id);
+                        }
+                    }
+                    i = run_end;
+                }
+                import::Op::Summary { text, line } => {
+                    let Some(&base) = top_level.last() else {
+                        return Err(domain::Error::invalid(
+                            format!("line {line}"),
+                            "a compact summary before any message",
+                        )
+                        .into());
+                    };
+                    compaction::insert_imported_summary(
+                        &mut tx, session, &top_level, text, base, now,
+                    )
+                    .await?;
+                    i += 1;
+                }
+            }
+        }
+        tx.commit().await?;
+        self.get_session(session).await
     }
 
     // ------------------------------------------------------------ reading
@@ -501,6 +503,122 @@ impl Store {
 }
 
 // ---------------------------------------------------------------- helpers
+
+/// Checks and writes `nodes` after the target's head (all or none: the caller's transaction),
+/// moves the head, and returns each node's id and hash. `field_of(i)` names node `i` in errors.
+async fn write_nodes(
+    conn: &mut SqliteConnection,
+    session: SessionId,
+    target: &AppendTarget,
+    expected_head: Option<Option<NodeId>>,
+    nodes: &mut [NodeContent],
+    field_of: &(dyn Fn(usize) -> String + Sync),
+    now: i64,
+) -> Result<Vec<(NodeId, Hash)>> {
+    // The target's head, the node new ones hang under, and the scope they live in.
+    let (head, mut parent, scope) = match target {
+        AppendTarget::Branch(name) => {
+            let head = branch_head(&mut *conn, session, name).await?;
+            (head, head, None)
+        }
+        AppendTarget::Function(function) => {
+            let (head, closed) = function_row(&mut *conn, session, *function).await?;
+            if closed {
+                return Err(domain::Error::FailedPrecondition(format!(
+                    "function_id: function {function} is closed by its function_result"
+                ))
+                .into());
+            }
+            (head, Some(head.unwrap_or(*function)), Some(*function))
+        }
+    };
+    if let Some(expected) = expected_head
+        && expected != head
+    {
+        let show = |h: Option<NodeId>| h.map_or_else(|| "none".to_owned(), |id| id.to_string());
+        return Err(domain::Error::Aborted(format!(
+            "expected_head_id: the head is {}, not {}",
+            show(head),
+            show(expected)
+        ))
+        .into());
+    }
+
+    let scope_hash = match scope {
+        Some(function) => Some(
+            node_row(&mut *conn, session, function, "function_id")
+                .await?
+                .hash,
+        ),
+        None => None,
+    };
+    let mut parent_hash = match parent {
+        Some(id) => Some(node_row(&mut *conn, session, id, "head").await?.hash),
+        None => None,
+    };
+    let mut tail = chain_tail(&mut *conn, session, head, scope).await?;
+    let mut written = Vec::with_capacity(nodes.len());
+    for (i, content) in nodes.iter_mut().enumerate() {
+        let field = field_of(i);
+        let id = NodeId::new();
+        let admit = tail.admit(&field, id, content)?;
+        if let Admit::ClosesFunction(function) = admit {
+            let chain = closing_chain(&mut *conn, session, function, &field).await?;
+            if let NodeContent::FunctionResult(result) = content {
+                result.chain = Some(chain);
+            }
+        }
+        let hash = node_hash(parent_hash.as_ref(), scope_hash.as_ref(), content);
+        insert_node(&mut *conn, session, id, parent, scope, content, now, &hash).await?;
+        match admit {
+            Admit::Plain => {}
+            Admit::OpensFunction => {
+                sqlx::query("INSERT INTO functions (id, session_id) VALUES (?, ?)")
+                    .bind(id.as_bytes().as_slice())
+                    .bind(session.as_bytes().as_slice())
+                    .execute(&mut *conn)
+                    .await?;
+            }
+            Admit::ClosesFunction(function) => {
+                // Another branch may have closed it already; the first result is the record.
+                sqlx::query(
+                    "UPDATE functions SET closed_by = ? WHERE id = ? AND closed_by IS NULL",
+                )
+                .bind(id.as_bytes().as_slice())
+                .bind(function.as_bytes().as_slice())
+                .execute(&mut *conn)
+                .await?;
+            }
+        }
+        parent = Some(id);
+        parent_hash = Some(hash);
+        written.push((id, hash));
+    }
+    let Some(&(head_id, _)) = written.last() else {
+        return Err(domain::Error::invalid("nodes", "is empty").into());
+    };
+    match target {
+        AppendTarget::Branch(name) => {
+            sqlx::query(
+                "UPDATE branches SET head_id = ?, updated_at_ms = ? WHERE session_id = ? AND name = ?",
+            )
+            .bind(head_id.as_bytes().as_slice())
+            .bind(now)
+            .bind(session.as_bytes().as_slice())
+            .bind(name.as_str())
+            .execute(&mut *conn)
+            .await?;
+        }
+        AppendTarget::Function(function) => {
+            sqlx::query("UPDATE functions SET head_id = ? WHERE id = ?")
+                .bind(head_id.as_bytes().as_slice())
+                .bind(function.as_bytes().as_slice())
+                .execute(&mut *conn)
+                .await?;
+        }
+    }
+    Ok(written)
+}
 
 fn now_ms() -> i64 {
     SystemTime::now()

@@ -9,6 +9,7 @@ mod functions;
 mod golden;
 mod helpers;
 mod idempotency;
+mod import;
 mod pairing;
 mod render;
 mod restart;

@@ -1,0 +1,607 @@
+//! The client commands (`ctxd import`, `sessions`, `log`, …): each parses its arguments, makes
+//! its call through the generated tonic client, and prints text or, with `--json`, the response.
+//!
+//! Failures print one line on stderr, `ctxd: <what failed>: <CODE>: <server message>`, and exit
+//! with status 1.
+
+use std::io::{IsTerminal, Write};
+use std::time::Duration;
+
+use clap::{Args, Subcommand, ValueEnum};
+use serde_json::Value;
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Code, Status};
+
+use super::json::ToJson;
+use super::{panel, show};
+use crate::api::pb;
+use pb::context_store_client::ContextStoreClient;
+
+type Client = ContextStoreClient<Channel>;
+
+/// Room for large renders and logs, as on the server.
+const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
+/// Bytes per `ImportChunk`.
+const CHUNK_BYTES: usize = 64 * 1024;
+/// Files at least this large get a progress bar (on a terminal, without `--json`).
+const PROGRESS_MIN_BYTES: usize = 1024 * 1024;
+
+/// What every client command takes: where the server is and how to print.
+#[derive(Debug, Args)]
+pub struct Conn {
+    /// The ctxd server.
+    #[arg(long, env = "CTXD_SERVER", default_value = "http://127.0.0.1:50051")]
+    server: String,
+    /// Print the response as JSON, for scripts.
+    #[arg(long)]
+    json: bool,
+}
+
+/// A token budget and tokenizer, for `render`, `context` and `compact`.
+#[derive(Debug, Args)]
+pub struct BudgetArgs {
+    /// Context window in tokens (with an output reserve of --output-reserve).
+    #[arg(long, value_name = "N")]
+    budget: Option<u32>,
+    /// Tokens kept free for the answer, out of --budget.
+    #[arg(long, value_name = "N", default_value_t = 0, requires = "budget")]
+    output_reserve: u32,
+    /// `heuristic` (the default), `o200k_base` or `cl100k_base`.
+    #[arg(long, value_name = "T", default_value = "")]
+    tokenizer: String,
+}
+
+impl BudgetArgs {
+    fn budget(&self) -> Option<pb::Budget> {
+        self.budget.map(|window| pb::Budget {
+            context_window: window,
+            output_reserve: self.output_reserve,
+            ..Default::default()
+        })
+    }
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum ImportFormat {
+    Neutral,
+    ClaudeCode,
+    Openai,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum RenderFormat {
+    Neutral,
+    Openai,
+    Anthropic,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Imports a session file into a new session.
+    Import {
+        /// The file: neutral JSONL, a Claude Code session, or an OpenAI messages array.
+        file: std::path::PathBuf,
+        /// Detected from the first line when not given.
+        #[arg(long, value_enum)]
+        format: Option<ImportFormat>,
+        /// Session metadata, repeatable.
+        #[arg(long = "meta", value_name = "KEY=VALUE", value_parser = key_value)]
+        meta: Vec<(String, String)>,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Lists sessions, newest first.
+    Sessions {
+        /// Sessions to show at most.
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Shows a session's nodes from a branch head or a node, newest first.
+    Log {
+        session: String,
+        /// Default `main`.
+        #[arg(long, conflicts_with = "node")]
+        branch: Option<String>,
+        /// Start at this node instead of a branch head.
+        #[arg(long)]
+        node: Option<String>,
+        /// Nodes to show at most.
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Creates a branch at a node.
+    Branch {
+        session: String,
+        name: String,
+        /// The node the branch starts at.
+        #[arg(long = "from", value_name = "NODE")]
+        from: String,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Renders a branch's context, under a budget if given.
+    Render {
+        session: String,
+        /// Default `main`.
+        #[arg(long)]
+        branch: Option<String>,
+        #[command(flatten)]
+        budget: BudgetArgs,
+        /// `openai` and `anthropic` print the provider's request document.
+        #[arg(long, value_enum, default_value = "neutral")]
+        format: RenderFormat,
+        /// The provider refused the request as too long: clear old tool results.
+        #[arg(long)]
+        reactive: bool,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Pictures where a branch's context tokens go, against a budget if given.
+    Context {
+        session: String,
+        /// Default `main`.
+        #[arg(long)]
+        branch: Option<String>,
+        #[command(flatten)]
+        budget: BudgetArgs,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Summarizes older history with the server's summarizer.
+    Compact {
+        session: String,
+        /// Default `main`.
+        #[arg(long)]
+        branch: Option<String>,
+        #[command(flatten)]
+        budget: BudgetArgs,
+        /// For the summarizer.
+        #[arg(long, default_value = "")]
+        instructions: String,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Lists a session's summaries and compaction events.
+    Summaries {
+        session: String,
+        /// Which branch `active` and `applies` refer to. Default `main`.
+        #[arg(long)]
+        branch: Option<String>,
+        #[command(flatten)]
+        conn: Conn,
+    },
+}
+
+/// Why a command failed: one line, printed after `ctxd: `.
+#[derive(Debug)]
+pub struct Failure(String);
+
+type Result<T> = std::result::Result<T, Failure>;
+
+/// Runs a client command to completion; on failure prints one line and exits with status 1.
+pub fn run(runtime: &tokio::runtime::Runtime, command: Command) -> anyhow::Result<()> {
+    match runtime.block_on(execute(command)) {
+        Ok(text) => {
+            let mut stdout = std::io::stdout().lock();
+            match stdout
+                .write_all(text.as_bytes())
+                .and_then(|()| stdout.flush())
+            {
+                // `ctxd log … | head` closing the pipe early is not a failure.
+                Ok(()) => Ok(()),
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+                Err(e) => fail(&format!("writing the output: {e}")),
+            }
+        }
+        Err(Failure(line)) => fail(&line),
+    }
+}
+
+fn fail(line: &str) -> ! {
+    let _ = writeln!(std::io::stderr(), "ctxd: {line}");
+    std::process::exit(1)
+}
+
+async fn execute(command: Command) -> Result<String> {
+    match command {
+        Command::Import {
+            file,
+            format,
+            meta,
+            conn,
+        } => import(&file, format, meta, &conn).await,
+        Command::Sessions { limit, conn } => sessions(limit, &conn).await,
+        Command::Log {
+            session,
+            branch,
+            node,
+            limit,
+            conn,
+        } => {
+            let req = pb::LogRequest {
+                session_id: session,
+                branch: branch.unwrap_or_default(),
+                node_id: node.unwrap_or_default(),
+                ..Default::default()
+            };
+            log(req, limit, &conn).await
+        }
+        Command::Branch {
+            session,
+            name,
+            from,
+            conn,
+        } => {
+            let req = pb::CreateBranchRequest {
+                session_id: session,
+                name,
+                from_node_id: from,
+            };
+            let b = call("CreateBranch", connect(&conn).await?.create_branch(req)).await?;
+            Ok(output(&conn, &b, || {
+                format!("branch {} at {} ({})\n", b.name, b.head_id, b.head_hash)
+            }))
+        }
+        Command::Render {
+            session,
+            branch,
+            budget,
+            format,
+            reactive,
+            conn,
+        } => render(session, branch, &budget, format, reactive, &conn).await,
+        Command::Context {
+            session,
+            branch,
+            budget,
+            conn,
+        } => {
+            let target = format!(
+                "session {session}  branch {}",
+                branch.as_deref().unwrap_or("main")
+            );
+            let req = pb::ContextStatsRequest {
+                session_id: session,
+                target: branch.map(pb::context_stats_request::Target::Branch),
+                tokenizer: budget.tokenizer.clone(),
+                budget: budget.budget(),
+                ..Default::default()
+            };
+            let r = call("ContextStats", connect(&conn).await?.context_stats(req)).await?;
+            Ok(output(&conn, &r, || panel::picture(&target, &r)))
+        }
+        Command::Compact {
+            session,
+            branch,
+            budget,
+            instructions,
+            conn,
+        } => {
+            let req = pb::CompactRequest {
+                session_id: session,
+                branch: branch.unwrap_or_default(),
+                budget: budget.budget(),
+                tokenizer: budget.tokenizer,
+                instructions,
+                ..Default::default()
+            };
+            let o = call("Compact", connect(&conn).await?.compact(req)).await?;
+            Ok(output(&conn, &o, || show::outcome(&o)))
+        }
+        Command::Summaries {
+            session,
+            branch,
+            conn,
+        } => {
+            let req = pb::ListSummariesRequest {
+                session_id: session,
+                branch: branch.unwrap_or_default(),
+            };
+            let r = call("ListSummaries", connect(&conn).await?.list_summaries(req)).await?;
+            Ok(output(&conn, &r, || show::summaries(&r)))
+        }
+    }
+}
+
+async fn import(
+    file: &std::path::Path,
+    format: Option<ImportFormat>,
+    meta: Vec<(String, String)>,
+    conn: &Conn,
+) -> Result<String> {
+    let data =
+        std::fs::read(file).map_err(|e| Failure(format!("reading {}: {e}", file.display())))?;
+    let format = match format {
+        None => pb::ImportFormat::Unspecified,
+        Some(ImportFormat::Neutral) => pb::ImportFormat::NeutralJsonl,
+        Some(ImportFormat::ClaudeCode) => pb::ImportFormat::ClaudeCodeJsonl,
+        Some(ImportFormat::Openai) => pb::ImportFormat::OpenaiMessages,
+    };
+    let mut client = connect(conn).await?;
+    let progress = progress_bar(data.len(), conn.json);
+    let chunks = chunks(data, format, meta.into_iter().collect(), progress.clone());
+    let r = call("ImportSession", client.import_session(chunks)).await;
+    progress.finish_and_clear();
+    let r = r?;
+    Ok(output(conn, &r, || show::import(&r)))
+}
+
+/// The file as a stream of chunks, the first carrying the format and metadata; the bar
+/// advances as the transport takes each one.
+fn chunks(
+    data: Vec<u8>,
+    format: pb::ImportFormat,
+    metadata: std::collections::HashMap<String, String>,
+    progress: indicatif::ProgressBar,
+) -> impl tokio_stream::Stream<Item = pb::ImportChunk> + Send + 'static {
+    let count = data.len().div_ceil(CHUNK_BYTES).max(1);
+    let mut metadata = Some(metadata);
+    tokio_stream::iter((0..count).map(move |i| {
+        let slice =
+            &data[(i * CHUNK_BYTES).min(data.len())..((i + 1) * CHUNK_BYTES).min(data.len())];
+        progress.inc(slice.len() as u64);
+        pb::ImportChunk {
+            format: format as i32,
+            metadata: metadata.take().unwrap_or_default(),
+            data: slice.to_vec(),
+        }
+    }))
+}
+
+fn progress_bar(len: usize, json: bool) -> indicatif::ProgressBar {
+    if json || len < PROGRESS_MIN_BYTES || !std::io::stderr().is_terminal() {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::new(len as u64);
+    if let Ok(style) = indicatif::ProgressStyle::with_template(
+        "importing {bar:40} {binary_bytes}/{binary_total_bytes} {binary_bytes_per_sec}",
+    ) {
+        bar.set_style(style);
+    }
+    bar
+}
+
+async fn sessions(limit: u32, conn: &Conn) -> Result<String> {
+    let mut client = connect(conn).await?;
+    let mut all = pb::ListSessionsResponse::default();
+    loop {
+        let want = limit.saturating_sub(all.sessions.len() as u32).min(1000);
+        let req = pb::ListSessionsRequest {
+            page_size: want,
+            page_token: all.next_page_token.clone(),
+        };
+        let page = call("ListSessions", client.list_sessions(req)).await?;
+        all.sessions.extend(page.sessions);
+        all.next_page_token = page.next_page_token;
+        if all.next_page_token.is_empty() || all.sessions.len() as u32 >= limit {
+            break;
+        }
+    }
+    all.sessions.truncate(limit as usize);
+    Ok(output(conn, &all, || {
+        show::sessions(&all.sessions, !all.next_page_token.is_empty())
+    }))
+}
+
+async fn log(mut req: pb::LogRequest, limit: u32, conn: &Conn) -> Result<String> {
+    let mut client = connect(conn).await?;
+    let mut all = pb::LogResponse::default();
+    loop {
+        req.limit = limit.saturating_sub(all.nodes.len() as u32).min(1000);
+        let page = call("Log", client.log(req.clone())).await?;
+        all.nodes.extend(page.nodes);
+        all.next_page_token = page.next_page_token;
+        if all.next_page_token.is_empty() || all.nodes.len() as u32 >= limit {
+            break;
+        }
+        req.page_token = all.next_page_token.clone();
+    }
+    Ok(output(conn, &all, || {
+        show::log(&all.nodes, !all.next_page_token.is_empty())
+    }))
+}
+
+async fn render(
+    session: String,
+    branch: Option<String>,
+    budget: &BudgetArgs,
+    format: RenderFormat,
+    reactive: bool,
+    conn: &Conn,
+) -> Result<String> {
+    let req = pb::RenderRequest {
+        session_id: session,
+        target: branch.map(pb::render_request::Target::Branch),
+        tokenizer: budget.tokenizer.clone(),
+        budget: budget.budget(),
+        policy: reactive.then(|| pb::RenderPolicy {
+            reactive: true,
+            ..Default::default()
+        }),
+        format: match format {
+            RenderFormat::Neutral => pb::Format::Neutral,
+            RenderFormat::Openai => pb::Format::OpenaiChat,
+            RenderFormat::Anthropic => pb::Format::AnthropicMessages,
+        } as i32,
+        ..Default::default()
+    };
+    let r = call("Render", connect(conn).await?.render(req)).await?;
+    if conn.json || matches!(format, RenderFormat::Neutral) {
+        return Ok(output(conn, &r, || show::render(&r)));
+    }
+    serde_json::from_str::<serde::de::IgnoredAny>(&r.messages_json).map_err(|e| {
+        Failure(format!(
+            "Render failed: the server's messages_json is not JSON: {e}"
+        ))
+    })?;
+    Ok(reindent(&r.messages_json))
+}
+
+/// Valid JSON indented by two spaces, keeping the server's key order.
+fn reindent(json: &str) -> String {
+    let mut out = String::with_capacity(json.len() * 2);
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    let newline = |out: &mut String, depth: usize| {
+        out.push('\n');
+        out.push_str(&"  ".repeat(depth));
+    };
+    let mut chars = json.chars().peekable();
+    while let Some(c) = chars.next() {
+        if in_string {
+            out.push(c);
+            match c {
+                _ if escaped => escaped = false,
+                '\\' => escaped = true,
+                '"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match c {
+            '"' => {
+                in_string = true;
+                out.push(c);
+            }
+            '{' | '[' => {
+                while chars.next_if(|n| n.is_whitespace()).is_some() {}
+                if let Some(close) = chars.next_if(|n| matches!(n, '}' | ']')) {
+                    out.push(c);
+                    out.push(close);
+                    continue;
+                }
+                out.push(c);
+                depth += 1;
+                newline(&mut out, depth);
+            }
+            '}' | ']' => {
+                depth = depth.saturating_sub(1);
+                newline(&mut out, depth);
+                out.push(c);
+            }
+            ',' => {
+                out.push(c);
+                newline(&mut out, depth);
+            }
+            ':' => out.push_str(": "),
+            c if c.is_whitespace() => {}
+            c => out.push(c),
+        }
+    }
+    out.push('\n');
+    out
+}
+
+/// The text, or with `--json` the response itself.
+fn output<T: ToJson>(conn: &Conn, response: &T, text: impl FnOnce() -> String) -> String {
+    if conn.json {
+        pretty(&response.to_json())
+    } else {
+        text()
+    }
+}
+
+fn pretty(value: &Value) -> String {
+    let mut s = serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string());
+    s.push('\n');
+    s
+}
+
+async fn connect(conn: &Conn) -> Result<Client> {
+    let url = if conn.server.contains("://") {
+        conn.server.clone()
+    } else {
+        format!("http://{}", conn.server)
+    };
+    let endpoint = Endpoint::from_shared(url.clone())
+        .map_err(|e| Failure(format!("invalid server URL {:?}: {e}", conn.server)))?
+        .connect_timeout(Duration::from_secs(10));
+    let channel = endpoint.connect().await.map_err(|e| {
+        Failure(format!(
+            "cannot connect to the server at {url}: {}",
+            chain(&e)
+        ))
+    })?;
+    Ok(ContextStoreClient::new(channel)
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES))
+}
+
+/// Awaits one RPC; a failure names it, the status code and the server's message.
+async fn call<T>(
+    rpc: &str,
+    future: impl Future<Output = std::result::Result<tonic::Response<T>, Status>>,
+) -> Result<T> {
+    future.await.map(tonic::Response::into_inner).map_err(|s| {
+        let message = s.message().split_whitespace().collect::<Vec<_>>().join(" ");
+        let mut line = format!("{rpc} failed: {}", code_name(s.code()));
+        if !message.is_empty() {
+            line.push_str(": ");
+            line.push_str(&message);
+        }
+        Failure(line)
+    })
+}
+
+/// An error and its sources, `a: b: c`, each said once.
+fn chain(error: &dyn std::error::Error) -> String {
+    let mut parts: Vec<String> = vec![error.to_string()];
+    let mut source = error.source();
+    while let Some(e) = source {
+        let text = e.to_string();
+        if !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        source = e.source();
+    }
+    parts.join(": ")
+}
+
+fn code_name(code: Code) -> &'static str {
+    match code {
+        Code::Ok => "OK",
+        Code::Cancelled => "CANCELLED",
+        Code::Unknown => "UNKNOWN",
+        Code::InvalidArgument => "INVALID_ARGUMENT",
+        Code::DeadlineExceeded => "DEADLINE_EXCEEDED",
+        Code::NotFound => "NOT_FOUND",
+        Code::AlreadyExists => "ALREADY_EXISTS",
+        Code::PermissionDenied => "PERMISSION_DENIED",
+        Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
+        Code::FailedPrecondition => "FAILED_PRECONDITION",
+        Code::Aborted => "ABORTED",
+        Code::OutOfRange => "OUT_OF_RANGE",
+        Code::Unimplemented => "UNIMPLEMENTED",
+        Code::Internal => "INTERNAL",
+        Code::Unavailable => "UNAVAILABLE",
+        Code::DataLoss => "DATA_LOSS",
+        Code::Unauthenticated => "UNAUTHENTICATED",
+    }
+}
+
+fn key_value(s: &str) -> std::result::Result<(String, String), String> {
+    s.split_once('=')
+        .filter(|(k, _)| !k.is_empty())
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .ok_or_else(|| format!("expected KEY=VALUE, got {s:?}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reindent_keeps_key_order_and_strings() {
+        let json =
+            r#"{"role":"user","content":"a, b: {c} \" [d]","x":[],"y":{},"z":[1,{"k":null}]}"#;
+        let pretty = reindent(json);
+        let parsed: Value = serde_json::from_str(&pretty).unwrap();
+        assert_eq!(parsed, serde_json::from_str::<Value>(json).unwrap());
+        assert!(pretty.find("role").unwrap() < pretty.find("content").unwrap());
+        assert!(pretty.contains(r#""a, b: {c} \" [d]""#), "{pretty}");
+        assert!(pretty.contains(r#""x": [],"#), "{pretty}");
+    }
+}

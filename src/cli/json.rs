@@ -1,0 +1,383 @@
+//! `--json`: the responses as JSON, field names as in the proto, every field present.
+//!
+//! Enums print as their proto names (`ROLE_USER`), bytes as standard base64, and maps with
+//! sorted keys, so the output is stable for scripts.
+
+use serde_json::{Value, json};
+
+use crate::api::pb;
+
+pub trait ToJson {
+    fn to_json(&self) -> Value;
+}
+
+impl<T: ToJson> ToJson for Vec<T> {
+    fn to_json(&self) -> Value {
+        Value::Array(self.iter().map(ToJson::to_json).collect())
+    }
+}
+
+impl<T: ToJson> ToJson for Option<T> {
+    fn to_json(&self) -> Value {
+        self.as_ref().map_or(Value::Null, ToJson::to_json)
+    }
+}
+
+/// An enum value by its proto name, or the bare number if this build does not know it.
+macro_rules! enum_json {
+    ($enum:ty, $value:expr) => {
+        <$enum>::try_from($value).map_or(json!($value), |e| json!(e.as_str_name()))
+    };
+}
+
+impl ToJson for pb::Session {
+    fn to_json(&self) -> Value {
+        json!({
+            "session_id": self.session_id,
+            "created_at_unix_ms": self.created_at_unix_ms,
+            "metadata": self.metadata,
+            "compaction_count": self.compaction_count,
+            "branches": self.branches.to_json(),
+        })
+    }
+}
+
+impl ToJson for pb::Branch {
+    fn to_json(&self) -> Value {
+        json!({
+            "name": self.name,
+            "head_id": self.head_id,
+            "head_hash": self.head_hash,
+            "updated_at_unix_ms": self.updated_at_unix_ms,
+        })
+    }
+}
+
+impl ToJson for pb::ListSessionsResponse {
+    fn to_json(&self) -> Value {
+        json!({
+            "sessions": self.sessions.to_json(),
+            "next_page_token": self.next_page_token,
+        })
+    }
+}
+
+impl ToJson for pb::ContentPart {
+    fn to_json(&self) -> Value {
+        use pb::content_part::Part;
+        match &self.part {
+            Some(Part::Text(text)) => json!({ "text": text }),
+            Some(Part::Media(media)) => json!({ "media": media.to_json() }),
+            None => json!({}),
+        }
+    }
+}
+
+impl ToJson for pb::Media {
+    fn to_json(&self) -> Value {
+        use pb::media::Source;
+        match &self.source {
+            Some(Source::Data(data)) => {
+                json!({ "mime_type": self.mime_type, "data": base64(data) })
+            }
+            Some(Source::Url(url)) => json!({ "mime_type": self.mime_type, "url": url }),
+            None => json!({ "mime_type": self.mime_type }),
+        }
+    }
+}
+
+impl ToJson for pb::ToolCall {
+    fn to_json(&self) -> Value {
+        json!({
+            "call_id": self.call_id,
+            "name": self.name,
+            "arguments_json": self.arguments_json,
+        })
+    }
+}
+
+impl ToJson for pb::Message {
+    fn to_json(&self) -> Value {
+        json!({
+            "role": enum_json!(pb::Role, self.role),
+            "parts": self.parts.to_json(),
+            "tool_calls": self.tool_calls.to_json(),
+        })
+    }
+}
+
+impl ToJson for pb::ToolResult {
+    fn to_json(&self) -> Value {
+        json!({
+            "call_id": self.call_id,
+            "name": self.name,
+            "parts": self.parts.to_json(),
+            "is_error": self.is_error,
+        })
+    }
+}
+
+impl ToJson for pb::FunctionCall {
+    fn to_json(&self) -> Value {
+        json!({
+            "call_id": self.call_id,
+            "name": self.name,
+            "input": self.input,
+            "expose": enum_json!(pb::Expose, self.expose),
+        })
+    }
+}
+
+impl ToJson for pb::FunctionResult {
+    fn to_json(&self) -> Value {
+        json!({
+            "call_id": self.call_id,
+            "output": self.output,
+            "status": enum_json!(pb::FunctionStatus, self.status),
+            "function_id": self.function_id,
+            "chain_head_id": self.chain_head_id,
+        })
+    }
+}
+
+impl ToJson for pb::NodeInput {
+    fn to_json(&self) -> Value {
+        use pb::node_input::Kind;
+        match &self.kind {
+            Some(Kind::Message(m)) => json!({ "message": m.to_json() }),
+            Some(Kind::ToolResult(r)) => json!({ "tool_result": r.to_json() }),
+            Some(Kind::FunctionCall(c)) => json!({ "function_call": c.to_json() }),
+            Some(Kind::FunctionResult(r)) => json!({ "function_result": r.to_json() }),
+            None => json!({}),
+        }
+    }
+}
+
+impl ToJson for pb::Node {
+    fn to_json(&self) -> Value {
+        json!({
+            "node_id": self.node_id,
+            "parent_id": self.parent_id,
+            "kind": enum_json!(pb::NodeKind, self.kind),
+            "content": self.content.to_json(),
+            "created_at_unix_ms": self.created_at_unix_ms,
+            "hash": self.hash,
+            "function_id": self.function_id,
+        })
+    }
+}
+
+impl ToJson for pb::LogResponse {
+    fn to_json(&self) -> Value {
+        json!({
+            "nodes": self.nodes.to_json(),
+            "next_page_token": self.next_page_token,
+        })
+    }
+}
+
+impl ToJson for pb::RenderedMessage {
+    fn to_json(&self) -> Value {
+        json!({
+            "role": enum_json!(pb::Role, self.role),
+            "parts": self.parts.to_json(),
+            "tool_calls": self.tool_calls.to_json(),
+            "tool_call_id": self.tool_call_id,
+            "name": self.name,
+            "is_error": self.is_error,
+            "node_ids": self.node_ids,
+            "function_id": self.function_id,
+            "tokens": self.tokens,
+            "truncated": self.truncated,
+            "cleared": self.cleared,
+        })
+    }
+}
+
+impl ToJson for pb::RenderResponse {
+    fn to_json(&self) -> Value {
+        json!({
+            "messages": self.messages.to_json(),
+            "head_id": self.head_id,
+            "head_hash": self.head_hash,
+            "total_tokens": self.total_tokens,
+            "tokenizer": self.tokenizer,
+            "report": self.report.to_json(),
+            "messages_json": self.messages_json,
+        })
+    }
+}
+
+impl ToJson for pb::Budget {
+    fn to_json(&self) -> Value {
+        json!({
+            "context_window": self.context_window,
+            "output_reserve": self.output_reserve,
+            "system_tokens": self.system_tokens,
+            "tools_tokens": self.tools_tokens,
+            "schema_tokens": self.schema_tokens,
+        })
+    }
+}
+
+impl ToJson for pb::TokenBreakdown {
+    fn to_json(&self) -> Value {
+        json!({
+            "system": self.system,
+            "user": self.user,
+            "assistant_text": self.assistant_text,
+            "tool_calls": self.tool_calls,
+            "tool_results": self.tool_results,
+            "summaries": self.summaries,
+            "markers": self.markers,
+        })
+    }
+}
+
+impl ToJson for pb::ContextReport {
+    fn to_json(&self) -> Value {
+        json!({
+            "total_tokens": self.total_tokens,
+            "tokens": self.tokens.to_json(),
+            "messages": self.messages,
+            "tokenizer": self.tokenizer,
+            "budget": self.budget.to_json(),
+            "history_budget": self.history_budget,
+            "fits": self.fits,
+            "over_by": self.over_by,
+            "summary_needed": self.summary_needed,
+            "results_truncated": self.results_truncated,
+            "truncated_node_ids": self.truncated_node_ids,
+            "results_cleared": self.results_cleared,
+            "cleared_node_ids": self.cleared_node_ids,
+            "turns_snipped": self.turns_snipped,
+            "snipped_node_ids": self.snipped_node_ids,
+            "microcompact_trigger": self.microcompact_trigger,
+            "microcompact_boundary": self.microcompact_boundary,
+            "stable_prefix_messages": self.stable_prefix_messages,
+        })
+    }
+}
+
+impl ToJson for pb::CompactionOutcome {
+    fn to_json(&self) -> Value {
+        json!({
+            "applied": self.applied,
+            "summary_id": self.summary_id,
+            "tokens_before": self.tokens_before,
+            "tokens_after": self.tokens_after,
+            "reason": enum_json!(pb::CompactionReason, self.reason),
+            "message": self.message,
+            "compaction_id": self.compaction_id,
+        })
+    }
+}
+
+impl ToJson for pb::SummaryRecord {
+    fn to_json(&self) -> Value {
+        json!({
+            "summary_id": self.summary_id,
+            "compaction_id": self.compaction_id,
+            "covers_ids": self.covers_ids,
+            "prior_summary_id": self.prior_summary_id,
+            "text": self.text,
+            "model": self.model,
+            "base_head_id": self.base_head_id,
+            "tokens_before": self.tokens_before,
+            "tokens_after": self.tokens_after,
+            "created_at_unix_ms": self.created_at_unix_ms,
+            "applies": self.applies,
+            "active": self.active,
+        })
+    }
+}
+
+impl ToJson for pb::CompactionEvent {
+    fn to_json(&self) -> Value {
+        json!({
+            "compaction_id": self.compaction_id,
+            "branch": self.branch,
+            "kind": self.kind,
+            "reason": enum_json!(pb::CompactionReason, self.reason),
+            "base_head_id": self.base_head_id,
+            "tokens_before": self.tokens_before,
+            "tokens_after": self.tokens_after,
+            "summary_id": self.summary_id,
+            "message": self.message,
+            "created_at_unix_ms": self.created_at_unix_ms,
+        })
+    }
+}
+
+impl ToJson for pb::ListSummariesResponse {
+    fn to_json(&self) -> Value {
+        json!({
+            "summaries": self.summaries.to_json(),
+            "events": self.events.to_json(),
+        })
+    }
+}
+
+impl ToJson for pb::ImportSessionResponse {
+    fn to_json(&self) -> Value {
+        json!({
+            "session": self.session.to_json(),
+            "nodes": self.nodes,
+            "functions": self.functions,
+            "summaries": self.summaries,
+            "format": enum_json!(pb::ImportFormat, self.format),
+            "warnings": self.warnings,
+        })
+    }
+}
+
+/// Standard base64 with padding, as the proto3 JSON mapping writes `bytes`.
+fn base64(data: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
+    for chunk in data.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = u32::from(b[0]) << 16 | u32::from(b[1]) << 8 | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(char::from(ALPHABET[(n >> (18 - 6 * i)) as usize & 63]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_matches_the_standard_alphabet() {
+        assert_eq!(base64(b""), "");
+        assert_eq!(base64(b"f"), "Zg==");
+        assert_eq!(base64(b"fo"), "Zm8=");
+        assert_eq!(base64(b"foo"), "Zm9v");
+        assert_eq!(base64(b"foobar"), "Zm9vYmFy");
+        assert_eq!(base64(&[0xff, 0xfe]), "//4=");
+    }
+
+    #[test]
+    fn enums_print_by_name_and_unknown_values_as_numbers() {
+        let message = pb::Message {
+            role: pb::Role::User as i32,
+            ..Default::default()
+        };
+        assert_eq!(message.to_json()["role"], "ROLE_USER");
+        let odd = pb::Message {
+            role: 99,
+            ..Default::default()
+        };
+        assert_eq!(odd.to_json()["role"], 99);
+    }
+}

@@ -1,0 +1,235 @@
+//! `ctxd context`: where the tokens go, as a picture that reads at 80 columns.
+//!
+//! One bar per category of the report's breakdown, scaled to the history budget (or to the total
+//! when it is larger, or when there is no budget), the total against the budget line, the free
+//! space, and what each tier of the engine did.
+
+use std::fmt::Write;
+
+use super::show::num;
+use crate::api::pb;
+
+/// Cells of a bar; with the label and the numbers a line stays under 80 columns.
+const WIDTH: usize = 40;
+const EIGHTHS: [char; 8] = [' ', '▏', '▎', '▍', '▌', '▋', '▊', '▉'];
+
+/// The picture for one report; `target` names what was measured (e.g. `session … branch main`).
+pub fn picture(target: &str, r: &pb::ContextReport) -> String {
+    let t = r.tokens.unwrap_or_default();
+    let budget = r.budget.as_ref().map(|_| r.history_budget);
+    let scale = budget.unwrap_or(0).max(r.total_tokens).max(1);
+    let base = budget.filter(|b| *b > 0).unwrap_or(r.total_tokens).max(1);
+    let row = |label: &str, bar: String, n: u32| {
+        let pct = 100.0 * f64::from(n) / f64::from(base);
+        format!("  {label:<15}{bar:<WIDTH$} {:>9} {pct:>5.1}%\n", num(n))
+    };
+
+    let mut out = format!("{target}\n");
+    let _ = writeln!(
+        out,
+        "{} messages, {} tokens ({})",
+        num(r.messages),
+        num(r.total_tokens),
+        r.tokenizer
+    );
+    match &r.budget {
+        Some(b) => {
+            let _ = writeln!(
+                out,
+                "window {} − output {} − system {} − tools {} − schema {} = history {}",
+                num(b.context_window),
+                num(b.output_reserve),
+                num(b.system_tokens),
+                num(b.tools_tokens),
+                num(b.schema_tokens),
+                num(r.history_budget)
+            );
+        }
+        None => out.push_str("no budget: bars are shares of the total\n"),
+    }
+    out.push('\n');
+    for (label, n) in [
+        ("system", t.system),
+        ("user", t.user),
+        ("assistant text", t.assistant_text),
+        ("tool calls", t.tool_calls),
+        ("tool results", t.tool_results),
+        ("summaries", t.summaries),
+        ("markers", t.markers),
+    ] {
+        out.push_str(&row(label, bar(n, scale), n));
+    }
+    let _ = writeln!(out, "  {:<15}{}", "", "─".repeat(WIDTH));
+    out.push_str(&row(
+        "total",
+        total_bar(r.total_tokens, budget, scale),
+        r.total_tokens,
+    ));
+    if let Some(b) = budget {
+        out.push_str(&row("budget", budget_line(b, scale), b));
+        out.push_str(&row(
+            "free",
+            String::new(),
+            b.saturating_sub(r.total_tokens),
+        ));
+        out.push('\n');
+        if r.fits {
+            out.push_str("fits\n");
+        } else {
+            let _ = write!(out, "OVER by {} tokens", num(r.over_by));
+            out.push_str(if r.summary_needed {
+                ": summary needed\n"
+            } else {
+                "\n"
+            });
+        }
+    }
+    out.push('\n');
+    out.push_str(&tiers(r, &t));
+    out
+}
+
+/// What each step of the engine did.
+fn tiers(r: &pb::ContextReport, t: &pb::TokenBreakdown) -> String {
+    let mut out = String::from("tiers\n");
+    let mut line = |name: &str, what: String| {
+        let _ = writeln!(out, "  {name:<18}{what}");
+    };
+    line(
+        "budget reduction",
+        format!("{} tool results truncated", r.results_truncated),
+    );
+    let micro = if r.microcompact_trigger.is_empty() {
+        "not triggered".to_string()
+    } else {
+        format!(
+            "triggered by {}: {} tool results cleared",
+            r.microcompact_trigger, r.results_cleared
+        )
+    };
+    line(
+        "microcompact",
+        format!("{micro}; boundary {}", r.microcompact_boundary),
+    );
+    line(
+        "snip",
+        format!(
+            "{} turns snipped ({} nodes)",
+            r.turns_snipped,
+            r.snipped_node_ids.len()
+        ),
+    );
+    line(
+        "summary",
+        if t.summaries > 0 {
+            format!("applied ({} tokens)", num(t.summaries))
+        } else if r.summary_needed {
+            "none; needed".into()
+        } else {
+            "none".into()
+        },
+    );
+    line(
+        "stable prefix",
+        format!(
+            "{} messages (prompt-cache breakpoint)",
+            r.stable_prefix_messages
+        ),
+    );
+    out
+}
+
+/// `n` of `scale` in eighth-block precision; a non-zero value shows at least a sliver.
+fn bar(n: u32, scale: u32) -> String {
+    let eighths = (u64::from(n) * (WIDTH as u64) * 8).div_ceil(u64::from(scale));
+    let eighths = usize::try_from(eighths).unwrap_or(WIDTH * 8).min(WIDTH * 8);
+    let mut s = "█".repeat(eighths / 8);
+    if eighths % 8 > 0 {
+        s.push(EIGHTHS[eighths % 8]);
+    }
+    s
+}
+
+fn cells(n: u32, scale: u32) -> usize {
+    let c = (u64::from(n) * WIDTH as u64 + u64::from(scale) / 2) / u64::from(scale);
+    usize::try_from(c).unwrap_or(WIDTH).min(WIDTH)
+}
+
+/// The total: `█` within the budget, `▓` past it, `░` for the free space left.
+fn total_bar(total: u32, budget: Option<u32>, scale: u32) -> String {
+    let used = cells(total, scale);
+    let Some(budget) = budget else {
+        return "█".repeat(used);
+    };
+    let limit = cells(budget, scale);
+    (0..used.max(limit))
+        .map(|i| match (i < used, i < limit) {
+            (true, true) => '█',
+            (true, false) => '▓',
+            _ => '░',
+        })
+        .collect()
+}
+
+/// A rule up to the budget, ending in `┤`.
+fn budget_line(budget: u32, scale: u32) -> String {
+    let at = cells(budget, scale).max(1);
+    format!("{}┤", "─".repeat(at - 1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(total: u32, budget: Option<u32>) -> pb::ContextReport {
+        pb::ContextReport {
+            total_tokens: total,
+            tokens: Some(pb::TokenBreakdown {
+                system: total / 4,
+                tool_results: total - total / 4,
+                ..Default::default()
+            }),
+            messages: 3,
+            tokenizer: "heuristic".into(),
+            budget: budget.map(|b| pb::Budget {
+                context_window: b,
+                ..Default::default()
+            }),
+            history_budget: budget.unwrap_or(0),
+            fits: budget.is_none_or(|b| total <= b),
+            over_by: budget.map_or(0, |b| total.saturating_sub(b)),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn every_line_fits_80_columns() {
+        for (total, budget) in [
+            (0, None),
+            (800, None),
+            (6_000, Some(8_000)),
+            (12_000, Some(8_000)),
+        ] {
+            let p = picture("session x", &report(total, budget));
+            for line in p.lines() {
+                assert!(line.chars().count() <= 80, "{line:?} is wider than 80");
+            }
+        }
+    }
+
+    #[test]
+    fn over_budget_shows_the_overflow_and_the_budget_mark() {
+        let p = picture("s", &report(12_000, Some(8_000)));
+        assert!(p.contains("OVER by 4,000"), "{p}");
+        assert!(p.contains('▓'), "{p}");
+        assert!(p.contains('┤'), "{p}");
+    }
+
+    #[test]
+    fn bars_scale_to_the_budget() {
+        assert_eq!(bar(0, 100), "");
+        assert_eq!(bar(100, 100).chars().count(), WIDTH);
+        assert_eq!(bar(50, 100), "█".repeat(WIDTH / 2));
+        assert_eq!(bar(1, 1_000_000), "▏");
+    }
+}

@@ -1,0 +1,339 @@
+//! Claude Code session files: `user`/`assistant` lines with `text`, `tool_use` and
+//! `tool_result` blocks; sub-agent (sidechain) transcripts become functions under the call that
+//! started them; a compact summary becomes a summary record, not a message.
+//!
+//! Sidechain lines may follow the main session in the same stream (a sub-agent file appended to
+//! its session's file); they are linked to their call through the session's `agent_progress`
+//! entries, or else by their prompt. Lines are taken in file order; `parentUuid` forks from
+//! parallel tool calls need nothing more. Thinking blocks and local UI entries (progress,
+//! snapshots, system lines) are never sent to a model and are left out.
+
+use std::collections::HashMap;
+
+use base64::Engine as _;
+use serde_json::Value;
+
+use super::{Builder, Plan, arguments};
+use crate::domain::{Error, MediaSource, Part, Role, ToolCall};
+
+/// One conversational line, parsed.
+struct Entry {
+    line: usize,
+    role: Role,
+    /// Assistant lines of one API message share this id.
+    message_id: Option<String>,
+    parts: Vec<Part>,
+    calls: Vec<(ToolCall, Option<String>)>,
+    /// (call id, parts, is_error)
+    results: Vec<(String, Vec<Part>, bool)>,
+    compact_summary: bool,
+}
+
+pub(super) fn parse(text: &str) -> Result<Plan, Error> {
+    let mut main: Vec<Entry> = Vec::new();
+    let mut sidechains: Vec<(String, Vec<Entry>)> = Vec::new();
+    // agentId → the tool_use that started it, from the session's progress entries.
+    let mut links: HashMap<String, String> = HashMap::new();
+    let mut last = 0;
+    for (i, raw) in text.lines().enumerate() {
+        let line = i + 1;
+        if raw.trim().is_empty() {
+            continue;
+        }
+        last = line;
+        let at = format!("line {line}");
+        let v: Value = serde_json::from_str(raw)
+            .map_err(|e| Error::invalid(at.clone(), format!("not JSON: {e}")))?;
+        let kind = v
+            .get("type")
+            .and_then(Value::as_str)
+            .ok_or_else(|| Error::invalid(format!("{at}.type"), "must be a string"))?;
+        if kind == "progress" {
+            let data = v.get("data");
+            if let (Some(agent), Some(call)) = (
+                data.and_then(|d| d.get("agentId")).and_then(Value::as_str),
+                v.get("parentToolUseID").and_then(Value::as_str),
+            ) {
+                links
+                    .entry(agent.to_owned())
+                    .or_insert_with(|| call.to_owned());
+            }
+            continue;
+        }
+        if kind != "user" && kind != "assistant" {
+            continue;
+        }
+        let entry = entry(&v, kind, line, &at)?;
+        if v.get("isSidechain").and_then(Value::as_bool) == Some(true) {
+            let agent = v
+                .get("agentId")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned();
+            match sidechains.iter_mut().find(|(a, _)| *a == agent) {
+                Some((_, entries)) => entries.push(entry),
+                None => sidechains.push((agent, vec![entry])),
+            }
+        } else {
+            main.push(entry);
+        }
+    }
+
+    // Which sidechain each call starts: by progress link, else by an equal prompt.
+    let mut started: HashMap<String, Vec<Entry>> = HashMap::new();
+    let calls: Vec<(String, Option<String>)> = main
+        .iter()
+        .chain(sidechains.iter().flat_map(|(_, e)| e))
+        .flat_map(|e| {
+            e.calls
+                .iter()
+                .map(|(c, prompt)| (c.call_id.clone(), prompt.clone()))
+        })
+        .collect();
+    let mut b = Builder::default();
+    for (agent, entries) in sidechains {
+        let prompt = entries.first().map(first_text);
+        let call = links.get(&agent).cloned().or_else(|| {
+            calls
+                .iter()
+                .find(|(_, p)| p.is_some() && p.as_deref() == prompt.as_deref())
+                .map(|(id, _)| id.clone())
+        });
+        match call {
+            Some(call) => {
+                started.insert(call, entries);
+            }
+            None => b.warn(
+                entries.first().map_or(0, |e| e.line),
+                format!("sub-agent transcript {agent:?} is linked to no call; skipped"),
+            ),
+        }
+    }
+    convert(&mut b, None, main, &mut started);
+    Ok(b.finish(last))
+}
+
+fn first_text(e: &Entry) -> String {
+    e.parts
+        .iter()
+        .filter_map(|p| match p {
+            Part::Text(t) => Some(t.as_str()),
+            Part::Media { .. } => None,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Writes one chain's entries: assistant lines of one message are merged, their results follow
+/// it, and a call that started a sub-agent opens a function holding the sub-agent's chain.
+fn convert(
+    b: &mut Builder,
+    scope: Option<usize>,
+    entries: Vec<Entry>,
+    started: &mut HashMap<String, Vec<Entry>>,
+) {
+    let mut assistant: Option<Entry> = None;
+    let mut results: Vec<(usize, String, Vec<Part>, bool)> = Vec::new();
+    let flush = |b: &mut Builder,
+                 assistant: &mut Option<Entry>,
+                 results: &mut Vec<(usize, String, Vec<Part>, bool)>,
+                 started: &mut HashMap<String, Vec<Entry>>| {
+        if let Some(a) = assistant.take() {
+            let calls: Vec<ToolCall> = a.calls.iter().map(|(c, _)| c.clone()).collect();
+            b.message(scope, Role::Assistant, a.parts, calls, a.line);
+            for (call, prompt) in a.calls {
+                if let Some(sub) = started.remove(&call.call_id)
+                    && let Some(op) =
+                        b.open_function(scope, &call.call_id, prompt.unwrap_or_default(), a.line)
+                {
+                    convert(b, Some(op), sub, started);
+                }
+            }
+        }
+        for (line, call_id, parts, is_error) in results.drain(..) {
+            b.tool_result(scope, call_id, parts, is_error, line);
+        }
+    };
+    for e in entries {
+        if e.role == Role::Assistant {
+            let same = assistant
+                .as_ref()
+                .is_some_and(|a| a.message_id.is_some() && a.message_id == e.message_id);
+            if same {
+                if let Some(a) = assistant.as_mut() {
+                    a.parts.extend(e.parts);
+                    a.calls.extend(e.calls);
+                }
+            } else {
+                flush(b, &mut assistant, &mut results, started);
+                assistant = Some(e);
+            }
+            continue;
+        }
+        // A user line: its results belong to the open assistant message's group.
+        results.extend(
+            e.results
+                .into_iter()
+                .map(|(id, parts, err)| (e.line, id, parts, err)),
+        );
+        if e.parts.is_empty() {
+            continue;
+        }
+        flush(b, &mut assistant, &mut results, started);
+        if e.compact_summary {
+            b.settle(scope, e.line);
+            b.summary(first_text_of(&e.parts), e.line);
+        } else {
+            b.message(scope, Role::User, e.parts, Vec::new(), e.line);
+        }
+    }
+    flush(b, &mut assistant, &mut results, started);
+}
+
+fn first_text_of(parts: &[Part]) -> String {
+    parts
+        .iter()
+        .filter_map(|p| match p {
+            Part::Text(t) => Some(t.as_str()),
+            Part::Media { .. } => None,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn entry(v: &Value, kind: &str, line: usize, at: &str) -> Result<Entry, Error> {
+    let message = v
+        .get("message")
+        .filter(|m| m.is_object())
+        .ok_or_else(|| Error::invalid(format!("{at}.message"), "must be an object"))?;
+    let role = if kind == "assistant" {
+        Role::Assistant
+    } else {
+        Role::User
+    };
+    let mut e = Entry {
+        line,
+        role,
+        message_id: message.get("id").and_then(Value::as_str).map(str::to_owned),
+        parts: Vec::new(),
+        calls: Vec::new(),
+        results: Vec::new(),
+        compact_summary: v.get("isCompactSummary").and_then(Value::as_bool) == Some(true),
+    };
+    let at = format!("{at}.message.content");
+    match message.get("content") {
+        Some(Value::String(s)) if !s.is_empty() => e.parts.push(Part::Text(s.clone())),
+        Some(Value::String(_)) | None | Some(Value::Null) => {}
+        Some(Value::Array(blocks)) => {
+            for (k, block) in blocks.iter().enumerate() {
+                let at = format!("{at}[{k}]");
+                let kind = block
+                    .get("type")
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| Error::invalid(format!("{at}.type"), "must be a string"))?;
+                match kind {
+                    "text" => {
+                        let t = block
+                            .get("text")
+                            .and_then(Value::as_str)
+                            .unwrap_or_default();
+                        if !t.is_empty() {
+                            e.parts.push(Part::Text(t.to_owned()));
+                        }
+                    }
+                    "image" => e.parts.push(image(block, &at)?),
+                    "tool_use" if role == Role::Assistant => {
+                        let id = block.get("id").and_then(Value::as_str).ok_or_else(|| {
+                            Error::invalid(format!("{at}.id"), "must be a string")
+                        })?;
+                        let name = block.get("name").and_then(Value::as_str).ok_or_else(|| {
+                            Error::invalid(format!("{at}.name"), "must be a string")
+                        })?;
+                        let input = block.get("input");
+                        let prompt = input
+                            .and_then(|i| i.get("prompt"))
+                            .and_then(Value::as_str)
+                            .map(str::to_owned);
+                        e.calls.push((
+                            ToolCall {
+                                call_id: id.to_owned(),
+                                name: name.to_owned(),
+                                arguments_json: arguments(input, &format!("{at}.input"))?,
+                            },
+                            prompt,
+                        ));
+                    }
+                    "tool_result" if role == Role::User => {
+                        let id = block
+                            .get("tool_use_id")
+                            .and_then(Value::as_str)
+                            .ok_or_else(|| {
+                                Error::invalid(format!("{at}.tool_use_id"), "must be a string")
+                            })?;
+                        let parts = result_content(block.get("content"), &format!("{at}.content"))?;
+                        let is_error = block.get("is_error").and_then(Value::as_bool) == Some(true);
+                        e.results.push((id.to_owned(), parts, is_error));
+                    }
+                    // Never sent back to a model.
+                    "thinking" | "redacted_thinking" => {}
+                    other => {
+                        return Err(Error::invalid(
+                            format!("{at}.type"),
+                            format!("unexpected {other:?} block in a {kind} line"),
+                        ));
+                    }
+                }
+            }
+        }
+        Some(_) => return Err(Error::invalid(at, "must be a string or an array")),
+    }
+    Ok(e)
+}
+
+fn result_content(v: Option<&Value>, at: &str) -> Result<Vec<Part>, Error> {
+    Ok(match v {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::String(s)) => vec![Part::Text(s.clone())],
+        Some(Value::Array(blocks)) => {
+            let mut parts = Vec::new();
+            for (k, block) in blocks.iter().enumerate() {
+                let at = format!("{at}[{k}]");
+                match block.get("type").and_then(Value::as_str) {
+                    Some("text") => parts.push(Part::Text(
+                        block
+                            .get("text")
+                            .and_then(Value::as_str)
+                            .unwrap_or_default()
+                            .to_owned(),
+                    )),
+                    Some("image") => parts.push(image(block, &at)?),
+                    _ => parts.push(Part::Text(block.to_string())),
+                }
+            }
+            parts
+        }
+        Some(other) => vec![Part::Text(other.to_string())],
+    })
+}
+
+fn image(block: &Value, at: &str) -> Result<Part, Error> {
+    let source = block
+        .get("source")
+        .ok_or_else(|| Error::invalid(format!("{at}.source"), "is required"))?;
+    let mime = source
+        .get("media_type")
+        .and_then(Value::as_str)
+        .unwrap_or("image/png")
+        .to_owned();
+    let data = source
+        .get("data")
+        .and_then(Value::as_str)
+        .ok_or_else(|| Error::invalid(format!("{at}.source.data"), "must be a string"))?;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(data)
+        .map_err(|e| Error::invalid(format!("{at}.source.data"), format!("bad base64: {e}")))?;
+    Ok(Part::Media {
+        mime_type: mime,
+        source: MediaSource::Data(bytes),
+    })
+}

@@ -1,0 +1,273 @@
+//! Provider request documents: rendered messages as OpenAI chat completions or Anthropic
+//! Messages API JSON, valid under each API's pairing rules.
+//!
+//! Both APIs reject a tool call without its result, so a call still pending (at the tail, or a
+//! caller's call into the function being rendered) is left out of these documents, and so is a
+//! result that does not follow its call; the neutral messages keep both.
+
+use std::collections::HashSet;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use serde_json::{Value, json};
+
+use super::{Message, MessageRole};
+use crate::domain::{MediaSource, Part};
+
+/// A request document format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    OpenAiChat,
+    AnthropicMessages,
+}
+
+/// The document for `format`, as compact JSON.
+pub fn document(format: Format, messages: &[Message]) -> String {
+    let value = match format {
+        Format::OpenAiChat => openai_chat(messages),
+        Format::AnthropicMessages => anthropic_messages(messages),
+    };
+    value.to_string()
+}
+
+/// Which calls and results a document keeps: a call only with its result, a result only right
+/// after the assistant message that made its call (where rendering puts it).
+struct Pairs<'a> {
+    /// For each message: the call ids it keeps (assistant messages).
+    calls: Vec<HashSet<&'a str>>,
+    /// For each message: whether a tool message is kept.
+    results: Vec<bool>,
+}
+
+impl<'a> Pairs<'a> {
+    fn of(messages: &'a [Message]) -> Self {
+        let mut calls = vec![HashSet::new(); messages.len()];
+        let mut results = vec![false; messages.len()];
+        let mut group: Option<usize> = None;
+        for (i, m) in messages.iter().enumerate() {
+            match m.role {
+                MessageRole::Assistant => group = Some(i),
+                MessageRole::Tool => {
+                    let id = m.tool_call_id.as_deref().unwrap_or_default();
+                    if let Some(a) = group
+                        && messages[a].tool_calls.iter().any(|c| c.call_id == id)
+                        && calls[a].insert(id)
+                    {
+                        results[i] = true;
+                    }
+                }
+                _ => group = None,
+            }
+        }
+        Self { calls, results }
+    }
+}
+
+fn text_of(parts: &[Part]) -> String {
+    parts
+        .iter()
+        .map(|p| match p {
+            Part::Text(t) => t.clone(),
+            Part::Media { mime_type, .. } => format!("[{mime_type} attachment]"),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn data_url(mime: &str, data: &[u8]) -> String {
+    format!("data:{mime};base64,{}", BASE64.encode(data))
+}
+
+/// The tool's arguments as the object Anthropic wants; anything else is wrapped.
+fn arguments_object(arguments: &str) -> Value {
+    match serde_json::from_str::<Value>(arguments) {
+        Ok(Value::Object(map)) => Value::Object(map),
+        Ok(other) => json!({ "value": other }),
+        Err(_) => json!({ "raw": arguments }),
+    }
+}
+
+// ---------------------------------------------------------------- OpenAI
+
+fn openai_content(parts: &[Part]) -> Value {
+    if parts.iter().all(|p| matches!(p, Part::Text(_))) {
+        return Value::String(text_of(parts));
+    }
+    Value::Array(
+        parts
+            .iter()
+            .map(|p| match p {
+                Part::Text(t) => json!({ "type": "text", "text": t }),
+                Part::Media { mime_type, source } if mime_type.starts_with("image/") => {
+                    let url = match source {
+                        MediaSource::Url(url) => url.clone(),
+                        MediaSource::Data(data) => data_url(mime_type, data),
+                    };
+                    json!({ "type": "image_url", "image_url": { "url": url } })
+                }
+                Part::Media { mime_type, .. } => {
+                    json!({ "type": "text", "text": format!("[{mime_type} attachment]") })
+                }
+            })
+            .collect(),
+    )
+}
+
+/// A chat-completions `messages` array.
+pub fn openai_chat(messages: &[Message]) -> Value {
+    let pairs = Pairs::of(messages);
+    let mut out = Vec::with_capacity(messages.len());
+    for (i, m) in messages.iter().enumerate() {
+        let doc = match m.role {
+            MessageRole::System => json!({ "role": "system", "content": text_of(&m.parts) }),
+            MessageRole::Developer => {
+                json!({ "role": "developer", "content": text_of(&m.parts) })
+            }
+            MessageRole::User => json!({ "role": "user", "content": openai_content(&m.parts) }),
+            MessageRole::Assistant => {
+                let calls: Vec<Value> = m
+                    .tool_calls
+                    .iter()
+                    .filter(|c| pairs.calls[i].contains(c.call_id.as_str()))
+                    .map(|c| {
+                        json!({
+                            "id": c.call_id,
+                            "type": "function",
+                            "function": { "name": c.name, "arguments": c.arguments_json },
+                        })
+                    })
+                    .collect();
+                let text = text_of(&m.parts);
+                if text.is_empty() && calls.is_empty() {
+                    continue;
+                }
+                let mut doc = json!({
+                    "role": "assistant",
+                    "content": if text.is_empty() { Value::Null } else { Value::String(text) },
+                });
+                if !calls.is_empty() {
+                    doc["tool_calls"] = Value::Array(calls);
+                }
+                doc
+            }
+            MessageRole::Tool if !pairs.results[i] => continue,
+            MessageRole::Tool => json!({
+                "role": "tool",
+                "tool_call_id": m.tool_call_id.as_deref().unwrap_or_default(),
+                "content": text_of(&m.parts),
+            }),
+        };
+        out.push(doc);
+    }
+    Value::Array(out)
+}
+
+// ---------------------------------------------------------------- Anthropic
+
+fn anthropic_blocks(parts: &[Part]) -> Vec<Value> {
+    parts
+        .iter()
+        .filter_map(|p| match p {
+            Part::Text(t) if t.is_empty() => None,
+            Part::Text(t) => Some(json!({ "type": "text", "text": t })),
+            Part::Media { mime_type, source } => {
+                let kind = if mime_type.starts_with("image/") {
+                    "image"
+                } else if mime_type == "application/pdf" {
+                    "document"
+                } else {
+                    return Some(
+                        json!({ "type": "text", "text": format!("[{mime_type} attachment]") }),
+                    );
+                };
+                let source = match source {
+                    MediaSource::Url(url) => json!({ "type": "url", "url": url }),
+                    MediaSource::Data(data) => json!({
+                        "type": "base64",
+                        "media_type": mime_type,
+                        "data": BASE64.encode(data),
+                    }),
+                };
+                Some(json!({ "type": kind, "source": source }))
+            }
+        })
+        .collect()
+}
+
+/// A Messages API request body's `{system, messages}`: roles alternate, every `tool_use` is
+/// answered by a `tool_result` in the next user message, consecutive results share one message.
+pub fn anthropic_messages(messages: &[Message]) -> Value {
+    let pairs = Pairs::of(messages);
+    // Leading system and developer messages are the system prompt; later ones (rare) are kept
+    // in place as marked user text, since the API has no mid-conversation system role.
+    let leading = messages
+        .iter()
+        .take_while(|m| matches!(m.role, MessageRole::System | MessageRole::Developer))
+        .count();
+    let system = messages[..leading]
+        .iter()
+        .map(|m| text_of(&m.parts))
+        .collect::<Vec<_>>()
+        .join("\n\n");
+    let mut out: Vec<(&'static str, Vec<Value>)> = Vec::new();
+    for (i, m) in messages.iter().enumerate().skip(leading) {
+        let (role, blocks) = match m.role {
+            MessageRole::System | MessageRole::Developer => (
+                "user",
+                vec![json!({ "type": "text", "text": format!("[system] {}", text_of(&m.parts)) })],
+            ),
+            MessageRole::User => ("user", anthropic_blocks(&m.parts)),
+            MessageRole::Assistant => {
+                let mut blocks = anthropic_blocks(&m.parts);
+                blocks.extend(
+                    m.tool_calls
+                        .iter()
+                        .filter(|c| pairs.calls[i].contains(c.call_id.as_str()))
+                        .map(|c| {
+                            json!({
+                                "type": "tool_use",
+                                "id": c.call_id,
+                                "name": c.name,
+                                "input": arguments_object(&c.arguments_json),
+                            })
+                        }),
+                );
+                ("assistant", blocks)
+            }
+            MessageRole::Tool if !pairs.results[i] => continue,
+            MessageRole::Tool => {
+                let mut block = json!({
+                    "type": "tool_result",
+                    "tool_use_id": m.tool_call_id.as_deref().unwrap_or_default(),
+                    "content": text_of(&m.parts),
+                });
+                if m.is_error {
+                    block["is_error"] = Value::Bool(true);
+                }
+                ("user", vec![block])
+            }
+        };
+        if blocks.is_empty() {
+            continue;
+        }
+        match out.last_mut() {
+            Some((last, existing)) if *last == role => existing.extend(blocks),
+            _ => out.push((role, blocks)),
+        }
+    }
+    // The API wants the conversation to open with the user.
+    if out.first().is_some_and(|(role, _)| *role == "assistant") {
+        out.insert(
+            0,
+            (
+                "user",
+                vec![json!({ "type": "text", "text": "[earlier conversation omitted]" })],
+            ),
+        );
+    }
+    let messages: Vec<Value> = out
+        .into_iter()
+        .map(|(role, content)| json!({ "role": role, "content": content }))
+        .collect();
+    json!({ "system": system, "messages": messages })
+}
