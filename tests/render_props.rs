@@ -21,6 +21,9 @@ use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 
+#[path = "common/provider_rules.rs"]
+mod provider_rules;
+
 const COUNTER: Tokenizer = Tokenizer::Heuristic;
 /// Milliseconds between two nodes.
 const TICK: i64 = 1000;
@@ -1085,6 +1088,15 @@ fn show(messages: &[Message]) -> String {
 
 type Check = Result<(), TestCaseError>;
 
+/// The OpenAI and Anthropic documents of a render satisfy their pairing rules.
+fn check_documents(r: &Rendered) -> Check {
+    use ctxd::render::format::{anthropic_messages, openai_chat};
+    provider_rules::check_openai(&openai_chat(&r.messages))
+        .map_err(|e| TestCaseError::fail(format!("OpenAI document: {e}")))?;
+    provider_rules::check_anthropic(&anthropic_messages(&r.messages))
+        .map_err(|e| TestCaseError::fail(format!("Anthropic document: {e}")))
+}
+
 /// Property 1: every assistant message with calls is followed at once by exactly one answer to
 /// each call (pending ones at the tail excepted), and no tool message stands anywhere else.
 fn check_pairing(built: &Built, r: &Rendered) -> Check {
@@ -1605,6 +1617,10 @@ proptest! {
         with_context(check_pairing(&built, &r.u), &built, &r)?;
         with_context(check_pairing(&built, &r.b), &built, &r)?;
         with_context(check_pairing(&built, &r.ro), &built, &r)?;
+        // The provider documents of every render keep their API's pairing rules.
+        for rendered in [&r.u, &r.b, &r.ro] {
+            with_context(check_documents(rendered), &built, &r)?;
+        }
     }
 
     /// 2. Retention of the newest turn, and of the newest `retain_turns` when they fit.
@@ -1694,6 +1710,7 @@ proptest! {
             );
             with_context(check_pairing(&built, r), &built, &alone)?;
             with_context(check_report(&alone.u, r), &built, &alone)?;
+            with_context(check_documents(r), &built, &alone)?;
         }
         prop_assert!(alone.b.report.snipped.is_empty(), "a running function's content was snipped");
         with_context(check_budget(&built, &alone.options, &alone.u, &alone.b), &built, &alone)?;
@@ -1704,6 +1721,9 @@ proptest! {
         for r in [&all.u, &all.b, &all.ro] {
             with_context(check_pairing(&built, r), &built, &all)?;
             with_context(check_report(&all.u, r), &built, &all)?;
+            // The caller's call into the running function has no result yet: the documents
+            // leave it out and stay valid.
+            with_context(check_documents(r), &built, &all)?;
         }
         with_context(check_never_grows(&all.options, &all.u, &all.b, &all.ro), &built, &all)?;
         let kept: HashMap<&[NodeId], &Message> =

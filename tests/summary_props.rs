@@ -9,6 +9,9 @@ use ctxd::render::{Options, render};
 use ctxd::tokens::Tokenizer;
 use proptest::prelude::*;
 
+#[path = "common/provider_rules.rs"]
+mod provider_rules;
+
 fn message(role: Role, text: String, parent: Option<NodeId>, at: i64) -> Node {
     Node {
         id: NodeId::new(),
@@ -113,6 +116,11 @@ proptest! {
                     prop_assert_eq!(r.report.summary, Some(s.id));
                 }
             }
+            // The provider documents stay valid with the summary in them.
+            let openai = ctxd::render::format::openai_chat(&r.messages);
+            prop_assert!(provider_rules::check_openai(&openai).is_ok(), "{openai}");
+            let anthropic = ctxd::render::format::anthropic_messages(&r.messages);
+            prop_assert!(provider_rules::check_anthropic(&anthropic).is_ok(), "{anthropic}");
             // Same inputs, same output.
             prop_assert_eq!(&r, &render(&path, &Options::default(), &Tokenizer::Heuristic));
         }

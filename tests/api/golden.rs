@@ -205,6 +205,73 @@ async fn golden_cc_main_8463c716_with_subagent() {
     assert_eq!(inner, load_trace("cc-sub-8463c716-a7be2f0").len());
 }
 
+/// The same renders as provider request documents: readable JSON a reviewer can diff, each
+/// checked against its API's pairing rules.
+#[tokio::test]
+async fn golden_provider_documents() {
+    let mut app = spawn_app().await;
+    let swe = import(&mut app, "swe-marshmallow-1867-fc").await;
+    let cc = import_with_subagent(
+        &mut app,
+        "cc-main-8463c716",
+        "cc-sub-8463c716-a7be2f0",
+        SUBAGENT_CALL,
+        pb::Expose::Full,
+    )
+    .await;
+    let cases = [
+        (
+            &swe.session,
+            "o200k_base",
+            budget(10_000, 1_000),
+            pb::Format::OpenaiChat,
+            "swe-marshmallow-1867-fc.o200k_base.10k.openai.json",
+        ),
+        (
+            &swe.session,
+            "o200k_base",
+            budget(10_000, 1_000),
+            pb::Format::AnthropicMessages,
+            "swe-marshmallow-1867-fc.o200k_base.10k.anthropic.json",
+        ),
+        (
+            &cc.session,
+            "heuristic",
+            budget(48_000, 8_000),
+            pb::Format::OpenaiChat,
+            "cc-main-8463c716+sub.heuristic.48k.openai.json",
+        ),
+        (
+            &cc.session,
+            "heuristic",
+            budget(48_000, 8_000),
+            pb::Format::AnthropicMessages,
+            "cc-main-8463c716+sub.heuristic.48k.anthropic.json",
+        ),
+    ];
+    for (session, tokenizer, budget, format, file) in cases {
+        let r = app
+            .render(pb::RenderRequest {
+                session_id: session.clone(),
+                target: Some(Target::Branch("main".into())),
+                tokenizer: tokenizer.into(),
+                budget: Some(budget),
+                now_unix_ms: NOW_UNIX_MS,
+                format: format as i32,
+                ..Default::default()
+            })
+            .await;
+        let doc: serde_json::Value = serde_json::from_str(&r.messages_json).expect("JSON");
+        let checked = match format {
+            pb::Format::OpenaiChat => crate::provider_rules::check_openai(&doc),
+            _ => crate::provider_rules::check_anthropic(&doc),
+        };
+        assert_eq!(checked, Ok(()), "{file}");
+        let pretty = serde_json::to_string_pretty(&doc).expect("serializes") + "\n";
+        compare_golden(file, &pretty);
+    }
+}
+
 // ---------------------------------------------------------------- one case
 
 async fn render_case(app: &mut TestApp, session: &str, case: &Case) -> pb::RenderResponse {

@@ -11,6 +11,8 @@ mod helpers;
 mod idempotency;
 mod import;
 mod pairing;
+#[path = "../common/provider_rules.rs"]
+mod provider_rules;
 mod render;
 mod restart;
 mod roundtrip;
