@@ -9,6 +9,7 @@
 //! - [`store`]: SQLite, the only place with SQL.
 //! - [`api`]: the tonic service, the only place with prost types.
 //! - [`summarizer`]: the server's own summarizer over an OpenAI-compatible endpoint.
+//! - [`metrics`]: Prometheus metrics and their endpoint.
 //! - [`server`]: wires the service, health and reflection onto a bound listener.
 //! - [`cli`]: the command line (`ctxd serve`).
 
@@ -17,6 +18,7 @@ pub mod cli;
 pub mod compact;
 pub mod domain;
 pub mod import;
+pub mod metrics;
 pub mod render;
 pub mod server;
 pub mod store;

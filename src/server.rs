@@ -7,6 +7,7 @@ use tokio_stream::wrappers::TcpListenerStream;
 use tonic::transport::Server;
 
 use crate::api::{ContextStoreService, pb};
+use crate::metrics::MeterLayer;
 use crate::store::Store;
 use crate::summarizer::Summarizer;
 
@@ -52,6 +53,7 @@ pub async fn serve_with_summarizer(
         .build_v1alpha()
         .expect("the compiled-in descriptors are valid");
     Server::builder()
+        .layer(MeterLayer)
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)

@@ -303,6 +303,8 @@ impl ContextStoreService {
                     {
                         Applied::HeadMoved => continue,
                         Applied::Stored => {
+                            metrics::counter!("ctxd_summaries_total", "outcome" => "applied")
+                                .increment(1);
                             return Ok(outcome(
                                 true,
                                 Reason::Applied,
@@ -338,6 +340,7 @@ impl ContextStoreService {
                 .reject(id, r, (before, after), &message, keep_open)
                 .await
                 .map_err(status)?;
+            metrics::counter!("ctxd_summaries_total", "outcome" => r.as_str()).increment(1);
             return Ok(outcome(false, r, before, after, None, message));
         }
         Err(Status::aborted(
@@ -430,8 +433,11 @@ impl Drop for CloseOnDrop {
         let store = self.store.clone();
         runtime.spawn(async move {
             let message = "the Compact call was cancelled or its deadline passed";
-            if let Err(e) = store.close_plan(plan, Reason::Cancelled, message).await {
-                tracing::debug!(error = %e, "closing a dropped compaction");
+            match store.close_plan(plan, Reason::Cancelled, message).await {
+                Ok(()) => {
+                    metrics::counter!("ctxd_summaries_total", "outcome" => "cancelled").increment(1)
+                }
+                Err(e) => tracing::debug!(error = %e, "closing a dropped compaction"),
             }
         });
     }
@@ -505,6 +511,8 @@ impl ContextStoreService {
                             .close_plan(plan.id, Reason::Failed, &message)
                             .await
                             .map_err(status)?;
+                        metrics::counter!("ctxd_summaries_total", "outcome" => "failed")
+                            .increment(1);
                         return Ok(pb::CompactionOutcome {
                             applied: false,
                             tokens_before: plan.tokens_before,

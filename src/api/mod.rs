@@ -28,6 +28,7 @@ pub(crate) fn status(error: store::Error) -> Status {
                 && matches!(db.code().as_deref(), Some("5" | "6"))
             {
                 tracing::warn!(error = %e, "database busy");
+                metrics::counter!("ctxd_sqlite_busy_total").increment(1);
                 return Status::unavailable("the database is busy; retry");
             }
             tracing::error!(error = %e, "database error");

@@ -179,6 +179,7 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
             })
             .await
             .map_err(status)?;
+        metrics::counter!("ctxd_appended_nodes_total").increment(outcome.node_ids.len() as u64);
         Ok(Response::new(pb::AppendResponse {
             node_ids: outcome.node_ids,
             head_id: outcome.head_id,
@@ -397,6 +398,7 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
             r.reason
         };
         self.store.cancel(id, &reason).await.map_err(status)?;
+        metrics::counter!("ctxd_summaries_total", "outcome" => "cancelled").increment(1);
         Ok(Response::new(pb::CancelCompactionResponse {}))
     }
 
@@ -451,6 +453,7 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
             .import(metadata.into_iter().collect(), &plan)
             .await
             .map_err(status)?;
+        metrics::counter!("ctxd_imported_sessions_total").increment(1);
         let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
         Ok(Response::new(pb::ImportSessionResponse {
             session: Some(convert::session(session)),
@@ -544,7 +547,7 @@ impl ContextStoreService {
             .map_err(status)?;
         let cache = Arc::clone(&self.tokens);
         // Counting real BPE tokens over a long path is CPU work: keep it off the I/O threads.
-        tokio::task::spawn_blocking(move || {
+        let rendered = tokio::task::spawn_blocking(move || {
             let rendered = render::render(&path, &options, &cache.counter(tokenizer));
             (path, rendered)
         })
@@ -552,7 +555,11 @@ impl ContextStoreService {
         .map_err(|e| {
             tracing::error!(error = %e, "render task failed");
             Status::internal("render failed")
-        })
+        })?;
+        metrics::counter!("ctxd_renders_total", "tokenizer" => tokenizer.name()).increment(1);
+        metrics::counter!("ctxd_rendered_tokens_total", "tokenizer" => tokenizer.name())
+            .increment(u64::from(rendered.1.report.total_tokens));
+        Ok(rendered)
     }
 }
 

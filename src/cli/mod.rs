@@ -41,6 +41,10 @@ enum Command {
         /// SQLite file, created and migrated on first start.
         #[arg(long, env = "CTXD_DB", default_value = "ctxd.db")]
         db: PathBuf,
+        /// Serve Prometheus metrics on this address too (its bound address is printed as a second
+        /// line, `ctxd metrics on ADDR`).
+        #[arg(long, env = "CTXD_METRICS_LISTEN")]
+        metrics_listen: Option<SocketAddr>,
         #[command(flatten)]
         summarizer: SummarizerArgs,
     },
@@ -105,10 +109,11 @@ pub fn main() -> anyhow::Result<()> {
         Command::Serve {
             listen,
             db,
+            metrics_listen,
             summarizer,
         } => {
             let summarizer = summarizer.build()?;
-            runtime.block_on(serve(listen, db, summarizer))
+            runtime.block_on(serve(listen, db, metrics_listen, summarizer))
         }
         Command::Client(command) => client::run(&runtime, command),
     }
@@ -117,6 +122,7 @@ pub fn main() -> anyhow::Result<()> {
 async fn serve(
     listen: SocketAddr,
     db: PathBuf,
+    metrics_listen: Option<SocketAddr>,
     summarizer: Option<Summarizer>,
 ) -> anyhow::Result<()> {
     let store = Store::open(&db)
@@ -129,6 +135,19 @@ async fn serve(
     // The one line on stdout: scripts and tests read the bound address from it.
     let mut stdout = std::io::stdout();
     writeln!(stdout, "ctxd listening on {bound}")?;
+    if let Some(addr) = metrics_listen {
+        let handle = crate::metrics::install()?;
+        let metrics = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("listening for metrics on {addr}"))?;
+        writeln!(stdout, "ctxd metrics on {}", metrics.local_addr()?)?;
+        // Ends with the process: scrapes need no draining.
+        tokio::spawn(crate::metrics::serve(
+            metrics,
+            handle,
+            std::future::pending(),
+        ));
+    }
     stdout.flush()?;
     tracing::info!(
         %bound,

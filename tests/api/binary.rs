@@ -379,3 +379,107 @@ async fn a_server_killed_during_a_commit_keeps_the_old_or_the_new_context() {
     drop(client);
     stop_daemon(daemon, "-TERM", &log).await;
 }
+
+/// `--metrics-listen` serves Prometheus text with RPCs by method and status.
+#[tokio::test]
+async fn the_binary_serves_prometheus_metrics() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("ctxd.db");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ctxd"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "127.0.0.1:0",
+            "--db",
+        ])
+        .arg(&db)
+        .env_remove("CTXD_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn ctxd");
+    let pid = child.id();
+    let stdout = child.stdout.take().expect("stdout");
+    let lines = tokio::task::spawn_blocking(move || {
+        let mut reader = BufReader::new(stdout);
+        let mut lines = Vec::new();
+        for _ in 0..2 {
+            let mut line = String::new();
+            reader.read_line(&mut line).expect("read stdout");
+            lines.push(line.trim_end().to_owned());
+        }
+        lines
+    });
+    let lines = match tokio::time::timeout(WAIT, lines).await {
+        Ok(lines) => lines.expect("reader"),
+        Err(_) => {
+            kill(pid, "-KILL");
+            panic!("no address lines within {WAIT:?}");
+        }
+    };
+    let addr: SocketAddr = lines[0]
+        .strip_prefix("ctxd listening on ")
+        .expect("first line")
+        .parse()
+        .expect("address");
+    let metrics: SocketAddr = lines[1]
+        .strip_prefix("ctxd metrics on ")
+        .expect("second line")
+        .parse()
+        .expect("address");
+
+    let mut client = connect(addr).await;
+    let session = client
+        .create_session(pb::CreateSessionRequest::default())
+        .await
+        .expect("CreateSession")
+        .into_inner()
+        .session_id;
+    client
+        .append(append_req(&session, vec![user("hi"), assistant("hello")]))
+        .await
+        .expect("Append");
+    let bad = client
+        .append(append_req("not-a-uuid", vec![user("x")]))
+        .await;
+    assert!(bad.is_err());
+    client
+        .render(render_req(&session, Target::Branch("main".into())))
+        .await
+        .expect("Render");
+
+    let scrape = tokio::task::spawn_blocking(move || {
+        use std::io::Write;
+        let mut stream = std::net::TcpStream::connect(metrics).expect("connect to metrics");
+        stream
+            .write_all(b"GET /metrics HTTP/1.1\r\nHost: ctxd\r\n\r\n")
+            .expect("send");
+        let mut response = String::new();
+        stream.read_to_string(&mut response).expect("read");
+        response
+    })
+    .await
+    .expect("scrape");
+    assert!(scrape.starts_with("HTTP/1.1 200 OK"), "{scrape}");
+    for line in [
+        r#"ctxd_rpc_requests_total{method="ctxd.v1.ContextStore/Append",code="OK"} 1"#,
+        r#"ctxd_rpc_requests_total{method="ctxd.v1.ContextStore/Append",code="INVALID_ARGUMENT"} 1"#,
+        r#"ctxd_rpc_requests_total{method="ctxd.v1.ContextStore/Render",code="OK"} 1"#,
+        "ctxd_appended_nodes_total 2",
+        r#"ctxd_renders_total{tokenizer="heuristic"} 1"#,
+    ] {
+        assert!(scrape.contains(line), "{line} in\n{scrape}");
+    }
+    assert!(
+        scrape.contains("ctxd_rpc_duration_seconds_bucket{method=\"ctxd.v1.ContextStore/Append\"")
+    );
+    kill(pid, "-TERM");
+    let status = tokio::task::spawn_blocking(move || child.wait())
+        .await
+        .expect("waiter")
+        .expect("wait");
+    assert!(status.success());
+}

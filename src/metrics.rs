@@ -1,0 +1,177 @@
+//! Prometheus metrics: RPC counts and latencies (a tower layer on the server), the recorder, and
+//! a `/metrics` endpoint on its own listener.
+//!
+//! Without an installed recorder (tests, embedders) every metric call is a no-op.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+/// Installs the process-wide Prometheus recorder.
+pub fn install() -> anyhow::Result<PrometheusHandle> {
+    let handle = PrometheusBuilder::new()
+        .set_buckets_for_metric(
+            metrics_exporter_prometheus::Matcher::Suffix("_seconds".to_owned()),
+            &[
+                0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0,
+            ],
+        )?
+        .install_recorder()?;
+    describe();
+    Ok(handle)
+}
+
+fn describe() {
+    use metrics::{describe_counter, describe_histogram};
+    describe_counter!(
+        "ctxd_rpc_requests_total",
+        "RPCs by method and gRPC status code"
+    );
+    describe_histogram!(
+        "ctxd_rpc_duration_seconds",
+        "RPC latency until the response head, by method"
+    );
+    describe_counter!("ctxd_appended_nodes_total", "nodes appended");
+    describe_counter!(
+        "ctxd_renders_total",
+        "renders (Render and ContextStats), by tokenizer"
+    );
+    describe_counter!(
+        "ctxd_rendered_tokens_total",
+        "tokens rendered, by tokenizer"
+    );
+    describe_counter!(
+        "ctxd_summaries_total",
+        "summary commits by outcome: applied, empty, no_gain, stale, failed, cancelled"
+    );
+    describe_counter!(
+        "ctxd_sqlite_busy_total",
+        "requests that found the database busy past its timeout"
+    );
+    describe_counter!("ctxd_imported_sessions_total", "sessions imported");
+}
+
+/// Serves the metrics text on `listener` (any path) until `shutdown` resolves.
+pub async fn serve(
+    listener: TcpListener,
+    handle: PrometheusHandle,
+    shutdown: impl Future<Output = ()>,
+) {
+    tokio::pin!(shutdown);
+    loop {
+        let (mut socket, _) = tokio::select! {
+            _ = &mut shutdown => return,
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    tracing::warn!(error = %e, "metrics listener");
+                    continue;
+                }
+            },
+        };
+        let body = handle.render();
+        tokio::spawn(async move {
+            // A scrape is one small GET: read its head, answer, close.
+            let mut head = [0u8; 4096];
+            let _ = socket.read(&mut head).await;
+            let response = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\n\
+                 Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = socket.write_all(response.as_bytes()).await;
+            let _ = socket.shutdown().await;
+        });
+    }
+}
+
+/// A tower layer counting and timing every RPC by method and status.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct MeterLayer;
+
+impl<S> tower::Layer<S> for MeterLayer {
+    type Service = Meter<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Meter { inner }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Meter<S> {
+    inner: S,
+}
+
+impl<S, B, R> tower::Service<http::Request<B>> for Meter<S>
+where
+    S: tower::Service<http::Request<B>, Response = http::Response<R>>,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        let method = request.uri().path().trim_start_matches('/').to_owned();
+        let start = Instant::now();
+        let response = self.inner.call(request);
+        Box::pin(async move {
+            let response = response.await;
+            // Errors come trailers-only, with the status in the head; a success sends it in the
+            // trailers, after the head.
+            let code = match &response {
+                Ok(r) => r
+                    .headers()
+                    .get("grpc-status")
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.parse::<i32>().ok())
+                    .map_or("OK", |c| tonic::Code::from_i32(c).description_name()),
+                Err(_) => "transport_error",
+            };
+            metrics::counter!("ctxd_rpc_requests_total", "method" => method.clone(), "code" => code)
+                .increment(1);
+            metrics::histogram!("ctxd_rpc_duration_seconds", "method" => method)
+                .record(start.elapsed().as_secs_f64());
+            response
+        })
+    }
+}
+
+trait CodeName {
+    fn description_name(self) -> &'static str;
+}
+
+impl CodeName for tonic::Code {
+    /// The canonical upper-case name, as gRPC documents it.
+    fn description_name(self) -> &'static str {
+        use tonic::Code::*;
+        match self {
+            Ok => "OK",
+            Cancelled => "CANCELLED",
+            Unknown => "UNKNOWN",
+            InvalidArgument => "INVALID_ARGUMENT",
+            DeadlineExceeded => "DEADLINE_EXCEEDED",
+            NotFound => "NOT_FOUND",
+            AlreadyExists => "ALREADY_EXISTS",
+            PermissionDenied => "PERMISSION_DENIED",
+            ResourceExhausted => "RESOURCE_EXHAUSTED",
+            FailedPrecondition => "FAILED_PRECONDITION",
+            Aborted => "ABORTED",
+            OutOfRange => "OUT_OF_RANGE",
+            Unimplemented => "UNIMPLEMENTED",
+            Internal => "INTERNAL",
+            Unavailable => "UNAVAILABLE",
+            DataLoss => "DATA_LOSS",
+            Unauthenticated => "UNAUTHENTICATED",
+        }
+    }
+}
