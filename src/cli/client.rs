@@ -47,11 +47,15 @@ pub struct BudgetArgs {
     #[arg(long, value_name = "N", default_value_t = 0, requires = "budget")]
     output_reserve: u32,
     /// `heuristic` (the default), `o200k_base` or `cl100k_base`.
-    #[arg(long, value_name = "T", default_value = "")]
-    tokenizer: String,
+    #[arg(long, value_name = "T")]
+    tokenizer: Option<String>,
 }
 
 impl BudgetArgs {
+    fn tokenizer(&self) -> String {
+        self.tokenizer.clone().unwrap_or_default()
+    }
+
     fn budget(&self) -> Option<pb::Budget> {
         self.budget.map(|window| pb::Budget {
             context_window: window,
@@ -100,6 +104,7 @@ pub enum Command {
     },
     /// Shows a session's nodes from a branch head or a node, newest first.
     Log {
+        /// The session id.
         session: String,
         /// Default `main`.
         #[arg(long, conflicts_with = "node")]
@@ -115,7 +120,9 @@ pub enum Command {
     },
     /// Creates a branch at a node.
     Branch {
+        /// The session id.
         session: String,
+        /// The new branch's name.
         name: String,
         /// The node the branch starts at.
         #[arg(long = "from", value_name = "NODE")]
@@ -125,6 +132,7 @@ pub enum Command {
     },
     /// Renders a branch's context, under a budget if given.
     Render {
+        /// The session id.
         session: String,
         /// Default `main`.
         #[arg(long)]
@@ -142,6 +150,7 @@ pub enum Command {
     },
     /// Pictures where a branch's context tokens go, against a budget if given.
     Context {
+        /// The session id.
         session: String,
         /// Default `main`.
         #[arg(long)]
@@ -153,6 +162,7 @@ pub enum Command {
     },
     /// Summarizes older history with the server's summarizer.
     Compact {
+        /// The session id.
         session: String,
         /// Default `main`.
         #[arg(long)]
@@ -160,13 +170,14 @@ pub enum Command {
         #[command(flatten)]
         budget: BudgetArgs,
         /// For the summarizer.
-        #[arg(long, default_value = "")]
-        instructions: String,
+        #[arg(long)]
+        instructions: Option<String>,
         #[command(flatten)]
         conn: Conn,
     },
     /// Lists a session's summaries and compaction events.
     Summaries {
+        /// The session id.
         session: String,
         /// Which branch `active` and `applies` refer to. Default `main`.
         #[arg(long)]
@@ -267,7 +278,7 @@ async fn execute(command: Command) -> Result<String> {
             let req = pb::ContextStatsRequest {
                 session_id: session,
                 target: branch.map(pb::context_stats_request::Target::Branch),
-                tokenizer: budget.tokenizer.clone(),
+                tokenizer: budget.tokenizer(),
                 budget: budget.budget(),
                 ..Default::default()
             };
@@ -285,8 +296,8 @@ async fn execute(command: Command) -> Result<String> {
                 session_id: session,
                 branch: branch.unwrap_or_default(),
                 budget: budget.budget(),
-                tokenizer: budget.tokenizer,
-                instructions,
+                tokenizer: budget.tokenizer(),
+                instructions: instructions.unwrap_or_default(),
                 ..Default::default()
             };
             let o = call("Compact", connect(&conn).await?.compact(req)).await?;
@@ -416,7 +427,7 @@ async fn render(
     let req = pb::RenderRequest {
         session_id: session,
         target: branch.map(pb::render_request::Target::Branch),
-        tokenizer: budget.tokenizer.clone(),
+        tokenizer: budget.tokenizer(),
         budget: budget.budget(),
         policy: reactive.then(|| pb::RenderPolicy {
             reactive: true,

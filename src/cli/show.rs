@@ -309,7 +309,7 @@ pub fn summaries(r: &pb::ListSummariesResponse) -> String {
     let mut out = format!("summaries ({})\n", r.summaries.len());
     for s in &r.summaries {
         let state = if s.active {
-            "* active "
+            "* active"
         } else if s.applies {
             "  applies"
         } else {
@@ -318,24 +318,35 @@ pub fn summaries(r: &pb::ListSummariesResponse) -> String {
         let model = if s.model.is_empty() { "-" } else { &s.model };
         let _ = writeln!(
             out,
-            "{state} {}  {}  covers {} nodes  {} → {} tokens  {model}",
+            "{state:<12}{}  {model}  {}",
             s.summary_id,
-            time(s.created_at_unix_ms),
+            time(s.created_at_unix_ms)
+        );
+        let _ = writeln!(
+            out,
+            "{:12}covers {} nodes, {} → {} tokens",
+            "",
             num(s.covers_ids.len() as u64),
             num(s.tokens_before),
             num(s.tokens_after),
         );
-        let _ = writeln!(out, "      {}", short(&s.text, TEXT_WIDTH));
+        let _ = writeln!(out, "{:12}{}", "", short(&s.text, TEXT_WIDTH - 6));
     }
     let _ = writeln!(out, "events ({})", r.events.len());
     for e in &r.events {
+        let reason = match reason(e.reason).as_str() {
+            "UNSPECIFIED" => "-".to_string(),
+            other => other.to_string(),
+        };
+        let tokens = if e.tokens_after == 0 {
+            format!("{} tokens", num(e.tokens_before))
+        } else {
+            format!("{} → {}", num(e.tokens_before), num(e.tokens_after))
+        };
         let mut line = format!(
-            "  {}  {:<9} {:<11} {} → {}",
+            "  {}  {:<9}  {reason:<11} {tokens}",
             time(e.created_at_unix_ms),
             e.kind,
-            reason(e.reason),
-            num(e.tokens_before),
-            num(e.tokens_after),
         );
         if !e.summary_id.is_empty() {
             let _ = write!(line, "  summary {}", e.summary_id);
