@@ -1,0 +1,685 @@
+//! The client commands of the `ctxd` binary against a real server on 127.0.0.1:0 over a SQLite
+//! file in a temp dir: the text output, `--json`, and one-line failures with a non-zero exit.
+
+use std::net::SocketAddr;
+use std::process::{Command, Output};
+
+use ctxd::api::pb;
+use serde_json::Value;
+
+type GrpcClient = pb::context_store_client::ContextStoreClient<tonic::transport::Channel>;
+
+const TRACE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/testdata/traces/swe-marshmallow-1867-fc.jsonl"
+);
+/// Messages (and so nodes) in the trace.
+const TRACE_MESSAGES: usize = 28;
+
+/// A server on its own runtime; stops when dropped.
+struct Server {
+    addr: SocketAddr,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    runtime: Option<tokio::runtime::Runtime>,
+    _dir: tempfile::TempDir,
+}
+
+impl Server {
+    fn start() -> Self {
+        Self::start_with(false)
+    }
+
+    /// With `summarizer`, `Compact` calls a fake chat-completions endpoint that always answers
+    /// [`SUMMARY`].
+    fn start_with(summarizer: bool) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let db = dir.path().join("ctxd.db");
+        let (shutdown, signal) = tokio::sync::oneshot::channel::<()>();
+        let addr = runtime.block_on(async {
+            let store = ctxd::store::Store::open(&db).await.expect("open the store");
+            let summarizer = if summarizer {
+                Some(fake_summarizer().await)
+            } else {
+                None
+            };
+            // Bound before the binary runs, so it connects at once: no waiting for readiness.
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+                .await
+                .expect("bind");
+            let addr = listener.local_addr().expect("local addr");
+            tokio::spawn(ctxd::server::serve_with_summarizer(
+                listener,
+                store,
+                summarizer,
+                async move {
+                    let _ = signal.await;
+                },
+            ));
+            addr
+        });
+        Server {
+            addr,
+            shutdown: Some(shutdown),
+            runtime: Some(runtime),
+            _dir: dir,
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Runs `ctxd ARGS --server URL`.
+    fn run(&self, args: &[&str]) -> Output {
+        let url = self.url();
+        let mut all = args.to_vec();
+        all.extend(["--server", &url]);
+        ctxd(&all)
+    }
+
+    /// Runs a command that must succeed; its stdout.
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success(),
+            "ctxd {args:?} failed: {stderr}\nstdout: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        assert!(!stderr.contains("panicked"), "{stderr}");
+        String::from_utf8(out.stdout).expect("stdout is UTF-8")
+    }
+
+    /// Runs a command with `--json`; its parsed stdout.
+    fn json(&self, args: &[&str]) -> Value {
+        let mut all = args.to_vec();
+        all.push("--json");
+        let out = self.ok(&all);
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{args:?} --json: {e}: {out}"))
+    }
+
+    /// Imports the trace; the new session's id.
+    fn import_trace(&self) -> String {
+        let v = self.json(&["import", TRACE, "--meta", "task=marshmallow"]);
+        v["session"]["session_id"]
+            .as_str()
+            .expect("session id")
+            .to_string()
+    }
+}
+
+impl Server {
+    /// A client of the server, on the server's runtime.
+    fn with_client<T>(&self, f: impl AsyncFnOnce(&mut GrpcClient) -> T) -> T {
+        let runtime = self.runtime.as_ref().expect("running");
+        runtime.block_on(async {
+            let mut client = GrpcClient::connect(self.url()).await.expect("connect");
+            f(&mut client).await
+        })
+    }
+
+    /// Appends a second turn, so the trace's one turn is older history a summary may replace.
+    fn add_turn(&self, session: &str) {
+        let message = |role: pb::Role, text: &str| pb::NodeInput {
+            kind: Some(pb::node_input::Kind::Message(pb::Message {
+                role: role as i32,
+                parts: vec![pb::ContentPart {
+                    part: Some(pb::content_part::Part::Text(text.into())),
+                }],
+                tool_calls: vec![],
+            })),
+        };
+        let request = pb::AppendRequest {
+            session_id: session.into(),
+            nodes: vec![
+                message(pb::Role::User, "Thanks. Is the fix released?"),
+                message(pb::Role::Assistant, "Not yet."),
+            ],
+            ..Default::default()
+        };
+        self.with_client(async |c| c.append(request).await.expect("Append"));
+    }
+
+    /// Summarizes through the API (PrepareCompaction and CommitSummary), as a host would; the
+    /// summary's id.
+    fn commit_summary(&self, session: &str, budget: u32) -> String {
+        let prepare = pb::PrepareCompactionRequest {
+            session_id: session.into(),
+            budget: Some(pb::Budget {
+                context_window: budget,
+                ..Default::default()
+            }),
+            retain_turns: 1,
+            ..Default::default()
+        };
+        self.with_client(async |c| {
+            let prepared = c
+                .prepare_compaction(prepare)
+                .await
+                .expect("PrepareCompaction")
+                .into_inner();
+            assert!(prepared.needed, "{}", prepared.reason);
+            let outcome = c
+                .commit_summary(pb::CommitSummaryRequest {
+                    compaction_id: prepared.compaction_id,
+                    text: "The user asked for a fix; the agent found and fixed it.".into(),
+                    model: "test-model".into(),
+                })
+                .await
+                .expect("CommitSummary")
+                .into_inner();
+            assert!(outcome.applied, "{}", outcome.message);
+            outcome.summary_id
+        })
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(shutdown) = self.shutdown.take() {
+            let _ = shutdown.send(());
+        }
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_timeout(std::time::Duration::from_secs(5));
+        }
+    }
+}
+
+const SUMMARY: &str =
+    "The user reported a TimeDelta rounding bug; the agent fixed it with round().";
+
+/// A summarizer over a one-purpose HTTP/1.1 endpoint on 127.0.0.1:0 that answers every request
+/// with a chat completion of [`SUMMARY`].
+async fn fake_summarizer() -> ctxd::summarizer::Summarizer {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let url = format!("http://{}/v1", listener.local_addr().expect("local addr"));
+    let body = serde_json::json!({
+        "id": "chatcmpl-test",
+        "object": "chat.completion",
+        "choices": [{
+            "index": 0,
+            "message": {"role": "assistant", "content": SUMMARY},
+            "finish_reason": "stop",
+        }],
+    })
+    .to_string();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let body = body.clone();
+            tokio::spawn(async move {
+                // Read the head, then as many body bytes as it announces.
+                let mut request = Vec::new();
+                let mut buf = [0u8; 16 * 1024];
+                loop {
+                    let Ok(n) = stream.read(&mut buf).await else {
+                        return;
+                    };
+                    if n == 0 {
+                        return;
+                    }
+                    request.extend_from_slice(&buf[..n]);
+                    let text = String::from_utf8_lossy(&request).to_lowercase();
+                    if let Some(end) = text.find("\r\n\r\n") {
+                        let length = text[..end]
+                            .lines()
+                            .find_map(|l| l.strip_prefix("content-length:"))
+                            .and_then(|v| v.trim().parse::<usize>().ok())
+                            .unwrap_or(0);
+                        if request.len() >= end + 4 + length {
+                            break;
+                        }
+                    }
+                }
+                let response = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = stream.write_all(response.as_bytes()).await;
+                let _ = stream.shutdown().await;
+            });
+        }
+    });
+    ctxd::summarizer::Summarizer::new(ctxd::summarizer::Config {
+        url,
+        model: "fake-model".into(),
+        api_key: None,
+        window_tokens: 128_000,
+        max_output_tokens: 1_000,
+        max_calls: 4,
+        timeout: std::time::Duration::from_secs(30),
+    })
+    .expect("summarizer")
+}
+
+fn ctxd(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ctxd"))
+        .args(args)
+        .env_remove("CTXD_SERVER")
+        .env("CTXD_LOG", "warn")
+        .output()
+        .expect("run the ctxd binary")
+}
+
+/// Asserts a failure: non-zero exit, nothing on stdout, exactly one line on stderr starting
+/// `ctxd: ` and containing each of `needles`; returns that line.
+#[track_caller]
+fn assert_fails(out: &Output, needles: &[&str]) -> String {
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(!out.status.success(), "expected a failure, got: {stderr}");
+    assert!(out.stdout.is_empty(), "stdout on failure: {:?}", out.stdout);
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "one line on stderr: {stderr:?}");
+    assert!(lines[0].starts_with("ctxd: "), "{stderr:?}");
+    for needle in needles {
+        assert!(
+            stderr.contains(needle),
+            "stderr should name {needle:?}: {stderr:?}"
+        );
+    }
+    assert!(!stderr.contains("panicked") && !stderr.contains("backtrace"));
+    lines[0].to_string()
+}
+
+fn node_ids(log: &Value) -> Vec<String> {
+    log["nodes"]
+        .as_array()
+        .expect("nodes")
+        .iter()
+        .map(|n| n["node_id"].as_str().expect("node_id").to_string())
+        .collect()
+}
+
+#[test]
+fn import_prints_the_session_and_counts() {
+    let server = Server::start();
+    let out = server.ok(&["import", TRACE, "--format", "neutral"]);
+    let first = out.lines().next().expect("a line");
+    let id = first.strip_prefix("session ").expect("`session ID` first");
+    assert!(uuid::Uuid::parse_str(id).is_ok(), "{first}");
+    assert!(
+        out.contains(&format!(
+            "imported {TRACE_MESSAGES} nodes, 0 functions, 0 summaries"
+        )),
+        "{out}"
+    );
+    assert!(server.ok(&["sessions"]).contains(id));
+}
+
+#[test]
+fn sessions_log_and_branch() {
+    let server = Server::start();
+    let a = server.import_trace();
+    let b = server.import_trace();
+
+    let listed = server.ok(&["sessions"]);
+    let lines: Vec<&str> = listed.lines().collect();
+    assert_eq!(lines.len(), 2, "{listed}");
+    assert!(lines[0].starts_with(&b), "newest first: {listed}");
+    assert!(lines[1].starts_with(&a) && lines[1].contains("task=marshmallow"));
+    assert!(lines[1].contains("branches: main"), "{listed}");
+    let one = server.ok(&["sessions", "--limit", "1"]);
+    assert!(one.starts_with(&b) && one.contains("more"), "{one}");
+    let json = server.json(&["sessions", "--limit", "1"]);
+    assert_eq!(json["sessions"].as_array().map(Vec::len), Some(1));
+
+    let log = server.ok(&["log", &a]);
+    let lines: Vec<&str> = log.lines().collect();
+    assert_eq!(lines.len(), TRACE_MESSAGES, "{log}");
+    assert!(
+        lines[0].contains("result submit"),
+        "newest first: {}",
+        lines[0]
+    );
+    assert!(lines[TRACE_MESSAGES - 1].contains("system"), "{log}");
+    assert!(
+        log.contains("assistant") && log.contains("→ submit({})"),
+        "{log}"
+    );
+
+    let short = server.ok(&["log", &a, "--limit", "5"]);
+    assert_eq!(short.lines().count(), 6, "{short}");
+    assert!(short.lines().last().unwrap().contains("older"), "{short}");
+
+    let all = server.json(&["log", &a]);
+    let ids = node_ids(&all);
+    assert_eq!(ids.len(), TRACE_MESSAGES);
+    assert_eq!(all["nodes"][0]["kind"], "NODE_KIND_TOOL_RESULT");
+    let fork = &ids[10];
+    let out = server.ok(&["branch", &a, "alt", "--from", fork]);
+    assert!(out.starts_with(&format!("branch alt at {fork}")), "{out}");
+    let alt = server.json(&["log", &a, "--branch", "alt"]);
+    assert_eq!(node_ids(&alt), ids[10..].to_vec());
+    let from_node = server.json(&["log", &a, "--node", &ids[20]]);
+    assert_eq!(node_ids(&from_node), ids[20..].to_vec());
+
+    let branch = server.json(&["branch", &a, "alt2", "--from", fork]);
+    assert_eq!(branch["name"], "alt2");
+    assert_eq!(branch["head_id"], fork.as_str());
+    assert!(
+        server
+            .ok(&["sessions"])
+            .contains("branches: alt, alt2, main")
+    );
+
+    let dup = server.run(&["branch", &a, "alt", "--from", fork]);
+    assert_fails(&dup, &["CreateBranch failed: ALREADY_EXISTS"]);
+}
+
+#[test]
+fn render_in_each_format() {
+    let server = Server::start();
+    let s = server.import_trace();
+
+    let neutral = server.ok(&["render", &s]);
+    let lines: Vec<&str> = neutral.lines().collect();
+    assert_eq!(lines.len(), TRACE_MESSAGES + 1, "{neutral}");
+    assert!(
+        lines[0].contains("system") && lines[0].contains("tok"),
+        "{}",
+        lines[0]
+    );
+    assert!(lines[1].contains("user"), "{}", lines[1]);
+    assert!(
+        lines[TRACE_MESSAGES].starts_with(&format!("{TRACE_MESSAGES} messages, ")),
+        "{neutral}"
+    );
+
+    let budgeted = server.ok(&["render", &s, "--budget", "8000"]);
+    assert!(
+        budgeted.contains("truncated"),
+        "tool results cut: {budgeted}"
+    );
+    assert!(
+        budgeted.contains("history budget 8,000: fits"),
+        "{budgeted}"
+    );
+    let reserved = server.json(&["render", &s, "--budget", "8000", "--output-reserve", "3000"]);
+    assert_eq!(reserved["report"]["history_budget"], 5000);
+    assert_eq!(reserved["report"]["budget"]["output_reserve"], 3000);
+    let reactive = server.json(&["render", &s, "--budget", "100000", "--reactive"]);
+    assert_eq!(reactive["report"]["microcompact_trigger"], "reactive");
+
+    let openai: Value = serde_json::from_str(&server.ok(&["render", &s, "--format", "openai"]))
+        .expect("openai output is JSON");
+    let messages = openai.as_array().expect("an array of messages");
+    assert_eq!(messages.len(), TRACE_MESSAGES);
+    assert_eq!(messages[0]["role"], "system");
+    assert!(messages.iter().any(|m| m["role"] == "tool"));
+
+    let anthropic: Value =
+        serde_json::from_str(&server.ok(&["render", &s, "--format", "anthropic"]))
+            .expect("anthropic output is JSON");
+    assert!(anthropic["messages"].is_array(), "{anthropic}");
+    assert!(anthropic["system"].is_string() || anthropic["system"].is_array());
+
+    let json = server.json(&[
+        "render",
+        &s,
+        "--format",
+        "openai",
+        "--tokenizer",
+        "o200k_base",
+    ]);
+    assert_eq!(json["tokenizer"], "o200k_base");
+    assert_eq!(
+        json["messages"].as_array().map(Vec::len),
+        Some(TRACE_MESSAGES)
+    );
+    assert_eq!(json["messages"][0]["role"], "ROLE_SYSTEM");
+    let embedded: Value =
+        serde_json::from_str(json["messages_json"].as_str().expect("messages_json")).unwrap();
+    assert!(embedded.is_array());
+}
+
+#[test]
+fn context_pictures_the_budget() {
+    let server = Server::start();
+    let s = server.import_trace();
+
+    let fits = server.ok(&["context", &s, "--budget", "8000"]);
+    for label in [
+        "system",
+        "user",
+        "assistant text",
+        "tool calls",
+        "tool results",
+        "summaries",
+        "markers",
+        "total",
+        "budget",
+        "free",
+        "budget reduction",
+        "microcompact",
+        "snip",
+        "stable prefix",
+    ] {
+        assert!(fits.contains(label), "no {label:?} in\n{fits}");
+    }
+    assert!(
+        fits.contains('█') && fits.contains('┤'),
+        "bars and the budget line:\n{fits}"
+    );
+    assert!(
+        fits.contains("8,000") && fits.lines().any(|l| l == "fits"),
+        "{fits}"
+    );
+    for line in fits.lines() {
+        assert!(
+            line.chars().count() <= 80,
+            "wider than 80 columns: {line:?}"
+        );
+    }
+
+    let over = server.ok(&["context", &s, "--budget", "5000"]);
+    assert!(
+        over.contains("OVER by ") && over.contains("summary needed"),
+        "{over}"
+    );
+    assert!(over.contains('▓'), "the overflow is shaded:\n{over}");
+
+    let unbudgeted = server.ok(&["context", &s]);
+    assert!(unbudgeted.contains("no budget") && unbudgeted.contains("total"));
+    assert!(!unbudgeted.contains('┤'), "{unbudgeted}");
+
+    let json = server.json(&["context", &s, "--budget", "8000"]);
+    assert_eq!(json["fits"], true);
+    assert_eq!(json["history_budget"], 8000);
+    assert_eq!(json["messages"], TRACE_MESSAGES);
+    let t = &json["tokens"];
+    let sum: u64 = [
+        "system",
+        "user",
+        "assistant_text",
+        "tool_calls",
+        "tool_results",
+        "summaries",
+        "markers",
+    ]
+    .iter()
+    .map(|k| t[k].as_u64().expect("a count"))
+    .sum();
+    assert_eq!(Some(sum), json["total_tokens"].as_u64());
+}
+
+#[test]
+fn summaries_and_compact_without_a_summarizer() {
+    let server = Server::start();
+    let s = server.import_trace();
+
+    let text = server.ok(&["summaries", &s]);
+    assert!(
+        text.contains("summaries (0)") && text.contains("events (0)"),
+        "{text}"
+    );
+    let json = server.json(&["summaries", &s, "--branch", "main"]);
+    assert_eq!(json["summaries"], Value::Array(vec![]));
+    assert_eq!(json["events"], Value::Array(vec![]));
+
+    let out = server.run(&["compact", &s, "--budget", "3000"]);
+    assert_fails(&out, &["Compact failed: FAILED_PRECONDITION", "summarizer"]);
+}
+
+#[test]
+fn a_bad_session_id_fails_naming_session_id() {
+    let server = Server::start();
+    for args in [
+        vec!["log", "not-a-session"],
+        vec!["render", "not-a-session"],
+        vec!["context", "not-a-session", "--json"],
+        vec!["summaries", "not-a-session"],
+    ] {
+        assert_fails(&server.run(&args), &["INVALID_ARGUMENT", "session_id"]);
+    }
+    let unknown = uuid::Uuid::now_v7().to_string();
+    assert_fails(&server.run(&["log", &unknown]), &["Log failed: NOT_FOUND"]);
+}
+
+#[test]
+fn import_failures_are_one_line() {
+    let server = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.jsonl");
+    let missing = missing.to_str().unwrap();
+    assert_fails(
+        &server.run(&["import", missing]),
+        &["reading", "missing.jsonl"],
+    );
+
+    let bad = dir.path().join("bad.jsonl");
+    std::fs::write(
+        &bad,
+        "{\"role\": \"user\", \"content\": \"hi\"}\nnot json\n",
+    )
+    .unwrap();
+    let line = assert_fails(
+        &server.run(&["import", bad.to_str().unwrap(), "--format", "neutral"]),
+        &["ImportSession failed: INVALID_ARGUMENT"],
+    );
+    assert!(line.contains("line 2"), "names the line: {line}");
+    assert!(
+        server.ok(&["sessions"]).contains("no sessions"),
+        "nothing imported"
+    );
+
+    let meta = server.run(&["import", TRACE, "--meta", "novalue"]);
+    assert!(!meta.status.success());
+}
+
+#[test]
+fn an_unreachable_server_fails_in_one_line() {
+    // A port that was free a moment ago and has no listener now.
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap();
+    let url = format!("http://{addr}");
+    for args in [
+        vec!["sessions"],
+        vec!["import", TRACE],
+        vec!["context", "x", "--json"],
+    ] {
+        let mut all = args.clone();
+        all.extend(["--server", &url]);
+        assert_fails(&ctxd(&all), &["cannot connect", &url]);
+    }
+}
+
+#[test]
+fn the_server_comes_from_ctxd_server() {
+    let server = Server::start();
+    let out = Command::new(env!("CARGO_BIN_EXE_ctxd"))
+        .args(["sessions", "--json"])
+        .env("CTXD_SERVER", server.url())
+        .output()
+        .expect("run ctxd");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v["sessions"].is_array());
+}
+
+#[test]
+fn summaries_and_context_show_a_committed_summary() {
+    let server = Server::start();
+    let s = server.import_trace();
+    let ids = node_ids(&server.json(&["log", &s]));
+    server.add_turn(&s);
+    let summary = server.commit_summary(&s, 3000);
+
+    let text = server.ok(&["summaries", &s]);
+    assert!(text.starts_with("summaries (1)"), "{text}");
+    let active = text.lines().nth(1).expect("the summary line");
+    assert!(
+        active.starts_with("* active") && active.contains(&summary),
+        "{text}"
+    );
+    assert!(active.contains("test-model"), "{text}");
+    assert!(text.contains("covers 27 nodes"), "{text}");
+    assert!(text.contains("The user asked for a fix"), "{text}");
+    assert!(
+        text.contains("prepared") && text.contains("committed"),
+        "{text}"
+    );
+    assert!(text.contains("APPLIED"), "{text}");
+
+    let json = server.json(&["summaries", &s]);
+    assert_eq!(json["summaries"][0]["summary_id"], summary.as_str());
+    assert_eq!(json["summaries"][0]["active"], true);
+    assert_eq!(json["events"][1]["reason"], "COMPACTION_REASON_APPLIED");
+
+    let picture = server.ok(&["context", &s]);
+    assert!(picture.contains("applied ("), "{picture}");
+    // A branch forked before the covered range never sees the summary.
+    server.ok(&["branch", &s, "early", "--from", &ids[ids.len() - 2]]);
+    let early = server.ok(&["summaries", &s, "--branch", "early"]);
+    assert!(
+        early
+            .lines()
+            .nth(1)
+            .unwrap()
+            .trim_start()
+            .starts_with("elsewhere"),
+        "{early}"
+    );
+}
+
+#[test]
+fn compact_with_the_servers_summarizer() {
+    let server = Server::start_with(true);
+    let s = server.import_trace();
+    server.add_turn(&s);
+
+    let out = server.ok(&[
+        "compact",
+        &s,
+        "--budget",
+        "3000",
+        "--instructions",
+        "be brief",
+    ]);
+    let mut lines = out.lines();
+    let first = lines.next().expect("a line");
+    assert!(first.starts_with("applied: summary "), "{out}");
+    assert!(out.contains("tokens ") && out.contains(" → "), "{out}");
+    let summaries = server.json(&["summaries", &s]);
+    assert_eq!(summaries["summaries"][0]["text"], SUMMARY);
+    assert_eq!(summaries["summaries"][0]["model"], "fake-model");
+    assert!(server.ok(&["summaries", &s]).contains("fake-model"));
+
+    // It fits now: nothing to do, said as an outcome, not a failure.
+    let again = server.json(&["compact", &s, "--budget", "3000"]);
+    assert_eq!(again["applied"], false);
+    assert_eq!(again["reason"], "COMPACTION_REASON_NOT_NEEDED");
+    let text = server.ok(&["compact", &s, "--budget", "3000"]);
+    assert!(text.starts_with("not applied: NOT_NEEDED"), "{text}");
+}
