@@ -38,6 +38,11 @@ pub(crate) fn status(error: store::Error) -> Status {
             tracing::error!(error = %e, "migration error");
             Status::internal("internal storage error")
         }
+        store::Error::Batch(detail) => {
+            tracing::error!(%detail, "group commit failed");
+            Status::unavailable("the write failed with its batch and was not stored; retry")
+        }
+        store::Error::Closed => Status::unavailable("the server is shutting down"),
         store::Error::Corrupt(detail) => {
             tracing::error!(%detail, "corrupt store");
             Status::data_loss("stored data failed an integrity check")

@@ -16,7 +16,8 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
     SqliteSynchronous,
 };
-use sqlx::{QueryBuilder, Row, Sqlite, SqliteConnection};
+use sqlx::{Connection, QueryBuilder, Row, Sqlite, SqliteConnection};
+use tokio::sync::{mpsc, oneshot};
 
 use crate::domain::{
     self, Admit, Branch, BranchName, ChainTail, ClosedChain, Expose, Hash, Node, NodeContent,
@@ -37,6 +38,12 @@ pub enum Error {
     Migrate(#[from] sqlx::migrate::MigrateError),
     #[error("corrupt store: {0}")]
     Corrupt(String),
+    /// Another append of the same group commit failed the COMMIT; this one is not written.
+    #[error("the batch this write was committed with failed: {0}")]
+    Batch(String),
+    /// The store is shutting down.
+    #[error("the store is closed")]
+    Closed,
 }
 
 type Result<T, E = Error> = std::result::Result<T, E>;
@@ -78,7 +85,18 @@ pub enum PathTarget {
 pub struct Store {
     writer: SqlitePool,
     reader: SqlitePool,
+    /// Appends go to the group committer, which writes many in one transaction and one fsync.
+    appends: mpsc::Sender<Job>,
 }
+
+/// One append waiting for the group committer.
+struct Job {
+    request: AppendRequest,
+    reply: oneshot::Sender<Result<AppendOutcome>>,
+}
+
+/// Appends one transaction may carry.
+const MAX_BATCH: usize = 256;
 
 const READERS: u32 = 8;
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -104,7 +122,13 @@ impl Store {
             .max_connections(READERS)
             .connect_with(options.read_only(true))
             .await?;
-        Ok(Self { writer, reader })
+        let (appends, jobs) = mpsc::channel(MAX_BATCH * 4);
+        tokio::spawn(group_committer(writer.clone(), jobs));
+        Ok(Self {
+            writer,
+            reader,
+            appends,
+        })
     }
 
     /// Closes both pools, checkpointing the WAL.
@@ -264,78 +288,16 @@ impl Store {
 
     // ------------------------------------------------------------ append
 
-    /// Appends nodes atomically: all are checked and written in one transaction, or none is.
+    /// Appends nodes atomically: all are checked and written, or none is. Concurrent appends
+    /// (to any session or branch) share a transaction and its one fsync; each is acknowledged
+    /// only after that COMMIT.
     pub async fn append(&self, request: AppendRequest) -> Result<AppendOutcome> {
-        let AppendRequest {
-            session,
-            target,
-            expected_head,
-            idempotency_key,
-            mut nodes,
-        } = request;
-        let request_hash = idempotency_key
-            .as_ref()
-            .map(|_| request_fingerprint(&target, expected_head, &nodes));
-        let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
-        ensure_session(&mut tx, session).await?;
-
-        if let (Some(key), Some(hash)) = (&idempotency_key, &request_hash) {
-            let previous = sqlx::query(
-                "SELECT request_hash, response FROM idempotency WHERE session_id = ? AND key = ?",
-            )
-            .bind(session.as_bytes().as_slice())
-            .bind(key)
-            .fetch_optional(&mut *tx)
-            .await?;
-            if let Some(row) = previous {
-                let stored: Vec<u8> = row.try_get("request_hash")?;
-                if stored != hash.0 {
-                    return Err(domain::Error::FailedPrecondition(format!(
-                        "idempotency_key: {key:?} was used for a different request"
-                    ))
-                    .into());
-                }
-                let response: String = row.try_get("response")?;
-                return serde_json::from_str(&response)
-                    .map_err(|e| Error::Corrupt(format!("idempotency response: {e}")));
-            }
-        }
-
-        let now = now_ms();
-        let written = write_nodes(
-            &mut tx,
-            session,
-            &target,
-            expected_head,
-            &mut nodes,
-            &|i| format!("nodes[{i}]"),
-            now,
-        )
-        .await?;
-        let (head_id, head_hash) = *written
-            .last()
-            .ok_or_else(|| domain::Error::invalid("nodes", "is empty"))?;
-        let node_ids: Vec<NodeId> = written.iter().map(|(id, _)| *id).collect();
-        let outcome = AppendOutcome {
-            node_ids: node_ids.iter().map(NodeId::to_string).collect(),
-            head_id: head_id.to_string(),
-            head_hash: head_hash.to_hex(),
-        };
-        if let (Some(key), Some(hash)) = (&idempotency_key, &request_hash) {
-            sqlx::query(
-                "INSERT INTO idempotency (session_id, key, request_hash, response, created_at_ms)
-                 VALUES (?, ?, ?, ?, ?)",
-            )
-            .bind(session.as_bytes().as_slice())
-            .bind(key)
-            .bind(hash.0.as_slice())
-            .bind(serde_json::to_string(&outcome).expect("an outcome serializes"))
-            .bind(now)
-            .execute(&mut *tx)
-            .await?;
-        }
-        tx.commit().await?;
-        Ok(outcome)
+        let (reply, answer) = oneshot::channel();
+        self.appends
+            .send(Job { request, reply })
+            .await
+            .map_err(|_| Error::Closed)?;
+        answer.await.map_err(|_| Error::Closed)?
     }
 
     // ------------------------------------------------------------ import
@@ -503,6 +465,146 @@ impl Store {
 }
 
 // ---------------------------------------------------------------- helpers
+
+/// Takes appends off the queue and writes every one waiting in one transaction: each in a
+/// savepoint, so a refused append rolls back alone, then one COMMIT (one fsync) for all.
+async fn group_committer(writer: SqlitePool, mut jobs: mpsc::Receiver<Job>) {
+    while let Some(first) = jobs.recv().await {
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match jobs.try_recv() {
+                Ok(job) => batch.push(job),
+                Err(_) => break,
+            }
+        }
+        let mut replies = Vec::with_capacity(batch.len());
+        let mut outcomes = Vec::with_capacity(batch.len());
+        let mut tx = match writer.begin_with("BEGIN IMMEDIATE").await {
+            Ok(tx) => tx,
+            Err(e) => {
+                let message = e.to_string();
+                let mut first = Some(Error::Database(e));
+                for job in batch {
+                    let error = first
+                        .take()
+                        .unwrap_or_else(|| Error::Batch(message.clone()));
+                    let _ = job.reply.send(Err(error));
+                }
+                continue;
+            }
+        };
+        for job in batch {
+            outcomes.push(in_savepoint(&mut tx, job.request).await);
+            replies.push(job.reply);
+        }
+        if let Err(e) = tx.commit().await {
+            let message = e.to_string();
+            tracing::error!(error = %message, appends = replies.len(), "group commit failed");
+            let mut first = Some(Error::Database(e));
+            for reply in replies {
+                let error = first
+                    .take()
+                    .unwrap_or_else(|| Error::Batch(message.clone()));
+                let _ = reply.send(Err(error));
+            }
+            continue;
+        }
+        for (reply, outcome) in replies.into_iter().zip(outcomes) {
+            // The caller may have gone (cancelled); its append is durable all the same, and a
+            // retry with its idempotency key returns this answer.
+            let _ = reply.send(outcome);
+        }
+    }
+}
+
+async fn in_savepoint(
+    tx: &mut sqlx::Transaction<'static, Sqlite>,
+    request: AppendRequest,
+) -> Result<AppendOutcome> {
+    let mut savepoint = tx.begin().await?;
+    match append_in(&mut savepoint, request).await {
+        Ok(outcome) => {
+            savepoint.commit().await?;
+            Ok(outcome)
+        }
+        Err(e) => {
+            savepoint.rollback().await?;
+            Err(e)
+        }
+    }
+}
+
+/// One append inside the committer's transaction (within its own savepoint).
+async fn append_in(tx: &mut SqliteConnection, request: AppendRequest) -> Result<AppendOutcome> {
+    let AppendRequest {
+        session,
+        target,
+        expected_head,
+        idempotency_key,
+        mut nodes,
+    } = request;
+    let request_hash = idempotency_key
+        .as_ref()
+        .map(|_| request_fingerprint(&target, expected_head, &nodes));
+    ensure_session(&mut *tx, session).await?;
+
+    if let (Some(key), Some(hash)) = (&idempotency_key, &request_hash) {
+        let previous = sqlx::query(
+            "SELECT request_hash, response FROM idempotency WHERE session_id = ? AND key = ?",
+        )
+        .bind(session.as_bytes().as_slice())
+        .bind(key)
+        .fetch_optional(&mut *tx)
+        .await?;
+        if let Some(row) = previous {
+            let stored: Vec<u8> = row.try_get("request_hash")?;
+            if stored != hash.0 {
+                return Err(domain::Error::FailedPrecondition(format!(
+                    "idempotency_key: {key:?} was used for a different request"
+                ))
+                .into());
+            }
+            let response: String = row.try_get("response")?;
+            return serde_json::from_str(&response)
+                .map_err(|e| Error::Corrupt(format!("idempotency response: {e}")));
+        }
+    }
+
+    let now = now_ms();
+    let written = write_nodes(
+        &mut *tx,
+        session,
+        &target,
+        expected_head,
+        &mut nodes,
+        &|i| format!("nodes[{i}]"),
+        now,
+    )
+    .await?;
+    let (head_id, head_hash) = *written
+        .last()
+        .ok_or_else(|| domain::Error::invalid("nodes", "is empty"))?;
+    let node_ids: Vec<NodeId> = written.iter().map(|(id, _)| *id).collect();
+    let outcome = AppendOutcome {
+        node_ids: node_ids.iter().map(NodeId::to_string).collect(),
+        head_id: head_id.to_string(),
+        head_hash: head_hash.to_hex(),
+    };
+    if let (Some(key), Some(hash)) = (&idempotency_key, &request_hash) {
+        sqlx::query(
+            "INSERT INTO idempotency (session_id, key, request_hash, response, created_at_ms)
+             VALUES (?, ?, ?, ?, ?)",
+        )
+        .bind(session.as_bytes().as_slice())
+        .bind(key)
+        .bind(hash.0.as_slice())
+        .bind(serde_json::to_string(&outcome).expect("an outcome serializes"))
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+    }
+    Ok(outcome)
+}
 
 /// Checks and writes `nodes` after the target's head (all or none: the caller's transaction),
 /// moves the head, and returns each node's id and hash. `field_of(i)` names node `i` in errors.

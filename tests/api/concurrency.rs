@@ -172,3 +172,46 @@ async fn concurrent_writers_lose_no_update() {
         );
     }
 }
+
+/// Concurrent appends share transactions (group commit); a refused one in the same batch rolls
+/// back alone and the others are all written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_refused_append_in_a_group_commit_rolls_back_alone() {
+    let mut app = spawn_app().await;
+    let mut sessions = Vec::new();
+    for _ in 0..32 {
+        sessions.push(app.create_session().await);
+    }
+    let tasks: Vec<_> = sessions
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let mut client = app.client.clone();
+            let nodes = if i % 4 == 3 {
+                // Answers no call: refused.
+                vec![user(&format!("valid {i}")), tool_result("nope", "x")]
+            } else {
+                vec![user(&format!("valid {i}")), assistant("ok")]
+            };
+            let request = append_req(s, nodes);
+            tokio::spawn(async move { client.append(request).await })
+        })
+        .collect();
+    for (i, task) in tasks.into_iter().enumerate() {
+        let result = task.await.expect("task");
+        if i % 4 == 3 {
+            assert_eq!(result.expect_err("refused").code(), Code::InvalidArgument);
+        } else {
+            result.expect("written");
+        }
+    }
+    assert_eq!(
+        app.node_count().await,
+        24 * 2,
+        "every valid append whole, no refused node"
+    );
+    for (i, s) in sessions.iter().enumerate() {
+        let log = app.log(s, "main").await;
+        assert_eq!(log.len(), if i % 4 == 3 { 0 } else { 2 }, "session {i}");
+    }
+}
