@@ -1,0 +1,765 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Format(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    FORMAT_UNSPECIFIED: _ClassVar[Format]
+    FORMAT_NEUTRAL: _ClassVar[Format]
+    FORMAT_OPENAI_CHAT: _ClassVar[Format]
+    FORMAT_ANTHROPIC_MESSAGES: _ClassVar[Format]
+
+class Role(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ROLE_UNSPECIFIED: _ClassVar[Role]
+    ROLE_SYSTEM: _ClassVar[Role]
+    ROLE_DEVELOPER: _ClassVar[Role]
+    ROLE_USER: _ClassVar[Role]
+    ROLE_ASSISTANT: _ClassVar[Role]
+    ROLE_TOOL: _ClassVar[Role]
+
+class Expose(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    EXPOSE_UNSPECIFIED: _ClassVar[Expose]
+    EXPOSE_IO: _ClassVar[Expose]
+    EXPOSE_FULL: _ClassVar[Expose]
+    EXPOSE_NONE: _ClassVar[Expose]
+
+class FunctionStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    FUNCTION_STATUS_UNSPECIFIED: _ClassVar[FunctionStatus]
+    FUNCTION_STATUS_COMPLETED: _ClassVar[FunctionStatus]
+    FUNCTION_STATUS_ERROR: _ClassVar[FunctionStatus]
+
+class NodeKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    NODE_KIND_UNSPECIFIED: _ClassVar[NodeKind]
+    NODE_KIND_MESSAGE: _ClassVar[NodeKind]
+    NODE_KIND_TOOL_RESULT: _ClassVar[NodeKind]
+    NODE_KIND_FUNCTION_CALL: _ClassVar[NodeKind]
+    NODE_KIND_FUNCTION_RESULT: _ClassVar[NodeKind]
+
+class Callers(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    CALLERS_UNSPECIFIED: _ClassVar[Callers]
+    CALLERS_ALL: _ClassVar[Callers]
+    CALLERS_NONE: _ClassVar[Callers]
+
+class CompactionReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    COMPACTION_REASON_UNSPECIFIED: _ClassVar[CompactionReason]
+    COMPACTION_REASON_APPLIED: _ClassVar[CompactionReason]
+    COMPACTION_REASON_EMPTY: _ClassVar[CompactionReason]
+    COMPACTION_REASON_NO_GAIN: _ClassVar[CompactionReason]
+    COMPACTION_REASON_STALE: _ClassVar[CompactionReason]
+    COMPACTION_REASON_CANCELLED: _ClassVar[CompactionReason]
+    COMPACTION_REASON_FAILED: _ClassVar[CompactionReason]
+    COMPACTION_REASON_NOT_NEEDED: _ClassVar[CompactionReason]
+
+class ImportFormat(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    IMPORT_FORMAT_UNSPECIFIED: _ClassVar[ImportFormat]
+    IMPORT_FORMAT_NEUTRAL_JSONL: _ClassVar[ImportFormat]
+    IMPORT_FORMAT_CLAUDE_CODE_JSONL: _ClassVar[ImportFormat]
+    IMPORT_FORMAT_OPENAI_MESSAGES: _ClassVar[ImportFormat]
+FORMAT_UNSPECIFIED: Format
+FORMAT_NEUTRAL: Format
+FORMAT_OPENAI_CHAT: Format
+FORMAT_ANTHROPIC_MESSAGES: Format
+ROLE_UNSPECIFIED: Role
+ROLE_SYSTEM: Role
+ROLE_DEVELOPER: Role
+ROLE_USER: Role
+ROLE_ASSISTANT: Role
+ROLE_TOOL: Role
+EXPOSE_UNSPECIFIED: Expose
+EXPOSE_IO: Expose
+EXPOSE_FULL: Expose
+EXPOSE_NONE: Expose
+FUNCTION_STATUS_UNSPECIFIED: FunctionStatus
+FUNCTION_STATUS_COMPLETED: FunctionStatus
+FUNCTION_STATUS_ERROR: FunctionStatus
+NODE_KIND_UNSPECIFIED: NodeKind
+NODE_KIND_MESSAGE: NodeKind
+NODE_KIND_TOOL_RESULT: NodeKind
+NODE_KIND_FUNCTION_CALL: NodeKind
+NODE_KIND_FUNCTION_RESULT: NodeKind
+CALLERS_UNSPECIFIED: Callers
+CALLERS_ALL: Callers
+CALLERS_NONE: Callers
+COMPACTION_REASON_UNSPECIFIED: CompactionReason
+COMPACTION_REASON_APPLIED: CompactionReason
+COMPACTION_REASON_EMPTY: CompactionReason
+COMPACTION_REASON_NO_GAIN: CompactionReason
+COMPACTION_REASON_STALE: CompactionReason
+COMPACTION_REASON_CANCELLED: CompactionReason
+COMPACTION_REASON_FAILED: CompactionReason
+COMPACTION_REASON_NOT_NEEDED: CompactionReason
+IMPORT_FORMAT_UNSPECIFIED: ImportFormat
+IMPORT_FORMAT_NEUTRAL_JSONL: ImportFormat
+IMPORT_FORMAT_CLAUDE_CODE_JSONL: ImportFormat
+IMPORT_FORMAT_OPENAI_MESSAGES: ImportFormat
+
+class Session(_message.Message):
+    __slots__ = ("session_id", "created_at_unix_ms", "metadata", "compaction_count", "branches")
+    class MetadataEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    COMPACTION_COUNT_FIELD_NUMBER: _ClassVar[int]
+    BRANCHES_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    created_at_unix_ms: int
+    metadata: _containers.ScalarMap[str, str]
+    compaction_count: int
+    branches: _containers.RepeatedCompositeFieldContainer[Branch]
+    def __init__(self, session_id: _Optional[str] = ..., created_at_unix_ms: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ..., compaction_count: _Optional[int] = ..., branches: _Optional[_Iterable[_Union[Branch, _Mapping]]] = ...) -> None: ...
+
+class CreateSessionRequest(_message.Message):
+    __slots__ = ("metadata",)
+    class MetadataEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    metadata: _containers.ScalarMap[str, str]
+    def __init__(self, metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class GetSessionRequest(_message.Message):
+    __slots__ = ("session_id",)
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    def __init__(self, session_id: _Optional[str] = ...) -> None: ...
+
+class ListSessionsRequest(_message.Message):
+    __slots__ = ("page_size", "page_token")
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    page_size: int
+    page_token: str
+    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListSessionsResponse(_message.Message):
+    __slots__ = ("sessions", "next_page_token")
+    SESSIONS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    sessions: _containers.RepeatedCompositeFieldContainer[Session]
+    next_page_token: str
+    def __init__(self, sessions: _Optional[_Iterable[_Union[Session, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class Branch(_message.Message):
+    __slots__ = ("name", "head_id", "head_hash", "updated_at_unix_ms")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    HEAD_ID_FIELD_NUMBER: _ClassVar[int]
+    HEAD_HASH_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_AT_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    head_id: str
+    head_hash: str
+    updated_at_unix_ms: int
+    def __init__(self, name: _Optional[str] = ..., head_id: _Optional[str] = ..., head_hash: _Optional[str] = ..., updated_at_unix_ms: _Optional[int] = ...) -> None: ...
+
+class CreateBranchRequest(_message.Message):
+    __slots__ = ("session_id", "name", "from_node_id")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    FROM_NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    name: str
+    from_node_id: str
+    def __init__(self, session_id: _Optional[str] = ..., name: _Optional[str] = ..., from_node_id: _Optional[str] = ...) -> None: ...
+
+class ListBranchesRequest(_message.Message):
+    __slots__ = ("session_id",)
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    def __init__(self, session_id: _Optional[str] = ...) -> None: ...
+
+class ListBranchesResponse(_message.Message):
+    __slots__ = ("branches",)
+    BRANCHES_FIELD_NUMBER: _ClassVar[int]
+    branches: _containers.RepeatedCompositeFieldContainer[Branch]
+    def __init__(self, branches: _Optional[_Iterable[_Union[Branch, _Mapping]]] = ...) -> None: ...
+
+class DeleteBranchRequest(_message.Message):
+    __slots__ = ("session_id", "name")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    name: str
+    def __init__(self, session_id: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
+
+class DeleteBranchResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ContentPart(_message.Message):
+    __slots__ = ("text", "media")
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    MEDIA_FIELD_NUMBER: _ClassVar[int]
+    text: str
+    media: Media
+    def __init__(self, text: _Optional[str] = ..., media: _Optional[_Union[Media, _Mapping]] = ...) -> None: ...
+
+class Media(_message.Message):
+    __slots__ = ("mime_type", "data", "url")
+    MIME_TYPE_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    URL_FIELD_NUMBER: _ClassVar[int]
+    mime_type: str
+    data: bytes
+    url: str
+    def __init__(self, mime_type: _Optional[str] = ..., data: _Optional[bytes] = ..., url: _Optional[str] = ...) -> None: ...
+
+class ToolCall(_message.Message):
+    __slots__ = ("call_id", "name", "arguments_json")
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ARGUMENTS_JSON_FIELD_NUMBER: _ClassVar[int]
+    call_id: str
+    name: str
+    arguments_json: str
+    def __init__(self, call_id: _Optional[str] = ..., name: _Optional[str] = ..., arguments_json: _Optional[str] = ...) -> None: ...
+
+class Message(_message.Message):
+    __slots__ = ("role", "parts", "tool_calls")
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    PARTS_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
+    role: Role
+    parts: _containers.RepeatedCompositeFieldContainer[ContentPart]
+    tool_calls: _containers.RepeatedCompositeFieldContainer[ToolCall]
+    def __init__(self, role: _Optional[_Union[Role, str]] = ..., parts: _Optional[_Iterable[_Union[ContentPart, _Mapping]]] = ..., tool_calls: _Optional[_Iterable[_Union[ToolCall, _Mapping]]] = ...) -> None: ...
+
+class ToolResult(_message.Message):
+    __slots__ = ("call_id", "name", "parts", "is_error")
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PARTS_FIELD_NUMBER: _ClassVar[int]
+    IS_ERROR_FIELD_NUMBER: _ClassVar[int]
+    call_id: str
+    name: str
+    parts: _containers.RepeatedCompositeFieldContainer[ContentPart]
+    is_error: bool
+    def __init__(self, call_id: _Optional[str] = ..., name: _Optional[str] = ..., parts: _Optional[_Iterable[_Union[ContentPart, _Mapping]]] = ..., is_error: _Optional[bool] = ...) -> None: ...
+
+class FunctionCall(_message.Message):
+    __slots__ = ("call_id", "name", "input", "expose")
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    INPUT_FIELD_NUMBER: _ClassVar[int]
+    EXPOSE_FIELD_NUMBER: _ClassVar[int]
+    call_id: str
+    name: str
+    input: str
+    expose: Expose
+    def __init__(self, call_id: _Optional[str] = ..., name: _Optional[str] = ..., input: _Optional[str] = ..., expose: _Optional[_Union[Expose, str]] = ...) -> None: ...
+
+class FunctionResult(_message.Message):
+    __slots__ = ("call_id", "output", "status", "function_id", "chain_head_id")
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    FUNCTION_ID_FIELD_NUMBER: _ClassVar[int]
+    CHAIN_HEAD_ID_FIELD_NUMBER: _ClassVar[int]
+    call_id: str
+    output: str
+    status: FunctionStatus
+    function_id: str
+    chain_head_id: str
+    def __init__(self, call_id: _Optional[str] = ..., output: _Optional[str] = ..., status: _Optional[_Union[FunctionStatus, str]] = ..., function_id: _Optional[str] = ..., chain_head_id: _Optional[str] = ...) -> None: ...
+
+class NodeInput(_message.Message):
+    __slots__ = ("message", "tool_result", "function_call", "function_result")
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    TOOL_RESULT_FIELD_NUMBER: _ClassVar[int]
+    FUNCTION_CALL_FIELD_NUMBER: _ClassVar[int]
+    FUNCTION_RESULT_FIELD_NUMBER: _ClassVar[int]
+    message: Message
+    tool_result: ToolResult
+    function_call: FunctionCall
+    function_result: FunctionResult
+    def __init__(self, message: _Optional[_Union[Message, _Mapping]] = ..., tool_result: _Optional[_Union[ToolResult, _Mapping]] = ..., function_call: _Optional[_Union[FunctionCall, _Mapping]] = ..., function_result: _Optional[_Union[FunctionResult, _Mapping]] = ...) -> None: ...
+
+class Node(_message.Message):
+    __slots__ = ("node_id", "parent_id", "kind", "content", "created_at_unix_ms", "hash", "function_id")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    PARENT_ID_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    HASH_FIELD_NUMBER: _ClassVar[int]
+    FUNCTION_ID_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    parent_id: str
+    kind: NodeKind
+    content: NodeInput
+    created_at_unix_ms: int
+    hash: str
+    function_id: str
+    def __init__(self, node_id: _Optional[str] = ..., parent_id: _Optional[str] = ..., kind: _Optional[_Union[NodeKind, str]] = ..., content: _Optional[_Union[NodeInput, _Mapping]] = ..., created_at_unix_ms: _Optional[int] = ..., hash: _Optional[str] = ..., function_id: _Optional[str] = ...) -> None: ...
+
+class AppendRequest(_message.Message):
+    __slots__ = ("session_id", "branch", "function_id", "expected_head_id", "idempotency_key", "nodes")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    BRANCH_FIELD_NUMBER: _ClassVar[int]
+    FUNCTION_ID_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_HEAD_ID_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    branch: str
+    function_id: str
+    expected_head_id: str
+    idempotency_key: str
+    nodes: _containers.RepeatedCompositeFieldContainer[NodeInput]
+    def __init__(self, session_id: _Optional[str] = ..., branch: _Optional[str] = ..., function_id: _Optional[str] = ..., expected_head_id: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., nodes: _Optional[_Iterable[_Union[NodeInput, _Mapping]]] = ...) -> None: ...
+
+class AppendResponse(_message.Message):
+    __slots__ = ("node_ids", "head_id", "head_hash")
+    NODE_IDS_FIELD_NUMBER: _ClassVar[int]
+    HEAD_ID_FIELD_NUMBER: _ClassVar[int]
+    HEAD_HASH_FIELD_NUMBER: _ClassVar[int]
+    node_ids: _containers.RepeatedScalarFieldContainer[str]
+    head_id: str
+    head_hash: str
+    def __init__(self, node_ids: _Optional[_Iterable[str]] = ..., head_id: _Optional[str] = ..., head_hash: _Optional[str] = ...) -> None: ...
+
+class GetNodesRequest(_message.Message):
+    __slots__ = ("session_id", "node_ids")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    NODE_IDS_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    node_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, session_id: _Optional[str] = ..., node_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class GetNodesResponse(_message.Message):
+    __slots__ = ("nodes",)
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    nodes: _containers.RepeatedCompositeFieldContainer[Node]
+    def __init__(self, nodes: _Optional[_Iterable[_Union[Node, _Mapping]]] = ...) -> None: ...
+
+class LogRequest(_message.Message):
+    __slots__ = ("session_id", "branch", "node_id", "limit", "page_token")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    BRANCH_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    branch: str
+    node_id: str
+    limit: int
+    page_token: str
+    def __init__(self, session_id: _Optional[str] = ..., branch: _Optional[str] = ..., node_id: _Optional[str] = ..., limit: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class LogResponse(_message.Message):
+    __slots__ = ("nodes", "next_page_token")
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    nodes: _containers.RepeatedCompositeFieldContainer[Node]
+    next_page_token: str
+    def __init__(self, nodes: _Optional[_Iterable[_Union[Node, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class RenderRequest(_message.Message):
+    __slots__ = ("session_id", "branch", "node_id", "function_id", "tokenizer", "callers", "budget", "policy", "now_unix_ms", "format")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    BRANCH_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    FUNCTION_ID_FIELD_NUMBER: _ClassVar[int]
+    TOKENIZER_FIELD_NUMBER: _ClassVar[int]
+    CALLERS_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    NOW_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    FORMAT_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    branch: str
+    node_id: str
+    function_id: str
+    tokenizer: str
+    callers: Callers
+    budget: Budget
+    policy: RenderPolicy
+    now_unix_ms: int
+    format: Format
+    def __init__(self, session_id: _Optional[str] = ..., branch: _Optional[str] = ..., node_id: _Optional[str] = ..., function_id: _Optional[str] = ..., tokenizer: _Optional[str] = ..., callers: _Optional[_Union[Callers, str]] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., policy: _Optional[_Union[RenderPolicy, _Mapping]] = ..., now_unix_ms: _Optional[int] = ..., format: _Optional[_Union[Format, str]] = ...) -> None: ...
+
+class Budget(_message.Message):
+    __slots__ = ("context_window", "output_reserve", "system_tokens", "tools_tokens", "schema_tokens")
+    CONTEXT_WINDOW_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_RESERVE_FIELD_NUMBER: _ClassVar[int]
+    SYSTEM_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    TOOLS_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    SCHEMA_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    context_window: int
+    output_reserve: int
+    system_tokens: int
+    tools_tokens: int
+    schema_tokens: int
+    def __init__(self, context_window: _Optional[int] = ..., output_reserve: _Optional[int] = ..., system_tokens: _Optional[int] = ..., tools_tokens: _Optional[int] = ..., schema_tokens: _Optional[int] = ...) -> None: ...
+
+class RenderPolicy(_message.Message):
+    __slots__ = ("max_tool_result_chars", "microcompact_first", "microcompact_every", "microcompact_keep", "idle_minutes", "retain_turns", "snip", "reactive")
+    MAX_TOOL_RESULT_CHARS_FIELD_NUMBER: _ClassVar[int]
+    MICROCOMPACT_FIRST_FIELD_NUMBER: _ClassVar[int]
+    MICROCOMPACT_EVERY_FIELD_NUMBER: _ClassVar[int]
+    MICROCOMPACT_KEEP_FIELD_NUMBER: _ClassVar[int]
+    IDLE_MINUTES_FIELD_NUMBER: _ClassVar[int]
+    RETAIN_TURNS_FIELD_NUMBER: _ClassVar[int]
+    SNIP_FIELD_NUMBER: _ClassVar[int]
+    REACTIVE_FIELD_NUMBER: _ClassVar[int]
+    max_tool_result_chars: int
+    microcompact_first: int
+    microcompact_every: int
+    microcompact_keep: int
+    idle_minutes: int
+    retain_turns: int
+    snip: bool
+    reactive: bool
+    def __init__(self, max_tool_result_chars: _Optional[int] = ..., microcompact_first: _Optional[int] = ..., microcompact_every: _Optional[int] = ..., microcompact_keep: _Optional[int] = ..., idle_minutes: _Optional[int] = ..., retain_turns: _Optional[int] = ..., snip: _Optional[bool] = ..., reactive: _Optional[bool] = ...) -> None: ...
+
+class RenderedMessage(_message.Message):
+    __slots__ = ("role", "parts", "tool_calls", "tool_call_id", "name", "is_error", "node_ids", "function_id", "tokens", "truncated", "cleared")
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    PARTS_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    IS_ERROR_FIELD_NUMBER: _ClassVar[int]
+    NODE_IDS_FIELD_NUMBER: _ClassVar[int]
+    FUNCTION_ID_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    CLEARED_FIELD_NUMBER: _ClassVar[int]
+    role: Role
+    parts: _containers.RepeatedCompositeFieldContainer[ContentPart]
+    tool_calls: _containers.RepeatedCompositeFieldContainer[ToolCall]
+    tool_call_id: str
+    name: str
+    is_error: bool
+    node_ids: _containers.RepeatedScalarFieldContainer[str]
+    function_id: str
+    tokens: int
+    truncated: bool
+    cleared: bool
+    def __init__(self, role: _Optional[_Union[Role, str]] = ..., parts: _Optional[_Iterable[_Union[ContentPart, _Mapping]]] = ..., tool_calls: _Optional[_Iterable[_Union[ToolCall, _Mapping]]] = ..., tool_call_id: _Optional[str] = ..., name: _Optional[str] = ..., is_error: _Optional[bool] = ..., node_ids: _Optional[_Iterable[str]] = ..., function_id: _Optional[str] = ..., tokens: _Optional[int] = ..., truncated: _Optional[bool] = ..., cleared: _Optional[bool] = ...) -> None: ...
+
+class RenderResponse(_message.Message):
+    __slots__ = ("messages", "head_id", "head_hash", "total_tokens", "tokenizer", "report", "messages_json")
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    HEAD_ID_FIELD_NUMBER: _ClassVar[int]
+    HEAD_HASH_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    TOKENIZER_FIELD_NUMBER: _ClassVar[int]
+    REPORT_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_JSON_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[RenderedMessage]
+    head_id: str
+    head_hash: str
+    total_tokens: int
+    tokenizer: str
+    report: ContextReport
+    messages_json: str
+    def __init__(self, messages: _Optional[_Iterable[_Union[RenderedMessage, _Mapping]]] = ..., head_id: _Optional[str] = ..., head_hash: _Optional[str] = ..., total_tokens: _Optional[int] = ..., tokenizer: _Optional[str] = ..., report: _Optional[_Union[ContextReport, _Mapping]] = ..., messages_json: _Optional[str] = ...) -> None: ...
+
+class ContextStatsRequest(_message.Message):
+    __slots__ = ("session_id", "branch", "node_id", "function_id", "tokenizer", "callers", "budget", "policy", "now_unix_ms")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    BRANCH_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    FUNCTION_ID_FIELD_NUMBER: _ClassVar[int]
+    TOKENIZER_FIELD_NUMBER: _ClassVar[int]
+    CALLERS_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    NOW_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    branch: str
+    node_id: str
+    function_id: str
+    tokenizer: str
+    callers: Callers
+    budget: Budget
+    policy: RenderPolicy
+    now_unix_ms: int
+    def __init__(self, session_id: _Optional[str] = ..., branch: _Optional[str] = ..., node_id: _Optional[str] = ..., function_id: _Optional[str] = ..., tokenizer: _Optional[str] = ..., callers: _Optional[_Union[Callers, str]] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., policy: _Optional[_Union[RenderPolicy, _Mapping]] = ..., now_unix_ms: _Optional[int] = ...) -> None: ...
+
+class TokenBreakdown(_message.Message):
+    __slots__ = ("system", "user", "assistant_text", "tool_calls", "tool_results", "summaries", "markers")
+    SYSTEM_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    ASSISTANT_TEXT_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
+    TOOL_RESULTS_FIELD_NUMBER: _ClassVar[int]
+    SUMMARIES_FIELD_NUMBER: _ClassVar[int]
+    MARKERS_FIELD_NUMBER: _ClassVar[int]
+    system: int
+    user: int
+    assistant_text: int
+    tool_calls: int
+    tool_results: int
+    summaries: int
+    markers: int
+    def __init__(self, system: _Optional[int] = ..., user: _Optional[int] = ..., assistant_text: _Optional[int] = ..., tool_calls: _Optional[int] = ..., tool_results: _Optional[int] = ..., summaries: _Optional[int] = ..., markers: _Optional[int] = ...) -> None: ...
+
+class ContextReport(_message.Message):
+    __slots__ = ("total_tokens", "tokens", "messages", "tokenizer", "budget", "history_budget", "fits", "over_by", "summary_needed", "results_truncated", "truncated_node_ids", "results_cleared", "cleared_node_ids", "turns_snipped", "snipped_node_ids", "microcompact_trigger", "microcompact_boundary", "stable_prefix_messages")
+    TOTAL_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    TOKENIZER_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_FIELD_NUMBER: _ClassVar[int]
+    HISTORY_BUDGET_FIELD_NUMBER: _ClassVar[int]
+    FITS_FIELD_NUMBER: _ClassVar[int]
+    OVER_BY_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_NEEDED_FIELD_NUMBER: _ClassVar[int]
+    RESULTS_TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATED_NODE_IDS_FIELD_NUMBER: _ClassVar[int]
+    RESULTS_CLEARED_FIELD_NUMBER: _ClassVar[int]
+    CLEARED_NODE_IDS_FIELD_NUMBER: _ClassVar[int]
+    TURNS_SNIPPED_FIELD_NUMBER: _ClassVar[int]
+    SNIPPED_NODE_IDS_FIELD_NUMBER: _ClassVar[int]
+    MICROCOMPACT_TRIGGER_FIELD_NUMBER: _ClassVar[int]
+    MICROCOMPACT_BOUNDARY_FIELD_NUMBER: _ClassVar[int]
+    STABLE_PREFIX_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    total_tokens: int
+    tokens: TokenBreakdown
+    messages: int
+    tokenizer: str
+    budget: Budget
+    history_budget: int
+    fits: bool
+    over_by: int
+    summary_needed: bool
+    results_truncated: int
+    truncated_node_ids: _containers.RepeatedScalarFieldContainer[str]
+    results_cleared: int
+    cleared_node_ids: _containers.RepeatedScalarFieldContainer[str]
+    turns_snipped: int
+    snipped_node_ids: _containers.RepeatedScalarFieldContainer[str]
+    microcompact_trigger: str
+    microcompact_boundary: int
+    stable_prefix_messages: int
+    def __init__(self, total_tokens: _Optional[int] = ..., tokens: _Optional[_Union[TokenBreakdown, _Mapping]] = ..., messages: _Optional[int] = ..., tokenizer: _Optional[str] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., history_budget: _Optional[int] = ..., fits: _Optional[bool] = ..., over_by: _Optional[int] = ..., summary_needed: _Optional[bool] = ..., results_truncated: _Optional[int] = ..., truncated_node_ids: _Optional[_Iterable[str]] = ..., results_cleared: _Optional[int] = ..., cleared_node_ids: _Optional[_Iterable[str]] = ..., turns_snipped: _Optional[int] = ..., snipped_node_ids: _Optional[_Iterable[str]] = ..., microcompact_trigger: _Optional[str] = ..., microcompact_boundary: _Optional[int] = ..., stable_prefix_messages: _Optional[int] = ...) -> None: ...
+
+class PrepareCompactionRequest(_message.Message):
+    __slots__ = ("session_id", "branch", "budget", "tokenizer", "retain_turns", "instructions", "max_tool_result_chars", "format")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    BRANCH_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_FIELD_NUMBER: _ClassVar[int]
+    TOKENIZER_FIELD_NUMBER: _ClassVar[int]
+    RETAIN_TURNS_FIELD_NUMBER: _ClassVar[int]
+    INSTRUCTIONS_FIELD_NUMBER: _ClassVar[int]
+    MAX_TOOL_RESULT_CHARS_FIELD_NUMBER: _ClassVar[int]
+    FORMAT_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    branch: str
+    budget: Budget
+    tokenizer: str
+    retain_turns: int
+    instructions: str
+    max_tool_result_chars: int
+    format: Format
+    def __init__(self, session_id: _Optional[str] = ..., branch: _Optional[str] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., tokenizer: _Optional[str] = ..., retain_turns: _Optional[int] = ..., instructions: _Optional[str] = ..., max_tool_result_chars: _Optional[int] = ..., format: _Optional[_Union[Format, str]] = ...) -> None: ...
+
+class PrepareCompactionResponse(_message.Message):
+    __slots__ = ("needed", "compaction_id", "base_head_id", "covers_ids", "prior_summary_id", "summary_input", "tokens_before", "input_tokens", "reason", "history_budget", "retained_turns", "summary_input_json")
+    NEEDED_FIELD_NUMBER: _ClassVar[int]
+    COMPACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    BASE_HEAD_ID_FIELD_NUMBER: _ClassVar[int]
+    COVERS_IDS_FIELD_NUMBER: _ClassVar[int]
+    PRIOR_SUMMARY_ID_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_INPUT_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    HISTORY_BUDGET_FIELD_NUMBER: _ClassVar[int]
+    RETAINED_TURNS_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_INPUT_JSON_FIELD_NUMBER: _ClassVar[int]
+    needed: bool
+    compaction_id: str
+    base_head_id: str
+    covers_ids: _containers.RepeatedScalarFieldContainer[str]
+    prior_summary_id: str
+    summary_input: _containers.RepeatedCompositeFieldContainer[RenderedMessage]
+    tokens_before: int
+    input_tokens: int
+    reason: str
+    history_budget: int
+    retained_turns: int
+    summary_input_json: str
+    def __init__(self, needed: _Optional[bool] = ..., compaction_id: _Optional[str] = ..., base_head_id: _Optional[str] = ..., covers_ids: _Optional[_Iterable[str]] = ..., prior_summary_id: _Optional[str] = ..., summary_input: _Optional[_Iterable[_Union[RenderedMessage, _Mapping]]] = ..., tokens_before: _Optional[int] = ..., input_tokens: _Optional[int] = ..., reason: _Optional[str] = ..., history_budget: _Optional[int] = ..., retained_turns: _Optional[int] = ..., summary_input_json: _Optional[str] = ...) -> None: ...
+
+class CommitSummaryRequest(_message.Message):
+    __slots__ = ("compaction_id", "text", "model")
+    COMPACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    compaction_id: str
+    text: str
+    model: str
+    def __init__(self, compaction_id: _Optional[str] = ..., text: _Optional[str] = ..., model: _Optional[str] = ...) -> None: ...
+
+class CompactionOutcome(_message.Message):
+    __slots__ = ("applied", "summary_id", "tokens_before", "tokens_after", "reason", "message", "compaction_id")
+    APPLIED_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_ID_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_AFTER_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    COMPACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    applied: bool
+    summary_id: str
+    tokens_before: int
+    tokens_after: int
+    reason: CompactionReason
+    message: str
+    compaction_id: str
+    def __init__(self, applied: _Optional[bool] = ..., summary_id: _Optional[str] = ..., tokens_before: _Optional[int] = ..., tokens_after: _Optional[int] = ..., reason: _Optional[_Union[CompactionReason, str]] = ..., message: _Optional[str] = ..., compaction_id: _Optional[str] = ...) -> None: ...
+
+class CancelCompactionRequest(_message.Message):
+    __slots__ = ("compaction_id", "reason")
+    COMPACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    compaction_id: str
+    reason: str
+    def __init__(self, compaction_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class CancelCompactionResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListSummariesRequest(_message.Message):
+    __slots__ = ("session_id", "branch")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    BRANCH_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    branch: str
+    def __init__(self, session_id: _Optional[str] = ..., branch: _Optional[str] = ...) -> None: ...
+
+class SummaryRecord(_message.Message):
+    __slots__ = ("summary_id", "compaction_id", "covers_ids", "prior_summary_id", "text", "model", "base_head_id", "tokens_before", "tokens_after", "created_at_unix_ms", "applies", "active")
+    SUMMARY_ID_FIELD_NUMBER: _ClassVar[int]
+    COMPACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    COVERS_IDS_FIELD_NUMBER: _ClassVar[int]
+    PRIOR_SUMMARY_ID_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    BASE_HEAD_ID_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_AFTER_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    APPLIES_FIELD_NUMBER: _ClassVar[int]
+    ACTIVE_FIELD_NUMBER: _ClassVar[int]
+    summary_id: str
+    compaction_id: str
+    covers_ids: _containers.RepeatedScalarFieldContainer[str]
+    prior_summary_id: str
+    text: str
+    model: str
+    base_head_id: str
+    tokens_before: int
+    tokens_after: int
+    created_at_unix_ms: int
+    applies: bool
+    active: bool
+    def __init__(self, summary_id: _Optional[str] = ..., compaction_id: _Optional[str] = ..., covers_ids: _Optional[_Iterable[str]] = ..., prior_summary_id: _Optional[str] = ..., text: _Optional[str] = ..., model: _Optional[str] = ..., base_head_id: _Optional[str] = ..., tokens_before: _Optional[int] = ..., tokens_after: _Optional[int] = ..., created_at_unix_ms: _Optional[int] = ..., applies: _Optional[bool] = ..., active: _Optional[bool] = ...) -> None: ...
+
+class CompactionEvent(_message.Message):
+    __slots__ = ("compaction_id", "branch", "kind", "reason", "base_head_id", "tokens_before", "tokens_after", "summary_id", "message", "created_at_unix_ms")
+    COMPACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    BRANCH_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    BASE_HEAD_ID_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_AFTER_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    compaction_id: str
+    branch: str
+    kind: str
+    reason: CompactionReason
+    base_head_id: str
+    tokens_before: int
+    tokens_after: int
+    summary_id: str
+    message: str
+    created_at_unix_ms: int
+    def __init__(self, compaction_id: _Optional[str] = ..., branch: _Optional[str] = ..., kind: _Optional[str] = ..., reason: _Optional[_Union[CompactionReason, str]] = ..., base_head_id: _Optional[str] = ..., tokens_before: _Optional[int] = ..., tokens_after: _Optional[int] = ..., summary_id: _Optional[str] = ..., message: _Optional[str] = ..., created_at_unix_ms: _Optional[int] = ...) -> None: ...
+
+class ListSummariesResponse(_message.Message):
+    __slots__ = ("summaries", "events")
+    SUMMARIES_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    summaries: _containers.RepeatedCompositeFieldContainer[SummaryRecord]
+    events: _containers.RepeatedCompositeFieldContainer[CompactionEvent]
+    def __init__(self, summaries: _Optional[_Iterable[_Union[SummaryRecord, _Mapping]]] = ..., events: _Optional[_Iterable[_Union[CompactionEvent, _Mapping]]] = ...) -> None: ...
+
+class CompactRequest(_message.Message):
+    __slots__ = ("session_id", "branch", "budget", "tokenizer", "retain_turns", "instructions", "max_tool_result_chars")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    BRANCH_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_FIELD_NUMBER: _ClassVar[int]
+    TOKENIZER_FIELD_NUMBER: _ClassVar[int]
+    RETAIN_TURNS_FIELD_NUMBER: _ClassVar[int]
+    INSTRUCTIONS_FIELD_NUMBER: _ClassVar[int]
+    MAX_TOOL_RESULT_CHARS_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    branch: str
+    budget: Budget
+    tokenizer: str
+    retain_turns: int
+    instructions: str
+    max_tool_result_chars: int
+    def __init__(self, session_id: _Optional[str] = ..., branch: _Optional[str] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., tokenizer: _Optional[str] = ..., retain_turns: _Optional[int] = ..., instructions: _Optional[str] = ..., max_tool_result_chars: _Optional[int] = ...) -> None: ...
+
+class ImportChunk(_message.Message):
+    __slots__ = ("format", "metadata", "data")
+    class MetadataEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    FORMAT_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    format: ImportFormat
+    metadata: _containers.ScalarMap[str, str]
+    data: bytes
+    def __init__(self, format: _Optional[_Union[ImportFormat, str]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., data: _Optional[bytes] = ...) -> None: ...
+
+class ImportSessionResponse(_message.Message):
+    __slots__ = ("session", "nodes", "functions", "summaries", "format", "warnings")
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    FUNCTIONS_FIELD_NUMBER: _ClassVar[int]
+    SUMMARIES_FIELD_NUMBER: _ClassVar[int]
+    FORMAT_FIELD_NUMBER: _ClassVar[int]
+    WARNINGS_FIELD_NUMBER: _ClassVar[int]
+    session: Session
+    nodes: int
+    functions: int
+    summaries: int
+    format: ImportFormat
+    warnings: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, session: _Optional[_Union[Session, _Mapping]] = ..., nodes: _Optional[int] = ..., functions: _Optional[int] = ..., summaries: _Optional[int] = ..., format: _Optional[_Union[ImportFormat, str]] = ..., warnings: _Optional[_Iterable[str]] = ...) -> None: ...

@@ -1,0 +1,681 @@
+"""A thin, typed wrapper over the `ctxd.v1.ContextStore` gRPC service.
+
+The wrapper adds only what every agent host would otherwise write itself: plain arguments instead
+of protobuf messages, provider documents parsed from JSON, dataclasses for answers, exceptions
+that keep the server's message, and a context manager that closes a sub-agent call even when the
+sub-agent fails. Anything it does not cover is one call away on `Client.stub`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from types import TracebackType
+from typing import Any, Literal, TypeVar
+
+import grpc
+
+from ._proto import ctxd_pb2 as pb
+from ._proto import ctxd_pb2_grpc as pb_grpc
+from .errors import CtxdError, from_rpc_error
+from .types import (
+    Appended,
+    Branch,
+    BudgetLike,
+    Compaction,
+    CompactionEvent,
+    ContextReport,
+    Node,
+    Outcome,
+    RenderResult,
+    Session,
+    Summaries,
+    SummaryRecord,
+    budget_pb,
+    neutral_message,
+)
+
+T = TypeVar("T")
+
+SessionRef = Session | str
+"""A `Session` or its id."""
+
+Format = Literal["openai", "anthropic", "neutral"]
+Expose = Literal["io", "full", "none"]
+Callers = Literal["all", "none"]
+ToolCallLike = Mapping[str, Any]
+"""`{"id", "name", "arguments"}` (arguments a dict or a JSON string), or an OpenAI tool call
+`{"id", "type": "function", "function": {"name", "arguments"}}` as a model returned it."""
+
+_FORMATS: dict[str, pb.Format] = {
+    "neutral": pb.FORMAT_NEUTRAL,
+    "openai": pb.FORMAT_OPENAI_CHAT,
+    "anthropic": pb.FORMAT_ANTHROPIC_MESSAGES,
+}
+_EXPOSE: dict[str, pb.Expose] = {"io": pb.EXPOSE_IO, "full": pb.EXPOSE_FULL, "none": pb.EXPOSE_NONE}
+_CALLERS: dict[str, pb.Callers] = {"all": pb.CALLERS_ALL, "none": pb.CALLERS_NONE}
+
+
+def _choice(table: Mapping[str, T], value: str, what: str) -> T:
+    try:
+        return table[value]
+    except KeyError:
+        raise ValueError(f"{what} must be one of {', '.join(table)}, not {value!r}") from None
+
+
+def _session_id(session: SessionRef) -> str:
+    return session.id if isinstance(session, Session) else session
+
+
+def _text(text: str) -> list[pb.ContentPart]:
+    # An empty text is no part at all: an assistant turn that only calls tools has no text.
+    return [pb.ContentPart(text=text)] if text else []
+
+
+# ---------------------------------------------------------------- node builders
+
+
+def user_message(text: str) -> pb.NodeInput:
+    """A user message node, for `Client.append` batches."""
+    return pb.NodeInput(message=pb.Message(role=pb.ROLE_USER, parts=_text(text)))
+
+
+def system_message(text: str) -> pb.NodeInput:
+    """A system message node, for `Client.append` batches."""
+    return pb.NodeInput(message=pb.Message(role=pb.ROLE_SYSTEM, parts=_text(text)))
+
+
+def tool_call(call: ToolCallLike) -> pb.ToolCall:
+    """One tool call from a dict; dict arguments are encoded as JSON (the server requires JSON)."""
+    if "function" in call:  # OpenAI's shape
+        name, arguments = call["function"]["name"], call["function"].get("arguments")
+    else:
+        name, arguments = call["name"], call.get("arguments")
+    if arguments is None:
+        arguments = "{}"
+    elif not isinstance(arguments, str):
+        arguments = json.dumps(arguments)
+    return pb.ToolCall(call_id=call["id"], name=name, arguments_json=arguments)
+
+
+def assistant_message(
+    text: str = "", tool_calls: Sequence[ToolCallLike] | None = None
+) -> pb.NodeInput:
+    """An assistant message node, with its tool calls, for `Client.append` batches."""
+    return pb.NodeInput(
+        message=pb.Message(
+            role=pb.ROLE_ASSISTANT,
+            parts=_text(text),
+            tool_calls=[tool_call(c) for c in tool_calls or ()],
+        )
+    )
+
+
+def tool_result(call_id: str, text: str, is_error: bool = False) -> pb.NodeInput:
+    """A tool result node answering `call_id`; the server fills in the tool's name."""
+    return pb.NodeInput(
+        tool_result=pb.ToolResult(call_id=call_id, parts=_text(text), is_error=is_error)
+    )
+
+
+# ---------------------------------------------------------------- the client
+
+
+class Client:
+    """A connection to a ctxd server. Use it as a context manager so the channel gets closed.
+
+    `timeout` is the deadline in seconds for each call (None: no deadline). Pass `channel` to use
+    a channel you configured yourself (TLS, interceptors); the client then leaves closing it to
+    you.
+    """
+
+    def __init__(
+        self,
+        address: str = "127.0.0.1:50051",
+        *,
+        timeout: float | None = None,
+        channel: grpc.Channel | None = None,
+    ) -> None:
+        self.address = address
+        self.timeout = timeout
+        self._owns_channel = channel is None
+        self._channel = channel if channel is not None else grpc.insecure_channel(address)
+        self.stub = pb_grpc.ContextStoreStub(self._channel)
+        """The generated stub, for the RPCs this wrapper does not cover (ImportSession, ...)."""
+
+    def close(self) -> None:
+        """Closes the channel if this client opened it."""
+        if self._owns_channel:
+            self._channel.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _call(self, rpc: str, request: Any) -> Any:
+        try:
+            return getattr(self.stub, rpc)(request, timeout=self.timeout)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e) from e
+
+    # ------------------------------------------------------------ sessions and appends
+
+    def create_session(self, metadata: Mapping[str, str] | None = None) -> Session:
+        """A new session with an empty `main` branch."""
+        return Session.from_pb(
+            self._call("CreateSession", pb.CreateSessionRequest(metadata=metadata or {}))
+        )
+
+    def get_session(self, session: SessionRef) -> Session:
+        """The session as stored now (branches, heads, compaction count)."""
+        return Session.from_pb(
+            self._call("GetSession", pb.GetSessionRequest(session_id=_session_id(session)))
+        )
+
+    def append(
+        self,
+        session: SessionRef,
+        nodes: Sequence[pb.NodeInput],
+        branch: str = "main",
+        *,
+        function_id: str | None = None,
+        expected_head_id: str | None = None,
+        idempotency_key: str = "",
+    ) -> Appended:
+        """Appends nodes atomically and in order, to `branch` or into a running function's chain.
+
+        `expected_head_id` makes the append a compare-and-swap (`""`: the target has no head yet;
+        a lost race raises `Conflict`); a retry with the same `idempotency_key` returns the first
+        answer and writes nothing.
+        """
+        request = pb.AppendRequest(
+            session_id=_session_id(session),
+            branch="" if function_id else branch,
+            function_id=function_id or "",
+            idempotency_key=idempotency_key,
+            nodes=list(nodes),
+        )
+        if expected_head_id is not None:
+            request.expected_head_id = expected_head_id
+        r = self._call("Append", request)
+        return Appended(list(r.node_ids), r.head_id, r.head_hash)
+
+    def append_user(
+        self,
+        session: SessionRef,
+        text: str,
+        branch: str = "main",
+        *,
+        expected_head_id: str | None = None,
+        idempotency_key: str = "",
+    ) -> Appended:
+        """Appends a user message (`expected_head_id`, `idempotency_key`: see `append`)."""
+        return self.append(
+            session,
+            [user_message(text)],
+            branch,
+            expected_head_id=expected_head_id,
+            idempotency_key=idempotency_key,
+        )
+
+    def append_assistant(
+        self,
+        session: SessionRef,
+        text: str = "",
+        tool_calls: Sequence[ToolCallLike] | None = None,
+        branch: str = "main",
+        *,
+        expected_head_id: str | None = None,
+        idempotency_key: str = "",
+    ) -> Appended:
+        """Appends an assistant message; until each tool call is answered, nothing else fits."""
+        return self.append(
+            session,
+            [assistant_message(text, tool_calls)],
+            branch,
+            expected_head_id=expected_head_id,
+            idempotency_key=idempotency_key,
+        )
+
+    def append_tool_result(
+        self,
+        session: SessionRef,
+        call_id: str,
+        text: str,
+        is_error: bool = False,
+        branch: str = "main",
+        *,
+        expected_head_id: str | None = None,
+        idempotency_key: str = "",
+    ) -> Appended:
+        """Answers one pending tool call of the latest assistant message."""
+        return self.append(
+            session,
+            [tool_result(call_id, text, is_error)],
+            branch,
+            expected_head_id=expected_head_id,
+            idempotency_key=idempotency_key,
+        )
+
+    def function(
+        self,
+        session: SessionRef,
+        call_id: str,
+        input: str,
+        expose: Expose = "io",
+        branch: str = "main",
+    ) -> FunctionCall:
+        """A sub-agent call answering the pending tool call `call_id`, as a context manager.
+
+        Entering appends the function_call and yields a handle whose `append_*` methods write
+        into the function's own chain; leaving appends the function_result with `handle.output`,
+        or with status `error` if an exception escaped (the exception is re-raised).
+
+            with client.function(session, "call_1", "find the bug") as fn:
+                fn.append_user("find the bug")
+                ...
+                fn.output = "it is in parse()"
+        """
+        return FunctionCall(self, _session_id(session), call_id, input, expose, branch=branch)
+
+    def create_branch(
+        self, session: SessionRef, name: str, from_node_id: str | None = None
+    ) -> Branch:
+        """A new branch at `from_node_id` (None: a branch with no head). Forking never copies."""
+        request = pb.CreateBranchRequest(
+            session_id=_session_id(session), name=name, from_node_id=from_node_id or ""
+        )
+        return Branch.from_pb(self._call("CreateBranch", request))
+
+    def log(
+        self,
+        session: SessionRef,
+        branch: str = "main",
+        *,
+        node_id: str | None = None,
+        limit: int = 100,
+    ) -> list[Node]:
+        """Up to `limit` nodes walking parent links from the branch head (or `node_id`), newest
+        first, like `git log`; pages are followed for you."""
+        nodes: list[Node] = []
+        token = ""
+        while len(nodes) < limit:
+            request = pb.LogRequest(
+                session_id=_session_id(session),
+                branch="" if node_id else branch,
+                node_id=node_id or "",
+                limit=min(limit - len(nodes), 1000),
+                page_token=token,
+            )
+            r = self._call("Log", request)
+            nodes.extend(Node.from_pb(n) for n in r.nodes)
+            token = r.next_page_token
+            if not token or not r.nodes:
+                break
+        return nodes
+
+    # ------------------------------------------------------------ rendering
+
+    def render(
+        self,
+        session: SessionRef,
+        budget: BudgetLike | None = None,
+        tokenizer: str = "heuristic",
+        format: Format = "openai",
+        branch: str = "main",
+        policy: Mapping[str, Any] | None = None,
+        reactive: bool = False,
+        *,
+        node_id: str | None = None,
+        function_id: str | None = None,
+        callers: Callers = "all",
+        now_unix_ms: int = 0,
+    ) -> RenderResult:
+        """The context of the next model request, fitted to `budget`, with a report.
+
+        `budget` is a context window (int) or a dict of the five budget parts; None renders
+        everything untouched. `policy` holds `RenderPolicy` fields; `reactive=True` is for a
+        provider that just refused the request as too long. The target is `branch` unless
+        `node_id` or `function_id` (a running sub-agent's chain) is given.
+        """
+        request = pb.RenderRequest(
+            session_id=_session_id(session),
+            tokenizer=tokenizer,
+            callers=_choice(_CALLERS, callers, "callers"),
+            policy=self._policy(policy, reactive),
+            now_unix_ms=now_unix_ms,
+            format=_choice(_FORMATS, format, "format"),
+        )
+        self._target(request, branch, node_id, function_id)
+        if budget is not None:
+            request.budget.CopyFrom(budget_pb(budget))
+        r = self._call("Render", request)
+        if format == "neutral":
+            messages: Any = [neutral_message(m) for m in r.messages]
+        else:
+            messages = self._document(r.messages_json, "Render", "messages_json")
+        return RenderResult(
+            messages=messages,
+            report=ContextReport.from_pb(r.report),
+            format=format,
+            head_id=r.head_id,
+            head_hash=r.head_hash,
+            total_tokens=r.total_tokens,
+            tokenizer=r.tokenizer,
+            raw=r,
+        )
+
+    def context_stats(
+        self,
+        session: SessionRef,
+        budget: BudgetLike | None = None,
+        tokenizer: str = "heuristic",
+        branch: str = "main",
+        policy: Mapping[str, Any] | None = None,
+        reactive: bool = False,
+        *,
+        node_id: str | None = None,
+        function_id: str | None = None,
+        callers: Callers = "all",
+        now_unix_ms: int = 0,
+    ) -> ContextReport:
+        """The report `render` would give, without the messages: for a context panel."""
+        request = pb.ContextStatsRequest(
+            session_id=_session_id(session),
+            tokenizer=tokenizer,
+            callers=_choice(_CALLERS, callers, "callers"),
+            policy=self._policy(policy, reactive),
+            now_unix_ms=now_unix_ms,
+        )
+        self._target(request, branch, node_id, function_id)
+        if budget is not None:
+            request.budget.CopyFrom(budget_pb(budget))
+        return ContextReport.from_pb(self._call("ContextStats", request))
+
+    @staticmethod
+    def _policy(policy: Mapping[str, Any] | None, reactive: bool) -> pb.RenderPolicy:
+        p = pb.RenderPolicy(**(policy or {}))
+        if reactive:
+            p.reactive = True
+        return p
+
+    @staticmethod
+    def _target(request: Any, branch: str, node_id: str | None, function_id: str | None) -> None:
+        if function_id:
+            request.function_id = function_id
+        elif node_id:
+            request.node_id = node_id
+        else:
+            request.branch = branch
+
+    @staticmethod
+    def _document(text: str, rpc: str, field: str) -> Any:
+        # An empty field for a provider format means a server that predates provider formats:
+        # failing loudly beats handing a model an empty conversation.
+        if not text:
+            raise CtxdError(
+                grpc.StatusCode.UNIMPLEMENTED,
+                f"{rpc} answered no {field}; the server does not support provider formats",
+            )
+        return json.loads(text)
+
+    # ------------------------------------------------------------ summaries
+
+    def prepare_compaction(
+        self,
+        session: SessionRef,
+        budget: BudgetLike,
+        branch: str = "main",
+        *,
+        tokenizer: str = "heuristic",
+        retain_turns: int = 0,
+        instructions: str = "",
+        max_tool_result_chars: int = 0,
+        format: Format = "openai",
+    ) -> Compaction:
+        """Plans a summary that would make the branch fit `budget`, and returns what a
+        summarizer should read (in `format`). Zeros mean the server's defaults."""
+        request = pb.PrepareCompactionRequest(
+            session_id=_session_id(session),
+            branch=branch,
+            budget=budget_pb(budget),
+            tokenizer=tokenizer,
+            retain_turns=retain_turns,
+            instructions=instructions,
+            max_tool_result_chars=max_tool_result_chars,
+            format=_choice(_FORMATS, format, "format"),
+        )
+        r = self._call("PrepareCompaction", request)
+        if format == "neutral":
+            summary_input: Any = [neutral_message(m) for m in r.summary_input]
+        elif r.needed or r.summary_input_json:
+            summary_input = self._document(
+                r.summary_input_json, "PrepareCompaction", "summary_input_json"
+            )
+        else:
+            summary_input = []
+        return Compaction(
+            needed=r.needed,
+            compaction_id=r.compaction_id,
+            base_head_id=r.base_head_id,
+            covers_ids=list(r.covers_ids),
+            prior_summary_id=r.prior_summary_id,
+            summary_input=summary_input,
+            tokens_before=r.tokens_before,
+            input_tokens=r.input_tokens,
+            reason=r.reason,
+            history_budget=r.history_budget,
+            retained_turns=r.retained_turns,
+            format=format,
+            raw=r,
+        )
+
+    def commit_summary(self, compaction: Compaction | str, text: str, model: str) -> Outcome:
+        """Lays the summary over the prepared range if that strictly shrinks the context; a
+        summary that would not is answered (`applied=False`, `reason`), not raised."""
+        request = pb.CommitSummaryRequest(
+            compaction_id=_compaction_id(compaction), text=text, model=model
+        )
+        return Outcome.from_pb(self._call("CommitSummary", request))
+
+    def cancel_compaction(self, compaction: Compaction | str, reason: str = "") -> None:
+        """Records that a prepared compaction will not be committed."""
+        self._call(
+            "CancelCompaction",
+            pb.CancelCompactionRequest(compaction_id=_compaction_id(compaction), reason=reason),
+        )
+
+    def compact(
+        self,
+        session: SessionRef,
+        budget: BudgetLike,
+        branch: str = "main",
+        *,
+        tokenizer: str = "heuristic",
+        retain_turns: int = 0,
+        instructions: str = "",
+        max_tool_result_chars: int = 0,
+    ) -> Outcome:
+        """Prepare, the server's own summarizer, and commit in one call; needs a server started
+        with `--summarizer-url` (else `FailedPrecondition`)."""
+        request = pb.CompactRequest(
+            session_id=_session_id(session),
+            branch=branch,
+            budget=budget_pb(budget),
+            tokenizer=tokenizer,
+            retain_turns=retain_turns,
+            instructions=instructions,
+            max_tool_result_chars=max_tool_result_chars,
+        )
+        return Outcome.from_pb(self._call("Compact", request))
+
+    def list_summaries(self, session: SessionRef, branch: str = "main") -> Summaries:
+        """Every summary of the session and every compaction event: the audit trail."""
+        r = self._call(
+            "ListSummaries", pb.ListSummariesRequest(session_id=_session_id(session), branch=branch)
+        )
+        return Summaries(
+            summaries=[SummaryRecord.from_pb(s) for s in r.summaries],
+            events=[CompactionEvent.from_pb(e) for e in r.events],
+        )
+
+
+def _compaction_id(compaction: Compaction | str) -> str:
+    return compaction.compaction_id if isinstance(compaction, Compaction) else compaction
+
+
+class FunctionCall:
+    """A running sub-agent (function) call; see `Client.function`.
+
+    Set `output` before the block ends: it is what the caller sees as the call's result. After
+    the block, `result` is the append of the function_result.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        session_id: str,
+        call_id: str,
+        input: str,
+        expose: Expose = "io",
+        *,
+        branch: str = "main",
+        parent_function_id: str | None = None,
+    ) -> None:
+        self.client = client
+        self.session_id = session_id
+        self.call_id = call_id
+        self.input = input
+        self.expose = _choice(_EXPOSE, expose, "expose")
+        self.branch = branch
+        self.parent_function_id = parent_function_id
+        self.function_id = ""
+        """The function_call node's id, set on entering: render it with `function_id=`."""
+        self.output = ""
+        self.result: Appended | None = None
+
+    def _append_caller(self, node: pb.NodeInput) -> Appended:
+        # The call and its result go on the caller's chain: a branch, or the enclosing function.
+        return self.client.append(
+            self.session_id, [node], self.branch, function_id=self.parent_function_id
+        )
+
+    def __enter__(self) -> FunctionCall:
+        call = pb.FunctionCall(call_id=self.call_id, input=self.input, expose=self.expose)
+        self.function_id = self._append_caller(pb.NodeInput(function_call=call)).node_id
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> Literal[False]:
+        if exc is None:
+            # A clean exit with unanswered calls inside is a bug in the caller: let the server's
+            # FailedPrecondition say so.
+            self._close(pb.FUNCTION_STATUS_COMPLETED, self.output)
+            return False
+        failure = f"{type(exc).__name__}: {exc}"
+        try:
+            # A sub-agent that dies mid-tool-call leaves calls unanswered, and the server will not
+            # close a function over them; left open, the caller's session could never go on.
+            self._answer_pending(f"not run: the sub-agent stopped ({failure})")
+            self._close(pb.FUNCTION_STATUS_ERROR, self.output or failure)
+        except CtxdError as err:
+            # The sub-agent's own exception is the one that matters; keep it and say what else
+            # went wrong rather than replacing it.
+            if hasattr(exc, "add_note"):
+                exc.add_note(f"ctxd: the function call could not be closed: {err}")
+        return False
+
+    def _close(self, status: pb.FunctionStatus, output: str) -> None:
+        result = pb.FunctionResult(call_id=self.call_id, output=output, status=status)
+        self.result = self._append_caller(pb.NodeInput(function_result=result))
+
+    def _answer_pending(self, text: str) -> None:
+        """Answers the calls of the chain's latest assistant message that have no result yet."""
+        chain = self.client.render(
+            self.session_id, function_id=self.function_id, callers="none", format="neutral"
+        ).messages
+        answered: set[str] = set()
+        pending: list[str] = []
+        for m in reversed([m for m in chain if m.get("function_id") == self.function_id]):
+            if m["role"] == "tool":
+                answered.add(m["tool_call_id"])
+                continue
+            if m["role"] == "assistant":
+                pending = [c["id"] for c in m.get("tool_calls", []) if c["id"] not in answered]
+            break
+        if pending:
+            self.append([tool_result(call_id, text, is_error=True) for call_id in pending])
+
+    def append(
+        self,
+        nodes: Sequence[pb.NodeInput],
+        *,
+        expected_head_id: str | None = None,
+        idempotency_key: str = "",
+    ) -> Appended:
+        """Appends nodes to this function's own chain (see `Client.append`)."""
+        if not self.function_id:
+            raise RuntimeError("the function call has not started: use it in a `with` block")
+        return self.client.append(
+            self.session_id,
+            nodes,
+            function_id=self.function_id,
+            expected_head_id=expected_head_id,
+            idempotency_key=idempotency_key,
+        )
+
+    def append_user(
+        self, text: str, *, expected_head_id: str | None = None, idempotency_key: str = ""
+    ) -> Appended:
+        """A user message in the function's chain (typically the sub-agent's task)."""
+        return self.append(
+            [user_message(text)], expected_head_id=expected_head_id, idempotency_key=idempotency_key
+        )
+
+    def append_assistant(
+        self,
+        text: str = "",
+        tool_calls: Sequence[ToolCallLike] | None = None,
+        *,
+        expected_head_id: str | None = None,
+        idempotency_key: str = "",
+    ) -> Appended:
+        """An assistant message in the function's chain."""
+        return self.append(
+            [assistant_message(text, tool_calls)],
+            expected_head_id=expected_head_id,
+            idempotency_key=idempotency_key,
+        )
+
+    def append_tool_result(
+        self,
+        call_id: str,
+        text: str,
+        is_error: bool = False,
+        *,
+        expected_head_id: str | None = None,
+        idempotency_key: str = "",
+    ) -> Appended:
+        """A tool result in the function's chain."""
+        return self.append(
+            [tool_result(call_id, text, is_error)],
+            expected_head_id=expected_head_id,
+            idempotency_key=idempotency_key,
+        )
+
+    def function(self, call_id: str, input: str, expose: Expose = "io") -> FunctionCall:
+        """A nested sub-agent call answering a pending tool call of this function's chain."""
+        return FunctionCall(
+            self.client,
+            self.session_id,
+            call_id,
+            input,
+            expose,
+            parent_function_id=self.function_id,
+        )

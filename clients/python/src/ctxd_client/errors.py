@@ -1,0 +1,60 @@
+"""Exceptions: every failed RPC becomes a `CtxdError` carrying the server's status and message.
+
+The server's codes say what a caller can do (README, "Errors"), so the classes follow them:
+`Conflict` (ABORTED) means re-read the head and retry, `FailedPrecondition` means the session is
+not in a state that allows the request (calls still pending, a closed function), and so on.
+"""
+
+from __future__ import annotations
+
+import grpc
+
+
+class CtxdError(Exception):
+    """A ctxd request failed. `code` is the gRPC status, `message` the server's own words."""
+
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(f"{code.name}: {message}")
+        self.code = code
+        self.message = message
+
+
+class InvalidArgument(CtxdError):
+    """Malformed input; the message names the field."""
+
+
+class NotFound(CtxdError):
+    """An unknown session, branch, node, function or compaction."""
+
+
+class AlreadyExists(CtxdError):
+    """A branch with that name exists already."""
+
+
+class FailedPrecondition(CtxdError):
+    """The request is well-formed but not allowed now (pending calls, a closed function, ...)."""
+
+
+class Conflict(CtxdError):
+    """A compare-and-swap lost (ABORTED): re-read the head and retry."""
+
+
+class Unavailable(CtxdError):
+    """The server cannot be reached, or its database is busy: retrying may help."""
+
+
+_BY_CODE: dict[grpc.StatusCode, type[CtxdError]] = {
+    grpc.StatusCode.INVALID_ARGUMENT: InvalidArgument,
+    grpc.StatusCode.NOT_FOUND: NotFound,
+    grpc.StatusCode.ALREADY_EXISTS: AlreadyExists,
+    grpc.StatusCode.FAILED_PRECONDITION: FailedPrecondition,
+    grpc.StatusCode.ABORTED: Conflict,
+    grpc.StatusCode.UNAVAILABLE: Unavailable,
+}
+
+
+def from_rpc_error(error: grpc.RpcError) -> CtxdError:
+    """The `CtxdError` subclass for a failed call, keeping the server's message verbatim."""
+    code = error.code() if isinstance(error, grpc.Call) else grpc.StatusCode.UNKNOWN
+    message = (error.details() if isinstance(error, grpc.Call) else None) or str(error)
+    return _BY_CODE.get(code, CtxdError)(code, message)

@@ -1,0 +1,467 @@
+"""Plain, typed values returned by the client.
+
+They are frozen dataclasses rather than protobuf messages so that callers get attribute names and
+types their editor knows, equality and a readable repr, and never depend on the generated code.
+Every value that came from a response also keeps it as `raw`, for the fields not copied here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._proto import ctxd_pb2 as pb
+
+# ---------------------------------------------------------------- helpers
+
+
+def enum_name(enum: Any, value: int, prefix: str) -> str:
+    """`COMPACTION_REASON_NO_GAIN` -> `no_gain`: the short lower-case names used everywhere here."""
+    try:
+        name: str = enum.Name(value)
+    except ValueError:  # a value newer than these stubs
+        return str(value)
+    return name.removeprefix(prefix).lower()
+
+
+def parts_text(parts: Any) -> str:
+    """The text of content parts, one part a line (media parts contribute nothing)."""
+    return "\n".join(p.text for p in parts if p.WhichOneof("part") == "text")
+
+
+def parts_media(parts: Any) -> list[dict[str, Any]]:
+    """Media parts as `{mime_type, url}` or `{mime_type, data}`."""
+    media = []
+    for p in parts:
+        if p.WhichOneof("part") == "media":
+            source = p.media.WhichOneof("source")
+            media.append({"mime_type": p.media.mime_type, source: getattr(p.media, source)})
+    return media
+
+
+def tool_calls_dicts(calls: Any) -> list[dict[str, str]]:
+    """Tool calls as `{id, name, arguments}`, arguments as the JSON string stored."""
+    return [{"id": c.call_id, "name": c.name, "arguments": c.arguments_json} for c in calls]
+
+
+# ---------------------------------------------------------------- sessions and appends
+
+
+@dataclass(frozen=True)
+class Branch:
+    """A named ref to a head node; `head_id` is empty while the branch has no node."""
+
+    name: str
+    head_id: str
+    head_hash: str
+    updated_at_unix_ms: int
+
+    @classmethod
+    def from_pb(cls, b: pb.Branch) -> Branch:
+        return cls(b.name, b.head_id, b.head_hash, b.updated_at_unix_ms)
+
+
+@dataclass(frozen=True)
+class Session:
+    """A session with its branches. Every method taking a session also takes its id."""
+
+    id: str
+    created_at_unix_ms: int
+    metadata: dict[str, str]
+    compaction_count: int
+    branches: list[Branch]
+    raw: pb.Session = field(repr=False, compare=False)
+
+    @classmethod
+    def from_pb(cls, s: pb.Session) -> Session:
+        return cls(
+            id=s.session_id,
+            created_at_unix_ms=s.created_at_unix_ms,
+            metadata=dict(s.metadata),
+            compaction_count=s.compaction_count,
+            branches=[Branch.from_pb(b) for b in s.branches],
+            raw=s,
+        )
+
+    def branch(self, name: str = "main") -> Branch | None:
+        """The branch called `name`, if the session has one."""
+        return next((b for b in self.branches if b.name == name), None)
+
+
+@dataclass(frozen=True)
+class Appended:
+    """What an append wrote: the new node ids in order, and the target's new head."""
+
+    node_ids: list[str]
+    head_id: str
+    head_hash: str
+
+    @property
+    def node_id(self) -> str:
+        """The last node written (the only one for the single-node helpers)."""
+        return self.node_ids[-1]
+
+
+@dataclass(frozen=True)
+class Node:
+    """One stored node. `content` is a plain dict whose keys depend on `kind`:
+
+    - message: `role`, `content` (text), `tool_calls` (`[{id, name, arguments}]`), `media`
+    - tool_result: `call_id`, `name`, `content`, `is_error`
+    - function_call: `call_id`, `name`, `input`, `expose`
+    - function_result: `call_id`, `output`, `status`, `function_id`, `chain_head_id`
+    """
+
+    id: str
+    parent_id: str
+    kind: str
+    content: dict[str, Any]
+    created_at_unix_ms: int
+    hash: str
+    function_id: str
+    raw: pb.Node = field(repr=False, compare=False)
+
+    @classmethod
+    def from_pb(cls, n: pb.Node) -> Node:
+        c = n.content
+        kind = c.WhichOneof("kind") or ""
+        content: dict[str, Any]
+        if kind == "message":
+            content = {
+                "role": enum_name(pb.Role, c.message.role, "ROLE_"),
+                "content": parts_text(c.message.parts),
+                "tool_calls": tool_calls_dicts(c.message.tool_calls),
+                "media": parts_media(c.message.parts),
+            }
+        elif kind == "tool_result":
+            r = c.tool_result
+            content = {
+                "call_id": r.call_id,
+                "name": r.name,
+                "content": parts_text(r.parts),
+                "is_error": r.is_error,
+            }
+        elif kind == "function_call":
+            call = c.function_call
+            content = {
+                "call_id": call.call_id,
+                "name": call.name,
+                "input": call.input,
+                "expose": enum_name(pb.Expose, call.expose, "EXPOSE_"),
+            }
+        elif kind == "function_result":
+            result = c.function_result
+            content = {
+                "call_id": result.call_id,
+                "output": result.output,
+                "status": enum_name(pb.FunctionStatus, result.status, "FUNCTION_STATUS_"),
+                "function_id": result.function_id,
+                "chain_head_id": result.chain_head_id,
+            }
+        else:
+            content = {}
+        return cls(
+            id=n.node_id,
+            parent_id=n.parent_id,
+            kind=kind,
+            content=content,
+            created_at_unix_ms=n.created_at_unix_ms,
+            hash=n.hash,
+            function_id=n.function_id,
+            raw=n,
+        )
+
+
+# ---------------------------------------------------------------- rendering
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The next request's token budget; the history may use what the other four parts leave."""
+
+    context_window: int
+    output_reserve: int = 0
+    system_tokens: int = 0
+    tools_tokens: int = 0
+    schema_tokens: int = 0
+
+    @classmethod
+    def from_pb(cls, b: pb.Budget) -> Budget:
+        return cls(
+            b.context_window, b.output_reserve, b.system_tokens, b.tools_tokens, b.schema_tokens
+        )
+
+    def to_pb(self) -> pb.Budget:
+        return pb.Budget(
+            context_window=self.context_window,
+            output_reserve=self.output_reserve,
+            system_tokens=self.system_tokens,
+            tools_tokens=self.tools_tokens,
+            schema_tokens=self.schema_tokens,
+        )
+
+
+BudgetLike = int | Mapping[str, int] | Budget
+"""A context window in tokens, a dict of `Budget`'s five parts, or a `Budget`."""
+
+
+def budget_pb(budget: BudgetLike) -> pb.Budget:
+    """Accepts the three spellings of a budget; anything else is a TypeError, not a silent 0."""
+    if isinstance(budget, Budget):
+        return budget.to_pb()
+    if isinstance(budget, int) and not isinstance(budget, bool):
+        return pb.Budget(context_window=budget)
+    if isinstance(budget, Mapping):
+        unknown = set(budget) - set(Budget.__dataclass_fields__)
+        if unknown:
+            raise TypeError(f"unknown budget parts: {', '.join(sorted(unknown))}")
+        return pb.Budget(**budget)
+    raise TypeError(f"budget must be an int, a dict or a Budget, not {type(budget).__name__}")
+
+
+@dataclass(frozen=True)
+class TokenBreakdown:
+    """Tokens by what they are; the parts add up to the report's total."""
+
+    system: int
+    user: int
+    assistant_text: int
+    tool_calls: int
+    tool_results: int
+    summaries: int
+    markers: int
+
+    @classmethod
+    def from_pb(cls, t: pb.TokenBreakdown) -> TokenBreakdown:
+        return cls(
+            t.system, t.user, t.assistant_text, t.tool_calls, t.tool_results, t.summaries, t.markers
+        )
+
+
+@dataclass(frozen=True)
+class ContextReport:
+    """What a render did and where the tokens went (README, "Rendering under a budget")."""
+
+    total_tokens: int
+    tokens: TokenBreakdown
+    messages: int
+    tokenizer: str
+    budget: Budget | None
+    history_budget: int
+    fits: bool
+    over_by: int
+    summary_needed: bool
+    results_truncated: int
+    truncated_node_ids: list[str]
+    results_cleared: int
+    cleared_node_ids: list[str]
+    turns_snipped: int
+    snipped_node_ids: list[str]
+    microcompact_trigger: str
+    microcompact_boundary: int
+    stable_prefix_messages: int
+
+    @classmethod
+    def from_pb(cls, r: pb.ContextReport) -> ContextReport:
+        return cls(
+            total_tokens=r.total_tokens,
+            tokens=TokenBreakdown.from_pb(r.tokens),
+            messages=r.messages,
+            tokenizer=r.tokenizer,
+            budget=Budget.from_pb(r.budget) if r.HasField("budget") else None,
+            history_budget=r.history_budget,
+            fits=r.fits,
+            over_by=r.over_by,
+            summary_needed=r.summary_needed,
+            results_truncated=r.results_truncated,
+            truncated_node_ids=list(r.truncated_node_ids),
+            results_cleared=r.results_cleared,
+            cleared_node_ids=list(r.cleared_node_ids),
+            turns_snipped=r.turns_snipped,
+            snipped_node_ids=list(r.snipped_node_ids),
+            microcompact_trigger=r.microcompact_trigger,
+            microcompact_boundary=r.microcompact_boundary,
+            stable_prefix_messages=r.stable_prefix_messages,
+        )
+
+
+def neutral_message(m: pb.RenderedMessage) -> dict[str, Any]:
+    """A rendered message as a simple dict: `role` and `content` always, the rest when set."""
+    d: dict[str, Any] = {
+        "role": enum_name(pb.Role, m.role, "ROLE_"),
+        "content": parts_text(m.parts),
+    }
+    if media := parts_media(m.parts):
+        d["media"] = media
+    if m.tool_calls:
+        d["tool_calls"] = tool_calls_dicts(m.tool_calls)
+    if m.tool_call_id:
+        d["tool_call_id"] = m.tool_call_id
+    if m.name:
+        d["name"] = m.name
+    if m.is_error:
+        d["is_error"] = True
+    if m.function_id:
+        d["function_id"] = m.function_id
+    if m.truncated:
+        d["truncated"] = True
+    if m.cleared:
+        d["cleared"] = True
+    d["tokens"] = m.tokens
+    d["node_ids"] = list(m.node_ids)
+    return d
+
+
+@dataclass(frozen=True)
+class RenderResult:
+    """A rendered context.
+
+    `messages` is ready to send: for `openai` the chat-completions `messages` list, for
+    `anthropic` the `{"system", "messages"}` dict of the Messages API, for `neutral` a list of
+    simple dicts (see `neutral_message`). `raw.messages` keeps the server's per-message details
+    (node ids, tokens) whatever the format.
+    """
+
+    messages: Any
+    report: ContextReport
+    format: str
+    head_id: str
+    head_hash: str
+    total_tokens: int
+    tokenizer: str
+    raw: pb.RenderResponse = field(repr=False, compare=False)
+
+
+# ---------------------------------------------------------------- summaries
+
+
+@dataclass(frozen=True)
+class Compaction:
+    """A prepared compaction: the plan and what the summarizer should read.
+
+    When `needed` is false nothing was stored and no model should be called. `summary_input` is
+    in the format asked for, like `RenderResult.messages`.
+    """
+
+    needed: bool
+    compaction_id: str
+    base_head_id: str
+    covers_ids: list[str]
+    prior_summary_id: str
+    summary_input: Any
+    tokens_before: int
+    input_tokens: int
+    reason: str
+    history_budget: int
+    retained_turns: int
+    format: str
+    raw: pb.PrepareCompactionResponse = field(repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The answer to a commit (or `compact`): `applied`, else why not in `reason`.
+
+    `reason` is one of `applied`, `empty`, `no_gain`, `stale`, `cancelled`, `failed`,
+    `not_needed`.
+    """
+
+    applied: bool
+    reason: str
+    message: str
+    summary_id: str
+    tokens_before: int
+    tokens_after: int
+    compaction_id: str
+
+    @classmethod
+    def from_pb(cls, o: pb.CompactionOutcome) -> Outcome:
+        return cls(
+            applied=o.applied,
+            reason=enum_name(pb.CompactionReason, o.reason, "COMPACTION_REASON_"),
+            message=o.message,
+            summary_id=o.summary_id,
+            tokens_before=o.tokens_before,
+            tokens_after=o.tokens_after,
+            compaction_id=o.compaction_id,
+        )
+
+
+@dataclass(frozen=True)
+class SummaryRecord:
+    """A stored summary; `applies` and `active` refer to the branch that was asked about."""
+
+    summary_id: str
+    compaction_id: str
+    covers_ids: list[str]
+    prior_summary_id: str
+    text: str
+    model: str
+    base_head_id: str
+    tokens_before: int
+    tokens_after: int
+    created_at_unix_ms: int
+    applies: bool
+    active: bool
+
+    @classmethod
+    def from_pb(cls, s: pb.SummaryRecord) -> SummaryRecord:
+        return cls(
+            s.summary_id,
+            s.compaction_id,
+            list(s.covers_ids),
+            s.prior_summary_id,
+            s.text,
+            s.model,
+            s.base_head_id,
+            s.tokens_before,
+            s.tokens_after,
+            s.created_at_unix_ms,
+            s.applies,
+            s.active,
+        )
+
+
+@dataclass(frozen=True)
+class CompactionEvent:
+    """One step of the audit trail: `kind` is prepared, committed, rejected or cancelled."""
+
+    compaction_id: str
+    branch: str
+    kind: str
+    reason: str
+    base_head_id: str
+    tokens_before: int
+    tokens_after: int
+    summary_id: str
+    message: str
+    created_at_unix_ms: int
+
+    @classmethod
+    def from_pb(cls, e: pb.CompactionEvent) -> CompactionEvent:
+        return cls(
+            e.compaction_id,
+            e.branch,
+            e.kind,
+            enum_name(pb.CompactionReason, e.reason, "COMPACTION_REASON_"),
+            e.base_head_id,
+            e.tokens_before,
+            e.tokens_after,
+            e.summary_id,
+            e.message,
+            e.created_at_unix_ms,
+        )
+
+
+@dataclass(frozen=True)
+class Summaries:
+    """Every summary of a session and every compaction event, oldest first."""
+
+    summaries: list[SummaryRecord]
+    events: list[CompactionEvent]
+
+    @property
+    def active(self) -> SummaryRecord | None:
+        """The summary the branch renders with, if any."""
+        return next((s for s in self.summaries if s.active), None)

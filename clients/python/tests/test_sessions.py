@@ -1,0 +1,197 @@
+"""Sessions, appends, log, branches and the mapping of errors to exceptions."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import grpc
+import pytest
+
+import ctxd_client
+from ctxd_client import (
+    AlreadyExists,
+    Client,
+    Conflict,
+    CtxdError,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    Session,
+    Unavailable,
+)
+
+
+def test_create_and_get_session(client: Client) -> None:
+    s = client.create_session({"user": "ada", "project": "ctxd"})
+    assert uuid.UUID(s.id)
+    assert s.metadata == {"user": "ada", "project": "ctxd"}
+    assert s.compaction_count == 0
+    main = s.branch("main")
+    assert main is not None and main.head_id == "" and main.head_hash == ""
+    assert s.branch("nope") is None
+
+    appended = client.append_user(s, "hello")
+    again = client.get_session(s.id)  # an id works wherever a Session does
+    assert again.id == s.id and again.metadata == s.metadata
+    head = again.branch("main")
+    assert head is not None
+    assert (head.head_id, head.head_hash) == (appended.head_id, appended.head_hash)
+
+    assert client.create_session().metadata == {}
+
+
+def test_appends_write_messages_tool_calls_and_results(client: Client, session: Session) -> None:
+    user = client.append_user(session, "What is in README.md?")
+    assert len(user.node_ids) == 1 and user.node_id == user.head_id
+    client.append_assistant(
+        session,
+        "Let me look.",
+        tool_calls=[
+            {"id": "c1", "name": "read_file", "arguments": {"path": "README.md"}},
+            {"id": "c2", "name": "grep", "arguments": '{"pattern": "ctxd"}'},
+            # What an OpenAI model returns can be passed as it is.
+            {"id": "c3", "type": "function", "function": {"name": "ls", "arguments": "{}"}},
+        ],
+    )
+    client.append_tool_result(session, "c1", "# ctxd")
+    client.append_tool_result(session, "c2", "no such pattern", is_error=True)
+    last = client.append_tool_result(session, "c3", "README.md")
+
+    nodes = client.log(session)
+    assert [n.kind for n in nodes] == ["tool_result"] * 3 + ["message"] * 2
+    assert nodes[0].id == last.node_id and nodes[0].parent_id == nodes[1].id
+    assert nodes[-1].parent_id == ""
+    assert nodes[-1].content["role"] == "user"
+    assert nodes[-1].content["content"] == "What is in README.md?"
+    assistant = nodes[-2].content
+    assert assistant["role"] == "assistant" and assistant["content"] == "Let me look."
+    calls = assistant["tool_calls"]
+    assert [c["id"] for c in calls] == ["c1", "c2", "c3"]
+    assert [c["name"] for c in calls] == ["read_file", "grep", "ls"]
+    assert json.loads(calls[0]["arguments"]) == {"path": "README.md"}
+    assert json.loads(calls[1]["arguments"]) == {"pattern": "ctxd"}
+    grep = nodes[1].content
+    # The server fills the tool's name in from the call.
+    assert grep == {"call_id": "c2", "name": "grep", "content": "no such pattern", "is_error": True}
+
+
+def test_log_follows_pages_up_to_the_limit(client: Client, session: Session) -> None:
+    ids = [client.append_user(session, f"m{i}").node_id for i in range(3)]
+    ids += [client.append_assistant(session, f"a{i}").node_id for i in range(1)]
+    # Consecutive user messages are allowed: nothing is pending.
+    assert [n.id for n in client.log(session)] == ids[::-1]
+    assert [n.id for n in client.log(session, limit=2)] == ids[::-1][:2]
+    assert [n.id for n in client.log(session, node_id=ids[1])] == ids[1::-1]
+
+
+def test_a_batch_appends_atomically(client: Client, session: Session) -> None:
+    appended = client.append(
+        session,
+        [
+            ctxd_client.system_message("You are terse."),
+            ctxd_client.user_message("hi"),
+            ctxd_client.assistant_message("", [{"id": "c", "name": "t", "arguments": {}}]),
+            ctxd_client.tool_result("c", "ok"),
+            ctxd_client.assistant_message("hello"),
+        ],
+    )
+    assert len(appended.node_ids) == 5
+    # A bad node anywhere in the batch writes nothing.
+    with pytest.raises(InvalidArgument):
+        client.append(
+            session, [ctxd_client.user_message("fine"), ctxd_client.tool_result("nope", "x")]
+        )
+    assert client.get_session(session).branches[0].head_id == appended.head_id
+
+
+def test_compare_and_swap_and_idempotency(client: Client, session: Session) -> None:
+    first = client.append_user(session, "one", expected_head_id="")
+    with pytest.raises(Conflict) as lost:
+        client.append_user(session, "two", expected_head_id="")
+    assert lost.value.code == grpc.StatusCode.ABORTED
+    second = client.append_assistant(session, "two", expected_head_id=first.head_id)
+
+    retry = [client.append_user(session, "three", idempotency_key="k-3") for _ in range(2)]
+    assert retry[0] == retry[1]
+    assert [n.id for n in client.log(session)] == [retry[0].node_id, second.node_id, first.node_id]
+
+
+def test_branches_fork_without_copying(client: Client, session: Session) -> None:
+    first = client.append_user(session, "Write a poem.")
+    client.append_assistant(session, "Roses are red.")
+    fork = client.create_branch(session, "retry", from_node_id=first.node_id)
+    assert fork.name == "retry" and fork.head_id == first.node_id
+    client.append_assistant(session, "Violets are blue.", branch="retry")
+
+    def texts(branch: str) -> list[str]:
+        return [m["content"] for m in client.render(session, branch=branch).messages]
+
+    assert texts("main") == ["Write a poem.", "Roses are red."]
+    assert texts("retry") == ["Write a poem.", "Violets are blue."]
+    assert {b.name for b in client.get_session(session).branches} == {"main", "retry"}
+
+    empty = client.create_branch(session, "scratch")
+    assert empty.head_id == ""
+    with pytest.raises(AlreadyExists):
+        client.create_branch(session, "retry")
+    with pytest.raises(InvalidArgument) as bad:
+        client.create_branch(session, "../escape")
+    assert "name" in bad.value.message
+
+
+def test_errors_keep_the_servers_status_and_message(client: Client, session: Session) -> None:
+    unknown = str(uuid.uuid4())
+    with pytest.raises(NotFound) as not_found:
+        client.get_session(unknown)
+    assert not_found.value.code == grpc.StatusCode.NOT_FOUND
+    assert unknown in not_found.value.message
+    assert str(not_found.value).startswith("NOT_FOUND: ")
+
+    with pytest.raises(InvalidArgument) as malformed:
+        client.get_session("not-a-uuid")
+    assert "session_id" in malformed.value.message
+
+    with pytest.raises(InvalidArgument) as not_json:
+        client.append_assistant(
+            session, tool_calls=[{"id": "c", "name": "t", "arguments": "{not json"}]
+        )
+    assert "arguments" in not_json.value.message
+
+    client.append_user(session, "go")
+    client.append_assistant(session, tool_calls=[{"id": "c1", "name": "t", "arguments": {}}])
+    with pytest.raises(FailedPrecondition) as pending:
+        client.append_user(session, "too early")
+    assert "c1" in pending.value.message
+
+    with pytest.raises(NotFound):
+        client.append_user(session, "x", branch="no-such-branch")
+
+    # Every class is a CtxdError, so one except clause catches them all.
+    assert all(
+        issubclass(cls, CtxdError)
+        for cls in (NotFound, InvalidArgument, Conflict, FailedPrecondition, AlreadyExists)
+    )
+
+
+def test_an_unreachable_server_is_unavailable() -> None:
+    with Client("127.0.0.1:1", timeout=10) as c, pytest.raises(Unavailable):
+        c.create_session()
+
+
+def test_leaving_the_with_block_closes_the_channel(server: str) -> None:
+    with Client(server) as c:
+        c.create_session()
+    with pytest.raises(ValueError, match="closed channel"):
+        c.create_session()
+
+
+def test_a_channel_passed_in_stays_open(server: str) -> None:
+    channel = grpc.insecure_channel(server)
+    with Client(channel=channel) as c:
+        c.create_session()
+    # Still usable through the raw stub: the caller owns it.
+    ctxd_client.pb_grpc.ContextStoreStub(channel).CreateSession(
+        ctxd_client.pb.CreateSessionRequest()
+    )
+    channel.close()
