@@ -759,7 +759,8 @@ struct NodeRow {
     body: String,
 }
 
-const NODE_COLUMNS: &str = "n.id, n.parent_id, n.function_id, n.created_at_ms, n.hash, n.body";
+const NODE_COLUMNS: &str =
+    "n.id, n.parent_id, n.function_id, n.created_at_ms, n.hash, n.body, n.body_z";
 
 fn id_column(row: &SqliteRow, column: &str) -> Result<Option<NodeId>> {
     let bytes: Option<Vec<u8>> = row.try_get(column)?;
@@ -786,7 +787,11 @@ fn node_row_from(row: &SqliteRow) -> Result<NodeRow> {
         function_id: id_column(row, "function_id")?,
         created_at_ms: row.try_get("created_at_ms")?,
         hash: hash_column(row, "hash")?,
-        body: row.try_get("body")?,
+        body: match row.try_get::<Option<Vec<u8>>, _>("body_z")? {
+            Some(packed) => String::from_utf8(decompress(CODEC_ZSTD, packed)?)
+                .map_err(|_| Error::Corrupt("a compressed node body is not UTF-8".into()))?,
+            None => row.try_get("body")?,
+        },
     })
 }
 
@@ -882,7 +887,7 @@ async fn node_row(
     field: &str,
 ) -> Result<NodeRow> {
     let row = sqlx::query(
-        "SELECT n.id, n.parent_id, n.function_id, n.created_at_ms, n.hash, n.body
+        "SELECT n.id, n.parent_id, n.function_id, n.created_at_ms, n.hash, n.body, n.body_z
          FROM nodes n WHERE n.id = ? AND n.session_id = ?",
     )
     .bind(id.as_bytes().as_slice())
@@ -1029,18 +1034,32 @@ async fn insert_node(
 ) -> Result<()> {
     let (json, blobs) = body::encode(content);
     for (blob, data) in blobs {
-        sqlx::query(
-            "INSERT INTO blobs (hash, size, data) VALUES (?, ?, ?) ON CONFLICT (hash) DO NOTHING",
-        )
-        .bind(blob.0.as_slice())
-        .bind(i64::try_from(data.len()).unwrap_or(i64::MAX))
-        .bind(data)
-        .execute(&mut *conn)
-        .await?;
+        let known = sqlx::query("SELECT 1 FROM blobs WHERE hash = ?")
+            .bind(blob.0.as_slice())
+            .fetch_optional(&mut *conn)
+            .await?
+            .is_some();
+        if known {
+            continue;
+        }
+        let (codec, stored) = compress(data);
+        sqlx::query("INSERT INTO blobs (hash, size, codec, data) VALUES (?, ?, ?, ?)")
+            .bind(blob.0.as_slice())
+            .bind(i64::try_from(data.len()).unwrap_or(i64::MAX))
+            .bind(codec)
+            .bind(stored.as_ref())
+            .execute(&mut *conn)
+            .await?;
     }
+    // Long bodies hold tool-call arguments (whole files, for an editor's tools): compress them.
+    let (json, packed) = match compress(json.as_bytes()) {
+        (CODEC_ZSTD, packed) => (String::new(), Some(packed.into_owned())),
+        _ => (json, None),
+    };
     sqlx::query(
-        "INSERT INTO nodes (id, session_id, parent_id, function_id, kind, created_at_ms, hash, body)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        "INSERT INTO nodes (id, session_id, parent_id, function_id, kind, created_at_ms, hash,
+             body, body_z)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
     )
     .bind(id.as_bytes().as_slice())
     .bind(session.as_bytes().as_slice())
@@ -1050,9 +1069,38 @@ async fn insert_node(
     .bind(now)
     .bind(hash.0.as_slice())
     .bind(json)
+    .bind(packed)
     .execute(&mut *conn)
     .await?;
     Ok(())
+}
+
+/// Blobs shorter than this stay raw: compression would not pay for its frame.
+const COMPRESS_MIN_BYTES: usize = 128;
+const CODEC_RAW: i64 = 0;
+const CODEC_ZSTD: i64 = 1;
+/// zstd's default level: measured on agent transcripts it keeps most of the gain of higher
+/// levels at a fraction of their time.
+const ZSTD_LEVEL: i32 = 3;
+
+/// The stored form of a blob: zstd when that saves at least an eighth, raw otherwise.
+fn compress(data: &[u8]) -> (i64, std::borrow::Cow<'_, [u8]>) {
+    if data.len() >= COMPRESS_MIN_BYTES
+        && let Ok(packed) = zstd::bulk::compress(data, ZSTD_LEVEL)
+        && packed.len() < data.len() - data.len() / 8
+    {
+        return (CODEC_ZSTD, std::borrow::Cow::Owned(packed));
+    }
+    (CODEC_RAW, std::borrow::Cow::Borrowed(data))
+}
+
+fn decompress(codec: i64, data: Vec<u8>) -> Result<Vec<u8>> {
+    match codec {
+        CODEC_RAW => Ok(data),
+        CODEC_ZSTD => zstd::stream::decode_all(data.as_slice())
+            .map_err(|e| Error::Corrupt(format!("a zstd blob does not decode: {e}"))),
+        other => Err(Error::Corrupt(format!("unknown blob codec {other}"))),
+    }
 }
 
 /// Turns rows into nodes, fetching every referenced blob once.
@@ -1065,14 +1113,16 @@ async fn hydrate(conn: &mut SqliteConnection, rows: Vec<NodeRow>) -> Result<Vec<
     let wanted: Vec<Hash> = wanted.into_iter().collect();
     let mut blobs: HashMap<Hash, Vec<u8>> = HashMap::with_capacity(wanted.len());
     for chunk in wanted.chunks(IN_CHUNK) {
-        let mut query = QueryBuilder::<Sqlite>::new("SELECT hash, data FROM blobs WHERE hash IN (");
+        let mut query =
+            QueryBuilder::<Sqlite>::new("SELECT hash, codec, data FROM blobs WHERE hash IN (");
         let mut list = query.separated(", ");
         for hash in chunk {
             list.push_bind(hash.0.to_vec());
         }
         query.push(")");
         for row in query.build().fetch_all(&mut *conn).await? {
-            blobs.insert(hash_column(&row, "hash")?, row.try_get("data")?);
+            let data = decompress(row.try_get("codec")?, row.try_get("data")?)?;
+            blobs.insert(hash_column(&row, "hash")?, data);
         }
     }
     rows.into_iter()
