@@ -194,7 +194,7 @@ fn anthropic_blocks(parts: &[Part]) -> Vec<Value> {
         .collect()
 }
 
-/// A Messages API request body's `{system, messages}`: roles alternate, every `tool_use` is
+/// A Messages API request body's `{system, messages}` (`system` only when there is one): roles alternate, every `tool_use` is
 /// answered by a `tool_result` in the next user message, consecutive results share one message.
 pub fn anthropic_messages(messages: &[Message]) -> Value {
     let pairs = Pairs::of(messages);
@@ -269,5 +269,10 @@ pub fn anthropic_messages(messages: &[Message]) -> Value {
         .into_iter()
         .map(|(role, content)| json!({ "role": role, "content": content }))
         .collect();
-    json!({ "system": system, "messages": messages })
+    // An empty system prompt is left out rather than sent as "".
+    if system.is_empty() {
+        json!({ "messages": messages })
+    } else {
+        json!({ "system": system, "messages": messages })
+    }
 }
