@@ -314,6 +314,17 @@ fn import_prints_the_session_and_counts() {
 }
 
 #[test]
+fn import_takes_a_claude_code_session_with_its_sub_agent() {
+    let server = Server::start();
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/claude-code");
+    let main = format!("{dir}/258c7280-ae70-4798-800f-63464d01a85d.jsonl");
+    let agent = format!("{dir}/258c7280-agent-a881341.jsonl");
+    let v = server.json(&["import", &main, &agent, "--format", "claude-code"]);
+    assert_eq!(v["functions"], 1, "{v}");
+    assert_eq!(v["summaries"], 1, "{v}");
+}
+
+#[test]
 fn sessions_log_and_branch() {
     let server = Server::start();
     let a = server.import_trace();

@@ -83,8 +83,11 @@ pub enum RenderFormat {
 pub enum Command {
     /// Imports a session file into a new session.
     Import {
-        /// The file: neutral JSONL, a Claude Code session, or an OpenAI messages array.
-        file: std::path::PathBuf,
+        /// The file: neutral JSONL, a Claude Code session, or an OpenAI messages array. A
+        /// Claude Code session may be followed by its sub-agents' transcripts, which become
+        /// functions under the calls that started them.
+        #[arg(required = true, num_args = 1..)]
+        files: Vec<std::path::PathBuf>,
         /// Detected from the first line when not given.
         #[arg(long, value_enum)]
         format: Option<ImportFormat>,
@@ -220,11 +223,11 @@ fn fail(line: &str) -> ! {
 async fn execute(command: Command) -> Result<String> {
     match command {
         Command::Import {
-            file,
+            files,
             format,
             meta,
             conn,
-        } => import(&file, format, meta, &conn).await,
+        } => import(&files, format, meta, &conn).await,
         Command::Sessions { limit, conn } => sessions(limit, &conn).await,
         Command::Log {
             session,
@@ -319,13 +322,21 @@ async fn execute(command: Command) -> Result<String> {
 }
 
 async fn import(
-    file: &std::path::Path,
+    files: &[std::path::PathBuf],
     format: Option<ImportFormat>,
     meta: Vec<(String, String)>,
     conn: &Conn,
 ) -> Result<String> {
-    let data =
-        std::fs::read(file).map_err(|e| Failure(format!("reading {}: {e}", file.display())))?;
+    let mut data = Vec::new();
+    for file in files {
+        let bytes =
+            std::fs::read(file).map_err(|e| Failure(format!("reading {}: {e}", file.display())))?;
+        data.extend_from_slice(&bytes);
+        // Files are streamed as one: keep each one's last line apart from the next one's first.
+        if !data.ends_with(b"\n") {
+            data.push(b'\n');
+        }
+    }
     let format = match format {
         None => pb::ImportFormat::Unspecified,
         Some(ImportFormat::Neutral) => pb::ImportFormat::NeutralJsonl,
