@@ -53,7 +53,7 @@ pub fn check_openai(doc: &Value) -> Result<(), String> {
 /// `tool_result` in the very next (user) message, whose results come first and answer only
 /// that assistant message's calls.
 pub fn check_anthropic(doc: &Value) -> Result<(), String> {
-    if !doc["system"].is_null() && !doc["system"].as_str().is_some_and(|s| !s.is_empty()) {
+    if !doc["system"].is_null() && doc["system"].as_str().is_none_or(str::is_empty) {
         return Err("system is present but not a non-empty string".into());
     }
     let messages = doc["messages"]
