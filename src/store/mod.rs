@@ -49,7 +49,7 @@ pub enum Error {
 type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Where an append goes.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum AppendTarget {
     Branch(BranchName),
     /// The internal chain of a running function.
@@ -97,6 +97,35 @@ struct Job {
 
 /// Appends one transaction may carry.
 const MAX_BATCH: usize = 256;
+
+/// What the group committer remembers of an append target: its head, the hashes new nodes
+/// chain from, and its pairing state. Trusted only while the stored head is still `head`, so a
+/// write elsewhere (a branch reset, another process) just costs a re-read.
+struct TargetState {
+    head: Option<NodeId>,
+    head_hash: Option<Hash>,
+    scope_hash: Option<Hash>,
+    tail: ChainTail,
+}
+
+#[derive(Default)]
+struct TargetCache(HashMap<(SessionId, AppendTarget), TargetState>);
+
+/// Targets remembered at most; past that the cache starts over.
+const CACHE_TARGETS: usize = 100_000;
+
+impl TargetCache {
+    fn remove(&mut self, key: &(SessionId, AppendTarget)) -> Option<TargetState> {
+        self.0.remove(key)
+    }
+
+    fn remember(&mut self, key: (SessionId, AppendTarget), state: TargetState) {
+        if self.0.len() >= CACHE_TARGETS {
+            self.0.clear();
+        }
+        self.0.insert(key, state);
+    }
+}
 
 const READERS: u32 = 8;
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -359,6 +388,7 @@ impl Store {
                         &mut contents,
                         &|k| format!("line {}", lines[k]),
                         now,
+                        None,
                     )
                     .await?;
                     for (k, (id, _)) in written.iter().enumerate() {
@@ -469,6 +499,7 @@ impl Store {
 /// Takes appends off the queue and writes every one waiting in one transaction: each in a
 /// savepoint, so a refused append rolls back alone, then one COMMIT (one fsync) for all.
 async fn group_committer(writer: SqlitePool, mut jobs: mpsc::Receiver<Job>) {
+    let mut cache = TargetCache::default();
     while let Some(first) = jobs.recv().await {
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
@@ -493,9 +524,22 @@ async fn group_committer(writer: SqlitePool, mut jobs: mpsc::Receiver<Job>) {
                 continue;
             }
         };
-        for job in batch {
-            outcomes.push(in_savepoint(&mut tx, job.request).await);
+        if batch.len() == 1 {
+            // Alone in its transaction: a refusal rolls the whole of it back, no savepoint needed.
+            let job = batch.pop().expect("one job");
+            let outcome = append_in(&mut tx, job.request, &mut cache).await;
+            if outcome.is_err() {
+                let _ = tx.rollback().await;
+                let _ = job.reply.send(outcome);
+                continue;
+            }
+            outcomes.push(outcome);
             replies.push(job.reply);
+        } else {
+            for job in batch {
+                outcomes.push(in_savepoint(&mut tx, job.request, &mut cache).await);
+                replies.push(job.reply);
+            }
         }
         if let Err(e) = tx.commit().await {
             let message = e.to_string();
@@ -520,9 +564,10 @@ async fn group_committer(writer: SqlitePool, mut jobs: mpsc::Receiver<Job>) {
 async fn in_savepoint(
     tx: &mut sqlx::Transaction<'static, Sqlite>,
     request: AppendRequest,
+    cache: &mut TargetCache,
 ) -> Result<AppendOutcome> {
     let mut savepoint = tx.begin().await?;
-    match append_in(&mut savepoint, request).await {
+    match append_in(&mut savepoint, request, cache).await {
         Ok(outcome) => {
             savepoint.commit().await?;
             Ok(outcome)
@@ -535,7 +580,11 @@ async fn in_savepoint(
 }
 
 /// One append inside the committer's transaction (within its own savepoint).
-async fn append_in(tx: &mut SqliteConnection, request: AppendRequest) -> Result<AppendOutcome> {
+async fn append_in(
+    tx: &mut SqliteConnection,
+    request: AppendRequest,
+    cache: &mut TargetCache,
+) -> Result<AppendOutcome> {
     let AppendRequest {
         session,
         target,
@@ -546,7 +595,6 @@ async fn append_in(tx: &mut SqliteConnection, request: AppendRequest) -> Result<
     let request_hash = idempotency_key
         .as_ref()
         .map(|_| request_fingerprint(&target, expected_head, &nodes));
-    ensure_session(&mut *tx, session).await?;
 
     if let (Some(key), Some(hash)) = (&idempotency_key, &request_hash) {
         let previous = sqlx::query(
@@ -571,7 +619,7 @@ async fn append_in(tx: &mut SqliteConnection, request: AppendRequest) -> Result<
     }
 
     let now = now_ms();
-    let written = write_nodes(
+    let written = match write_nodes(
         &mut *tx,
         session,
         &target,
@@ -579,8 +627,19 @@ async fn append_in(tx: &mut SqliteConnection, request: AppendRequest) -> Result<
         &mut nodes,
         &|i| format!("nodes[{i}]"),
         now,
+        Some(cache),
     )
-    .await?;
+    .await
+    {
+        // The session is checked only when its branch or function is missing: the common
+        // path saves the query, and an unknown session is still named as such.
+        Err(Error::Domain(domain::Error::NotFound { .. }))
+            if ensure_session(&mut *tx, session).await.is_err() =>
+        {
+            return Err(domain::Error::not_found("session", session).into());
+        }
+        other => other?,
+    };
     let (head_id, head_hash) = *written
         .last()
         .ok_or_else(|| domain::Error::invalid("nodes", "is empty"))?;
@@ -608,6 +667,7 @@ async fn append_in(tx: &mut SqliteConnection, request: AppendRequest) -> Result<
 
 /// Checks and writes `nodes` after the target's head (all or none: the caller's transaction),
 /// moves the head, and returns each node's id and hash. `field_of(i)` names node `i` in errors.
+#[allow(clippy::too_many_arguments)]
 async fn write_nodes(
     conn: &mut SqliteConnection,
     session: SessionId,
@@ -616,6 +676,7 @@ async fn write_nodes(
     nodes: &mut [NodeContent],
     field_of: &(dyn Fn(usize) -> String + Sync),
     now: i64,
+    mut cache: Option<&mut TargetCache>,
 ) -> Result<Vec<(NodeId, Hash)>> {
     // The target's head, the node new ones hang under, and the scope they live in.
     let (head, mut parent, scope) = match target {
@@ -646,19 +707,31 @@ async fn write_nodes(
         .into());
     }
 
-    let scope_hash = match scope {
-        Some(function) => Some(
-            node_row(&mut *conn, session, function, "function_id")
-                .await?
-                .hash,
-        ),
-        None => None,
+    let key = (session, target.clone());
+    // What the last append here left is still true if the head has not moved since.
+    let remembered = cache
+        .as_deref_mut()
+        .and_then(|c| c.remove(&key))
+        .filter(|state| state.head == head);
+    let (scope_hash, mut parent_hash, mut tail) = match remembered {
+        Some(state) => (state.scope_hash, state.head_hash, state.tail),
+        None => {
+            let scope_hash = match scope {
+                Some(function) => Some(
+                    node_row(&mut *conn, session, function, "function_id")
+                        .await?
+                        .hash,
+                ),
+                None => None,
+            };
+            let parent_hash = match parent {
+                Some(id) => Some(node_row(&mut *conn, session, id, "head").await?.hash),
+                None => None,
+            };
+            let tail = chain_tail(&mut *conn, session, head, scope).await?;
+            (scope_hash, parent_hash, tail)
+        }
     };
-    let mut parent_hash = match parent {
-        Some(id) => Some(node_row(&mut *conn, session, id, "head").await?.hash),
-        None => None,
-    };
-    let mut tail = chain_tail(&mut *conn, session, head, scope).await?;
     let mut written = Vec::with_capacity(nodes.len());
     for (i, content) in nodes.iter_mut().enumerate() {
         let field = field_of(i);
@@ -699,6 +772,17 @@ async fn write_nodes(
     let Some(&(head_id, _)) = written.last() else {
         return Err(domain::Error::invalid("nodes", "is empty").into());
     };
+    if let Some(cache) = cache {
+        cache.remember(
+            key,
+            TargetState {
+                head: Some(head_id),
+                head_hash: parent_hash,
+                scope_hash,
+                tail,
+            },
+        );
+    }
     match target {
         AppendTarget::Branch(name) => {
             sqlx::query(
