@@ -9,6 +9,7 @@ mod compaction;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
@@ -85,6 +86,7 @@ pub enum PathTarget {
 pub struct Store {
     writer: SqlitePool,
     reader: SqlitePool,
+    cache: Arc<std::sync::Mutex<ReadCache>>,
     /// Appends go to the group committer, which writes many in one transaction and one fsync.
     appends: mpsc::Sender<Job>,
 }
@@ -156,6 +158,7 @@ impl Store {
         Ok(Self {
             writer,
             reader,
+            cache: Arc::default(),
             appends,
         })
     }
@@ -474,8 +477,8 @@ impl Store {
                     .function_id
             }
         };
-        let rows = ancestors(&mut conn, start, None).await?;
-        let nodes = hydrate(&mut conn, rows).await?;
+        let ids = self.path_ids(&mut conn, start).await?;
+        let nodes = self.nodes_by_id(&mut conn, &ids).await?;
         let mut chains = HashMap::new();
         let mut todo = full_chains(&nodes);
         while let Some((function, head)) = todo.pop() {
@@ -491,6 +494,173 @@ impl Store {
             chains,
             summaries,
         })
+    }
+
+    /// The ids of the path ending at `head`, root first. Paths never change (nodes are
+    /// immutable), so the path of a head whose recent ancestor was read before is that one's
+    /// plus a few ids; only a path never seen walks the whole chain in SQL.
+    async fn path_ids(
+        &self,
+        conn: &mut SqliteConnection,
+        head: NodeId,
+    ) -> Result<Arc<Vec<NodeId>>> {
+        if let Some(path) = self.read_cache().paths.get(&head) {
+            return Ok(Arc::clone(path));
+        }
+        let mut suffix = vec![head];
+        let mut at = head;
+        for _ in 0..PATH_EXTEND_STEPS {
+            let cached_parent = self.read_cache().nodes.get(&at).map(|n| n.parent_id);
+            let parent = match cached_parent {
+                Some(parent) => parent,
+                None => {
+                    let row = sqlx::query("SELECT parent_id FROM nodes WHERE id = ?")
+                        .bind(at.as_bytes().as_slice())
+                        .fetch_one(&mut *conn)
+                        .await?;
+                    id_column(&row, "parent_id")?
+                }
+            };
+            let Some(parent) = parent else {
+                suffix.reverse();
+                return Ok(self.remember_path(head, None, suffix));
+            };
+            let base = self.read_cache().paths.get(&parent).cloned();
+            if let Some(base) = base {
+                let mut path = Vec::with_capacity(base.len() + suffix.len());
+                path.extend_from_slice(&base);
+                path.extend(suffix.iter().rev());
+                return Ok(self.remember_path(head, Some(parent), path));
+            }
+            suffix.push(parent);
+            at = parent;
+        }
+        let sql = "WITH RECURSIVE walk(id, depth) AS (
+                 SELECT ?1, 0
+                 UNION ALL
+                 SELECT n.parent_id, walk.depth + 1 FROM walk JOIN nodes n ON n.id = walk.id
+                 WHERE n.parent_id IS NOT NULL
+             )
+             SELECT id FROM walk ORDER BY depth DESC";
+        let rows = sqlx::query(sql)
+            .bind(head.as_bytes().as_slice())
+            .fetch_all(&mut *conn)
+            .await?;
+        let path = rows
+            .iter()
+            .map(|row| id_column(row, "id")?.ok_or_else(|| Error::Corrupt("a null id".into())))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(self.remember_path(head, None, path))
+    }
+
+    /// Keeps `path` as the path of `head`; the path it extended (`from`) is usually a branch's
+    /// old head, not rendered again, so it is let go.
+    fn remember_path(
+        &self,
+        head: NodeId,
+        from: Option<NodeId>,
+        path: Vec<NodeId>,
+    ) -> Arc<Vec<NodeId>> {
+        let path = Arc::new(path);
+        let mut cache = self.read_cache();
+        if let Some(from) = from {
+            cache.paths.remove(&from);
+        }
+        if cache.paths.len() >= CACHED_PATHS {
+            cache.paths.clear();
+        }
+        cache.paths.insert(head, Arc::clone(&path));
+        path
+    }
+
+    /// The nodes `ids`, in order: from the cache where read before, the rest in a few queries.
+    async fn nodes_by_id(&self, conn: &mut SqliteConnection, ids: &[NodeId]) -> Result<Vec<Node>> {
+        let missing: Vec<NodeId> = {
+            let cache = self.read_cache();
+            ids.iter()
+                .filter(|id| !cache.nodes.contains_key(id))
+                .copied()
+                .collect()
+        };
+        for chunk in missing.chunks(IN_CHUNK) {
+            let mut query = QueryBuilder::<Sqlite>::new(format!(
+                "SELECT {NODE_COLUMNS} FROM nodes n WHERE n.id IN ("
+            ));
+            let mut list = query.separated(", ");
+            for id in chunk {
+                list.push_bind(id.as_bytes().to_vec());
+            }
+            query.push(")");
+            let rows = query
+                .build()
+                .fetch_all(&mut *conn)
+                .await?
+                .iter()
+                .map(node_row_from)
+                .collect::<Result<Vec<_>>>()?;
+            let fetched = hydrate(conn, rows).await?;
+            let mut cache = self.read_cache();
+            for node in fetched {
+                cache.insert_node(node);
+            }
+        }
+        let cache = self.read_cache();
+        ids.iter()
+            .map(|id| {
+                cache
+                    .nodes
+                    .get(id)
+                    .map(|n| Node::clone(n))
+                    .ok_or_else(|| Error::Corrupt(format!("node {id} of a path is missing")))
+            })
+            .collect()
+    }
+
+    fn read_cache(&self) -> std::sync::MutexGuard<'_, ReadCache> {
+        // A panic while holding the lock leaves plain data behind: keep using it.
+        self.cache
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// Parents a path lookup follows one by one before it walks the chain in SQL instead.
+const PATH_EXTEND_STEPS: usize = 64;
+/// Paths remembered at most (about one per branch being worked on).
+const CACHED_PATHS: usize = 4096;
+/// Bytes of node content kept in memory at most.
+const CACHED_NODE_BYTES: usize = 256 * 1024 * 1024;
+
+/// Decoded nodes and the paths through them. Both are immutable in the store, so nothing here
+/// is ever stale; it is only bounded.
+#[derive(Default)]
+struct ReadCache {
+    nodes: HashMap<NodeId, Arc<Node>>,
+    node_bytes: usize,
+    paths: HashMap<NodeId, Arc<Vec<NodeId>>>,
+}
+
+impl ReadCache {
+    fn insert_node(&mut self, node: Node) {
+        let bytes = 256
+            + node
+                .content
+                .parts()
+                .iter()
+                .map(|p| match p {
+                    domain::Part::Text(t) => t.len(),
+                    domain::Part::Media { source, .. } => match source {
+                        domain::MediaSource::Data(d) => d.len(),
+                        domain::MediaSource::Url(u) => u.len(),
+                    },
+                })
+                .sum::<usize>();
+        if self.node_bytes + bytes > CACHED_NODE_BYTES {
+            self.nodes.clear();
+            self.node_bytes = 0;
+        }
+        self.node_bytes += bytes;
+        self.nodes.insert(node.id, Arc::new(node));
     }
 }
 
@@ -1178,6 +1348,22 @@ fn compress(data: &[u8]) -> (i64, std::borrow::Cow<'_, [u8]>) {
     (CODEC_RAW, std::borrow::Cow::Borrowed(data))
 }
 
+/// A stored blob's bytes, decoded with `decoder` when compressed (`size` is the raw size).
+fn unpack(
+    decoder: &mut zstd::bulk::Decompressor<'_>,
+    codec: i64,
+    data: Vec<u8>,
+    size: usize,
+) -> Result<Vec<u8>> {
+    match codec {
+        CODEC_RAW => Ok(data),
+        CODEC_ZSTD => decoder
+            .decompress(&data, size)
+            .map_err(|e| Error::Corrupt(format!("a zstd blob does not decode: {e}"))),
+        other => Err(Error::Corrupt(format!("unknown blob codec {other}"))),
+    }
+}
+
 fn decompress(codec: i64, data: Vec<u8>) -> Result<Vec<u8>> {
     match codec {
         CODEC_RAW => Ok(data),
@@ -1196,16 +1382,26 @@ async fn hydrate(conn: &mut SqliteConnection, rows: Vec<NodeRow>) -> Result<Vec<
     let wanted: HashSet<Hash> = bodies.iter().flat_map(Body::blob_refs).collect();
     let wanted: Vec<Hash> = wanted.into_iter().collect();
     let mut blobs: HashMap<Hash, Vec<u8>> = HashMap::with_capacity(wanted.len());
+    // One decoder for all blobs: creating a zstd context per blob costs more than decoding.
+    let mut decoder = zstd::bulk::Decompressor::new()
+        .map_err(|e| Error::Corrupt(format!("zstd decoder: {e}")))?;
     for chunk in wanted.chunks(IN_CHUNK) {
-        let mut query =
-            QueryBuilder::<Sqlite>::new("SELECT hash, codec, data FROM blobs WHERE hash IN (");
+        let mut query = QueryBuilder::<Sqlite>::new(
+            "SELECT hash, size, codec, data FROM blobs WHERE hash IN (",
+        );
         let mut list = query.separated(", ");
         for hash in chunk {
             list.push_bind(hash.0.to_vec());
         }
         query.push(")");
         for row in query.build().fetch_all(&mut *conn).await? {
-            let data = decompress(row.try_get("codec")?, row.try_get("data")?)?;
+            let size: i64 = row.try_get("size")?;
+            let data = unpack(
+                &mut decoder,
+                row.try_get("codec")?,
+                row.try_get("data")?,
+                usize::try_from(size).unwrap_or(0),
+            )?;
             blobs.insert(hash_column(&row, "hash")?, data);
         }
     }
