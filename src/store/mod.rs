@@ -1288,22 +1288,29 @@ async fn insert_node(
 ) -> Result<()> {
     let (json, blobs) = body::encode(content);
     for (blob, data) in blobs {
-        let known = sqlx::query("SELECT 1 FROM blobs WHERE hash = ?")
-            .bind(blob.0.as_slice())
-            .fetch_optional(&mut *conn)
-            .await?
-            .is_some();
-        if known {
-            continue;
+        // A long blob is looked up first so a repeat (the same file read again) is not
+        // compressed again for nothing; a short one is not worth the extra query.
+        if data.len() >= COMPRESS_MIN_BYTES {
+            let known = sqlx::query("SELECT 1 FROM blobs WHERE hash = ?")
+                .bind(blob.0.as_slice())
+                .fetch_optional(&mut *conn)
+                .await?
+                .is_some();
+            if known {
+                continue;
+            }
         }
         let (codec, stored) = compress(data);
-        sqlx::query("INSERT INTO blobs (hash, size, codec, data) VALUES (?, ?, ?, ?)")
-            .bind(blob.0.as_slice())
-            .bind(i64::try_from(data.len()).unwrap_or(i64::MAX))
-            .bind(codec)
-            .bind(stored.as_ref())
-            .execute(&mut *conn)
-            .await?;
+        sqlx::query(
+            "INSERT INTO blobs (hash, size, codec, data) VALUES (?, ?, ?, ?)
+             ON CONFLICT (hash) DO NOTHING",
+        )
+        .bind(blob.0.as_slice())
+        .bind(i64::try_from(data.len()).unwrap_or(i64::MAX))
+        .bind(codec)
+        .bind(stored.as_ref())
+        .execute(&mut *conn)
+        .await?;
     }
     // Long bodies hold tool-call arguments (whole files, for an editor's tools): compress them.
     let (json, packed) = match compress(json.as_bytes()) {
@@ -1339,11 +1346,19 @@ const ZSTD_LEVEL: i32 = 3;
 
 /// The stored form of a blob: zstd when that saves at least an eighth, raw otherwise.
 fn compress(data: &[u8]) -> (i64, std::borrow::Cow<'_, [u8]>) {
-    if data.len() >= COMPRESS_MIN_BYTES
-        && let Ok(packed) = zstd::bulk::compress(data, ZSTD_LEVEL)
-        && packed.len() < data.len() - data.len() / 8
-    {
-        return (CODEC_ZSTD, std::borrow::Cow::Owned(packed));
+    thread_local! {
+        // A zstd context costs more to set up than a small blob costs to compress.
+        static COMPRESSOR: std::cell::RefCell<Option<zstd::bulk::Compressor<'static>>> =
+            std::cell::RefCell::new(zstd::bulk::Compressor::new(ZSTD_LEVEL).ok());
+    }
+    if data.len() >= COMPRESS_MIN_BYTES {
+        let packed =
+            COMPRESSOR.with(|c| c.borrow_mut().as_mut().and_then(|c| c.compress(data).ok()));
+        if let Some(packed) = packed
+            && packed.len() < data.len() - data.len() / 8
+        {
+            return (CODEC_ZSTD, std::borrow::Cow::Owned(packed));
+        }
     }
     (CODEC_RAW, std::borrow::Cow::Borrowed(data))
 }
