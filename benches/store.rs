@@ -12,7 +12,8 @@
 //!   turn), p50/p95 against the floor's per-transaction p50/p95; then 1, 4, 16 and 64 concurrent
 //!   clients (tokio tasks, each its own connection and session), nodes/s against the floor's
 //!   rows/s. **diag** rows split the cost: `Store::append` in process without gRPC (1 and 64
-//!   tasks), and one sqlx statement's round trip to its connection's worker thread.
+//!   tasks), one sqlx statement's round trip to its connection's worker thread (no I/O), and
+//!   the floor without its fsync (`synchronous=OFF`).
 //! - **render**: the `Render` RPC over paths of 100, 1,000 and 10,000 messages cycled from
 //!   `testdata/traces/cc-main-4d5611e5.jsonl` (call ids renamed per cycle, appended one model
 //!   turn per request), per tokenizer, unbudgeted and with a 100k window / 8k reserve. Cold:
@@ -21,7 +22,8 @@
 //!   connection first; the BPE vocabularies load once per process, timed apart). Warm: the
 //!   renders after that. The ratio is to the same case at 1,000 messages. **db size**: the
 //!   1,000-message render in a database holding that session alone against one also holding
-//!   1,000 other sessions of 20 messages, written interleaved with it.
+//!   1,000 other sessions of 20 messages, written interleaved with it. A **diag** row per length
+//!   times `ContextStats` (the same load and render, without the messages in the answer).
 //! - **disk**: every trace of `testdata/traces` imported (`ImportSession`), the server stopped
 //!   and the WAL checkpointed; the file's size per byte of the messages' JSON and per byte of
 //!   distinct texts (message contents and tool-call arguments).
@@ -531,10 +533,16 @@ fn durable(db: &Path) -> SqliteConnectOptions {
 }
 
 /// Raw SQLite with ctxd's durability: one ~500-byte row per `BEGIN IMMEDIATE … COMMIT`.
-async fn floor(db: &Path, texts: &Texts, tag: &str) -> Floor {
+/// Without `fsync` (`synchronous=OFF`, a diagnostic), the same minus the WAL's fsync.
+async fn floor(db: &Path, texts: &Texts, tag: &str, fsync: bool) -> Floor {
+    let options = if fsync {
+        durable(db)
+    } else {
+        durable(db).synchronous(SqliteSynchronous::Off)
+    };
     let pool = SqlitePoolOptions::new()
         .max_connections(1)
-        .connect_with(durable(db))
+        .connect_with(options)
         .await
         .expect("open the floor database");
     sqlx::query(
@@ -974,13 +982,11 @@ async fn bench() {
     }
 
     let dir = tempfile::tempdir().expect("a temp dir");
-    if std::env::var_os("XONLY").is_some() {
-        xdiag(dir.path()).await;
-        return;
-    }
     let trace = Arc::new(load_trace(TRACE));
     let texts = Arc::new(Texts::new(&trace));
     let mut rows: Vec<Row> = Vec::new();
+    // Rows measured before the rows they follow in the table.
+    let mut rows_later: Vec<Row> = Vec::new();
 
     // ---- the render databases, built first so their writes do not disturb the timed cases.
     let render_db = dir.path().join("render.db");
@@ -1027,7 +1033,7 @@ async fn bench() {
 
     // ---- floor, appends (and what explains them), floor again.
     let floor_db = dir.path().join("floor.db");
-    let floor_before = floor(&floor_db, &texts, "f1").await;
+    let floor_before = floor(&floor_db, &texts, "f1", true).await;
     let append_server = Server::start(&dir.path().join("append.db")).await;
     let single = append_latency(Writer::grpc(&append_server).await, &texts, "a").await;
     let mut levels = Vec::new();
@@ -1051,7 +1057,8 @@ async fn bench() {
     let (direct_rate, direct_stats) = throughput(writers, &texts, "dt").await;
     direct.close().await;
     let round_trip = statement_round_trip(&floor_db).await;
-    let floor_after = floor(&floor_db, &texts, "f2").await;
+    let no_fsync = floor(&dir.path().join("nofsync.db"), &texts, "n", false).await;
+    let floor_after = floor(&floor_db, &texts, "f2", true).await;
 
     let floor_p50 = (floor_before.stats.p50 + floor_after.stats.p50) / 2;
     let floor_p95 = (floor_before.stats.p95 + floor_after.stats.p95) / 2;
@@ -1069,10 +1076,11 @@ async fn bench() {
     }
     let single_ratio = over_p50(single);
     rows.push(
-        Row::timed("append", "1 client, 1 node/request", single).vs(single_ratio, "floor p50"),
+        Row::timed("append", "latency, 1 client, 1 node/request", single)
+            .vs(single_ratio, "floor p50"),
     );
     rows.push(
-        Row::timed("append", "1 client, 1 node/request (p95)", single).vs(
+        Row::timed("append", "latency, 1 client, 1 node/request (p95)", single).vs(
             single.p95.as_secs_f64() / floor_p95.as_secs_f64(),
             "floor p95",
         ),
@@ -1080,7 +1088,7 @@ async fn bench() {
     for &(clients, (rate, stats)) in &levels {
         let mut row = Row::timed(
             "append",
-            format!("{clients} concurrent client(s), 1 node/request"),
+            format!("throughput, {clients} concurrent client(s), 1 node/request"),
             stats,
         )
         .vs(rate / floor_rate, "floor rows/s");
@@ -1099,6 +1107,14 @@ async fn bench() {
         Row::timed("diag", "one sqlx statement round trip (no I/O)", round_trip)
             .vs(over_p50(round_trip), "floor p50"),
     );
+    let mut row = Row::timed(
+        "diag",
+        "the floor without fsync (synchronous=OFF)",
+        no_fsync.stats,
+    )
+    .vs(over_p50(no_fsync.stats), "floor p50");
+    row.value = Some((no_fsync.rows_per_s, "rows/s"));
+    rows.push(row);
 
     // ---- renders.
     let tokenizers = [
@@ -1128,6 +1144,45 @@ async fn bench() {
             }
         }
     }
+    // The same warm render through ContextStats (the report without the messages): what the
+    // load and the engine cost without converting, sending and decoding the messages.
+    let mut stats_rows = Vec::new();
+    let mut stats_reference = None;
+    for (&n, session) in RENDER_LENGTHS.iter().zip(&sessions) {
+        let mut client = server.client().await;
+        let mut sampler = Sampler::new(WARM_RENDER_PLAN);
+        while sampler.more() {
+            let start = Instant::now();
+            client
+                .context_stats(pb::ContextStatsRequest {
+                    session_id: session.clone(),
+                    tokenizer: Tokenizer::Heuristic.name().to_owned(),
+                    ..Default::default()
+                })
+                .await
+                .expect("ContextStats");
+            sampler.record(start.elapsed());
+        }
+        let stats = sampler.stats();
+        if n == REFERENCE_LENGTH {
+            stats_reference = Some(stats.p50);
+        }
+        stats_rows.push((n, stats));
+    }
+    let stats_reference = stats_reference.expect("the reference length");
+    for (n, stats) in stats_rows {
+        rows_later.push(
+            Row::timed(
+                "diag",
+                format!("ContextStats {n} msgs, heuristic warm, unbudgeted"),
+                stats,
+            )
+            .vs(
+                stats.p50.as_secs_f64() / stats_reference.as_secs_f64(),
+                format!("same at {REFERENCE_LENGTH} msgs"),
+            ),
+        );
+    }
     server.stop().await;
     let reference = |tokenizer: Tokenizer, budget: &str, cold: bool| {
         renders
@@ -1150,6 +1205,8 @@ async fn bench() {
             ),
         );
     }
+
+    rows.append(&mut rows_later);
 
     // ---- the same render, alone in its database or among many sessions.
     let mut size_rows = Vec::new();
@@ -1354,82 +1411,4 @@ async fn bench() {
         "\nwrote target/bench/store.json; whole run {}",
         show(run_start.elapsed())
     );
-}
-
-async fn xdiag(dir: &Path) {
-    let mode = std::env::var("XONLY").unwrap();
-    let trace = Arc::new(load_trace(TRACE));
-    let texts = Arc::new(Texts::new(&trace));
-    let count = Arc::new(AtomicU64::new(0));
-    if mode.contains("count") {
-        use tracing_subscriber::layer::SubscriberExt;
-        struct Count(Arc<AtomicU64>);
-        impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Count {
-            fn on_event(&self, e: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
-                if e.metadata().target().starts_with("sqlx::query") {
-                    self.0.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-        }
-        let sub = tracing_subscriber::registry().with(Count(count.clone()));
-        tracing::subscriber::set_global_default(sub).unwrap();
-    }
-    if mode.contains("append") {
-        let server = Server::start(&dir.join("a.db")).await;
-        let mut w = Writer::grpc(&server).await;
-        for i in 0..50 { w.append(&texts, "w", i).await; }
-        let c0 = count.load(Ordering::Relaxed);
-        let t = Instant::now();
-        let n = if mode.contains("long") { 3000 } else { 200 };
-        for i in 50..50 + n { w.append(&texts, "w", i).await; }
-        println!("single: {:.2} sql statements/append (logged), {:?}/append", (count.load(Ordering::Relaxed) - c0) as f64 / n as f64, t.elapsed() / n as u32);
-        server.stop().await;
-    }
-    if mode.contains("render") {
-        let handle = ctxd::metrics::install().unwrap();
-        let server = Server::start(&dir.join("r.db")).await;
-        let mut sessions = Vec::new();
-        for n in [1000usize, 10000] {
-            sessions.push((n, build_session(server.addr, turns(cycled(&trace, 0, n, "r"))).await));
-        }
-        let mut client = server.client().await;
-        for (n, session) in &sessions {
-            for _ in 0..3 { render(&mut client, session, Tokenizer::Heuristic, None).await; }
-            let before = handle.render();
-            let mut sampler = Sampler::new(WARM_RENDER_PLAN);
-            while sampler.more() {
-                let (t, _) = render(&mut client, session, Tokenizer::Heuristic, None).await;
-                sampler.record(t);
-            }
-            let st = sampler.stats();
-            let after = handle.render();
-            let _dbg = after.lines().filter(|l| l.contains("Render") && l.contains("duration")).take(3).collect::<Vec<_>>().join(" / "); if *n == 1000 { println!("{_dbg}"); }
-            let grab = |text: &str, key: &str| -> f64 { text.lines().find(|l| l.starts_with(key)).and_then(|l| l.rsplit(' ').next()).and_then(|v| v.parse().ok()).unwrap_or(0.0) };
-            let sum = grab(&after, "ctxd_rpc_duration_seconds_sum{method=\"Render\"}") - grab(&before, "ctxd_rpc_duration_seconds_sum{method=\"Render\"}");
-            let cnt = grab(&after, "ctxd_rpc_duration_seconds_count{method=\"Render\"}") - grab(&before, "ctxd_rpc_duration_seconds_count{method=\"Render\"}");
-            let mut sampler = Sampler::new(WARM_RENDER_PLAN);
-            while sampler.more() {
-                let t0 = Instant::now();
-                client.context_stats(pb::ContextStatsRequest { session_id: session.clone(), tokenizer: "heuristic".into(), ..Default::default() }).await.unwrap();
-                sampler.record(t0.elapsed());
-            }
-            let cs = sampler.stats();
-            let (_, resp) = render(&mut client, session, Tokenizer::Heuristic, None).await;
-            use prost::Message;
-            println!("{n}: Render p50 {} (server handler mean {:.2} ms over {cnt}), ContextStats p50 {}, response {} bytes", show(st.p50), sum / cnt * 1e3, show(cs.p50), resp.encoded_len());
-            if mode.contains("csloop") && *n == 10000 {
-                let t0 = Instant::now();
-                while t0.elapsed() < Duration::from_secs(8) {
-                    client.context_stats(pb::ContextStatsRequest { session_id: session.clone(), tokenizer: "heuristic".into(), ..Default::default() }).await.unwrap();
-                }
-            } else if mode.contains("loop") && *n == 10000 {
-                let t0 = Instant::now();
-                while t0.elapsed() < Duration::from_secs(8) {
-                    render(&mut client, session, Tokenizer::Heuristic, None).await;
-                }
-            }
-        }
-        drop(client);
-        server.stop().await;
-    }
 }
