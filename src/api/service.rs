@@ -282,25 +282,9 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
 
     #[instrument(skip_all)]
     async fn render(&self, request: Request<pb::RenderRequest>) -> Reply<pb::RenderResponse> {
-        use pb::render_request::Target;
         let r = request.into_inner();
         let format = provider_format(r.format)?;
-        let target = r.target.map(|t| match t {
-            Target::Branch(b) => RenderTarget::Branch(b),
-            Target::NodeId(n) => RenderTarget::Node(n),
-            Target::FunctionId(f) => RenderTarget::Function(f),
-        });
-        let (path, rendered) = self
-            .rendered(RenderArgs {
-                session_id: r.session_id,
-                target,
-                tokenizer: r.tokenizer,
-                callers: r.callers,
-                budget: r.budget,
-                policy: r.policy,
-                now_unix_ms: r.now_unix_ms,
-            })
-            .await?;
+        let (path, rendered) = self.rendered(r.into()).await?;
         let (head_id, head_hash) = path
             .nodes
             .last()
@@ -331,24 +315,7 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
         &self,
         request: Request<pb::ContextStatsRequest>,
     ) -> Reply<pb::ContextReport> {
-        use pb::context_stats_request::Target;
-        let r = request.into_inner();
-        let target = r.target.map(|t| match t {
-            Target::Branch(b) => RenderTarget::Branch(b),
-            Target::NodeId(n) => RenderTarget::Node(n),
-            Target::FunctionId(f) => RenderTarget::Function(f),
-        });
-        let (_, rendered) = self
-            .rendered(RenderArgs {
-                session_id: r.session_id,
-                target,
-                tokenizer: r.tokenizer,
-                callers: r.callers,
-                budget: r.budget,
-                policy: r.policy,
-                now_unix_ms: r.now_unix_ms,
-            })
-            .await?;
+        let (_, rendered) = self.rendered(request.into_inner().into()).await?;
         Ok(Response::new(convert::report(&rendered.report)))
     }
 
@@ -503,6 +470,33 @@ struct RenderArgs {
     policy: Option<pb::RenderPolicy>,
     now_unix_ms: i64,
 }
+
+/// `Render` and `ContextStats` carry the same fields: one conversion serves both.
+macro_rules! render_args_from {
+    ($request:ty, $oneof:ident) => {
+        impl From<$request> for RenderArgs {
+            fn from(r: $request) -> Self {
+                use pb::$oneof::Target;
+                Self {
+                    session_id: r.session_id,
+                    target: r.target.map(|t| match t {
+                        Target::Branch(b) => RenderTarget::Branch(b),
+                        Target::NodeId(n) => RenderTarget::Node(n),
+                        Target::FunctionId(f) => RenderTarget::Function(f),
+                    }),
+                    tokenizer: r.tokenizer,
+                    callers: r.callers,
+                    budget: r.budget,
+                    policy: r.policy,
+                    now_unix_ms: r.now_unix_ms,
+                }
+            }
+        }
+    };
+}
+
+render_args_from!(pb::RenderRequest, render_request);
+render_args_from!(pb::ContextStatsRequest, context_stats_request);
 
 impl ContextStoreService {
     /// Parses, loads and renders; the one path behind `Render` and `ContextStats`, so the two
