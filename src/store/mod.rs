@@ -575,13 +575,19 @@ impl Store {
 
     /// The nodes `ids`, in order: from the cache where read before, the rest in a few queries.
     async fn nodes_by_id(&self, conn: &mut SqliteConnection, ids: &[NodeId]) -> Result<Vec<Node>> {
-        let missing: Vec<NodeId> = {
+        // Take the shared nodes under the lock and copy them after it, so concurrent renders
+        // do not wait on each other's copying (and an eviction meanwhile loses nothing).
+        let mut found: HashMap<NodeId, Arc<Node>> = {
             let cache = self.read_cache();
             ids.iter()
-                .filter(|id| !cache.nodes.contains_key(id))
-                .copied()
+                .filter_map(|id| cache.nodes.get(id).map(|n| (*id, Arc::clone(n))))
                 .collect()
         };
+        let missing: Vec<NodeId> = ids
+            .iter()
+            .filter(|id| !found.contains_key(id))
+            .copied()
+            .collect();
         for chunk in missing.chunks(IN_CHUNK) {
             let mut query = QueryBuilder::<Sqlite>::new(format!(
                 "SELECT {NODE_COLUMNS} FROM nodes n WHERE n.id IN ("
@@ -598,17 +604,20 @@ impl Store {
                 .iter()
                 .map(node_row_from)
                 .collect::<Result<Vec<_>>>()?;
-            let fetched = hydrate(conn, rows).await?;
+            let fetched: Vec<Arc<Node>> = hydrate(conn, rows)
+                .await?
+                .into_iter()
+                .map(Arc::new)
+                .collect();
             let mut cache = self.read_cache();
             for node in fetched {
-                cache.insert_node(node);
+                cache.insert_node(Arc::clone(&node));
+                found.insert(node.id, node);
             }
         }
-        let cache = self.read_cache();
         ids.iter()
             .map(|id| {
-                cache
-                    .nodes
+                found
                     .get(id)
                     .map(|n| Node::clone(n))
                     .ok_or_else(|| Error::Corrupt(format!("node {id} of a path is missing")))
@@ -641,7 +650,7 @@ struct ReadCache {
 }
 
 impl ReadCache {
-    fn insert_node(&mut self, node: Node) {
+    fn insert_node(&mut self, node: Arc<Node>) {
         let bytes = 256
             + node
                 .content
@@ -660,7 +669,7 @@ impl ReadCache {
             self.node_bytes = 0;
         }
         self.node_bytes += bytes;
-        self.nodes.insert(node.id, Arc::new(node));
+        self.nodes.insert(node.id, node);
     }
 }
 
