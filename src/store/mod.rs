@@ -17,7 +17,7 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
     SqliteSynchronous,
 };
-use sqlx::{Connection, QueryBuilder, Row, Sqlite, SqliteConnection};
+use sqlx::{QueryBuilder, Row, Sqlite, SqliteConnection};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::domain::{
@@ -675,8 +675,8 @@ impl ReadCache {
 
 // ---------------------------------------------------------------- helpers
 
-/// Takes appends off the queue and writes every one waiting in one transaction: each in a
-/// savepoint, so a refused append rolls back alone, then one COMMIT (one fsync) for all.
+/// Takes appends off the queue and writes every one waiting in one transaction, then one
+/// COMMIT (one fsync) for all.
 async fn group_committer(writer: SqlitePool, mut jobs: mpsc::Receiver<Job>) {
     let mut cache = TargetCache::default();
     while let Some(first) = jobs.recv().await {
@@ -703,22 +703,33 @@ async fn group_committer(writer: SqlitePool, mut jobs: mpsc::Receiver<Job>) {
                 continue;
             }
         };
-        if batch.len() == 1 {
-            // Alone in its transaction: a refusal rolls the whole of it back, no savepoint needed.
-            let job = batch.pop().expect("one job");
+        // An append refused by the rules has written nothing (it checks before it writes), so
+        // it needs no savepoint; any other failure may have written part of an append, and then
+        // the whole batch is rolled back and answered with that failure.
+        let mut failed: Option<Error> = None;
+        for job in batch {
             let outcome = append_in(&mut tx, job.request, &mut cache).await;
-            if outcome.is_err() {
-                let _ = tx.rollback().await;
-                let _ = job.reply.send(outcome);
-                continue;
+            match outcome {
+                Err(e) if !matches!(e, Error::Domain(_)) && failed.is_none() => {
+                    failed = Some(e);
+                    outcomes.push(Err(Error::Batch("an append of its batch failed".into())));
+                }
+                other => outcomes.push(other),
             }
-            outcomes.push(outcome);
             replies.push(job.reply);
-        } else {
-            for job in batch {
-                outcomes.push(in_savepoint(&mut tx, job.request, &mut cache).await);
-                replies.push(job.reply);
+        }
+        if let Some(e) = failed {
+            let message = e.to_string();
+            tracing::error!(error = %message, appends = replies.len(), "group commit rolled back");
+            let _ = tx.rollback().await;
+            let mut first = Some(e);
+            for reply in replies {
+                let error = first
+                    .take()
+                    .unwrap_or_else(|| Error::Batch(message.clone()));
+                let _ = reply.send(Err(error));
             }
+            continue;
         }
         if let Err(e) = tx.commit().await {
             let message = e.to_string();
@@ -736,24 +747,6 @@ async fn group_committer(writer: SqlitePool, mut jobs: mpsc::Receiver<Job>) {
             // The caller may have gone (cancelled); its append is durable all the same, and a
             // retry with its idempotency key returns this answer.
             let _ = reply.send(outcome);
-        }
-    }
-}
-
-async fn in_savepoint(
-    tx: &mut sqlx::Transaction<'static, Sqlite>,
-    request: AppendRequest,
-    cache: &mut TargetCache,
-) -> Result<AppendOutcome> {
-    let mut savepoint = tx.begin().await?;
-    match append_in(&mut savepoint, request, cache).await {
-        Ok(outcome) => {
-            savepoint.commit().await?;
-            Ok(outcome)
-        }
-        Err(e) => {
-            savepoint.rollback().await?;
-            Err(e)
         }
     }
 }
@@ -911,18 +904,39 @@ async fn write_nodes(
             (scope_hash, parent_hash, tail)
         }
     };
-    let mut written = Vec::with_capacity(nodes.len());
+    // Check every node first, so a refused append has written nothing: the group committer
+    // needs no savepoint around it.
+    let mut planned = Vec::with_capacity(nodes.len());
+    // Functions opened by this very request, with their call node's hash.
+    let mut opened: HashMap<NodeId, Hash> = HashMap::new();
     for (i, content) in nodes.iter_mut().enumerate() {
         let field = field_of(i);
         let id = NodeId::new();
         let admit = tail.admit(&field, id, content)?;
         if let Admit::ClosesFunction(function) = admit {
-            let chain = closing_chain(&mut *conn, session, function, &field).await?;
+            let chain = match opened.get(&function) {
+                // Opened in this request: nothing can be inside it yet.
+                Some(call_hash) => ClosedChain {
+                    function_id: function,
+                    head_id: None,
+                    head_hash: *call_hash,
+                },
+                None => closing_chain(&mut *conn, session, function, &field).await?,
+            };
             if let NodeContent::FunctionResult(result) = content {
                 result.chain = Some(chain);
             }
         }
         let hash = node_hash(parent_hash.as_ref(), scope_hash.as_ref(), content);
+        if admit == Admit::OpensFunction {
+            opened.insert(id, hash);
+        }
+        planned.push((id, parent, hash, admit));
+        parent = Some(id);
+        parent_hash = Some(hash);
+    }
+    let mut written = Vec::with_capacity(planned.len());
+    for ((id, parent, hash, admit), content) in planned.into_iter().zip(nodes.iter()) {
         insert_node(&mut *conn, session, id, parent, scope, content, now, &hash).await?;
         match admit {
             Admit::Plain => {}
@@ -944,8 +958,6 @@ async fn write_nodes(
                 .await?;
             }
         }
-        parent = Some(id);
-        parent_hash = Some(hash);
         written.push((id, hash));
     }
     let Some(&(head_id, _)) = written.last() else {

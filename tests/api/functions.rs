@@ -337,3 +337,42 @@ async fn compare_and_swap_applies_to_a_function_chain() {
     .await
     .expect("the chain head matches");
 }
+
+/// A function opened and closed in one request is empty: its result records no chain, and it
+/// takes no more nodes.
+#[tokio::test]
+async fn a_function_can_open_and_close_in_one_request() {
+    let mut app = spawn_app().await;
+    let s = app.create_session().await;
+    let ids = app
+        .append(
+            &s,
+            vec![
+                user("X?"),
+                assistant_calls("", vec![call("c1", "researcher", "{}")]),
+                function_call("c1", "x", Expose::Io),
+                function_result("c1", "nothing to do", FunctionStatus::Completed),
+            ],
+        )
+        .await
+        .node_ids;
+    let nodes = app.get_nodes(&s, &ids[3..]).await;
+    let Some(pb::node_input::Kind::FunctionResult(result)) =
+        nodes[0].content.as_ref().and_then(|c| c.kind.clone())
+    else {
+        panic!("a function result: {:?}", nodes[0]);
+    };
+    assert_eq!(result.function_id, ids[2]);
+    assert_eq!(result.chain_head_id, "");
+    let r = app.render_branch(&s, "main").await;
+    assert_eq!(
+        transcript(&r.messages),
+        vec!["user: X?", "assistant:  -> c1", "tool[c1]: nothing to do"]
+    );
+    assert_code(
+        app.client
+            .append(function_req(&s, &ids[2], vec![user("late")]))
+            .await,
+        Code::FailedPrecondition,
+    );
+}
