@@ -1,7 +1,7 @@
 //! What a render costs, without gRPC: `cargo bench --bench render`.
 //!
 //! Imports the largest trace in `testdata/traces` (`cc-main-4d5611e5.jsonl`, a real Claude Code
-//! session) into a `Store` in a temp dir, then times, each case many times:
+//! session) into a `Store` in a temp dir with the neutral importer, then times, each case many times:
 //! - loading the path from SQLite (`Store::load_path`), the baseline every ratio refers to;
 //! - the render engine alone (`ctxd::render::render`) per tokenizer, with a fresh token cache
 //!   each iteration (cold) or one cache reused (warm), without and with a budget;
@@ -17,11 +17,21 @@ use std::hint::black_box;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use ctxd::domain::{BranchName, NodeContent, Part, PathView, Role, SessionId, ToolCall};
+use ctxd::domain::{BranchName, NodeContent, Part, PathView};
+use ctxd::import;
 use ctxd::render::{Budget, Options, render};
-use ctxd::store::{AppendRequest, AppendTarget, PathTarget, Store};
+use ctxd::store::{PathTarget, Store};
 use ctxd::tokens::{TokenCache, Tokenizer};
-use serde::Deserialize;
+
+fn text_chars(parts: &[Part]) -> usize {
+    parts
+        .iter()
+        .map(|p| match p {
+            Part::Text(t) => t.chars().count(),
+            Part::Media { .. } => 0,
+        })
+        .sum()
+}
 
 const TRACE: &str = "cc-main-4d5611e5";
 /// Each case runs at least this many timed iterations...
@@ -33,78 +43,6 @@ const MAX_ITERS: usize = 2_000;
 /// many, for at least `WARMUP_TIME`.
 const WARMUP_ITERS: usize = 2;
 const WARMUP_TIME: Duration = Duration::from_millis(300);
-
-/// One line of a neutral JSONL trace (see `testdata/traces/README.md`).
-#[derive(Deserialize)]
-struct TraceMessage {
-    role: String,
-    #[serde(default)]
-    content: String,
-    #[serde(default)]
-    tool_calls: Vec<TraceCall>,
-    #[serde(default)]
-    tool_call_id: Option<String>,
-    #[serde(default)]
-    is_error: bool,
-}
-
-#[derive(Deserialize)]
-struct TraceCall {
-    id: String,
-    name: String,
-    arguments: String,
-}
-
-fn load_trace(name: &str) -> Vec<TraceMessage> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("testdata/traces")
-        .join(format!("{name}.jsonl"));
-    let text = std::fs::read_to_string(&path).expect("read the trace");
-    text.lines()
-        .filter(|l| !l.trim().is_empty())
-        .enumerate()
-        .map(|(i, l)| serde_json::from_str(l).unwrap_or_else(|e| panic!("line {}: {e}", i + 1)))
-        .collect()
-}
-
-/// The trace as the store's nodes, in batches an agent host would append: a message and the
-/// tool results answering it. The trace follows the pairing rules (checked by the store).
-fn batches(trace: &[TraceMessage]) -> Vec<Vec<NodeContent>> {
-    let mut out: Vec<Vec<NodeContent>> = Vec::new();
-    for m in trace {
-        if m.role == "tool" {
-            let batch = out.last_mut().expect("a tool result follows a message");
-            batch.push(NodeContent::ToolResult {
-                call_id: m.tool_call_id.clone().expect("tool_call_id"),
-                name: String::new(),
-                parts: vec![Part::Text(m.content.clone())],
-                is_error: m.is_error,
-            });
-            continue;
-        }
-        let role = Role::from_str_opt(&m.role).unwrap_or_else(|| panic!("role {:?}", m.role));
-        let tool_calls: Vec<ToolCall> = m
-            .tool_calls
-            .iter()
-            .map(|c| ToolCall {
-                call_id: c.id.clone(),
-                name: c.name.clone(),
-                arguments_json: c.arguments.clone(),
-            })
-            .collect();
-        let parts = if m.content.is_empty() && !tool_calls.is_empty() {
-            vec![]
-        } else {
-            vec![Part::Text(m.content.clone())]
-        };
-        out.push(vec![NodeContent::Message {
-            role,
-            parts,
-            tool_calls,
-        }]);
-    }
-    out
-}
 
 struct Row {
     case: String,
@@ -175,43 +113,42 @@ async fn bench() {
     let store = Store::open(&dir.path().join("bench.db"))
         .await
         .expect("open the store");
-    let session: SessionId = store
-        .create_session(BTreeMap::new())
-        .await
-        .expect("create a session")
-        .id;
-    let trace = load_trace(TRACE);
+    let data = std::fs::read(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("testdata/traces/{TRACE}.jsonl")),
+    )
+    .expect("read the trace");
+    let plan = import::parse(import::Source::NeutralJsonl, &data).expect("a valid trace");
     let import_start = Instant::now();
-    let mut nodes = 0;
-    let batches = batches(&trace);
-    let appends = batches.len();
-    for batch in batches {
-        nodes += batch.len();
-        store
-            .append(AppendRequest {
-                session,
-                target: AppendTarget::Branch(BranchName::main()),
-                expected_head: None,
-                idempotency_key: None,
-                nodes: batch,
-            })
-            .await
-            .expect("append a batch");
-    }
+    let session = store
+        .import(BTreeMap::new(), &plan)
+        .await
+        .expect("import the trace")
+        .id;
     let import_time = import_start.elapsed();
     let target = PathTarget::Branch(BranchName::main());
     let path: PathView = store.load_path(session, &target).await.expect("load");
-    let chars: usize = trace
+    let chars: usize = path
+        .nodes
         .iter()
-        .map(|m| {
-            m.content.chars().count()
-                + m.tool_calls
-                    .iter()
-                    .map(|c| c.arguments.chars().count())
-                    .sum::<usize>()
+        .map(|n| match &n.content {
+            NodeContent::Message {
+                parts, tool_calls, ..
+            } => {
+                text_chars(parts)
+                    + tool_calls
+                        .iter()
+                        .map(|c| c.arguments_json.chars().count())
+                        .sum::<usize>()
+            }
+            NodeContent::ToolResult { parts, .. } => text_chars(parts),
+            NodeContent::FunctionCall { .. } | NodeContent::FunctionResult(_) => 0,
         })
         .sum();
-    let results = trace.iter().filter(|m| m.role == "tool").count();
+    let results = path
+        .nodes
+        .iter()
+        .filter(|n| matches!(n.content, NodeContent::ToolResult { .. }))
+        .count();
 
     let unbudgeted = Options {
         now_ms: 1,
@@ -234,15 +171,14 @@ async fn bench() {
     println!("ctxd render benchmark: testdata/traces/{TRACE}.jsonl");
     println!(
         "session: {} messages ({} tool results), {} nodes on the path, {} characters \
-         (contents + tool-call arguments); imported in {} appends, {}",
-        trace.len(),
+         (contents + tool-call arguments); imported in one transaction, {}",
+        plan.nodes(),
         results,
         path.nodes.len(),
         chars,
-        appends,
         show(import_time)
     );
-    assert_eq!(nodes, path.nodes.len());
+    assert_eq!(plan.nodes(), path.nodes.len());
     for tokenizer in tokenizers {
         let cache = TokenCache::default();
         let counter = cache.counter(tokenizer);
