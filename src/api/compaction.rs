@@ -31,37 +31,37 @@ pub(crate) struct PrepareArgs {
     pub max_tool_result_chars: usize,
 }
 
-impl PrepareArgs {
-    #[allow(clippy::too_many_arguments)]
-    pub fn parse(
-        session: &str,
-        branch: &str,
-        budget: Option<pb::Budget>,
-        tokenizer_name: &str,
-        retain_turns: u32,
-        instructions: String,
-        max_tool_result_chars: u32,
-    ) -> Result<Self, Status> {
-        Ok(Self {
-            session: session_id(session)?,
-            branch: branch_or_main("branch", branch)?,
-            budget: parse(convert::budget(budget))?
-                .ok_or_else(|| domain_status(Error::invalid("budget", "is required")))?,
-            tokenizer: tokenizer(tokenizer_name)?,
-            retain_turns: if retain_turns == 0 {
-                2
-            } else {
-                retain_turns as usize
-            },
-            instructions,
-            max_tool_result_chars: if max_tool_result_chars == 0 {
-                Policy::default().max_tool_result_chars
-            } else {
-                max_tool_result_chars as usize
-            },
-        })
-    }
+/// `PrepareCompaction` and `Compact` carry the same fields: one parse serves both.
+macro_rules! prepare_args_from {
+    ($request:ty) => {
+        impl TryFrom<$request> for PrepareArgs {
+            type Error = Status;
+
+            fn try_from(r: $request) -> Result<Self, Status> {
+                let defaults = Policy::default();
+                let or = |value: u32, default: usize| {
+                    if value == 0 { default } else { value as usize }
+                };
+                Ok(Self {
+                    session: session_id(&r.session_id)?,
+                    branch: branch_or_main("branch", &r.branch)?,
+                    budget: parse(convert::budget(r.budget))?
+                        .ok_or_else(|| domain_status(Error::invalid("budget", "is required")))?,
+                    tokenizer: tokenizer(&r.tokenizer)?,
+                    retain_turns: or(r.retain_turns, defaults.retain_turns),
+                    instructions: r.instructions,
+                    max_tool_result_chars: or(
+                        r.max_tool_result_chars,
+                        defaults.max_tool_result_chars,
+                    ),
+                })
+            }
+        }
+    };
 }
+
+prepare_args_from!(pb::PrepareCompactionRequest);
+prepare_args_from!(pb::CompactRequest);
 
 /// What Prepare answered: nothing to do, or a stored plan and the input to summarize.
 pub(crate) enum PrepareOutcome {

@@ -325,16 +325,8 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
         request: Request<pb::PrepareCompactionRequest>,
     ) -> Reply<pb::PrepareCompactionResponse> {
         let r = request.into_inner();
-        let args = PrepareArgs::parse(
-            &r.session_id,
-            &r.branch,
-            r.budget,
-            &r.tokenizer,
-            r.retain_turns,
-            r.instructions,
-            r.max_tool_result_chars,
-        )?;
         let format = provider_format(r.format)?;
+        let args = PrepareArgs::try_from(r)?;
         let budget = args.budget;
         let outcome = self.prepare(args).await?;
         Ok(Response::new(Self::prepare_response(
@@ -439,16 +431,7 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
 
     #[instrument(skip_all)]
     async fn compact(&self, request: Request<pb::CompactRequest>) -> Reply<pb::CompactionOutcome> {
-        let r = request.into_inner();
-        let args = PrepareArgs::parse(
-            &r.session_id,
-            &r.branch,
-            r.budget,
-            &r.tokenizer,
-            r.retain_turns,
-            r.instructions,
-            r.max_tool_result_chars,
-        )?;
+        let args = PrepareArgs::try_from(request.into_inner())?;
         Ok(Response::new(self.compact_with_summarizer(args).await?))
     }
 }
