@@ -39,7 +39,7 @@ pub enum Error {
     Migrate(#[from] sqlx::migrate::MigrateError),
     #[error("corrupt store: {0}")]
     Corrupt(String),
-    /// Another append of the same group commit failed the COMMIT; this one is not written.
+    /// The group commit this append was part of failed; nothing of the batch is written.
     #[error("the batch this write was committed with failed: {0}")]
     Batch(String),
     /// The store is shutting down.
@@ -687,60 +687,39 @@ async fn group_committer(writer: SqlitePool, mut jobs: mpsc::Receiver<Job>) {
                 Err(_) => break,
             }
         }
-        let mut replies = Vec::with_capacity(batch.len());
-        let mut outcomes = Vec::with_capacity(batch.len());
         let mut tx = match writer.begin_with("BEGIN IMMEDIATE").await {
             Ok(tx) => tx,
             Err(e) => {
-                let message = e.to_string();
-                let mut first = Some(Error::Database(e));
-                for job in batch {
-                    let error = first
-                        .take()
-                        .unwrap_or_else(|| Error::Batch(message.clone()));
-                    let _ = job.reply.send(Err(error));
-                }
+                fail_all(batch.into_iter().map(|job| job.reply), &e.to_string());
                 continue;
             }
         };
         // An append refused by the rules has written nothing (it checks before it writes), so
         // it needs no savepoint; any other failure may have written part of an append, and then
         // the whole batch is rolled back and answered with that failure.
-        let mut failed: Option<Error> = None;
+        let mut replies = Vec::with_capacity(batch.len());
+        let mut outcomes = Vec::with_capacity(batch.len());
+        let mut failure: Option<String> = None;
         for job in batch {
-            let outcome = append_in(&mut tx, job.request, &mut cache).await;
-            match outcome {
-                Err(e) if !matches!(e, Error::Domain(_)) && failed.is_none() => {
-                    failed = Some(e);
-                    outcomes.push(Err(Error::Batch("an append of its batch failed".into())));
-                }
-                other => outcomes.push(other),
-            }
             replies.push(job.reply);
-        }
-        if let Some(e) = failed {
-            let message = e.to_string();
-            tracing::error!(error = %message, appends = replies.len(), "group commit rolled back");
-            let _ = tx.rollback().await;
-            let mut first = Some(e);
-            for reply in replies {
-                let error = first
-                    .take()
-                    .unwrap_or_else(|| Error::Batch(message.clone()));
-                let _ = reply.send(Err(error));
+            if failure.is_some() {
+                continue;
             }
-            continue;
+            match append_in(&mut tx, job.request, &mut cache).await {
+                Err(e) if !matches!(e, Error::Domain(_)) => failure = Some(e.to_string()),
+                outcome => outcomes.push(outcome),
+            }
         }
-        if let Err(e) = tx.commit().await {
-            let message = e.to_string();
+        let failure = match failure {
+            Some(message) => {
+                let _ = tx.rollback().await;
+                Some(message)
+            }
+            None => tx.commit().await.err().map(|e| e.to_string()),
+        };
+        if let Some(message) = failure {
             tracing::error!(error = %message, appends = replies.len(), "group commit failed");
-            let mut first = Some(Error::Database(e));
-            for reply in replies {
-                let error = first
-                    .take()
-                    .unwrap_or_else(|| Error::Batch(message.clone()));
-                let _ = reply.send(Err(error));
-            }
+            fail_all(replies, &message);
             continue;
         }
         for (reply, outcome) in replies.into_iter().zip(outcomes) {
@@ -748,6 +727,16 @@ async fn group_committer(writer: SqlitePool, mut jobs: mpsc::Receiver<Job>) {
             // retry with its idempotency key returns this answer.
             let _ = reply.send(outcome);
         }
+    }
+}
+
+/// Answers every append of a failed batch: none of them was written.
+fn fail_all(
+    replies: impl IntoIterator<Item = oneshot::Sender<Result<AppendOutcome>>>,
+    message: &str,
+) {
+    for reply in replies {
+        let _ = reply.send(Err(Error::Batch(message.to_owned())));
     }
 }
 
