@@ -1052,8 +1052,7 @@ fn node_row_from(row: &SqliteRow) -> Result<NodeRow> {
         created_at_ms: row.try_get("created_at_ms")?,
         hash: hash_column(row, "hash")?,
         body: match row.try_get::<Option<Vec<u8>>, _>("body_z")? {
-            Some(packed) => String::from_utf8(decompress(CODEC_ZSTD, packed)?)
-                .map_err(|_| Error::Corrupt("a compressed node body is not UTF-8".into()))?,
+            Some(packed) => unpack_body(&packed)?,
             None => row.try_get("body")?,
         },
     })
@@ -1389,13 +1388,12 @@ fn unpack(
     }
 }
 
-fn decompress(codec: i64, data: Vec<u8>) -> Result<Vec<u8>> {
-    match codec {
-        CODEC_RAW => Ok(data),
-        CODEC_ZSTD => zstd::stream::decode_all(data.as_slice())
-            .map_err(|e| Error::Corrupt(format!("a zstd blob does not decode: {e}"))),
-        other => Err(Error::Corrupt(format!("unknown blob codec {other}"))),
-    }
+/// A node body stored compressed (`body_z`).
+fn unpack_body(packed: &[u8]) -> Result<String> {
+    let bytes = zstd::stream::decode_all(packed)
+        .map_err(|e| Error::Corrupt(format!("a compressed node body does not decode: {e}")))?;
+    String::from_utf8(bytes)
+        .map_err(|_| Error::Corrupt("a compressed node body is not UTF-8".into()))
 }
 
 /// Turns rows into nodes, fetching every referenced blob once.
