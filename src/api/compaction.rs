@@ -4,7 +4,7 @@ use std::collections::HashSet;
 
 use tonic::Status;
 
-use super::service::{ContextStoreService, branch_or_main, now_ms, parse, session_id, tokenizer};
+use super::service::{ContextStoreService, branch_or_main, parse, session_id, tokenizer};
 use super::{convert, domain_status, pb, status};
 use crate::compact::{self, Plan, Prepared, Verdict};
 use crate::domain::{
@@ -12,7 +12,7 @@ use crate::domain::{
     SummaryId,
 };
 use crate::render::{self, Policy};
-use crate::store::{self, Applied, CompactionPlan, PathTarget, PlanState};
+use crate::store::{self, Applied, CompactionPlan, PathTarget, PlanState, now_ms};
 use crate::tokens::Tokenizer;
 
 /// How often a commit re-judges when the branch head moves between verdict and write.

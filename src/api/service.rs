@@ -10,7 +10,7 @@ use super::compaction::PrepareArgs;
 use crate::domain::{BranchName, CompactionId, Error, NodeId, PathView, SessionId};
 use crate::import;
 use crate::render::{self, Callers, Options, Rendered};
-use crate::store::{AppendRequest, AppendTarget, PathTarget, Store};
+use crate::store::{AppendRequest, AppendTarget, PathTarget, Store, now_ms};
 use crate::summarizer::Summarizer;
 use crate::tokens::{TokenCache, Tokenizer};
 
@@ -538,10 +538,4 @@ impl ContextStoreService {
             .increment(u64::from(rendered.1.report.total_tokens));
         Ok(rendered)
     }
-}
-
-pub(super) fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
