@@ -1,15 +1,12 @@
 //! The summary RPCs: prepare, commit, cancel, list; each parses, calls, converts.
 
-use std::collections::HashSet;
-
 use tonic::Status;
 
 use super::service::{ContextStoreService, branch_or_main, parse, session_id, tokenizer};
 use super::{convert, domain_status, pb, status};
 use crate::compact::{self, Plan, Prepared, Verdict};
 use crate::domain::{
-    BranchName, Budget, CompactionId, Error, Hash, NodeId, PathView, Reason, SessionId, Summary,
-    SummaryId,
+    BranchName, Budget, CompactionId, Error, Hash, PathView, Reason, SessionId, Summary, SummaryId,
 };
 use crate::render::{self, Policy};
 use crate::store::{self, Applied, CompactionPlan, PathTarget, PlanState, now_ms};
@@ -356,12 +353,7 @@ impl ContextStoreService {
         let summaries = self.store.summaries(session).await.map_err(status)?;
         let mut path = branch_path(&self.store, session, &branch).await?;
         path.summaries = summaries;
-        let on_path: HashSet<NodeId> = path
-            .nodes
-            .iter()
-            .chain(path.chains.values().flatten())
-            .map(|n| n.id)
-            .collect();
+        let on_path = path.node_ids();
         let active = render::active_summary(&path).map(|s| s.id);
         let events = self
             .store
@@ -373,7 +365,7 @@ impl ContextStoreService {
                 .summaries
                 .into_iter()
                 .map(|s| {
-                    let applies = s.covers.iter().all(|id| on_path.contains(id));
+                    let applies = render::applies(&s, &on_path);
                     pb::SummaryRecord {
                         summary_id: s.id.to_string(),
                         compaction_id: s.compaction_id.to_string(),

@@ -3,9 +3,7 @@
 //! Both phases measure the context the same way: visibility, the summary overlay and budget
 //! reduction, without microcompact or snip (the lossy steps a summary exists to avoid).
 
-use std::collections::HashSet;
-
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use crate::domain::{Hash, NodeId, PathView, Summary, SummaryId};
 use crate::render::{self, Budget, Message, MessageRole, Options, Policy, Rendered};
@@ -151,12 +149,7 @@ pub fn prepare(
             covers.push(*id);
         }
     }
-    let hashes: HashMap<NodeId, Hash> = path
-        .nodes
-        .iter()
-        .chain(path.chains.values().flatten())
-        .map(|n| (n.id, n.hash))
-        .collect();
+    let hashes: HashMap<NodeId, Hash> = path.all_nodes().map(|n| (n.id, n.hash)).collect();
     let mut source = blake3::Hasher::new();
     for id in &covers {
         if let Some(hash) = hashes.get(id) {
@@ -206,14 +199,8 @@ pub fn judge(
     if summary.text.trim().is_empty() {
         return Verdict::Empty { before };
     }
-    let on_path: HashSet<NodeId> = path
-        .nodes
-        .iter()
-        .chain(path.chains.values().flatten())
-        .map(|n| n.id)
-        .collect();
     let prior_now = render::active_summary(&path).map(|s| s.id);
-    if prior_now != plan_prior || !summary.covers.iter().all(|id| on_path.contains(id)) {
+    if prior_now != plan_prior || !render::applies(summary, &path.node_ids()) {
         return Verdict::Stale { before };
     }
     path.summaries.push(summary.clone());

@@ -265,3 +265,15 @@ pub struct PathView {
     /// covered node is on it, and the newest of those wins.
     pub summaries: Vec<super::Summary>,
 }
+
+impl PathView {
+    /// Every node the path can show: its own and those of the chains it splices.
+    pub fn all_nodes(&self) -> impl Iterator<Item = &Node> {
+        self.nodes.iter().chain(self.chains.values().flatten())
+    }
+
+    /// The ids of [`PathView::all_nodes`], for "is it on this path" questions.
+    pub fn node_ids(&self) -> std::collections::HashSet<NodeId> {
+        self.all_nodes().map(|n| n.id).collect()
+    }
+}

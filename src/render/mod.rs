@@ -14,7 +14,7 @@ pub use crate::domain::Budget;
 use crate::domain::{NodeId, Part, PathView, SummaryId, ToolCall};
 use crate::tokens::{Count, MEDIA_TOKENS, MESSAGE_OVERHEAD, TOOL_CALL_OVERHEAD, Tokenizer, Tokens};
 
-pub use overlay::{SUMMARY_HEADER, active_summary, overlay, summary_message};
+pub use overlay::{SUMMARY_HEADER, active_summary, applies, overlay, summary_message};
 pub use tiers::{cleared_placeholder, truncation_marker};
 pub use visibility::visible;
 

@@ -15,16 +15,13 @@ pub fn active_summary(path: &PathView) -> Option<&Summary> {
     if path.summaries.is_empty() {
         return None;
     }
-    let on_path: HashSet<NodeId> = path
-        .nodes
-        .iter()
-        .chain(path.chains.values().flatten())
-        .map(|n| n.id)
-        .collect();
-    path.summaries
-        .iter()
-        .rev()
-        .find(|s| !s.covers.is_empty() && s.covers.iter().all(|id| on_path.contains(id)))
+    let on_path = path.node_ids();
+    path.summaries.iter().rev().find(|s| applies(s, &on_path))
+}
+
+/// Whether `summary` applies to a path holding `on_path`: every node it covers is there.
+pub fn applies(summary: &Summary, on_path: &HashSet<NodeId>) -> bool {
+    !summary.covers.is_empty() && summary.covers.iter().all(|id| on_path.contains(id))
 }
 
 /// The message a summary renders as.
