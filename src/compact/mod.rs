@@ -6,7 +6,7 @@
 use std::collections::{HashMap, HashSet};
 
 use crate::domain::{Hash, NodeId, PathView, Summary, SummaryId};
-use crate::render::{self, Budget, Message, MessageRole, Options, Policy, Rendered};
+use crate::render::{self, Budget, Message, Options, Policy, Rendered};
 use crate::tokens::{Count, Tokens};
 
 /// What Prepare found.
@@ -76,12 +76,7 @@ pub fn prepare(
     }
     let messages = &rendered.messages;
     let tokens = &rendered.tokens;
-    let turn_starts: Vec<usize> = (0..messages.len())
-        .filter(|&i| {
-            let m = &messages[i];
-            m.role == MessageRole::User && m.summary_id.is_none() && m.function_id.is_none()
-        })
-        .collect();
+    let turn_starts = render::turn_starts(messages);
     let preamble_end = turn_starts.first().copied().unwrap_or(messages.len());
     let kept_tokens = |from: usize| -> Tokens {
         tokens[..preamble_end]

@@ -15,7 +15,7 @@ use crate::domain::{NodeId, Part, PathView, SummaryId, ToolCall};
 use crate::tokens::{Count, MEDIA_TOKENS, MESSAGE_OVERHEAD, TOOL_CALL_OVERHEAD, Tokenizer, Tokens};
 
 pub use overlay::{SUMMARY_HEADER, active_summary, applies, overlay, summary_message};
-pub use tiers::{cleared_placeholder, truncation_marker};
+pub use tiers::{cleared_placeholder, truncation_marker, turn_starts};
 pub use visibility::visible;
 
 /// Who speaks a rendered message.

@@ -79,6 +79,19 @@ fn clear(message: &mut Message) {
     message.reduction = Reduction::Cleared;
 }
 
+/// Where the turns of rendered messages start. Turns are top-level: a function's prompt belongs
+/// to its caller's turn. A summary stands with the preamble: it is what old turns became.
+pub fn turn_starts(messages: &[Message]) -> Vec<usize> {
+    messages
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| {
+            m.role == MessageRole::User && m.summary_id.is_none() && m.function_id.is_none()
+        })
+        .map(|(i, _)| i)
+        .collect()
+}
+
 /// Where turns start, and which messages belong to a running function.
 struct Layout {
     /// Indexes of the user messages that open turns, in order.
@@ -93,16 +106,7 @@ impl Layout {
         let running_scopes: HashSet<NodeId> =
             path.nodes.iter().filter_map(|n| n.function_id).collect();
         Self {
-            turn_starts: messages
-                .iter()
-                .enumerate()
-                .filter(|(_, m)| {
-                    // Turns are top-level: a function's prompt belongs to its caller's turn. A
-                    // summary stands with the preamble: it is what old turns became.
-                    m.role == MessageRole::User && m.summary_id.is_none() && m.function_id.is_none()
-                })
-                .map(|(i, _)| i)
-                .collect(),
+            turn_starts: turn_starts(messages),
             running: messages
                 .iter()
                 .map(|m| m.function_id.is_some_and(|f| running_scopes.contains(&f)))
