@@ -8,6 +8,7 @@ mod node;
 mod pairing;
 mod session;
 mod summary;
+mod tenant;
 
 pub use budget::Budget;
 pub use error::Error;
@@ -20,3 +21,4 @@ pub use node::{
 pub use pairing::{Admit, ChainTail};
 pub use session::{Branch, Session};
 pub use summary::{CompactionEvent, CompactionId, EventKind, Reason, Summary, SummaryId};
+pub use tenant::Tenant;
