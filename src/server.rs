@@ -32,6 +32,28 @@ pub async fn serve_with_summarizer(
     summarizer: Option<Summarizer>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), tonic::transport::Error> {
+    let options = Options {
+        summarizer,
+        ..Options::default()
+    };
+    serve_with(listener, store, options, shutdown).await
+}
+
+/// How the server runs, beyond its listener and store: `ctxd serve`'s flags.
+#[derive(Default)]
+pub struct Options {
+    /// The summarizer for the `Compact` RPC; without one, `Compact` answers FAILED_PRECONDITION.
+    pub summarizer: Option<Summarizer>,
+}
+
+/// [`serve`], with every option.
+pub async fn serve_with(
+    listener: TcpListener,
+    store: Store,
+    options: Options,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), tonic::transport::Error> {
+    let Options { summarizer } = options;
     let service = ContextStoreService::new(store, summarizer);
     let service = pb::context_store_server::ContextStoreServer::new(service)
         .max_decoding_message_size(MAX_MESSAGE_BYTES)

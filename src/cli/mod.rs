@@ -155,8 +155,8 @@ async fn serve(
         summarizer = summarizer.as_ref().map(Summarizer::model),
         "serving"
     );
-    crate::server::serve_with_summarizer(listener, store.clone(), summarizer, shutdown_signal())
-        .await?;
+    let options = crate::server::Options { summarizer };
+    crate::server::serve_with(listener, store.clone(), options, shutdown_signal()).await?;
     store.close().await;
     tracing::info!("stopped");
     Ok(())
