@@ -605,7 +605,7 @@ impl Writer {
 
     async fn direct(store: &Store) -> Self {
         let session = store
-            .create_session(BTreeMap::new())
+            .create_session(&ctxd::domain::Tenant::local(), BTreeMap::new())
             .await
             .expect("create a session")
             .id;

@@ -7,6 +7,7 @@ use super::{convert, domain_status, pb, status};
 use crate::compact::{self, Plan, Prepared, Verdict};
 use crate::domain::{
     BranchName, Budget, CompactionId, Error, Hash, PathView, Reason, SessionId, Summary, SummaryId,
+    Tenant,
 };
 use crate::render::{self, Policy};
 use crate::store::{self, Applied, CompactionPlan, PathTarget, PlanState, now_ms};
@@ -450,6 +451,19 @@ fn source_key(prior: Option<SummaryId>, source: &Hash, model: &str, instructions
 }
 
 impl ContextStoreService {
+    /// Lets `tenant` at compaction `id`: a plan of another tenant's session answers exactly
+    /// what an unknown plan does.
+    pub(crate) async fn scope_compaction(
+        &self,
+        tenant: &Tenant,
+        id: CompactionId,
+    ) -> Result<(), Status> {
+        let plan = self.store.plan(id).await.map_err(status)?;
+        self.scope(tenant, plan.session)
+            .await
+            .map_err(|_| domain_status(Error::not_found("compaction", id)))
+    }
+
     /// Prepare, the server's summarizer, commit.
     pub(crate) async fn compact_with_summarizer(
         &self,

@@ -4,10 +4,11 @@ use tonic::{Request, Response, Status};
 use tracing::instrument;
 
 use super::{convert, domain_status, pb, status};
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use super::compaction::PrepareArgs;
-use crate::domain::{BranchName, CompactionId, Error, NodeId, PathView, SessionId};
+use crate::domain::{BranchName, CompactionId, Error, NodeId, PathView, SessionId, Tenant};
 use crate::import;
 use crate::render::{self, Callers, Options, Rendered};
 use crate::store::{AppendRequest, AppendTarget, PathTarget, Store, now_ms};
@@ -26,7 +27,12 @@ pub struct ContextStoreService {
     pub(super) store: Store,
     pub(super) tokens: Arc<TokenCache>,
     pub(super) summarizer: Option<Arc<Summarizer>>,
+    /// Who owns each session seen so far; a session never changes tenant.
+    owners: Arc<Mutex<HashMap<SessionId, Tenant>>>,
 }
+
+/// Sessions whose owner is remembered at most; past that the map starts over.
+const OWNERS_CACHED: usize = 1_000_000;
 
 impl ContextStoreService {
     pub fn new(store: Store, summarizer: Option<Summarizer>) -> Self {
@@ -34,8 +40,46 @@ impl ContextStoreService {
             store,
             tokens: Arc::new(TokenCache::default()),
             summarizer: summarizer.map(Arc::new),
+            owners: Arc::default(),
         }
     }
+
+    fn remember_owner(&self, session: SessionId, tenant: &Tenant) {
+        let mut owners = self.owners.lock().expect("owners lock");
+        if owners.len() >= OWNERS_CACHED {
+            owners.clear();
+        }
+        owners.insert(session, tenant.clone());
+    }
+
+    /// Lets `tenant` at `session`, or answers exactly what an unknown session answers.
+    ///
+    /// Only the caller's own sessions are answered from memory: another tenant's session costs
+    /// the same database lookup as an unknown id, so neither the answer nor its timing tells
+    /// whether the id exists.
+    pub(super) async fn scope(&self, tenant: &Tenant, session: SessionId) -> Result<(), Status> {
+        let known = self.owners.lock().expect("owners lock").get(&session) == Some(tenant);
+        if known {
+            return Ok(());
+        }
+        match self.store.session_tenant(session).await.map_err(status)? {
+            Some(owner) if &owner == tenant => {
+                self.remember_owner(session, tenant);
+                Ok(())
+            }
+            _ => Err(domain_status(Error::not_found("session", session))),
+        }
+    }
+}
+
+/// The tenant the request acts for, as the authentication layer set it; without API keys,
+/// every caller is the one local tenant.
+pub(super) fn tenant_of<T>(request: &Request<T>) -> Tenant {
+    request
+        .extensions()
+        .get::<Tenant>()
+        .cloned()
+        .unwrap_or_else(Tenant::local)
 }
 
 type Reply<T> = Result<Response<T>, Status>;
@@ -96,6 +140,7 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
         &self,
         request: Request<pb::CreateSessionRequest>,
     ) -> Reply<pb::Session> {
+        let tenant = tenant_of(&request);
         let metadata = request.into_inner().metadata;
         if metadata.keys().any(String::is_empty) {
             return Err(domain_status(Error::invalid(
@@ -105,15 +150,18 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
         }
         let session = self
             .store
-            .create_session(metadata.into_iter().collect())
+            .create_session(&tenant, metadata.into_iter().collect())
             .await
             .map_err(status)?;
+        self.remember_owner(session.id, &tenant);
         Ok(Response::new(convert::session(session)))
     }
 
     #[instrument(skip_all)]
     async fn get_session(&self, request: Request<pb::GetSessionRequest>) -> Reply<pb::Session> {
+        let tenant = tenant_of(&request);
         let id = session_id(&request.into_inner().session_id)?;
+        self.scope(&tenant, id).await?;
         let session = self.store.get_session(id).await.map_err(status)?;
         Ok(Response::new(convert::session(session)))
     }
@@ -123,6 +171,7 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
         &self,
         request: Request<pb::ListSessionsRequest>,
     ) -> Reply<pb::ListSessionsResponse> {
+        let tenant = tenant_of(&request);
         let request = request.into_inner();
         let page_size = match request.page_size {
             0 => DEFAULT_PAGE_SIZE,
@@ -133,7 +182,7 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
             .transpose()?;
         let (sessions, next) = self
             .store
-            .list_sessions(page_size, after)
+            .list_sessions(&tenant, page_size, after)
             .await
             .map_err(status)?;
         Ok(Response::new(pb::ListSessionsResponse {
@@ -144,6 +193,7 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
 
     #[instrument(skip_all)]
     async fn append(&self, request: Request<pb::AppendRequest>) -> Reply<pb::AppendResponse> {
+        let tenant = tenant_of(&request);
         let request = request.into_inner();
         let session = session_id(&request.session_id)?;
         let target = match optional_node("function_id", &request.function_id)? {
@@ -167,6 +217,7 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
             .enumerate()
             .map(|(i, node)| parse(convert::node_input(&format!("nodes[{i}]"), node)))
             .collect::<Result<Vec<_>, _>>()?;
+        self.scope(&tenant, session).await?;
         let outcome = self
             .store
             .append(AppendRequest {
@@ -192,8 +243,10 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
         &self,
         request: Request<pb::GetNodesRequest>,
     ) -> Reply<pb::GetNodesResponse> {
+        let tenant = tenant_of(&request);
         let request = request.into_inner();
         let session = session_id(&request.session_id)?;
+        self.scope(&tenant, session).await?;
         let ids = request
             .node_ids
             .iter()
@@ -208,8 +261,10 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
 
     #[instrument(skip_all)]
     async fn log(&self, request: Request<pb::LogRequest>) -> Reply<pb::LogResponse> {
+        let tenant = tenant_of(&request);
         let request = request.into_inner();
         let session = session_id(&request.session_id)?;
+        self.scope(&tenant, session).await?;
         if !request.branch.is_empty() && !request.node_id.is_empty() {
             return Err(domain_status(Error::invalid(
                 "node_id",
@@ -241,8 +296,10 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
 
     #[instrument(skip_all)]
     async fn create_branch(&self, request: Request<pb::CreateBranchRequest>) -> Reply<pb::Branch> {
+        let tenant = tenant_of(&request);
         let request = request.into_inner();
         let session = session_id(&request.session_id)?;
+        self.scope(&tenant, session).await?;
         let name = parse(BranchName::parse("name", &request.name))?;
         let from = optional_node("from_node_id", &request.from_node_id)?;
         let branch = self
@@ -258,7 +315,9 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
         &self,
         request: Request<pb::ListBranchesRequest>,
     ) -> Reply<pb::ListBranchesResponse> {
+        let tenant = tenant_of(&request);
         let session = session_id(&request.into_inner().session_id)?;
+        self.scope(&tenant, session).await?;
         let branches = self.store.list_branches(session).await.map_err(status)?;
         Ok(Response::new(pb::ListBranchesResponse {
             branches: branches.into_iter().map(convert::branch).collect(),
@@ -270,8 +329,10 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
         &self,
         request: Request<pb::DeleteBranchRequest>,
     ) -> Reply<pb::DeleteBranchResponse> {
+        let tenant = tenant_of(&request);
         let request = request.into_inner();
         let session = session_id(&request.session_id)?;
+        self.scope(&tenant, session).await?;
         let name = parse(BranchName::parse("name", &request.name))?;
         self.store
             .delete_branch(session, &name)
@@ -282,9 +343,10 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
 
     #[instrument(skip_all)]
     async fn render(&self, request: Request<pb::RenderRequest>) -> Reply<pb::RenderResponse> {
+        let tenant = tenant_of(&request);
         let r = request.into_inner();
         let format = provider_format(r.format)?;
-        let (path, rendered) = self.rendered(r.into()).await?;
+        let (path, rendered) = self.rendered(&tenant, r.into()).await?;
         let (head_id, head_hash) = path
             .nodes
             .last()
@@ -315,7 +377,8 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
         &self,
         request: Request<pb::ContextStatsRequest>,
     ) -> Reply<pb::ContextReport> {
-        let (_, rendered) = self.rendered(request.into_inner().into()).await?;
+        let tenant = tenant_of(&request);
+        let (_, rendered) = self.rendered(&tenant, request.into_inner().into()).await?;
         Ok(Response::new(convert::report(&rendered.report)))
     }
 
@@ -324,9 +387,11 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
         &self,
         request: Request<pb::PrepareCompactionRequest>,
     ) -> Reply<pb::PrepareCompactionResponse> {
+        let tenant = tenant_of(&request);
         let r = request.into_inner();
         let format = provider_format(r.format)?;
         let args = PrepareArgs::try_from(r)?;
+        self.scope(&tenant, args.session).await?;
         let budget = args.budget;
         let outcome = self.prepare(args).await?;
         Ok(Response::new(Self::prepare_response(
@@ -339,8 +404,10 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
         &self,
         request: Request<pb::CommitSummaryRequest>,
     ) -> Reply<pb::CompactionOutcome> {
+        let tenant = tenant_of(&request);
         let r = request.into_inner();
         let id = parse(CompactionId::parse("compaction_id", &r.compaction_id))?;
+        self.scope_compaction(&tenant, id).await?;
         Ok(Response::new(self.commit(id, r.text, r.model, true).await?))
     }
 
@@ -349,8 +416,10 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
         &self,
         request: Request<pb::CancelCompactionRequest>,
     ) -> Reply<pb::CancelCompactionResponse> {
+        let tenant = tenant_of(&request);
         let r = request.into_inner();
         let id = parse(CompactionId::parse("compaction_id", &r.compaction_id))?;
+        self.scope_compaction(&tenant, id).await?;
         let reason = if r.reason.is_empty() {
             "cancelled by the caller".to_owned()
         } else {
@@ -366,8 +435,10 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
         &self,
         request: Request<pb::ListSummariesRequest>,
     ) -> Reply<pb::ListSummariesResponse> {
+        let tenant = tenant_of(&request);
         let r = request.into_inner();
         let session = session_id(&r.session_id)?;
+        self.scope(&tenant, session).await?;
         let branch = branch_or_main("branch", &r.branch)?;
         Ok(Response::new(self.summaries_of(session, branch).await?))
     }
@@ -377,6 +448,7 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
         &self,
         request: Request<tonic::Streaming<pb::ImportChunk>>,
     ) -> Reply<pb::ImportSessionResponse> {
+        let tenant = tenant_of(&request);
         let mut stream = request.into_inner();
         let mut first: Option<(i32, std::collections::HashMap<String, String>)> = None;
         let mut data = Vec::new();
@@ -409,9 +481,10 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
             .map_err(domain_status)?;
         let session = self
             .store
-            .import(metadata.into_iter().collect(), &plan)
+            .import(&tenant, metadata.into_iter().collect(), &plan)
             .await
             .map_err(status)?;
+        self.remember_owner(session.id, &tenant);
         metrics::counter!("ctxd_imported_sessions_total").increment(1);
         let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
         Ok(Response::new(pb::ImportSessionResponse {
@@ -431,7 +504,9 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
 
     #[instrument(skip_all)]
     async fn compact(&self, request: Request<pb::CompactRequest>) -> Reply<pb::CompactionOutcome> {
+        let tenant = tenant_of(&request);
         let args = PrepareArgs::try_from(request.into_inner())?;
+        self.scope(&tenant, args.session).await?;
         Ok(Response::new(self.compact_with_summarizer(args).await?))
     }
 }
@@ -484,7 +559,11 @@ render_args_from!(pb::ContextStatsRequest, context_stats_request);
 impl ContextStoreService {
     /// Parses, loads and renders; the one path behind `Render` and `ContextStats`, so the two
     /// always agree.
-    async fn rendered(&self, args: RenderArgs) -> Result<(PathView, Rendered), Status> {
+    async fn rendered(
+        &self,
+        tenant: &Tenant,
+        args: RenderArgs,
+    ) -> Result<(PathView, Rendered), Status> {
         let session = session_id(&args.session_id)?;
         let target = match args.target {
             None => PathTarget::Branch(BranchName::main()),
@@ -517,6 +596,7 @@ impl ContextStoreService {
                 args.now_unix_ms
             },
         };
+        self.scope(tenant, session).await?;
         let path = self
             .store
             .load_path(session, &target)

@@ -22,7 +22,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::domain::{
     self, Admit, Branch, BranchName, ChainTail, ClosedChain, Expose, Hash, Node, NodeContent,
-    NodeId, PathView, Session, SessionId, node_hash,
+    NodeId, PathView, Session, SessionId, Tenant, node_hash,
 };
 use crate::import;
 use body::Body;
@@ -171,23 +171,16 @@ impl Store {
 
     // ------------------------------------------------------------ sessions
 
-    pub async fn create_session(&self, metadata: BTreeMap<String, String>) -> Result<Session> {
+    /// A new session of `tenant`, with branch `main` and no head.
+    pub async fn create_session(
+        &self,
+        tenant: &Tenant,
+        metadata: BTreeMap<String, String>,
+    ) -> Result<Session> {
         let id = SessionId::new();
         let now = now_ms();
-        let metadata_json = serde_json::to_string(&metadata).expect("a string map serializes");
         let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
-        sqlx::query("INSERT INTO sessions (id, created_at_ms, metadata) VALUES (?, ?, ?)")
-            .bind(id.as_bytes().as_slice())
-            .bind(now)
-            .bind(&metadata_json)
-            .execute(&mut *tx)
-            .await?;
-        sqlx::query("INSERT INTO branches (session_id, name, updated_at_ms) VALUES (?, ?, ?)")
-            .bind(id.as_bytes().as_slice())
-            .bind(BranchName::main().as_str())
-            .bind(now)
-            .execute(&mut *tx)
-            .await?;
+        insert_session(&mut tx, id, tenant, now, &metadata).await?;
         tx.commit().await?;
         Ok(Session {
             id,
@@ -200,6 +193,16 @@ impl Store {
                 updated_at_ms: now,
             }],
         })
+    }
+
+    /// The tenant `id` belongs to; `None` for an unknown session.
+    pub async fn session_tenant(&self, id: SessionId) -> Result<Option<Tenant>> {
+        let mut conn = self.reader.acquire().await?;
+        let tenant: Option<String> = sqlx::query_scalar("SELECT tenant FROM sessions WHERE id = ?")
+            .bind(id.as_bytes().as_slice())
+            .fetch_optional(&mut *conn)
+            .await?;
+        Ok(tenant.map(Tenant::new))
     }
 
     pub async fn get_session(&self, id: SessionId) -> Result<Session> {
@@ -217,6 +220,7 @@ impl Store {
     /// Sessions newest first, starting after `after`; also returns the cursor of the next page.
     pub async fn list_sessions(
         &self,
+        tenant: &Tenant,
         page_size: u32,
         after: Option<SessionId>,
     ) -> Result<(Vec<Session>, Option<SessionId>)> {
@@ -226,8 +230,9 @@ impl Store {
         let after = after.map(|id| id.as_bytes().to_vec());
         let rows = sqlx::query(
             "SELECT id, created_at_ms, metadata, compaction_count FROM sessions
-             WHERE ?1 IS NULL OR id < ?1 ORDER BY id DESC LIMIT ?2",
+             WHERE tenant = ?1 AND (?2 IS NULL OR id < ?2) ORDER BY id DESC LIMIT ?3",
         )
+        .bind(tenant.as_str())
         .bind(after)
         .bind(i64::from(page_size) + 1)
         .fetch_all(&mut *conn)
@@ -338,25 +343,14 @@ impl Store {
     /// anywhere leaves nothing behind.
     pub async fn import(
         &self,
+        tenant: &Tenant,
         metadata: BTreeMap<String, String>,
         plan: &import::Plan,
     ) -> Result<Session> {
         let session = SessionId::new();
         let now = now_ms();
-        let metadata_json = serde_json::to_string(&metadata).expect("a string map serializes");
         let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
-        sqlx::query("INSERT INTO sessions (id, created_at_ms, metadata) VALUES (?, ?, ?)")
-            .bind(session.as_bytes().as_slice())
-            .bind(now)
-            .bind(&metadata_json)
-            .execute(&mut *tx)
-            .await?;
-        sqlx::query("INSERT INTO branches (session_id, name, updated_at_ms) VALUES (?, ?, ?)")
-            .bind(session.as_bytes().as_slice())
-            .bind(BranchName::main().as_str())
-            .bind(now)
-            .execute(&mut *tx)
-            .await?;
+        insert_session(&mut tx, session, tenant, now, &metadata).await?;
         let ops = &plan.ops;
         let mut ids: Vec<Option<NodeId>> = vec![None; ops.len()];
         let mut top_level: Vec<NodeId> = Vec::new();
@@ -1058,6 +1052,31 @@ fn node_row_from(row: &SqliteRow) -> Result<NodeRow> {
             None => row.try_get("body")?,
         },
     })
+}
+
+/// Inserts a session row and its empty `main` branch.
+async fn insert_session(
+    conn: &mut SqliteConnection,
+    id: SessionId,
+    tenant: &Tenant,
+    now: i64,
+    metadata: &BTreeMap<String, String>,
+) -> Result<()> {
+    let metadata = serde_json::to_string(metadata).expect("a string map serializes");
+    sqlx::query("INSERT INTO sessions (id, tenant, created_at_ms, metadata) VALUES (?, ?, ?, ?)")
+        .bind(id.as_bytes().as_slice())
+        .bind(tenant.as_str())
+        .bind(now)
+        .bind(&metadata)
+        .execute(&mut *conn)
+        .await?;
+    sqlx::query("INSERT INTO branches (session_id, name, updated_at_ms) VALUES (?, ?, ?)")
+        .bind(id.as_bytes().as_slice())
+        .bind(BranchName::main().as_str())
+        .bind(now)
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
 }
 
 async fn ensure_session(conn: &mut SqliteConnection, session: SessionId) -> Result<()> {
