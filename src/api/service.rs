@@ -3,12 +3,14 @@
 use tonic::{Request, Response, Status};
 use tracing::instrument;
 
+use super::reply::{self, Capped};
 use super::{convert, domain_status, pb, status};
 use std::sync::Arc;
 
-use super::compaction::PrepareArgs;
+use super::compaction::{PrepareArgs, PrepareOutcome};
 use crate::domain::{BranchName, CompactionId, Error, NodeId, PathView, SessionId};
 use crate::import;
+use crate::limits::Limits;
 use crate::render::{self, Callers, Options, Rendered};
 use crate::store::{AppendRequest, AppendTarget, PathTarget, Store, now_ms};
 use crate::summarizer::Summarizer;
@@ -26,6 +28,7 @@ pub struct ContextStoreService {
     pub(super) store: Store,
     pub(super) tokens: Arc<TokenCache>,
     pub(super) summarizer: Option<Arc<Summarizer>>,
+    pub(super) limits: Limits,
 }
 
 impl ContextStoreService {
@@ -34,7 +37,31 @@ impl ContextStoreService {
             store,
             tokens: Arc::new(TokenCache::default()),
             summarizer: summarizer.map(Arc::new),
+            limits: Limits::default(),
         }
+    }
+
+    /// The part and response size limits (`Limits::max_part_bytes`, `max_response_bytes`).
+    pub fn with_limits(self, limits: Limits) -> Self {
+        Self { limits, ..self }
+    }
+
+    /// `message` as the reply, unless it is over the response size limit.
+    fn reply<T: Capped>(&self, message: T) -> Reply<T> {
+        reply::capped(message, self.limits.max_response_bytes)
+    }
+
+    /// Refuses a write whose reply would be over the response size limit before it writes,
+    /// so no write is ever followed by a reply the client cannot have.
+    fn reply_fits(&self, len: usize, field: &str, advice: &str) -> Result<(), Status> {
+        let max = self.limits.max_response_bytes;
+        if len > max {
+            return Err(Status::resource_exhausted(format!(
+                "{field}: {}",
+                reply::too_big_message(len, max, advice)
+            )));
+        }
+        Ok(())
     }
 }
 
@@ -103,19 +130,24 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
                 "keys must not be empty",
             )));
         }
+        self.reply_fits(
+            reply::new_session_len(&metadata),
+            "metadata",
+            "send less metadata",
+        )?;
         let session = self
             .store
             .create_session(metadata.into_iter().collect())
             .await
             .map_err(status)?;
-        Ok(Response::new(convert::session(session)))
+        self.reply(convert::session(session))
     }
 
     #[instrument(skip_all)]
     async fn get_session(&self, request: Request<pb::GetSessionRequest>) -> Reply<pb::Session> {
         let id = session_id(&request.into_inner().session_id)?;
         let session = self.store.get_session(id).await.map_err(status)?;
-        Ok(Response::new(convert::session(session)))
+        self.reply(convert::session(session))
     }
 
     #[instrument(skip_all)]
@@ -136,10 +168,10 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
             .list_sessions(page_size, after)
             .await
             .map_err(status)?;
-        Ok(Response::new(pb::ListSessionsResponse {
+        self.reply(pb::ListSessionsResponse {
             sessions: sessions.into_iter().map(convert::session).collect(),
             next_page_token: next.map(|id| id.to_string()).unwrap_or_default(),
-        }))
+        })
     }
 
     #[instrument(skip_all)]
@@ -161,11 +193,17 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
                 "must hold at least one node",
             )));
         }
+        self.reply_fits(
+            reply::append_response_len(request.nodes.len()),
+            "nodes",
+            "append fewer nodes per call",
+        )?;
+        let max_part = self.limits.max_part_bytes;
         let nodes = request
             .nodes
             .into_iter()
             .enumerate()
-            .map(|(i, node)| parse(convert::node_input(&format!("nodes[{i}]"), node)))
+            .map(|(i, node)| parse(convert::node_input(&format!("nodes[{i}]"), node, max_part)))
             .collect::<Result<Vec<_>, _>>()?;
         let outcome = self
             .store
@@ -180,11 +218,11 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
             .await
             .map_err(status)?;
         metrics::counter!("ctxd_appended_nodes_total").increment(outcome.node_ids.len() as u64);
-        Ok(Response::new(pb::AppendResponse {
+        self.reply(pb::AppendResponse {
             node_ids: outcome.node_ids,
             head_id: outcome.head_id,
             head_hash: outcome.head_hash,
-        }))
+        })
     }
 
     #[instrument(skip_all)]
@@ -201,9 +239,9 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
             .map(|(i, id)| parse(NodeId::parse(&format!("node_ids[{i}]"), id)))
             .collect::<Result<Vec<_>, _>>()?;
         let nodes = self.store.get_nodes(session, &ids).await.map_err(status)?;
-        Ok(Response::new(pb::GetNodesResponse {
+        self.reply(pb::GetNodesResponse {
             nodes: nodes.into_iter().map(convert::node).collect(),
-        }))
+        })
     }
 
     #[instrument(skip_all)]
@@ -233,10 +271,10 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
             .log(session, start, limit)
             .await
             .map_err(status)?;
-        Ok(Response::new(pb::LogResponse {
+        self.reply(pb::LogResponse {
             nodes: nodes.into_iter().map(convert::node).collect(),
             next_page_token: next.map(|id| id.to_string()).unwrap_or_default(),
-        }))
+        })
     }
 
     #[instrument(skip_all)]
@@ -250,7 +288,7 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
             .create_branch(session, name, from)
             .await
             .map_err(status)?;
-        Ok(Response::new(convert::branch(branch)))
+        self.reply(convert::branch(branch))
     }
 
     #[instrument(skip_all)]
@@ -260,9 +298,9 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
     ) -> Reply<pb::ListBranchesResponse> {
         let session = session_id(&request.into_inner().session_id)?;
         let branches = self.store.list_branches(session).await.map_err(status)?;
-        Ok(Response::new(pb::ListBranchesResponse {
+        self.reply(pb::ListBranchesResponse {
             branches: branches.into_iter().map(convert::branch).collect(),
-        }))
+        })
     }
 
     #[instrument(skip_all)]
@@ -277,7 +315,7 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
             .delete_branch(session, &name)
             .await
             .map_err(status)?;
-        Ok(Response::new(pb::DeleteBranchResponse {}))
+        self.reply(pb::DeleteBranchResponse {})
     }
 
     #[instrument(skip_all)]
@@ -294,7 +332,7 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
         let messages_json = format
             .map(|f| render::format::document(f, &rendered.messages))
             .unwrap_or_default();
-        Ok(Response::new(pb::RenderResponse {
+        self.reply(pb::RenderResponse {
             messages: rendered
                 .messages
                 .into_iter()
@@ -307,7 +345,7 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
             tokenizer: report.tokenizer.clone(),
             report: Some(report),
             messages_json,
-        }))
+        })
     }
 
     #[instrument(skip_all)]
@@ -316,7 +354,7 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
         request: Request<pb::ContextStatsRequest>,
     ) -> Reply<pb::ContextReport> {
         let (_, rendered) = self.rendered(request.into_inner().into()).await?;
-        Ok(Response::new(convert::report(&rendered.report)))
+        self.reply(convert::report(&rendered.report))
     }
 
     #[instrument(skip_all)]
@@ -329,9 +367,21 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
         let args = PrepareArgs::try_from(r)?;
         let budget = args.budget;
         let outcome = self.prepare(args).await?;
-        Ok(Response::new(Self::prepare_response(
-            outcome, budget, format,
-        )))
+        let plan = match &outcome {
+            PrepareOutcome::Needed { plan, .. } => Some(plan.id),
+            PrepareOutcome::NotNeeded { .. } => None,
+        };
+        let response = Self::prepare_response(outcome, budget, format);
+        let replied = self.reply(response);
+        if let (Err(_), Some(plan)) = (&replied, plan) {
+            // Nobody can commit a summary of an input they never received.
+            self.store
+                .cancel(plan, "the summary input was over --max-response-bytes")
+                .await
+                .map_err(status)?;
+            metrics::counter!("ctxd_summaries_total", "outcome" => "cancelled").increment(1);
+        }
+        replied
     }
 
     #[instrument(skip_all)]
@@ -341,7 +391,7 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
     ) -> Reply<pb::CompactionOutcome> {
         let r = request.into_inner();
         let id = parse(CompactionId::parse("compaction_id", &r.compaction_id))?;
-        Ok(Response::new(self.commit(id, r.text, r.model, true).await?))
+        self.reply(self.commit(id, r.text, r.model, true).await?)
     }
 
     #[instrument(skip_all)]
@@ -358,7 +408,7 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
         };
         self.store.cancel(id, &reason).await.map_err(status)?;
         metrics::counter!("ctxd_summaries_total", "outcome" => "cancelled").increment(1);
-        Ok(Response::new(pb::CancelCompactionResponse {}))
+        self.reply(pb::CancelCompactionResponse {})
     }
 
     #[instrument(skip_all)]
@@ -369,7 +419,7 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
         let r = request.into_inner();
         let session = session_id(&r.session_id)?;
         let branch = branch_or_main("branch", &r.branch)?;
-        Ok(Response::new(self.summaries_of(session, branch).await?))
+        self.reply(self.summaries_of(session, branch).await?)
     }
 
     #[instrument(skip_all)]
@@ -391,6 +441,12 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
             data.extend_from_slice(&chunk.data);
         }
         let (format, metadata) = first.unwrap_or_default();
+        // Room for the counts and a note on left-out warnings (below).
+        self.reply_fits(
+            reply::new_session_len(&metadata) + reply::WARNINGS_NOTE_BYTES,
+            "metadata",
+            "send less metadata",
+        )?;
         let source = match pb::ImportFormat::try_from(format) {
             Ok(pb::ImportFormat::Unspecified) => import::detect(&data),
             Ok(pb::ImportFormat::NeutralJsonl) => import::Source::NeutralJsonl,
@@ -407,6 +463,16 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
             .await
             .map_err(|_| Status::internal("import failed"))?
             .map_err(domain_status)?;
+        let max_part = self.limits.max_part_bytes;
+        for op in &plan.ops {
+            if let import::Op::Node { content, line, .. } = op {
+                parse(convert::part_sizes(
+                    &format!("line {line}"),
+                    content,
+                    max_part,
+                ))?;
+            }
+        }
         let session = self
             .store
             .import(metadata.into_iter().collect(), &plan)
@@ -414,7 +480,7 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
             .map_err(status)?;
         metrics::counter!("ctxd_imported_sessions_total").increment(1);
         let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
-        Ok(Response::new(pb::ImportSessionResponse {
+        let mut response = pb::ImportSessionResponse {
             session: Some(convert::session(session)),
             nodes: count(plan.nodes()),
             functions: count(plan.functions()),
@@ -426,13 +492,16 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
             }
             .into(),
             warnings: plan.warnings,
-        }))
+        };
+        // The session is written: the reply must go out, so warnings make room if need be.
+        reply::fit_warnings(&mut response, self.limits.max_response_bytes);
+        self.reply(response)
     }
 
     #[instrument(skip_all)]
     async fn compact(&self, request: Request<pb::CompactRequest>) -> Reply<pb::CompactionOutcome> {
         let args = PrepareArgs::try_from(request.into_inner())?;
-        Ok(Response::new(self.compact_with_summarizer(args).await?))
+        self.reply(self.compact_with_summarizer(args).await?)
     }
 }
 
