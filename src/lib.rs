@@ -10,6 +10,7 @@
 //! - [`api`]: the tonic service, the only place with prost types.
 //! - [`summarizer`]: the server's own summarizer over an OpenAI-compatible endpoint.
 //! - [`metrics`]: Prometheus metrics and their endpoint.
+//! - [`limits`]: admission: request size, concurrency limit and load shedding, draining.
 //! - [`server`]: wires the service, health and reflection onto a bound listener.
 //! - [`cli`]: the command line (`ctxd serve`).
 
@@ -18,6 +19,7 @@ pub mod cli;
 pub mod compact;
 pub mod domain;
 pub mod import;
+pub mod limits;
 pub mod metrics;
 pub mod render;
 pub mod server;

@@ -1,20 +1,24 @@
 //! Serving: the ContextStore service, health checking and reflection on a bound listener.
 
 use std::future::Future;
+use std::time::Duration;
 
 use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tonic::server::NamedService;
 use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
+use tonic_health::ServingStatus;
+use tonic_health::server::HealthReporter;
 
 use crate::api::{ContextStoreService, pb};
+use crate::limits::{Admission, Limits};
 use crate::metrics::MeterLayer;
 use crate::store::Store;
 use crate::summarizer::Summarizer;
 
-/// The largest request or response message: room for media parts and long tool output.
-const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
-
-/// Serves on `listener` until `shutdown` resolves, then finishes in-flight requests.
+/// Serves on `listener` until `shutdown` resolves, then finishes in-flight requests (see
+/// [`Shutdown`]).
 ///
 /// The caller binds the listener (port 0 in tests) and picks the shutdown signal.
 pub async fn serve(
@@ -45,7 +49,35 @@ pub async fn serve_with_summarizer(
 pub struct Options {
     /// The summarizer for the `Compact` RPC; without one, `Compact` answers FAILED_PRECONDITION.
     pub summarizer: Option<Summarizer>,
+    /// Request, part and response sizes, and calls served at once.
+    pub limits: Limits,
+    /// What happens between the shutdown signal and `serve` returning.
+    pub shutdown: Shutdown,
 }
+
+/// A graceful shutdown: at the signal health turns NOT_SERVING and new calls are refused with
+/// UNAVAILABLE while calls in flight finish; then the listener closes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shutdown {
+    /// The least time health keeps answering NOT_SERVING before the listener closes, for load
+    /// balancers to notice; zero closes it as soon as no call is in flight.
+    pub drain: Duration,
+    /// The most time calls in flight get after the signal; past it they are abandoned and
+    /// `serve` returns. An append is acknowledged only after it commits, so an abandoned one
+    /// is either wholly stored or absent, and never acknowledged unless stored.
+    pub grace: Duration,
+}
+
+impl Default for Shutdown {
+    fn default() -> Self {
+        Self {
+            drain: Duration::ZERO,
+            grace: Duration::from_secs(30),
+        }
+    }
+}
+
+type ContextStoreServer = pb::context_store_server::ContextStoreServer<ContextStoreService>;
 
 /// [`serve`], with every option.
 pub async fn serve_with(
@@ -54,15 +86,19 @@ pub async fn serve_with(
     options: Options,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), tonic::transport::Error> {
-    let Options { summarizer } = options;
-    let service = ContextStoreService::new(store, summarizer);
-    let service = pb::context_store_server::ContextStoreServer::new(service)
-        .max_decoding_message_size(MAX_MESSAGE_BYTES)
-        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    let Options {
+        summarizer,
+        limits,
+        shutdown: timing,
+    } = options;
+    let service = ContextStoreService::new(store, summarizer).with_limits(limits);
+    // The request limit is enforced (as RESOURCE_EXHAUSTED) by `Admission`; replies are
+    // measured before they are sent. tonic's own checks stay as a backstop.
+    let service = ContextStoreServer::new(service)
+        .max_decoding_message_size(limits.max_request_bytes)
+        .max_encoding_message_size(limits.max_response_bytes);
     let (health, health_service) = tonic_health::server::health_reporter();
-    health
-        .set_serving::<pb::context_store_server::ContextStoreServer<ContextStoreService>>()
-        .await;
+    health.set_serving::<ContextStoreServer>().await;
     // Both reflection versions: grpcurl speaks v1, Python's grpcio-reflection only v1alpha.
     let reflection = || {
         tonic_reflection::server::Builder::configure()
@@ -75,16 +111,74 @@ pub async fn serve_with(
     let reflection_v1alpha = reflection()
         .build_v1alpha()
         .expect("the compiled-in descriptors are valid");
-    Server::builder()
+    let admission = Admission::new(&limits);
+    let (began, grace_starts) = oneshot::channel();
+    let signal = drain(shutdown, health, admission.clone(), timing.drain, began);
+    // Health is not admitted through the limits: an orchestrator must always see the truth.
+    let server = Server::builder()
+        // A client resets a call whose deadline passes before the server took it up; past h2's
+        // default of 20 such at once the whole connection is closed, failing its other calls,
+        // so a burst of short deadlines would hurt callers that have none. Bounded by the
+        // concurrency limit instead, which still caps the memory held for them.
+        .http2_max_pending_accept_reset_streams(Some(limits.max_concurrent_requests.max(20)))
         .layer(MeterLayer)
         .add_service(health_service)
-        .add_service(reflection_v1)
-        .add_service(reflection_v1alpha)
-        .add_service(service)
+        .add_service(admission.wrap(reflection_v1))
+        .add_service(admission.wrap(reflection_v1alpha))
+        .add_service(admission.wrap(service))
         // Without TCP_NODELAY a response written in pieces waits ~40 ms for a delayed ACK.
-        .serve_with_incoming_shutdown(
-            TcpIncoming::from(listener).with_nodelay(Some(true)),
-            shutdown,
-        )
-        .await
+        .serve_with_incoming_shutdown(TcpIncoming::from(listener).with_nodelay(Some(true)), signal);
+    let mut server = Box::pin(server);
+    let grace_over = async {
+        match grace_starts.await {
+            Ok(()) => tokio::time::sleep(timing.grace).await,
+            // The server ended before any signal.
+            Err(_) => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        served = &mut server => return served,
+        () = grace_over => {}
+    }
+    // Dropping the server stops it from accepting and waiting; the connections still open
+    // end with the runtime.
+    drop(server);
+    tracing::warn!(
+        abandoned = admission.in_flight(),
+        grace = ?timing.grace,
+        "calls still in flight after the shutdown grace period are abandoned"
+    );
+    Ok(())
 }
+
+/// The shutdown signal as tonic sees it: resolves (and tonic stops accepting) once `shutdown`
+/// has resolved, health said NOT_SERVING for `drain`, and no call is in flight.
+async fn drain(
+    shutdown: impl Future<Output = ()>,
+    mut health: HealthReporter,
+    admission: Admission,
+    drain: Duration,
+    began: oneshot::Sender<()>,
+) {
+    shutdown.await;
+    let _ = began.send(());
+    admission.drain();
+    for service in SERVICES {
+        health
+            .set_service_status(service, ServingStatus::NotServing)
+            .await;
+    }
+    tracing::info!(
+        in_flight = admission.in_flight(),
+        "shutting down: health says NOT_SERVING, new calls are refused"
+    );
+    tokio::join!(tokio::time::sleep(drain), admission.idle());
+    // Ends health Watch streams (they end when their service is removed), which would
+    // otherwise keep their connections, and so the server, open until the grace period ends.
+    for service in SERVICES {
+        health.clear_service_status(service).await;
+    }
+}
+
+/// The names health reports on: the server as a whole, and the ContextStore service.
+const SERVICES: [&str; 2] = ["", <ContextStoreServer as NamedService>::NAME];

@@ -2,6 +2,7 @@
 
 mod compaction;
 mod convert;
+mod reply;
 mod service;
 
 pub use service::ContextStoreService;

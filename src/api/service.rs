@@ -3,13 +3,15 @@
 use tonic::{Request, Response, Status};
 use tracing::instrument;
 
+use super::reply::{self, Capped};
 use super::{convert, domain_status, pb, status};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use super::compaction::PrepareArgs;
+use super::compaction::{PrepareArgs, PrepareOutcome};
 use crate::domain::{BranchName, CompactionId, Error, NodeId, PathView, SessionId, Tenant};
 use crate::import;
+use crate::limits::Limits;
 use crate::render::{self, Callers, Options, Rendered};
 use crate::store::{AppendRequest, AppendTarget, PathTarget, Store, now_ms};
 use crate::summarizer::Summarizer;
@@ -29,6 +31,7 @@ pub struct ContextStoreService {
     pub(super) summarizer: Option<Arc<Summarizer>>,
     /// Who owns each session seen so far; a session never changes tenant.
     owners: Arc<Mutex<HashMap<SessionId, Tenant>>>,
+    pub(super) limits: Limits,
 }
 
 /// Sessions whose owner is remembered at most; past that the map starts over.
@@ -41,6 +44,7 @@ impl ContextStoreService {
             tokens: Arc::new(TokenCache::default()),
             summarizer: summarizer.map(Arc::new),
             owners: Arc::default(),
+            limits: Limits::default(),
         }
     }
 
@@ -69,6 +73,29 @@ impl ContextStoreService {
             }
             _ => Err(domain_status(Error::not_found("session", session))),
         }
+    }
+
+    /// The part and response size limits (`Limits::max_part_bytes`, `max_response_bytes`).
+    pub fn with_limits(self, limits: Limits) -> Self {
+        Self { limits, ..self }
+    }
+
+    /// `message` as the reply, unless it is over the response size limit.
+    fn reply<T: Capped>(&self, message: T) -> Reply<T> {
+        reply::capped(message, self.limits.max_response_bytes)
+    }
+
+    /// Refuses a write whose reply would be over the response size limit before it writes,
+    /// so no write is ever followed by a reply the client cannot have.
+    fn reply_fits(&self, len: usize, field: &str, advice: &str) -> Result<(), Status> {
+        let max = self.limits.max_response_bytes;
+        if len > max {
+            return Err(Status::resource_exhausted(format!(
+                "{field}: {}",
+                reply::too_big_message(len, max, advice)
+            )));
+        }
+        Ok(())
     }
 }
 
@@ -148,13 +175,18 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
                 "keys must not be empty",
             )));
         }
+        self.reply_fits(
+            reply::new_session_len(&metadata),
+            "metadata",
+            "send less metadata",
+        )?;
         let session = self
             .store
             .create_session(&tenant, metadata.into_iter().collect())
             .await
             .map_err(status)?;
         self.remember_owner(session.id, &tenant);
-        Ok(Response::new(convert::session(session)))
+        self.reply(convert::session(session))
     }
 
     #[instrument(skip_all)]
@@ -163,7 +195,7 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
         let id = session_id(&request.into_inner().session_id)?;
         self.scope(&tenant, id).await?;
         let session = self.store.get_session(id).await.map_err(status)?;
-        Ok(Response::new(convert::session(session)))
+        self.reply(convert::session(session))
     }
 
     #[instrument(skip_all)]
@@ -185,10 +217,10 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
             .list_sessions(&tenant, page_size, after)
             .await
             .map_err(status)?;
-        Ok(Response::new(pb::ListSessionsResponse {
+        self.reply(pb::ListSessionsResponse {
             sessions: sessions.into_iter().map(convert::session).collect(),
             next_page_token: next.map(|id| id.to_string()).unwrap_or_default(),
-        }))
+        })
     }
 
     #[instrument(skip_all)]
@@ -211,11 +243,17 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
                 "must hold at least one node",
             )));
         }
+        self.reply_fits(
+            reply::append_response_len(request.nodes.len()),
+            "nodes",
+            "append fewer nodes per call",
+        )?;
+        let max_part = self.limits.max_part_bytes;
         let nodes = request
             .nodes
             .into_iter()
             .enumerate()
-            .map(|(i, node)| parse(convert::node_input(&format!("nodes[{i}]"), node)))
+            .map(|(i, node)| parse(convert::node_input(&format!("nodes[{i}]"), node, max_part)))
             .collect::<Result<Vec<_>, _>>()?;
         self.scope(&tenant, session).await?;
         let outcome = self
@@ -231,11 +269,11 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
             .await
             .map_err(status)?;
         metrics::counter!("ctxd_appended_nodes_total").increment(outcome.node_ids.len() as u64);
-        Ok(Response::new(pb::AppendResponse {
+        self.reply(pb::AppendResponse {
             node_ids: outcome.node_ids,
             head_id: outcome.head_id,
             head_hash: outcome.head_hash,
-        }))
+        })
     }
 
     #[instrument(skip_all)]
@@ -254,9 +292,9 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
             .map(|(i, id)| parse(NodeId::parse(&format!("node_ids[{i}]"), id)))
             .collect::<Result<Vec<_>, _>>()?;
         let nodes = self.store.get_nodes(session, &ids).await.map_err(status)?;
-        Ok(Response::new(pb::GetNodesResponse {
+        self.reply(pb::GetNodesResponse {
             nodes: nodes.into_iter().map(convert::node).collect(),
-        }))
+        })
     }
 
     #[instrument(skip_all)]
@@ -288,10 +326,10 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
             .log(session, start, limit)
             .await
             .map_err(status)?;
-        Ok(Response::new(pb::LogResponse {
+        self.reply(pb::LogResponse {
             nodes: nodes.into_iter().map(convert::node).collect(),
             next_page_token: next.map(|id| id.to_string()).unwrap_or_default(),
-        }))
+        })
     }
 
     #[instrument(skip_all)]
@@ -307,7 +345,7 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
             .create_branch(session, name, from)
             .await
             .map_err(status)?;
-        Ok(Response::new(convert::branch(branch)))
+        self.reply(convert::branch(branch))
     }
 
     #[instrument(skip_all)]
@@ -319,9 +357,9 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
         let session = session_id(&request.into_inner().session_id)?;
         self.scope(&tenant, session).await?;
         let branches = self.store.list_branches(session).await.map_err(status)?;
-        Ok(Response::new(pb::ListBranchesResponse {
+        self.reply(pb::ListBranchesResponse {
             branches: branches.into_iter().map(convert::branch).collect(),
-        }))
+        })
     }
 
     #[instrument(skip_all)]
@@ -338,7 +376,7 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
             .delete_branch(session, &name)
             .await
             .map_err(status)?;
-        Ok(Response::new(pb::DeleteBranchResponse {}))
+        self.reply(pb::DeleteBranchResponse {})
     }
 
     #[instrument(skip_all)]
@@ -356,7 +394,7 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
         let messages_json = format
             .map(|f| render::format::document(f, &rendered.messages))
             .unwrap_or_default();
-        Ok(Response::new(pb::RenderResponse {
+        self.reply(pb::RenderResponse {
             messages: rendered
                 .messages
                 .into_iter()
@@ -369,7 +407,7 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
             tokenizer: report.tokenizer.clone(),
             report: Some(report),
             messages_json,
-        }))
+        })
     }
 
     #[instrument(skip_all)]
@@ -379,7 +417,7 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
     ) -> Reply<pb::ContextReport> {
         let tenant = tenant_of(&request);
         let (_, rendered) = self.rendered(&tenant, request.into_inner().into()).await?;
-        Ok(Response::new(convert::report(&rendered.report)))
+        self.reply(convert::report(&rendered.report))
     }
 
     #[instrument(skip_all)]
@@ -394,9 +432,21 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
         self.scope(&tenant, args.session).await?;
         let budget = args.budget;
         let outcome = self.prepare(args).await?;
-        Ok(Response::new(Self::prepare_response(
-            outcome, budget, format,
-        )))
+        let plan = match &outcome {
+            PrepareOutcome::Needed { plan, .. } => Some(plan.id),
+            PrepareOutcome::NotNeeded { .. } => None,
+        };
+        let response = Self::prepare_response(outcome, budget, format);
+        let replied = self.reply(response);
+        if let (Err(_), Some(plan)) = (&replied, plan) {
+            // Nobody can commit a summary of an input they never received.
+            self.store
+                .cancel(plan, "the summary input was over --max-response-bytes")
+                .await
+                .map_err(status)?;
+            metrics::counter!("ctxd_summaries_total", "outcome" => "cancelled").increment(1);
+        }
+        replied
     }
 
     #[instrument(skip_all)]
@@ -408,7 +458,7 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
         let r = request.into_inner();
         let id = parse(CompactionId::parse("compaction_id", &r.compaction_id))?;
         self.scope_compaction(&tenant, id).await?;
-        Ok(Response::new(self.commit(id, r.text, r.model, true).await?))
+        self.reply(self.commit(id, r.text, r.model, true).await?)
     }
 
     #[instrument(skip_all)]
@@ -427,7 +477,7 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
         };
         self.store.cancel(id, &reason).await.map_err(status)?;
         metrics::counter!("ctxd_summaries_total", "outcome" => "cancelled").increment(1);
-        Ok(Response::new(pb::CancelCompactionResponse {}))
+        self.reply(pb::CancelCompactionResponse {})
     }
 
     #[instrument(skip_all)]
@@ -440,7 +490,7 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
         let session = session_id(&r.session_id)?;
         self.scope(&tenant, session).await?;
         let branch = branch_or_main("branch", &r.branch)?;
-        Ok(Response::new(self.summaries_of(session, branch).await?))
+        self.reply(self.summaries_of(session, branch).await?)
     }
 
     #[instrument(skip_all)]
@@ -463,6 +513,12 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
             data.extend_from_slice(&chunk.data);
         }
         let (format, metadata) = first.unwrap_or_default();
+        // Room for the counts and a note on left-out warnings (below).
+        self.reply_fits(
+            reply::new_session_len(&metadata) + reply::WARNINGS_NOTE_BYTES,
+            "metadata",
+            "send less metadata",
+        )?;
         let source = match pb::ImportFormat::try_from(format) {
             Ok(pb::ImportFormat::Unspecified) => import::detect(&data),
             Ok(pb::ImportFormat::NeutralJsonl) => import::Source::NeutralJsonl,
@@ -479,6 +535,16 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
             .await
             .map_err(|_| Status::internal("import failed"))?
             .map_err(domain_status)?;
+        let max_part = self.limits.max_part_bytes;
+        for op in &plan.ops {
+            if let import::Op::Node { content, line, .. } = op {
+                parse(convert::part_sizes(
+                    &format!("line {line}"),
+                    content,
+                    max_part,
+                ))?;
+            }
+        }
         let session = self
             .store
             .import(&tenant, metadata.into_iter().collect(), &plan)
@@ -487,7 +553,7 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
         self.remember_owner(session.id, &tenant);
         metrics::counter!("ctxd_imported_sessions_total").increment(1);
         let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
-        Ok(Response::new(pb::ImportSessionResponse {
+        let mut response = pb::ImportSessionResponse {
             session: Some(convert::session(session)),
             nodes: count(plan.nodes()),
             functions: count(plan.functions()),
@@ -499,7 +565,10 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
             }
             .into(),
             warnings: plan.warnings,
-        }))
+        };
+        // The session is written: the reply must go out, so warnings make room if need be.
+        reply::fit_warnings(&mut response, self.limits.max_response_bytes);
+        self.reply(response)
     }
 
     #[instrument(skip_all)]
@@ -507,7 +576,7 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
         let tenant = tenant_of(&request);
         let args = PrepareArgs::try_from(request.into_inner())?;
         self.scope(&tenant, args.session).await?;
-        Ok(Response::new(self.compact_with_summarizer(args).await?))
+        self.reply(self.compact_with_summarizer(args).await?)
     }
 }
 

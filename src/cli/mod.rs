@@ -3,6 +3,7 @@
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
@@ -13,6 +14,8 @@ mod json;
 mod panel;
 mod show;
 
+use crate::limits::Limits;
+use crate::server::Shutdown;
 use crate::store::Store;
 use crate::summarizer::{Config as SummarizerConfig, Summarizer};
 
@@ -47,6 +50,8 @@ enum Command {
         metrics_listen: Option<SocketAddr>,
         #[command(flatten)]
         summarizer: SummarizerArgs,
+        #[command(flatten)]
+        limits: LimitsArgs,
     },
     #[command(flatten)]
     Client(client::Command),
@@ -78,6 +83,72 @@ struct SummarizerArgs {
     summarizer_timeout_secs: u64,
 }
 
+/// Sizes, calls at once, and how a shutdown goes.
+#[derive(Debug, clap::Args)]
+struct LimitsArgs {
+    /// The largest request message in bytes (for `ImportSession`, each chunk); over it the call
+    /// fails with RESOURCE_EXHAUSTED.
+    #[arg(
+        long,
+        env = "CTXD_MAX_REQUEST_BYTES",
+        default_value_t = Limits::DEFAULT_MAX_REQUEST_BYTES as u64,
+        value_parser = clap::value_parser!(u64).range(1024..=u64::from(u32::MAX)),
+    )]
+    max_request_bytes: u64,
+    /// The largest single part of a node in bytes (a text or media part, tool call arguments, a
+    /// function's input or output); over it the append fails with INVALID_ARGUMENT.
+    #[arg(
+        long,
+        env = "CTXD_MAX_PART_BYTES",
+        default_value_t = Limits::DEFAULT_MAX_PART_BYTES as u64,
+        value_parser = clap::value_parser!(u64).range(1..=u64::from(u32::MAX)),
+    )]
+    max_part_bytes: u64,
+    /// The largest response message in bytes; a bigger one is refused with RESOURCE_EXHAUSTED
+    /// before anything is sent.
+    #[arg(
+        long,
+        env = "CTXD_MAX_RESPONSE_BYTES",
+        default_value_t = Limits::DEFAULT_MAX_RESPONSE_BYTES as u64,
+        value_parser = clap::value_parser!(u64).range(1024..=u64::from(u32::MAX)),
+    )]
+    max_response_bytes: u64,
+    /// Calls served at once; past it a call is refused at once with RESOURCE_EXHAUSTED.
+    #[arg(
+        long,
+        env = "CTXD_MAX_CONCURRENT_REQUESTS",
+        default_value_t = Limits::DEFAULT_MAX_CONCURRENT_REQUESTS as u64,
+        value_parser = clap::value_parser!(u64).range(1..=1_000_000),
+    )]
+    max_concurrent_requests: u64,
+    /// After SIGTERM or SIGINT: the least time health answers NOT_SERVING before the listener
+    /// closes, for load balancers to notice.
+    #[arg(long, env = "CTXD_SHUTDOWN_DRAIN_MS", default_value_t = 0)]
+    shutdown_drain_ms: u64,
+    /// After SIGTERM or SIGINT: the most time calls in flight get to finish; then they are
+    /// abandoned and the process exits.
+    #[arg(long, env = "CTXD_SHUTDOWN_GRACE_SECS", default_value_t = 30)]
+    shutdown_grace_secs: u64,
+}
+
+impl LimitsArgs {
+    fn build(&self) -> (Limits, Shutdown) {
+        // The ranges above keep every value within usize.
+        let size = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
+        let limits = Limits {
+            max_request_bytes: size(self.max_request_bytes),
+            max_part_bytes: size(self.max_part_bytes),
+            max_response_bytes: size(self.max_response_bytes),
+            max_concurrent_requests: size(self.max_concurrent_requests),
+        };
+        let shutdown = Shutdown {
+            drain: Duration::from_millis(self.shutdown_drain_ms),
+            grace: Duration::from_secs(self.shutdown_grace_secs),
+        };
+        (limits, shutdown)
+    }
+}
+
 impl SummarizerArgs {
     fn build(self) -> anyhow::Result<Option<Summarizer>> {
         let (Some(url), Some(model)) = (self.summarizer_url, self.summarizer_model) else {
@@ -90,7 +161,7 @@ impl SummarizerArgs {
             window_tokens: self.summarizer_window,
             max_output_tokens: self.summarizer_max_output,
             max_calls: self.summarizer_max_calls,
-            timeout: std::time::Duration::from_secs(self.summarizer_timeout_secs),
+            timeout: Duration::from_secs(self.summarizer_timeout_secs),
         })?))
     }
 }
@@ -111,19 +182,34 @@ pub fn main() -> anyhow::Result<()> {
             db,
             metrics_listen,
             summarizer,
+            limits,
         } => {
             let summarizer = summarizer.build()?;
-            runtime.block_on(serve(listen, db, metrics_listen, summarizer))
+            let (limits, shutdown) = limits.build();
+            let options = crate::server::Options {
+                summarizer,
+                limits,
+                shutdown,
+            };
+            let served = runtime.block_on(serve(listen, db, metrics_listen, options));
+            // Calls abandoned after the grace period end here, without holding up the exit.
+            runtime.shutdown_timeout(RUNTIME_SHUTDOWN);
+            served
         }
         Command::Client(command) => client::run(&runtime, command),
     }
 }
 
+/// How long the runtime waits for its remaining tasks at exit.
+const RUNTIME_SHUTDOWN: Duration = Duration::from_secs(1);
+/// How long closing the database (which checkpoints the WAL) may take at exit.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
+
 async fn serve(
     listen: SocketAddr,
     db: PathBuf,
     metrics_listen: Option<SocketAddr>,
-    summarizer: Option<Summarizer>,
+    options: crate::server::Options,
 ) -> anyhow::Result<()> {
     let store = Store::open(&db)
         .await
@@ -152,12 +238,20 @@ async fn serve(
     tracing::info!(
         %bound,
         db = %db.display(),
-        summarizer = summarizer.as_ref().map(Summarizer::model),
+        summarizer = options.summarizer.as_ref().map(Summarizer::model),
         "serving"
     );
-    let options = crate::server::Options { summarizer };
     crate::server::serve_with(listener, store.clone(), options, shutdown_signal()).await?;
-    store.close().await;
+    // Closing waits for connections still in use; after an abandoned grace period one may be
+    // held by a call that will never finish. The WAL holds every commit either way.
+    if tokio::time::timeout(CLOSE_TIMEOUT, store.close())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            "the database did not close in time; every commit is in its WAL all the same"
+        );
+    }
     tracing::info!("stopped");
     Ok(())
 }
