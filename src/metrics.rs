@@ -53,6 +53,10 @@ fn describe() {
         "ctxd_sqlite_busy_total",
         "requests that found the database busy past its timeout"
     );
+    describe_counter!(
+        "ctxd_sqlite_full_total",
+        "writes refused because the database reached --max-db-bytes or its disk is full"
+    );
     describe_counter!("ctxd_imported_sessions_total", "sessions imported");
 }
 

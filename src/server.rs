@@ -30,7 +30,6 @@ pub async fn serve(
 }
 
 /// [`serve`], with a summarizer for the `Compact` RPC.
-#[allow(clippy::needless_update)] // the other options keep their defaults as they are added
 pub async fn serve_with_summarizer(
     listener: TcpListener,
     store: Store,

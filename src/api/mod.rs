@@ -18,35 +18,47 @@ pub mod pb {
 
 use tonic::Status;
 
+use crate::store::Fault;
 use crate::{domain, store};
 
 /// The one mapping from errors to gRPC status. Internal detail goes to the log, not the client.
 pub(crate) fn status(error: store::Error) -> Status {
-    match error {
-        store::Error::Domain(e) => domain_status(e),
-        store::Error::Database(e) => {
-            if let sqlx::Error::Database(db) = &e
-                && matches!(db.code().as_deref(), Some("5" | "6"))
-            {
-                tracing::warn!(error = %e, "database busy");
-                metrics::counter!("ctxd_sqlite_busy_total").increment(1);
-                return Status::unavailable("the database is busy; retry");
-            }
-            tracing::error!(error = %e, "database error");
-            Status::internal("internal storage error")
+    if let store::Error::Domain(e) = error {
+        return domain_status(e);
+    }
+    let fault = error.fault().unwrap_or(Fault::Internal);
+    match fault {
+        Fault::Full => {
+            tracing::warn!(%error, "database full");
+            metrics::counter!("ctxd_sqlite_full_total").increment(1);
+            Status::resource_exhausted(
+                "the database is full (its disk, or the size limit set by --max-db-bytes): \
+                 writes are refused until there is room again; reads still work",
+            )
         }
-        store::Error::Migrate(e) => {
-            tracing::error!(error = %e, "migration error");
-            Status::internal("internal storage error")
+        Fault::Busy => {
+            tracing::warn!(%error, "database busy");
+            metrics::counter!("ctxd_sqlite_busy_total").increment(1);
+            Status::unavailable(
+                "the database is busy (another process holds its write lock); nothing was \
+                 written: retry",
+            )
         }
-        store::Error::Batch(detail) => {
-            tracing::error!(%detail, "group commit failed");
-            Status::unavailable("the write failed with its batch and was not stored; retry")
+        Fault::Unavailable => {
+            tracing::error!(%error, "database unavailable");
+            Status::unavailable(
+                "the database cannot be written now (read-only, or a disk I/O error); nothing \
+                 was written: retry later",
+            )
         }
-        store::Error::Closed => Status::unavailable("the server is shutting down"),
-        store::Error::Corrupt(detail) => {
-            tracing::error!(%detail, "corrupt store");
+        Fault::Closed => Status::unavailable("the server is shutting down"),
+        Fault::Corrupt => {
+            tracing::error!(%error, "corrupt store");
             Status::data_loss("stored data failed an integrity check")
+        }
+        Fault::Internal => {
+            tracing::error!(%error, "storage error");
+            Status::internal("internal storage error")
         }
     }
 }

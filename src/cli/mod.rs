@@ -49,12 +49,36 @@ enum Command {
         #[arg(long, env = "CTXD_METRICS_LISTEN")]
         metrics_listen: Option<SocketAddr>,
         #[command(flatten)]
+        storage: StorageArgs,
+        #[command(flatten)]
         summarizer: SummarizerArgs,
         #[command(flatten)]
         limits: LimitsArgs,
     },
     #[command(flatten)]
     Client(client::Command),
+}
+
+/// How the database is used when another process holds it or the disk fills up.
+#[derive(Debug, clap::Args)]
+struct StorageArgs {
+    /// Milliseconds a write waits (retrying) for a lock another process holds before it is
+    /// refused as UNAVAILABLE.
+    #[arg(long, env = "CTXD_BUSY_TIMEOUT_MS", default_value_t = 10_000)]
+    busy_timeout_ms: u64,
+    /// The most bytes the database may take; past it writes are refused as RESOURCE_EXHAUSTED
+    /// while reads keep working.
+    #[arg(long, env = "CTXD_MAX_DB_BYTES", value_parser = clap::value_parser!(u64).range(1..))]
+    max_db_bytes: Option<u64>,
+}
+
+impl StorageArgs {
+    fn config(&self) -> crate::store::Config {
+        crate::store::Config {
+            busy_timeout: std::time::Duration::from_millis(self.busy_timeout_ms),
+            max_db_bytes: self.max_db_bytes,
+        }
+    }
 }
 
 /// The server's own summarizer, for the `Compact` RPC.
@@ -181,6 +205,7 @@ pub fn main() -> anyhow::Result<()> {
             listen,
             db,
             metrics_listen,
+            storage,
             summarizer,
             limits,
         } => {
@@ -191,10 +216,16 @@ pub fn main() -> anyhow::Result<()> {
                 limits,
                 shutdown,
             };
-            let served = runtime.block_on(serve(listen, db, metrics_listen, options));
+            let served =
+                runtime.block_on(serve(listen, db, metrics_listen, storage.config(), options));
             // Calls abandoned after the grace period end here, without holding up the exit.
             runtime.shutdown_timeout(RUNTIME_SHUTDOWN);
-            served
+            if let Err(e) = served {
+                // One line, e.g. `ctxd: /x/ctxd.db: not a SQLite database (bad header)`.
+                let _ = writeln!(std::io::stderr(), "ctxd: {e:#}");
+                std::process::exit(1);
+            }
+            Ok(())
         }
         Command::Client(command) => client::run(&runtime, command),
     }
@@ -209,11 +240,11 @@ async fn serve(
     listen: SocketAddr,
     db: PathBuf,
     metrics_listen: Option<SocketAddr>,
+    storage: crate::store::Config,
     options: crate::server::Options,
 ) -> anyhow::Result<()> {
-    let store = Store::open(&db)
-        .await
-        .with_context(|| format!("opening {}", db.display()))?;
+    // Its errors name the file and the problem; nothing has been written to a refused file.
+    let store = Store::open_with(&db, storage).await?;
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("listening on {listen}"))?;

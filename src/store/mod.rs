@@ -5,10 +5,12 @@
 //! beside the writer). An append is acknowledged only after its COMMIT.
 
 mod body;
+mod check;
 mod compaction;
+mod fault;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -27,6 +29,8 @@ use crate::domain::{
 use crate::import;
 use body::Body;
 pub use compaction::{Applied, CompactionPlan, PlanState};
+pub use fault::Fault;
+use fault::Quota;
 
 /// Errors of the store: domain errors pass through; database failures stay opaque to clients.
 #[derive(Debug, thiserror::Error)]
@@ -40,11 +44,14 @@ pub enum Error {
     #[error("corrupt store: {0}")]
     Corrupt(String),
     /// The group commit this append was part of failed; nothing of the batch is written.
-    #[error("the batch this write was committed with failed: {0}")]
-    Batch(String),
+    #[error("the batch this write was committed with failed: {detail}")]
+    Batch { fault: Fault, detail: String },
     /// The store is shutting down.
     #[error("the store is closed")]
     Closed,
+    /// The database file cannot be used: found at open, before anything was written to it.
+    #[error("{}: {problem}", path.display())]
+    Unusable { path: PathBuf, problem: String },
 }
 
 type Result<T, E = Error> = std::result::Result<T, E>;
@@ -89,6 +96,28 @@ pub struct Store {
     cache: Arc<std::sync::Mutex<ReadCache>>,
     /// Appends go to the group committer, which writes many in one transaction and one fsync.
     appends: mpsc::Sender<Job>,
+    path: Arc<PathBuf>,
+    quota: Arc<Quota>,
+}
+
+/// How the store opens its database: `ctxd serve`'s flags.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// How long a write waits for a lock another connection or process holds before it fails
+    /// (retrying meanwhile); the write is then refused, never lost.
+    pub busy_timeout: Duration,
+    /// The most bytes the database may take (`PRAGMA max_page_count` on every writer
+    /// connection); `None`: as much as the disk holds.
+    pub max_db_bytes: Option<u64>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            busy_timeout: BUSY_TIMEOUT,
+            max_db_bytes: None,
+        }
+    }
 }
 
 /// One append waiting for the group committer.
@@ -137,22 +166,41 @@ const IN_CHUNK: usize = 500;
 impl Store {
     /// Opens (creating and migrating if needed) the SQLite file at `path`.
     pub async fn open(path: &Path) -> Result<Self> {
+        Self::open_with(path, Config::default()).await
+    }
+
+    /// [`Store::open`] with `config`. An existing file is checked first (header, size, WAL
+    /// header, permissions, `PRAGMA quick_check`) and refused with [`Error::Unusable`], naming
+    /// the file and the problem, before anything writes to it.
+    pub async fn open_with(path: &Path, config: Config) -> Result<Self> {
+        if let check::Found::Database { wal } = check::before_open(path)? {
+            check::quick_check(path, wal).await?;
+        }
+        let unusable = |e: Error| match e {
+            Error::Unusable { .. } => e,
+            other => check::unusable(path, fault::describe(&other)),
+        };
         let options = SqliteConnectOptions::new()
             .filename(path)
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Full)
             .foreign_keys(true)
-            .busy_timeout(BUSY_TIMEOUT);
-        let writer = SqlitePoolOptions::new()
-            .max_connections(1)
+            .busy_timeout(config.busy_timeout);
+        let quota = Arc::new(Quota::new(config.max_db_bytes));
+        let writer = fault::writer_pool(Arc::clone(&quota))
             .connect_with(options.clone())
-            .await?;
-        sqlx::migrate!("./migrations").run(&writer).await?;
+            .await
+            .map_err(|e| unusable(e.into()))?;
+        sqlx::migrate!("./migrations")
+            .run(&writer)
+            .await
+            .map_err(|e| unusable(e.into()))?;
         let reader = SqlitePoolOptions::new()
             .max_connections(READERS)
             .connect_with(options.read_only(true))
-            .await?;
+            .await
+            .map_err(|e| unusable(e.into()))?;
         let (appends, jobs) = mpsc::channel(MAX_BATCH * 4);
         tokio::spawn(group_committer(writer.clone(), jobs));
         Ok(Self {
@@ -160,7 +208,20 @@ impl Store {
             reader,
             cache: Arc::default(),
             appends,
+            path: Arc::new(path.to_path_buf()),
+            quota,
         })
+    }
+
+    /// Sets the size limit of the database (`None`: none) for every writer connection from now
+    /// on, and returns the limit in effect in bytes: never below the size already in use.
+    /// Raising it lets writes refused as full succeed again, without a restart.
+    pub async fn set_max_db_bytes(&self, bytes: Option<u64>) -> Result<u64> {
+        self.quota.set(bytes);
+        // The pool has one writer connection: this waits for the write in progress, and a
+        // connection opened later takes the new limit when it connects.
+        let mut conn = self.writer.acquire().await?;
+        Ok(self.quota.apply(&mut conn).await?)
     }
 
     /// Closes both pools, checkpointing the WAL.
@@ -334,7 +395,24 @@ impl Store {
             .send(Job { request, reply })
             .await
             .map_err(|_| Error::Closed)?;
-        answer.await.map_err(|_| Error::Closed)?
+        answer
+            .await
+            .map_err(|_| Error::Closed)?
+            .map_err(|e| self.refine(e))
+    }
+
+    /// A write that failed on an I/O error while the disk has no room failed for want of space.
+    fn refine(&self, error: Error) -> Error {
+        match error {
+            Error::Batch {
+                fault: Fault::Unavailable,
+                detail,
+            } if fault::no_room(&self.path) => Error::Batch {
+                fault: Fault::Full,
+                detail,
+            },
+            other => other,
+        }
     }
 
     // ------------------------------------------------------------ import
@@ -684,7 +762,7 @@ async fn group_committer(writer: SqlitePool, mut jobs: mpsc::Receiver<Job>) {
         let mut tx = match writer.begin_with("BEGIN IMMEDIATE").await {
             Ok(tx) => tx,
             Err(e) => {
-                fail_all(batch.into_iter().map(|job| job.reply), &e.to_string());
+                fail_all(batch.into_iter().map(|job| job.reply), &e.into());
                 continue;
             }
         };
@@ -693,27 +771,31 @@ async fn group_committer(writer: SqlitePool, mut jobs: mpsc::Receiver<Job>) {
         // the whole batch is rolled back and answered with that failure.
         let mut replies = Vec::with_capacity(batch.len());
         let mut outcomes = Vec::with_capacity(batch.len());
-        let mut failure: Option<String> = None;
+        let mut failure: Option<Error> = None;
         for job in batch {
             replies.push(job.reply);
             if failure.is_some() {
                 continue;
             }
             match append_in(&mut tx, job.request, &mut cache).await {
-                Err(e) if !matches!(e, Error::Domain(_)) => failure = Some(e.to_string()),
+                Err(e) if !matches!(e, Error::Domain(_)) => failure = Some(e),
                 outcome => outcomes.push(outcome),
             }
         }
+        // The target cache may now name heads this batch wrote and then rolled back; those
+        // are fresh node ids no stored head can equal, so each such entry is simply re-read.
         let failure = match failure {
-            Some(message) => {
+            Some(error) => {
+                // When SQLite has rolled back already this fails; the writer pool then
+                // replaces the connection (`fault::writer_pool`).
                 let _ = tx.rollback().await;
-                Some(message)
+                Some(error)
             }
-            None => tx.commit().await.err().map(|e| e.to_string()),
+            None => tx.commit().await.err().map(Error::from),
         };
-        if let Some(message) = failure {
-            tracing::error!(error = %message, appends = replies.len(), "group commit failed");
-            fail_all(replies, &message);
+        if let Some(error) = failure {
+            tracing::error!(%error, appends = replies.len(), "group commit failed");
+            fail_all(replies, &error);
             continue;
         }
         for (reply, outcome) in replies.into_iter().zip(outcomes) {
@@ -727,10 +809,16 @@ async fn group_committer(writer: SqlitePool, mut jobs: mpsc::Receiver<Job>) {
 /// Answers every append of a failed batch: none of them was written.
 fn fail_all(
     replies: impl IntoIterator<Item = oneshot::Sender<Result<AppendOutcome>>>,
-    message: &str,
+    error: &Error,
 ) {
+    // Kept with the answer: a full disk and a busy lock are told apart from a defect.
+    let fault = error.fault().unwrap_or(Fault::Internal);
+    let detail = error.to_string();
     for reply in replies {
-        let _ = reply.send(Err(Error::Batch(message.to_owned())));
+        let _ = reply.send(Err(Error::Batch {
+            fault,
+            detail: detail.clone(),
+        }));
     }
 }
 

@@ -6,6 +6,7 @@ mod branches;
 mod budget;
 mod concurrency;
 mod deadlines;
+mod faults;
 mod functions;
 mod golden;
 mod held;

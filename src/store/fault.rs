@@ -1,0 +1,203 @@
+//! Database faults: what a failed SQLite call means for the caller, the size quota of the writer
+//! connection, and keeping that connection usable after a transaction SQLite rolled back itself.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use sqlx::sqlite::SqlitePoolOptions;
+use sqlx::{Connection, SqliteConnection};
+
+use super::Error;
+
+/// What kind of failure a write or read met, beyond the domain's own errors: what a caller can
+/// do about it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// The database reached its size limit or its disk is full: writes fail until there is
+    /// room again; reads keep working.
+    Full,
+    /// Another connection or process held the lock past the busy timeout.
+    Busy,
+    /// The database cannot be used right now (read-only, an I/O error, cannot be opened).
+    Unavailable,
+    /// Stored data is damaged.
+    Corrupt,
+    /// The store is shutting down.
+    Closed,
+    /// A defect of ctxd, nothing the caller did.
+    Internal,
+}
+
+impl Error {
+    /// The fault behind this error; `None` for the domain's errors (the caller's mistakes).
+    pub fn fault(&self) -> Option<Fault> {
+        Some(match self {
+            Error::Domain(_) => return None,
+            Error::Database(e) => sqlx_fault(e),
+            Error::Migrate(
+                sqlx::migrate::MigrateError::Execute(e)
+                | sqlx::migrate::MigrateError::ExecuteMigration(e, _),
+            ) => sqlx_fault(e),
+            Error::Migrate(_) => Fault::Internal,
+            Error::Corrupt(_) => Fault::Corrupt,
+            Error::Batch { fault, .. } => *fault,
+            Error::Closed => Fault::Closed,
+            Error::Unusable { .. } => Fault::Unavailable,
+        })
+    }
+}
+
+fn sqlx_fault(error: &sqlx::Error) -> Fault {
+    match error {
+        sqlx::Error::Database(db) => {
+            // sqlx reports the extended result code; its low byte is the primary code.
+            match db
+                .code()
+                .and_then(|c| c.parse::<i32>().ok())
+                .map(|c| c & 0xff)
+            {
+                Some(SQLITE_FULL) => Fault::Full,
+                Some(SQLITE_BUSY | SQLITE_LOCKED) => Fault::Busy,
+                Some(SQLITE_NOMEM | SQLITE_READONLY | SQLITE_IOERR | SQLITE_CANTOPEN) => {
+                    Fault::Unavailable
+                }
+                Some(SQLITE_CORRUPT | SQLITE_NOTADB) => Fault::Corrupt,
+                _ => Fault::Internal,
+            }
+        }
+        // The one writer connection stayed taken past the acquire timeout: writes are queued
+        // behind a lock another process holds.
+        sqlx::Error::PoolTimedOut => Fault::Busy,
+        sqlx::Error::PoolClosed => Fault::Closed,
+        sqlx::Error::Io(_) | sqlx::Error::WorkerCrashed => Fault::Unavailable,
+        _ => Fault::Internal,
+    }
+}
+
+/// What an error at open means, for the one line `ctxd serve` prints before it exits.
+pub(super) fn describe(error: &Error) -> String {
+    let detail = match error {
+        Error::Database(e) => super::check::sqlite_message(e),
+        Error::Migrate(
+            sqlx::migrate::MigrateError::Execute(e)
+            | sqlx::migrate::MigrateError::ExecuteMigration(e, _),
+        ) => super::check::sqlite_message(e),
+        other => other.to_string(),
+    };
+    match error.fault() {
+        Some(Fault::Full) => format!("is full ({detail}): free disk space or raise --max-db-bytes"),
+        Some(Fault::Busy) => format!("is locked by another process ({detail})"),
+        Some(Fault::Corrupt) => format!("is damaged ({detail})"),
+        _ if matches!(error, Error::Migrate(_)) => format!("cannot be migrated: {detail}"),
+        _ => format!("cannot be opened: {detail}"),
+    }
+}
+
+const SQLITE_BUSY: i32 = 5;
+const SQLITE_LOCKED: i32 = 6;
+const SQLITE_NOMEM: i32 = 7;
+const SQLITE_READONLY: i32 = 8;
+const SQLITE_IOERR: i32 = 10;
+const SQLITE_CORRUPT: i32 = 11;
+const SQLITE_FULL: i32 = 13;
+const SQLITE_CANTOPEN: i32 = 14;
+const SQLITE_NOTADB: i32 = 26;
+
+/// Free bytes below which an I/O error on a write is taken for a full disk: SQLite reports
+/// ENOSPC as SQLITE_FULL from a write, but as a generic I/O error from an fsync or from
+/// growing its shared-memory file.
+const NO_ROOM_BYTES: u64 = 1 << 20;
+
+/// Whether the file system holding `path` has (next to) no room left.
+pub(super) fn no_room(path: &Path) -> bool {
+    #[cfg(unix)]
+    {
+        let dir = match path.parent() {
+            Some(dir) if !dir.as_os_str().is_empty() => dir,
+            _ => Path::new("."),
+        };
+        rustix::fs::statvfs(dir)
+            .is_ok_and(|fs| fs.f_bavail.saturating_mul(fs.f_frsize) < NO_ROOM_BYTES)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = path;
+        false
+    }
+}
+
+/// The most pages `PRAGMA max_page_count` accepts: no limit but SQLite's own.
+const MAX_PAGES: u64 = 0xffff_fffe;
+
+/// The size limit of the database (`--max-db-bytes`), applied to every writer connection.
+#[derive(Debug, Default)]
+pub(super) struct Quota {
+    /// Bytes; 0 means no limit.
+    bytes: AtomicU64,
+}
+
+impl Quota {
+    pub(super) fn new(bytes: Option<u64>) -> Self {
+        Self {
+            bytes: AtomicU64::new(bytes.unwrap_or(0)),
+        }
+    }
+
+    pub(super) fn set(&self, bytes: Option<u64>) {
+        self.bytes.store(bytes.unwrap_or(0), Ordering::Relaxed);
+    }
+
+    pub(super) fn get(&self) -> Option<u64> {
+        match self.bytes.load(Ordering::Relaxed) {
+            0 => None,
+            n => Some(n),
+        }
+    }
+
+    /// Sets `max_page_count` on `conn` and returns the limit in effect, in bytes. SQLite never
+    /// sets it below the pages in use: a database already over its quota takes no new page.
+    pub(super) async fn apply(&self, conn: &mut SqliteConnection) -> Result<u64, sqlx::Error> {
+        let page: i64 = sqlx::query_scalar("PRAGMA page_size")
+            .fetch_one(&mut *conn)
+            .await?;
+        let page = u64::try_from(page).unwrap_or(4096).max(1);
+        let pages = self
+            .get()
+            .map_or(MAX_PAGES, |b| (b / page).clamp(1, MAX_PAGES));
+        let set: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "PRAGMA max_page_count = {pages}"
+        )))
+        .fetch_one(&mut *conn)
+        .await?;
+        Ok(u64::try_from(set).unwrap_or(0).saturating_mul(page))
+    }
+}
+
+/// The writer pool: one connection, which takes the quota whenever the pool (re)opens it, and
+/// is replaced when a failed transaction left it out of step.
+pub(super) fn writer_pool(quota: Arc<Quota>) -> SqlitePoolOptions {
+    SqlitePoolOptions::new()
+        .max_connections(1)
+        .after_connect(move |conn, _| {
+            let quota = Arc::clone(&quota);
+            Box::pin(async move { quota.apply(conn).await.map(|_| ()) })
+        })
+        .after_release(|conn, _| {
+            Box::pin(async move {
+                // SQLite rolls a transaction back by itself on SQLITE_FULL and some I/O errors;
+                // the ROLLBACK sqlx then sends fails, and sqlx keeps counting the transaction
+                // as open, so every later BEGIN would be refused. A transaction dropped without
+                // COMMIT queued its ROLLBACK: the ping waits for it. A connection still "in a
+                // transaction" after that is closed, and the pool opens a fresh one.
+                if conn.is_in_transaction() {
+                    conn.ping().await?;
+                }
+                let consistent = !conn.is_in_transaction();
+                if !consistent {
+                    tracing::warn!("reopening the writer connection after a failed transaction");
+                }
+                Ok(consistent)
+            })
+        })
+}

@@ -1,0 +1,347 @@
+//! Faults of the disk and the database file: a full disk or quota, bad files at start, a lock
+//! held by another process. Servers here are the real binary where a process is needed, or a
+//! real server in-process over a store the test can reach (to raise its quota).
+
+mod bad_files;
+mod busy;
+mod disk_full;
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdout, Command, ExitStatus, Stdio};
+use std::time::Duration;
+
+use ctxd::api::pb;
+use ctxd::store::{Config, Store};
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use crate::helpers::*;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+/// `ctxd serve` on port 0 over `db`, with `args` added.
+fn ctxd_serve(db: &Path, args: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_ctxd"));
+    command
+        .args(["serve", "--listen", "127.0.0.1:0", "--db"])
+        .arg(db)
+        .args(args);
+    for var in [
+        "CTXD_LISTEN",
+        "CTXD_DB",
+        "CTXD_LOG",
+        "CTXD_METRICS_LISTEN",
+        "CTXD_BUSY_TIMEOUT_MS",
+        "CTXD_MAX_DB_BYTES",
+    ] {
+        command.env_remove(var);
+    }
+    command
+}
+
+/// A running server process; killed if a test fails before stopping it.
+pub struct Daemon {
+    child: Option<Child>,
+    pub addr: SocketAddr,
+    /// The second stdout line, with `--metrics-listen`.
+    pub metrics: Option<SocketAddr>,
+    stdout: Option<BufReader<ChildStdout>>,
+    log: PathBuf,
+}
+
+impl Daemon {
+    /// Starts `command` and waits for its `ctxd listening on ADDR` line (and the metrics line
+    /// when `metrics` is set); stderr goes to `log`.
+    pub async fn start(mut command: Command, log: &Path, metrics: bool) -> Self {
+        let mut child = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(File::create(log).expect("stderr log"))
+            .spawn()
+            .expect("spawn the server");
+        let stdout = child.stdout.take().expect("stdout");
+        let lines = if metrics { 2 } else { 1 };
+        let read = tokio::task::spawn_blocking(move || {
+            let mut reader = BufReader::new(stdout);
+            let mut read = Vec::new();
+            for _ in 0..lines {
+                let mut line = String::new();
+                reader.read_line(&mut line)?;
+                read.push(line);
+            }
+            Ok::<_, std::io::Error>((read, reader))
+        });
+        let mut daemon = Self {
+            child: Some(child),
+            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            metrics: None,
+            stdout: None,
+            log: log.to_path_buf(),
+        };
+        let (lines, stdout) = match tokio::time::timeout(WAIT, read).await {
+            Ok(joined) => joined.expect("reader thread").expect("read stdout"),
+            Err(_) => panic!("no address within {WAIT:?}; stderr: {}", daemon.stderr()),
+        };
+        let stderr = daemon.stderr();
+        let address = |line: &str, prefix: &str| -> SocketAddr {
+            line.trim_end()
+                .strip_prefix(prefix)
+                .and_then(|a| a.parse().ok())
+                .unwrap_or_else(|| panic!("stdout line {line:?}; stderr: {stderr}"))
+        };
+        daemon.addr = address(&lines[0], "ctxd listening on ");
+        if metrics {
+            daemon.metrics = Some(address(&lines[1], "ctxd metrics on "));
+        }
+        daemon.stdout = Some(stdout);
+        daemon
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// SIGTERM, then a clean exit within bounded time.
+    pub async fn stop(mut self) {
+        let mut child = self.child.take().expect("running");
+        signal(child.id(), "-TERM");
+        let waited = tokio::time::timeout(WAIT, tokio::task::spawn_blocking(move || child.wait()))
+            .await
+            .unwrap_or_else(|_| panic!("no exit within {WAIT:?} of SIGTERM"))
+            .expect("waiter thread")
+            .expect("wait");
+        assert!(
+            waited.success(),
+            "exit {waited:?}; stderr: {}",
+            self.stderr()
+        );
+    }
+
+    /// Text of the metrics endpoint.
+    pub async fn scrape(&self) -> String {
+        let addr = self.metrics.expect("started with --metrics-listen");
+        tokio::task::spawn_blocking(move || {
+            use std::io::Write;
+            let mut stream = std::net::TcpStream::connect(addr).expect("connect to metrics");
+            stream
+                .write_all(b"GET /metrics HTTP/1.1\r\nHost: ctxd\r\n\r\n")
+                .expect("send");
+            let mut response = String::new();
+            stream.read_to_string(&mut response).expect("read");
+            response
+        })
+        .await
+        .expect("scrape")
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn signal(pid: u32, signal: &str) {
+    let status = Command::new("kill")
+        .args([signal, &pid.to_string()])
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill {signal} {pid}");
+}
+
+/// What a server that must refuse to start did.
+pub struct Refusal {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs `command` to its exit (bounded), capturing both streams.
+pub async fn run_to_exit(mut command: Command) -> Refusal {
+    let child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn the server");
+    let pid = child.id();
+    let output = tokio::time::timeout(
+        WAIT,
+        tokio::task::spawn_blocking(move || child.wait_with_output()),
+    )
+    .await;
+    let output = match output {
+        Ok(joined) => joined.expect("waiter thread").expect("wait"),
+        Err(_) => {
+            signal(pid, "-KILL");
+            panic!("the server did not exit within {WAIT:?}");
+        }
+    };
+    Refusal {
+        status: output.status,
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+/// A real server in-process over a store opened with `config`, which the test keeps.
+pub struct Served {
+    pub dir: tempfile::TempDir,
+    pub db: PathBuf,
+    pub store: Store,
+    pub client: Client,
+    shutdown: Option<oneshot::Sender<()>>,
+    handle: Option<JoinHandle<Result<(), tonic::transport::Error>>>,
+}
+
+pub async fn serve_store(config: Config) -> Served {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("ctxd.db");
+    let store = Store::open_with(&db, config).await.expect("open the store");
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("local addr");
+    let (shutdown, signal) = oneshot::channel::<()>();
+    let handle = tokio::spawn(ctxd::server::serve(listener, store.clone(), async move {
+        let _ = signal.await;
+    }));
+    Served {
+        dir,
+        db,
+        store,
+        client: connect(addr).await,
+        shutdown: Some(shutdown),
+        handle: Some(handle),
+    }
+}
+
+impl Served {
+    /// Stops the server and closes the store (checkpointing its WAL into the file).
+    pub async fn stop(mut self) -> (tempfile::TempDir, PathBuf) {
+        let _ = self.shutdown.take().expect("running").send(());
+        tokio::time::timeout(WAIT, self.handle.take().expect("running"))
+            .await
+            .expect("serve() returns after the shutdown signal")
+            .expect("serve task")
+            .expect("serve() returns Ok");
+        self.store.close().await;
+        (self.dir, self.db)
+    }
+}
+
+/// `PRAGMA integrity_check` of the database at `path`, through its own read-only connection.
+pub async fn integrity(path: &Path) -> String {
+    let options = sqlx::sqlite::SqliteConnectOptions::new()
+        .filename(path)
+        .read_only(true);
+    let pool = sqlx::SqlitePool::connect_with(options)
+        .await
+        .expect("open the database");
+    let rows: Vec<String> = sqlx::query_scalar("PRAGMA integrity_check")
+        .fetch_all(&pool)
+        .await
+        .expect("integrity_check");
+    pool.close().await;
+    rows.join("; ")
+}
+
+/// `len` bytes of text zstd cannot shrink much, different for each `seed`, so that it takes
+/// about that much room in the database.
+pub fn noise(len: usize, seed: u64) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789 .";
+    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            // xorshift64: cheap, and enough to defeat the compressor.
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            ALPHABET[(state >> 58) as usize] as char
+        })
+        .collect()
+}
+
+/// An append of `nodes` to `main` with an idempotency key.
+pub fn keyed(session: &str, key: &str, nodes: Vec<pb::NodeInput>) -> pb::AppendRequest {
+    pb::AppendRequest {
+        idempotency_key: key.into(),
+        ..append_req(session, nodes)
+    }
+}
+
+/// A neutral JSONL file of one user message, as import chunks.
+pub fn import_chunks(content: &str) -> Vec<pb::ImportChunk> {
+    let line = serde_json::json!({ "role": "user", "content": content }).to_string();
+    vec![pb::ImportChunk {
+        format: pb::ImportFormat::NeutralJsonl as i32,
+        metadata: Default::default(),
+        data: line.into_bytes(),
+    }]
+}
+
+/// Node ids of `main`, oldest first.
+pub async fn main_ids(client: &mut Client, session: &str) -> Vec<String> {
+    let mut ids = Vec::new();
+    let mut page_token = String::new();
+    loop {
+        let page = client
+            .log(pb::LogRequest {
+                session_id: session.into(),
+                branch: "main".into(),
+                node_id: String::new(),
+                limit: 1000,
+                page_token,
+            })
+            .await
+            .expect("Log")
+            .into_inner();
+        ids.extend(page.nodes.into_iter().map(|n| n.node_id));
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        page_token = page.next_page_token;
+    }
+    ids.reverse();
+    ids
+}
+
+/// Every acknowledged append is on `main` exactly once, its nodes in order, and nothing else is:
+/// a refused append left no node behind.
+#[track_caller]
+pub fn assert_each_once(ids: &[String], acknowledged: &[pb::AppendResponse]) {
+    let position: std::collections::HashMap<&String, usize> =
+        ids.iter().enumerate().map(|(i, id)| (id, i)).collect();
+    assert_eq!(
+        position.len(),
+        ids.len(),
+        "a node is on main twice: {ids:?}"
+    );
+    let mut expected = 0;
+    for answer in acknowledged {
+        let at: Vec<usize> = answer
+            .node_ids
+            .iter()
+            .map(|id| {
+                *position
+                    .get(id)
+                    .unwrap_or_else(|| panic!("acknowledged node {id} is not on main"))
+            })
+            .collect();
+        assert!(
+            at.windows(2).all(|w| w[1] == w[0] + 1),
+            "the nodes of one append follow each other: {at:?}"
+        );
+        expected += at.len();
+    }
+    assert_eq!(ids.len(), expected, "only acknowledged nodes are on main");
+}
