@@ -470,3 +470,96 @@ async fn a_batch_with_a_bad_later_node_writes_nothing() {
     }
     assert_eq!(app.blob_count().await, blobs, "no blob written");
 }
+
+/// Sends message bodies as they are, so bytes that are no protobuf reach the server.
+#[derive(Clone, Copy, Default)]
+struct RawCodec;
+
+impl tonic::codec::Codec for RawCodec {
+    type Encode = Vec<u8>;
+    type Decode = Vec<u8>;
+    type Encoder = RawCodec;
+    type Decoder = RawCodec;
+
+    fn encoder(&mut self) -> Self {
+        RawCodec
+    }
+
+    fn decoder(&mut self) -> Self {
+        RawCodec
+    }
+}
+
+impl tonic::codec::Encoder for RawCodec {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+
+    fn encode(
+        &mut self,
+        item: Vec<u8>,
+        buf: &mut tonic::codec::EncodeBuf<'_>,
+    ) -> Result<(), tonic::Status> {
+        prost::bytes::BufMut::put_slice(buf, &item);
+        Ok(())
+    }
+}
+
+impl tonic::codec::Decoder for RawCodec {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+
+    fn decode(
+        &mut self,
+        buf: &mut tonic::codec::DecodeBuf<'_>,
+    ) -> Result<Option<Vec<u8>>, tonic::Status> {
+        use prost::bytes::Buf;
+        Ok(Some(buf.copy_to_bytes(buf.remaining()).to_vec()))
+    }
+}
+
+async fn raw_call(app: &TestApp, method: &str, body: Vec<u8>) -> Result<Vec<u8>, tonic::Status> {
+    let mut grpc = tonic::client::Grpc::new(channel(app.addr).await);
+    grpc.ready().await.expect("ready");
+    let path =
+        http::uri::PathAndQuery::try_from(format!("/ctxd.v1.ContextStore/{method}")).expect("path");
+    grpc.unary(tonic::Request::new(body), path, RawCodec)
+        .await
+        .map(tonic::Response::into_inner)
+}
+
+/// Found by the request fuzzer: a body that is not the request's protobuf answered INTERNAL.
+#[tokio::test]
+async fn undecodable_requests_are_invalid_and_name_the_field() {
+    use prost::Message;
+    let app = spawn_app().await;
+    // session_id (field 1) holding bytes that are not UTF-8.
+    let not_utf8 = vec![0x0a, 0x02, 0xff, 0xfe];
+    // A length prefix far past the end of the body.
+    let underflow = vec![0x0a, 0xff, 0xff, 0x03, b'x'];
+    // Field 1 with wire type 6, which does not exist.
+    let bad_wire_type = vec![0x0e, 0x00];
+    for (method, body, field) in [
+        (
+            "GetSession",
+            not_utf8.clone(),
+            "GetSessionRequest.session_id",
+        ),
+        ("Log", not_utf8, "LogRequest.session_id"),
+        ("Append", underflow, "AppendRequest.session_id"),
+        ("GetNodes", bad_wire_type, "wire type"),
+    ] {
+        assert_status(
+            raw_call(&app, method, body).await,
+            Code::InvalidArgument,
+            field,
+        );
+    }
+    // A node's role given as a string where a varint belongs.
+    let mut append = append_req(&unknown_id(), vec![user("x")]).encode_to_vec();
+    append.extend([0x32, 0x04, 0x0a, 0x02, 0x08, 0xff]);
+    assert_status(
+        raw_call(&app, "Append", append).await,
+        Code::InvalidArgument,
+        "AppendRequest.nodes",
+    );
+}
