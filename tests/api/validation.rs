@@ -563,3 +563,43 @@ async fn undecodable_requests_are_invalid_and_name_the_field() {
         "AppendRequest.nodes",
     );
 }
+
+/// Found by the request fuzzer: an error quoting a huge input (a 1 MiB branch name) made a
+/// `grpc-message` header past the client's HTTP/2 limit, which broke the whole connection.
+#[tokio::test]
+async fn errors_quoting_huge_input_stay_short_and_keep_the_connection() {
+    let mut app = spawn_app().await;
+    let (s, ids) = seeded(&mut app).await;
+    let huge = "日本".repeat(512 * 1024);
+    let status = app
+        .client
+        .create_branch(pb::CreateBranchRequest {
+            session_id: s.clone(),
+            name: huge.clone(),
+            from_node_id: ids[0].clone(),
+        })
+        .await
+        .expect_err("a 3 MiB branch name");
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    assert!(
+        status.message().starts_with("name: "),
+        "{}",
+        status.message()
+    );
+    assert!(
+        status.message().len() < 2048,
+        "{} bytes",
+        status.message().len()
+    );
+    assert_status(
+        app.client
+            .get_session(pb::GetSessionRequest {
+                session_id: huge.clone(),
+            })
+            .await,
+        Code::InvalidArgument,
+        "session_id",
+    );
+    // The same connection still serves.
+    assert_eq!(app.get_session(&s).await.session_id, s);
+}
