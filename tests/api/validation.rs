@@ -379,7 +379,17 @@ async fn malformed_nodes_are_invalid() {
 async fn branch_names_are_checked() {
     let mut app = spawn_app().await;
     let (s, ids) = seeded(&mut app).await;
-    for name in ["", "a/../b", "..", "/x", "x/", "a//b", "has space"] {
+    for name in [
+        "",
+        "a/../b",
+        "..",
+        "a..b",
+        "x.",
+        "/x",
+        "x/",
+        "a//b",
+        "has space",
+    ] {
         assert_status(
             app.client
                 .create_branch(pb::CreateBranchRequest {
