@@ -3,6 +3,8 @@
 mod codec;
 mod compaction;
 mod convert;
+#[cfg(test)]
+mod props;
 mod service;
 
 pub use service::ContextStoreService;

@@ -89,6 +89,76 @@ fn optional_node(field: &str, text: &str) -> Result<Option<NodeId>, Status> {
         .transpose()
 }
 
+/// An Append request, parsed; every failure names its field.
+pub(super) fn append_request(request: pb::AppendRequest) -> Result<AppendRequest, Status> {
+    let session = session_id(&request.session_id)?;
+    let target = match optional_node("function_id", &request.function_id)? {
+        Some(function) => AppendTarget::Function(function),
+        None => AppendTarget::Branch(branch_or_main("branch", &request.branch)?),
+    };
+    let expected_head = request
+        .expected_head_id
+        .as_deref()
+        .map(|id| optional_node("expected_head_id", id))
+        .transpose()?;
+    if request.nodes.is_empty() {
+        return Err(domain_status(Error::invalid(
+            "nodes",
+            "must hold at least one node",
+        )));
+    }
+    let nodes = request
+        .nodes
+        .into_iter()
+        .enumerate()
+        .map(|(i, node)| parse(convert::node_input(&format!("nodes[{i}]"), node)))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(AppendRequest {
+        session,
+        target,
+        expected_head,
+        idempotency_key: (!request.idempotency_key.is_empty()).then_some(request.idempotency_key),
+        nodes,
+    })
+}
+
+/// A Log request, parsed: the session, where the page starts, and how many nodes it holds.
+pub(super) fn log_request(
+    request: &pb::LogRequest,
+) -> Result<(SessionId, PathTarget, u32), Status> {
+    let session = session_id(&request.session_id)?;
+    if !request.branch.is_empty() && !request.node_id.is_empty() {
+        return Err(domain_status(Error::invalid(
+            "node_id",
+            "give a branch or a node_id, not both",
+        )));
+    }
+    // A page token is the node the next page starts at.
+    let start = if let Some(next) = optional_node("page_token", &request.page_token)? {
+        PathTarget::Node(next)
+    } else if let Some(node) = optional_node("node_id", &request.node_id)? {
+        PathTarget::Node(node)
+    } else {
+        PathTarget::Branch(branch_or_main("branch", &request.branch)?)
+    };
+    let limit = match request.limit {
+        0 => DEFAULT_LOG_LIMIT,
+        n => n.min(MAX_LOG_LIMIT),
+    };
+    Ok((session, start, limit))
+}
+
+/// A CreateBranch request, parsed: the session, the name, and the node it starts at.
+pub(super) fn create_branch_request(
+    request: &pb::CreateBranchRequest,
+) -> Result<(SessionId, BranchName, Option<NodeId>), Status> {
+    Ok((
+        session_id(&request.session_id)?,
+        parse(BranchName::parse("name", &request.name))?,
+        optional_node("from_node_id", &request.from_node_id)?,
+    ))
+}
+
 #[tonic::async_trait]
 impl pb::context_store_server::ContextStore for ContextStoreService {
     #[instrument(skip_all)]
@@ -144,41 +214,8 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
 
     #[instrument(skip_all)]
     async fn append(&self, request: Request<pb::AppendRequest>) -> Reply<pb::AppendResponse> {
-        let request = request.into_inner();
-        let session = session_id(&request.session_id)?;
-        let target = match optional_node("function_id", &request.function_id)? {
-            Some(function) => AppendTarget::Function(function),
-            None => AppendTarget::Branch(branch_or_main("branch", &request.branch)?),
-        };
-        let expected_head = request
-            .expected_head_id
-            .as_deref()
-            .map(|id| optional_node("expected_head_id", id))
-            .transpose()?;
-        if request.nodes.is_empty() {
-            return Err(domain_status(Error::invalid(
-                "nodes",
-                "must hold at least one node",
-            )));
-        }
-        let nodes = request
-            .nodes
-            .into_iter()
-            .enumerate()
-            .map(|(i, node)| parse(convert::node_input(&format!("nodes[{i}]"), node)))
-            .collect::<Result<Vec<_>, _>>()?;
-        let outcome = self
-            .store
-            .append(AppendRequest {
-                session,
-                target,
-                expected_head,
-                idempotency_key: (!request.idempotency_key.is_empty())
-                    .then_some(request.idempotency_key),
-                nodes,
-            })
-            .await
-            .map_err(status)?;
+        let request = append_request(request.into_inner())?;
+        let outcome = self.store.append(request).await.map_err(status)?;
         metrics::counter!("ctxd_appended_nodes_total").increment(outcome.node_ids.len() as u64);
         Ok(Response::new(pb::AppendResponse {
             node_ids: outcome.node_ids,
@@ -208,26 +245,7 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
 
     #[instrument(skip_all)]
     async fn log(&self, request: Request<pb::LogRequest>) -> Reply<pb::LogResponse> {
-        let request = request.into_inner();
-        let session = session_id(&request.session_id)?;
-        if !request.branch.is_empty() && !request.node_id.is_empty() {
-            return Err(domain_status(Error::invalid(
-                "node_id",
-                "give a branch or a node_id, not both",
-            )));
-        }
-        // A page token is the node the next page starts at.
-        let start = if let Some(next) = optional_node("page_token", &request.page_token)? {
-            PathTarget::Node(next)
-        } else if let Some(node) = optional_node("node_id", &request.node_id)? {
-            PathTarget::Node(node)
-        } else {
-            PathTarget::Branch(branch_or_main("branch", &request.branch)?)
-        };
-        let limit = match request.limit {
-            0 => DEFAULT_LOG_LIMIT,
-            n => n.min(MAX_LOG_LIMIT),
-        };
+        let (session, start, limit) = log_request(&request.into_inner())?;
         let (nodes, next) = self
             .store
             .log(session, start, limit)
@@ -241,10 +259,7 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
 
     #[instrument(skip_all)]
     async fn create_branch(&self, request: Request<pb::CreateBranchRequest>) -> Reply<pb::Branch> {
-        let request = request.into_inner();
-        let session = session_id(&request.session_id)?;
-        let name = parse(BranchName::parse("name", &request.name))?;
-        let from = optional_node("from_node_id", &request.from_node_id)?;
+        let (session, name, from) = create_branch_request(&request.into_inner())?;
         let branch = self
             .store
             .create_branch(session, name, from)
@@ -437,14 +452,14 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
 }
 
 /// A render target as both `Render` and `ContextStats` carry it.
-enum RenderTarget {
+pub(super) enum RenderTarget {
     Branch(String),
     Node(String),
     Function(String),
 }
 
 /// The fields `Render` and `ContextStats` share.
-struct RenderArgs {
+pub(super) struct RenderArgs {
     session_id: String,
     target: Option<RenderTarget>,
     tokenizer: String,
@@ -481,42 +496,48 @@ macro_rules! render_args_from {
 render_args_from!(pb::RenderRequest, render_request);
 render_args_from!(pb::ContextStatsRequest, context_stats_request);
 
+/// A Render or ContextStats request, parsed: session, target, tokenizer and engine options.
+pub(super) fn render_request(
+    args: RenderArgs,
+) -> Result<(SessionId, PathTarget, Tokenizer, Options), Status> {
+    let session = session_id(&args.session_id)?;
+    let target = match args.target {
+        None => PathTarget::Branch(BranchName::main()),
+        Some(RenderTarget::Branch(name)) => PathTarget::Branch(branch_or_main("branch", &name)?),
+        Some(RenderTarget::Node(id)) => PathTarget::Node(parse(NodeId::parse("node_id", &id))?),
+        Some(RenderTarget::Function(id)) => {
+            PathTarget::Function(parse(NodeId::parse("function_id", &id))?)
+        }
+    };
+    let tokenizer = tokenizer(&args.tokenizer)?;
+    let callers = match pb::Callers::try_from(args.callers) {
+        Ok(pb::Callers::Unspecified | pb::Callers::All) => Callers::All,
+        Ok(pb::Callers::None) => Callers::None,
+        Err(_) => {
+            return Err(domain_status(Error::invalid(
+                "callers",
+                format!("unknown value {}", args.callers),
+            )));
+        }
+    };
+    let options = Options {
+        callers,
+        budget: parse(convert::budget(args.budget))?,
+        policy: convert::policy(args.policy),
+        now_ms: if args.now_unix_ms == 0 {
+            now_ms()
+        } else {
+            args.now_unix_ms
+        },
+    };
+    Ok((session, target, tokenizer, options))
+}
+
 impl ContextStoreService {
     /// Parses, loads and renders; the one path behind `Render` and `ContextStats`, so the two
     /// always agree.
     async fn rendered(&self, args: RenderArgs) -> Result<(PathView, Rendered), Status> {
-        let session = session_id(&args.session_id)?;
-        let target = match args.target {
-            None => PathTarget::Branch(BranchName::main()),
-            Some(RenderTarget::Branch(name)) => {
-                PathTarget::Branch(branch_or_main("branch", &name)?)
-            }
-            Some(RenderTarget::Node(id)) => PathTarget::Node(parse(NodeId::parse("node_id", &id))?),
-            Some(RenderTarget::Function(id)) => {
-                PathTarget::Function(parse(NodeId::parse("function_id", &id))?)
-            }
-        };
-        let tokenizer = tokenizer(&args.tokenizer)?;
-        let callers = match pb::Callers::try_from(args.callers) {
-            Ok(pb::Callers::Unspecified | pb::Callers::All) => Callers::All,
-            Ok(pb::Callers::None) => Callers::None,
-            Err(_) => {
-                return Err(domain_status(Error::invalid(
-                    "callers",
-                    format!("unknown value {}", args.callers),
-                )));
-            }
-        };
-        let options = Options {
-            callers,
-            budget: parse(convert::budget(args.budget))?,
-            policy: convert::policy(args.policy),
-            now_ms: if args.now_unix_ms == 0 {
-                now_ms()
-            } else {
-                args.now_unix_ms
-            },
-        };
+        let (session, target, tokenizer, options) = render_request(args)?;
         let path = self
             .store
             .load_path(session, &target)
