@@ -6,7 +6,7 @@ use tokio::net::TcpListener;
 use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
 
-use crate::api::{ContextStoreService, pb};
+use crate::api::{ContextStoreService, FramingLayer, pb};
 use crate::metrics::MeterLayer;
 use crate::store::Store;
 use crate::summarizer::Summarizer;
@@ -76,6 +76,8 @@ pub async fn serve_with(
         .expect("the compiled-in descriptors are valid");
     Server::builder()
         .layer(MeterLayer)
+        // Inside the meter, so it counts the code the caller gets.
+        .layer(FramingLayer)
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)

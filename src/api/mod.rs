@@ -3,10 +3,12 @@
 mod codec;
 mod compaction;
 mod convert;
+mod framing;
 #[cfg(test)]
 mod props;
 mod service;
 
+pub use framing::FramingLayer;
 pub use service::ContextStoreService;
 
 /// Code generated from `proto/ctxd/v1/ctxd.proto`.

@@ -613,3 +613,62 @@ async fn errors_quoting_huge_input_stay_short_and_keep_the_connection() {
     // The same connection still serves.
     assert_eq!(app.get_session(&s).await.session_id, s);
 }
+
+/// Sends `body` as the raw HTTP/2 body of a gRPC call, framing and all, and reads the status.
+async fn raw_h2_call(app: &TestApp, method: &str, body: Vec<u8>) -> tonic::Status {
+    let tcp = tokio::net::TcpStream::connect(app.addr)
+        .await
+        .expect("connect");
+    let (client, connection) = h2::client::handshake(tcp).await.expect("handshake");
+    tokio::spawn(connection);
+    let mut client = client.ready().await.expect("ready");
+    let request = http::Request::post(format!("http://{}/ctxd.v1.ContextStore/{method}", app.addr))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(())
+        .expect("request");
+    let (response, mut send) = client.send_request(request, body.is_empty()).expect("send");
+    if !body.is_empty() {
+        send.send_data(body.into(), true).expect("send body");
+    }
+    let response = response.await.expect("response");
+    // Refused before any handler ran: a trailers-only answer, the status in the head.
+    tonic::Status::from_header_map(response.headers()).expect("grpc-status in the head")
+}
+
+/// Found by the request fuzzer: broken gRPC framing (tonic's INTERNAL) is the caller's mistake.
+#[tokio::test]
+async fn broken_grpc_framing_is_invalid() {
+    use prost::Message;
+    let app = spawn_app().await;
+    let message = pb::GetSessionRequest {
+        session_id: unknown_id(),
+    }
+    .encode_to_vec();
+    let frame = |flag: u8, len: usize| {
+        let mut body = vec![flag];
+        body.extend(u32::try_from(len).expect("small").to_be_bytes());
+        body.extend(&message);
+        body
+    };
+    for (what, body) in [
+        ("no message at all", Vec::new()),
+        ("a length past the end", frame(0, message.len() + 10)),
+        (
+            "a compressed flag without an encoding",
+            frame(1, message.len()),
+        ),
+        ("an invalid compressed flag", frame(7, message.len())),
+        ("a body cut inside the header", vec![0, 0]),
+    ] {
+        let status = raw_h2_call(&app, "GetSession", body).await;
+        assert_eq!(status.code(), Code::InvalidArgument, "{what}: {status:?}");
+        assert!(
+            status.message().starts_with("request: "),
+            "{what}: {status:?}"
+        );
+    }
+    // A well-framed message still gets through the same path (and is answered NOT_FOUND).
+    let status = raw_h2_call(&app, "GetSession", frame(0, message.len())).await;
+    assert_eq!(status.code(), Code::NotFound, "{status:?}");
+}
