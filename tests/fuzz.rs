@@ -259,6 +259,99 @@ async fn call(channel: &Channel, method: &Method, messages: Vec<Vec<u8>>) -> Ans
     }
 }
 
+/// Sends `body` as the raw HTTP/2 body of a gRPC call (in `pieces` DATA frames) on its own
+/// connection, so broken gRPC framing reaches the server as it is.
+async fn call_framed(addr: SocketAddr, method: &Method, body: Vec<u8>, pieces: usize) -> Answer {
+    let transport = |e: &dyn std::fmt::Display| tonic::Status::unknown(format!("transport: {e}"));
+    let exchange = async {
+        let tcp = tokio::net::TcpStream::connect(addr)
+            .await
+            .map_err(|e| transport(&e))?;
+        let (client, connection) = h2::client::handshake(tcp)
+            .await
+            .map_err(|e| transport(&e))?;
+        tokio::spawn(connection);
+        let mut client = client.ready().await.map_err(|e| transport(&e))?;
+        let request = http::Request::post(format!("http://{addr}/{SERVICE}/{}", method.name))
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .body(())
+            .expect("a request");
+        let (response, mut send) = client
+            .send_request(request, body.is_empty())
+            .map_err(|e| transport(&e))?;
+        if !body.is_empty() {
+            let size = body.len().div_ceil(pieces.max(1));
+            let chunks: Vec<&[u8]> = body.chunks(size).collect();
+            for (i, chunk) in chunks.iter().enumerate() {
+                send.send_data(
+                    prost::bytes::Bytes::copy_from_slice(chunk),
+                    i + 1 == chunks.len(),
+                )
+                .map_err(|e| transport(&e))?;
+            }
+        }
+        let response = response.await.map_err(|e| transport(&e))?;
+        let (parts, mut body) = response.into_parts();
+        let mut answer = parts.headers;
+        if !answer.contains_key("grpc-status") {
+            let mut received = Vec::new();
+            while let Some(data) = body.data().await {
+                let data = data.map_err(|e| transport(&e))?;
+                let _ = body.flow_control().release_capacity(data.len());
+                received.extend_from_slice(&data);
+            }
+            answer = body
+                .trailers()
+                .await
+                .map_err(|e| transport(&e))?
+                .unwrap_or_default();
+        }
+        match tonic::Status::from_header_map(&answer) {
+            None => Err(transport(&"an answer without grpc-status")),
+            Some(status) if status.code() == Code::Ok => Ok(Vec::new()),
+            Some(status) => Err(status),
+        }
+    };
+    tokio::time::timeout(REQUEST_TIMEOUT, exchange)
+        .await
+        .unwrap_or_else(|_| {
+            Err(tonic::Status::deadline_exceeded(format!(
+                "no answer within {REQUEST_TIMEOUT:?}"
+            )))
+        })
+}
+
+/// gRPC length-prefixed frames of `messages`, with lies: compressed flags without an encoding,
+/// invalid flags, lengths past the end or short of it, a body cut anywhere, no frame at all.
+fn frames(g: &mut Gen, messages: &[Vec<u8>]) -> Vec<u8> {
+    let mut body = Vec::new();
+    for m in messages {
+        let flag = match g.below(8) {
+            0 => 1,
+            1 => g.rng.random_range(2..=255),
+            _ => 0,
+        };
+        let len = m.len() as u32;
+        let len = match g.below(8) {
+            0 => len + 1 + g.rng.random_range(0..1000),
+            1 => len.saturating_sub(g.rng.random_range(1..5)),
+            2 => u32::MAX,
+            3 => 64 * 1024 * 1024 + 1,
+            _ => len,
+        };
+        body.push(flag);
+        body.extend(len.to_be_bytes());
+        body.extend(m);
+    }
+    match g.below(6) {
+        0 => body.truncate(g.below(body.len() + 1)),
+        1 => body.clear(),
+        _ => {}
+    }
+    body
+}
+
 // ---------------------------------------------------------------- what a round found
 
 /// One answer the server must never give.
@@ -1280,7 +1373,13 @@ fn learn(g: &mut Gen, method: &str, body: &[u8]) {
 // ---------------------------------------------------------------- a round
 
 /// Runs `cases` requests split over the workers; worker `w` draws from `seed + w`.
-async fn round(channel: &Channel, methods: &[Method], seed: u64, cases: usize) -> Tally {
+async fn round(
+    channel: &Channel,
+    addr: SocketAddr,
+    methods: &[Method],
+    seed: u64,
+    cases: usize,
+) -> Tally {
     let tally = Arc::new(Mutex::new(Tally::default()));
     let mut workers = tokio::task::JoinSet::new();
     for w in 0..WORKERS {
@@ -1297,7 +1396,7 @@ async fn round(channel: &Channel, methods: &[Method], seed: u64, cases: usize) -
                 learn(&mut g, "CreateSession", &body);
             }
             while mine.requests < share {
-                case(&mut g, &channel, &methods, &mut mine).await;
+                case(&mut g, &channel, addr, &methods, &mut mine).await;
             }
             tally.lock().expect("tally").merge(mine);
         });
@@ -1321,10 +1420,24 @@ fn find<'a>(methods: &'a [Method], name: &str) -> &'a Method {
 
 /// One case: raw bytes, a mutated valid request, a random valid request, or a sequence on a
 /// fresh session.
-async fn case(g: &mut Gen, channel: &Channel, methods: &[Method], tally: &mut Tally) {
+async fn case(
+    g: &mut Gen,
+    channel: &Channel,
+    addr: SocketAddr,
+    methods: &[Method],
+    tally: &mut Tally,
+) {
     let method = g.pick(methods).clone();
     g.wild = *g.pick(&[0.02, 0.1, 0.3, 0.7]);
-    match g.below(10) {
+    match g.below(11) {
+        // A request in broken gRPC framing, over raw HTTP/2.
+        10 => {
+            let messages = request(g, &method.name);
+            let body = frames(g, &messages);
+            let pieces = 1 + g.below(3);
+            let answer = call_framed(addr, &method, body.clone(), pieces).await;
+            tally.record(&method.name, &answer, "raw frames", &[body]);
+        }
         // Random bytes as the message body (streaming: as each chunk).
         0 | 1 => {
             let messages: Vec<Vec<u8>> = (0..if method.client_streaming {
@@ -1477,7 +1590,7 @@ async fn random_requests_never_break_the_server() {
     let mut total = Tally::default();
     for r in 0..2 {
         // The same seed both rounds: equal work, so memory must not grow with it.
-        let tally = round(&channel, &methods, seed, cases).await;
+        let tally = round(&channel, daemon.addr, &methods, seed, cases).await;
         rss.push(rss_bytes(pid));
         stored.push(tally.stored as u64);
         println!(
