@@ -10,7 +10,7 @@ use super::compaction::PrepareArgs;
 use crate::domain::{BranchName, CompactionId, Error, NodeId, PathView, SessionId};
 use crate::import;
 use crate::render::{self, Callers, Options, Rendered};
-use crate::store::{AppendRequest, AppendTarget, PathTarget, Store, now_ms};
+use crate::store::{self, AppendRequest, AppendTarget, PathTarget, Store, now_ms};
 use crate::summarizer::Summarizer;
 use crate::tokens::{TokenCache, Tokenizer};
 
@@ -245,12 +245,24 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
 
     #[instrument(skip_all)]
     async fn log(&self, request: Request<pb::LogRequest>) -> Reply<pb::LogResponse> {
-        let (session, start, limit) = log_request(&request.into_inner())?;
+        let request = request.into_inner();
+        let (session, start, limit) = log_request(&request)?;
         let (nodes, next) = self
             .store
             .log(session, start, limit)
             .await
-            .map_err(status)?;
+            .map_err(|e| match e {
+                // The store names the start `node_id`; a page starts at its token.
+                store::Error::Domain(Error::NotFound { what: "node", .. })
+                    if !request.page_token.is_empty() =>
+                {
+                    domain_status(Error::not_found(
+                        "node",
+                        format!("{} (page_token)", request.page_token),
+                    ))
+                }
+                e => status(e),
+            })?;
         Ok(Response::new(pb::LogResponse {
             nodes: nodes.into_iter().map(convert::node).collect(),
             next_page_token: next.map(|id| id.to_string()).unwrap_or_default(),

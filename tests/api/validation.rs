@@ -294,6 +294,17 @@ async fn unknown_ids_and_names_are_not_found() {
         Code::NotFound,
         "node",
     );
+    assert_status(
+        app.client
+            .log(pb::LogRequest {
+                session_id: s.clone(),
+                page_token: nobody.clone(),
+                ..Default::default()
+            })
+            .await,
+        Code::NotFound,
+        "page_token",
+    );
 
     // Functions.
     assert_status(
