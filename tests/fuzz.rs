@@ -1,7 +1,7 @@
-//! Fuzzes the real `ctxd serve` binary: random and mutated bytes into every RPC, then valid
-//! requests with random field values (alone and in sequences on live sessions). No answer may
-//! be INTERNAL, UNKNOWN or DATA_LOSS, every error carries a message, the server never panics,
-//! and its memory stays flat from one equal round to the next.
+//! Fuzzes the real `ctxd serve` binary: random and mutated bytes into every RPC, broken gRPC
+//! framing over raw HTTP/2, and valid requests with random field values (alone and in sequences
+//! on live sessions). No answer may be INTERNAL, UNKNOWN or DATA_LOSS, every error carries a
+//! message, the server never panics, and its memory stays flat from one equal round to the next.
 //!
 //! `CTXD_FUZZ_SEED=N` replays a run (the seed is printed), `CTXD_FUZZ_CASES=N` sets the requests
 //! per round (default 5,000; the round runs twice).
