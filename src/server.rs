@@ -11,7 +11,7 @@ use tonic::transport::server::TcpIncoming;
 use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 
-use crate::api::{ContextStoreService, pb};
+use crate::api::{ContextStoreService, FramingLayer, pb};
 use crate::limits::{Admission, Limits};
 use crate::metrics::MeterLayer;
 use crate::store::Store;
@@ -121,6 +121,8 @@ pub async fn serve_with(
         // concurrency limit instead, which still caps the memory held for them.
         .http2_max_pending_accept_reset_streams(Some(limits.max_concurrent_requests.max(20)))
         .layer(MeterLayer)
+        // Inside the meter, so it counts the code the caller gets.
+        .layer(FramingLayer)
         .add_service(health_service)
         .add_service(admission.wrap(reflection_v1))
         .add_service(admission.wrap(reflection_v1alpha))

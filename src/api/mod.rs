@@ -1,10 +1,15 @@
 //! The gRPC service: request → domain → store/engine → response. The only place with prost types.
 
+mod codec;
 mod compaction;
 mod convert;
+mod framing;
+#[cfg(test)]
+mod props;
 mod reply;
 mod service;
 
+pub use framing::FramingLayer;
 pub use service::ContextStoreService;
 
 /// Code generated from `proto/ctxd/v1/ctxd.proto`.
@@ -63,8 +68,28 @@ pub(crate) fn status(error: store::Error) -> Status {
     }
 }
 
+/// The longest message a status carries. Messages quote the caller's input (a branch name, an
+/// id), and a `grpc-message` header past the client's HTTP/2 header limit fails the whole
+/// connection, every other call on it included, not just this one.
+const MAX_MESSAGE_BYTES: usize = 1024;
+
+/// `message`, cut to [`MAX_MESSAGE_BYTES`] at a character boundary; the field it names comes
+/// first, so it survives the cut.
+fn bounded(mut message: String) -> String {
+    if message.len() > MAX_MESSAGE_BYTES {
+        let total = message.len();
+        let mut end = MAX_MESSAGE_BYTES;
+        while !message.is_char_boundary(end) {
+            end -= 1;
+        }
+        message.truncate(end);
+        message.push_str(&format!("… ({total} bytes in all)"));
+    }
+    message
+}
+
 pub(crate) fn domain_status(error: domain::Error) -> Status {
-    let message = error.to_string();
+    let message = bounded(error.to_string());
     match error {
         domain::Error::InvalidArgument { .. } => Status::invalid_argument(message),
         domain::Error::NotFound { .. } => Status::not_found(message),

@@ -13,7 +13,7 @@ use crate::domain::{BranchName, CompactionId, Error, NodeId, PathView, SessionId
 use crate::import;
 use crate::limits::Limits;
 use crate::render::{self, Callers, Options, Rendered};
-use crate::store::{AppendRequest, AppendTarget, PathTarget, Store, now_ms};
+use crate::store::{self, AppendRequest, AppendTarget, PathTarget, Store, now_ms};
 use crate::summarizer::Summarizer;
 use crate::tokens::{TokenCache, Tokenizer};
 
@@ -160,6 +160,85 @@ fn optional_node(field: &str, text: &str) -> Result<Option<NodeId>, Status> {
         .transpose()
 }
 
+/// An Append request, parsed; every failure names its field.
+pub(super) fn append_request(
+    request: pb::AppendRequest,
+    max_part_bytes: usize,
+) -> Result<AppendRequest, Status> {
+    let session = session_id(&request.session_id)?;
+    let target = match optional_node("function_id", &request.function_id)? {
+        Some(function) => AppendTarget::Function(function),
+        None => AppendTarget::Branch(branch_or_main("branch", &request.branch)?),
+    };
+    let expected_head = request
+        .expected_head_id
+        .as_deref()
+        .map(|id| optional_node("expected_head_id", id))
+        .transpose()?;
+    if request.nodes.is_empty() {
+        return Err(domain_status(Error::invalid(
+            "nodes",
+            "must hold at least one node",
+        )));
+    }
+    let nodes = request
+        .nodes
+        .into_iter()
+        .enumerate()
+        .map(|(i, node)| {
+            parse(convert::node_input(
+                &format!("nodes[{i}]"),
+                node,
+                max_part_bytes,
+            ))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(AppendRequest {
+        session,
+        target,
+        expected_head,
+        idempotency_key: (!request.idempotency_key.is_empty()).then_some(request.idempotency_key),
+        nodes,
+    })
+}
+
+/// A Log request, parsed: the session, where the page starts, and how many nodes it holds.
+pub(super) fn log_request(
+    request: &pb::LogRequest,
+) -> Result<(SessionId, PathTarget, u32), Status> {
+    let session = session_id(&request.session_id)?;
+    if !request.branch.is_empty() && !request.node_id.is_empty() {
+        return Err(domain_status(Error::invalid(
+            "node_id",
+            "give a branch or a node_id, not both",
+        )));
+    }
+    // A page token is the node the next page starts at.
+    let start = if let Some(next) = optional_node("page_token", &request.page_token)? {
+        PathTarget::Node(next)
+    } else if let Some(node) = optional_node("node_id", &request.node_id)? {
+        PathTarget::Node(node)
+    } else {
+        PathTarget::Branch(branch_or_main("branch", &request.branch)?)
+    };
+    let limit = match request.limit {
+        0 => DEFAULT_LOG_LIMIT,
+        n => n.min(MAX_LOG_LIMIT),
+    };
+    Ok((session, start, limit))
+}
+
+/// A CreateBranch request, parsed: the session, the name, and the node it starts at.
+pub(super) fn create_branch_request(
+    request: &pb::CreateBranchRequest,
+) -> Result<(SessionId, BranchName, Option<NodeId>), Status> {
+    Ok((
+        session_id(&request.session_id)?,
+        parse(BranchName::parse("name", &request.name))?,
+        optional_node("from_node_id", &request.from_node_id)?,
+    ))
+}
+
 #[tonic::async_trait]
 impl pb::context_store_server::ContextStore for ContextStoreService {
     #[instrument(skip_all)]
@@ -227,47 +306,14 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
     async fn append(&self, request: Request<pb::AppendRequest>) -> Reply<pb::AppendResponse> {
         let tenant = tenant_of(&request);
         let request = request.into_inner();
-        let session = session_id(&request.session_id)?;
-        let target = match optional_node("function_id", &request.function_id)? {
-            Some(function) => AppendTarget::Function(function),
-            None => AppendTarget::Branch(branch_or_main("branch", &request.branch)?),
-        };
-        let expected_head = request
-            .expected_head_id
-            .as_deref()
-            .map(|id| optional_node("expected_head_id", id))
-            .transpose()?;
-        if request.nodes.is_empty() {
-            return Err(domain_status(Error::invalid(
-                "nodes",
-                "must hold at least one node",
-            )));
-        }
         self.reply_fits(
             reply::append_response_len(request.nodes.len()),
             "nodes",
             "append fewer nodes per call",
         )?;
-        let max_part = self.limits.max_part_bytes;
-        let nodes = request
-            .nodes
-            .into_iter()
-            .enumerate()
-            .map(|(i, node)| parse(convert::node_input(&format!("nodes[{i}]"), node, max_part)))
-            .collect::<Result<Vec<_>, _>>()?;
-        self.scope(&tenant, session).await?;
-        let outcome = self
-            .store
-            .append(AppendRequest {
-                session,
-                target,
-                expected_head,
-                idempotency_key: (!request.idempotency_key.is_empty())
-                    .then_some(request.idempotency_key),
-                nodes,
-            })
-            .await
-            .map_err(status)?;
+        let request = append_request(request, self.limits.max_part_bytes)?;
+        self.scope(&tenant, request.session).await?;
+        let outcome = self.store.append(request).await.map_err(status)?;
         metrics::counter!("ctxd_appended_nodes_total").increment(outcome.node_ids.len() as u64);
         self.reply(pb::AppendResponse {
             node_ids: outcome.node_ids,
@@ -301,31 +347,24 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
     async fn log(&self, request: Request<pb::LogRequest>) -> Reply<pb::LogResponse> {
         let tenant = tenant_of(&request);
         let request = request.into_inner();
-        let session = session_id(&request.session_id)?;
+        let (session, start, limit) = log_request(&request)?;
         self.scope(&tenant, session).await?;
-        if !request.branch.is_empty() && !request.node_id.is_empty() {
-            return Err(domain_status(Error::invalid(
-                "node_id",
-                "give a branch or a node_id, not both",
-            )));
-        }
-        // A page token is the node the next page starts at.
-        let start = if let Some(next) = optional_node("page_token", &request.page_token)? {
-            PathTarget::Node(next)
-        } else if let Some(node) = optional_node("node_id", &request.node_id)? {
-            PathTarget::Node(node)
-        } else {
-            PathTarget::Branch(branch_or_main("branch", &request.branch)?)
-        };
-        let limit = match request.limit {
-            0 => DEFAULT_LOG_LIMIT,
-            n => n.min(MAX_LOG_LIMIT),
-        };
         let (nodes, next) = self
             .store
             .log(session, start, limit)
             .await
-            .map_err(status)?;
+            .map_err(|e| match e {
+                // The store names the start `node_id`; a page starts at its token.
+                store::Error::Domain(Error::NotFound { what: "node", .. })
+                    if !request.page_token.is_empty() =>
+                {
+                    domain_status(Error::not_found(
+                        "node",
+                        format!("{} (page_token)", request.page_token),
+                    ))
+                }
+                e => status(e),
+            })?;
         self.reply(pb::LogResponse {
             nodes: nodes.into_iter().map(convert::node).collect(),
             next_page_token: next.map(|id| id.to_string()).unwrap_or_default(),
@@ -335,11 +374,8 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
     #[instrument(skip_all)]
     async fn create_branch(&self, request: Request<pb::CreateBranchRequest>) -> Reply<pb::Branch> {
         let tenant = tenant_of(&request);
-        let request = request.into_inner();
-        let session = session_id(&request.session_id)?;
+        let (session, name, from) = create_branch_request(&request.into_inner())?;
         self.scope(&tenant, session).await?;
-        let name = parse(BranchName::parse("name", &request.name))?;
-        let from = optional_node("from_node_id", &request.from_node_id)?;
         let branch = self
             .store
             .create_branch(session, name, from)
@@ -581,14 +617,14 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
 }
 
 /// A render target as both `Render` and `ContextStats` carry it.
-enum RenderTarget {
+pub(super) enum RenderTarget {
     Branch(String),
     Node(String),
     Function(String),
 }
 
 /// The fields `Render` and `ContextStats` share.
-struct RenderArgs {
+pub(super) struct RenderArgs {
     session_id: String,
     target: Option<RenderTarget>,
     tokenizer: String,
@@ -625,6 +661,43 @@ macro_rules! render_args_from {
 render_args_from!(pb::RenderRequest, render_request);
 render_args_from!(pb::ContextStatsRequest, context_stats_request);
 
+/// A Render or ContextStats request, parsed: session, target, tokenizer and engine options.
+pub(super) fn render_request(
+    args: RenderArgs,
+) -> Result<(SessionId, PathTarget, Tokenizer, Options), Status> {
+    let session = session_id(&args.session_id)?;
+    let target = match args.target {
+        None => PathTarget::Branch(BranchName::main()),
+        Some(RenderTarget::Branch(name)) => PathTarget::Branch(branch_or_main("branch", &name)?),
+        Some(RenderTarget::Node(id)) => PathTarget::Node(parse(NodeId::parse("node_id", &id))?),
+        Some(RenderTarget::Function(id)) => {
+            PathTarget::Function(parse(NodeId::parse("function_id", &id))?)
+        }
+    };
+    let tokenizer = tokenizer(&args.tokenizer)?;
+    let callers = match pb::Callers::try_from(args.callers) {
+        Ok(pb::Callers::Unspecified | pb::Callers::All) => Callers::All,
+        Ok(pb::Callers::None) => Callers::None,
+        Err(_) => {
+            return Err(domain_status(Error::invalid(
+                "callers",
+                format!("unknown value {}", args.callers),
+            )));
+        }
+    };
+    let options = Options {
+        callers,
+        budget: parse(convert::budget(args.budget))?,
+        policy: convert::policy(args.policy),
+        now_ms: if args.now_unix_ms == 0 {
+            now_ms()
+        } else {
+            args.now_unix_ms
+        },
+    };
+    Ok((session, target, tokenizer, options))
+}
+
 impl ContextStoreService {
     /// Parses, loads and renders; the one path behind `Render` and `ContextStats`, so the two
     /// always agree.
@@ -633,38 +706,7 @@ impl ContextStoreService {
         tenant: &Tenant,
         args: RenderArgs,
     ) -> Result<(PathView, Rendered), Status> {
-        let session = session_id(&args.session_id)?;
-        let target = match args.target {
-            None => PathTarget::Branch(BranchName::main()),
-            Some(RenderTarget::Branch(name)) => {
-                PathTarget::Branch(branch_or_main("branch", &name)?)
-            }
-            Some(RenderTarget::Node(id)) => PathTarget::Node(parse(NodeId::parse("node_id", &id))?),
-            Some(RenderTarget::Function(id)) => {
-                PathTarget::Function(parse(NodeId::parse("function_id", &id))?)
-            }
-        };
-        let tokenizer = tokenizer(&args.tokenizer)?;
-        let callers = match pb::Callers::try_from(args.callers) {
-            Ok(pb::Callers::Unspecified | pb::Callers::All) => Callers::All,
-            Ok(pb::Callers::None) => Callers::None,
-            Err(_) => {
-                return Err(domain_status(Error::invalid(
-                    "callers",
-                    format!("unknown value {}", args.callers),
-                )));
-            }
-        };
-        let options = Options {
-            callers,
-            budget: parse(convert::budget(args.budget))?,
-            policy: convert::policy(args.policy),
-            now_ms: if args.now_unix_ms == 0 {
-                now_ms()
-            } else {
-                args.now_unix_ms
-            },
-        };
+        let (session, target, tokenizer, options) = render_request(args)?;
         self.scope(tenant, session).await?;
         let path = self
             .store

@@ -82,6 +82,10 @@ impl BranchName {
                 "may hold only ASCII letters, digits, '-', '_', '.' and '/', not {c:?}"
             ));
         }
+        // git refuses these too: `a..b` reads as a range, and a trailing dot as junk.
+        if name.contains("..") || name.ends_with('.') {
+            return bad("holds '..' or ends with '.'");
+        }
         for segment in name.split('/') {
             if segment.is_empty() {
                 return bad("has an empty path segment (leading, trailing or double '/')");
@@ -134,6 +138,10 @@ mod tests {
             "-x",
             "é",
             "a\nb",
+            "a..b",
+            "_..",
+            "x.",
+            "a/b.",
         ] {
             let err = BranchName::parse("name", bad).expect_err(bad);
             assert!(err.to_string().starts_with("name:"), "{err}");

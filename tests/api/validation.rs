@@ -294,6 +294,17 @@ async fn unknown_ids_and_names_are_not_found() {
         Code::NotFound,
         "node",
     );
+    assert_status(
+        app.client
+            .log(pb::LogRequest {
+                session_id: s.clone(),
+                page_token: nobody.clone(),
+                ..Default::default()
+            })
+            .await,
+        Code::NotFound,
+        "page_token",
+    );
 
     // Functions.
     assert_status(
@@ -379,7 +390,17 @@ async fn malformed_nodes_are_invalid() {
 async fn branch_names_are_checked() {
     let mut app = spawn_app().await;
     let (s, ids) = seeded(&mut app).await;
-    for name in ["", "a/../b", "..", "/x", "x/", "a//b", "has space"] {
+    for name in [
+        "",
+        "a/../b",
+        "..",
+        "a..b",
+        "x.",
+        "/x",
+        "x/",
+        "a//b",
+        "has space",
+    ] {
         assert_status(
             app.client
                 .create_branch(pb::CreateBranchRequest {
@@ -469,4 +490,1071 @@ async fn a_batch_with_a_bad_later_node_writes_nothing() {
         assert_eq!(app.node_count().await, nodes, "batch {i}: no node written");
     }
     assert_eq!(app.blob_count().await, blobs, "no blob written");
+}
+
+/// Sends message bodies as they are, so bytes that are no protobuf reach the server.
+#[derive(Clone, Copy, Default)]
+struct RawCodec;
+
+impl tonic::codec::Codec for RawCodec {
+    type Encode = Vec<u8>;
+    type Decode = Vec<u8>;
+    type Encoder = RawCodec;
+    type Decoder = RawCodec;
+
+    fn encoder(&mut self) -> Self {
+        RawCodec
+    }
+
+    fn decoder(&mut self) -> Self {
+        RawCodec
+    }
+}
+
+impl tonic::codec::Encoder for RawCodec {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+
+    fn encode(
+        &mut self,
+        item: Vec<u8>,
+        buf: &mut tonic::codec::EncodeBuf<'_>,
+    ) -> Result<(), tonic::Status> {
+        prost::bytes::BufMut::put_slice(buf, &item);
+        Ok(())
+    }
+}
+
+impl tonic::codec::Decoder for RawCodec {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+
+    fn decode(
+        &mut self,
+        buf: &mut tonic::codec::DecodeBuf<'_>,
+    ) -> Result<Option<Vec<u8>>, tonic::Status> {
+        use prost::bytes::Buf;
+        Ok(Some(buf.copy_to_bytes(buf.remaining()).to_vec()))
+    }
+}
+
+async fn raw_call(app: &TestApp, method: &str, body: Vec<u8>) -> Result<Vec<u8>, tonic::Status> {
+    let mut grpc = tonic::client::Grpc::new(channel(app.addr).await);
+    grpc.ready().await.expect("ready");
+    let path =
+        http::uri::PathAndQuery::try_from(format!("/ctxd.v1.ContextStore/{method}")).expect("path");
+    grpc.unary(tonic::Request::new(body), path, RawCodec)
+        .await
+        .map(tonic::Response::into_inner)
+}
+
+/// Found by the request fuzzer: a body that is not the request's protobuf answered INTERNAL.
+#[tokio::test]
+async fn undecodable_requests_are_invalid_and_name_the_field() {
+    use prost::Message;
+    let app = spawn_app().await;
+    // session_id (field 1) holding bytes that are not UTF-8.
+    let not_utf8 = vec![0x0a, 0x02, 0xff, 0xfe];
+    // A length prefix far past the end of the body.
+    let underflow = vec![0x0a, 0xff, 0xff, 0x03, b'x'];
+    // Field 1 with wire type 6, which does not exist.
+    let bad_wire_type = vec![0x0e, 0x00];
+    for (method, body, field) in [
+        (
+            "GetSession",
+            not_utf8.clone(),
+            "GetSessionRequest.session_id",
+        ),
+        ("Log", not_utf8, "LogRequest.session_id"),
+        ("Append", underflow, "AppendRequest.session_id"),
+        ("GetNodes", bad_wire_type, "wire type"),
+    ] {
+        assert_status(
+            raw_call(&app, method, body).await,
+            Code::InvalidArgument,
+            field,
+        );
+    }
+    // A node's role given as a string where a varint belongs.
+    let mut append = append_req(&unknown_id(), vec![user("x")]).encode_to_vec();
+    append.extend([0x32, 0x04, 0x0a, 0x02, 0x08, 0xff]);
+    assert_status(
+        raw_call(&app, "Append", append).await,
+        Code::InvalidArgument,
+        "AppendRequest.nodes",
+    );
+}
+
+/// Found by the request fuzzer: an error quoting a huge input (a 1 MiB branch name) made a
+/// `grpc-message` header past the client's HTTP/2 limit, which broke the whole connection.
+#[tokio::test]
+async fn errors_quoting_huge_input_stay_short_and_keep_the_connection() {
+    let mut app = spawn_app().await;
+    let (s, ids) = seeded(&mut app).await;
+    let huge = "日本".repeat(512 * 1024);
+    let status = app
+        .client
+        .create_branch(pb::CreateBranchRequest {
+            session_id: s.clone(),
+            name: huge.clone(),
+            from_node_id: ids[0].clone(),
+        })
+        .await
+        .expect_err("a 3 MiB branch name");
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    assert!(
+        status.message().starts_with("name: "),
+        "{}",
+        status.message()
+    );
+    assert!(
+        status.message().len() < 2048,
+        "{} bytes",
+        status.message().len()
+    );
+    assert_status(
+        app.client
+            .get_session(pb::GetSessionRequest {
+                session_id: huge.clone(),
+            })
+            .await,
+        Code::InvalidArgument,
+        "session_id",
+    );
+    // The same connection still serves.
+    assert_eq!(app.get_session(&s).await.session_id, s);
+}
+
+/// Sends `body` as the raw HTTP/2 body of a gRPC call, framing and all, and reads the status.
+async fn raw_h2_call(app: &TestApp, method: &str, body: Vec<u8>) -> tonic::Status {
+    let tcp = tokio::net::TcpStream::connect(app.addr)
+        .await
+        .expect("connect");
+    let (client, connection) = h2::client::handshake(tcp).await.expect("handshake");
+    tokio::spawn(connection);
+    let mut client = client.ready().await.expect("ready");
+    let request = http::Request::post(format!("http://{}/ctxd.v1.ContextStore/{method}", app.addr))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(())
+        .expect("request");
+    let (response, mut send) = client.send_request(request, body.is_empty()).expect("send");
+    if !body.is_empty() {
+        send.send_data(body.into(), true).expect("send body");
+    }
+    let response = response.await.expect("response");
+    // Refused before any handler ran: a trailers-only answer, the status in the head.
+    tonic::Status::from_header_map(response.headers()).expect("grpc-status in the head")
+}
+
+/// Found by the request fuzzer: broken gRPC framing (tonic's INTERNAL) is the caller's mistake.
+#[tokio::test]
+async fn broken_grpc_framing_is_invalid() {
+    use prost::Message;
+    let app = spawn_app().await;
+    let message = pb::GetSessionRequest {
+        session_id: unknown_id(),
+    }
+    .encode_to_vec();
+    let frame = |flag: u8, len: usize| {
+        let mut body = vec![flag];
+        body.extend(u32::try_from(len).expect("small").to_be_bytes());
+        body.extend(&message);
+        body
+    };
+    for (what, body) in [
+        ("no message at all", Vec::new()),
+        ("a length past the end", frame(0, message.len() + 10)),
+        (
+            "a compressed flag without an encoding",
+            frame(1, message.len()),
+        ),
+        ("an invalid compressed flag", frame(7, message.len())),
+        ("a body cut inside the header", vec![0, 0]),
+    ] {
+        let status = raw_h2_call(&app, "GetSession", body).await;
+        assert_eq!(status.code(), Code::InvalidArgument, "{what}: {status:?}");
+        assert!(
+            status.message().starts_with("request: "),
+            "{what}: {status:?}"
+        );
+    }
+    // A well-framed message still gets through the same path (and is answered NOT_FOUND).
+    let status = raw_h2_call(&app, "GetSession", frame(0, message.len())).await;
+    assert_eq!(status.code(), Code::NotFound, "{status:?}");
+}
+
+/// One row of the error table: the RPC, what was wrong, and what the answer must be.
+struct Row {
+    rpc: &'static str,
+    case: &'static str,
+    code: Code,
+    /// The field or resource the message must name.
+    names: &'static str,
+    answer: Result<(), tonic::Status>,
+}
+
+fn row<T>(
+    rpc: &'static str,
+    case: &'static str,
+    code: Code,
+    names: &'static str,
+    answer: Result<T, tonic::Status>,
+) -> Row {
+    Row {
+        rpc,
+        case,
+        code,
+        names,
+        answer: answer.map(|_| ()),
+    }
+}
+
+/// README's error table, RPC by RPC: each documented status, provoked, with a message that
+/// names the field or resource.
+#[tokio::test]
+async fn every_rpc_answers_its_documented_errors() {
+    let mut app = spawn_app().await;
+    let (s, ids) = seeded(&mut app).await;
+    let nobody = unknown_id();
+    // A function with an open call inside, and a closed one.
+    let f = app
+        .append(
+            &s,
+            vec![
+                user("go"),
+                assistant_calls(
+                    "",
+                    vec![call("f1", "agent", "{}"), call("f2", "agent", "{}")],
+                ),
+                function_call("f1", "task", pb::Expose::Io),
+                function_call("f2", "task", pb::Expose::Io),
+            ],
+        )
+        .await
+        .node_ids;
+    let (open_fn, closed_fn) = (f[2].clone(), f[3].clone());
+    let inner = app
+        .append_in_function(
+            &s,
+            &open_fn,
+            vec![assistant_calls("", vec![call("i1", "t", "{}")])],
+        )
+        .await
+        .head_id;
+    app.append(
+        &s,
+        vec![function_result("f2", "done", pb::FunctionStatus::Completed)],
+    )
+    .await;
+    // A session whose history needs a summary under a small budget, and its plan.
+    let big = app.create_session().await;
+    for t in 0..4 {
+        let id = format!("c{t}");
+        app.append(
+            &big,
+            vec![
+                user(&format!("turn {t}")),
+                assistant_calls("", vec![call(&id, "read", "{}")]),
+                tool_result(&id, &big_text(3000, "file")),
+                assistant("ok"),
+            ],
+        )
+        .await;
+    }
+    let small = pb::Budget {
+        context_window: 2500,
+        output_reserve: 500,
+        ..Default::default()
+    };
+    let prepare = |branch: &str| pb::PrepareCompactionRequest {
+        session_id: big.clone(),
+        branch: branch.into(),
+        budget: Some(small),
+        ..Default::default()
+    };
+    let plan = app
+        .client
+        .prepare_compaction(prepare(""))
+        .await
+        .expect("prepare")
+        .into_inner();
+    assert!(plan.needed);
+    let cancel = |id: &str| pb::CancelCompactionRequest {
+        compaction_id: id.into(),
+        reason: String::new(),
+    };
+    app.client
+        .cancel_compaction(cancel(&plan.compaction_id))
+        .await
+        .expect("cancel");
+    let commit = |id: &str, text: &str| pb::CommitSummaryRequest {
+        compaction_id: id.into(),
+        text: text.into(),
+        model: String::new(),
+    };
+    // Three commits that write nothing on one base: Prepare then refuses.
+    let guarded = app.create_session().await;
+    for t in 0..4 {
+        let id = format!("c{t}");
+        app.append(
+            &guarded,
+            vec![
+                user(&format!("turn {t}")),
+                assistant_calls("", vec![call(&id, "read", "{}")]),
+                tool_result(&id, &big_text(3000, "file")),
+                assistant("ok"),
+            ],
+        )
+        .await;
+    }
+    for _ in 0..3 {
+        let plan = app
+            .client
+            .prepare_compaction(pb::PrepareCompactionRequest {
+                session_id: guarded.clone(),
+                ..prepare("")
+            })
+            .await
+            .expect("prepare")
+            .into_inner();
+        let outcome = app
+            .client
+            .commit_summary(commit(&plan.compaction_id, ""))
+            .await
+            .expect("commit");
+        assert!(!outcome.into_inner().applied);
+    }
+    app.try_append(pb::AppendRequest {
+        idempotency_key: "k".into(),
+        ..append_req(&big, vec![user("once")])
+    })
+    .await
+    .expect("append with a key");
+    let stats = |target: pb::context_stats_request::Target| pb::ContextStatsRequest {
+        session_id: s.clone(),
+        target: Some(target),
+        ..Default::default()
+    };
+    let render = |target: Target| render_req(&s, target);
+    let c = &mut app.client;
+    use Code::{Aborted, AlreadyExists, FailedPrecondition, InvalidArgument, NotFound};
+    let rows = vec![
+        // CreateSession
+        row(
+            "CreateSession",
+            "empty metadata key",
+            InvalidArgument,
+            "metadata",
+            c.create_session(pb::CreateSessionRequest {
+                metadata: [(String::new(), "v".into())].into(),
+            })
+            .await,
+        ),
+        // GetSession
+        row(
+            "GetSession",
+            "malformed id",
+            InvalidArgument,
+            "session_id",
+            c.get_session(pb::GetSessionRequest {
+                session_id: "x".into(),
+            })
+            .await,
+        ),
+        row(
+            "GetSession",
+            "unknown session",
+            NotFound,
+            "session",
+            c.get_session(pb::GetSessionRequest {
+                session_id: nobody.clone(),
+            })
+            .await,
+        ),
+        // ListSessions
+        row(
+            "ListSessions",
+            "malformed page token",
+            InvalidArgument,
+            "page_token",
+            c.list_sessions(pb::ListSessionsRequest {
+                page_size: 1,
+                page_token: "x".into(),
+            })
+            .await,
+        ),
+        // Append
+        row(
+            "Append",
+            "malformed session",
+            InvalidArgument,
+            "session_id",
+            c.append(append_req("x", vec![user("x")])).await,
+        ),
+        row(
+            "Append",
+            "bad branch name",
+            InvalidArgument,
+            "branch",
+            c.append(pb::AppendRequest {
+                branch: "a..b".into(),
+                ..append_req(&s, vec![user("x")])
+            })
+            .await,
+        ),
+        row(
+            "Append",
+            "malformed function",
+            InvalidArgument,
+            "function_id",
+            c.append(function_req(&s, "x", vec![user("x")])).await,
+        ),
+        row(
+            "Append",
+            "malformed expected head",
+            InvalidArgument,
+            "expected_head_id",
+            c.append(pb::AppendRequest {
+                expected_head_id: Some("x".into()),
+                ..append_req(&s, vec![user("x")])
+            })
+            .await,
+        ),
+        row(
+            "Append",
+            "no nodes",
+            InvalidArgument,
+            "nodes",
+            c.append(append_req(&s, vec![])).await,
+        ),
+        row(
+            "Append",
+            "bad role",
+            InvalidArgument,
+            "nodes[0].message.role",
+            c.append(append_req(
+                &s,
+                vec![message(pb::Role::Tool, vec![text("x")], vec![])],
+            ))
+            .await,
+        ),
+        row(
+            "Append",
+            "result for no call",
+            InvalidArgument,
+            "nodes[0].tool_result.call_id",
+            c.append(append_req(&big, vec![tool_result("nope", "x")]))
+                .await,
+        ),
+        row(
+            "Append",
+            "unknown session",
+            NotFound,
+            "session",
+            c.append(append_req(&nobody, vec![user("x")])).await,
+        ),
+        row(
+            "Append",
+            "unknown branch",
+            NotFound,
+            "branch",
+            c.append(pb::AppendRequest {
+                branch: "nope".into(),
+                ..append_req(&s, vec![user("x")])
+            })
+            .await,
+        ),
+        row(
+            "Append",
+            "unknown function",
+            NotFound,
+            "function",
+            c.append(function_req(&s, &nobody, vec![user("x")])).await,
+        ),
+        row(
+            "Append",
+            "message while calls are pending",
+            FailedPrecondition,
+            "nodes[0]",
+            c.append(function_req(&s, &open_fn, vec![user("x")])).await,
+        ),
+        row(
+            "Append",
+            "into a closed function",
+            FailedPrecondition,
+            "function_id",
+            c.append(function_req(&s, &closed_fn, vec![user("x")]))
+                .await,
+        ),
+        row(
+            "Append",
+            "idempotency key reused",
+            FailedPrecondition,
+            "idempotency_key",
+            c.append(pb::AppendRequest {
+                idempotency_key: "k".into(),
+                ..append_req(&big, vec![user("twice")])
+            })
+            .await,
+        ),
+        row(
+            "Append",
+            "head moved",
+            Aborted,
+            "expected_head_id",
+            c.append(pb::AppendRequest {
+                expected_head_id: Some(ids[0].clone()),
+                ..append_req(&s, vec![user("x")])
+            })
+            .await,
+        ),
+        // GetNodes
+        row(
+            "GetNodes",
+            "malformed id",
+            InvalidArgument,
+            "node_ids[1]",
+            c.get_nodes(pb::GetNodesRequest {
+                session_id: s.clone(),
+                node_ids: vec![ids[0].clone(), "x".into()],
+            })
+            .await,
+        ),
+        row(
+            "GetNodes",
+            "unknown session",
+            NotFound,
+            "session",
+            c.get_nodes(pb::GetNodesRequest {
+                session_id: nobody.clone(),
+                node_ids: vec![],
+            })
+            .await,
+        ),
+        row(
+            "GetNodes",
+            "unknown node",
+            NotFound,
+            "node_ids[0]",
+            c.get_nodes(pb::GetNodesRequest {
+                session_id: s.clone(),
+                node_ids: vec![nobody.clone()],
+            })
+            .await,
+        ),
+        // Log
+        row(
+            "Log",
+            "branch and node",
+            InvalidArgument,
+            "node_id",
+            c.log(pb::LogRequest {
+                session_id: s.clone(),
+                branch: "main".into(),
+                node_id: ids[0].clone(),
+                ..Default::default()
+            })
+            .await,
+        ),
+        row(
+            "Log",
+            "malformed page token",
+            InvalidArgument,
+            "page_token",
+            c.log(pb::LogRequest {
+                session_id: s.clone(),
+                page_token: "x".into(),
+                ..Default::default()
+            })
+            .await,
+        ),
+        row(
+            "Log",
+            "unknown session",
+            NotFound,
+            "session",
+            c.log(pb::LogRequest {
+                session_id: nobody.clone(),
+                ..Default::default()
+            })
+            .await,
+        ),
+        row(
+            "Log",
+            "unknown branch",
+            NotFound,
+            "branch",
+            c.log(pb::LogRequest {
+                session_id: s.clone(),
+                branch: "nope".into(),
+                ..Default::default()
+            })
+            .await,
+        ),
+        row(
+            "Log",
+            "unknown node",
+            NotFound,
+            "node_id",
+            c.log(pb::LogRequest {
+                session_id: s.clone(),
+                node_id: nobody.clone(),
+                ..Default::default()
+            })
+            .await,
+        ),
+        row(
+            "Log",
+            "unknown page token",
+            NotFound,
+            "page_token",
+            c.log(pb::LogRequest {
+                session_id: s.clone(),
+                page_token: nobody.clone(),
+                ..Default::default()
+            })
+            .await,
+        ),
+        // CreateBranch
+        row(
+            "CreateBranch",
+            "bad name",
+            InvalidArgument,
+            "name",
+            c.create_branch(pb::CreateBranchRequest {
+                session_id: s.clone(),
+                name: "-x".into(),
+                from_node_id: String::new(),
+            })
+            .await,
+        ),
+        row(
+            "CreateBranch",
+            "inside a function",
+            InvalidArgument,
+            "from_node_id",
+            c.create_branch(pb::CreateBranchRequest {
+                session_id: s.clone(),
+                name: "in".into(),
+                from_node_id: inner.clone(),
+            })
+            .await,
+        ),
+        row(
+            "CreateBranch",
+            "unknown session",
+            NotFound,
+            "session",
+            c.create_branch(pb::CreateBranchRequest {
+                session_id: nobody.clone(),
+                name: "b".into(),
+                from_node_id: String::new(),
+            })
+            .await,
+        ),
+        row(
+            "CreateBranch",
+            "unknown node",
+            NotFound,
+            "from_node_id",
+            c.create_branch(pb::CreateBranchRequest {
+                session_id: s.clone(),
+                name: "b".into(),
+                from_node_id: nobody.clone(),
+            })
+            .await,
+        ),
+        row(
+            "CreateBranch",
+            "taken name",
+            AlreadyExists,
+            "name",
+            c.create_branch(pb::CreateBranchRequest {
+                session_id: s.clone(),
+                name: "main".into(),
+                from_node_id: String::new(),
+            })
+            .await,
+        ),
+        // ListBranches
+        row(
+            "ListBranches",
+            "malformed session",
+            InvalidArgument,
+            "session_id",
+            c.list_branches(pb::ListBranchesRequest {
+                session_id: String::new(),
+            })
+            .await,
+        ),
+        row(
+            "ListBranches",
+            "unknown session",
+            NotFound,
+            "session",
+            c.list_branches(pb::ListBranchesRequest {
+                session_id: nobody.clone(),
+            })
+            .await,
+        ),
+        // DeleteBranch
+        row(
+            "DeleteBranch",
+            "bad name",
+            InvalidArgument,
+            "name",
+            c.delete_branch(pb::DeleteBranchRequest {
+                session_id: s.clone(),
+                name: String::new(),
+            })
+            .await,
+        ),
+        row(
+            "DeleteBranch",
+            "unknown session",
+            NotFound,
+            "session",
+            c.delete_branch(pb::DeleteBranchRequest {
+                session_id: nobody.clone(),
+                name: "b".into(),
+            })
+            .await,
+        ),
+        row(
+            "DeleteBranch",
+            "unknown branch",
+            NotFound,
+            "branch",
+            c.delete_branch(pb::DeleteBranchRequest {
+                session_id: s.clone(),
+                name: "nope".into(),
+            })
+            .await,
+        ),
+        // Render
+        row(
+            "Render",
+            "malformed node",
+            InvalidArgument,
+            "node_id",
+            c.render(render(Target::NodeId("x".into()))).await,
+        ),
+        row(
+            "Render",
+            "unknown tokenizer",
+            InvalidArgument,
+            "tokenizer",
+            c.render(pb::RenderRequest {
+                tokenizer: "gpt-9".into(),
+                ..render(Target::Branch("main".into()))
+            })
+            .await,
+        ),
+        row(
+            "Render",
+            "unknown callers",
+            InvalidArgument,
+            "callers",
+            c.render(pb::RenderRequest {
+                callers: 9,
+                ..render(Target::Branch("main".into()))
+            })
+            .await,
+        ),
+        row(
+            "Render",
+            "budget leaves nothing",
+            InvalidArgument,
+            "budget",
+            c.render(pb::RenderRequest {
+                budget: Some(pb::Budget {
+                    context_window: 100,
+                    output_reserve: 100,
+                    ..Default::default()
+                }),
+                ..render(Target::Branch("main".into()))
+            })
+            .await,
+        ),
+        row(
+            "Render",
+            "unknown format",
+            InvalidArgument,
+            "format",
+            c.render(pb::RenderRequest {
+                format: 9,
+                ..render(Target::Branch("main".into()))
+            })
+            .await,
+        ),
+        row(
+            "Render",
+            "unknown session",
+            NotFound,
+            "session",
+            c.render(render_req(&nobody, Target::Branch("main".into())))
+                .await,
+        ),
+        row(
+            "Render",
+            "unknown branch",
+            NotFound,
+            "branch",
+            c.render(render(Target::Branch("nope".into()))).await,
+        ),
+        row(
+            "Render",
+            "unknown node",
+            NotFound,
+            "node",
+            c.render(render(Target::NodeId(nobody.clone()))).await,
+        ),
+        row(
+            "Render",
+            "unknown function",
+            NotFound,
+            "function",
+            c.render(render(Target::FunctionId(nobody.clone()))).await,
+        ),
+        // ContextStats
+        row(
+            "ContextStats",
+            "malformed function",
+            InvalidArgument,
+            "function_id",
+            c.context_stats(stats(pb::context_stats_request::Target::FunctionId(
+                "x".into(),
+            )))
+            .await,
+        ),
+        row(
+            "ContextStats",
+            "unknown branch",
+            NotFound,
+            "branch",
+            c.context_stats(stats(pb::context_stats_request::Target::Branch(
+                "nope".into(),
+            )))
+            .await,
+        ),
+        // PrepareCompaction
+        row(
+            "PrepareCompaction",
+            "no budget",
+            InvalidArgument,
+            "budget",
+            c.prepare_compaction(pb::PrepareCompactionRequest {
+                budget: None,
+                ..prepare("")
+            })
+            .await,
+        ),
+        row(
+            "PrepareCompaction",
+            "unknown format",
+            InvalidArgument,
+            "format",
+            c.prepare_compaction(pb::PrepareCompactionRequest {
+                format: 9,
+                ..prepare("")
+            })
+            .await,
+        ),
+        row(
+            "PrepareCompaction",
+            "unknown session",
+            NotFound,
+            "session",
+            c.prepare_compaction(pb::PrepareCompactionRequest {
+                session_id: nobody.clone(),
+                ..prepare("")
+            })
+            .await,
+        ),
+        row(
+            "PrepareCompaction",
+            "unknown branch",
+            NotFound,
+            "branch",
+            c.prepare_compaction(prepare("nope")).await,
+        ),
+        row(
+            "PrepareCompaction",
+            "three fruitless commits",
+            FailedPrecondition,
+            "branch",
+            c.prepare_compaction(pb::PrepareCompactionRequest {
+                session_id: guarded.clone(),
+                ..prepare("")
+            })
+            .await,
+        ),
+        // CommitSummary
+        row(
+            "CommitSummary",
+            "malformed id",
+            InvalidArgument,
+            "compaction_id",
+            c.commit_summary(commit("x", "text")).await,
+        ),
+        row(
+            "CommitSummary",
+            "unknown compaction",
+            NotFound,
+            "compaction",
+            c.commit_summary(commit(&nobody, "text")).await,
+        ),
+        row(
+            "CommitSummary",
+            "cancelled compaction",
+            FailedPrecondition,
+            "compaction_id",
+            c.commit_summary(commit(&plan.compaction_id, "text")).await,
+        ),
+        // CancelCompaction
+        row(
+            "CancelCompaction",
+            "malformed id",
+            InvalidArgument,
+            "compaction_id",
+            c.cancel_compaction(cancel("")).await,
+        ),
+        row(
+            "CancelCompaction",
+            "unknown compaction",
+            NotFound,
+            "compaction",
+            c.cancel_compaction(cancel(&nobody)).await,
+        ),
+        row(
+            "CancelCompaction",
+            "cancelled twice",
+            FailedPrecondition,
+            "compaction_id",
+            c.cancel_compaction(cancel(&plan.compaction_id)).await,
+        ),
+        // ListSummaries
+        row(
+            "ListSummaries",
+            "bad branch",
+            InvalidArgument,
+            "branch",
+            c.list_summaries(pb::ListSummariesRequest {
+                session_id: s.clone(),
+                branch: "..".into(),
+            })
+            .await,
+        ),
+        row(
+            "ListSummaries",
+            "unknown session",
+            NotFound,
+            "session",
+            c.list_summaries(pb::ListSummariesRequest {
+                session_id: nobody.clone(),
+                branch: String::new(),
+            })
+            .await,
+        ),
+        // Compact (this server has no summarizer)
+        row(
+            "Compact",
+            "no budget",
+            InvalidArgument,
+            "budget",
+            c.compact(pb::CompactRequest {
+                session_id: big.clone(),
+                ..Default::default()
+            })
+            .await,
+        ),
+        row(
+            "Compact",
+            "no summarizer",
+            FailedPrecondition,
+            "summarizer",
+            c.compact(pb::CompactRequest {
+                session_id: big.clone(),
+                budget: Some(small),
+                ..Default::default()
+            })
+            .await,
+        ),
+        // ImportSession
+        row(
+            "ImportSession",
+            "unknown format",
+            InvalidArgument,
+            "format",
+            c.import_session(tokio_stream::iter(vec![pb::ImportChunk {
+                format: 9,
+                metadata: Default::default(),
+                data: b"{}".to_vec(),
+            }]))
+            .await,
+        ),
+        row(
+            "ImportSession",
+            "not UTF-8",
+            InvalidArgument,
+            "data",
+            c.import_session(tokio_stream::iter(vec![pb::ImportChunk {
+                format: 1,
+                metadata: Default::default(),
+                data: vec![0xff],
+            }]))
+            .await,
+        ),
+        row(
+            "ImportSession",
+            "empty file",
+            InvalidArgument,
+            "data",
+            c.import_session(tokio_stream::iter(Vec::<pb::ImportChunk>::new()))
+                .await,
+        ),
+        row(
+            "ImportSession",
+            "malformed line",
+            InvalidArgument,
+            "line 2",
+            c.import_session(tokio_stream::iter(vec![pb::ImportChunk {
+                format: 1,
+                metadata: Default::default(),
+                data: b"{\"role\": \"user\", \"content\": \"hi\"}\n{\"role\": 7}\n".to_vec(),
+            }]))
+            .await,
+        ),
+    ];
+    let mut wrong = Vec::new();
+    for r in &rows {
+        match &r.answer {
+            Ok(()) => wrong.push(format!("{} ({}): Ok, expected {:?}", r.rpc, r.case, r.code)),
+            Err(status) => {
+                let names = status
+                    .message()
+                    .to_lowercase()
+                    .contains(&r.names.to_lowercase());
+                if status.code() != r.code || !names {
+                    wrong.push(format!(
+                        "{} ({}): {:?} {:?}, expected {:?} naming {:?}",
+                        r.rpc,
+                        r.case,
+                        status.code(),
+                        status.message(),
+                        r.code,
+                        r.names
+                    ));
+                }
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "{} of {} rows:\n{}",
+        wrong.len(),
+        rows.len(),
+        wrong.join("\n")
+    );
 }

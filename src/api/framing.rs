@@ -1,0 +1,74 @@
+//! Requests whose gRPC framing is broken answer INVALID_ARGUMENT, not tonic's INTERNAL.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use tonic::{Code, Status};
+
+/// How tonic words a request whose length-prefixed framing is broken, before any handler runs:
+/// a compressed flag that is invalid or names no `grpc-encoding`, a body that ends inside a
+/// message, a unary call that carries none. tonic answers these INTERNAL (for the flag, as the
+/// gRPC compression spec words it), but only a caller can cause them: they say nothing about
+/// the server. The prefixes are pinned by the request fuzzer, which sends all four.
+const FRAMING_ERRORS: [&str; 3] = [
+    "protocol error: received message with",
+    "Unexpected EOF decoding stream",
+    "Missing request message",
+];
+
+/// A tower layer that answers tonic's framing errors INVALID_ARGUMENT.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FramingLayer;
+
+impl<S> tower::Layer<S> for FramingLayer {
+    type Service = Framing<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Framing { inner }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Framing<S> {
+    inner: S,
+}
+
+impl<S, B, R> tower::Service<http::Request<B>> for Framing<S>
+where
+    S: tower::Service<http::Request<B>, Response = http::Response<R>>,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        let response = self.inner.call(request);
+        Box::pin(async move {
+            let mut response = response.await?;
+            // A request that fails before its handler answers trailers-only: the status is in
+            // the head.
+            let headers = response.headers_mut();
+            if let Some(status) = Status::from_header_map(headers)
+                && status.code() == Code::Internal
+                && FRAMING_ERRORS
+                    .iter()
+                    .any(|p| status.message().starts_with(p))
+            {
+                let status = Status::invalid_argument(format!(
+                    "request: its gRPC framing is broken: {}",
+                    status.message()
+                ));
+                if status.add_header(headers).is_err() {
+                    tracing::warn!("could not rewrite a framing error");
+                }
+            }
+            Ok(response)
+        })
+    }
+}

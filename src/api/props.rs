@@ -1,0 +1,585 @@
+//! Property tests of request conversion: any request converts, or fails with INVALID_ARGUMENT
+//! naming a field the request has; what converts carries exactly what was sent.
+
+use proptest::prelude::*;
+use tonic::{Code, Status};
+
+use super::compaction::PrepareArgs;
+use super::service::{
+    RenderArgs, append_request, create_branch_request, log_request, render_request,
+};
+use super::{convert, pb};
+use crate::domain::{BranchName, Node, NodeId};
+use crate::render::{Callers, Policy};
+use crate::store::{AppendTarget, PathTarget};
+use crate::tokens::Tokenizer;
+
+fn config() -> ProptestConfig {
+    ProptestConfig {
+        cases: 2000,
+        ..ProptestConfig::default()
+    }
+}
+
+// ---------------------------------------------------------------- generators
+
+/// Text for id fields: real UUIDs (in every form `Uuid` accepts), near misses, junk.
+fn id_text() -> impl Strategy<Value = String> {
+    prop_oneof![
+        3 => any::<[u8; 16]>().prop_map(|b| uuid::Uuid::from_bytes(b).to_string()),
+        1 => any::<[u8; 16]>().prop_map(|b| uuid::Uuid::from_bytes(b).simple().to_string()),
+        1 => any::<[u8; 16]>().prop_map(|b| uuid::Uuid::from_bytes(b).to_string().to_uppercase()),
+        1 => Just(String::new()),
+        1 => "[0-9a-f-]{0,40}",
+        1 => "\\PC{0,12}",
+    ]
+}
+
+/// An optional id field: empty (absent) half the time.
+fn maybe_id() -> impl Strategy<Value = String> {
+    prop_oneof![Just(String::new()), id_text()]
+}
+
+fn branch_text() -> impl Strategy<Value = String> {
+    prop_oneof![
+        2 => Just(String::new()),
+        2 => "[a-z0-9_./-]{1,12}",
+        1 => "[a-zA-Z0-9_./ ~^:é-]{0,20}",
+        1 => "[a-z]{120,140}",
+        1 => "\\PC{0,8}",
+    ]
+}
+
+fn text() -> impl Strategy<Value = String> {
+    prop_oneof![Just(String::new()), "\\PC{0,16}", "[a-z ]{0,8}"]
+}
+
+/// An enum value: the known ones and past them.
+fn enum_value(known: i32) -> impl Strategy<Value = i32> {
+    prop_oneof![4 => 0..=known, 1 => any::<i32>()]
+}
+
+fn part() -> impl Strategy<Value = pb::ContentPart> {
+    use pb::content_part::Part;
+    use pb::media::Source;
+    let source = prop_oneof![
+        Just(None),
+        proptest::collection::vec(any::<u8>(), 0..8).prop_map(|d| Some(Source::Data(d))),
+        text().prop_map(|u| Some(Source::Url(u))),
+    ];
+    let part = prop_oneof![
+        1 => Just(None),
+        4 => text().prop_map(|t| Some(Part::Text(t))),
+        2 => (text(), source).prop_map(|(mime_type, source)| {
+            Some(Part::Media(pb::Media { mime_type, source }))
+        }),
+    ];
+    part.prop_map(|part| pb::ContentPart { part })
+}
+
+fn parts() -> impl Strategy<Value = Vec<pb::ContentPart>> {
+    proptest::collection::vec(part(), 0..3)
+}
+
+fn call_id() -> impl Strategy<Value = String> {
+    prop_oneof![Just(String::new()), "c[0-2]", text()]
+}
+
+fn node_input() -> impl Strategy<Value = pb::NodeInput> {
+    use pb::node_input::Kind;
+    let call = (
+        call_id(),
+        text(),
+        prop_oneof!["\\{\\}", "\\[1\\]", "\\PC{0,6}"],
+    )
+        .prop_map(|(call_id, name, arguments_json)| pb::ToolCall {
+            call_id,
+            name,
+            arguments_json,
+        });
+    let kind = prop_oneof![
+        1 => Just(None),
+        3 => (enum_value(5), parts(), proptest::collection::vec(call, 0..3)).prop_map(
+            |(role, parts, tool_calls)| Some(Kind::Message(pb::Message { role, parts, tool_calls }))
+        ),
+        2 => (call_id(), text(), parts(), any::<bool>()).prop_map(
+            |(call_id, name, parts, is_error)| {
+                Some(Kind::ToolResult(pb::ToolResult { call_id, name, parts, is_error }))
+            }
+        ),
+        2 => (call_id(), text(), text(), enum_value(3)).prop_map(
+            |(call_id, name, input, expose)| {
+                Some(Kind::FunctionCall(pb::FunctionCall { call_id, name, input, expose }))
+            }
+        ),
+        2 => (call_id(), text(), enum_value(2), prop_oneof![4 => Just(String::new()), 1 => id_text()])
+            .prop_map(|(call_id, output, status, function_id)| {
+                Some(Kind::FunctionResult(pb::FunctionResult {
+                    call_id,
+                    output,
+                    status,
+                    function_id,
+                    chain_head_id: String::new(),
+                }))
+            }),
+    ];
+    kind.prop_map(|kind| pb::NodeInput { kind })
+}
+
+fn append() -> impl Strategy<Value = pb::AppendRequest> {
+    (
+        id_text(),
+        branch_text(),
+        prop_oneof![3 => Just(String::new()), 1 => id_text()],
+        proptest::option::of(maybe_id()),
+        text(),
+        proptest::collection::vec(node_input(), 0..4),
+    )
+        .prop_map(
+            |(session_id, branch, function_id, expected_head_id, idempotency_key, nodes)| {
+                pb::AppendRequest {
+                    session_id,
+                    branch,
+                    function_id,
+                    expected_head_id,
+                    idempotency_key,
+                    nodes,
+                }
+            },
+        )
+}
+
+/// A token count near the edges of what a budget can hold.
+fn tokens() -> impl Strategy<Value = u32> {
+    prop_oneof![Just(0u32), 0u32..5_000, Just(u32::MAX), any::<u32>()]
+}
+
+fn budget() -> impl Strategy<Value = Option<pb::Budget>> {
+    proptest::option::of(
+        (
+            prop_oneof![0u32..200_000, any::<u32>()],
+            tokens(),
+            tokens(),
+            tokens(),
+            tokens(),
+        )
+            .prop_map(
+                |(context_window, output_reserve, system_tokens, tools_tokens, schema_tokens)| {
+                    pb::Budget {
+                        context_window,
+                        output_reserve,
+                        system_tokens,
+                        tools_tokens,
+                        schema_tokens,
+                    }
+                },
+            ),
+    )
+}
+
+fn policy() -> impl Strategy<Value = Option<pb::RenderPolicy>> {
+    let value = || prop_oneof![Just(0u32), 1u32..100, any::<u32>()];
+    proptest::option::of(
+        (
+            (value(), value(), value(), value()),
+            (
+                value(),
+                value(),
+                proptest::option::of(any::<bool>()),
+                any::<bool>(),
+            ),
+        )
+            .prop_map(
+                |((chars, first, every, keep), (idle, retain, snip, reactive))| pb::RenderPolicy {
+                    max_tool_result_chars: chars,
+                    microcompact_first: first,
+                    microcompact_every: every,
+                    microcompact_keep: keep,
+                    idle_minutes: idle,
+                    retain_turns: retain,
+                    snip,
+                    reactive,
+                },
+            ),
+    )
+}
+
+fn tokenizer_name() -> impl Strategy<Value = String> {
+    prop_oneof![
+        Just(String::new()),
+        Just("heuristic".to_owned()),
+        Just("o200k_base".to_owned()),
+        Just("cl100k_base".to_owned()),
+        text(),
+    ]
+}
+
+fn render() -> impl Strategy<Value = pb::RenderRequest> {
+    use pb::render_request::Target;
+    let target = prop_oneof![
+        Just(None),
+        branch_text().prop_map(|b| Some(Target::Branch(b))),
+        maybe_id().prop_map(|n| Some(Target::NodeId(n))),
+        maybe_id().prop_map(|f| Some(Target::FunctionId(f))),
+    ];
+    (
+        id_text(),
+        target,
+        tokenizer_name(),
+        enum_value(2),
+        budget(),
+        policy(),
+        any::<i64>(),
+        enum_value(3),
+    )
+        .prop_map(
+            |(session_id, target, tokenizer, callers, budget, policy, now_unix_ms, format)| {
+                pb::RenderRequest {
+                    session_id,
+                    target,
+                    tokenizer,
+                    callers,
+                    budget,
+                    policy,
+                    now_unix_ms,
+                    format,
+                }
+            },
+        )
+}
+
+// ---------------------------------------------------------------- checks
+
+/// The field an INVALID_ARGUMENT names: the text before its first ": ".
+fn named_field(status: &Status) -> &str {
+    assert_eq!(
+        status.code(),
+        Code::InvalidArgument,
+        "only INVALID_ARGUMENT, got {status:?}"
+    );
+    let field = status
+        .message()
+        .split_once(": ")
+        .map(|(field, _)| field)
+        .unwrap_or_else(|| panic!("no `field: reason` in {:?}", status.message()));
+    assert!(!field.is_empty(), "{status:?}");
+    field
+}
+
+/// `field` (`nodes[2].message.tool_calls[0].call_id`) is a path into `request`.
+fn node_path_exists(field: &str, nodes: &[pb::NodeInput]) -> bool {
+    use pb::node_input::Kind;
+    let Some(rest) = field.strip_prefix("nodes[") else {
+        return false;
+    };
+    let Some((index, path)) = rest.split_once(']') else {
+        return false;
+    };
+    let Some(node) = index.parse::<usize>().ok().and_then(|i| nodes.get(i)) else {
+        return false;
+    };
+    let path = path.strip_prefix('.').unwrap_or(path);
+    let mut segments = path.split('.');
+    let (kind, parts_len, calls_len) = match &node.kind {
+        None => return path.is_empty(),
+        Some(Kind::Message(m)) => ("message", m.parts.len(), m.tool_calls.len()),
+        Some(Kind::ToolResult(r)) => ("tool_result", r.parts.len(), 0),
+        Some(Kind::FunctionCall(_)) => ("function_call", 0, 0),
+        Some(Kind::FunctionResult(_)) => ("function_result", 0, 0),
+    };
+    if path.is_empty() {
+        return true;
+    }
+    if segments.next() != Some(kind) {
+        return false;
+    }
+    let indexed = |segment: &str, name: &str, len: usize| {
+        segment
+            .strip_prefix(name)
+            .and_then(|s| s.strip_prefix('['))
+            .and_then(|s| s.strip_suffix(']'))
+            .and_then(|i| i.parse::<usize>().ok())
+            .is_some_and(|i| i < len)
+    };
+    match segments.next() {
+        None => true,
+        Some(s) if s.starts_with("parts[") => indexed(s, "parts", parts_len),
+        Some(s) if s.starts_with("tool_calls[") => indexed(s, "tool_calls", calls_len),
+        Some(s) => !s.contains('['),
+    }
+}
+
+/// What a node input carries once the server's defaults are filled in.
+fn normalized(input: &pb::NodeInput) -> pb::NodeInput {
+    use pb::node_input::Kind;
+    let mut input = input.clone();
+    match &mut input.kind {
+        Some(Kind::FunctionCall(c)) if c.expose == pb::Expose::Unspecified as i32 => {
+            c.expose = pb::Expose::Io as i32;
+        }
+        Some(Kind::FunctionResult(r)) if r.status == pb::FunctionStatus::Unspecified as i32 => {
+            r.status = pb::FunctionStatus::Completed as i32;
+        }
+        _ => {}
+    }
+    input
+}
+
+fn same_id(parsed: impl ToString, text: &str) -> bool {
+    uuid::Uuid::try_parse(text).is_ok_and(|u| u.to_string() == parsed.to_string())
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    #[test]
+    fn append_converts_or_names_a_field(request in append()) {
+        match append_request(request.clone(), usize::MAX) {
+            Ok(parsed) => {
+                prop_assert!(same_id(parsed.session, &request.session_id));
+                match &parsed.target {
+                    AppendTarget::Function(f) => prop_assert!(same_id(f, &request.function_id)),
+                    AppendTarget::Branch(b) => {
+                        prop_assert!(request.function_id.is_empty());
+                        let want = if request.branch.is_empty() { "main" } else { &request.branch };
+                        prop_assert_eq!(b.as_str(), want);
+                    }
+                }
+                match (&parsed.expected_head, &request.expected_head_id) {
+                    (None, None) => {}
+                    (Some(None), Some(text)) => prop_assert!(text.is_empty()),
+                    (Some(Some(id)), Some(text)) => prop_assert!(same_id(id, text)),
+                    other => prop_assert!(false, "expected_head: {:?}", other),
+                }
+                prop_assert_eq!(
+                    parsed.idempotency_key.as_deref().unwrap_or(""),
+                    request.idempotency_key.as_str()
+                );
+                // Each node round-trips: what is stored is what was sent.
+                prop_assert_eq!(parsed.nodes.len(), request.nodes.len());
+                for (content, sent) in parsed.nodes.into_iter().zip(&request.nodes) {
+                    let node = convert::node(Node {
+                        id: NodeId::new(),
+                        parent_id: None,
+                        function_id: None,
+                        content,
+                        created_at_ms: 0,
+                        hash: crate::domain::Hash([0; 32]),
+                    });
+                    prop_assert_eq!(node.content, Some(normalized(sent)));
+                }
+            }
+            Err(status) => {
+                let field = named_field(&status);
+                let top = ["session_id", "branch", "function_id", "expected_head_id", "nodes"];
+                prop_assert!(
+                    top.contains(&field) || node_path_exists(field, &request.nodes),
+                    "{} names no field of the request: {:?}", field, status.message()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn render_converts_or_names_a_field(request in render()) {
+        use pb::render_request::Target;
+        // ContextStats carries the same fields through the same conversion.
+        let stats = pb::ContextStatsRequest {
+            session_id: request.session_id.clone(),
+            target: request.target.clone().map(|t| match t {
+                Target::Branch(b) => pb::context_stats_request::Target::Branch(b),
+                Target::NodeId(n) => pb::context_stats_request::Target::NodeId(n),
+                Target::FunctionId(f) => pb::context_stats_request::Target::FunctionId(f),
+            }),
+            tokenizer: request.tokenizer.clone(),
+            callers: request.callers,
+            budget: request.budget,
+            policy: request.policy,
+            now_unix_ms: request.now_unix_ms,
+        };
+        let parsed = render_request(RenderArgs::from(request.clone()));
+        let via_stats = render_request(RenderArgs::from(stats));
+        prop_assert_eq!(
+            parsed.as_ref().map(|(s, t, k, o)| (*s, t.clone(), *k, o.budget, o.policy, o.callers))
+                .map_err(|e| e.message().to_owned()),
+            via_stats.as_ref().map(|(s, t, k, o)| (*s, t.clone(), *k, o.budget, o.policy, o.callers))
+                .map_err(|e| e.message().to_owned())
+        );
+        let history = request.budget.map(|b| {
+            i64::from(b.context_window)
+                - i64::from(b.output_reserve)
+                - i64::from(b.system_tokens)
+                - i64::from(b.tools_tokens)
+                - i64::from(b.schema_tokens)
+        });
+        match parsed {
+            Ok((session, target, tokenizer, options)) => {
+                prop_assert!(same_id(session, &request.session_id));
+                match (&target, &request.target) {
+                    (PathTarget::Branch(b), None) => prop_assert_eq!(b.as_str(), "main"),
+                    (PathTarget::Branch(b), Some(Target::Branch(name))) => {
+                        prop_assert_eq!(b.as_str(), if name.is_empty() { "main" } else { name });
+                    }
+                    (PathTarget::Node(n), Some(Target::NodeId(text))) => prop_assert!(same_id(n, text)),
+                    (PathTarget::Function(f), Some(Target::FunctionId(text))) => {
+                        prop_assert!(same_id(f, text));
+                    }
+                    other => prop_assert!(false, "target {:?}", other),
+                }
+                let name = if request.tokenizer.is_empty() { "heuristic" } else { &request.tokenizer };
+                prop_assert_eq!(tokenizer.name(), name);
+                prop_assert_eq!(
+                    options.callers,
+                    if request.callers == pb::Callers::None as i32 { Callers::None } else { Callers::All }
+                );
+                // A budget converts exactly when it leaves the history something.
+                prop_assert!(history.is_none_or(|h| h > 0));
+                if let Some(b) = request.budget {
+                    let got = options.budget.expect("a budget");
+                    prop_assert_eq!(
+                        (got.context_window, got.output_reserve, got.system, got.tools, got.schema),
+                        (b.context_window, b.output_reserve, b.system_tokens, b.tools_tokens, b.schema_tokens)
+                    );
+                } else {
+                    prop_assert!(options.budget.is_none());
+                }
+                // Zero means the default; anything else is carried as sent.
+                let defaults = Policy::default();
+                let p = request.policy.unwrap_or_default();
+                let or = |v: u32, d: usize| if v == 0 { d } else { v as usize };
+                prop_assert_eq!(options.policy.max_tool_result_chars, or(p.max_tool_result_chars, defaults.max_tool_result_chars));
+                prop_assert_eq!(options.policy.microcompact_first, or(p.microcompact_first, defaults.microcompact_first));
+                prop_assert_eq!(options.policy.microcompact_every, or(p.microcompact_every, defaults.microcompact_every));
+                prop_assert_eq!(options.policy.microcompact_keep, or(p.microcompact_keep, defaults.microcompact_keep));
+                prop_assert_eq!(options.policy.retain_turns, or(p.retain_turns, defaults.retain_turns));
+                prop_assert_eq!(
+                    options.policy.idle_ms,
+                    if p.idle_minutes == 0 { defaults.idle_ms } else { i64::from(p.idle_minutes) * 60_000 }
+                );
+                prop_assert_eq!(options.policy.snip, request.policy.and_then(|p| p.snip).unwrap_or(defaults.snip));
+                prop_assert_eq!(options.policy.reactive, p.reactive);
+                if request.now_unix_ms != 0 {
+                    prop_assert_eq!(options.now_ms, request.now_unix_ms);
+                }
+            }
+            Err(status) => {
+                let field = named_field(&status);
+                let fields = ["session_id", "branch", "node_id", "function_id", "tokenizer", "callers", "budget"];
+                prop_assert!(fields.contains(&field), "{:?}", status.message());
+                if field == "budget" {
+                    prop_assert!(history.is_some_and(|h| h <= 0), "{:?}", status.message());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn branch_names_convert_or_name_the_field(
+        session_id in id_text(),
+        name in branch_text(),
+        from_node_id in maybe_id(),
+    ) {
+        let request = pb::CreateBranchRequest { session_id, name, from_node_id };
+        match create_branch_request(&request) {
+            Ok((session, branch, from)) => {
+                prop_assert!(same_id(session, &request.session_id));
+                prop_assert_eq!(branch.as_str(), request.name.as_str());
+                // What a name may be, whatever the parser's rules look like.
+                let n = branch.as_str();
+                prop_assert!(!n.is_empty() && n.len() <= BranchName::MAX_LEN);
+                prop_assert!(n.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_./".contains(&b)));
+                prop_assert!(n.split('/').all(|s| !s.is_empty() && !s.starts_with('.')));
+                prop_assert!(!n.contains("..") && !n.starts_with('-') && !n.ends_with('.'));
+                match from {
+                    Some(id) => prop_assert!(same_id(id, &request.from_node_id)),
+                    None => prop_assert!(request.from_node_id.is_empty()),
+                }
+            }
+            Err(status) => {
+                let field = named_field(&status);
+                prop_assert!(["session_id", "name", "from_node_id"].contains(&field), "{:?}", status.message());
+            }
+        }
+    }
+
+    #[test]
+    fn log_paging_converts_or_names_a_field(
+        session_id in id_text(),
+        branch in prop_oneof![2 => Just(String::new()), 1 => branch_text()],
+        node_id in maybe_id(),
+        limit in prop_oneof![Just(0u32), 1u32..2_000, any::<u32>()],
+        page_token in maybe_id(),
+    ) {
+        let request = pb::LogRequest { session_id, branch, node_id, limit, page_token };
+        match log_request(&request) {
+            Ok((session, start, limit)) => {
+                prop_assert!(same_id(session, &request.session_id));
+                prop_assert_eq!(limit, if request.limit == 0 { 100 } else { request.limit.min(1000) });
+                prop_assert!(request.branch.is_empty() || request.node_id.is_empty());
+                // The page token wins, then the node, then the branch (default main).
+                match start {
+                    PathTarget::Node(id) if !request.page_token.is_empty() => {
+                        prop_assert!(same_id(id, &request.page_token));
+                    }
+                    PathTarget::Node(id) => prop_assert!(same_id(id, &request.node_id)),
+                    PathTarget::Branch(b) => {
+                        prop_assert!(request.page_token.is_empty() && request.node_id.is_empty());
+                        let want = if request.branch.is_empty() { "main" } else { &request.branch };
+                        prop_assert_eq!(b.as_str(), want);
+                    }
+                    PathTarget::Function(_) => prop_assert!(false, "a log never starts at a function"),
+                }
+            }
+            Err(status) => {
+                let field = named_field(&status);
+                prop_assert!(["session_id", "branch", "node_id", "page_token"].contains(&field), "{:?}", status.message());
+            }
+        }
+    }
+
+    #[test]
+    fn prepare_compaction_converts_or_names_a_field(
+        session_id in id_text(),
+        branch in branch_text(),
+        budget in budget(),
+        tokenizer in tokenizer_name(),
+        retain_turns in prop_oneof![Just(0u32), any::<u32>()],
+        instructions in text(),
+        max_tool_result_chars in prop_oneof![Just(0u32), any::<u32>()],
+        format in enum_value(3),
+    ) {
+        let request = pb::PrepareCompactionRequest {
+            session_id, branch, budget, tokenizer, retain_turns, instructions,
+            max_tool_result_chars, format,
+        };
+        match PrepareArgs::try_from(request.clone()) {
+            Ok(args) => {
+                prop_assert!(same_id(args.session, &request.session_id));
+                let want = if request.branch.is_empty() { "main" } else { &request.branch };
+                prop_assert_eq!(args.branch.as_str(), want);
+                let b = request.budget.expect("a budget is required");
+                prop_assert_eq!(
+                    (args.budget.context_window, args.budget.output_reserve, args.budget.system,
+                     args.budget.tools, args.budget.schema),
+                    (b.context_window, b.output_reserve, b.system_tokens, b.tools_tokens, b.schema_tokens)
+                );
+                prop_assert!(args.budget.history().is_ok());
+                let name = if request.tokenizer.is_empty() { "heuristic" } else { &request.tokenizer };
+                prop_assert_eq!(args.tokenizer, Tokenizer::parse(name).expect("known"));
+                prop_assert_eq!(args.retain_turns, if request.retain_turns == 0 { 2 } else { request.retain_turns as usize });
+                prop_assert_eq!(
+                    args.max_tool_result_chars,
+                    if request.max_tool_result_chars == 0 { 4000 } else { request.max_tool_result_chars as usize }
+                );
+                prop_assert_eq!(args.instructions, request.instructions);
+            }
+            Err(status) => {
+                let field = named_field(&status);
+                prop_assert!(["session_id", "branch", "budget", "tokenizer"].contains(&field), "{:?}", status.message());
+                if request.budget.is_none() {
+                    prop_assert!(field != "budget" || status.message() == "budget: is required");
+                }
+            }
+        }
+    }
+}
