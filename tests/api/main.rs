@@ -5,6 +5,7 @@ mod binary;
 mod branches;
 mod budget;
 mod concurrency;
+mod crash;
 mod functions;
 mod golden;
 mod helpers;
