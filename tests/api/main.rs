@@ -4,6 +4,7 @@
 mod binary;
 mod branches;
 mod budget;
+mod cas;
 mod concurrency;
 mod crash;
 mod functions;
