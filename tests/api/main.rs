@@ -4,7 +4,9 @@
 mod binary;
 mod branches;
 mod budget;
+mod cas;
 mod concurrency;
+mod crash;
 mod deadlines;
 mod faults;
 mod functions;

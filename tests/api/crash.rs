@@ -1,0 +1,550 @@
+//! Kill -9 under load: `ctxd serve` killed at a random moment while 8 clients append to 16
+//! sessions, restarted on the same file, cycle after cycle. Nothing acknowledged is lost, no
+//! idempotency key is applied twice, and the SQLite file stays consistent.
+//!
+//! `CTXD_CRASH_CYCLES` sets the number of kills (default 20); `CTXD_CRASH_SEED` replays the
+//! random choices (kill delays, sessions, shapes) of a failed run, whose seed it prints.
+
+use std::collections::HashMap;
+use std::fs::OpenOptions;
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use ctxd::api::pb;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use sqlx::Connection;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection};
+use tonic::{Code, Status};
+
+use crate::helpers::*;
+
+const CYCLES_VAR: &str = "CTXD_CRASH_CYCLES";
+const SEED_VAR: &str = "CTXD_CRASH_SEED";
+const DEFAULT_CYCLES: usize = 20;
+const APPENDERS: usize = 8;
+const SESSIONS: usize = 16;
+/// The kill comes uniformly within this long after the appenders start.
+const MAX_KILL_DELAY_MS: u64 = 250;
+const WAIT: Duration = Duration::from_secs(30);
+/// Ids a `GetNodes` call asks for at once.
+const GET_CHUNK: usize = 500;
+
+/// A `ctxd serve` child process on a fresh port.
+struct Daemon {
+    child: Child,
+    addr: SocketAddr,
+    /// Held open so the server never writes into a closed pipe.
+    _stdout: BufReader<ChildStdout>,
+}
+
+/// Starts the binary on `db` and reads the bound address from its stdout line.
+async fn start_daemon(db: &Path, stderr_log: &Path) -> Daemon {
+    let stderr = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(stderr_log)
+        .expect("stderr log");
+    let mut command = Command::new(env!("CARGO_BIN_EXE_ctxd"));
+    command
+        .args(["serve", "--listen", "127.0.0.1:0", "--db"])
+        .arg(db)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(stderr);
+    // Only the flags above configure the server, whatever the environment says.
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("CTXD_") {
+            command.env_remove(name);
+        }
+    }
+    let mut child = command.spawn().expect("spawn ctxd");
+    let stdout = child.stdout.take().expect("stdout");
+    let read_line = tokio::task::spawn_blocking(move || {
+        let mut reader = BufReader::new(stdout);
+        let mut line = String::new();
+        reader.read_line(&mut line).map(|_| (line, reader))
+    });
+    let (line, stdout) = match tokio::time::timeout(WAIT, read_line).await {
+        Ok(joined) => joined.expect("reader thread").expect("read stdout"),
+        Err(_) => {
+            let _ = child.kill();
+            panic!(
+                "no stdout line within {WAIT:?}; stderr: {}",
+                read(stderr_log)
+            );
+        }
+    };
+    let Some(addr) = line
+        .trim_end()
+        .strip_prefix("ctxd listening on ")
+        .and_then(|a| a.parse().ok())
+    else {
+        let _ = child.kill();
+        panic!(
+            "unexpected stdout line {line:?}; stderr: {}",
+            read(stderr_log)
+        );
+    };
+    Daemon {
+        child,
+        addr,
+        _stdout: stdout,
+    }
+}
+
+/// SIGKILL (what `kill -9` sends), then reaps the process.
+async fn kill9(daemon: Daemon) {
+    let mut child = daemon.child;
+    child.kill().expect("SIGKILL ctxd");
+    tokio::task::spawn_blocking(move || child.wait())
+        .await
+        .expect("waiter thread")
+        .expect("reap ctxd");
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+/// `PRAGMA integrity_check` and `foreign_key_check` on the file as the crash left it. Read-only,
+/// so nothing is recovered or checkpointed before the server opens it.
+async fn assert_file_consistent(db: &Path, cycle: usize) {
+    let options = SqliteConnectOptions::new().filename(db).read_only(true);
+    let mut conn = SqliteConnection::connect_with(&options)
+        .await
+        .expect("open the SQLite file read-only");
+    let integrity: Vec<String> = sqlx::query_scalar("PRAGMA integrity_check")
+        .fetch_all(&mut conn)
+        .await
+        .expect("integrity_check");
+    assert_eq!(integrity, ["ok"], "cycle {cycle}: integrity_check");
+    let dangling = sqlx::query("PRAGMA foreign_key_check")
+        .fetch_all(&mut conn)
+        .await
+        .expect("foreign_key_check");
+    assert!(
+        dangling.is_empty(),
+        "cycle {cycle}: {} dangling references",
+        dangling.len()
+    );
+    conn.close().await.expect("close");
+}
+
+/// A `COUNT(*)` query, read beside the running (idle) server.
+async fn count_rows(db: &Path, sql: &'static str) -> usize {
+    let options = SqliteConnectOptions::new().filename(db).read_only(true);
+    let mut conn = SqliteConnection::connect_with(&options)
+        .await
+        .expect("open the SQLite file read-only");
+    let n: i64 = sqlx::query_scalar(sql)
+        .fetch_one(&mut conn)
+        .await
+        .expect("count rows");
+    conn.close().await.expect("close");
+    usize::try_from(n).expect("a count")
+}
+
+/// One keyed append as sent: session index, key and request.
+#[derive(Clone)]
+struct Keyed {
+    session: usize,
+    key: String,
+    request: pb::AppendRequest,
+}
+
+/// An append whose answer the client received.
+struct Acked {
+    append: Keyed,
+    response: pb::AppendResponse,
+}
+
+/// What one appender saw before the server died.
+struct Run {
+    acked: Vec<Acked>,
+    /// The request in flight when the connection failed, and when the failure arrived.
+    unknown: Option<(Keyed, Status, Instant)>,
+}
+
+/// A tool output every third append or so carries, stored once however often it is written.
+fn shared_output() -> String {
+    big_text(6000, "the shared file")
+}
+
+/// The nodes of one append: text derived from the key, so stored content is checkable exactly.
+fn nodes_for(key: &str, rng: &mut StdRng) -> Vec<pb::NodeInput> {
+    let question = user(&format!("{key}: question"));
+    let answer = assistant(&format!("{key}: answer"));
+    let output = match rng.random_range(0..4) {
+        0 | 1 => return vec![question, answer],
+        2 => big_text(rng.random_range(500..20_000), key),
+        _ => shared_output(),
+    };
+    let call_id = format!("{key}-call");
+    vec![
+        question,
+        assistant_calls(
+            "",
+            vec![call(
+                &call_id,
+                "read_file",
+                &format!(r#"{{"path":"{key}.txt"}}"#),
+            )],
+        ),
+        // Named as the call is, so the stored result equals what was sent.
+        node(pb::node_input::Kind::ToolResult(pb::ToolResult {
+            call_id,
+            name: "read_file".into(),
+            parts: vec![text(output)],
+            is_error: false,
+        })),
+        answer,
+    ]
+}
+
+/// Appends until the first failure: each append to a random session, with a fresh key.
+async fn appender(
+    addr: SocketAddr,
+    sessions: Vec<String>,
+    cycle: usize,
+    worker: usize,
+    seed: u64,
+) -> Run {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut client = connect(addr).await;
+    let mut acked = Vec::new();
+    for i in 0.. {
+        let session = rng.random_range(0..sessions.len());
+        let key = format!("c{cycle}-w{worker}-{i}");
+        let request = pb::AppendRequest {
+            idempotency_key: key.clone(),
+            ..append_req(&sessions[session], nodes_for(&key, &mut rng))
+        };
+        let append = Keyed {
+            session,
+            key,
+            request,
+        };
+        match client.append(append.request.clone()).await {
+            Ok(response) => acked.push(Acked {
+                append,
+                response: response.into_inner(),
+            }),
+            Err(status) => {
+                return Run {
+                    acked,
+                    unknown: Some((append, status, Instant::now())),
+                };
+            }
+        }
+    }
+    unreachable!("the loop ends at the first failure")
+}
+
+/// Everything acknowledged so far, and the state that must hold after every restart.
+#[derive(Default)]
+struct Model {
+    sessions: Vec<String>,
+    acked: Vec<Acked>,
+}
+
+impl Model {
+    fn acked_nodes(&self, session: Option<usize>) -> usize {
+        self.acked
+            .iter()
+            .filter(|a| session.is_none_or(|s| a.append.session == s))
+            .map(|a| a.response.node_ids.len())
+            .sum()
+    }
+}
+
+/// Every acknowledged append present with its exact content, every head and parent link
+/// resolving, and nothing else stored: no key applied twice, no orphan node.
+async fn verify(client: &mut Client, model: &Model, db: &Path, cycle: usize) {
+    for (index, session) in model.sessions.iter().enumerate() {
+        let head = client
+            .get_session(pb::GetSessionRequest {
+                session_id: session.clone(),
+            })
+            .await
+            .expect("GetSession")
+            .into_inner()
+            .branches
+            .into_iter()
+            .find(|b| b.name == "main")
+            .expect("branch main")
+            .head_id;
+        let log = log_all(client, session).await;
+        let context = format!("cycle {cycle}, session {index}");
+        assert_eq!(
+            log.first().map_or("", |n| n.node_id.as_str()),
+            head,
+            "{context}: the log starts at the head"
+        );
+        for pair in log.windows(2) {
+            assert_eq!(
+                pair[0].parent_id, pair[1].node_id,
+                "{context}: every parent resolves"
+            );
+        }
+        if let Some(root) = log.last() {
+            assert_eq!(root.parent_id, "", "{context}: the log ends at the root");
+        }
+        assert_eq!(
+            log.len(),
+            model.acked_nodes(Some(index)),
+            "{context}: the branch holds exactly the acknowledged nodes"
+        );
+
+        let logged: HashMap<&str, &pb::Node> =
+            log.iter().map(|n| (n.node_id.as_str(), n)).collect();
+        assert_eq!(logged.len(), log.len(), "{context}: no node twice");
+        let mut uses: HashMap<String, usize> = HashMap::new();
+        for n in &log {
+            if let Some(pb::node_input::Kind::Message(m)) =
+                n.content.as_ref().and_then(|c| c.kind.as_ref())
+                && m.role == pb::Role::User as i32
+            {
+                *uses.entry(text_of(&m.parts)).or_default() += 1;
+            }
+        }
+
+        let mine: Vec<&Acked> = model
+            .acked
+            .iter()
+            .filter(|a| a.append.session == index)
+            .collect();
+        let ids: Vec<String> = mine
+            .iter()
+            .flat_map(|a| a.response.node_ids.iter().cloned())
+            .collect();
+        let mut fetched = HashMap::new();
+        for chunk in ids.chunks(GET_CHUNK) {
+            let nodes = client
+                .get_nodes(pb::GetNodesRequest {
+                    session_id: session.clone(),
+                    node_ids: chunk.to_vec(),
+                })
+                .await
+                .unwrap_or_else(|e| panic!("{context}: GetNodes of acknowledged nodes: {e:?}"))
+                .into_inner()
+                .nodes;
+            fetched.extend(nodes.into_iter().map(|n| (n.node_id.clone(), n)));
+        }
+        for a in mine {
+            let key = &a.append.key;
+            assert_eq!(
+                uses.get(&format!("{key}: question")),
+                Some(&1),
+                "{context}: key {key} applied exactly once"
+            );
+            let sent = &a.append.request.nodes;
+            assert_eq!(a.response.node_ids.len(), sent.len(), "{context}: {key}");
+            assert_eq!(a.response.node_ids.last(), Some(&a.response.head_id));
+            for (i, (id, input)) in a.response.node_ids.iter().zip(sent).enumerate() {
+                let stored = fetched
+                    .get(id)
+                    .unwrap_or_else(|| panic!("{context}: acknowledged {key} node {id} is lost"));
+                assert_eq!(
+                    stored.content.as_ref(),
+                    Some(input),
+                    "{context}: {key} node {i} content"
+                );
+                assert!(
+                    logged.contains_key(id.as_str()),
+                    "{context}: {key} node {id} off the branch"
+                );
+                if i > 0 {
+                    assert_eq!(
+                        stored.parent_id,
+                        a.response.node_ids[i - 1],
+                        "{context}: {key}: one append is one contiguous chain"
+                    );
+                }
+            }
+            assert_eq!(
+                fetched[&a.response.head_id].hash, a.response.head_hash,
+                "{context}: {key} head hash"
+            );
+        }
+    }
+    // Nothing stored beyond what the branches hold: no orphan of a half-applied append.
+    assert_eq!(
+        count_rows(db, "SELECT COUNT(*) FROM nodes").await,
+        model.acked_nodes(None),
+        "cycle {cycle}: node rows"
+    );
+    assert_eq!(
+        count_rows(db, "SELECT COUNT(*) FROM idempotency").await,
+        model.acked.len(),
+        "cycle {cycle}: one idempotency record per applied key"
+    );
+}
+
+async fn log_all(client: &mut Client, session: &str) -> Vec<pb::Node> {
+    let mut req = pb::LogRequest {
+        session_id: session.into(),
+        limit: 1000,
+        ..Default::default()
+    };
+    let mut nodes = Vec::new();
+    loop {
+        let page = client.log(req.clone()).await.expect("Log").into_inner();
+        nodes.extend(page.nodes);
+        if page.next_page_token.is_empty() {
+            return nodes;
+        }
+        req.page_token = page.next_page_token;
+    }
+}
+
+/// Codes that would mean the server judged the request, not that the connection died.
+fn is_a_verdict(code: Code) -> bool {
+    matches!(
+        code,
+        Code::InvalidArgument
+            | Code::NotFound
+            | Code::AlreadyExists
+            | Code::FailedPrecondition
+            | Code::Aborted
+            | Code::OutOfRange
+            | Code::PermissionDenied
+            | Code::Unauthenticated
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn kill_9_under_load_loses_and_duplicates_nothing() {
+    let cycles: usize = std::env::var(CYCLES_VAR)
+        .map(|v| v.parse().expect("CTXD_CRASH_CYCLES is a number"))
+        .unwrap_or(DEFAULT_CYCLES);
+    let seed: u64 = std::env::var(SEED_VAR)
+        .map(|v| v.parse().expect("CTXD_CRASH_SEED is a number"))
+        .unwrap_or_else(|_| rand::random());
+    // Shown with a failure, so the run can be replayed.
+    println!("{SEED_VAR}={seed} {CYCLES_VAR}={cycles}");
+    let mut rng = StdRng::seed_from_u64(seed);
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("ctxd.db");
+    let log = dir.path().join("stderr.log");
+    let started = Instant::now();
+    let mut model = Model::default();
+    let mut unknown: Vec<Keyed> = Vec::new();
+    let mut retried = 0usize;
+    // Retried appends whose first attempt had committed before the kill.
+    let mut committed_unanswered = 0usize;
+
+    for cycle in 0..=cycles {
+        if cycle > 0 {
+            assert_file_consistent(&db, cycle).await;
+        }
+        let restarted_ms = ctxd::store::now_ms();
+        let daemon = start_daemon(&db, &log).await;
+        let mut client = connect(daemon.addr).await;
+        if cycle == 0 {
+            for _ in 0..SESSIONS {
+                let session = client
+                    .create_session(pb::CreateSessionRequest::default())
+                    .await
+                    .expect("CreateSession")
+                    .into_inner()
+                    .session_id;
+                model.sessions.push(session);
+            }
+        }
+
+        // Appends cut off by the kill: the same key now gets one answer, whether the first
+        // attempt committed or not; `verify` checks it against what is stored.
+        for append in unknown.drain(..) {
+            let response = client
+                .append(append.request.clone())
+                .await
+                .unwrap_or_else(|e| {
+                    panic!(
+                        "cycle {cycle}: retry of {} after the restart: {e:?}",
+                        append.key
+                    )
+                })
+                .into_inner();
+            retried += 1;
+            let head = client
+                .get_nodes(pb::GetNodesRequest {
+                    session_id: model.sessions[append.session].clone(),
+                    node_ids: vec![response.head_id.clone()],
+                })
+                .await
+                .expect("GetNodes of a retried append")
+                .into_inner()
+                .nodes;
+            if head
+                .first()
+                .is_some_and(|n| n.created_at_unix_ms < restarted_ms)
+            {
+                committed_unanswered += 1;
+            }
+            model.acked.push(Acked { append, response });
+        }
+        // An answer given before a crash is still the answer after it.
+        if let Some(acked) = model
+            .acked
+            .get(rng.random_range(0..model.acked.len().max(1)))
+        {
+            let again = client
+                .append(acked.append.request.clone())
+                .await
+                .expect("a retry of an acknowledged append")
+                .into_inner();
+            assert_eq!(again, acked.response, "cycle {cycle}: {}", acked.append.key);
+        }
+        verify(&mut client, &model, &db, cycle).await;
+        if cycle == cycles {
+            kill9(daemon).await;
+            break;
+        }
+
+        let delay = Duration::from_millis(rng.random_range(0..=MAX_KILL_DELAY_MS));
+        println!("cycle {cycle}: kill -9 after {delay:?}");
+        let workers: Vec<_> = (0..APPENDERS)
+            .map(|worker| {
+                let sessions = model.sessions.clone();
+                let seed = rng.random();
+                tokio::spawn(appender(daemon.addr, sessions, cycle, worker, seed))
+            })
+            .collect();
+        tokio::time::sleep(delay).await;
+        let killed_at = Instant::now();
+        kill9(daemon).await;
+
+        for worker in workers {
+            let run = tokio::time::timeout(WAIT, worker)
+                .await
+                .expect("an appender notices the kill")
+                .expect("appender task");
+            model.acked.extend(run.acked);
+            let (append, status, failed_at) = run.unknown.expect("appenders stop only on failure");
+            assert!(
+                failed_at >= killed_at && !is_a_verdict(status.code()),
+                "cycle {cycle}: {} failed by the server's verdict, not the kill: {status:?}",
+                append.key
+            );
+            unknown.push(append);
+        }
+    }
+
+    println!(
+        "{cycles} kills in {:?}: {} appends acknowledged ({} nodes), {retried} retried after a \
+         kill, of which {committed_unanswered} had committed unanswered",
+        started.elapsed(),
+        model.acked.len(),
+        model.acked_nodes(None),
+    );
+    assert_file_consistent(&db, cycles + 1).await;
+    assert!(
+        model.acked.len() > retried,
+        "the appenders wrote something between kills"
+    );
+}
