@@ -11,6 +11,7 @@
 //! - [`summarizer`]: the server's own summarizer over an OpenAI-compatible endpoint.
 //! - [`metrics`]: Prometheus metrics and their endpoint.
 //! - [`server`]: wires the service, health and reflection onto a bound listener.
+//! - [`tls`]: TLS certificates and keys for the server and the command-line client.
 //! - [`cli`]: the command line (`ctxd serve`).
 
 pub mod api;
@@ -23,4 +24,5 @@ pub mod render;
 pub mod server;
 pub mod store;
 pub mod summarizer;
+pub mod tls;
 pub mod tokens;

@@ -1,11 +1,13 @@
-//! Serving: the ContextStore service, health checking and reflection on a bound listener.
+//! Serving: the ContextStore service, health checking and reflection on a bound listener, behind
+//! API keys and TLS when configured.
 
 use std::future::Future;
 
 use tokio::net::TcpListener;
-use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
+use tonic::transport::{Server, ServerTlsConfig};
 
+use crate::api::auth::{ApiKeys, AuthLayer};
 use crate::api::{ContextStoreService, pb};
 use crate::metrics::MeterLayer;
 use crate::store::Store;
@@ -44,6 +46,11 @@ pub async fn serve_with_summarizer(
 pub struct Options {
     /// The summarizer for the `Compact` RPC; without one, `Compact` answers FAILED_PRECONDITION.
     pub summarizer: Option<Summarizer>,
+    /// API keys: every RPC but health checks then needs `authorization: Bearer <key>` and acts
+    /// for the key's tenant. Without them every caller is `Tenant::local()`.
+    pub api_keys: Option<ApiKeys>,
+    /// TLS, mutual when it has a client CA (see [`crate::tls::server`]). Without it, plaintext.
+    pub tls: Option<ServerTlsConfig>,
 }
 
 /// [`serve`], with every option.
@@ -53,7 +60,11 @@ pub async fn serve_with(
     options: Options,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), tonic::transport::Error> {
-    let Options { summarizer } = options;
+    let Options {
+        summarizer,
+        api_keys,
+        tls,
+    } = options;
     let service = ContextStoreService::new(store, summarizer);
     let service = pb::context_store_server::ContextStoreServer::new(service)
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
@@ -74,8 +85,14 @@ pub async fn serve_with(
     let reflection_v1alpha = reflection()
         .build_v1alpha()
         .expect("the compiled-in descriptors are valid");
-    Server::builder()
+    let mut builder = Server::builder();
+    if let Some(tls) = tls {
+        builder = builder.tls_config(tls)?;
+    }
+    builder
+        // Metering outside authentication, so refused requests are counted too.
         .layer(MeterLayer)
+        .layer(AuthLayer::new(api_keys))
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+use tonic::transport::ServerTlsConfig;
 use tracing_subscriber::EnvFilter;
 
 mod client;
@@ -13,6 +14,7 @@ mod json;
 mod panel;
 mod show;
 
+use crate::api::auth::ApiKeys;
 use crate::store::Store;
 use crate::summarizer::{Config as SummarizerConfig, Summarizer};
 
@@ -47,6 +49,8 @@ enum Command {
         metrics_listen: Option<SocketAddr>,
         #[command(flatten)]
         summarizer: SummarizerArgs,
+        #[command(flatten)]
+        security: SecurityArgs,
     },
     #[command(flatten)]
     Client(client::Command),
@@ -76,6 +80,69 @@ struct SummarizerArgs {
     /// Seconds one compaction may take, all calls included.
     #[arg(long, env = "CTXD_SUMMARIZER_TIMEOUT_SECS", default_value_t = 300)]
     summarizer_timeout_secs: u64,
+}
+
+/// Who may call the server, and over what.
+#[derive(Debug, clap::Args)]
+struct SecurityArgs {
+    /// API keys, one `tenant key` a line: every RPC but health checks then needs
+    /// `authorization: Bearer <key>` and acts for the key's tenant.
+    #[arg(long, env = "CTXD_API_KEYS_FILE", value_name = "FILE")]
+    api_keys_file: Option<PathBuf>,
+    /// Serve a non-loopback address without API keys: anyone who reaches it can read and write
+    /// every session.
+    #[arg(
+        long,
+        env = "CTXD_INSECURE_NO_AUTH",
+        conflicts_with = "api_keys_file",
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    insecure_no_auth: bool,
+    /// The server's certificate chain (PEM): serve TLS.
+    #[arg(long, env = "CTXD_TLS_CERT", value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, env = "CTXD_TLS_KEY", value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Require client certificates signed by this CA (PEM): mutual TLS.
+    #[arg(
+        long,
+        env = "CTXD_TLS_CLIENT_CA",
+        value_name = "FILE",
+        requires = "tls_cert"
+    )]
+    tls_client_ca: Option<PathBuf>,
+}
+
+impl SecurityArgs {
+    /// Reads the keys and TLS files, and refuses to expose an open server: all before the
+    /// database is opened or a port bound.
+    fn build(
+        self,
+        listen: SocketAddr,
+    ) -> anyhow::Result<(Option<ApiKeys>, Option<ServerTlsConfig>)> {
+        let keys = self
+            .api_keys_file
+            .as_deref()
+            .map(ApiKeys::load)
+            .transpose()?;
+        if keys.is_none() && !self.insecure_no_auth && !listen.ip().to_canonical().is_loopback() {
+            anyhow::bail!(
+                "refusing to listen on {listen} without API keys: anyone who can reach it could \
+                 read and write every session; give --api-keys-file FILE, or --insecure-no-auth \
+                 to serve it open anyway"
+            );
+        }
+        let tls = match (&self.tls_cert, &self.tls_key) {
+            (Some(cert), Some(key)) => Some(crate::tls::server(
+                cert,
+                key,
+                self.tls_client_ca.as_deref(),
+            )?),
+            _ => None,
+        };
+        Ok((keys, tls))
+    }
 }
 
 impl SummarizerArgs {
@@ -111,9 +178,22 @@ pub fn main() -> anyhow::Result<()> {
             db,
             metrics_listen,
             summarizer,
+            security,
         } => {
-            let summarizer = summarizer.build()?;
-            runtime.block_on(serve(listen, db, metrics_listen, summarizer))
+            let served = security.build(listen).and_then(|(api_keys, tls)| {
+                let options = crate::server::Options {
+                    summarizer: summarizer.build()?,
+                    api_keys,
+                    tls,
+                };
+                runtime.block_on(serve(listen, db, metrics_listen, options))
+            });
+            if let Err(e) = served {
+                // One line, causes included: the operator's terminal or a unit's journal.
+                let _ = writeln!(std::io::stderr(), "ctxd: {e:#}");
+                std::process::exit(1);
+            }
+            Ok(())
         }
         Command::Client(command) => client::run(&runtime, command),
     }
@@ -123,7 +203,7 @@ async fn serve(
     listen: SocketAddr,
     db: PathBuf,
     metrics_listen: Option<SocketAddr>,
-    summarizer: Option<Summarizer>,
+    options: crate::server::Options,
 ) -> anyhow::Result<()> {
     let store = Store::open(&db)
         .await
@@ -152,10 +232,14 @@ async fn serve(
     tracing::info!(
         %bound,
         db = %db.display(),
-        summarizer = summarizer.as_ref().map(Summarizer::model),
+        summarizer = options.summarizer.as_ref().map(Summarizer::model),
+        api_keys = options.api_keys.as_ref().map_or(0, ApiKeys::len),
+        tls = options.tls.is_some(),
         "serving"
     );
-    let options = crate::server::Options { summarizer };
+    if options.api_keys.is_none() && !bound.ip().to_canonical().is_loopback() {
+        tracing::warn!(%bound, "serving without API keys on a non-loopback address");
+    }
     crate::server::serve_with(listener, store.clone(), options, shutdown_signal()).await?;
     store.close().await;
     tracing::info!("stopped");
