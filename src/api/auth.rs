@@ -14,6 +14,7 @@ use tonic::Status;
 use crate::domain::Tenant;
 
 /// Paths that need no key: load balancers and orchestrators probe health without credentials.
+/// tonic routes by this same service prefix, so an exempt path reaches the health service only.
 const EXEMPT_PREFIX: &str = "/grpc.health.v1.Health/";
 
 /// The configured keys, each kept only as its BLAKE3 hash with the tenant it stands for.
