@@ -12,6 +12,7 @@
 //! - [`metrics`]: Prometheus metrics and their endpoint.
 //! - [`limits`]: admission: request size, concurrency limit and load shedding, draining.
 //! - [`server`]: wires the service, health and reflection onto a bound listener.
+//! - [`tls`]: TLS certificates and keys for the server and the command-line client.
 //! - [`cli`]: the command line (`ctxd serve`).
 
 pub mod api;
@@ -25,4 +26,5 @@ pub mod render;
 pub mod server;
 pub mod store;
 pub mod summarizer;
+pub mod tls;
 pub mod tokens;

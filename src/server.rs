@@ -1,4 +1,5 @@
-//! Serving: the ContextStore service, health checking and reflection on a bound listener.
+//! Serving: the ContextStore service, health checking and reflection on a bound listener, behind
+//! API keys and TLS when configured.
 
 use std::future::Future;
 use std::time::Duration;
@@ -6,11 +7,12 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tonic::server::NamedService;
-use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
+use tonic::transport::{Server, ServerTlsConfig};
 use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 
+use crate::api::auth::{ApiKeys, AuthLayer};
 use crate::api::{ContextStoreService, FramingLayer, pb};
 use crate::limits::{Admission, Limits};
 use crate::metrics::MeterLayer;
@@ -52,6 +54,11 @@ pub struct Options {
     pub limits: Limits,
     /// What happens between the shutdown signal and `serve` returning.
     pub shutdown: Shutdown,
+    /// API keys: every RPC but health checks then needs `authorization: Bearer <key>` and acts
+    /// for the key's tenant. Without them every caller is `Tenant::local()`.
+    pub api_keys: Option<ApiKeys>,
+    /// TLS, mutual when it has a client CA (see [`crate::tls::server`]). Without it, plaintext.
+    pub tls: Option<ServerTlsConfig>,
 }
 
 /// A graceful shutdown: at the signal health turns NOT_SERVING and new calls are refused with
@@ -89,6 +96,8 @@ pub async fn serve_with(
         summarizer,
         limits,
         shutdown: timing,
+        api_keys,
+        tls,
     } = options;
     let service = ContextStoreService::new(store, summarizer).with_limits(limits);
     // The request limit is enforced (as RESOURCE_EXHAUSTED) by `Admission`; replies are
@@ -114,13 +123,19 @@ pub async fn serve_with(
     let (began, grace_starts) = oneshot::channel();
     let signal = drain(shutdown, health, admission.clone(), timing.drain, began);
     // Health is not admitted through the limits: an orchestrator must always see the truth.
-    let server = Server::builder()
+    let mut builder = Server::builder();
+    if let Some(tls) = tls {
+        builder = builder.tls_config(tls)?;
+    }
+    let server = builder
         // A client resets a call whose deadline passes before the server took it up; past h2's
         // default of 20 such at once the whole connection is closed, failing its other calls,
         // so a burst of short deadlines would hurt callers that have none. Bounded by the
         // concurrency limit instead, which still caps the memory held for them.
         .http2_max_pending_accept_reset_streams(Some(limits.max_concurrent_requests.max(20)))
+        // Metering outside authentication, so refused requests are counted too.
         .layer(MeterLayer)
+        .layer(AuthLayer::new(api_keys))
         // Inside the meter, so it counts the code the caller gets.
         .layer(FramingLayer)
         .add_service(health_service)

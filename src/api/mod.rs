@@ -1,5 +1,6 @@
 //! The gRPC service: request → domain → store/engine → response. The only place with prost types.
 
+pub mod auth;
 mod codec;
 mod compaction;
 mod convert;

@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand, ValueEnum};
 use serde_json::Value;
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
 
@@ -17,7 +19,7 @@ use super::{panel, show};
 use crate::api::pb;
 use pb::context_store_client::ContextStoreClient;
 
-type Client = ContextStoreClient<Channel>;
+type Client = ContextStoreClient<InterceptedService<Channel, Credentials>>;
 
 /// Room for large renders and logs, as on the server.
 const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
@@ -32,9 +34,50 @@ pub struct Conn {
     /// The ctxd server.
     #[arg(long, env = "CTXD_SERVER", default_value = "http://127.0.0.1:50051")]
     server: String,
+    /// The API key, sent as `authorization: Bearer <key>`; prefer the environment variable,
+    /// which stays out of process lists.
+    #[arg(long, env = "CTXD_API_KEY", hide_env_values = true, value_name = "KEY")]
+    api_key: Option<String>,
+    /// The CA certificate (PEM) to trust for an `https://` server, instead of the system's roots.
+    #[arg(long, env = "CTXD_TLS_CA", value_name = "FILE")]
+    tls_ca: Option<std::path::PathBuf>,
+    /// A client certificate (PEM), for a server that requires one (mutual TLS).
+    #[arg(
+        long,
+        env = "CTXD_CLIENT_CERT",
+        value_name = "FILE",
+        requires = "tls_key"
+    )]
+    tls_cert: Option<std::path::PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(
+        long,
+        env = "CTXD_CLIENT_KEY",
+        value_name = "FILE",
+        requires = "tls_cert"
+    )]
+    tls_key: Option<std::path::PathBuf>,
     /// Print the response as JSON, for scripts.
     #[arg(long)]
     json: bool,
+}
+
+/// Adds the API key, if any, to every call.
+#[derive(Clone)]
+pub struct Credentials(Option<MetadataValue<Ascii>>);
+
+impl tonic::service::Interceptor for Credentials {
+    fn call(
+        &mut self,
+        mut request: tonic::Request<()>,
+    ) -> std::result::Result<tonic::Request<()>, Status> {
+        if let Some(value) = &self.0 {
+            request
+                .metadata_mut()
+                .insert("authorization", value.clone());
+        }
+        Ok(request)
+    }
 }
 
 /// A token budget and tokenizer, for `render`, `context` and `compact`.
@@ -538,16 +581,38 @@ async fn connect(conn: &Conn) -> Result<Client> {
     } else {
         format!("http://{}", conn.server)
     };
-    let endpoint = Endpoint::from_shared(url.clone())
+    let mut endpoint = Endpoint::from_shared(url.clone())
         .map_err(|e| Failure(format!("invalid server URL {:?}: {e}", conn.server)))?
         .connect_timeout(Duration::from_secs(10));
+    let identity = conn.tls_cert.as_deref().zip(conn.tls_key.as_deref());
+    if url.starts_with("https://") {
+        let tls = crate::tls::client(conn.tls_ca.as_deref(), identity)
+            .map_err(|e| Failure(e.to_string()))?;
+        endpoint = endpoint
+            .tls_config(tls)
+            .map_err(|e| Failure(format!("TLS for {url}: {}", chain(&e))))?;
+    } else if conn.tls_ca.is_some() || identity.is_some() {
+        return Err(Failure(format!(
+            "--tls-ca and --tls-cert need an https:// server URL, not {url}"
+        )));
+    }
+    let credentials = match &conn.api_key {
+        Some(key) => {
+            let mut value: MetadataValue<Ascii> = format!("Bearer {key}")
+                .parse()
+                .map_err(|_| Failure("the API key has characters a header cannot carry".into()))?;
+            value.set_sensitive(true);
+            Credentials(Some(value))
+        }
+        None => Credentials(None),
+    };
     let channel = endpoint.connect().await.map_err(|e| {
         Failure(format!(
             "cannot connect to the server at {url}: {}",
             chain(&e)
         ))
     })?;
-    Ok(ContextStoreClient::new(channel)
+    Ok(ContextStoreClient::with_interceptor(channel, credentials)
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES))
 }

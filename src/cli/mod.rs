@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+use tonic::transport::ServerTlsConfig;
 use tracing_subscriber::EnvFilter;
 
 mod client;
@@ -14,6 +15,7 @@ mod json;
 mod panel;
 mod show;
 
+use crate::api::auth::ApiKeys;
 use crate::limits::Limits;
 use crate::server::Shutdown;
 use crate::store::Store;
@@ -54,6 +56,8 @@ enum Command {
         summarizer: SummarizerArgs,
         #[command(flatten)]
         limits: LimitsArgs,
+        #[command(flatten)]
+        security: SecurityArgs,
     },
     #[command(flatten)]
     Client(client::Command),
@@ -173,6 +177,69 @@ impl LimitsArgs {
     }
 }
 
+/// Who may call the server, and over what.
+#[derive(Debug, clap::Args)]
+struct SecurityArgs {
+    /// API keys, one `tenant key` a line: every RPC but health checks then needs
+    /// `authorization: Bearer <key>` and acts for the key's tenant.
+    #[arg(long, env = "CTXD_API_KEYS_FILE", value_name = "FILE")]
+    api_keys_file: Option<PathBuf>,
+    /// Serve a non-loopback address without API keys: anyone who reaches it can read and write
+    /// every session.
+    #[arg(
+        long,
+        env = "CTXD_INSECURE_NO_AUTH",
+        conflicts_with = "api_keys_file",
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    insecure_no_auth: bool,
+    /// The server's certificate chain (PEM): serve TLS.
+    #[arg(long, env = "CTXD_TLS_CERT", value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, env = "CTXD_TLS_KEY", value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Require client certificates signed by this CA (PEM): mutual TLS.
+    #[arg(
+        long,
+        env = "CTXD_TLS_CLIENT_CA",
+        value_name = "FILE",
+        requires = "tls_cert"
+    )]
+    tls_client_ca: Option<PathBuf>,
+}
+
+impl SecurityArgs {
+    /// Reads the keys and TLS files, and refuses to expose an open server: all before the
+    /// database is opened or a port bound.
+    fn build(
+        self,
+        listen: SocketAddr,
+    ) -> anyhow::Result<(Option<ApiKeys>, Option<ServerTlsConfig>)> {
+        let keys = self
+            .api_keys_file
+            .as_deref()
+            .map(ApiKeys::load)
+            .transpose()?;
+        if keys.is_none() && !self.insecure_no_auth && !listen.ip().to_canonical().is_loopback() {
+            anyhow::bail!(
+                "refusing to listen on {listen} without API keys: anyone who can reach it could \
+                 read and write every session; give --api-keys-file FILE, or --insecure-no-auth \
+                 to serve it open anyway"
+            );
+        }
+        let tls = match (&self.tls_cert, &self.tls_key) {
+            (Some(cert), Some(key)) => Some(crate::tls::server(
+                cert,
+                key,
+                self.tls_client_ca.as_deref(),
+            )?),
+            _ => None,
+        };
+        Ok((keys, tls))
+    }
+}
+
 impl SummarizerArgs {
     fn build(self) -> anyhow::Result<Option<Summarizer>> {
         let (Some(url), Some(model)) = (self.summarizer_url, self.summarizer_model) else {
@@ -208,16 +275,19 @@ pub fn main() -> anyhow::Result<()> {
             storage,
             summarizer,
             limits,
+            security,
         } => {
-            let summarizer = summarizer.build()?;
-            let (limits, shutdown) = limits.build();
-            let options = crate::server::Options {
-                summarizer,
-                limits,
-                shutdown,
-            };
-            let served =
-                runtime.block_on(serve(listen, db, metrics_listen, storage.config(), options));
+            let served = security.build(listen).and_then(|(api_keys, tls)| {
+                let (limits, shutdown) = limits.build();
+                let options = crate::server::Options {
+                    summarizer: summarizer.build()?,
+                    limits,
+                    shutdown,
+                    api_keys,
+                    tls,
+                };
+                runtime.block_on(serve(listen, db, metrics_listen, storage.config(), options))
+            });
             // Calls abandoned after the grace period end here, without holding up the exit.
             runtime.shutdown_timeout(RUNTIME_SHUTDOWN);
             if let Err(e) = served {
@@ -270,8 +340,13 @@ async fn serve(
         %bound,
         db = %db.display(),
         summarizer = options.summarizer.as_ref().map(Summarizer::model),
+        api_keys = options.api_keys.as_ref().map_or(0, ApiKeys::len),
+        tls = options.tls.is_some(),
         "serving"
     );
+    if options.api_keys.is_none() && !bound.ip().to_canonical().is_loopback() {
+        tracing::warn!(%bound, "serving without API keys on a non-loopback address");
+    }
     crate::server::serve_with(listener, store.clone(), options, shutdown_signal()).await?;
     // Closing waits for connections still in use; after an abandoned grace period one may be
     // held by a call that will never finish. The WAL holds every commit either way.

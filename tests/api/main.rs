@@ -1,6 +1,7 @@
 //! Integration tests of ctxd: a real server on 127.0.0.1:0 over a real SQLite file,
 //! one fresh temp dir per test (see `helpers::spawn_app`).
 
+mod auth;
 mod binary;
 mod branches;
 mod budget;

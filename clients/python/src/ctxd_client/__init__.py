@@ -29,6 +29,7 @@ from .errors import (
     FailedPrecondition,
     InvalidArgument,
     NotFound,
+    Unauthenticated,
     Unavailable,
 )
 from .types import (
@@ -69,6 +70,7 @@ __all__ = [
     "Summaries",
     "SummaryRecord",
     "TokenBreakdown",
+    "Unauthenticated",
     "Unavailable",
     "assistant_message",
     "pb",

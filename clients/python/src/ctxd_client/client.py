@@ -8,6 +8,7 @@ sub-agent fails. Anything it does not cover is one call away on `Client.stub`.
 
 from __future__ import annotations
 
+import collections
 import json
 from collections.abc import Mapping, Sequence
 from types import TracebackType
@@ -72,6 +73,61 @@ def _text(text: str) -> list[pb.ContentPart]:
     return [pb.ContentPart(text=text)] if text else []
 
 
+class _CallDetails(
+    collections.namedtuple(
+        "_CallDetails",
+        ("method", "timeout", "metadata", "credentials", "wait_for_ready", "compression"),
+    ),
+    grpc.ClientCallDetails,
+):
+    pass
+
+
+class _BearerKey(
+    grpc.UnaryUnaryClientInterceptor,
+    grpc.UnaryStreamClientInterceptor,
+    grpc.StreamUnaryClientInterceptor,
+    grpc.StreamStreamClientInterceptor,
+):
+    """Adds `authorization: Bearer <key>` to every call, whatever its kind."""
+
+    def __init__(self, api_key: str) -> None:
+        # A key travels in an HTTP header: visible ASCII, no spaces.
+        if not api_key or not all(33 <= ord(c) <= 126 for c in api_key):
+            raise ValueError("api_key must be non-empty visible ASCII")
+        self._header = ("authorization", f"Bearer {api_key}")
+
+    def _details(self, details: grpc.ClientCallDetails) -> grpc.ClientCallDetails:
+        return _CallDetails(
+            details.method,
+            details.timeout,
+            [*(details.metadata or ()), self._header],
+            details.credentials,
+            getattr(details, "wait_for_ready", None),
+            getattr(details, "compression", None),
+        )
+
+    def intercept_unary_unary(
+        self, continuation: Any, details: grpc.ClientCallDetails, request: Any
+    ) -> Any:
+        return continuation(self._details(details), request)
+
+    def intercept_unary_stream(
+        self, continuation: Any, details: grpc.ClientCallDetails, request: Any
+    ) -> Any:
+        return continuation(self._details(details), request)
+
+    def intercept_stream_unary(
+        self, continuation: Any, details: grpc.ClientCallDetails, requests: Any
+    ) -> Any:
+        return continuation(self._details(details), requests)
+
+    def intercept_stream_stream(
+        self, continuation: Any, details: grpc.ClientCallDetails, requests: Any
+    ) -> Any:
+        return continuation(self._details(details), requests)
+
+
 # ---------------------------------------------------------------- node builders
 
 
@@ -124,9 +180,12 @@ def tool_result(call_id: str, text: str, is_error: bool = False) -> pb.NodeInput
 class Client:
     """A connection to a ctxd server. Use it as a context manager so the channel gets closed.
 
-    `timeout` is the deadline in seconds for each call (None: no deadline). Pass `channel` to use
-    a channel you configured yourself (TLS, interceptors); the client then leaves closing it to
-    you.
+    `timeout` is the deadline in seconds for each call (None: no deadline). `api_key` is sent as
+    `authorization: Bearer <key>` with every call, the generated `stub`'s included. TLS is on
+    when `tls=True` or any of `root_certificates` (PEM bytes of the CA to trust; the system's
+    roots without it), `private_key` and `certificate_chain` (PEM bytes of a client certificate,
+    for a server that requires one) is given. Pass `channel` to use a channel you configured
+    yourself; the client then leaves closing it to you (`api_key` still applies).
     """
 
     def __init__(
@@ -135,12 +194,35 @@ class Client:
         *,
         timeout: float | None = None,
         channel: grpc.Channel | None = None,
+        api_key: str | None = None,
+        tls: bool = False,
+        root_certificates: bytes | None = None,
+        private_key: bytes | None = None,
+        certificate_chain: bytes | None = None,
     ) -> None:
         self.address = address
         self.timeout = timeout
+        secure = tls or any(
+            pem is not None for pem in (root_certificates, private_key, certificate_chain)
+        )
+        if channel is not None and secure:
+            raise ValueError("pass either a channel or TLS options, not both")
+        if (private_key is None) != (certificate_chain is None):
+            raise ValueError("private_key and certificate_chain go together")
+        bearer = _BearerKey(api_key) if api_key is not None else None
         self._owns_channel = channel is None
-        self._channel = channel if channel is not None else grpc.insecure_channel(address)
-        self.stub = pb_grpc.ContextStoreStub(self._channel)
+        if channel is None:
+            if secure:
+                credentials = grpc.ssl_channel_credentials(
+                    root_certificates, private_key, certificate_chain
+                )
+                channel = grpc.secure_channel(address, credentials)
+            else:
+                channel = grpc.insecure_channel(address)
+        self._channel = channel
+        if bearer is not None:
+            channel = grpc.intercept_channel(channel, bearer)
+        self.stub = pb_grpc.ContextStoreStub(channel)
         """The generated stub, for the RPCs this wrapper does not cover (ImportSession, ...)."""
 
     def close(self) -> None:

@@ -39,6 +39,10 @@ class Conflict(CtxdError):
     """A compare-and-swap lost (ABORTED): re-read the head and retry."""
 
 
+class Unauthenticated(CtxdError):
+    """The server wants an API key (`Client(api_key=...)`), or did not accept the one given."""
+
+
 class Unavailable(CtxdError):
     """The server cannot be reached, or its database is busy: retrying may help."""
 
@@ -50,6 +54,7 @@ _BY_CODE: dict[grpc.StatusCode, type[CtxdError]] = {
     grpc.StatusCode.FAILED_PRECONDITION: FailedPrecondition,
     grpc.StatusCode.ABORTED: Conflict,
     grpc.StatusCode.UNAVAILABLE: Unavailable,
+    grpc.StatusCode.UNAUTHENTICATED: Unauthenticated,
 }
 
 

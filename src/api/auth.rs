@@ -1,0 +1,408 @@
+//! API keys: the keys file, and the tower layer that authenticates every RPC but health checks
+//! and hands each request the [`Tenant`] it acts for.
+
+use std::fmt;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use http::header::AUTHORIZATION;
+use tonic::Status;
+
+use crate::domain::Tenant;
+
+/// Paths that need no key: load balancers and orchestrators probe health without credentials.
+/// tonic routes by this same service prefix, so an exempt path reaches the health service only.
+const EXEMPT_PREFIX: &str = "/grpc.health.v1.Health/";
+
+/// The configured keys, each kept only as its BLAKE3 hash with the tenant it stands for.
+pub struct ApiKeys {
+    keys: Vec<(blake3::Hash, Tenant)>,
+}
+
+/// Why a keys file was refused. Never contains a key.
+#[derive(Debug, thiserror::Error)]
+pub enum KeysFileError {
+    #[error("cannot read the API keys file {}: {error}", path.display())]
+    Read {
+        path: PathBuf,
+        error: std::io::Error,
+    },
+    #[error("API keys file {}, line {line}: {problem}", path.display())]
+    Line {
+        path: PathBuf,
+        line: usize,
+        problem: String,
+    },
+    #[error("API keys file {} holds no keys", path.display())]
+    Empty { path: PathBuf },
+}
+
+impl ApiKeys {
+    /// Reads a keys file: one `tenant key` a line; blank lines and lines starting with `#` are
+    /// ignored. A tenant may have several keys (to rotate them); a key belongs to one line only.
+    pub fn load(path: &Path) -> Result<Self, KeysFileError> {
+        let text = std::fs::read_to_string(path).map_err(|error| KeysFileError::Read {
+            path: path.to_owned(),
+            error,
+        })?;
+        Self::parse(&text).map_err(|e| match e {
+            ParseError::Line { line, problem } => KeysFileError::Line {
+                path: path.to_owned(),
+                line,
+                problem,
+            },
+            ParseError::Empty => KeysFileError::Empty {
+                path: path.to_owned(),
+            },
+        })
+    }
+
+    fn parse(text: &str) -> Result<Self, ParseError> {
+        let mut keys: Vec<(blake3::Hash, Tenant)> = Vec::new();
+        let mut lines_of_keys = Vec::new();
+        for (index, line) in text.lines().enumerate() {
+            let number = index + 1;
+            let trimmed = line.trim();
+            if trimmed.is_empty() || trimmed.starts_with('#') {
+                continue;
+            }
+            let problem = |problem: String| ParseError::Line {
+                line: number,
+                problem,
+            };
+            let fields: Vec<&str> = trimmed.split_whitespace().collect();
+            let [tenant, key] = fields[..] else {
+                let found = match fields.len() {
+                    1 => "one field".to_owned(),
+                    n => format!("{n} fields"),
+                };
+                return Err(problem(format!("expected `tenant key`, found {found}")));
+            };
+            // A key travels in an HTTP header, which carries visible ASCII only.
+            if !key.bytes().all(|b| b.is_ascii_graphic()) {
+                return Err(problem(
+                    "the key has characters other than visible ASCII".to_owned(),
+                ));
+            }
+            if tenant.chars().any(char::is_control) {
+                return Err(problem("the tenant has control characters".to_owned()));
+            }
+            let hash = blake3::hash(key.as_bytes());
+            if let Some(i) = keys.iter().position(|(h, _)| *h == hash) {
+                return Err(problem(format!(
+                    "the same key as line {}: each key stands for one tenant",
+                    lines_of_keys[i]
+                )));
+            }
+            keys.push((hash, Tenant::new(tenant)));
+            lines_of_keys.push(number);
+        }
+        if keys.is_empty() {
+            return Err(ParseError::Empty);
+        }
+        Ok(Self { keys })
+    }
+
+    /// Keys configured.
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+
+    /// The tenant whose key `presented` is. Compares hashes (`blake3::Hash`'s `==` is
+    /// constant-time) with every configured key, with no early exit, so the time taken says
+    /// nothing about how close a guess came.
+    fn tenant_of(&self, presented: &str) -> Option<Tenant> {
+        let hash = blake3::hash(presented.as_bytes());
+        let mut found = None;
+        for (key, tenant) in &self.keys {
+            if *key == hash {
+                found = Some(tenant);
+            }
+        }
+        found.cloned()
+    }
+}
+
+/// Names the tenants' count only: a key, even hashed, never reaches a log.
+impl fmt::Debug for ApiKeys {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ApiKeys")
+            .field("keys", &self.keys.len())
+            .finish()
+    }
+}
+
+#[derive(Debug)]
+enum ParseError {
+    Line { line: usize, problem: String },
+    Empty,
+}
+
+/// Authenticates requests by API key (when keys are configured) and puts the caller's [`Tenant`]
+/// into the request's extensions: the key's tenant, or [`Tenant::local`] without keys. Health
+/// checks need no key and get no tenant when keys are configured.
+#[derive(Debug, Clone, Default)]
+pub struct AuthLayer {
+    keys: Option<Arc<ApiKeys>>,
+}
+
+impl AuthLayer {
+    pub fn new(keys: Option<ApiKeys>) -> Self {
+        Self {
+            keys: keys.map(Arc::new),
+        }
+    }
+}
+
+impl<S> tower::Layer<S> for AuthLayer {
+    type Service = Auth<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Auth {
+            inner,
+            keys: self.keys.clone(),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Auth<S> {
+    inner: S,
+    keys: Option<Arc<ApiKeys>>,
+}
+
+impl<S, B, R> tower::Service<http::Request<B>> for Auth<S>
+where
+    S: tower::Service<http::Request<B>, Response = http::Response<R>>,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    R: Default + Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut request: http::Request<B>) -> Self::Future {
+        match authenticate(self.keys.as_deref(), &mut request) {
+            Ok(()) => Box::pin(self.inner.call(request)),
+            Err(status) => Box::pin(std::future::ready(Ok(status.into_http()))),
+        }
+    }
+}
+
+fn authenticate<B>(keys: Option<&ApiKeys>, request: &mut http::Request<B>) -> Result<(), Status> {
+    let path = request.uri().path();
+    let tenant = match keys {
+        None => Some(Tenant::local()),
+        Some(_) if path.starts_with(EXEMPT_PREFIX) => None,
+        Some(keys) => {
+            let tenant = match presented_key(request.headers()) {
+                Ok(key) => keys.tenant_of(key).ok_or(Refusal::Invalid),
+                Err(refusal) => Err(refusal),
+            };
+            Some(tenant.map_err(|refusal| {
+                tracing::debug!(rpc = path, reason = refusal.reason(), "refused a request");
+                refusal.status()
+            })?)
+        }
+    };
+    // Handlers get the tenant, never the credential: nothing past here can log it.
+    request.headers_mut().remove(AUTHORIZATION);
+    if let Some(tenant) = tenant {
+        request.extensions_mut().insert(tenant);
+    }
+    Ok(())
+}
+
+enum Refusal {
+    Missing,
+    Malformed,
+    Invalid,
+}
+
+impl Refusal {
+    fn reason(&self) -> &'static str {
+        match self {
+            Refusal::Missing => "missing",
+            Refusal::Malformed => "malformed",
+            Refusal::Invalid => "invalid",
+        }
+    }
+
+    fn status(&self) -> Status {
+        Status::unauthenticated(match self {
+            Refusal::Missing => "missing API key: send the header `authorization: Bearer <key>`",
+            Refusal::Malformed => {
+                "malformed authorization header: expected one `authorization: Bearer <key>`"
+            }
+            Refusal::Invalid => "invalid API key",
+        })
+    }
+}
+
+/// The key of the one `authorization: Bearer <key>` header.
+fn presented_key(headers: &http::HeaderMap) -> Result<&str, Refusal> {
+    let mut values = headers.get_all(AUTHORIZATION).iter();
+    let value = values.next().ok_or(Refusal::Missing)?;
+    if values.next().is_some() {
+        return Err(Refusal::Malformed);
+    }
+    let value = value.to_str().map_err(|_| Refusal::Malformed)?;
+    let (scheme, key) = value.trim().split_once(' ').ok_or(Refusal::Malformed)?;
+    let key = key.trim_start();
+    // The scheme is case-insensitive (RFC 9110 §11.1); the key is one token.
+    if !scheme.eq_ignore_ascii_case("bearer") || key.is_empty() || key.contains(char::is_whitespace)
+    {
+        return Err(Refusal::Malformed);
+    }
+    Ok(key)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line_error(text: &str) -> (usize, String) {
+        match ApiKeys::parse(text) {
+            Err(ParseError::Line { line, problem }) => (line, problem),
+            Err(ParseError::Empty) => panic!("expected a line error, got: no keys"),
+            Ok(keys) => panic!("expected a line error, got {keys:?}"),
+        }
+    }
+
+    #[test]
+    fn parses_tenants_and_keys_skipping_blanks_and_comments() {
+        let keys = ApiKeys::parse(
+            "# ops keys\n\nacme   k-acme-1\n  # rotated in March\nacme\tk-acme-2\nglobex k-globex\n",
+        )
+        .expect("valid file");
+        assert_eq!(keys.len(), 3);
+        assert_eq!(keys.tenant_of("k-acme-1"), Some(Tenant::new("acme")));
+        assert_eq!(keys.tenant_of("k-acme-2"), Some(Tenant::new("acme")));
+        assert_eq!(keys.tenant_of("k-globex"), Some(Tenant::new("globex")));
+        assert_eq!(keys.tenant_of("k-globe"), None);
+        assert_eq!(keys.tenant_of(""), None);
+    }
+
+    #[test]
+    fn bad_lines_name_their_number_and_never_the_key() {
+        let (line, problem) = line_error("acme k1\n\nsecret-only-key\n");
+        assert_eq!(line, 3);
+        assert!(problem.contains("expected `tenant key`"), "{problem}");
+        assert!(!problem.contains("secret-only-key"), "{problem}");
+
+        let (line, problem) = line_error("# c\nacme k1 extra-secret\n");
+        assert_eq!(line, 2);
+        assert!(problem.contains("found 3 fields"), "{problem}");
+        assert!(!problem.contains("extra-secret"), "{problem}");
+
+        let (line, problem) = line_error("acme dup-secret\nglobex k2\nglobex dup-secret\n");
+        assert_eq!(line, 3);
+        assert!(problem.contains("line 1"), "{problem}");
+        assert!(!problem.contains("dup-secret"), "{problem}");
+
+        let (line, problem) = line_error("acme k\u{e9}y\n");
+        assert_eq!(line, 1);
+        assert!(problem.contains("visible ASCII"), "{problem}");
+    }
+
+    #[test]
+    fn a_file_without_keys_is_refused() {
+        assert!(matches!(
+            ApiKeys::parse("# nothing yet\n\n"),
+            Err(ParseError::Empty)
+        ));
+    }
+
+    #[test]
+    fn the_debug_form_shows_no_hashes() {
+        let keys = ApiKeys::parse("acme k1\n").expect("valid");
+        let shown = format!("{keys:?}");
+        assert_eq!(shown, "ApiKeys { keys: 1 }");
+    }
+
+    #[test]
+    fn the_header_must_be_one_bearer_token() {
+        let headers = |values: &[&str]| {
+            let mut map = http::HeaderMap::new();
+            for v in values {
+                map.append(AUTHORIZATION, v.parse().expect("header value"));
+            }
+            map
+        };
+        assert!(matches!(
+            presented_key(&headers(&[])),
+            Err(Refusal::Missing)
+        ));
+        for bad in ["k1", "Basic k1", "Bearer", "Bearer ", "Bearer a b"] {
+            assert!(
+                matches!(presented_key(&headers(&[bad])), Err(Refusal::Malformed)),
+                "{bad:?}"
+            );
+        }
+        assert!(matches!(
+            presented_key(&headers(&["Bearer k1", "Bearer k1"])),
+            Err(Refusal::Malformed)
+        ));
+        assert!(matches!(presented_key(&headers(&["Bearer k1"])), Ok("k1")));
+        assert!(matches!(presented_key(&headers(&["bearer  k1"])), Ok("k1")));
+    }
+
+    /// The tenant of the key reaches the service behind the layer, and the credential does not.
+    #[tokio::test]
+    async fn the_keys_tenant_reaches_the_service_without_the_header() {
+        use tower::{Layer, Service};
+
+        #[derive(Clone)]
+        struct Echo;
+        impl Service<http::Request<()>> for Echo {
+            type Response = http::Response<String>;
+            type Error = std::convert::Infallible;
+            type Future = std::future::Ready<Result<Self::Response, Self::Error>>;
+            fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+                Poll::Ready(Ok(()))
+            }
+            fn call(&mut self, request: http::Request<()>) -> Self::Future {
+                let tenant = request.extensions().get::<Tenant>().cloned();
+                let header = request.headers().contains_key(AUTHORIZATION);
+                std::future::ready(Ok(http::Response::new(format!("{tenant:?} {header}"))))
+            }
+        }
+        let request = |path: &str, auth: Option<&str>| {
+            let mut builder = http::Request::builder().uri(path);
+            if let Some(auth) = auth {
+                builder = builder.header(AUTHORIZATION, auth);
+            }
+            builder.body(()).expect("request")
+        };
+        let keys = ApiKeys::parse("acme k1\nglobex k2\n").expect("valid");
+        let mut service = AuthLayer::new(Some(keys)).layer(Echo);
+        let body = |r: http::Response<String>| r.into_body();
+        let rpc = "/ctxd.v1.ContextStore/CreateSession";
+
+        let answer = service.call(request(rpc, Some("Bearer k2"))).await;
+        assert_eq!(body(answer.unwrap()), r#"Some(Tenant("globex")) false"#);
+        let answer = service
+            .call(request("/grpc.health.v1.Health/Check", None))
+            .await;
+        assert_eq!(body(answer.unwrap()), "None false");
+        let refused = service.call(request(rpc, Some("Bearer k3"))).await.unwrap();
+        assert_eq!(refused.headers()["grpc-status"], "16");
+        assert_eq!(body(refused), "");
+
+        let mut open = AuthLayer::new(None).layer(Echo);
+        let answer = open.call(request(rpc, None)).await;
+        assert_eq!(body(answer.unwrap()), r#"Some(Tenant("")) false"#);
+    }
+}
