@@ -27,5 +27,6 @@ mod sessions;
 mod shutdown;
 mod summaries;
 mod summarizer;
+mod tenants;
 mod traces;
 mod validation;
