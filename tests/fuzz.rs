@@ -7,11 +7,7 @@
 //! per round (default 5,000; the round runs twice).
 
 use std::collections::BTreeMap;
-use std::fs::File;
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::path::Path;
-use std::process::{Child, ChildStdout, Command, Stdio};
 use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -25,11 +21,17 @@ use tonic::Code;
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::transport::Channel;
 
+// The API tests' `ctxd serve` child process; the fuzzer uses only part of it.
+#[allow(dead_code)]
+#[path = "api/daemon.rs"]
+mod daemon;
+
+use daemon::Daemon;
+
 const SERVICE: &str = "ctxd.v1.ContextStore";
 const DEFAULT_CASES: usize = 5_000;
 /// Requests in flight at once: enough to keep both cores and the group committer busy.
 const WORKERS: usize = 4;
-const WAIT: Duration = Duration::from_secs(20);
 /// One request may take this long before the run counts it as hung.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 /// RSS the second round may add beyond what it stored and a little per request. The read cache
@@ -43,94 +45,6 @@ const RSS_SLACK: u64 = 8 * 1024 * 1024;
 const RSS_PER_REQUEST: u64 = 256;
 
 // ---------------------------------------------------------------- the server
-
-/// The `ctxd serve` child; killed if the test fails before it stops it.
-struct Daemon {
-    child: Child,
-    addr: SocketAddr,
-    /// Held open: the server may not write to a closed pipe.
-    _stdout: BufReader<ChildStdout>,
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-async fn start_daemon(dir: &Path, summarizer: SocketAddr) -> Daemon {
-    let stderr = File::create(dir.join("stderr.log")).expect("stderr log");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ctxd"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--db"])
-        .arg(dir.join("ctxd.db"))
-        // A summarizer whose endpoint drops every call, so Compact runs to its failure path
-        // instead of stopping at "no summarizer".
-        .args(["--summarizer-url", &format!("http://{summarizer}/v1")])
-        .args([
-            "--summarizer-model",
-            "fuzz",
-            "--summarizer-timeout-secs",
-            "5",
-        ])
-        .args(["--log", "warn"])
-        .env_remove("CTXD_LISTEN")
-        .env_remove("CTXD_DB")
-        .env_remove("CTXD_LOG")
-        .env_remove("CTXD_SUMMARIZER_API_KEY")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(stderr)
-        .spawn()
-        .expect("spawn ctxd");
-    let stdout = child.stdout.take().expect("stdout");
-    let read_line = tokio::task::spawn_blocking(move || {
-        let mut reader = BufReader::new(stdout);
-        let mut line = String::new();
-        reader.read_line(&mut line).map(|_| (line, reader))
-    });
-    let (line, stdout) = match tokio::time::timeout(WAIT, read_line).await {
-        Ok(joined) => joined.expect("reader thread").expect("read stdout"),
-        Err(_) => {
-            let _ = child.kill();
-            panic!("no stdout line within {WAIT:?}; stderr: {}", stderr_of(dir));
-        }
-    };
-    let Some(addr) = line
-        .trim_end()
-        .strip_prefix("ctxd listening on ")
-        .and_then(|a| a.parse().ok())
-    else {
-        let _ = child.kill();
-        panic!("first stdout line {line:?}; stderr: {}", stderr_of(dir));
-    };
-    Daemon {
-        child,
-        addr,
-        _stdout: stdout,
-    }
-}
-
-/// SIGTERM, then a clean exit in bounded time: after all that, the server still shuts down.
-async fn stop(mut daemon: Daemon) {
-    let pid = daemon.child.id().to_string();
-    let signal = |name: &str| Command::new("kill").args([name, &pid]).status();
-    assert!(
-        signal("-TERM").is_ok_and(|s| s.success()),
-        "kill -TERM {pid}"
-    );
-    let wait = tokio::task::spawn_blocking(move || daemon.child.wait());
-    let Ok(joined) = tokio::time::timeout(WAIT, wait).await else {
-        let _ = signal("-KILL");
-        panic!("ctxd ignored SIGTERM for {WAIT:?}");
-    };
-    let status = joined.expect("waiter thread").expect("wait");
-    assert!(status.success(), "exit after SIGTERM: {status:?}");
-}
-
-fn stderr_of(dir: &Path) -> String {
-    std::fs::read_to_string(dir.join("stderr.log")).unwrap_or_default()
-}
 
 /// The server's resident memory, from /proc.
 fn rss_bytes(pid: u32) -> u64 {
@@ -1579,8 +1493,24 @@ async fn random_requests_never_break_the_server() {
     println!("fuzz: CTXD_FUZZ_SEED={seed} CTXD_FUZZ_CASES={cases}");
 
     let dir = tempfile::tempdir().expect("temp dir");
-    let daemon = start_daemon(dir.path(), refusing_endpoint()).await;
-    let pid = daemon.child.id();
+    let summarizer = format!("http://{}/v1", refusing_endpoint());
+    let daemon = Daemon::start(
+        &dir.path().join("ctxd.db"),
+        &[
+            // A summarizer whose endpoint drops every call, so Compact runs to its failure
+            // path instead of stopping at "no summarizer".
+            "--summarizer-url",
+            &summarizer,
+            "--summarizer-model",
+            "fuzz",
+            "--summarizer-timeout-secs",
+            "5",
+            "--log",
+            "warn",
+        ],
+    )
+    .await;
+    let pid = daemon.pid();
     let channel = Channel::from_shared(format!("http://{}", daemon.addr))
         .expect("endpoint")
         .connect()
@@ -1613,10 +1543,10 @@ async fn random_requests_never_break_the_server() {
     for (method, codes) in &total.by_method {
         println!("fuzz: {method:>18}: {codes:?}");
     }
-    let stderr = stderr_of(dir.path());
+    let stderr = daemon.stderr();
     let panics: Vec<&str> = stderr.lines().filter(|l| l.contains("panicked")).collect();
     let mut daemon = daemon;
-    let alive = daemon.child.try_wait().expect("try_wait").is_none();
+    let alive = daemon.is_running();
     let report = total
         .failures
         .iter()
@@ -1657,7 +1587,7 @@ async fn random_requests_never_break_the_server() {
         requests[1],
         stored[1]
     );
-    stop(daemon).await;
+    daemon.stop().await;
     println!(
         "fuzz: done in {:?}; RSS grew {} KiB, allowed {} KiB",
         started.elapsed(),

@@ -2,13 +2,8 @@
 //! `ctxd serve` binary (its flags and refusals) and the `ctxd` client commands. Certificates are
 //! generated here, for each test.
 
-use std::ffi::OsStr;
-use std::fs::File;
-use std::io::{BufRead, BufReader, Read};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdout, Command, Output, Stdio};
-use std::time::Duration;
 
 use ctxd::api::auth::ApiKeys;
 use ctxd::api::pb;
@@ -28,9 +23,9 @@ use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_reflection::pb::v1;
 
+use crate::daemon::{Daemon, Serve, ctxd, run_to_exit};
 use crate::helpers::*;
 
-const WAIT: Duration = Duration::from_secs(20);
 const ACME_KEY: &str = "acme-7f3a9c1e5b2d4f60";
 const GLOBEX_KEY: &str = "globex-0d8e6b4a2c9f1e37";
 const WRONG_KEY: &str = "wrong-5e1c7a3f9b0d2e48";
@@ -473,136 +468,14 @@ fn bad_tls_files_are_named() {
 
 // ---------------------------------------------------------------- the binary
 
-/// A running `ctxd serve`.
-struct Daemon {
-    child: Child,
-    addr: SocketAddr,
-    stdout: BufReader<ChildStdout>,
-    stderr: PathBuf,
-}
-
-fn kill(pid: u32, signal: &str) {
-    let status = Command::new("kill")
-        .args([signal, &pid.to_string()])
-        .status()
-        .expect("run kill");
-    assert!(status.success(), "kill {signal} {pid}");
-}
-
-fn serve_command(dir: &Path, args: &[impl AsRef<OsStr>]) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_ctxd"));
-    command
-        .arg("serve")
-        .arg("--db")
-        .arg(dir.join("ctxd.db"))
-        .args(args)
-        .stdin(Stdio::null());
-    // Only the flags given here configure it, whatever CTXD_* the caller has set.
-    for (name, _) in std::env::vars_os() {
-        if name.to_string_lossy().starts_with("CTXD_") {
-            command.env_remove(name);
-        }
-    }
-    command
-}
-
-/// Starts `ctxd serve ARGS` and reads the bound address from its first stdout line.
-async fn start_daemon(dir: &Path, args: &[&str]) -> Daemon {
-    let stderr = dir.join("stderr.log");
-    let mut child = serve_command(dir, args)
-        .stdout(Stdio::piped())
-        .stderr(File::create(&stderr).expect("stderr log"))
-        .spawn()
-        .expect("spawn ctxd");
-    let pid = child.id();
-    let stdout = child.stdout.take().expect("stdout");
-    let read_line = tokio::task::spawn_blocking(move || {
-        let mut reader = BufReader::new(stdout);
-        let mut line = String::new();
-        reader.read_line(&mut line).map(|_| (line, reader))
-    });
-    let Ok(joined) = tokio::time::timeout(WAIT, read_line).await else {
-        kill(pid, "-KILL");
-        panic!("no stdout line within {WAIT:?}: {}", read(&stderr));
-    };
-    let (line, stdout) = joined.expect("reader").expect("read stdout");
-    let Some(addr) = line
-        .strip_suffix('\n')
-        .and_then(|l| l.strip_prefix("ctxd listening on "))
-        .and_then(|a| a.parse::<SocketAddr>().ok())
-    else {
-        kill(pid, "-KILL");
-        panic!("first stdout line {line:?}; stderr: {}", read(&stderr));
-    };
-    Daemon {
-        child,
-        addr,
-        stdout,
-        stderr,
-    }
-}
-
-impl Daemon {
-    /// The address to connect to: the bound port on loopback, also for 0.0.0.0.
-    fn local(&self) -> SocketAddr {
-        SocketAddr::from(([127, 0, 0, 1], self.addr.port()))
-    }
-
-    /// Stops it with SIGTERM, expects a clean exit; its stderr.
-    async fn stop(self) -> String {
-        let Daemon {
-            mut child,
-            mut stdout,
-            stderr,
-            ..
-        } = self;
-        let pid = child.id();
-        kill(pid, "-TERM");
-        let wait = tokio::task::spawn_blocking(move || child.wait());
-        let Ok(status) = tokio::time::timeout(WAIT, wait).await else {
-            kill(pid, "-KILL");
-            panic!("ctxd ignored SIGTERM for {WAIT:?}: {}", read(&stderr));
-        };
-        let status = status.expect("waiter").expect("wait");
-        assert!(status.success(), "{status:?}: {}", read(&stderr));
-        let mut rest = String::new();
-        stdout.read_to_string(&mut rest).expect("read stdout");
-        assert_eq!(rest, "", "one line on stdout");
-        read(&stderr)
-    }
-}
-
-fn read(path: &Path) -> String {
-    std::fs::read_to_string(path).unwrap_or_default()
-}
-
-/// Runs a command that must exit on its own within [`WAIT`].
-async fn run_to_exit(mut command: Command) -> Output {
-    let child = command
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn ctxd");
-    let pid = child.id();
-    let output = tokio::task::spawn_blocking(move || child.wait_with_output());
-    let Ok(output) = tokio::time::timeout(WAIT, output).await else {
-        kill(pid, "-KILL");
-        panic!("ctxd did not exit within {WAIT:?}");
-    };
-    output.expect("waiter").expect("wait")
-}
-
 /// `ctxd serve ARGS` must refuse to start: non-zero exit, nothing on stdout, one line on
 /// stderr, which it returns.
-async fn refused(files: &Files, args: &[String]) -> String {
-    let output = run_to_exit(serve_command(files.dir.path(), args)).await;
-    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+async fn refused(files: &Files, listen: &str, args: &[String]) -> String {
+    let serve = Serve::new(&files.path("ctxd.db")).listen(listen).args(args);
+    let output = run_to_exit(serve.command()).await;
+    let stderr = output.stderr;
     assert!(!output.status.success(), "{args:?} started: {stderr}");
-    assert_eq!(
-        String::from_utf8_lossy(&output.stdout),
-        "",
-        "{args:?} printed an address"
-    );
+    assert_eq!(output.stdout, "", "{args:?} printed an address");
     assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
     assert!(stderr.starts_with("ctxd: "), "{stderr}");
     assert!(
@@ -625,11 +498,6 @@ async fn the_binary_refuses_bad_keys_files_and_open_public_listeners() {
             p(key),
         ]
     };
-    let listen = |addr: &str, rest: Vec<String>| {
-        let mut args = vec!["--listen".to_owned(), addr.to_owned()];
-        args.extend(rest);
-        args
-    };
 
     files.write(
         "bad.txt",
@@ -643,48 +511,40 @@ async fn the_binary_refuses_bad_keys_files_and_open_public_listeners() {
         ("empty.txt", "holds no keys"),
         ("absent.txt", "cannot read"),
     ] {
-        let e = refused(&files, &listen("127.0.0.1:0", keys_file(file))).await;
+        let e = refused(&files, "127.0.0.1:0", &keys_file(file)).await;
         assert!(e.contains(&p(file)) && e.contains(says), "{says:?} in {e}");
         for key in [ACME_KEY, GLOBEX_KEY, WRONG_KEY] {
             assert!(!e.contains(key), "a key echoed: {e}");
         }
     }
 
-    let e = refused(&files, &listen("0.0.0.0:0", vec![])).await;
+    let e = refused(&files, "0.0.0.0:0", &[]).await;
     assert!(
         e.contains("0.0.0.0:0") && e.contains("--insecure-no-auth"),
         "{e}"
     );
-    let e = refused(
-        &files,
-        &listen("0.0.0.0:0", tls("server.pem", "server.key")),
-    )
-    .await;
+    let e = refused(&files, "0.0.0.0:0", &tls("server.pem", "server.key")).await;
     assert!(
         e.contains("--insecure-no-auth"),
         "TLS alone is no authentication: {e}"
     );
 
-    let e = refused(
-        &files,
-        &listen("127.0.0.1:0", tls("server.pem", "absent.key")),
-    )
-    .await;
+    let e = refused(&files, "127.0.0.1:0", &tls("server.pem", "absent.key")).await;
     assert!(e.contains(&p("absent.key")), "{e}");
-    let e = refused(
-        &files,
-        &listen("127.0.0.1:0", tls("server.pem", "client.key")),
-    )
-    .await;
+    let e = refused(&files, "127.0.0.1:0", &tls("server.pem", "client.key")).await;
     assert!(e.contains("client.key") && e.contains("server.pem"), "{e}");
 }
 
 #[tokio::test]
 async fn the_binary_serves_a_public_address_with_keys_or_insecure_no_auth() {
     let files = Files::new();
-    let dir = files.dir.path();
 
-    let daemon = start_daemon(dir, &["--listen", "0.0.0.0:0", "--insecure-no-auth"]).await;
+    let db = files.path("ctxd.db");
+    let daemon = Serve::new(&db)
+        .listen("0.0.0.0:0")
+        .args(["--insecure-no-auth"])
+        .start()
+        .await;
     assert!(daemon.addr.ip().is_unspecified(), "{}", daemon.addr);
     create_session(Ok(plaintext(daemon.local()).await), "")
         .await
@@ -696,18 +556,16 @@ async fn the_binary_serves_a_public_address_with_keys_or_insecure_no_auth() {
     );
 
     let keys = files.path("keys.txt");
-    let daemon = start_daemon(
-        dir,
-        &[
-            "--listen",
-            "0.0.0.0:0",
+    let daemon = Serve::new(&db)
+        .listen("0.0.0.0:0")
+        .args([
             "--api-keys-file",
             keys.to_str().expect("UTF-8 path"),
             "--log",
             "debug",
-        ],
-    )
-    .await;
+        ])
+        .start()
+        .await;
     let channel = plaintext(daemon.local()).await;
     let refused = create_session(Ok(channel.clone()), WRONG_KEY).await;
     assert!(
@@ -731,11 +589,9 @@ async fn the_binary_serves_a_public_address_with_keys_or_insecure_no_auth() {
 async fn the_binary_and_its_client_speak_mutual_tls_with_keys() {
     let files = Files::new();
     let p = |name: &str| files.path(name).to_string_lossy().into_owned();
-    let daemon = start_daemon(
-        files.dir.path(),
+    let daemon = Daemon::start(
+        &files.path("ctxd.db"),
         &[
-            "--listen",
-            "127.0.0.1:0",
             "--api-keys-file",
             &p("keys.txt"),
             "--tls-cert",
@@ -749,13 +605,8 @@ async fn the_binary_and_its_client_speak_mutual_tls_with_keys() {
     .await;
     let https = format!("https://{}", daemon.addr);
     let client = |url: &str, args: &[&str], key: Option<&str>| {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_ctxd"));
+        let mut command = ctxd();
         command.args(args).args(["--server", url]);
-        for (name, _) in std::env::vars_os() {
-            if name.to_string_lossy().starts_with("CTXD_") {
-                command.env_remove(name);
-            }
-        }
         if let Some(key) = key {
             command.env("CTXD_API_KEY", key);
         }
@@ -772,19 +623,15 @@ async fn the_binary_and_its_client_speak_mutual_tls_with_keys() {
     let sessions = [&["sessions", "--json"][..], &identity[..]].concat();
 
     let ok = client(&https, &sessions, Some(ACME_KEY)).await;
-    assert!(
-        ok.status.success(),
-        "{}",
-        String::from_utf8_lossy(&ok.stderr)
-    );
-    let listed: serde_json::Value = serde_json::from_slice(&ok.stdout).expect("JSON");
+    assert!(ok.status.success(), "{}", ok.stderr);
+    let listed: serde_json::Value = serde_json::from_str(&ok.stdout).expect("JSON");
     assert!(
         listed["sessions"].as_array().is_some_and(Vec::is_empty),
         "{listed}"
     );
 
     let no_key = client(&https, &sessions, None).await;
-    let stderr = String::from_utf8_lossy(&no_key.stderr);
+    let stderr = &no_key.stderr;
     assert!(!no_key.status.success());
     assert!(
         stderr.contains("UNAUTHENTICATED") && stderr.contains("missing API key"),
@@ -800,7 +647,7 @@ async fn the_binary_and_its_client_speak_mutual_tls_with_keys() {
     assert!(
         !no_cert.status.success(),
         "no client certificate: {}",
-        String::from_utf8_lossy(&no_cert.stdout)
+        no_cert.stdout
     );
 
     let http = format!("http://{}", daemon.addr);

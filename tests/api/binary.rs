@@ -1,11 +1,6 @@
 //! The `ctxd serve` binary, and health and reflection (through the binary and `serve()`).
 
-use std::fs::File;
-use std::io::{BufRead, BufReader, Read};
-use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Child, ChildStdout, Command, Stdio};
-use std::time::Duration;
 
 use ctxd::api::pb;
 use tonic::transport::Channel;
@@ -14,109 +9,17 @@ use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_reflection::pb::{v1, v1alpha};
 
+use crate::daemon::{Daemon, Serve};
 use crate::helpers::*;
 
 const SERVICE: &str = "ctxd.v1.ContextStore";
-const WAIT: Duration = Duration::from_secs(20);
 
-/// A running `ctxd serve` child process.
-struct Daemon {
-    child: Child,
-    addr: SocketAddr,
-    stdout: BufReader<ChildStdout>,
-}
-
-fn kill(pid: u32, signal: &str) {
-    let status = Command::new("kill")
-        .args([signal, &pid.to_string()])
-        .status()
-        .expect("run kill");
-    assert!(status.success(), "kill {signal} {pid}");
-}
-
-/// Starts `ctxd serve` on port 0 and reads the address from its one stdout line.
-async fn start_daemon(db: &Path, stderr_log: &Path) -> Daemon {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ctxd"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--db"])
-        .arg(db)
-        .env_remove("CTXD_LISTEN")
-        .env_remove("CTXD_DB")
-        .env_remove("CTXD_LOG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(File::create(stderr_log).expect("stderr log"))
-        .spawn()
-        .expect("spawn ctxd");
-    let pid = child.id();
-    let stdout = child.stdout.take().expect("stdout");
-    let read_line = tokio::task::spawn_blocking(move || {
-        let mut reader = BufReader::new(stdout);
-        let mut line = String::new();
-        reader.read_line(&mut line).map(|_| (line, reader))
-    });
-    let (line, stdout) = match tokio::time::timeout(WAIT, read_line).await {
-        Ok(joined) => joined.expect("reader thread").expect("read stdout"),
-        Err(_) => {
-            kill(pid, "-KILL");
-            panic!(
-                "no stdout line within {WAIT:?}; stderr: {}",
-                read(stderr_log)
-            );
-        }
-    };
-    let addr = line
-        .strip_suffix('\n')
-        .and_then(|l| l.strip_prefix("ctxd listening on "))
-        .unwrap_or_else(|| {
-            kill(pid, "-KILL");
-            panic!(
-                "unexpected first stdout line {line:?}; stderr: {}",
-                read(stderr_log)
-            )
-        })
-        .parse::<SocketAddr>()
-        .expect("the line ends with a socket address");
-    assert!(addr.ip().is_loopback(), "{addr}");
-    assert_ne!(addr.port(), 0, "the real port is printed");
-    Daemon {
-        child,
-        addr,
-        stdout,
-    }
-}
-
-/// Sends `signal`, expects a clean exit in bounded time and nothing more on stdout.
-async fn stop_daemon(daemon: Daemon, signal: &str, stderr_log: &Path) {
-    let Daemon {
-        mut child,
-        mut stdout,
-        ..
-    } = daemon;
-    let pid = child.id();
-    kill(pid, signal);
-    let wait = tokio::task::spawn_blocking(move || child.wait());
-    let status = match tokio::time::timeout(WAIT, wait).await {
-        Ok(joined) => joined.expect("waiter thread").expect("wait"),
-        Err(_) => {
-            kill(pid, "-KILL");
-            panic!(
-                "ctxd ignored {signal} for {WAIT:?}; stderr: {}",
-                read(stderr_log)
-            );
-        }
-    };
-    assert!(
-        status.success(),
-        "exit after {signal}: {status:?}; stderr: {}",
-        read(stderr_log)
-    );
-    let mut rest = String::new();
-    stdout.read_to_string(&mut rest).expect("read stdout");
-    assert_eq!(rest, "", "exactly one line on stdout");
-}
-
-fn read(path: &Path) -> String {
-    std::fs::read_to_string(path).unwrap_or_default()
+/// `ctxd serve` on port 0 over `db`, bound to loopback as it says.
+async fn start(db: &Path) -> Daemon {
+    let daemon = Daemon::start(db, &[]).await;
+    assert!(daemon.addr.ip().is_loopback(), "{}", daemon.addr);
+    assert_ne!(daemon.addr.port(), 0, "the real port is printed");
+    daemon
 }
 
 async fn assert_serving(channel: Channel) {
@@ -231,9 +134,8 @@ async fn serve_answers_health_and_reflection() {
 async fn the_binary_serves_stops_on_signals_and_keeps_its_data() {
     let dir = tempfile::tempdir().expect("temp dir");
     let db = dir.path().join("ctxd.db");
-    let log = dir.path().join("stderr.log");
 
-    let daemon = start_daemon(&db, &log).await;
+    let daemon = start(&db).await;
     assert_serving(channel(daemon.addr).await).await;
     assert_reflection(channel(daemon.addr).await).await;
 
@@ -253,9 +155,9 @@ async fn the_binary_serves_stops_on_signals_and_keeps_its_data() {
         .expect("Append")
         .into_inner();
     drop(client);
-    stop_daemon(daemon, "-TERM", &log).await;
+    daemon.stop_with("TERM").await;
 
-    let daemon = start_daemon(&db, &log).await;
+    let daemon = start(&db).await;
     let mut client = connect(daemon.addr).await;
     let rendered = client
         .render(render_req(&session, Target::Branch("main".into())))
@@ -269,7 +171,7 @@ async fn the_binary_serves_stops_on_signals_and_keeps_its_data() {
     assert_eq!(rendered.head_id, appended.head_id);
     assert_eq!(rendered.head_hash, appended.head_hash);
     drop(client);
-    stop_daemon(daemon, "-INT", &log).await;
+    daemon.stop_with("INT").await;
 }
 
 /// A kill -9 while a summary commits: after a restart the render is exactly the old one or
@@ -278,14 +180,13 @@ async fn the_binary_serves_stops_on_signals_and_keeps_its_data() {
 async fn a_server_killed_during_a_commit_keeps_the_old_or_the_new_context() {
     let dir = tempfile::tempdir().expect("temp dir");
     let db = dir.path().join("ctxd.db");
-    let log = dir.path().join("stderr.log");
     let budget = pb::Budget {
         context_window: 2500,
         output_reserve: 500,
         ..Default::default()
     };
 
-    let mut daemon = start_daemon(&db, &log).await;
+    let daemon = start(&db).await;
     let mut client = connect(daemon.addr).await;
     let session = client
         .create_session(pb::CreateSessionRequest::default())
@@ -339,12 +240,11 @@ async fn a_server_killed_during_a_commit_keeps_the_old_or_the_new_context() {
             })
             .await
     });
-    kill(daemon.child.id(), "-KILL");
+    daemon.kill().await;
     let _ = commit.await;
-    let _ = tokio::task::spawn_blocking(move || daemon.child.wait()).await;
     drop(client);
 
-    let daemon = start_daemon(&db, &log).await;
+    let daemon = start(&db).await;
     let mut client = connect(daemon.addr).await;
     let after = client.render(render).await.expect("Render").into_inner();
     let audit = client
@@ -377,7 +277,7 @@ async fn a_server_killed_during_a_commit_keeps_the_old_or_the_new_context() {
         );
     }
     drop(client);
-    stop_daemon(daemon, "-TERM", &log).await;
+    daemon.stop_with("TERM").await;
 }
 
 /// `--metrics-listen` serves Prometheus text with RPCs by method and status.
@@ -385,53 +285,12 @@ async fn a_server_killed_during_a_commit_keeps_the_old_or_the_new_context() {
 async fn the_binary_serves_prometheus_metrics() {
     let dir = tempfile::tempdir().expect("temp dir");
     let db = dir.path().join("ctxd.db");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ctxd"))
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--metrics-listen",
-            "127.0.0.1:0",
-            "--db",
-        ])
-        .arg(&db)
-        .env_remove("CTXD_LOG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn ctxd");
-    let pid = child.id();
-    let stdout = child.stdout.take().expect("stdout");
-    let lines = tokio::task::spawn_blocking(move || {
-        let mut reader = BufReader::new(stdout);
-        let mut lines = Vec::new();
-        for _ in 0..2 {
-            let mut line = String::new();
-            reader.read_line(&mut line).expect("read stdout");
-            lines.push(line.trim_end().to_owned());
-        }
-        lines
-    });
-    let lines = match tokio::time::timeout(WAIT, lines).await {
-        Ok(lines) => lines.expect("reader"),
-        Err(_) => {
-            kill(pid, "-KILL");
-            panic!("no address lines within {WAIT:?}");
-        }
-    };
-    let addr: SocketAddr = lines[0]
-        .strip_prefix("ctxd listening on ")
-        .expect("first line")
-        .parse()
-        .expect("address");
-    let metrics: SocketAddr = lines[1]
-        .strip_prefix("ctxd metrics on ")
-        .expect("second line")
-        .parse()
-        .expect("address");
+    let daemon = Serve::new(&db)
+        .args(["--metrics-listen", "127.0.0.1:0"])
+        .start()
+        .await;
 
-    let mut client = connect(addr).await;
+    let mut client = connect(daemon.addr).await;
     let session = client
         .create_session(pb::CreateSessionRequest::default())
         .await
@@ -451,18 +310,7 @@ async fn the_binary_serves_prometheus_metrics() {
         .await
         .expect("Render");
 
-    let scrape = tokio::task::spawn_blocking(move || {
-        use std::io::Write;
-        let mut stream = std::net::TcpStream::connect(metrics).expect("connect to metrics");
-        stream
-            .write_all(b"GET /metrics HTTP/1.1\r\nHost: ctxd\r\n\r\n")
-            .expect("send");
-        let mut response = String::new();
-        stream.read_to_string(&mut response).expect("read");
-        response
-    })
-    .await
-    .expect("scrape");
+    let scrape = daemon.scrape().await;
     assert!(scrape.starts_with("HTTP/1.1 200 OK"), "{scrape}");
     for line in [
         r#"ctxd_rpc_requests_total{method="ctxd.v1.ContextStore/Append",code="OK"} 1"#,
@@ -476,10 +324,6 @@ async fn the_binary_serves_prometheus_metrics() {
     assert!(
         scrape.contains("ctxd_rpc_duration_seconds_bucket{method=\"ctxd.v1.ContextStore/Append\"")
     );
-    kill(pid, "-TERM");
-    let status = tokio::task::spawn_blocking(move || child.wait())
-        .await
-        .expect("waiter")
-        .expect("wait");
-    assert!(status.success());
+    drop(client);
+    daemon.stop().await;
 }

@@ -6,11 +6,8 @@
 //! random choices (kill delays, sessions, shapes) of a failed run, whose seed it prints.
 
 use std::collections::HashMap;
-use std::fs::OpenOptions;
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use ctxd::api::pb;
@@ -20,6 +17,7 @@ use sqlx::Connection;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection};
 use tonic::{Code, Status};
 
+use crate::daemon::{Daemon, Serve};
 use crate::helpers::*;
 
 const CYCLES_VAR: &str = "CTXD_CRASH_CYCLES";
@@ -33,81 +31,13 @@ const WAIT: Duration = Duration::from_secs(30);
 /// Ids a `GetNodes` call asks for at once.
 const GET_CHUNK: usize = 500;
 
-/// A `ctxd serve` child process on a fresh port.
-struct Daemon {
-    child: Child,
-    addr: SocketAddr,
-    /// Held open so the server never writes into a closed pipe.
-    _stdout: BufReader<ChildStdout>,
-}
-
-/// Starts the binary on `db` and reads the bound address from its stdout line.
-async fn start_daemon(db: &Path, stderr_log: &Path) -> Daemon {
-    let stderr = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(stderr_log)
-        .expect("stderr log");
-    let mut command = Command::new(env!("CARGO_BIN_EXE_ctxd"));
-    command
-        .args(["serve", "--listen", "127.0.0.1:0", "--db"])
-        .arg(db)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(stderr);
-    // Only the flags above configure the server, whatever the environment says.
-    for (name, _) in std::env::vars_os() {
-        if name.to_string_lossy().starts_with("CTXD_") {
-            command.env_remove(name);
-        }
-    }
-    let mut child = command.spawn().expect("spawn ctxd");
-    let stdout = child.stdout.take().expect("stdout");
-    let read_line = tokio::task::spawn_blocking(move || {
-        let mut reader = BufReader::new(stdout);
-        let mut line = String::new();
-        reader.read_line(&mut line).map(|_| (line, reader))
-    });
-    let (line, stdout) = match tokio::time::timeout(WAIT, read_line).await {
-        Ok(joined) => joined.expect("reader thread").expect("read stdout"),
-        Err(_) => {
-            let _ = child.kill();
-            panic!(
-                "no stdout line within {WAIT:?}; stderr: {}",
-                read(stderr_log)
-            );
-        }
-    };
-    let Some(addr) = line
-        .trim_end()
-        .strip_prefix("ctxd listening on ")
-        .and_then(|a| a.parse().ok())
-    else {
-        let _ = child.kill();
-        panic!(
-            "unexpected stdout line {line:?}; stderr: {}",
-            read(stderr_log)
-        );
-    };
-    Daemon {
-        child,
-        addr,
-        _stdout: stdout,
-    }
-}
-
-/// SIGKILL (what `kill -9` sends), then reaps the process.
-async fn kill9(daemon: Daemon) {
-    let mut child = daemon.child;
-    child.kill().expect("SIGKILL ctxd");
-    tokio::task::spawn_blocking(move || child.wait())
+/// `ctxd serve` over `db`; every run's stderr stays in the log, for the cycle that failed.
+async fn start_daemon(db: &Path) -> Daemon {
+    Serve::new(db)
+        .append_stderr()
+        .ready_within(WAIT)
+        .start()
         .await
-        .expect("waiter thread")
-        .expect("reap ctxd");
-}
-
-fn read(path: &Path) -> String {
-    std::fs::read_to_string(path).unwrap_or_default()
 }
 
 /// `PRAGMA integrity_check` and `foreign_key_check` on the file as the crash left it. Read-only,
@@ -430,7 +360,6 @@ async fn kill_9_under_load_loses_and_duplicates_nothing() {
 
     let dir = tempfile::tempdir().expect("temp dir");
     let db = dir.path().join("ctxd.db");
-    let log = dir.path().join("stderr.log");
     let started = Instant::now();
     let mut model = Model::default();
     let mut unknown: Vec<Keyed> = Vec::new();
@@ -443,7 +372,7 @@ async fn kill_9_under_load_loses_and_duplicates_nothing() {
             assert_file_consistent(&db, cycle).await;
         }
         let restarted_ms = ctxd::store::now_ms();
-        let daemon = start_daemon(&db, &log).await;
+        let daemon = start_daemon(&db).await;
         let mut client = connect(daemon.addr).await;
         if cycle == 0 {
             for _ in 0..SESSIONS {
@@ -502,7 +431,7 @@ async fn kill_9_under_load_loses_and_duplicates_nothing() {
         }
         verify(&mut client, &model, &db, cycle).await;
         if cycle == cycles {
-            kill9(daemon).await;
+            daemon.kill().await;
             break;
         }
 
@@ -517,7 +446,7 @@ async fn kill_9_under_load_loses_and_duplicates_nothing() {
             .collect();
         tokio::time::sleep(delay).await;
         let killed_at = Instant::now();
-        kill9(daemon).await;
+        daemon.kill().await;
 
         for worker in workers {
             let run = tokio::time::timeout(WAIT, worker)

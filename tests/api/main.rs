@@ -8,6 +8,7 @@ mod budget;
 mod cas;
 mod concurrency;
 mod crash;
+mod daemon;
 mod deadlines;
 mod faults;
 mod functions;

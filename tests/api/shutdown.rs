@@ -2,91 +2,34 @@
 //! are refused, calls in flight finish (within `--shutdown-grace-secs`), and nothing
 //! acknowledged is lost.
 
-use std::fs::File;
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use ctxd::api::pb;
+use tokio::task::JoinHandle;
 use tonic::Code;
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 
+use crate::daemon::{Daemon, WAIT};
 use crate::held::{self, HeldModel};
 use crate::helpers::*;
 
 const SERVICE: &str = "ctxd.v1.ContextStore";
-const WAIT: Duration = Duration::from_secs(20);
 
-struct Daemon {
-    child: Child,
-    addr: SocketAddr,
-}
-
-fn signal(pid: u32, signal: &str) {
-    let status = Command::new("kill")
-        .args([signal, &pid.to_string()])
-        .status()
-        .expect("run kill");
-    assert!(status.success(), "kill {signal} {pid}");
-}
-
-/// Starts `ctxd serve` on port 0 with `args` and reads the address from its stdout line.
-async fn start(db: &Path, log: &Path, args: &[&str]) -> Daemon {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ctxd"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--db"])
-        .arg(db)
-        .args(args)
-        .env("CTXD_LOG", "info")
-        .env_remove("CTXD_LISTEN")
-        .env_remove("CTXD_DB")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(File::create(log).expect("stderr log"))
-        .spawn()
-        .expect("spawn ctxd");
-    let pid = child.id();
-    let stdout = child.stdout.take().expect("stdout");
-    let line = tokio::task::spawn_blocking(move || {
-        let mut line = String::new();
-        BufReader::new(stdout).read_line(&mut line).map(|_| line)
-    });
-    let line = match tokio::time::timeout(WAIT, line).await {
-        Ok(line) => line.expect("reader").expect("read stdout"),
-        Err(_) => {
-            signal(pid, "-KILL");
-            panic!("no address line within {WAIT:?}: {}", read(log));
-        }
-    };
-    let addr = line
-        .trim_end()
-        .strip_prefix("ctxd listening on ")
-        .unwrap_or_else(|| panic!("unexpected line {line:?}: {}", read(log)))
-        .parse()
-        .expect("an address");
-    Daemon { child, addr }
-}
-
-fn read(path: &Path) -> String {
-    std::fs::read_to_string(path).unwrap_or_default()
-}
-
-/// Waits for the process to exit; returns its status and how long that took.
-async fn exit_of(child: Child, log: &Path) -> (ExitStatus, Duration) {
-    let started = Instant::now();
-    let pid = child.id();
-    let mut child = child;
-    let waited = tokio::task::spawn_blocking(move || child.wait());
-    match tokio::time::timeout(WAIT, waited).await {
-        Ok(status) => (status.expect("waiter").expect("wait"), started.elapsed()),
-        Err(_) => {
-            signal(pid, "-KILL");
-            panic!("ctxd did not exit within {WAIT:?}: {}", read(log));
-        }
-    }
+/// A Compact of `session` held in flight: the model has its request and does not answer yet.
+async fn hold_compact(
+    client: &Client,
+    model: &mut HeldModel,
+    session: &str,
+) -> JoinHandle<Result<tonic::Response<pb::CompactionOutcome>, tonic::Status>> {
+    let mut compacting = client.clone();
+    let request = held::compact_req(session);
+    let call = tokio::spawn(async move { compacting.compact(request).await });
+    model.wait_for_requests(1).await;
+    call
 }
 
 async fn health_of(addr: SocketAddr, service: &str) -> i32 {
@@ -131,15 +74,10 @@ fn wal_bytes(db: &Path) -> u64 {
 async fn sigterm_turns_health_not_serving_refuses_new_calls_and_lets_the_held_call_finish() {
     let dir = tempfile::tempdir().expect("temp dir");
     let db = dir.path().join("ctxd.db");
-    let log = dir.path().join("stderr.log");
     let mut model = HeldModel::start().await;
     let url = model.url();
-    let daemon = start(
-        &db,
-        &log,
-        &["--summarizer-url", &url, "--summarizer-model", "m"],
-    )
-    .await;
+    let mut daemon =
+        Daemon::start(&db, &["--summarizer-url", &url, "--summarizer-model", "m"]).await;
     let mut client = connect(daemon.addr).await;
     let (session, acknowledged) = held::session_needing_compaction(&mut client).await;
 
@@ -153,16 +91,9 @@ async fn sigterm_turns_health_not_serving_refuses_new_calls_and_lets_the_held_ca
         .into_inner();
     let first = watch.message().await.expect("Watch").expect("a status");
     assert_eq!(first.status, ServingStatus::Serving as i32);
-    let mut compacting = client.clone();
-    let compact_session = session.clone();
-    let held_call = tokio::spawn(async move {
-        compacting
-            .compact(held::compact_req(&compact_session))
-            .await
-    });
-    model.wait_for_requests(1).await;
+    let held_call = hold_compact(&client, &mut model, &session).await;
 
-    signal(daemon.child.id(), "-TERM");
+    daemon.signal("TERM");
 
     let changed = tokio::time::timeout(WAIT, watch.message())
         .await
@@ -207,11 +138,11 @@ async fn sigterm_turns_health_not_serving_refuses_new_calls_and_lets_the_held_ca
         .expect("the Watch stream ends");
     assert!(matches!(ended, Ok(None) | Err(_)), "{ended:?}");
     drop((client, fresh));
-    let (status, _) = exit_of(daemon.child, &log).await;
-    assert!(status.success(), "{status:?}: {}", read(&log));
+    let (status, _) = daemon.wait_exit(WAIT).await;
+    assert!(status.success(), "{status:?}: {}", daemon.stderr());
     assert_eq!(wal_bytes(&db), 0, "the WAL is checkpointed at exit");
 
-    let daemon = start(&db, &log, &[]).await;
+    let daemon = Daemon::start(&db, &[]).await;
     assert_all_present(daemon.addr, &session, &acknowledged).await;
     let count = connect(daemon.addr)
         .await
@@ -223,22 +154,18 @@ async fn sigterm_turns_health_not_serving_refuses_new_calls_and_lets_the_held_ca
         .into_inner()
         .compaction_count;
     assert_eq!(count, 1, "the held Compact's summary is stored");
-    signal(daemon.child.id(), "-TERM");
-    let (status, _) = exit_of(daemon.child, &log).await;
-    assert!(status.success());
+    daemon.stop().await;
 }
 
 #[tokio::test]
 async fn a_call_that_never_finishes_is_abandoned_after_the_grace_period() {
     let dir = tempfile::tempdir().expect("temp dir");
     let db = dir.path().join("ctxd.db");
-    let log = dir.path().join("stderr.log");
     let mut model = HeldModel::start().await;
     let url = model.url();
     let grace = Duration::from_secs(1);
-    let daemon = start(
+    let mut daemon = Daemon::start(
         &db,
-        &log,
         &[
             "--summarizer-url",
             &url,
@@ -251,19 +178,12 @@ async fn a_call_that_never_finishes_is_abandoned_after_the_grace_period() {
     .await;
     let mut client = connect(daemon.addr).await;
     let (session, acknowledged) = held::session_needing_compaction(&mut client).await;
-    let mut compacting = client.clone();
-    let compact_session = session.clone();
-    let held_call = tokio::spawn(async move {
-        compacting
-            .compact(held::compact_req(&compact_session))
-            .await
-    });
-    model.wait_for_requests(1).await;
+    let held_call = hold_compact(&client, &mut model, &session).await;
 
-    signal(daemon.child.id(), "-TERM");
-    let (status, took) = exit_of(daemon.child, &log).await;
+    daemon.signal("TERM");
+    let (status, took) = daemon.wait_exit(WAIT).await;
     println!("exited {took:?} after SIGTERM with a call that never finishes");
-    assert!(status.success(), "{status:?}: {}", read(&log));
+    assert!(status.success(), "{status:?}: {}", daemon.stderr());
     assert!(
         took >= grace - Duration::from_millis(100),
         "waited for the grace period: {took:?}"
@@ -277,14 +197,13 @@ async fn a_call_that_never_finishes_is_abandoned_after_the_grace_period() {
         abandoned.is_err(),
         "an abandoned call is not answered OK: {abandoned:?}"
     );
-    assert!(read(&log).contains("abandoned"), "{}", read(&log));
+    let log = daemon.stderr();
+    assert!(log.contains("abandoned"), "{log}");
     assert_eq!(wal_bytes(&db), 0, "the WAL is checkpointed at exit");
 
-    let daemon = start(&db, &log, &[]).await;
+    let daemon = Daemon::start(&db, &[]).await;
     assert_all_present(daemon.addr, &session, &acknowledged).await;
-    signal(daemon.child.id(), "-TERM");
-    let (status, _) = exit_of(daemon.child, &log).await;
-    assert!(status.success());
+    daemon.stop().await;
 }
 
 /// `Shutdown::drain` (`--shutdown-drain-ms`) keeps the listener open and health answering

@@ -1,6 +1,7 @@
 //! Bad database files at start: the binary refuses to start with one line on stderr naming the
 //! file and the problem, and leaves the file (and its WAL) exactly as it found them.
 
+use std::fs::File;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::SystemTime;
@@ -64,7 +65,7 @@ async fn fill_session(client: &mut Client) -> String {
 /// line on stderr naming `named` and saying `problem`, and `db` and its WAL untouched.
 async fn assert_refused(db: &Path, named: &Path, problem: &str) {
     let before = (snapshot(db), snapshot(&wal(db)));
-    let refusal = run_to_exit(ctxd_serve(db, &[])).await;
+    let refusal = run_to_exit(Serve::new(db).command()).await;
     assert!(!refusal.status.success(), "stderr: {}", refusal.stderr);
     assert_eq!(refusal.stdout, "", "it never reported an address");
     let lines: Vec<&str> = refusal.stderr.lines().collect();
@@ -161,9 +162,8 @@ async fn a_wal_with_a_bad_header_checksum_is_refused() {
 /// The checks accept what SQLite left after a crash: a WAL holding the newest transactions.
 #[tokio::test]
 async fn a_live_wal_is_recovered_not_refused() {
-    let (dir, db, session) = database_with_a_live_wal().await;
-    let log = dir.path().join("stderr.log");
-    let daemon = Daemon::start(ctxd_serve(&db, &[]), &log, false).await;
+    let (_dir, db, session) = database_with_a_live_wal().await;
+    let daemon = Daemon::start(&db, &[]).await;
     let mut client = connect(daemon.addr).await;
     let rendered = client
         .render(render_req(&session, Target::Branch("main".into())))

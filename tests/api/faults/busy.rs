@@ -72,7 +72,6 @@ async fn prepared_compaction(client: &mut Client, budget: pb::Budget) -> String 
 async fn a_lock_held_by_another_process_answers_unavailable_in_bounded_time_and_loses_nothing() {
     let dir = tempfile::tempdir().expect("temp dir");
     let db = dir.path().join("ctxd.db");
-    let log = dir.path().join("stderr.log");
     let busy = BUSY_MS.to_string();
     let args = [
         "--busy-timeout-ms",
@@ -80,7 +79,7 @@ async fn a_lock_held_by_another_process_answers_unavailable_in_bounded_time_and_
         "--metrics-listen",
         "127.0.0.1:0",
     ];
-    let daemon = Daemon::start(ctxd_serve(&db, &args), &log, true).await;
+    let daemon = Daemon::start(&db, &args).await;
     let mut client = connect(daemon.addr).await;
     let session = client
         .create_session(pb::CreateSessionRequest::default())

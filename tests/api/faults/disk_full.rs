@@ -1,6 +1,7 @@
 //! A full database (its quota, or its disk): writes refused as RESOURCE_EXHAUSTED, reads still
 //! served, nothing half-written, and writes back without a restart once there is room.
 
+use std::fs::File;
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -178,7 +179,6 @@ async fn max_db_bytes_caps_the_database_file() {
     const QUOTA: u64 = 512 * 1024;
     let dir = tempfile::tempdir().expect("temp dir");
     let db = dir.path().join("ctxd.db");
-    let log = dir.path().join("stderr.log");
     let quota = QUOTA.to_string();
     let args = [
         "--max-db-bytes",
@@ -186,7 +186,7 @@ async fn max_db_bytes_caps_the_database_file() {
         "--metrics-listen",
         "127.0.0.1:0",
     ];
-    let daemon = Daemon::start(ctxd_serve(&db, &args), &log, true).await;
+    let daemon = Daemon::start(&db, &args).await;
     let mut client = connect(daemon.addr).await;
     let session = client
         .create_session(pb::CreateSessionRequest::default())
@@ -227,7 +227,7 @@ async fn max_db_bytes_caps_the_database_file() {
     assert!(size <= QUOTA, "{size} bytes on disk, quota {QUOTA}");
 
     let more = (4 * QUOTA).to_string();
-    let daemon = Daemon::start(ctxd_serve(&db, &["--max-db-bytes", &more]), &log, false).await;
+    let daemon = Daemon::start(&db, &["--max-db-bytes", &more]).await;
     let mut client = connect(daemon.addr).await;
     acknowledged.push(
         client
@@ -269,22 +269,20 @@ async fn a_full_disk_refuses_writes_serves_reads_and_takes_writes_when_room_retu
     }
     let db = mount.join("ctxd.db");
     let log = dir.path().join("stderr.log");
-    let mut command = Command::new("unshare");
-    command
-        .args([
-            "-rm",
-            "sh",
-            "-c",
-            "mount -t tmpfs -o size=4m tmpfs \"$0\" && exec \"$@\"",
+    // The server execs in a mount namespace of its own, over a 4 MiB tmpfs.
+    let mount_then_exec = "mount -t tmpfs -o size=4m tmpfs \"$0\" && exec \"$@\"";
+    let daemon = Serve::new(&db)
+        .stderr(&log)
+        .through([
+            "unshare".as_ref(),
+            "-rm".as_ref(),
+            "sh".as_ref(),
+            "-c".as_ref(),
+            mount_then_exec.as_ref(),
+            mount.as_os_str(),
         ])
-        .arg(&mount)
-        .arg(env!("CARGO_BIN_EXE_ctxd"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--db"])
-        .arg(&db);
-    for var in ["CTXD_LISTEN", "CTXD_DB", "CTXD_LOG", "CTXD_MAX_DB_BYTES"] {
-        command.env_remove(var);
-    }
-    let daemon = Daemon::start(command, &log, false).await;
+        .start()
+        .await;
     // The tmpfs as the server sees it, from outside its mount namespace.
     let inside = PathBuf::from(format!("/proc/{}/root", daemon.pid()))
         .join(mount.strip_prefix("/").expect("an absolute temp dir"));
