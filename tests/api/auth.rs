@@ -13,7 +13,6 @@ use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
     KeyPair, KeyUsagePurpose,
 };
-use tokio::sync::oneshot;
 use tonic::Code;
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::interceptor::InterceptedService;
@@ -132,33 +131,6 @@ fn new_ca(name: &str) -> CertifiedIssuer<'static, KeyPair> {
 }
 
 // ---------------------------------------------------------------- in-process servers and clients
-
-/// A server from `serve_with` on 127.0.0.1:0; stops when dropped.
-struct Served {
-    addr: SocketAddr,
-    _stop: oneshot::Sender<()>,
-    _dir: tempfile::TempDir,
-}
-
-async fn serve(options: Options) -> Served {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let store = ctxd::store::Store::open(&dir.path().join("ctxd.db"))
-        .await
-        .expect("open the store");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("local addr");
-    let (stop, stopped) = oneshot::channel::<()>();
-    tokio::spawn(ctxd::server::serve_with(listener, store, options, async {
-        let _ = stopped.await;
-    }));
-    Served {
-        addr,
-        _stop: stop,
-        _dir: dir,
-    }
-}
 
 /// Sends an `authorization` header with every call, if given.
 #[derive(Clone)]
@@ -295,7 +267,7 @@ fn assert_unauthenticated<T: std::fmt::Debug>(
 #[tokio::test]
 async fn with_keys_every_rpc_but_health_needs_a_valid_bearer_key() {
     let files = Files::new();
-    let server = serve(Options {
+    let (_dir, server) = serve_fresh(Options {
         api_keys: Some(files.keys()),
         ..Options::default()
     })
@@ -364,7 +336,7 @@ async fn with_keys_every_rpc_but_health_needs_a_valid_bearer_key() {
 
 #[tokio::test]
 async fn without_keys_no_header_is_needed() {
-    let server = serve(Options::default()).await;
+    let (_dir, server) = serve_fresh(Options::default()).await;
     let channel = plaintext(server.addr).await;
     // Not even a wrong one is refused: without keys there is nothing to check.
     for h in [header(None), bearer(WRONG_KEY)] {
@@ -383,7 +355,7 @@ async fn without_keys_no_header_is_needed() {
 #[tokio::test]
 async fn tls_serves_clients_that_trust_its_ca_and_only_them() {
     let files = Files::new();
-    let server = serve(Options {
+    let (_dir, server) = serve_fresh(Options {
         tls: Some(files.server_tls(false)),
         ..Options::default()
     })
@@ -411,7 +383,7 @@ async fn tls_serves_clients_that_trust_its_ca_and_only_them() {
 #[tokio::test]
 async fn mutual_tls_needs_a_client_certificate_from_the_ca() {
     let files = Files::new();
-    let server = serve(Options {
+    let (_dir, server) = serve_fresh(Options {
         tls: Some(files.server_tls(true)),
         ..Options::default()
     })

@@ -140,12 +140,7 @@ async fn the_binary_serves_stops_on_signals_and_keeps_its_data() {
     assert_reflection(channel(daemon.addr).await).await;
 
     let mut client = connect(daemon.addr).await;
-    let session = client
-        .create_session(pb::CreateSessionRequest::default())
-        .await
-        .expect("CreateSession")
-        .into_inner()
-        .session_id;
+    let session = new_session(&mut client).await;
     let appended = client
         .append(append_req(
             &session,
@@ -180,37 +175,12 @@ async fn the_binary_serves_stops_on_signals_and_keeps_its_data() {
 async fn a_server_killed_during_a_commit_keeps_the_old_or_the_new_context() {
     let dir = tempfile::tempdir().expect("temp dir");
     let db = dir.path().join("ctxd.db");
-    let budget = pb::Budget {
-        context_window: 2500,
-        output_reserve: 500,
-        ..Default::default()
-    };
 
     let daemon = start(&db).await;
     let mut client = connect(daemon.addr).await;
-    let session = client
-        .create_session(pb::CreateSessionRequest::default())
-        .await
-        .expect("CreateSession")
-        .into_inner()
-        .session_id;
-    for t in 0..4 {
-        let id = format!("c{t}");
-        client
-            .append(append_req(
-                &session,
-                vec![
-                    user(&format!("request {t}")),
-                    assistant_calls("", vec![call(&id, "read_file", "{}")]),
-                    tool_result(&id, &big_text(3000, &format!("file {t}"))),
-                    assistant(&format!("answer {t}")),
-                ],
-            ))
-            .await
-            .expect("Append");
-    }
+    let session = four_file_reads(&mut client).await;
     let render = pb::RenderRequest {
-        budget: Some(budget),
+        budget: Some(small_budget()),
         now_unix_ms: 1,
         ..render_req(&session, Target::Branch("main".into()))
     };
@@ -219,22 +189,13 @@ async fn a_server_killed_during_a_commit_keeps_the_old_or_the_new_context() {
         .await
         .expect("Render")
         .into_inner();
-    let plan = client
-        .prepare_compaction(pb::PrepareCompactionRequest {
-            session_id: session.clone(),
-            budget: Some(budget),
-            ..Default::default()
-        })
-        .await
-        .expect("PrepareCompaction")
-        .into_inner();
-    assert!(plan.needed);
+    let compaction_id = prepare_needed(&mut client, &session).await;
 
     let mut committer = client.clone();
     let commit = tokio::spawn(async move {
         committer
             .commit_summary(pb::CommitSummaryRequest {
-                compaction_id: plan.compaction_id,
+                compaction_id,
                 text: "Files 0 and 1 were read.".into(),
                 model: "m".into(),
             })
@@ -291,12 +252,7 @@ async fn the_binary_serves_prometheus_metrics() {
         .await;
 
     let mut client = connect(daemon.addr).await;
-    let session = client
-        .create_session(pb::CreateSessionRequest::default())
-        .await
-        .expect("CreateSession")
-        .into_inner()
-        .session_id;
+    let session = new_session(&mut client).await;
     client
         .append(append_req(&session, vec![user("hi"), assistant("hello")]))
         .await

@@ -195,18 +195,7 @@ impl Model {
 /// resolving, and nothing else stored: no key applied twice, no orphan node.
 async fn verify(client: &mut Client, model: &Model, db: &Path, cycle: usize) {
     for (index, session) in model.sessions.iter().enumerate() {
-        let head = client
-            .get_session(pb::GetSessionRequest {
-                session_id: session.clone(),
-            })
-            .await
-            .expect("GetSession")
-            .into_inner()
-            .branches
-            .into_iter()
-            .find(|b| b.name == "main")
-            .expect("branch main")
-            .head_id;
+        let head = head_of(client, session, "main").await;
         let log = log_all(client, session).await;
         let context = format!("cycle {cycle}, session {index}");
         assert_eq!(
@@ -376,12 +365,7 @@ async fn kill_9_under_load_loses_and_duplicates_nothing() {
         let mut client = connect(daemon.addr).await;
         if cycle == 0 {
             for _ in 0..SESSIONS {
-                let session = client
-                    .create_session(pb::CreateSessionRequest::default())
-                    .await
-                    .expect("CreateSession")
-                    .into_inner()
-                    .session_id;
+                let session = new_session(&mut client).await;
                 model.sessions.push(session);
             }
         }

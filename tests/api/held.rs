@@ -132,12 +132,7 @@ pub fn compact_req(session: &str) -> pb::CompactRequest {
 /// A session of four turns (request, tool call, a ~3,600-character result, answer) that a
 /// `Compact` under [`tight_budget`] sends to the model. Returns it and every append's answer.
 pub async fn session_needing_compaction(client: &mut Client) -> (String, Vec<pb::AppendResponse>) {
-    let session = client
-        .create_session(pb::CreateSessionRequest::default())
-        .await
-        .expect("CreateSession")
-        .into_inner()
-        .session_id;
+    let session = new_session(client).await;
     let mut appended = Vec::new();
     for t in 0..4 {
         let id = format!("call_{t}");

@@ -6,6 +6,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use ctxd::api::pb;
+use ctxd::server::Options;
+use ctxd::store::Store;
 use pb::context_store_client::ContextStoreClient;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
@@ -25,19 +27,20 @@ pub struct TestApp {
     pub db_path: PathBuf,
     pub addr: SocketAddr,
     pub client: Client,
-    server: Option<RunningServer>,
-}
-
-struct RunningServer {
-    shutdown: oneshot::Sender<()>,
-    handle: JoinHandle<Result<(), tonic::transport::Error>>,
+    server: Option<Server>,
 }
 
 /// Starts a server on a fresh SQLite file in a fresh temp dir.
 pub async fn spawn_app() -> TestApp {
+    spawn_app_with(Options::default()).await
+}
+
+/// [`spawn_app`], serving with `options`; a restart serves with the defaults.
+pub async fn spawn_app_with(options: Options) -> TestApp {
     let dir = tempfile::tempdir().expect("create temp dir");
     let db_path = dir.path().join("ctxd.db");
-    let (addr, server) = start_server(&db_path).await;
+    let server = serve_store(open_store(&db_path).await, options).await;
+    let addr = server.addr;
     let client = connect(addr).await;
     TestApp {
         _dir: dir,
@@ -48,17 +51,67 @@ pub async fn spawn_app() -> TestApp {
     }
 }
 
-async fn start_server(db_path: &Path) -> (SocketAddr, RunningServer) {
-    let store = ctxd::store::Store::open(db_path)
-        .await
-        .expect("open the store");
+async fn open_store(db_path: &Path) -> Store {
+    Store::open(db_path).await.expect("open the store")
+}
+
+/// A server with `options` over a fresh SQLite file in the temp dir returned with it.
+pub async fn serve_fresh(options: Options) -> (tempfile::TempDir, Server) {
+    let dir = tempfile::tempdir().expect("create temp dir");
+    let store = open_store(&dir.path().join("ctxd.db")).await;
+    let server = serve_store(store, options).await;
+    (dir, server)
+}
+
+/// A server task on 127.0.0.1:0, from `serve_with`; dropping it stops the server.
+pub struct Server {
+    pub addr: SocketAddr,
+    shutdown: Option<oneshot::Sender<()>>,
+    handle: JoinHandle<Result<(), tonic::transport::Error>>,
+}
+
+/// Serves `store` with `options` on a fresh port; the listener is bound when this returns, so
+/// clients connect at once.
+pub async fn serve_store(store: Store, options: Options) -> Server {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("local addr");
     let (shutdown, signal) = oneshot::channel::<()>();
-    let handle = tokio::spawn(ctxd::server::serve(listener, store, async move {
-        let _ = signal.await;
-    }));
-    (addr, RunningServer { shutdown, handle })
+    let handle = tokio::spawn(ctxd::server::serve_with(
+        listener,
+        store,
+        options,
+        async move {
+            let _ = signal.await;
+        },
+    ));
+    Server {
+        addr,
+        shutdown: Some(shutdown),
+        handle,
+    }
+}
+
+impl Server {
+    /// Sends the shutdown signal.
+    pub fn shut_down(&mut self) {
+        let shutdown = self.shutdown.take().expect("not shut down yet");
+        shutdown.send(()).expect("the server is running");
+    }
+
+    /// Expects `serve_with` to return Ok within `within` (of the shutdown signal).
+    pub async fn stopped(self, within: Duration) {
+        tokio::time::timeout(within, self.handle)
+            .await
+            .unwrap_or_else(|_| panic!("serve() returns within {within:?} of the shutdown signal"))
+            .expect("serve task panicked")
+            .expect("serve() returns Ok after a clean shutdown");
+    }
+
+    /// [`Server::shut_down`], then [`Server::stopped`].
+    pub async fn stop(mut self, within: Duration) {
+        self.shut_down();
+        self.stopped(within).await;
+    }
 }
 
 /// A channel to `addr`; the listener is bound already, so this works at once.
@@ -80,21 +133,17 @@ impl TestApp {
     /// Shuts the server down and waits until `serve` has returned.
     pub async fn stop(&mut self) {
         let server = self.server.take().expect("server is running");
-        let _ = server.shutdown.send(());
-        let joined = tokio::time::timeout(Duration::from_secs(10), server.handle)
-            .await
-            .expect("serve() returns within 10 s of the shutdown signal")
-            .expect("serve task panicked");
-        joined.expect("serve() returns Ok after a clean shutdown");
+        server.stop(Duration::from_secs(10)).await;
     }
 
     /// Starts a new server on the same SQLite file and reconnects the client.
     pub async fn start(&mut self) {
         assert!(self.server.is_none(), "server already running");
-        let (addr, server) = start_server(&self.db_path).await;
-        self.addr = addr;
+        let store = open_store(&self.db_path).await;
+        let server = serve_store(store, Options::default()).await;
+        self.addr = server.addr;
+        self.client = connect(server.addr).await;
         self.server = Some(server);
-        self.client = connect(addr).await;
     }
 
     pub async fn restart(&mut self) {
@@ -128,12 +177,21 @@ impl TestApp {
     // ------------------------------------------------------------ RPC shortcuts
 
     pub async fn create_session(&mut self) -> String {
+        new_session(&mut self.client).await
+    }
+
+    /// Sessions listed (up to 1,000).
+    pub async fn session_count(&mut self) -> usize {
         self.client
-            .create_session(pb::CreateSessionRequest::default())
+            .list_sessions(pb::ListSessionsRequest {
+                page_size: 1000,
+                ..Default::default()
+            })
             .await
-            .expect("CreateSession")
+            .expect("ListSessions")
             .into_inner()
-            .session_id
+            .sessions
+            .len()
     }
 
     pub async fn get_session(&mut self, session: &str) -> pb::Session {
@@ -272,6 +330,80 @@ impl TestApp {
             .find(|b| b.name == name)
             .unwrap_or_else(|| panic!("branch {name} is listed"))
     }
+}
+
+// ---------------------------------------------------------------- any client
+
+/// Creates a session; its id.
+pub async fn new_session(client: &mut Client) -> String {
+    client
+        .create_session(pb::CreateSessionRequest::default())
+        .await
+        .expect("CreateSession")
+        .into_inner()
+        .session_id
+}
+
+/// The head of `branch`, as GetSession lists it.
+pub async fn head_of(client: &mut Client, session: &str, branch: &str) -> String {
+    client
+        .get_session(pb::GetSessionRequest {
+            session_id: session.into(),
+        })
+        .await
+        .expect("GetSession")
+        .into_inner()
+        .branches
+        .into_iter()
+        .find(|b| b.name == branch)
+        .unwrap_or_else(|| panic!("branch {branch} is listed"))
+        .head_id
+}
+
+/// A budget of 2,000 tokens of history, which [`four_file_reads`] does not fit.
+pub fn small_budget() -> pb::Budget {
+    pb::Budget {
+        context_window: 2500,
+        output_reserve: 500,
+        ..Default::default()
+    }
+}
+
+/// A new session of four turns (a request, a `read_file` call, a 3,000-byte result, an
+/// answer), which needs a summary under [`small_budget`]; its id.
+pub async fn four_file_reads(client: &mut Client) -> String {
+    let session = new_session(client).await;
+    for t in 0..4 {
+        let id = format!("c{t}");
+        client
+            .append(append_req(
+                &session,
+                vec![
+                    user(&format!("request {t}")),
+                    assistant_calls("", vec![call(&id, "read_file", "{}")]),
+                    tool_result(&id, &big_text(3000, &format!("file {t}"))),
+                    assistant(&format!("answer {t}")),
+                ],
+            ))
+            .await
+            .expect("Append");
+    }
+    session
+}
+
+/// Prepares a compaction of `session` under [`small_budget`]; it must be needed. Its id.
+pub async fn prepare_needed(client: &mut Client, session: &str) -> String {
+    let plan = client
+        .prepare_compaction(pb::PrepareCompactionRequest {
+            session_id: session.into(),
+            budget: Some(small_budget()),
+            ..Default::default()
+        })
+        .await
+        .expect("PrepareCompaction")
+        .into_inner();
+    assert!(plan.needed);
+    plan.compaction_id
 }
 
 // ---------------------------------------------------------------- requests

@@ -34,19 +34,6 @@ async fn import(
         .map(|r| r.into_inner())
 }
 
-async fn session_count(app: &mut TestApp) -> usize {
-    app.client
-        .list_sessions(pb::ListSessionsRequest {
-            page_size: 1000,
-            ..Default::default()
-        })
-        .await
-        .expect("ListSessions")
-        .into_inner()
-        .sessions
-        .len()
-}
-
 #[tokio::test]
 async fn neutral_traces_import_whole_and_render_as_they_were() {
     let mut app = spawn_app().await;
@@ -170,7 +157,7 @@ async fn an_openai_messages_array_imports() {
 #[tokio::test]
 async fn malformed_input_names_the_line_and_leaves_nothing() {
     let mut app = spawn_app().await;
-    let before = session_count(&mut app).await;
+    let before = app.session_count().await;
     let mut data = testdata("traces/swe-marshmallow-1867-fc.jsonl");
     data.extend(b"{\"role\": \"assistant\", \"tool_calls\": [{\"id\": \"x\", \"name\": \"n\", \"arguments\": \"{oops\"}]}\n");
     let status = import(&mut app, pb::ImportFormat::NeutralJsonl, data)
@@ -199,10 +186,6 @@ async fn malformed_input_names_the_line_and_leaves_nothing() {
         Code::InvalidArgument,
         "data",
     );
-    assert_eq!(
-        session_count(&mut app).await,
-        before,
-        "nothing half-imported"
-    );
+    assert_eq!(app.session_count().await, before, "nothing half-imported");
     assert_eq!(app.node_count().await, 0);
 }

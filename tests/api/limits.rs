@@ -1,13 +1,10 @@
 //! Limits: request, part and response sizes, and the concurrency limit with load shedding.
 //! Every refusal names the limit and writes nothing.
 
-use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use ctxd::api::pb;
 use ctxd::limits::Limits;
-use tokio::net::TcpListener;
-use tokio::sync::oneshot;
 use tonic::Code;
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
@@ -17,20 +14,7 @@ use crate::held::{self, HeldModel};
 use crate::helpers::*;
 
 /// A server with `limits` (and a summarizer, if given) over a fresh SQLite file.
-struct World {
-    _dir: tempfile::TempDir,
-    _stop: oneshot::Sender<()>,
-    db_path: PathBuf,
-    addr: std::net::SocketAddr,
-    client: Client,
-}
-
-async fn spawn_with(limits: Limits, summarizer_url: Option<String>) -> World {
-    let dir = tempfile::tempdir().expect("create temp dir");
-    let db_path = dir.path().join("ctxd.db");
-    let store = ctxd::store::Store::open(&db_path)
-        .await
-        .expect("open the store");
+async fn spawn_with(limits: Limits, summarizer_url: Option<String>) -> TestApp {
     let summarizer = summarizer_url.map(|url| {
         ctxd::summarizer::Summarizer::new(ctxd::summarizer::Config {
             url,
@@ -43,96 +27,28 @@ async fn spawn_with(limits: Limits, summarizer_url: Option<String>) -> World {
         })
         .expect("build the summarizer")
     });
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("local addr");
-    let (stop, stopped) = oneshot::channel::<()>();
-    let options = ctxd::server::Options {
+    spawn_app_with(ctxd::server::Options {
         summarizer,
         limits,
         ..Default::default()
-    };
-    tokio::spawn(ctxd::server::serve_with(
-        listener,
-        store,
-        options,
-        async move {
-            let _ = stopped.await;
-        },
-    ));
-    World {
-        _dir: dir,
-        _stop: stop,
-        db_path,
-        addr,
-        client: connect(addr).await,
-    }
+    })
+    .await
 }
 
-impl World {
-    async fn create_session(&mut self) -> String {
-        self.client
-            .create_session(pb::CreateSessionRequest::default())
-            .await
-            .expect("CreateSession")
-            .into_inner()
-            .session_id
-    }
-
-    async fn session_count(&mut self) -> usize {
-        self.client
-            .list_sessions(pb::ListSessionsRequest {
-                page_size: 1000,
-                ..Default::default()
-            })
-            .await
-            .expect("ListSessions")
-            .into_inner()
-            .sessions
-            .len()
-    }
-
-    async fn import(
-        &mut self,
-        chunks: Vec<Vec<u8>>,
-    ) -> Result<pb::ImportSessionResponse, tonic::Status> {
-        let chunks = chunks.into_iter().map(|data| pb::ImportChunk {
-            format: pb::ImportFormat::NeutralJsonl as i32,
-            metadata: Default::default(),
-            data,
-        });
-        self.client
-            .import_session(tokio_stream::iter(chunks))
-            .await
-            .map(|r| r.into_inner())
-    }
-
-    async fn head(&mut self, session: &str) -> String {
-        self.client
-            .get_session(pb::GetSessionRequest {
-                session_id: session.into(),
-            })
-            .await
-            .expect("GetSession")
-            .into_inner()
-            .branches
-            .into_iter()
-            .find(|b| b.name == "main")
-            .expect("main")
-            .head_id
-    }
-}
-
-async fn node_count(db: &Path) -> i64 {
-    let options = sqlx::sqlite::SqliteConnectOptions::new().filename(db);
-    let pool = sqlx::SqlitePool::connect_with(options)
+/// Imports neutral JSONL sent as `chunks`.
+async fn import(
+    w: &mut TestApp,
+    chunks: Vec<Vec<u8>>,
+) -> Result<pb::ImportSessionResponse, tonic::Status> {
+    let chunks = chunks.into_iter().map(|data| pb::ImportChunk {
+        format: pb::ImportFormat::NeutralJsonl as i32,
+        metadata: Default::default(),
+        data,
+    });
+    w.client
+        .import_session(tokio_stream::iter(chunks))
         .await
-        .expect("open the SQLite file");
-    let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM nodes")
-        .fetch_one(&pool)
-        .await
-        .expect("count nodes");
-    pool.close().await;
-    n
+        .map(|r| r.into_inner())
 }
 
 /// Neutral JSONL: `turns` user/assistant pairs, each line about `line_bytes` long.
@@ -174,7 +90,7 @@ async fn a_request_over_max_request_bytes_is_resource_exhausted_and_writes_nothi
         .append(append_req(&s, vec![user(&big_text(60_000, "fits"))]))
         .await
         .expect("a request under the limit is served");
-    let head = w.head(&s).await;
+    let head = head_of(&mut w.client, &s, "main").await;
 
     let over = w
         .client
@@ -182,20 +98,23 @@ async fn a_request_over_max_request_bytes_is_resource_exhausted_and_writes_nothi
         .await;
     assert_message_has(&over, &["65536", "--max-request-bytes"]);
     assert_status(over, Code::ResourceExhausted, "--max-request-bytes");
-    assert_eq!(w.head(&s).await, head, "nothing appended");
-    assert_eq!(node_count(&w.db_path).await, 1);
+    assert_eq!(
+        head_of(&mut w.client, &s, "main").await,
+        head,
+        "nothing appended"
+    );
+    assert_eq!(w.node_count().await, 1);
 
     // ImportSession: the limit is per message, so a file sent in chunks under it imports, and
     // a chunk over it is refused without a session.
     let file = jsonl(10, 10_000);
     assert!(file.len() > 3 * 64 * 1024);
     let sessions = w.session_count().await;
-    let refused = w.import(vec![file.clone()]).await;
+    let refused = import(&mut w, vec![file.clone()]).await;
     assert_status(refused, Code::ResourceExhausted, "--max-request-bytes");
     assert_eq!(w.session_count().await, sessions, "no session imported");
     let chunks = file.chunks(32 * 1024).map(<[u8]>::to_vec).collect();
-    let imported = w
-        .import(chunks)
+    let imported = import(&mut w, chunks)
         .await
         .expect("chunks under the limit import");
     assert_eq!(imported.nodes, 20);
@@ -272,7 +191,7 @@ async fn a_part_over_max_part_bytes_is_invalid_argument_naming_the_part() {
         assert_message_has(&refused, &["1025 bytes", "--max-part-bytes"]);
         assert_status(refused, Code::InvalidArgument, field);
     }
-    assert_eq!(node_count(&w.db_path).await, 0, "nothing written");
+    assert_eq!(w.node_count().await, 0, "nothing written");
 
     // Exactly the limit is accepted.
     w.client
@@ -287,7 +206,7 @@ async fn a_part_over_max_part_bytes_is_invalid_argument_naming_the_part() {
         serde_json::json!({"role": "user", "content": "hi"}),
         serde_json::json!({"role": "assistant", "content": big}),
     );
-    let refused = w.import(vec![file.into_bytes()]).await;
+    let refused = import(&mut w, vec![file.into_bytes()]).await;
     assert_message_has(&refused, &["--max-part-bytes"]);
     assert_status(refused, Code::InvalidArgument, "line 2.message.parts[0]");
     assert_eq!(w.session_count().await, sessions, "no session imported");
@@ -321,7 +240,7 @@ async fn a_response_over_max_response_bytes_is_refused_with_advice_and_never_aft
             .into_inner();
         ids.extend(appended.node_ids);
     }
-    let head = w.head(&s).await;
+    let head = head_of(&mut w.client, &s, "main").await;
 
     let all = w
         .client
@@ -414,7 +333,11 @@ async fn a_response_over_max_response_bytes_is_refused_with_advice_and_never_aft
     let append = w.client.append(append_req(&s, many)).await;
     assert_message_has(&append, &["fewer nodes", "--max-response-bytes"]);
     assert_status(append, Code::ResourceExhausted, "nodes");
-    assert_eq!(w.head(&s).await, head, "nothing appended");
+    assert_eq!(
+        head_of(&mut w.client, &s, "main").await,
+        head,
+        "nothing appended"
+    );
     let sessions = w.session_count().await;
     let metadata = [("notes".to_owned(), big_text(70_000, "notes"))].into();
     let create = w
@@ -423,7 +346,7 @@ async fn a_response_over_max_response_bytes_is_refused_with_advice_and_never_aft
         .await;
     assert_status(create, Code::ResourceExhausted, "metadata");
     assert_eq!(w.session_count().await, sessions, "no session created");
-    assert_eq!(node_count(&w.db_path).await, 12);
+    assert_eq!(w.node_count().await, 12);
 }
 
 // ---------------------------------------------------------------- concurrency

@@ -210,14 +210,6 @@ async fn a_call_that_never_finishes_is_abandoned_after_the_grace_period() {
 /// NOT_SERVING for that long even with nothing in flight, so load balancers can notice.
 #[tokio::test]
 async fn the_drain_keeps_health_answering_not_serving_before_the_listener_closes() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let store = ctxd::store::Store::open(&dir.path().join("ctxd.db"))
-        .await
-        .expect("open the store");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("local addr");
     let drain = Duration::from_secs(2);
     let options = ctxd::server::Options {
         shutdown: ctxd::server::Shutdown {
@@ -226,15 +218,8 @@ async fn the_drain_keeps_health_answering_not_serving_before_the_listener_closes
         },
         ..Default::default()
     };
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let served = tokio::spawn(ctxd::server::serve_with(
-        listener,
-        store,
-        options,
-        async move {
-            let _ = stopped.await;
-        },
-    ));
+    let (_dir, mut server) = serve_fresh(options).await;
+    let addr = server.addr;
     let mut watch = HealthClient::new(channel(addr).await)
         .watch(HealthCheckRequest {
             service: String::new(),
@@ -245,7 +230,7 @@ async fn the_drain_keeps_health_answering_not_serving_before_the_listener_closes
     let first = watch.message().await.expect("Watch").expect("a status");
     assert_eq!(first.status, ServingStatus::Serving as i32);
 
-    stop.send(()).expect("the server is running");
+    server.shut_down();
     let signalled = Instant::now();
     let changed = watch.message().await.expect("Watch").expect("a status");
     assert_eq!(changed.status, ServingStatus::NotServing as i32);
@@ -260,11 +245,7 @@ async fn the_drain_keeps_health_answering_not_serving_before_the_listener_closes
         .await;
     assert_status(refused, Code::Unavailable, "shutting down");
 
-    tokio::time::timeout(WAIT, served)
-        .await
-        .expect("serve returns after the drain")
-        .expect("join")
-        .expect("a clean shutdown");
+    server.stopped(WAIT).await;
     let took = signalled.elapsed();
     assert!(
         took >= drain,

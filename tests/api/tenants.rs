@@ -7,7 +7,6 @@ use ctxd::api::auth::ApiKeys;
 use ctxd::api::pb;
 use ctxd::server::Options;
 use pb::context_store_client::ContextStoreClient;
-use tokio::sync::oneshot;
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
@@ -40,36 +39,14 @@ async fn keyed(addr: SocketAddr, key: &str) -> KeyedClient {
 }
 
 /// A server with two tenants' keys, on 127.0.0.1:0 over a fresh file; stops when dropped.
-struct TwoTenants {
-    addr: SocketAddr,
-    _stop: oneshot::Sender<()>,
-    _dir: tempfile::TempDir,
-}
-
-async fn two_tenants() -> TwoTenants {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let keys = dir.path().join("keys.txt");
+async fn two_tenants() -> (tempfile::TempDir, Server) {
+    let keys = tempfile::NamedTempFile::new().expect("keys file");
     std::fs::write(&keys, format!("acme {ACME_KEY}\nglobex {GLOBEX_KEY}\n")).expect("keys");
-    let store = ctxd::store::Store::open(&dir.path().join("ctxd.db"))
-        .await
-        .expect("open the store");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("local addr");
-    let options = Options {
-        api_keys: Some(ApiKeys::load(&keys).expect("the keys file")),
+    serve_fresh(Options {
+        api_keys: Some(ApiKeys::load(keys.path()).expect("the keys file")),
         ..Options::default()
-    };
-    let (stop, stopped) = oneshot::channel::<()>();
-    tokio::spawn(ctxd::server::serve_with(listener, store, options, async {
-        let _ = stopped.await;
-    }));
-    TwoTenants {
-        addr,
-        _stop: stop,
-        _dir: dir,
-    }
+    })
+    .await
 }
 
 /// The ids of one tenant's data that another tenant will probe with.
@@ -166,14 +143,6 @@ async fn acme_data(acme: &mut KeyedClient) -> Ids {
         node,
         function,
         compaction: prepared.compaction_id,
-    }
-}
-
-fn small_budget() -> pb::Budget {
-    pb::Budget {
-        context_window: 2500,
-        output_reserve: 500,
-        ..Default::default()
     }
 }
 
@@ -358,7 +327,7 @@ fn normalized(status: &Status, ids: &Ids) -> (Code, String, Vec<u8>) {
 
 #[tokio::test]
 async fn another_tenants_ids_answer_like_unknown_ones_and_leak_nothing() {
-    let server = two_tenants().await;
+    let (_dir, server) = two_tenants().await;
     let mut acme = keyed(server.addr, ACME_KEY).await;
     let mut globex = keyed(server.addr, GLOBEX_KEY).await;
     let ids = acme_data(&mut acme).await;
@@ -451,7 +420,7 @@ async fn another_tenants_ids_answer_like_unknown_ones_and_leak_nothing() {
 
 #[tokio::test]
 async fn each_tenant_lists_and_reads_only_its_own_sessions() {
-    let server = two_tenants().await;
+    let (_dir, server) = two_tenants().await;
     let mut acme = keyed(server.addr, ACME_KEY).await;
     let mut globex = keyed(server.addr, GLOBEX_KEY).await;
     let mut mine = Vec::new();

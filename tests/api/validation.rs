@@ -762,11 +762,7 @@ async fn every_rpc_answers_its_documented_errors() {
         )
         .await;
     }
-    let small = pb::Budget {
-        context_window: 2500,
-        output_reserve: 500,
-        ..Default::default()
-    };
+    let small = small_budget();
     let prepare = |branch: &str| pb::PrepareCompactionRequest {
         session_id: big.clone(),
         branch: branch.into(),

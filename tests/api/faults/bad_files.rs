@@ -6,7 +6,6 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::SystemTime;
 
-use ctxd::api::pb;
 use ctxd::store::Config;
 
 use super::*;
@@ -32,7 +31,7 @@ fn wal(db: &Path) -> PathBuf {
 
 /// A sound database with a session of a few messages, its WAL checkpointed into the file.
 async fn sound_database() -> (tempfile::TempDir, PathBuf, String) {
-    let mut served = serve_store(Config::default()).await;
+    let mut served = serve_config(Config::default()).await;
     let session = fill_session(&mut served.client).await;
     let (dir, db) = served.stop().await;
     assert!(!wal(&db).exists(), "a clean close leaves no WAL");
@@ -40,12 +39,7 @@ async fn sound_database() -> (tempfile::TempDir, PathBuf, String) {
 }
 
 async fn fill_session(client: &mut Client) -> String {
-    let session = client
-        .create_session(pb::CreateSessionRequest::default())
-        .await
-        .expect("CreateSession")
-        .into_inner()
-        .session_id;
+    let session = new_session(client).await;
     for i in 0..4 {
         client
             .append(append_req(
@@ -138,7 +132,7 @@ async fn a_garbage_wal_is_refused() {
 
 /// A copy of a live database: the file and a WAL holding its newest transactions.
 async fn database_with_a_live_wal() -> (tempfile::TempDir, PathBuf, String) {
-    let mut served = serve_store(Config::default()).await;
+    let mut served = serve_config(Config::default()).await;
     let session = fill_session(&mut served.client).await;
     let copy = tempfile::tempdir().expect("temp dir");
     let db = copy.path().join("ctxd.db");

@@ -32,42 +32,6 @@ fn assert_busy<T: std::fmt::Debug>(result: Result<T, tonic::Status>, what: &str)
     }
 }
 
-/// A session whose context needs a summary under `budget`, and a prepared compaction of it.
-async fn prepared_compaction(client: &mut Client, budget: pb::Budget) -> String {
-    let session = client
-        .create_session(pb::CreateSessionRequest::default())
-        .await
-        .expect("CreateSession")
-        .into_inner()
-        .session_id;
-    for t in 0..4 {
-        let id = format!("c{t}");
-        client
-            .append(append_req(
-                &session,
-                vec![
-                    user(&format!("request {t}")),
-                    assistant_calls("", vec![call(&id, "read_file", "{}")]),
-                    tool_result(&id, &big_text(3000, &format!("file {t}"))),
-                    assistant(&format!("answer {t}")),
-                ],
-            ))
-            .await
-            .expect("Append");
-    }
-    let plan = client
-        .prepare_compaction(pb::PrepareCompactionRequest {
-            session_id: session,
-            budget: Some(budget),
-            ..Default::default()
-        })
-        .await
-        .expect("PrepareCompaction")
-        .into_inner();
-    assert!(plan.needed);
-    plan.compaction_id
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_lock_held_by_another_process_answers_unavailable_in_bounded_time_and_loses_nothing() {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -81,12 +45,7 @@ async fn a_lock_held_by_another_process_answers_unavailable_in_bounded_time_and_
     ];
     let daemon = Daemon::start(&db, &args).await;
     let mut client = connect(daemon.addr).await;
-    let session = client
-        .create_session(pb::CreateSessionRequest::default())
-        .await
-        .expect("CreateSession")
-        .into_inner()
-        .session_id;
+    let session = new_session(&mut client).await;
     let mut acknowledged = vec![
         client
             .append(keyed(
@@ -107,14 +66,9 @@ async fn a_lock_held_by_another_process_answers_unavailable_in_bounded_time_and_
         })
         .await
         .expect("CreateBranch");
-    let budget = pb::Budget {
-        context_window: 2500,
-        output_reserve: 500,
-        ..Default::default()
-    };
-    let compaction = prepared_compaction(&mut client, budget).await;
+    let needs_summary = four_file_reads(&mut client).await;
     let commit = pb::CommitSummaryRequest {
-        compaction_id: compaction,
+        compaction_id: prepare_needed(&mut client, &needs_summary).await,
         text: "Files 0 and 1 were read.".into(),
         model: "m".into(),
     };

@@ -58,14 +58,9 @@ fn assert_full<T: std::fmt::Debug>(result: Result<T, tonic::Status>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_full_database_refuses_writes_serves_reads_and_takes_writes_again_without_a_restart() {
-    let served = serve_store(Config::default()).await;
+    let served = serve_config(Config::default()).await;
     let mut client = served.client.clone();
-    let session = client
-        .create_session(pb::CreateSessionRequest::default())
-        .await
-        .expect("CreateSession")
-        .into_inner()
-        .session_id;
+    let session = new_session(&mut client).await;
     let mut acknowledged = vec![
         client
             .append(keyed(
@@ -188,12 +183,7 @@ async fn max_db_bytes_caps_the_database_file() {
     ];
     let daemon = Daemon::start(&db, &args).await;
     let mut client = connect(daemon.addr).await;
-    let session = client
-        .create_session(pb::CreateSessionRequest::default())
-        .await
-        .expect("CreateSession")
-        .into_inner()
-        .session_id;
+    let session = new_session(&mut client).await;
     let mut acknowledged = Vec::new();
     let mut refused = None;
     // 16 KiB of noise an append: the quota holds a few dozen at most.
@@ -288,12 +278,7 @@ async fn a_full_disk_refuses_writes_serves_reads_and_takes_writes_when_room_retu
         .join(mount.strip_prefix("/").expect("an absolute temp dir"));
 
     let mut client = connect(daemon.addr).await;
-    let session = client
-        .create_session(pb::CreateSessionRequest::default())
-        .await
-        .expect("CreateSession")
-        .into_inner()
-        .session_id;
+    let session = new_session(&mut client).await;
     let mut acknowledged = vec![
         client
             .append(keyed(

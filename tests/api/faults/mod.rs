@@ -9,10 +9,8 @@ mod disk_full;
 use std::path::{Path, PathBuf};
 
 use ctxd::api::pb;
+use ctxd::server::Options;
 use ctxd::store::{Config, Store};
-use tokio::net::TcpListener;
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
 
 use crate::daemon::{Daemon, Serve, WAIT, run_to_exit};
 use crate::helpers::*;
@@ -23,39 +21,27 @@ pub struct Served {
     pub db: PathBuf,
     pub store: Store,
     pub client: Client,
-    shutdown: Option<oneshot::Sender<()>>,
-    handle: Option<JoinHandle<Result<(), tonic::transport::Error>>>,
+    server: Server,
 }
 
-pub async fn serve_store(config: Config) -> Served {
+pub async fn serve_config(config: Config) -> Served {
     let dir = tempfile::tempdir().expect("temp dir");
     let db = dir.path().join("ctxd.db");
     let store = Store::open_with(&db, config).await.expect("open the store");
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("local addr");
-    let (shutdown, signal) = oneshot::channel::<()>();
-    let handle = tokio::spawn(ctxd::server::serve(listener, store.clone(), async move {
-        let _ = signal.await;
-    }));
+    let server = serve_store(store.clone(), Options::default()).await;
     Served {
+        client: connect(server.addr).await,
         dir,
         db,
         store,
-        client: connect(addr).await,
-        shutdown: Some(shutdown),
-        handle: Some(handle),
+        server,
     }
 }
 
 impl Served {
     /// Stops the server and closes the store (checkpointing its WAL into the file).
-    pub async fn stop(mut self) -> (tempfile::TempDir, PathBuf) {
-        let _ = self.shutdown.take().expect("running").send(());
-        tokio::time::timeout(WAIT, self.handle.take().expect("running"))
-            .await
-            .expect("serve() returns after the shutdown signal")
-            .expect("serve task")
-            .expect("serve() returns Ok");
+    pub async fn stop(self) -> (tempfile::TempDir, PathBuf) {
+        self.server.stop(WAIT).await;
         self.store.close().await;
         (self.dir, self.db)
     }
