@@ -14,22 +14,7 @@ const BUSY_MS: u64 = 300;
 
 #[track_caller]
 fn assert_busy<T: std::fmt::Debug>(result: Result<T, tonic::Status>, what: &str) {
-    match result {
-        Ok(value) => panic!("{what}: expected UNAVAILABLE, got Ok({value:?})"),
-        Err(status) => {
-            assert_eq!(
-                status.code(),
-                Code::Unavailable,
-                "{what}: {}",
-                status.message()
-            );
-            assert!(
-                status.message().contains("busy"),
-                "{what}: the message says why: {}",
-                status.message()
-            );
-        }
-    }
+    assert_fault(result, Code::Unavailable, &["busy"], what);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -45,18 +30,7 @@ async fn a_lock_held_by_another_process_answers_unavailable_in_bounded_time_and_
     ];
     let daemon = Daemon::start(&db, &args).await;
     let mut client = connect(daemon.addr).await;
-    let session = new_session(&mut client).await;
-    let mut acknowledged = vec![
-        client
-            .append(keyed(
-                &session,
-                "first",
-                vec![user("hello"), assistant("hi")],
-            ))
-            .await
-            .expect("Append")
-            .into_inner(),
-    ];
+    let (session, mut acknowledged) = session_with_a_first_append(&mut client).await;
     let head = acknowledged[0].head_id.clone();
     client
         .create_branch(pb::CreateBranchRequest {
@@ -156,21 +130,7 @@ async fn a_lock_held_by_another_process_answers_unavailable_in_bounded_time_and_
     );
 
     // WAL lets reads run beside the other process's lock.
-    client
-        .get_session(pb::GetSessionRequest {
-            session_id: session.clone(),
-        })
-        .await
-        .expect("GetSession under the lock");
-    client
-        .list_sessions(pb::ListSessionsRequest::default())
-        .await
-        .expect("ListSessions under the lock");
-    client
-        .render(render_req(&session, Target::Branch("main".into())))
-        .await
-        .expect("Render under the lock");
-    assert_each_once(&main_ids(&mut client, &session).await, &acknowledged);
+    assert_reads_served(&mut client, &session, &acknowledged, "under the lock").await;
 
     sqlx::query("COMMIT")
         .execute(&mut holder)

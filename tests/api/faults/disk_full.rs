@@ -7,7 +7,6 @@ use std::process::Command;
 
 use ctxd::api::pb;
 use ctxd::store::Config;
-use tonic::Code;
 
 use super::*;
 
@@ -35,43 +34,11 @@ async fn concurrently(
     answers
 }
 
-#[track_caller]
-fn assert_full<T: std::fmt::Debug>(result: Result<T, tonic::Status>) {
-    match result {
-        Ok(value) => panic!("expected RESOURCE_EXHAUSTED, got Ok({value:?})"),
-        Err(status) => {
-            assert_eq!(
-                status.code(),
-                Code::ResourceExhausted,
-                "{}",
-                status.message()
-            );
-            assert!(
-                status.message().contains("database is full")
-                    && status.message().contains("--max-db-bytes"),
-                "the message says what is full: {}",
-                status.message()
-            );
-        }
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_full_database_refuses_writes_serves_reads_and_takes_writes_again_without_a_restart() {
     let served = serve_config(Config::default()).await;
     let mut client = served.client.clone();
-    let session = new_session(&mut client).await;
-    let mut acknowledged = vec![
-        client
-            .append(keyed(
-                &session,
-                "first",
-                vec![user("hello"), assistant("hi")],
-            ))
-            .await
-            .expect("Append")
-            .into_inner(),
-    ];
+    let (session, mut acknowledged) = session_with_a_first_append(&mut client).await;
 
     // A quota below the size in use: SQLite holds it at the pages already used, so a write
     // that needs one more page is refused.
@@ -117,21 +84,7 @@ async fn a_full_database_refuses_writes_serves_reads_and_takes_writes_again_with
     );
 
     // Reads keep working, and show exactly what was acknowledged.
-    client
-        .get_session(pb::GetSessionRequest {
-            session_id: session.clone(),
-        })
-        .await
-        .expect("GetSession while full");
-    client
-        .list_sessions(pb::ListSessionsRequest::default())
-        .await
-        .expect("ListSessions while full");
-    client
-        .render(render_req(&session, Target::Branch("main".into())))
-        .await
-        .expect("Render while full");
-    assert_each_once(&main_ids(&mut client, &session).await, &acknowledged);
+    assert_reads_served(&mut client, &session, &acknowledged, "while full").await;
 
     // Room again: the refused appends go through when retried, with the same keys.
     served
@@ -155,14 +108,7 @@ async fn a_full_database_refuses_writes_serves_reads_and_takes_writes_again_with
         .import_session(tokio_stream::iter(import_chunks(&noise(NOISE, 9))))
         .await
         .expect("ImportSession with room");
-    acknowledged.push(
-        client
-            .append(keyed(&session, "last", vec![assistant("done")]))
-            .await
-            .expect("Append")
-            .into_inner(),
-    );
-    assert_each_once(&main_ids(&mut client, &session).await, &acknowledged);
+    assert_writes_again(&mut client, &session, &mut acknowledged).await;
 
     let (_dir, db) = served.stop().await;
     assert_eq!(integrity(&db).await, "ok");
@@ -185,20 +131,14 @@ async fn max_db_bytes_caps_the_database_file() {
     let mut client = connect(daemon.addr).await;
     let session = new_session(&mut client).await;
     let mut acknowledged = Vec::new();
-    let mut refused = None;
     // 16 KiB of noise an append: the quota holds a few dozen at most.
-    for i in 0..64u64 {
-        let request = keyed(&session, &format!("k{i}"), vec![user(&noise(16 * 1024, i))]);
-        match client.append(request.clone()).await {
-            Ok(answer) => acknowledged.push(answer.into_inner()),
-            Err(status) => {
-                assert_full(Err::<(), _>(status));
-                refused = Some(request);
-                break;
-            }
-        }
-    }
-    let refused = refused.expect("the quota is reached within 1 MiB of appends");
+    let refused = append_until_full(
+        &mut client,
+        &session,
+        &mut acknowledged,
+        "the quota is reached within 1 MiB of appends",
+    )
+    .await;
     assert!(!acknowledged.is_empty());
     client
         .render(render_req(&session, Target::Branch("main".into())))
@@ -278,34 +218,17 @@ async fn a_full_disk_refuses_writes_serves_reads_and_takes_writes_when_room_retu
         .join(mount.strip_prefix("/").expect("an absolute temp dir"));
 
     let mut client = connect(daemon.addr).await;
-    let session = new_session(&mut client).await;
-    let mut acknowledged = vec![
-        client
-            .append(keyed(
-                &session,
-                "first",
-                vec![user("hello"), assistant("hi")],
-            ))
-            .await
-            .expect("Append")
-            .into_inner(),
-    ];
+    let (session, mut acknowledged) = session_with_a_first_append(&mut client).await;
 
     let filler = inside.join("filler");
     fill(&filler);
-    let mut refused = None;
-    for i in 0..64u64 {
-        let request = keyed(&session, &format!("k{i}"), vec![user(&noise(16 * 1024, i))]);
-        match client.append(request.clone()).await {
-            Ok(answer) => acknowledged.push(answer.into_inner()),
-            Err(status) => {
-                assert_full(Err::<(), _>(status));
-                refused = Some(request);
-                break;
-            }
-        }
-    }
-    let refused = refused.expect("a full disk refuses an append within 1 MiB");
+    let refused = append_until_full(
+        &mut client,
+        &session,
+        &mut acknowledged,
+        "a full disk refuses an append within 1 MiB",
+    )
+    .await;
     client
         .render(render_req(&session, Target::Branch("main".into())))
         .await
@@ -320,14 +243,7 @@ async fn a_full_disk_refuses_writes_serves_reads_and_takes_writes_when_room_retu
             .expect("the refused append, retried with room")
             .into_inner(),
     );
-    acknowledged.push(
-        client
-            .append(keyed(&session, "last", vec![assistant("done")]))
-            .await
-            .expect("Append")
-            .into_inner(),
-    );
-    assert_each_once(&main_ids(&mut client, &session).await, &acknowledged);
+    assert_writes_again(&mut client, &session, &mut acknowledged).await;
     // SQLite resolves the /proc link to the path outside the namespace, so check a copy: with
     // no write in flight, the file and its WAL are a consistent pair.
     let copy = dir.path().join("copy.db");

@@ -79,6 +79,115 @@ pub fn noise(len: usize, seed: u64) -> String {
         .collect()
 }
 
+/// A write refused for a fault of the database: `code`, and a message that says each of `says`.
+#[track_caller]
+pub fn assert_fault<T: std::fmt::Debug>(
+    result: Result<T, tonic::Status>,
+    code: tonic::Code,
+    says: &[&str],
+    what: &str,
+) {
+    match result {
+        Ok(value) => panic!("{what}: expected {code:?}, got Ok({value:?})"),
+        Err(status) => {
+            assert_eq!(status.code(), code, "{what}: {}", status.message());
+            assert!(
+                says.iter().all(|s| status.message().contains(s)),
+                "{what}: the message says why ({says:?}): {}",
+                status.message()
+            );
+        }
+    }
+}
+
+/// A new session with one keyed append of two messages: the session, and that append's answer
+/// as the first acknowledged one.
+pub async fn session_with_a_first_append(client: &mut Client) -> (String, Vec<pb::AppendResponse>) {
+    let session = new_session(client).await;
+    let first = client
+        .append(keyed(
+            &session,
+            "first",
+            vec![user("hello"), assistant("hi")],
+        ))
+        .await
+        .expect("Append")
+        .into_inner();
+    (session, vec![first])
+}
+
+/// Reads served `when` (`under the lock`, `while full`): GetSession, ListSessions and Render,
+/// and `main` holds exactly what was acknowledged.
+pub async fn assert_reads_served(
+    client: &mut Client,
+    session: &str,
+    acknowledged: &[pb::AppendResponse],
+    when: &str,
+) {
+    client
+        .get_session(pb::GetSessionRequest {
+            session_id: session.into(),
+        })
+        .await
+        .unwrap_or_else(|e| panic!("GetSession {when}: {e:?}"));
+    client
+        .list_sessions(pb::ListSessionsRequest::default())
+        .await
+        .unwrap_or_else(|e| panic!("ListSessions {when}: {e:?}"));
+    client
+        .render(render_req(session, Target::Branch("main".into())))
+        .await
+        .unwrap_or_else(|e| panic!("Render {when}: {e:?}"));
+    assert_each_once(&main_ids(client, session).await, acknowledged);
+}
+
+/// Appends 16 KiB of noise at a time (at most 64 times) until one is refused as full; the
+/// others join `acknowledged`. The refused request, which `expect` says must come.
+pub async fn append_until_full(
+    client: &mut Client,
+    session: &str,
+    acknowledged: &mut Vec<pb::AppendResponse>,
+    expect: &str,
+) -> pb::AppendRequest {
+    for i in 0..64u64 {
+        let request = keyed(session, &format!("k{i}"), vec![user(&noise(16 * 1024, i))]);
+        match client.append(request.clone()).await {
+            Ok(answer) => acknowledged.push(answer.into_inner()),
+            Err(status) => {
+                assert_full(Err::<(), _>(status));
+                return request;
+            }
+        }
+    }
+    panic!("{expect}");
+}
+
+/// A new append goes through, and `main` holds every acknowledged append once.
+pub async fn assert_writes_again(
+    client: &mut Client,
+    session: &str,
+    acknowledged: &mut Vec<pb::AppendResponse>,
+) {
+    let last = client
+        .append(keyed(session, "last", vec![assistant("done")]))
+        .await
+        .expect("Append")
+        .into_inner();
+    acknowledged.push(last);
+    assert_each_once(&main_ids(client, session).await, acknowledged);
+}
+
+/// RESOURCE_EXHAUSTED, saying what is full and which flag bounds it.
+#[track_caller]
+pub fn assert_full<T: std::fmt::Debug>(result: Result<T, tonic::Status>) {
+    assert_fault(
+        result,
+        tonic::Code::ResourceExhausted,
+        &["database is full", "--max-db-bytes"],
+        "a write",
+    );
+}
+
 /// An append of `nodes` to `main` with an idempotency key.
 pub fn keyed(session: &str, key: &str, nodes: Vec<pb::NodeInput>) -> pb::AppendRequest {
     pb::AppendRequest {
