@@ -429,6 +429,58 @@ pub fn function_req(
     }
 }
 
+pub fn get_session_req(session: &str) -> pb::GetSessionRequest {
+    pb::GetSessionRequest {
+        session_id: session.into(),
+    }
+}
+
+/// The log from the head of `main`, in pages of the default size.
+pub fn log_req(session: &str) -> pb::LogRequest {
+    pb::LogRequest {
+        session_id: session.into(),
+        ..Default::default()
+    }
+}
+
+pub fn get_nodes_req(session: &str, node_ids: Vec<String>) -> pb::GetNodesRequest {
+    pb::GetNodesRequest {
+        session_id: session.into(),
+        node_ids,
+    }
+}
+
+/// A branch `name` pointing at the node `from` (empty: a branch with no head).
+pub fn create_branch_req(session: &str, name: &str, from: &str) -> pb::CreateBranchRequest {
+    pb::CreateBranchRequest {
+        session_id: session.into(),
+        name: name.into(),
+        from_node_id: from.into(),
+    }
+}
+
+pub fn list_branches_req(session: &str) -> pb::ListBranchesRequest {
+    pb::ListBranchesRequest {
+        session_id: session.into(),
+    }
+}
+
+pub fn delete_branch_req(session: &str, name: &str) -> pb::DeleteBranchRequest {
+    pb::DeleteBranchRequest {
+        session_id: session.into(),
+        name: name.into(),
+    }
+}
+
+/// One chunk of a file to import, in `format` (a `pb::ImportFormat` or any other number).
+pub fn import_chunk(format: i32, data: impl Into<Vec<u8>>) -> pb::ImportChunk {
+    pb::ImportChunk {
+        format,
+        metadata: Default::default(),
+        data: data.into(),
+    }
+}
+
 pub fn render_req(session: &str, target: Target) -> pb::RenderRequest {
     pb::RenderRequest {
         session_id: session.into(),

@@ -40,11 +40,10 @@ async fn import(
     w: &mut TestApp,
     chunks: Vec<Vec<u8>>,
 ) -> Result<pb::ImportSessionResponse, tonic::Status> {
-    let chunks = chunks.into_iter().map(|data| pb::ImportChunk {
-        format: pb::ImportFormat::NeutralJsonl as i32,
-        metadata: Default::default(),
-        data,
-    });
+    let neutral = pb::ImportFormat::NeutralJsonl as i32;
+    let chunks = chunks
+        .into_iter()
+        .map(move |data| import_chunk(neutral, data));
     w.client
         .import_session(tokio_stream::iter(chunks))
         .await

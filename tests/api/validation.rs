@@ -4,6 +4,7 @@ use ctxd::api::pb;
 use tonic::Code;
 
 use crate::helpers::*;
+use crate::raw_codec::RawCodec;
 
 const MALFORMED: [&str; 4] = [
     "not-a-uuid",
@@ -29,10 +30,7 @@ async fn malformed_session_ids_are_invalid() {
         let c = &mut app.client;
         let field = "session_id";
         assert_status(
-            c.get_session(pb::GetSessionRequest {
-                session_id: bad.into(),
-            })
-            .await,
+            c.get_session(get_session_req(bad)).await,
             Code::InvalidArgument,
             field,
         );
@@ -42,47 +40,23 @@ async fn malformed_session_ids_are_invalid() {
             field,
         );
         assert_status(
-            c.get_nodes(pb::GetNodesRequest {
-                session_id: bad.into(),
-                node_ids: vec![unknown_id()],
-            })
-            .await,
+            c.get_nodes(get_nodes_req(bad, vec![unknown_id()])).await,
+            Code::InvalidArgument,
+            field,
+        );
+        assert_status(c.log(log_req(bad)).await, Code::InvalidArgument, field);
+        assert_status(
+            c.create_branch(create_branch_req(bad, "b", "")).await,
             Code::InvalidArgument,
             field,
         );
         assert_status(
-            c.log(pb::LogRequest {
-                session_id: bad.into(),
-                ..Default::default()
-            })
-            .await,
+            c.list_branches(list_branches_req(bad)).await,
             Code::InvalidArgument,
             field,
         );
         assert_status(
-            c.create_branch(pb::CreateBranchRequest {
-                session_id: bad.into(),
-                name: "b".into(),
-                from_node_id: String::new(),
-            })
-            .await,
-            Code::InvalidArgument,
-            field,
-        );
-        assert_status(
-            c.list_branches(pb::ListBranchesRequest {
-                session_id: bad.into(),
-            })
-            .await,
-            Code::InvalidArgument,
-            field,
-        );
-        assert_status(
-            c.delete_branch(pb::DeleteBranchRequest {
-                session_id: bad.into(),
-                name: "b".into(),
-            })
-            .await,
+            c.delete_branch(delete_branch_req(bad, "b")).await,
             Code::InvalidArgument,
             field,
         );
@@ -102,10 +76,7 @@ async fn malformed_node_and_function_ids_are_invalid() {
     for bad in MALFORMED {
         assert_status(
             app.client
-                .get_nodes(pb::GetNodesRequest {
-                    session_id: s.clone(),
-                    node_ids: vec![ids[0].clone(), bad.into()],
-                })
+                .get_nodes(get_nodes_req(&s, vec![ids[0].clone(), bad.into()]))
                 .await,
             Code::InvalidArgument,
             "node_id",
@@ -113,9 +84,8 @@ async fn malformed_node_and_function_ids_are_invalid() {
         assert_status(
             app.client
                 .log(pb::LogRequest {
-                    session_id: s.clone(),
                     node_id: bad.into(),
-                    ..Default::default()
+                    ..log_req(&s)
                 })
                 .await,
             Code::InvalidArgument,
@@ -140,11 +110,7 @@ async fn malformed_node_and_function_ids_are_invalid() {
         );
         assert_status(
             app.client
-                .create_branch(pb::CreateBranchRequest {
-                    session_id: s.clone(),
-                    name: "fork".into(),
-                    from_node_id: bad.into(),
-                })
+                .create_branch(create_branch_req(&s, "fork", bad))
                 .await,
             Code::InvalidArgument,
             "from_node_id",
@@ -160,11 +126,7 @@ async fn unknown_ids_and_names_are_not_found() {
 
     // Sessions.
     assert_status(
-        app.client
-            .get_session(pb::GetSessionRequest {
-                session_id: nobody.clone(),
-            })
-            .await,
+        app.client.get_session(get_session_req(&nobody)).await,
         Code::NotFound,
         "session",
     );
@@ -174,21 +136,12 @@ async fn unknown_ids_and_names_are_not_found() {
         "session",
     );
     assert_status(
-        app.client
-            .log(pb::LogRequest {
-                session_id: nobody.clone(),
-                ..Default::default()
-            })
-            .await,
+        app.client.log(log_req(&nobody)).await,
         Code::NotFound,
         "session",
     );
     assert_status(
-        app.client
-            .list_branches(pb::ListBranchesRequest {
-                session_id: nobody.clone(),
-            })
-            .await,
+        app.client.list_branches(list_branches_req(&nobody)).await,
         Code::NotFound,
         "session",
     );
@@ -200,11 +153,7 @@ async fn unknown_ids_and_names_are_not_found() {
     );
     assert_status(
         app.client
-            .create_branch(pb::CreateBranchRequest {
-                session_id: nobody.clone(),
-                name: "b".into(),
-                from_node_id: String::new(),
-            })
+            .create_branch(create_branch_req(&nobody, "b", ""))
             .await,
         Code::NotFound,
         "session",
@@ -223,9 +172,8 @@ async fn unknown_ids_and_names_are_not_found() {
     assert_status(
         app.client
             .log(pb::LogRequest {
-                session_id: s.clone(),
                 branch: "nope".into(),
-                ..Default::default()
+                ..log_req(&s)
             })
             .await,
         Code::NotFound,
@@ -239,10 +187,7 @@ async fn unknown_ids_and_names_are_not_found() {
     );
     assert_status(
         app.client
-            .delete_branch(pb::DeleteBranchRequest {
-                session_id: s.clone(),
-                name: "nope".into(),
-            })
+            .delete_branch(delete_branch_req(&s, "nope"))
             .await,
         Code::NotFound,
         "branch",
@@ -257,21 +202,14 @@ async fn unknown_ids_and_names_are_not_found() {
     for missing in [nobody.clone(), foreign] {
         assert_status(
             app.client
-                .get_nodes(pb::GetNodesRequest {
-                    session_id: s.clone(),
-                    node_ids: vec![ids[0].clone(), missing.clone()],
-                })
+                .get_nodes(get_nodes_req(&s, vec![ids[0].clone(), missing.clone()]))
                 .await,
             Code::NotFound,
             "node",
         );
         assert_status(
             app.client
-                .create_branch(pb::CreateBranchRequest {
-                    session_id: s.clone(),
-                    name: "fork".into(),
-                    from_node_id: missing.clone(),
-                })
+                .create_branch(create_branch_req(&s, "fork", &missing))
                 .await,
             Code::NotFound,
             "node",
@@ -280,9 +218,8 @@ async fn unknown_ids_and_names_are_not_found() {
     assert_status(
         app.client
             .log(pb::LogRequest {
-                session_id: s.clone(),
                 node_id: nobody.clone(),
-                ..Default::default()
+                ..log_req(&s)
             })
             .await,
         Code::NotFound,
@@ -297,9 +234,8 @@ async fn unknown_ids_and_names_are_not_found() {
     assert_status(
         app.client
             .log(pb::LogRequest {
-                session_id: s.clone(),
                 page_token: nobody.clone(),
-                ..Default::default()
+                ..log_req(&s)
             })
             .await,
         Code::NotFound,
@@ -403,11 +339,7 @@ async fn branch_names_are_checked() {
     ] {
         assert_status(
             app.client
-                .create_branch(pb::CreateBranchRequest {
-                    session_id: s.clone(),
-                    name: name.into(),
-                    from_node_id: ids[0].clone(),
-                })
+                .create_branch(create_branch_req(&s, name, &ids[0]))
                 .await,
             Code::InvalidArgument,
             "name",
@@ -417,11 +349,7 @@ async fn branch_names_are_checked() {
     for name in ["feature/retry-2", "main"] {
         assert_code(
             app.client
-                .create_branch(pb::CreateBranchRequest {
-                    session_id: s.clone(),
-                    name: name.into(),
-                    from_node_id: ids[1].clone(),
-                })
+                .create_branch(create_branch_req(&s, name, &ids[1]))
                 .await,
             Code::AlreadyExists,
         );
@@ -492,52 +420,6 @@ async fn a_batch_with_a_bad_later_node_writes_nothing() {
     assert_eq!(app.blob_count().await, blobs, "no blob written");
 }
 
-/// Sends message bodies as they are, so bytes that are no protobuf reach the server.
-#[derive(Clone, Copy, Default)]
-struct RawCodec;
-
-impl tonic::codec::Codec for RawCodec {
-    type Encode = Vec<u8>;
-    type Decode = Vec<u8>;
-    type Encoder = RawCodec;
-    type Decoder = RawCodec;
-
-    fn encoder(&mut self) -> Self {
-        RawCodec
-    }
-
-    fn decoder(&mut self) -> Self {
-        RawCodec
-    }
-}
-
-impl tonic::codec::Encoder for RawCodec {
-    type Item = Vec<u8>;
-    type Error = tonic::Status;
-
-    fn encode(
-        &mut self,
-        item: Vec<u8>,
-        buf: &mut tonic::codec::EncodeBuf<'_>,
-    ) -> Result<(), tonic::Status> {
-        prost::bytes::BufMut::put_slice(buf, &item);
-        Ok(())
-    }
-}
-
-impl tonic::codec::Decoder for RawCodec {
-    type Item = Vec<u8>;
-    type Error = tonic::Status;
-
-    fn decode(
-        &mut self,
-        buf: &mut tonic::codec::DecodeBuf<'_>,
-    ) -> Result<Option<Vec<u8>>, tonic::Status> {
-        use prost::bytes::Buf;
-        Ok(Some(buf.copy_to_bytes(buf.remaining()).to_vec()))
-    }
-}
-
 async fn raw_call(app: &TestApp, method: &str, body: Vec<u8>) -> Result<Vec<u8>, tonic::Status> {
     let mut grpc = tonic::client::Grpc::new(channel(app.addr).await);
     grpc.ready().await.expect("ready");
@@ -594,11 +476,7 @@ async fn errors_quoting_huge_input_stay_short_and_keep_the_connection() {
     let huge = "日本".repeat(512 * 1024);
     let status = app
         .client
-        .create_branch(pb::CreateBranchRequest {
-            session_id: s.clone(),
-            name: huge.clone(),
-            from_node_id: ids[0].clone(),
-        })
+        .create_branch(create_branch_req(&s, &huge, &ids[0]))
         .await
         .expect_err("a 3 MiB branch name");
     assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
@@ -613,11 +491,7 @@ async fn errors_quoting_huge_input_stay_short_and_keep_the_connection() {
         status.message().len()
     );
     assert_status(
-        app.client
-            .get_session(pb::GetSessionRequest {
-                session_id: huge.clone(),
-            })
-            .await,
+        app.client.get_session(get_session_req(&huge)).await,
         Code::InvalidArgument,
         "session_id",
     );
@@ -652,10 +526,7 @@ async fn raw_h2_call(app: &TestApp, method: &str, body: Vec<u8>) -> tonic::Statu
 async fn broken_grpc_framing_is_invalid() {
     use prost::Message;
     let app = spawn_app().await;
-    let message = pb::GetSessionRequest {
-        session_id: unknown_id(),
-    }
-    .encode_to_vec();
+    let message = get_session_req(&unknown_id()).encode_to_vec();
     let frame = |flag: u8, len: usize| {
         let mut body = vec![flag];
         body.extend(u32::try_from(len).expect("small").to_be_bytes());
@@ -748,20 +619,7 @@ async fn every_rpc_answers_its_documented_errors() {
     )
     .await;
     // A session whose history needs a summary under a small budget, and its plan.
-    let big = app.create_session().await;
-    for t in 0..4 {
-        let id = format!("c{t}");
-        app.append(
-            &big,
-            vec![
-                user(&format!("turn {t}")),
-                assistant_calls("", vec![call(&id, "read", "{}")]),
-                tool_result(&id, &big_text(3000, "file")),
-                assistant("ok"),
-            ],
-        )
-        .await;
-    }
+    let big = four_file_reads(&mut app.client).await;
     let small = small_budget();
     let prepare = |branch: &str| pb::PrepareCompactionRequest {
         session_id: big.clone(),
@@ -790,20 +648,7 @@ async fn every_rpc_answers_its_documented_errors() {
         model: String::new(),
     };
     // Three commits that write nothing on one base: Prepare then refuses.
-    let guarded = app.create_session().await;
-    for t in 0..4 {
-        let id = format!("c{t}");
-        app.append(
-            &guarded,
-            vec![
-                user(&format!("turn {t}")),
-                assistant_calls("", vec![call(&id, "read", "{}")]),
-                tool_result(&id, &big_text(3000, "file")),
-                assistant("ok"),
-            ],
-        )
-        .await;
-    }
+    let guarded = four_file_reads(&mut app.client).await;
     for _ in 0..3 {
         let plan = app
             .client
@@ -853,20 +698,14 @@ async fn every_rpc_answers_its_documented_errors() {
             "malformed id",
             InvalidArgument,
             "session_id",
-            c.get_session(pb::GetSessionRequest {
-                session_id: "x".into(),
-            })
-            .await,
+            c.get_session(get_session_req("x")).await,
         ),
         row(
             "GetSession",
             "unknown session",
             NotFound,
             "session",
-            c.get_session(pb::GetSessionRequest {
-                session_id: nobody.clone(),
-            })
-            .await,
+            c.get_session(get_session_req(&nobody)).await,
         ),
         // ListSessions
         row(
@@ -1011,33 +850,22 @@ async fn every_rpc_answers_its_documented_errors() {
             "malformed id",
             InvalidArgument,
             "node_ids[1]",
-            c.get_nodes(pb::GetNodesRequest {
-                session_id: s.clone(),
-                node_ids: vec![ids[0].clone(), "x".into()],
-            })
-            .await,
+            c.get_nodes(get_nodes_req(&s, vec![ids[0].clone(), "x".into()]))
+                .await,
         ),
         row(
             "GetNodes",
             "unknown session",
             NotFound,
             "session",
-            c.get_nodes(pb::GetNodesRequest {
-                session_id: nobody.clone(),
-                node_ids: vec![],
-            })
-            .await,
+            c.get_nodes(get_nodes_req(&nobody, vec![])).await,
         ),
         row(
             "GetNodes",
             "unknown node",
             NotFound,
             "node_ids[0]",
-            c.get_nodes(pb::GetNodesRequest {
-                session_id: s.clone(),
-                node_ids: vec![nobody.clone()],
-            })
-            .await,
+            c.get_nodes(get_nodes_req(&s, vec![nobody.clone()])).await,
         ),
         // Log
         row(
@@ -1046,10 +874,9 @@ async fn every_rpc_answers_its_documented_errors() {
             InvalidArgument,
             "node_id",
             c.log(pb::LogRequest {
-                session_id: s.clone(),
                 branch: "main".into(),
                 node_id: ids[0].clone(),
-                ..Default::default()
+                ..log_req(&s)
             })
             .await,
         ),
@@ -1059,9 +886,8 @@ async fn every_rpc_answers_its_documented_errors() {
             InvalidArgument,
             "page_token",
             c.log(pb::LogRequest {
-                session_id: s.clone(),
                 page_token: "x".into(),
-                ..Default::default()
+                ..log_req(&s)
             })
             .await,
         ),
@@ -1070,11 +896,7 @@ async fn every_rpc_answers_its_documented_errors() {
             "unknown session",
             NotFound,
             "session",
-            c.log(pb::LogRequest {
-                session_id: nobody.clone(),
-                ..Default::default()
-            })
-            .await,
+            c.log(log_req(&nobody)).await,
         ),
         row(
             "Log",
@@ -1082,9 +904,8 @@ async fn every_rpc_answers_its_documented_errors() {
             NotFound,
             "branch",
             c.log(pb::LogRequest {
-                session_id: s.clone(),
                 branch: "nope".into(),
-                ..Default::default()
+                ..log_req(&s)
             })
             .await,
         ),
@@ -1094,9 +915,8 @@ async fn every_rpc_answers_its_documented_errors() {
             NotFound,
             "node_id",
             c.log(pb::LogRequest {
-                session_id: s.clone(),
                 node_id: nobody.clone(),
-                ..Default::default()
+                ..log_req(&s)
             })
             .await,
         ),
@@ -1106,9 +926,8 @@ async fn every_rpc_answers_its_documented_errors() {
             NotFound,
             "page_token",
             c.log(pb::LogRequest {
-                session_id: s.clone(),
                 page_token: nobody.clone(),
-                ..Default::default()
+                ..log_req(&s)
             })
             .await,
         ),
@@ -1118,60 +937,35 @@ async fn every_rpc_answers_its_documented_errors() {
             "bad name",
             InvalidArgument,
             "name",
-            c.create_branch(pb::CreateBranchRequest {
-                session_id: s.clone(),
-                name: "-x".into(),
-                from_node_id: String::new(),
-            })
-            .await,
+            c.create_branch(create_branch_req(&s, "-x", "")).await,
         ),
         row(
             "CreateBranch",
             "inside a function",
             InvalidArgument,
             "from_node_id",
-            c.create_branch(pb::CreateBranchRequest {
-                session_id: s.clone(),
-                name: "in".into(),
-                from_node_id: inner.clone(),
-            })
-            .await,
+            c.create_branch(create_branch_req(&s, "in", &inner)).await,
         ),
         row(
             "CreateBranch",
             "unknown session",
             NotFound,
             "session",
-            c.create_branch(pb::CreateBranchRequest {
-                session_id: nobody.clone(),
-                name: "b".into(),
-                from_node_id: String::new(),
-            })
-            .await,
+            c.create_branch(create_branch_req(&nobody, "b", "")).await,
         ),
         row(
             "CreateBranch",
             "unknown node",
             NotFound,
             "from_node_id",
-            c.create_branch(pb::CreateBranchRequest {
-                session_id: s.clone(),
-                name: "b".into(),
-                from_node_id: nobody.clone(),
-            })
-            .await,
+            c.create_branch(create_branch_req(&s, "b", &nobody)).await,
         ),
         row(
             "CreateBranch",
             "taken name",
             AlreadyExists,
             "name",
-            c.create_branch(pb::CreateBranchRequest {
-                session_id: s.clone(),
-                name: "main".into(),
-                from_node_id: String::new(),
-            })
-            .await,
+            c.create_branch(create_branch_req(&s, "main", "")).await,
         ),
         // ListBranches
         row(
@@ -1179,20 +973,14 @@ async fn every_rpc_answers_its_documented_errors() {
             "malformed session",
             InvalidArgument,
             "session_id",
-            c.list_branches(pb::ListBranchesRequest {
-                session_id: String::new(),
-            })
-            .await,
+            c.list_branches(list_branches_req("")).await,
         ),
         row(
             "ListBranches",
             "unknown session",
             NotFound,
             "session",
-            c.list_branches(pb::ListBranchesRequest {
-                session_id: nobody.clone(),
-            })
-            .await,
+            c.list_branches(list_branches_req(&nobody)).await,
         ),
         // DeleteBranch
         row(
@@ -1200,33 +988,21 @@ async fn every_rpc_answers_its_documented_errors() {
             "bad name",
             InvalidArgument,
             "name",
-            c.delete_branch(pb::DeleteBranchRequest {
-                session_id: s.clone(),
-                name: String::new(),
-            })
-            .await,
+            c.delete_branch(delete_branch_req(&s, "")).await,
         ),
         row(
             "DeleteBranch",
             "unknown session",
             NotFound,
             "session",
-            c.delete_branch(pb::DeleteBranchRequest {
-                session_id: nobody.clone(),
-                name: "b".into(),
-            })
-            .await,
+            c.delete_branch(delete_branch_req(&nobody, "b")).await,
         ),
         row(
             "DeleteBranch",
             "unknown branch",
             NotFound,
             "branch",
-            c.delete_branch(pb::DeleteBranchRequest {
-                session_id: s.clone(),
-                name: "nope".into(),
-            })
-            .await,
+            c.delete_branch(delete_branch_req(&s, "nope")).await,
         ),
         // Render
         row(
@@ -1483,24 +1259,16 @@ async fn every_rpc_answers_its_documented_errors() {
             "unknown format",
             InvalidArgument,
             "format",
-            c.import_session(tokio_stream::iter(vec![pb::ImportChunk {
-                format: 9,
-                metadata: Default::default(),
-                data: b"{}".to_vec(),
-            }]))
-            .await,
+            c.import_session(tokio_stream::iter([import_chunk(9, b"{}")]))
+                .await,
         ),
         row(
             "ImportSession",
             "not UTF-8",
             InvalidArgument,
             "data",
-            c.import_session(tokio_stream::iter(vec![pb::ImportChunk {
-                format: 1,
-                metadata: Default::default(),
-                data: vec![0xff],
-            }]))
-            .await,
+            c.import_session(tokio_stream::iter([import_chunk(1, [0xff])]))
+                .await,
         ),
         row(
             "ImportSession",
@@ -1515,11 +1283,10 @@ async fn every_rpc_answers_its_documented_errors() {
             "malformed line",
             InvalidArgument,
             "line 2",
-            c.import_session(tokio_stream::iter(vec![pb::ImportChunk {
-                format: 1,
-                metadata: Default::default(),
-                data: b"{\"role\": \"user\", \"content\": \"hi\"}\n{\"role\": 7}\n".to_vec(),
-            }]))
+            c.import_session(tokio_stream::iter([import_chunk(
+                1,
+                b"{\"role\": \"user\", \"content\": \"hi\"}\n{\"role\": 7}\n",
+            )]))
             .await,
         ),
     ];

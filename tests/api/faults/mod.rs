@@ -199,11 +199,7 @@ pub fn keyed(session: &str, key: &str, nodes: Vec<pb::NodeInput>) -> pb::AppendR
 /// A neutral JSONL file of one user message, as import chunks.
 pub fn import_chunks(content: &str) -> Vec<pb::ImportChunk> {
     let line = serde_json::json!({ "role": "user", "content": content }).to_string();
-    vec![pb::ImportChunk {
-        format: pb::ImportFormat::NeutralJsonl as i32,
-        metadata: Default::default(),
-        data: line.into_bytes(),
-    }]
+    vec![import_chunk(pb::ImportFormat::NeutralJsonl as i32, line)]
 }
 
 /// Node ids of `main`, oldest first.
