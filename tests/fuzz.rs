@@ -14,11 +14,9 @@ use std::time::{Duration, Instant};
 
 use ctxd::api::pb;
 use prost::Message;
-use prost::bytes::{Buf, BufMut};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tonic::Code;
-use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::transport::Channel;
 
 // The API tests' `ctxd serve` child process; the fuzzer uses only part of it.
@@ -26,7 +24,11 @@ use tonic::transport::Channel;
 #[path = "api/daemon.rs"]
 mod daemon;
 
+#[path = "common/raw_codec.rs"]
+mod raw_codec;
+
 use daemon::Daemon;
+use raw_codec::RawCodec;
 
 const SERVICE: &str = "ctxd.v1.ContextStore";
 const DEFAULT_CASES: usize = 5_000;
@@ -72,44 +74,6 @@ fn refusing_endpoint() -> SocketAddr {
 }
 
 // ---------------------------------------------------------------- raw gRPC calls
-
-/// Sends and receives message bodies as they are, so any bytes reach the server's decoder.
-#[derive(Clone, Copy, Default)]
-struct RawCodec;
-
-impl Codec for RawCodec {
-    type Encode = Vec<u8>;
-    type Decode = Vec<u8>;
-    type Encoder = RawCodec;
-    type Decoder = RawCodec;
-
-    fn encoder(&mut self) -> Self {
-        RawCodec
-    }
-
-    fn decoder(&mut self) -> Self {
-        RawCodec
-    }
-}
-
-impl Encoder for RawCodec {
-    type Item = Vec<u8>;
-    type Error = tonic::Status;
-
-    fn encode(&mut self, item: Vec<u8>, buf: &mut EncodeBuf<'_>) -> Result<(), tonic::Status> {
-        buf.put_slice(&item);
-        Ok(())
-    }
-}
-
-impl Decoder for RawCodec {
-    type Item = Vec<u8>;
-    type Error = tonic::Status;
-
-    fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<Vec<u8>>, tonic::Status> {
-        Ok(Some(buf.copy_to_bytes(buf.remaining()).to_vec()))
-    }
-}
 
 /// One RPC of the service, as the descriptor lists it.
 #[derive(Clone, Debug)]
@@ -459,6 +423,15 @@ impl Gen {
     }
 
     /// Whether this field gets an edge value.
+    /// Empty with probability `p`, else what `value` draws (in that order, so a seed replays).
+    fn or_empty(&mut self, p: f64, value: impl FnOnce(&mut Self) -> String) -> String {
+        if self.chance(p) {
+            String::new()
+        } else {
+            value(self)
+        }
+    }
+
     fn edgy(&mut self) -> bool {
         self.rng.random_bool(self.wild)
     }
@@ -776,21 +749,13 @@ impl Gen {
             })),
             4 | 5 => Some(K::ToolResult(pb::ToolResult {
                 call_id: self.call_id(),
-                name: if self.chance(0.7) {
-                    String::new()
-                } else {
-                    self.string()
-                },
+                name: self.or_empty(0.7, Gen::string),
                 parts: self.parts(),
                 is_error: self.chance(0.3),
             })),
             6 | 7 => Some(K::FunctionCall(pb::FunctionCall {
                 call_id: self.call_id(),
-                name: if self.chance(0.7) {
-                    String::new()
-                } else {
-                    self.string()
-                },
+                name: self.or_empty(0.7, Gen::string),
                 input: self.string(),
                 expose: self.enumeration(3),
             })),
@@ -1035,11 +1000,7 @@ fn request(g: &mut Gen, method: &str) -> Vec<Vec<u8>> {
             } else {
                 g.u32()
             },
-            page_token: if g.chance(0.5) {
-                String::new()
-            } else {
-                g.id(Kind::Session)
-            },
+            page_token: g.or_empty(0.5, |g| g.id(Kind::Session)),
         }
         .encode_to_vec(),
         "Append" => {
@@ -1050,16 +1011,8 @@ fn request(g: &mut Gen, method: &str) -> Vec<Vec<u8>> {
             };
             pb::AppendRequest {
                 session_id: g.id(Kind::Session),
-                branch: if g.chance(0.6) {
-                    String::new()
-                } else {
-                    g.branch()
-                },
-                function_id: if g.chance(0.7) {
-                    String::new()
-                } else {
-                    g.id(Kind::Function)
-                },
+                branch: g.or_empty(0.6, Gen::branch),
+                function_id: g.or_empty(0.7, |g| g.id(Kind::Function)),
                 expected_head_id: if g.chance(0.7) {
                     None
                 } else if g.chance(0.3) {
@@ -1088,32 +1041,16 @@ fn request(g: &mut Gen, method: &str) -> Vec<Vec<u8>> {
         .encode_to_vec(),
         "Log" => pb::LogRequest {
             session_id: g.id(Kind::Session),
-            branch: if g.chance(0.5) {
-                String::new()
-            } else {
-                g.branch()
-            },
-            node_id: if g.chance(0.5) {
-                String::new()
-            } else {
-                g.id(Kind::Node)
-            },
+            branch: g.or_empty(0.5, Gen::branch),
+            node_id: g.or_empty(0.5, |g| g.id(Kind::Node)),
             limit: g.u32(),
-            page_token: if g.chance(0.6) {
-                String::new()
-            } else {
-                g.id(Kind::Node)
-            },
+            page_token: g.or_empty(0.6, |g| g.id(Kind::Node)),
         }
         .encode_to_vec(),
         "CreateBranch" => pb::CreateBranchRequest {
             session_id: g.id(Kind::Session),
             name: g.branch(),
-            from_node_id: if g.chance(0.2) {
-                String::new()
-            } else {
-                g.id(Kind::Node)
-            },
+            from_node_id: g.or_empty(0.2, |g| g.id(Kind::Node)),
         }
         .encode_to_vec(),
         "ListBranches" => pb::ListBranchesRequest {
@@ -1155,11 +1092,7 @@ fn request(g: &mut Gen, method: &str) -> Vec<Vec<u8>> {
         }
         "PrepareCompaction" => pb::PrepareCompactionRequest {
             session_id: g.id(Kind::Session),
-            branch: if g.chance(0.6) {
-                String::new()
-            } else {
-                g.branch()
-            },
+            branch: g.or_empty(0.6, Gen::branch),
             budget: g.budget(),
             tokenizer: g.tokenizer(),
             retain_turns: g.u32(),
@@ -1185,20 +1118,12 @@ fn request(g: &mut Gen, method: &str) -> Vec<Vec<u8>> {
         .encode_to_vec(),
         "ListSummaries" => pb::ListSummariesRequest {
             session_id: g.id(Kind::Session),
-            branch: if g.chance(0.6) {
-                String::new()
-            } else {
-                g.branch()
-            },
+            branch: g.or_empty(0.6, Gen::branch),
         }
         .encode_to_vec(),
         "Compact" => pb::CompactRequest {
             session_id: g.id(Kind::Session),
-            branch: if g.chance(0.6) {
-                String::new()
-            } else {
-                g.branch()
-            },
+            branch: g.or_empty(0.6, Gen::branch),
             budget: g.budget(),
             tokenizer: g.tokenizer(),
             retain_turns: g.u32(),

@@ -21,6 +21,8 @@ mod limits;
 mod pairing;
 #[path = "../common/provider_rules.rs"]
 mod provider_rules;
+#[path = "../common/raw_codec.rs"]
+mod raw_codec;
 mod render;
 mod restart;
 mod roundtrip;
