@@ -208,18 +208,9 @@ async fn a_server_killed_during_a_commit_keeps_the_old_or_the_new_context() {
     let daemon = start(&db).await;
     let mut client = connect(daemon.addr).await;
     let after = client.render(render).await.expect("Render").into_inner();
-    let audit = client
-        .list_summaries(pb::ListSummariesRequest {
-            session_id: session.clone(),
-            branch: String::new(),
-        })
-        .await
-        .expect("ListSummaries")
-        .into_inner();
+    let audit = summaries(&mut client, &session).await;
     let count = client
-        .get_session(pb::GetSessionRequest {
-            session_id: session,
-        })
+        .get_session(get_session_req(&session))
         .await
         .expect("GetSession")
         .into_inner()

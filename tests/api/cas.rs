@@ -65,9 +65,7 @@ async fn cas_worker() {
         let branch = BRANCHES[i % BRANCHES.len()];
         loop {
             let head = client
-                .list_branches(pb::ListBranchesRequest {
-                    session_id: session.clone(),
-                })
+                .list_branches(list_branches_req(&session))
                 .await
                 .expect("ListBranches")
                 .into_inner()

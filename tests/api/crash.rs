@@ -305,9 +305,8 @@ async fn verify(client: &mut Client, model: &Model, db: &Path, cycle: usize) {
 
 async fn log_all(client: &mut Client, session: &str) -> Vec<pb::Node> {
     let mut req = pb::LogRequest {
-        session_id: session.into(),
         limit: 1000,
-        ..Default::default()
+        ..log_req(session)
     };
     let mut nodes = Vec::new();
     loop {
@@ -385,10 +384,10 @@ async fn kill_9_under_load_loses_and_duplicates_nothing() {
                 .into_inner();
             retried += 1;
             let head = client
-                .get_nodes(pb::GetNodesRequest {
-                    session_id: model.sessions[append.session].clone(),
-                    node_ids: vec![response.head_id.clone()],
-                })
+                .get_nodes(get_nodes_req(
+                    &model.sessions[append.session],
+                    vec![response.head_id.clone()],
+                ))
                 .await
                 .expect("GetNodes of a retried append")
                 .into_inner()

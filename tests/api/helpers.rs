@@ -360,6 +360,18 @@ pub async fn head_of(client: &mut Client, session: &str, branch: &str) -> String
         .head_id
 }
 
+/// The summaries and compaction events of `main`.
+pub async fn summaries(client: &mut Client, session: &str) -> pb::ListSummariesResponse {
+    client
+        .list_summaries(pb::ListSummariesRequest {
+            session_id: session.into(),
+            branch: String::new(),
+        })
+        .await
+        .expect("ListSummaries")
+        .into_inner()
+}
+
 /// A budget of 2,000 tokens of history, which [`four_file_reads`] does not fit.
 pub fn small_budget() -> pb::Budget {
     pb::Budget {

@@ -87,15 +87,7 @@ async fn a_claude_code_session_brings_its_sub_agent_and_its_compaction() {
         "{first}"
     );
     assert!(first.contains("This session is being continued from a previous conversation"));
-    let listed = app
-        .client
-        .list_summaries(pb::ListSummariesRequest {
-            session_id: s.clone(),
-            branch: String::new(),
-        })
-        .await
-        .expect("ListSummaries")
-        .into_inner();
+    let listed = summaries(&mut app.client, &s).await;
     assert_eq!(listed.summaries.len(), 1);
     assert!(listed.summaries[0].active);
     assert_eq!(listed.summaries[0].model, "imported");

@@ -260,20 +260,13 @@ async fn a_response_over_max_response_bytes_is_refused_with_advice_and_never_aft
         .expect("fewer node ids fit");
     assert_eq!(two.into_inner().nodes.len(), 2);
 
-    let log = w
-        .client
-        .log(pb::LogRequest {
-            session_id: s.clone(),
-            ..Default::default()
-        })
-        .await;
+    let log = w.client.log(log_req(&s)).await;
     assert_message_has(&log, &["limit"]);
     assert_status(log, Code::ResourceExhausted, "--max-response-bytes");
     w.client
         .log(pb::LogRequest {
-            session_id: s.clone(),
             limit: 2,
-            ..Default::default()
+            ..log_req(&s)
         })
         .await
         .expect("a smaller page fits");
@@ -314,15 +307,7 @@ async fn a_response_over_max_response_bytes_is_refused_with_advice_and_never_aft
         .await;
     assert_message_has(&prepare, &["Compact"]);
     assert_status(prepare, Code::ResourceExhausted, "--max-response-bytes");
-    let audit = w
-        .client
-        .list_summaries(pb::ListSummariesRequest {
-            session_id: s.clone(),
-            branch: String::new(),
-        })
-        .await
-        .expect("ListSummaries")
-        .into_inner();
+    let audit = summaries(&mut w.client, &s).await;
     let kinds: Vec<&str> = audit.events.iter().map(|e| e.kind.as_str()).collect();
     assert_eq!(kinds, ["prepared", "cancelled"], "{:?}", audit.events);
     assert!(audit.events[1].message.contains("--max-response-bytes"));

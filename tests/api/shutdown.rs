@@ -48,9 +48,8 @@ async fn assert_all_present(addr: SocketAddr, session: &str, acknowledged: &[pb:
     let mut client = connect(addr).await;
     let rendered = client
         .log(pb::LogRequest {
-            session_id: session.into(),
             limit: 1000,
-            ..Default::default()
+            ..log_req(session)
         })
         .await
         .expect("Log")
@@ -117,11 +116,7 @@ async fn sigterm_turns_health_not_serving_refuses_new_calls_and_lets_the_held_ca
         .await;
     assert_status(refused, Code::Unavailable, "shutting down");
     let mut fresh = connect(daemon.addr).await;
-    let refused = fresh
-        .get_session(pb::GetSessionRequest {
-            session_id: session.clone(),
-        })
-        .await;
+    let refused = fresh.get_session(get_session_req(&session)).await;
     assert_status(refused, Code::Unavailable, "shutting down");
     assert!(!held_call.is_finished(), "the held call is still in flight");
 
@@ -146,9 +141,7 @@ async fn sigterm_turns_health_not_serving_refuses_new_calls_and_lets_the_held_ca
     assert_all_present(daemon.addr, &session, &acknowledged).await;
     let count = connect(daemon.addr)
         .await
-        .get_session(pb::GetSessionRequest {
-            session_id: session.clone(),
-        })
+        .get_session(get_session_req(&session))
         .await
         .expect("GetSession")
         .into_inner()

@@ -122,13 +122,9 @@ async fn acme_data(acme: &mut KeyedClient) -> Ids {
     .await
     .expect("function result");
     let node = appended.node_ids[1].clone();
-    acme.create_branch(pb::CreateBranchRequest {
-        session_id: session.clone(),
-        name: "fork".into(),
-        from_node_id: node.clone(),
-    })
-    .await
-    .expect("branch");
+    acme.create_branch(create_branch_req(&session, "fork", &node))
+        .await
+        .expect("branch");
     let prepared = acme
         .prepare_compaction(prepare_req(&session))
         .await
@@ -159,161 +155,111 @@ fn prepare_req(session: &str) -> pb::PrepareCompactionRequest {
 const PROBES: usize = 23;
 
 /// Probe `which` with `ids`; the answer as text (an OK answer would be a leak in itself).
-async fn probe(
-    client: &mut KeyedClient,
-    which: usize,
-    ids: &Ids,
-    own: &str,
-) -> Result<String, Status> {
+async fn probe(c: &mut KeyedClient, which: usize, ids: &Ids, own: &str) -> Result<String, Status> {
     let s = ids.session.clone();
-    let render = |session: &str, target| pb::RenderRequest {
-        session_id: session.into(),
-        target: Some(target),
-        ..Default::default()
-    };
-    use pb::render_request::Target;
-    let debug = |r: &dyn std::fmt::Debug| format!("{r:?}");
     match which {
-        0 => client
-            .get_session(pb::GetSessionRequest { session_id: s })
-            .await
-            .map(|r| debug(&r.into_inner())),
-        1 => client
-            .list_branches(pb::ListBranchesRequest { session_id: s })
-            .await
-            .map(|r| debug(&r.into_inner())),
-        2 => client
-            .log(pb::LogRequest {
-                session_id: s,
-                ..Default::default()
-            })
-            .await
-            .map(|r| debug(&r.into_inner())),
-        3 => client
-            .log(pb::LogRequest {
-                session_id: s,
+        0 => shown(c.get_session(get_session_req(&s)).await),
+        1 => shown(c.list_branches(list_branches_req(&s)).await),
+        2 => shown(c.log(log_req(&s)).await),
+        3 => shown(
+            c.log(pb::LogRequest {
                 node_id: ids.node.clone(),
-                ..Default::default()
+                ..log_req(&s)
             })
-            .await
-            .map(|r| debug(&r.into_inner())),
-        4 => client
-            .get_nodes(pb::GetNodesRequest {
-                session_id: s,
-                node_ids: vec![ids.node.clone()],
-            })
-            .await
-            .map(|r| debug(&r.into_inner())),
-        5 => client
-            .append(append_req(&s, vec![user("hello")]))
-            .await
-            .map(|r| debug(&r.into_inner())),
-        6 => client
-            .append(function_req(&s, &ids.function, vec![user("hello")]))
-            .await
-            .map(|r| debug(&r.into_inner())),
-        7 => client
-            .create_branch(pb::CreateBranchRequest {
-                session_id: s,
-                name: "mine".into(),
-                from_node_id: ids.node.clone(),
-            })
-            .await
-            .map(|r| debug(&r.into_inner())),
-        8 => client
-            .delete_branch(pb::DeleteBranchRequest {
-                session_id: s,
-                name: "fork".into(),
-            })
-            .await
-            .map(|r| debug(&r.into_inner())),
-        9 => client
-            .render(render(&s, Target::Branch("main".into())))
-            .await
-            .map(|r| debug(&r.into_inner())),
-        10 => client
-            .render(render(&s, Target::NodeId(ids.node.clone())))
-            .await
-            .map(|r| debug(&r.into_inner())),
-        11 => client
-            .render(render(&s, Target::FunctionId(ids.function.clone())))
-            .await
-            .map(|r| debug(&r.into_inner())),
-        12 => client
-            .context_stats(pb::ContextStatsRequest {
+            .await,
+        ),
+        4 => shown(c.get_nodes(get_nodes_req(&s, vec![ids.node.clone()])).await),
+        5 => shown(c.append(append_req(&s, vec![user("hello")])).await),
+        6 => shown(
+            c.append(function_req(&s, &ids.function, vec![user("hello")]))
+                .await,
+        ),
+        7 => shown(
+            c.create_branch(create_branch_req(&s, "mine", &ids.node))
+                .await,
+        ),
+        8 => shown(c.delete_branch(delete_branch_req(&s, "fork")).await),
+        9 => shown(
+            c.render(render_req(&s, Target::Branch("main".into())))
+                .await,
+        ),
+        10 => shown(
+            c.render(render_req(&s, Target::NodeId(ids.node.clone())))
+                .await,
+        ),
+        11 => shown(
+            c.render(render_req(&s, Target::FunctionId(ids.function.clone())))
+                .await,
+        ),
+        12 => shown(
+            c.context_stats(pb::ContextStatsRequest {
                 session_id: s,
                 ..Default::default()
             })
-            .await
-            .map(|r| debug(&r.into_inner())),
-        13 => client
-            .prepare_compaction(prepare_req(&s))
-            .await
-            .map(|r| debug(&r.into_inner())),
-        14 => client
-            .compact(pb::CompactRequest {
+            .await,
+        ),
+        13 => shown(c.prepare_compaction(prepare_req(&s)).await),
+        14 => shown(
+            c.compact(pb::CompactRequest {
                 session_id: s,
                 budget: Some(small_budget()),
                 ..Default::default()
             })
-            .await
-            .map(|r| debug(&r.into_inner())),
-        15 => client
-            .commit_summary(pb::CommitSummaryRequest {
+            .await,
+        ),
+        15 => shown(
+            c.commit_summary(pb::CommitSummaryRequest {
                 compaction_id: ids.compaction.clone(),
                 text: "short".into(),
                 model: "m".into(),
             })
-            .await
-            .map(|r| debug(&r.into_inner())),
-        16 => client
-            .cancel_compaction(pb::CancelCompactionRequest {
+            .await,
+        ),
+        16 => shown(
+            c.cancel_compaction(pb::CancelCompactionRequest {
                 compaction_id: ids.compaction.clone(),
                 reason: String::new(),
             })
-            .await
-            .map(|r| debug(&r.into_inner())),
-        17 => client
-            .list_summaries(pb::ListSummariesRequest {
+            .await,
+        ),
+        17 => shown(
+            c.list_summaries(pb::ListSummariesRequest {
                 session_id: s,
                 branch: String::new(),
             })
-            .await
-            .map(|r| debug(&r.into_inner())),
+            .await,
+        ),
         // From the caller's own session, at the other tenant's nodes and function.
-        18 => client
-            .get_nodes(pb::GetNodesRequest {
-                session_id: own.into(),
-                node_ids: vec![ids.node.clone()],
-            })
-            .await
-            .map(|r| debug(&r.into_inner())),
-        19 => client
-            .create_branch(pb::CreateBranchRequest {
-                session_id: own.into(),
-                name: "stolen".into(),
-                from_node_id: ids.node.clone(),
-            })
-            .await
-            .map(|r| debug(&r.into_inner())),
-        20 => client
-            .render(render(own, Target::NodeId(ids.node.clone())))
-            .await
-            .map(|r| debug(&r.into_inner())),
-        21 => client
-            .append(function_req(own, &ids.function, vec![user("hello")]))
-            .await
-            .map(|r| debug(&r.into_inner())),
-        22 => client
-            .log(pb::LogRequest {
-                session_id: own.into(),
+        18 => shown(
+            c.get_nodes(get_nodes_req(own, vec![ids.node.clone()]))
+                .await,
+        ),
+        19 => shown(
+            c.create_branch(create_branch_req(own, "stolen", &ids.node))
+                .await,
+        ),
+        20 => shown(
+            c.render(render_req(own, Target::NodeId(ids.node.clone())))
+                .await,
+        ),
+        21 => shown(
+            c.append(function_req(own, &ids.function, vec![user("hello")]))
+                .await,
+        ),
+        22 => shown(
+            c.log(pb::LogRequest {
                 node_id: ids.node.clone(),
-                ..Default::default()
+                ..log_req(own)
             })
-            .await
-            .map(|r| debug(&r.into_inner())),
+            .await,
+        ),
         _ => unreachable!("{PROBES} probes"),
     }
+}
+
+/// An answer as text.
+fn shown<T: std::fmt::Debug>(answer: Result<tonic::Response<T>, Status>) -> Result<String, Status> {
+    answer.map(|r| format!("{:?}", r.into_inner()))
 }
 
 /// A refusal with the probed ids replaced, so answers about different ids compare equal.
@@ -342,10 +288,7 @@ async fn another_tenants_ids_answer_like_unknown_ones_and_leak_nothing() {
         .await
         .expect("globex appends to its own session");
     let before = acme
-        .log(pb::LogRequest {
-            session_id: ids.session.clone(),
-            ..Default::default()
-        })
+        .log(log_req(&ids.session))
         .await
         .expect("acme's log")
         .into_inner();
@@ -388,18 +331,13 @@ async fn another_tenants_ids_answer_like_unknown_ones_and_leak_nothing() {
         .collect();
     assert_eq!(listed, [own.as_str()], "globex sees only its own session");
     let after = acme
-        .log(pb::LogRequest {
-            session_id: ids.session.clone(),
-            ..Default::default()
-        })
+        .log(log_req(&ids.session))
         .await
         .expect("acme's log")
         .into_inner();
     assert_eq!(before, after, "globex's calls changed nothing of acme's");
     let branches = acme
-        .list_branches(pb::ListBranchesRequest {
-            session_id: ids.session.clone(),
-        })
+        .list_branches(list_branches_req(&ids.session))
         .await
         .expect("acme's branches")
         .into_inner()
@@ -467,11 +405,7 @@ async fn each_tenant_lists_and_reads_only_its_own_sessions() {
             "{owner} lists its own sessions, newest first"
         );
         for (_, id) in mine.iter().filter(|(o, _)| *o != owner) {
-            let refused = client
-                .get_session(pb::GetSessionRequest {
-                    session_id: id.clone(),
-                })
-                .await;
+            let refused = client.get_session(get_session_req(id)).await;
             assert_status(refused, Code::NotFound, "session");
         }
     }
@@ -488,16 +422,10 @@ async fn each_tenant_lists_and_reads_only_its_own_sessions() {
         .session
         .expect("the new session")
         .session_id;
-    let refused = acme
-        .get_session(pb::GetSessionRequest {
-            session_id: imported.clone(),
-        })
-        .await;
+    let refused = acme.get_session(get_session_req(&imported)).await;
     assert_status(refused, Code::NotFound, "session");
     globex
-        .get_session(pb::GetSessionRequest {
-            session_id: imported,
-        })
+        .get_session(get_session_req(&imported))
         .await
         .expect("the importer reads it");
 }

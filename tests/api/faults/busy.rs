@@ -33,11 +33,7 @@ async fn a_lock_held_by_another_process_answers_unavailable_in_bounded_time_and_
     let (session, mut acknowledged) = session_with_a_first_append(&mut client).await;
     let head = acknowledged[0].head_id.clone();
     client
-        .create_branch(pb::CreateBranchRequest {
-            session_id: session.clone(),
-            name: "old".into(),
-            from_node_id: head.clone(),
-        })
+        .create_branch(create_branch_req(&session, "old", &head))
         .await
         .expect("CreateBranch");
     let needs_summary = four_file_reads(&mut client).await;
@@ -104,20 +100,13 @@ async fn a_lock_held_by_another_process_answers_unavailable_in_bounded_time_and_
     );
     assert_busy(
         client
-            .create_branch(pb::CreateBranchRequest {
-                session_id: session.clone(),
-                name: "new".into(),
-                from_node_id: head.clone(),
-            })
+            .create_branch(create_branch_req(&session, "new", &head))
             .await,
         "CreateBranch",
     );
     assert_busy(
         client
-            .delete_branch(pb::DeleteBranchRequest {
-                session_id: session.clone(),
-                name: "old".into(),
-            })
+            .delete_branch(delete_branch_req(&session, "old"))
             .await,
         "DeleteBranch",
     );
@@ -168,11 +157,7 @@ async fn a_lock_held_by_another_process_answers_unavailable_in_bounded_time_and_
         .into_inner();
     assert!(outcome.applied, "{outcome:?}");
     client
-        .create_branch(pb::CreateBranchRequest {
-            session_id: session.clone(),
-            name: "new".into(),
-            from_node_id: head,
-        })
+        .create_branch(create_branch_req(&session, "new", &head))
         .await
         .expect("CreateBranch");
     client

@@ -125,9 +125,7 @@ pub async fn assert_reads_served(
     when: &str,
 ) {
     client
-        .get_session(pb::GetSessionRequest {
-            session_id: session.into(),
-        })
+        .get_session(get_session_req(session))
         .await
         .unwrap_or_else(|e| panic!("GetSession {when}: {e:?}"));
     client
