@@ -400,14 +400,7 @@ impl App {
     }
 
     async fn summaries(&mut self, session: &str) -> pb::ListSummariesResponse {
-        self.client
-            .list_summaries(pb::ListSummariesRequest {
-                session_id: session.into(),
-                branch: String::new(),
-            })
-            .await
-            .expect("ListSummaries")
-            .into_inner()
+        summaries(&mut self.client, session).await
     }
 
     async fn compaction_count(&mut self, session: &str) -> u32 {
@@ -990,15 +983,7 @@ async fn compact_without_a_summarizer_says_how_to_configure_one() {
     app.append(&s, vec![user("hello"), assistant("hi")]).await;
     let result = app.client.compact(compact_req(&s)).await;
     assert_status(result, Code::FailedPrecondition, "--summarizer-url");
-    let list = app
-        .client
-        .list_summaries(pb::ListSummariesRequest {
-            session_id: s.clone(),
-            branch: String::new(),
-        })
-        .await
-        .expect("ListSummaries")
-        .into_inner();
+    let list = summaries(&mut app.client, &s).await;
     assert!(list.events.is_empty() && list.summaries.is_empty());
     assert_eq!(app.get_session(&s).await.compaction_count, 0);
 }
