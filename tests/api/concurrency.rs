@@ -215,3 +215,91 @@ async fn a_refused_append_in_a_group_commit_rolls_back_alone() {
         assert_eq!(log.len(), if i % 4 == 3 { 0 } else { 2 }, "session {i}");
     }
 }
+
+/// The server remembers each branch's head between appends; a head moved by anything else (a
+/// branch deleted and recreated at an older node) is what the next append builds on, and what
+/// its `expected_head_id` is compared with.
+#[tokio::test]
+async fn an_append_builds_on_a_head_moved_since_the_last_append() {
+    let mut app = spawn_app().await;
+    let s = app.create_session().await;
+    let first = app.append(&s, vec![user("a"), assistant("b")]).await;
+    let b = first.node_ids[1].clone();
+    let c = app.append(&s, vec![user("c")]).await;
+
+    app.client
+        .delete_branch(pb::DeleteBranchRequest {
+            session_id: s.clone(),
+            name: "main".into(),
+        })
+        .await
+        .expect("DeleteBranch");
+    app.create_branch(&s, "main", &b).await;
+
+    let stale = cas(&s, Some(&c.head_id), vec![user("d")]);
+    assert_code(app.try_append(stale).await, Code::Aborted);
+    let d = app
+        .try_append(cas(&s, Some(&b), vec![user("d")]))
+        .await
+        .expect("an append expecting the moved head");
+    let log: Vec<String> = app
+        .log(&s, "main")
+        .await
+        .into_iter()
+        .map(|n| n.node_id)
+        .collect();
+    assert_eq!(log, vec![d.head_id.clone(), b, first.node_ids[0].clone()]);
+    let rendered = transcript(&app.render_branch(&s, "main").await.messages);
+    assert_eq!(rendered.len(), 3, "c is off the branch: {rendered:?}");
+}
+
+/// Another process writing the same file moves a head behind the server's back: the server's
+/// next append sees that head and its pairing state, not what it remembered.
+#[tokio::test]
+async fn an_append_sees_what_another_process_appended() {
+    use ctxd::domain::{BranchName, NodeContent, Part, Role, SessionId, ToolCall};
+    use ctxd::store::{AppendRequest, AppendTarget, Store};
+
+    let mut app = spawn_app().await;
+    let s = app.create_session().await;
+    app.append(&s, vec![user("q"), assistant("a")]).await;
+
+    let other = Store::open(&app.db_path).await.expect("a second store");
+    let theirs = other
+        .append(AppendRequest {
+            session: SessionId::parse("session_id", &s).expect("a session id"),
+            target: AppendTarget::Branch(BranchName::main()),
+            expected_head: None,
+            idempotency_key: None,
+            nodes: vec![
+                NodeContent::Message {
+                    role: Role::User,
+                    parts: vec![Part::Text("again".into())],
+                    tool_calls: vec![],
+                },
+                NodeContent::Message {
+                    role: Role::Assistant,
+                    parts: vec![],
+                    tool_calls: vec![ToolCall {
+                        call_id: "c1".into(),
+                        name: "read".into(),
+                        arguments_json: "{}".into(),
+                    }],
+                },
+            ],
+        })
+        .await
+        .expect("the other process's append");
+    other.close().await;
+
+    // Its call is pending: a message cannot follow, its result can.
+    assert_status(
+        app.try_append(append_req(&s, vec![user("next")])).await,
+        Code::FailedPrecondition,
+        "nodes[0]",
+    );
+    let answered = app.append(&s, vec![tool_result("c1", "done")]).await;
+    let node = app.get_nodes(&s, &answered.node_ids).await.remove(0);
+    assert_eq!(node.parent_id, theirs.head_id);
+    assert_eq!(app.log(&s, "main").await.len(), 5);
+}
