@@ -427,17 +427,25 @@ impl Store {
     /// keeps those that apply to this path).
     pub async fn load_path(&self, session: SessionId, target: &PathTarget) -> Result<PathView> {
         let mut conn = self.reader.acquire().await?;
-        ensure_session(&mut conn, session).await?;
-        let Some(start) = resolve_start(&mut conn, session, target).await? else {
-            return Ok(PathView::default());
-        };
-        let scope = match target {
-            PathTarget::Branch(_) => None,
-            PathTarget::Function(function) => Some(*function),
-            PathTarget::Node(id) => {
-                node_row(&mut conn, session, *id, "node_id")
-                    .await?
-                    .function_id
+        let (start, scope, summaries) = match target {
+            PathTarget::Branch(name) => match branch_start(&mut conn, session, name).await? {
+                Some((head, summaries)) => (head, None, Some(summaries)),
+                None => return Ok(PathView::default()),
+            },
+            PathTarget::Node(_) | PathTarget::Function(_) => {
+                ensure_session(&mut conn, session).await?;
+                let Some(start) = resolve_start(&mut conn, session, target).await? else {
+                    return Ok(PathView::default());
+                };
+                let scope = match target {
+                    PathTarget::Function(function) => Some(*function),
+                    _ => {
+                        node_row(&mut conn, session, start, "node_id")
+                            .await?
+                            .function_id
+                    }
+                };
+                (start, scope, None)
             }
         };
         let ids = self.path_ids(&mut conn, start).await?;
@@ -446,11 +454,18 @@ impl Store {
         let mut todo = full_chains(&nodes);
         while let Some((function, head)) = todo.pop() {
             let rows = chain(&mut conn, head, function).await?;
-            let chain = hydrate(&mut conn, rows).await?;
+            let chain: Vec<Arc<Node>> = hydrate(&mut conn, rows)
+                .await?
+                .into_iter()
+                .map(Arc::new)
+                .collect();
             todo.extend(full_chains(&chain));
             chains.insert(function, chain);
         }
-        let summaries = compaction::summaries(&mut conn, session).await?;
+        let summaries = match summaries {
+            Some(summaries) => summaries,
+            None => compaction::summaries(&mut conn, session).await?,
+        };
         Ok(PathView {
             nodes,
             scope,
@@ -537,20 +552,23 @@ impl Store {
     }
 
     /// The nodes `ids`, in order: from the cache where read before, the rest in a few queries.
-    async fn nodes_by_id(&self, conn: &mut SqliteConnection, ids: &[NodeId]) -> Result<Vec<Node>> {
-        // Take the shared nodes under the lock and copy them after it, so concurrent renders
-        // do not wait on each other's copying (and an eviction meanwhile loses nothing).
-        let mut found: HashMap<NodeId, Arc<Node>> = {
+    async fn nodes_by_id(
+        &self,
+        conn: &mut SqliteConnection,
+        ids: &[NodeId],
+    ) -> Result<Vec<Arc<Node>>> {
+        // Take the shared nodes under the lock (an eviction meanwhile loses nothing).
+        let found: Vec<Option<Arc<Node>>> = {
             let cache = self.read_cache();
-            ids.iter()
-                .filter_map(|id| cache.nodes.get(id).map(|n| (*id, Arc::clone(n))))
-                .collect()
+            ids.iter().map(|id| cache.nodes.get(id).cloned()).collect()
         };
         let missing: Vec<NodeId> = ids
             .iter()
-            .filter(|id| !found.contains_key(id))
-            .copied()
+            .zip(&found)
+            .filter(|(_, node)| node.is_none())
+            .map(|(id, _)| *id)
             .collect();
+        let mut fetched_by_id: HashMap<NodeId, Arc<Node>> = HashMap::new();
         for chunk in missing.chunks(IN_CHUNK) {
             let mut query = QueryBuilder::<Sqlite>::new(format!(
                 "SELECT {NODE_COLUMNS} FROM nodes n WHERE n.id IN ("
@@ -575,14 +593,13 @@ impl Store {
             let mut cache = self.read_cache();
             for node in fetched {
                 cache.insert_node(Arc::clone(&node));
-                found.insert(node.id, node);
+                fetched_by_id.insert(node.id, node);
             }
         }
         ids.iter()
-            .map(|id| {
-                found
-                    .get(id)
-                    .map(|n| Node::clone(n))
+            .zip(found)
+            .map(|(id, node)| {
+                node.or_else(|| fetched_by_id.get(id).cloned())
                     .ok_or_else(|| Error::Corrupt(format!("node {id} of a path is missing")))
             })
             .collect()
@@ -739,6 +756,44 @@ async fn branches(conn: &mut SqliteConnection, session: SessionId) -> Result<Vec
             })
         })
         .collect()
+}
+
+/// A render's common start in one round trip: the head of branch `name` (`None` while it has
+/// none) and the session's summaries; not-found errors name the session, then the branch.
+async fn branch_start(
+    conn: &mut SqliteConnection,
+    session: SessionId,
+    name: &BranchName,
+) -> Result<Option<(NodeId, Vec<domain::Summary>)>> {
+    let sql = format!(
+        "SELECT 0 AS part, b.name AS branch, b.head_id FROM sessions s
+             LEFT JOIN branches b ON b.session_id = s.id AND b.name = ?2
+         WHERE s.id = ?1;
+         SELECT 1 AS part, {} FROM summaries WHERE session_id = ?1 ORDER BY created_at_ms, id",
+        compaction::SUMMARY_COLUMNS
+    );
+    let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+        .bind(session.as_bytes().as_slice())
+        .bind(name.as_str())
+        .fetch_all(&mut *conn)
+        .await?;
+    let mut rows = rows.iter();
+    let Some(first) = rows
+        .next()
+        .filter(|r| r.try_get::<i64, _>("part").ok() == Some(0))
+    else {
+        return Err(domain::Error::not_found("session", session).into());
+    };
+    if first.try_get::<Option<String>, _>("branch")?.is_none() {
+        return Err(domain::Error::not_found("branch", name).into());
+    }
+    let Some(head) = id_column(first, "head_id")? else {
+        return Ok(None);
+    };
+    let summaries = rows
+        .map(compaction::summary_from)
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Some((head, summaries)))
 }
 
 async fn branch_head(
@@ -958,7 +1013,7 @@ async fn hydrate(conn: &mut SqliteConnection, rows: Vec<NodeRow>) -> Result<Vec<
 }
 
 /// Completed functions in `nodes` that render in full: (function id, chain head).
-fn full_chains(nodes: &[Node]) -> Vec<(NodeId, NodeId)> {
+fn full_chains(nodes: &[Arc<Node>]) -> Vec<(NodeId, NodeId)> {
     let full: HashSet<NodeId> = nodes
         .iter()
         .filter(|n| {
