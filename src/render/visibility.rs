@@ -25,7 +25,7 @@ pub fn visible(path: &PathView, callers: Callers) -> Vec<Message> {
             .into_iter()
             .collect();
     }
-    let mut out = Vec::new();
+    let mut out = Vec::with_capacity(path.nodes.len());
     for segment in segments {
         chain(segment, &path.chains, &mut out);
     }
