@@ -89,8 +89,14 @@ pub(super) async fn group_committer(writer: SqlitePool, mut jobs: mpsc::Receiver
             .into_iter()
             .map(|job| (job.request, job.reply))
             .unzip();
+        // The connection goes back to the pool (which pings it on the way) only after the
+        // answers are out.
+        let mut conn = None;
         let written = match writer.acquire().await {
-            Ok(mut conn) => write_batch(&mut conn, &mut requests, &targets, &blobs).await,
+            Ok(c) => {
+                let c = conn.insert(c);
+                write_batch(c, &mut requests, &targets, &blobs).await
+            }
             Err(e) => Err(e.into()),
         };
         match written {
@@ -110,6 +116,7 @@ pub(super) async fn group_committer(writer: SqlitePool, mut jobs: mpsc::Receiver
                 }
             }
         }
+        drop(conn);
     }
 }
 
