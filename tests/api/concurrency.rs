@@ -303,3 +303,84 @@ async fn an_append_sees_what_another_process_appended() {
     assert_eq!(node.parent_id, theirs.head_id);
     assert_eq!(app.log(&s, "main").await.len(), 5);
 }
+
+/// A batch larger than one multi-row statement carries (500 rows) is written whole: every node,
+/// every distinct blob, in order.
+#[tokio::test]
+async fn an_append_of_more_rows_than_one_statement_carries_is_whole() {
+    let mut app = spawn_app().await;
+    let s = app.create_session().await;
+    let nodes: Vec<pb::NodeInput> = (0..1_200)
+        .map(|i| {
+            let text = big_text(200, &format!("n{i}"));
+            if i % 2 == 0 {
+                user(&text)
+            } else {
+                assistant(&text)
+            }
+        })
+        .collect();
+    let written = app.append(&s, nodes).await;
+    assert_eq!(written.node_ids.len(), 1_200);
+    let log = app.log(&s, "main").await;
+    let ids: Vec<String> = log.iter().rev().map(|n| n.node_id.clone()).collect();
+    assert_eq!(ids, written.node_ids, "stored in order, parent to child");
+    assert_eq!(app.blob_count().await, 1_200);
+    let rendered = app.render_branch(&s, "main").await.messages;
+    assert_eq!(rendered.len(), 1_200);
+    assert_eq!(
+        text_of(&rendered[1_199].parts),
+        big_text(200, "n1199"),
+        "the last node's text"
+    );
+}
+
+/// Appends to many sessions at once, twice: the second round takes every session's head from
+/// the committer's memory, checked by guards spread over several statements when a batch holds
+/// more targets than one guard carries (64).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn appends_to_many_sessions_at_once_chain_on_their_own_heads() {
+    const SESSIONS: usize = 150;
+    let mut app = spawn_app().await;
+    let mut sessions = Vec::new();
+    for _ in 0..SESSIONS {
+        sessions.push(app.create_session().await);
+    }
+    let mut heads = Vec::new();
+    for round in 0..2 {
+        let tasks: Vec<_> = sessions
+            .iter()
+            .map(|s| {
+                let mut client = app.client.clone();
+                let node = if round == 0 {
+                    user(&format!("{s} asks"))
+                } else {
+                    assistant(&format!("{s} answers"))
+                };
+                let request = append_req(s, vec![node]);
+                tokio::spawn(async move { client.append(request).await })
+            })
+            .collect();
+        heads.clear();
+        for task in tasks {
+            heads.push(
+                task.await
+                    .expect("task")
+                    .expect("append")
+                    .into_inner()
+                    .head_id,
+            );
+        }
+    }
+    for (s, head) in sessions.iter().zip(&heads) {
+        let log = app.log(s, "main").await;
+        assert_eq!(log.len(), 2, "session {s}");
+        assert_eq!(&log[0].node_id, head);
+        assert_eq!(log[0].parent_id, log[1].node_id);
+        let rendered = app.render_branch(s, "main").await.messages;
+        assert_eq!(
+            transcript(&rendered),
+            vec![format!("user: {s} asks"), format!("assistant: {s} answers")]
+        );
+    }
+}
