@@ -119,20 +119,32 @@ def node_input(msg: dict) -> Any:
     )
 
 
+_TOOL = pb.ROLE_TOOL
+_ASSISTANT = pb.ROLE_ASSISTANT
+
+
 def materialize(m: Any) -> dict:
-    """A rendered message as a neutral dict (role, content, tool_calls / tool_call_id)."""
-    d: dict = {
-        "role": _ROLE_NAMES[m.role],
-        "content": "".join(p.text for p in m.parts),
-    }
-    if m.tool_calls:
-        d["tool_calls"] = [
-            {"id": c.call_id, "name": c.name, "arguments": c.arguments_json} for c in m.tool_calls
-        ]
-    if m.tool_call_id:
-        d["tool_call_id"] = m.tool_call_id
+    """A rendered message as a neutral dict (role, content, tool_calls / tool_call_id).
+
+    Each field read of a parsed message builds a Python object (a repeated field a wrapper, a
+    string a new `str`), so fields are read once and only where the role can carry them: tool
+    calls on assistant messages, the call id and error flag on tool messages.
+    """
+    role = m.role
+    parts = m.parts
+    content = parts[0].text if len(parts) == 1 else "".join([p.text for p in parts])
+    if role == _TOOL:
+        d = {"role": "tool", "content": content, "tool_call_id": m.tool_call_id}
         if m.is_error:
             d["is_error"] = True
+        return d
+    d = {"role": _ROLE_NAMES[role], "content": content}
+    if role == _ASSISTANT:
+        calls = m.tool_calls
+        if calls:
+            d["tool_calls"] = [
+                {"id": c.call_id, "name": c.name, "arguments": c.arguments_json} for c in calls
+            ]
     return d
 
 

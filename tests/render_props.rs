@@ -6,7 +6,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use ctxd::domain::{
     ChainTail, ClosedChain, Expose, FunctionResult, FunctionStatus, Hash, MediaSource, Node,
@@ -698,7 +698,7 @@ impl Builder {
                     let head = inner.last().map(|n| n.id);
                     // The store loads internal chains only for `full` functions.
                     if f.expose == Expose::Full && !inner.is_empty() {
-                        self.built.path.chains.insert(fc, inner);
+                        self.built.path.chains.insert(fc, shared(inner));
                     }
                     opened.insert(k, (fc, head, f));
                 }
@@ -793,7 +793,7 @@ fn build(plan: &SessionPlan) -> Built {
         plan.developer.as_ref(),
     );
     b.scope(&mut nodes, &mut at, &plan.body);
-    b.built.path.nodes = nodes;
+    b.built.path.nodes = shared(nodes);
     b.built
 }
 
@@ -813,9 +813,9 @@ fn build_pair(plan: &SessionPlan, extra: &TurnPlan) -> (Built, Built) {
     );
     b.scope(&mut nodes, &mut at, &plan.body);
     let mut first = b.built.clone();
-    first.path.nodes = nodes.clone();
+    first.path.nodes = shared(nodes.clone());
     b.turns(&mut nodes, &mut at, std::slice::from_ref(extra));
-    b.built.path.nodes = nodes;
+    b.built.path.nodes = shared(nodes);
     (first, b.built)
 }
 
@@ -848,7 +848,7 @@ fn build_run(plan: &RunPlan) -> Built {
     }
     b.scope(&mut nodes, &mut at, &plan.last);
     b.built.path.scope = at.scope;
-    b.built.path.nodes = nodes;
+    b.built.path.nodes = shared(nodes);
     b.built
 }
 
@@ -859,12 +859,12 @@ fn check_valid(built: &Built) -> Check {
     let mut chains: Vec<(Option<NodeId>, Vec<&Node>)> = Vec::new();
     for node in &path.nodes {
         match chains.last_mut() {
-            Some((scope, nodes)) if *scope == node.function_id => nodes.push(node),
-            _ => chains.push((node.function_id, vec![node])),
+            Some((scope, nodes)) if *scope == node.function_id => nodes.push(&**node),
+            _ => chains.push((node.function_id, vec![&**node])),
         }
     }
     for (f, nodes) in &path.chains {
-        chains.push((Some(*f), nodes.iter().collect()));
+        chains.push((Some(*f), nodes.iter().map(|n| &**n).collect()));
     }
     for (scope, nodes) in &chains {
         let mut tail = ChainTail::default();
@@ -1000,7 +1000,12 @@ fn describe(built: &Built) -> String {
             .collect::<Vec<_>>()
             .join("+")
     }
-    fn chain(out: &mut String, nodes: &[Node], chains: &HashMap<NodeId, Vec<Node>>, indent: &str) {
+    fn chain(
+        out: &mut String,
+        nodes: &[Arc<Node>],
+        chains: &HashMap<NodeId, Vec<Arc<Node>>>,
+        indent: &str,
+    ) {
         for node in nodes {
             let what = match &node.content {
                 NodeContent::Message {
@@ -1856,7 +1861,7 @@ impl Script {
 
     fn path(&self, scope: Option<NodeId>) -> PathView {
         PathView {
-            nodes: self.nodes.clone(),
+            nodes: shared(self.nodes.clone()),
             scope,
             ..PathView::default()
         }
@@ -2022,4 +2027,9 @@ fn minimal_function_turn_split() {
         brief(&r.report),
         show(&r.messages)
     );
+}
+
+/// Nodes as a loaded path holds them: shared with the store's cache.
+fn shared(nodes: Vec<Node>) -> Vec<Arc<Node>> {
+    nodes.into_iter().map(Arc::new).collect()
 }

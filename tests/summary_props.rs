@@ -97,7 +97,7 @@ proptest! {
         }
         for path_nodes in [&trunk, &fork] {
             let on_path = ids(path_nodes);
-            let path = PathView { nodes: path_nodes.clone(), summaries: summaries.clone(), ..PathView::default() };
+            let path = PathView { nodes: path_nodes.iter().cloned().map(std::sync::Arc::new).collect(), summaries: summaries.clone(), ..PathView::default() };
             let r = render(&path, &Options::default(), &Tokenizer::Heuristic);
             let winner = summaries.iter().rev().find(|s| s.covers.iter().all(|id| on_path.contains(id)));
             let shown: Vec<&ctxd::render::Message> = r.messages.iter().filter(|m| m.summary_id.is_some()).collect();

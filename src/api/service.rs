@@ -9,7 +9,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use super::compaction::{PrepareArgs, PrepareOutcome};
-use crate::domain::{BranchName, CompactionId, Error, NodeId, PathView, SessionId, Tenant};
+use crate::domain::{
+    BranchName, CompactionId, Error, NodeContent, NodeId, Part, PathView, SessionId, Tenant,
+};
 use crate::import;
 use crate::limits::Limits;
 use crate::render::{self, Callers, Options, Rendered};
@@ -714,19 +716,58 @@ impl ContextStoreService {
             .await
             .map_err(status)?;
         let cache = Arc::clone(&self.tokens);
-        // Counting real BPE tokens over a long path is CPU work: keep it off the I/O threads.
-        let rendered = tokio::task::spawn_blocking(move || {
+        let inline = tokenizer == Tokenizer::Heuristic && text_bytes(&path) <= INLINE_RENDER;
+        let work = move || {
             let rendered = render::render(&path, &options, &cache.counter(tokenizer));
             (path, rendered)
-        })
-        .await
-        .map_err(|e| {
-            tracing::error!(error = %e, "render task failed");
-            Status::internal("render failed")
-        })?;
+        };
+        // Counting real BPE tokens over a long path is CPU work: keep it off the I/O threads.
+        // A short path counted by the heuristic renders in less time than the hand-off costs.
+        let rendered = if inline {
+            work()
+        } else {
+            tokio::task::spawn_blocking(work).await.map_err(|e| {
+                tracing::error!(error = %e, "render task failed");
+                Status::internal("render failed")
+            })?
+        };
         metrics::counter!("ctxd_renders_total", "tokenizer" => tokenizer.name()).increment(1);
         metrics::counter!("ctxd_rendered_tokens_total", "tokenizer" => tokenizer.name())
             .increment(u64::from(rendered.1.report.total_tokens));
         Ok(rendered)
     }
+}
+
+/// Bytes of text a render may copy and count on an I/O thread (tens of microseconds).
+const INLINE_RENDER: usize = 256 * 1024;
+
+/// The text a render of `path` copies and counts: every node it may show.
+fn text_bytes(path: &PathView) -> usize {
+    let parts = |parts: &[Part]| -> usize {
+        parts
+            .iter()
+            .map(|p| match p {
+                Part::Text(t) => t.len(),
+                Part::Media { .. } => 0,
+            })
+            .sum()
+    };
+    path.all_nodes()
+        .map(|n| match &n.content {
+            NodeContent::Message {
+                parts: p,
+                tool_calls,
+                ..
+            } => {
+                parts(p)
+                    + tool_calls
+                        .iter()
+                        .map(|c| c.arguments_json.len())
+                        .sum::<usize>()
+            }
+            NodeContent::ToolResult { parts: p, .. } => parts(p),
+            NodeContent::FunctionCall { input, .. } => input.len(),
+            NodeContent::FunctionResult(result) => result.output.len(),
+        })
+        .sum()
 }

@@ -1,6 +1,7 @@
 //! Nodes: the immutable records of a session's DAG and their content.
 
 use super::{Hash, NodeId};
+use std::sync::Arc;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Role {
@@ -256,11 +257,12 @@ impl NodeContent {
 pub struct PathView {
     /// From the root down to the target, oldest first; may cross function scopes when the
     /// target is inside a function.
-    pub nodes: Vec<Node>,
+    /// Shared with the store's cache of decoded nodes: a render reads them, never copies them.
+    pub nodes: Vec<Arc<Node>>,
     /// The function whose chain is the target's (`None`: top level).
     pub scope: Option<NodeId>,
     /// Internal chains of completed functions that render in full, by function id, oldest first.
-    pub chains: std::collections::HashMap<NodeId, Vec<Node>>,
+    pub chains: std::collections::HashMap<NodeId, Vec<Arc<Node>>>,
     /// Summaries that may lie over this path, oldest first; the engine keeps those whose every
     /// covered node is on it, and the newest of those wins.
     pub summaries: Vec<super::Summary>,
@@ -269,7 +271,10 @@ pub struct PathView {
 impl PathView {
     /// Every node the path can show: its own and those of the chains it splices.
     pub fn all_nodes(&self) -> impl Iterator<Item = &Node> {
-        self.nodes.iter().chain(self.chains.values().flatten())
+        self.nodes
+            .iter()
+            .chain(self.chains.values().flatten())
+            .map(|n| &**n)
     }
 
     /// The ids of [`PathView::all_nodes`], for "is it on this path" questions.

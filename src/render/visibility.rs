@@ -1,6 +1,7 @@
 //! Visibility, the first render step: which nodes of a path show, and as what messages.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use super::{Callers, Message, MessageRole, Reduction};
 use crate::domain::{Expose, FunctionStatus, Node, NodeContent, NodeId, Part, PathView, Role};
@@ -13,7 +14,7 @@ use crate::domain::{Expose, FunctionStatus, Node, NodeContent, NodeId, Part, Pat
 /// all its results), so every provider's pairing rule holds. At a function, its callers' context
 /// shows above its chain unless `callers` is `None`.
 pub fn visible(path: &PathView, callers: Callers) -> Vec<Message> {
-    let mut segments: Vec<&[Node]> = path
+    let mut segments: Vec<&[Arc<Node>]> = path
         .nodes
         .chunk_by(|a, b| a.function_id == b.function_id)
         .collect();
@@ -24,7 +25,7 @@ pub fn visible(path: &PathView, callers: Callers) -> Vec<Message> {
             .into_iter()
             .collect();
     }
-    let mut out = Vec::new();
+    let mut out = Vec::with_capacity(path.nodes.len());
     for segment in segments {
         chain(segment, &path.chains, &mut out);
     }
@@ -32,7 +33,7 @@ pub fn visible(path: &PathView, callers: Callers) -> Vec<Message> {
 }
 
 /// Renders one scope's chain onto `out`.
-fn chain(nodes: &[Node], chains: &HashMap<NodeId, Vec<Node>>, out: &mut Vec<Message>) {
+fn chain(nodes: &[Arc<Node>], chains: &HashMap<NodeId, Vec<Arc<Node>>>, out: &mut Vec<Message>) {
     // Function calls of this chain by call id: (function id, expose, name).
     let mut functions: HashMap<&str, (NodeId, Expose, &str)> = HashMap::new();
     let mut latest_assistant: Option<usize> = None;
@@ -144,7 +145,11 @@ fn chain(nodes: &[Node], chains: &HashMap<NodeId, Vec<Node>>, out: &mut Vec<Mess
 }
 
 /// Renders the deferred chains of `full` functions, in the order their results came.
-fn splice(deferred: &mut Vec<NodeId>, chains: &HashMap<NodeId, Vec<Node>>, out: &mut Vec<Message>) {
+fn splice(
+    deferred: &mut Vec<NodeId>,
+    chains: &HashMap<NodeId, Vec<Arc<Node>>>,
+    out: &mut Vec<Message>,
+) {
     for function in deferred.drain(..) {
         if let Some(inner) = chains.get(&function) {
             chain(inner, chains, out);

@@ -82,7 +82,7 @@ fn u32_column(row: &SqliteRow, column: &str) -> Result<u32> {
     u32::try_from(n).map_err(|_| Error::Corrupt(format!("{column} out of range")))
 }
 
-fn summary_from(row: &SqliteRow) -> Result<Summary> {
+pub(super) fn summary_from(row: &SqliteRow) -> Result<Summary> {
     Ok(Summary {
         id: SummaryId::from_bytes(required(uuid_column(row, "id")?, "id")?),
         compaction_id: CompactionId::from_bytes(required(
@@ -101,18 +101,21 @@ fn summary_from(row: &SqliteRow) -> Result<Summary> {
 }
 
 /// Every summary of a session, oldest first.
+/// The columns [`summary_from`] reads.
+pub(super) const SUMMARY_COLUMNS: &str = "id, compaction_id, covers, text, prior_id, model, \
+     base_head_id, tokens_before, tokens_after, created_at_ms";
+
 pub(super) async fn summaries(
     conn: &mut SqliteConnection,
     session: SessionId,
 ) -> Result<Vec<Summary>> {
-    let rows = sqlx::query(
-        "SELECT id, compaction_id, covers, text, prior_id, model, base_head_id, tokens_before,
-                tokens_after, created_at_ms
-         FROM summaries WHERE session_id = ? ORDER BY created_at_ms, id",
-    )
-    .bind(session.as_bytes().as_slice())
-    .fetch_all(&mut *conn)
-    .await?;
+    let sql = format!(
+        "SELECT {SUMMARY_COLUMNS} FROM summaries WHERE session_id = ? ORDER BY created_at_ms, id"
+    );
+    let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+        .bind(session.as_bytes().as_slice())
+        .fetch_all(&mut *conn)
+        .await?;
     rows.iter().map(summary_from).collect()
 }
 

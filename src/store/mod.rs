@@ -6,6 +6,7 @@
 
 mod body;
 mod check;
+mod commit;
 mod compaction;
 mod fault;
 
@@ -22,9 +23,11 @@ use sqlx::sqlite::{
 use sqlx::{QueryBuilder, Row, Sqlite, SqliteConnection};
 use tokio::sync::{mpsc, oneshot};
 
+use commit::{Job, MAX_BATCH, group_committer};
+
 use crate::domain::{
-    self, Admit, Branch, BranchName, ChainTail, ClosedChain, Expose, Hash, Node, NodeContent,
-    NodeId, PathView, Session, SessionId, Tenant, node_hash,
+    self, Branch, BranchName, Expose, Hash, Node, NodeContent, NodeId, PathView, Session,
+    SessionId, Tenant,
 };
 use crate::import;
 use body::Body;
@@ -120,44 +123,6 @@ impl Default for Config {
     }
 }
 
-/// One append waiting for the group committer.
-struct Job {
-    request: AppendRequest,
-    reply: oneshot::Sender<Result<AppendOutcome>>,
-}
-
-/// Appends one transaction may carry.
-const MAX_BATCH: usize = 256;
-
-/// What the group committer remembers of an append target: its head, the hashes new nodes
-/// chain from, and its pairing state. Trusted only while the stored head is still `head`, so a
-/// write elsewhere (a branch reset, another process) just costs a re-read.
-struct TargetState {
-    head: Option<NodeId>,
-    head_hash: Option<Hash>,
-    scope_hash: Option<Hash>,
-    tail: ChainTail,
-}
-
-#[derive(Default)]
-struct TargetCache(HashMap<(SessionId, AppendTarget), TargetState>);
-
-/// Targets remembered at most; past that the cache starts over.
-const CACHE_TARGETS: usize = 100_000;
-
-impl TargetCache {
-    fn remove(&mut self, key: &(SessionId, AppendTarget)) -> Option<TargetState> {
-        self.0.remove(key)
-    }
-
-    fn remember(&mut self, key: (SessionId, AppendTarget), state: TargetState) {
-        if self.0.len() >= CACHE_TARGETS {
-            self.0.clear();
-        }
-        self.0.insert(key, state);
-    }
-}
-
 const READERS: u32 = 8;
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 /// Bound parameters per `IN (…)` list, well under SQLite's limit.
@@ -188,7 +153,10 @@ impl Store {
             .foreign_keys(true)
             .busy_timeout(config.busy_timeout);
         let quota = Arc::new(Quota::new(config.max_db_bytes));
+        // A local file needs no liveness ping before each use, and each would cost a round
+        // trip to the connection's thread.
         let writer = fault::writer_pool(Arc::clone(&quota))
+            .test_before_acquire(false)
             .connect_with(options.clone())
             .await
             .map_err(|e| unusable(e.into()))?;
@@ -198,6 +166,7 @@ impl Store {
             .map_err(|e| unusable(e.into()))?;
         let reader = SqlitePoolOptions::new()
             .max_connections(READERS)
+            .test_before_acquire(false)
             .connect_with(options.read_only(true))
             .await
             .map_err(|e| unusable(e.into()))?;
@@ -430,6 +399,7 @@ impl Store {
         let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
         insert_session(&mut tx, session, tenant, now, &metadata).await?;
         let ops = &plan.ops;
+        let mut writes = commit::Batch::standalone(now);
         let mut ids: Vec<Option<NodeId>> = vec![None; ops.len()];
         let mut top_level: Vec<NodeId> = Vec::new();
         let mut i = 0;
@@ -455,17 +425,11 @@ impl Store {
                             Error::Corrupt("an import plan opens a function after its chain".into())
                         })?),
                     };
-                    let written = write_nodes(
-                        &mut tx,
-                        session,
-                        &target,
-                        None,
-                        &mut contents,
-                        &|k| format!("line {}", lines[k]),
-                        now,
-                        None,
-                    )
-                    .await?;
+                    let written = writes
+                        .write(&mut tx, session, &target, &mut contents, &|k| {
+                            format!("line {}", lines[k])
+                        })
+                        .await?;
                     for (k, (id, _)) in written.iter().enumerate() {
                         ids[i + k] = Some(*id);
                         if scope.is_none() {
@@ -536,17 +500,25 @@ impl Store {
     /// keeps those that apply to this path).
     pub async fn load_path(&self, session: SessionId, target: &PathTarget) -> Result<PathView> {
         let mut conn = self.reader.acquire().await?;
-        ensure_session(&mut conn, session).await?;
-        let Some(start) = resolve_start(&mut conn, session, target).await? else {
-            return Ok(PathView::default());
-        };
-        let scope = match target {
-            PathTarget::Branch(_) => None,
-            PathTarget::Function(function) => Some(*function),
-            PathTarget::Node(id) => {
-                node_row(&mut conn, session, *id, "node_id")
-                    .await?
-                    .function_id
+        let (start, scope, summaries) = match target {
+            PathTarget::Branch(name) => match branch_start(&mut conn, session, name).await? {
+                Some((head, summaries)) => (head, None, Some(summaries)),
+                None => return Ok(PathView::default()),
+            },
+            PathTarget::Node(_) | PathTarget::Function(_) => {
+                ensure_session(&mut conn, session).await?;
+                let Some(start) = resolve_start(&mut conn, session, target).await? else {
+                    return Ok(PathView::default());
+                };
+                let scope = match target {
+                    PathTarget::Function(function) => Some(*function),
+                    _ => {
+                        node_row(&mut conn, session, start, "node_id")
+                            .await?
+                            .function_id
+                    }
+                };
+                (start, scope, None)
             }
         };
         let ids = self.path_ids(&mut conn, start).await?;
@@ -555,11 +527,18 @@ impl Store {
         let mut todo = full_chains(&nodes);
         while let Some((function, head)) = todo.pop() {
             let rows = chain(&mut conn, head, function).await?;
-            let chain = hydrate(&mut conn, rows).await?;
+            let chain: Vec<Arc<Node>> = hydrate(&mut conn, rows)
+                .await?
+                .into_iter()
+                .map(Arc::new)
+                .collect();
             todo.extend(full_chains(&chain));
             chains.insert(function, chain);
         }
-        let summaries = compaction::summaries(&mut conn, session).await?;
+        let summaries = match summaries {
+            Some(summaries) => summaries,
+            None => compaction::summaries(&mut conn, session).await?,
+        };
         Ok(PathView {
             nodes,
             scope,
@@ -646,20 +625,23 @@ impl Store {
     }
 
     /// The nodes `ids`, in order: from the cache where read before, the rest in a few queries.
-    async fn nodes_by_id(&self, conn: &mut SqliteConnection, ids: &[NodeId]) -> Result<Vec<Node>> {
-        // Take the shared nodes under the lock and copy them after it, so concurrent renders
-        // do not wait on each other's copying (and an eviction meanwhile loses nothing).
-        let mut found: HashMap<NodeId, Arc<Node>> = {
+    async fn nodes_by_id(
+        &self,
+        conn: &mut SqliteConnection,
+        ids: &[NodeId],
+    ) -> Result<Vec<Arc<Node>>> {
+        // Take the shared nodes under the lock (an eviction meanwhile loses nothing).
+        let found: Vec<Option<Arc<Node>>> = {
             let cache = self.read_cache();
-            ids.iter()
-                .filter_map(|id| cache.nodes.get(id).map(|n| (*id, Arc::clone(n))))
-                .collect()
+            ids.iter().map(|id| cache.nodes.get(id).cloned()).collect()
         };
         let missing: Vec<NodeId> = ids
             .iter()
-            .filter(|id| !found.contains_key(id))
-            .copied()
+            .zip(&found)
+            .filter(|(_, node)| node.is_none())
+            .map(|(id, _)| *id)
             .collect();
+        let mut fetched_by_id: HashMap<NodeId, Arc<Node>> = HashMap::new();
         for chunk in missing.chunks(IN_CHUNK) {
             let mut query = QueryBuilder::<Sqlite>::new(format!(
                 "SELECT {NODE_COLUMNS} FROM nodes n WHERE n.id IN ("
@@ -684,14 +666,13 @@ impl Store {
             let mut cache = self.read_cache();
             for node in fetched {
                 cache.insert_node(Arc::clone(&node));
-                found.insert(node.id, node);
+                fetched_by_id.insert(node.id, node);
             }
         }
         ids.iter()
-            .map(|id| {
-                found
-                    .get(id)
-                    .map(|n| Node::clone(n))
+            .zip(found)
+            .map(|(id, node)| {
+                node.or_else(|| fetched_by_id.get(id).cloned())
                     .ok_or_else(|| Error::Corrupt(format!("node {id} of a path is missing")))
             })
             .collect()
@@ -747,355 +728,12 @@ impl ReadCache {
 
 // ---------------------------------------------------------------- helpers
 
-/// Takes appends off the queue and writes every one waiting in one transaction, then one
-/// COMMIT (one fsync) for all.
-async fn group_committer(writer: SqlitePool, mut jobs: mpsc::Receiver<Job>) {
-    let mut cache = TargetCache::default();
-    while let Some(first) = jobs.recv().await {
-        let mut batch = vec![first];
-        while batch.len() < MAX_BATCH {
-            match jobs.try_recv() {
-                Ok(job) => batch.push(job),
-                Err(_) => break,
-            }
-        }
-        let mut tx = match writer.begin_with("BEGIN IMMEDIATE").await {
-            Ok(tx) => tx,
-            Err(e) => {
-                fail_all(batch.into_iter().map(|job| job.reply), &e.into());
-                continue;
-            }
-        };
-        // An append refused by the rules has written nothing (it checks before it writes), so
-        // it needs no savepoint; any other failure may have written part of an append, and then
-        // the whole batch is rolled back and answered with that failure.
-        let mut replies = Vec::with_capacity(batch.len());
-        let mut outcomes = Vec::with_capacity(batch.len());
-        let mut failure: Option<Error> = None;
-        for job in batch {
-            replies.push(job.reply);
-            if failure.is_some() {
-                continue;
-            }
-            match append_in(&mut tx, job.request, &mut cache).await {
-                Err(e) if !matches!(e, Error::Domain(_)) => failure = Some(e),
-                outcome => outcomes.push(outcome),
-            }
-        }
-        // The target cache may now name heads this batch wrote and then rolled back; those
-        // are fresh node ids no stored head can equal, so each such entry is simply re-read.
-        let failure = match failure {
-            Some(error) => {
-                // When SQLite has rolled back already this fails; the writer pool then
-                // replaces the connection (`fault::writer_pool`).
-                let _ = tx.rollback().await;
-                Some(error)
-            }
-            None => tx.commit().await.err().map(Error::from),
-        };
-        if let Some(error) = failure {
-            tracing::error!(%error, appends = replies.len(), "group commit failed");
-            fail_all(replies, &error);
-            continue;
-        }
-        for (reply, outcome) in replies.into_iter().zip(outcomes) {
-            // The caller may have gone (cancelled); its append is durable all the same, and a
-            // retry with its idempotency key returns this answer.
-            let _ = reply.send(outcome);
-        }
-    }
-}
-
-/// Answers every append of a failed batch: none of them was written.
-fn fail_all(
-    replies: impl IntoIterator<Item = oneshot::Sender<Result<AppendOutcome>>>,
-    error: &Error,
-) {
-    // Kept with the answer: a full disk and a busy lock are told apart from a defect.
-    let fault = error.fault().unwrap_or(Fault::Internal);
-    let detail = error.to_string();
-    for reply in replies {
-        let _ = reply.send(Err(Error::Batch {
-            fault,
-            detail: detail.clone(),
-        }));
-    }
-}
-
-/// One append inside the committer's transaction (within its own savepoint).
-async fn append_in(
-    tx: &mut SqliteConnection,
-    request: AppendRequest,
-    cache: &mut TargetCache,
-) -> Result<AppendOutcome> {
-    let AppendRequest {
-        session,
-        target,
-        expected_head,
-        idempotency_key,
-        mut nodes,
-    } = request;
-    let request_hash = idempotency_key
-        .as_ref()
-        .map(|_| request_fingerprint(&target, expected_head, &nodes));
-
-    if let (Some(key), Some(hash)) = (&idempotency_key, &request_hash) {
-        let previous = sqlx::query(
-            "SELECT request_hash, response FROM idempotency WHERE session_id = ? AND key = ?",
-        )
-        .bind(session.as_bytes().as_slice())
-        .bind(key)
-        .fetch_optional(&mut *tx)
-        .await?;
-        if let Some(row) = previous {
-            let stored: Vec<u8> = row.try_get("request_hash")?;
-            if stored != hash.0 {
-                return Err(domain::Error::FailedPrecondition(format!(
-                    "idempotency_key: {key:?} was used for a different request"
-                ))
-                .into());
-            }
-            let response: String = row.try_get("response")?;
-            return serde_json::from_str(&response)
-                .map_err(|e| Error::Corrupt(format!("idempotency response: {e}")));
-        }
-    }
-
-    let now = now_ms();
-    let written = match write_nodes(
-        &mut *tx,
-        session,
-        &target,
-        expected_head,
-        &mut nodes,
-        &|i| format!("nodes[{i}]"),
-        now,
-        Some(cache),
-    )
-    .await
-    {
-        // The session is checked only when its branch or function is missing: the common
-        // path saves the query, and an unknown session is still named as such.
-        Err(Error::Domain(domain::Error::NotFound { .. }))
-            if ensure_session(&mut *tx, session).await.is_err() =>
-        {
-            return Err(domain::Error::not_found("session", session).into());
-        }
-        other => other?,
-    };
-    let (head_id, head_hash) = *written
-        .last()
-        .ok_or_else(|| domain::Error::invalid("nodes", "is empty"))?;
-    let node_ids: Vec<NodeId> = written.iter().map(|(id, _)| *id).collect();
-    let outcome = AppendOutcome {
-        node_ids: node_ids.iter().map(NodeId::to_string).collect(),
-        head_id: head_id.to_string(),
-        head_hash: head_hash.to_hex(),
-    };
-    if let (Some(key), Some(hash)) = (&idempotency_key, &request_hash) {
-        sqlx::query(
-            "INSERT INTO idempotency (session_id, key, request_hash, response, created_at_ms)
-             VALUES (?, ?, ?, ?, ?)",
-        )
-        .bind(session.as_bytes().as_slice())
-        .bind(key)
-        .bind(hash.0.as_slice())
-        .bind(serde_json::to_string(&outcome).expect("an outcome serializes"))
-        .bind(now)
-        .execute(&mut *tx)
-        .await?;
-    }
-    Ok(outcome)
-}
-
-/// Checks and writes `nodes` after the target's head (all or none: the caller's transaction),
-/// moves the head, and returns each node's id and hash. `field_of(i)` names node `i` in errors.
-#[allow(clippy::too_many_arguments)]
-async fn write_nodes(
-    conn: &mut SqliteConnection,
-    session: SessionId,
-    target: &AppendTarget,
-    expected_head: Option<Option<NodeId>>,
-    nodes: &mut [NodeContent],
-    field_of: &(dyn Fn(usize) -> String + Sync),
-    now: i64,
-    mut cache: Option<&mut TargetCache>,
-) -> Result<Vec<(NodeId, Hash)>> {
-    // The target's head, the node new ones hang under, and the scope they live in.
-    let (head, mut parent, scope) = match target {
-        AppendTarget::Branch(name) => {
-            let head = branch_head(&mut *conn, session, name).await?;
-            (head, head, None)
-        }
-        AppendTarget::Function(function) => {
-            let (head, closed) = function_row(&mut *conn, session, *function).await?;
-            if closed {
-                return Err(domain::Error::FailedPrecondition(format!(
-                    "function_id: function {function} is closed by its function_result"
-                ))
-                .into());
-            }
-            (head, Some(head.unwrap_or(*function)), Some(*function))
-        }
-    };
-    if let Some(expected) = expected_head
-        && expected != head
-    {
-        let show = |h: Option<NodeId>| h.map_or_else(|| "none".to_owned(), |id| id.to_string());
-        return Err(domain::Error::Aborted(format!(
-            "expected_head_id: the head is {}, not {}",
-            show(head),
-            show(expected)
-        ))
-        .into());
-    }
-
-    let key = (session, target.clone());
-    // What the last append here left is still true if the head has not moved since.
-    let remembered = cache
-        .as_deref_mut()
-        .and_then(|c| c.remove(&key))
-        .filter(|state| state.head == head);
-    let (scope_hash, mut parent_hash, mut tail) = match remembered {
-        Some(state) => (state.scope_hash, state.head_hash, state.tail),
-        None => {
-            let scope_hash = match scope {
-                Some(function) => Some(
-                    node_row(&mut *conn, session, function, "function_id")
-                        .await?
-                        .hash,
-                ),
-                None => None,
-            };
-            let parent_hash = match parent {
-                Some(id) => Some(node_row(&mut *conn, session, id, "head").await?.hash),
-                None => None,
-            };
-            let tail = chain_tail(&mut *conn, session, head, scope).await?;
-            (scope_hash, parent_hash, tail)
-        }
-    };
-    // Check every node first, so a refused append has written nothing: the group committer
-    // needs no savepoint around it.
-    let mut planned = Vec::with_capacity(nodes.len());
-    // Functions opened by this very request, with their call node's hash.
-    let mut opened: HashMap<NodeId, Hash> = HashMap::new();
-    for (i, content) in nodes.iter_mut().enumerate() {
-        let field = field_of(i);
-        let id = NodeId::new();
-        let admit = tail.admit(&field, id, content)?;
-        if let Admit::ClosesFunction(function) = admit {
-            let chain = match opened.get(&function) {
-                // Opened in this request: nothing can be inside it yet.
-                Some(call_hash) => ClosedChain {
-                    function_id: function,
-                    head_id: None,
-                    head_hash: *call_hash,
-                },
-                None => closing_chain(&mut *conn, session, function, &field).await?,
-            };
-            if let NodeContent::FunctionResult(result) = content {
-                result.chain = Some(chain);
-            }
-        }
-        let hash = node_hash(parent_hash.as_ref(), scope_hash.as_ref(), content);
-        if admit == Admit::OpensFunction {
-            opened.insert(id, hash);
-        }
-        planned.push((id, parent, hash, admit));
-        parent = Some(id);
-        parent_hash = Some(hash);
-    }
-    let mut written = Vec::with_capacity(planned.len());
-    for ((id, parent, hash, admit), content) in planned.into_iter().zip(nodes.iter()) {
-        insert_node(&mut *conn, session, id, parent, scope, content, now, &hash).await?;
-        match admit {
-            Admit::Plain => {}
-            Admit::OpensFunction => {
-                sqlx::query("INSERT INTO functions (id, session_id) VALUES (?, ?)")
-                    .bind(id.as_bytes().as_slice())
-                    .bind(session.as_bytes().as_slice())
-                    .execute(&mut *conn)
-                    .await?;
-            }
-            Admit::ClosesFunction(function) => {
-                // Another branch may have closed it already; the first result is the record.
-                sqlx::query(
-                    "UPDATE functions SET closed_by = ? WHERE id = ? AND closed_by IS NULL",
-                )
-                .bind(id.as_bytes().as_slice())
-                .bind(function.as_bytes().as_slice())
-                .execute(&mut *conn)
-                .await?;
-            }
-        }
-        written.push((id, hash));
-    }
-    let Some(&(head_id, _)) = written.last() else {
-        return Err(domain::Error::invalid("nodes", "is empty").into());
-    };
-    if let Some(cache) = cache {
-        cache.remember(
-            key,
-            TargetState {
-                head: Some(head_id),
-                head_hash: parent_hash,
-                scope_hash,
-                tail,
-            },
-        );
-    }
-    match target {
-        AppendTarget::Branch(name) => {
-            sqlx::query(
-                "UPDATE branches SET head_id = ?, updated_at_ms = ? WHERE session_id = ? AND name = ?",
-            )
-            .bind(head_id.as_bytes().as_slice())
-            .bind(now)
-            .bind(session.as_bytes().as_slice())
-            .bind(name.as_str())
-            .execute(&mut *conn)
-            .await?;
-        }
-        AppendTarget::Function(function) => {
-            sqlx::query("UPDATE functions SET head_id = ? WHERE id = ?")
-                .bind(head_id.as_bytes().as_slice())
-                .bind(function.as_bytes().as_slice())
-                .execute(&mut *conn)
-                .await?;
-        }
-    }
-    Ok(written)
-}
-
 /// The wall clock in Unix milliseconds: what the store stamps on what it writes, and what a
 /// render's `now` defaults to. The engine never calls it.
 pub fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
-
-/// What an idempotent retry must repeat exactly: target, expectation and content.
-fn request_fingerprint(
-    target: &AppendTarget,
-    expected: Option<Option<NodeId>>,
-    nodes: &[NodeContent],
-) -> Hash {
-    let mut h = blake3::Hasher::new();
-    match target {
-        AppendTarget::Branch(name) => h.update(b"b").update(name.as_str().as_bytes()),
-        AppendTarget::Function(id) => h.update(b"f").update(id.as_bytes()),
-    };
-    match expected {
-        None => h.update(b"-"),
-        Some(None) => h.update(b"0"),
-        Some(Some(id)) => h.update(b"1").update(id.as_bytes()),
-    };
-    for node in nodes {
-        h.update(&node_hash(None, None, node).0);
-    }
-    Hash(*h.finalize().as_bytes())
 }
 
 struct NodeRow {
@@ -1218,6 +856,44 @@ async fn branches(conn: &mut SqliteConnection, session: SessionId) -> Result<Vec
         .collect()
 }
 
+/// A render's common start in one round trip: the head of branch `name` (`None` while it has
+/// none) and the session's summaries; not-found errors name the session, then the branch.
+async fn branch_start(
+    conn: &mut SqliteConnection,
+    session: SessionId,
+    name: &BranchName,
+) -> Result<Option<(NodeId, Vec<domain::Summary>)>> {
+    let sql = format!(
+        "SELECT 0 AS part, b.name AS branch, b.head_id FROM sessions s
+             LEFT JOIN branches b ON b.session_id = s.id AND b.name = ?2
+         WHERE s.id = ?1;
+         SELECT 1 AS part, {} FROM summaries WHERE session_id = ?1 ORDER BY created_at_ms, id",
+        compaction::SUMMARY_COLUMNS
+    );
+    let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+        .bind(session.as_bytes().as_slice())
+        .bind(name.as_str())
+        .fetch_all(&mut *conn)
+        .await?;
+    let mut rows = rows.iter();
+    let Some(first) = rows
+        .next()
+        .filter(|r| r.try_get::<i64, _>("part").ok() == Some(0))
+    else {
+        return Err(domain::Error::not_found("session", session).into());
+    };
+    if first.try_get::<Option<String>, _>("branch")?.is_none() {
+        return Err(domain::Error::not_found("branch", name).into());
+    }
+    let Some(head) = id_column(first, "head_id")? else {
+        return Ok(None);
+    };
+    let summaries = rows
+        .map(compaction::summary_from)
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Some((head, summaries)))
+}
+
 async fn branch_head(
     conn: &mut SqliteConnection,
     session: SessionId,
@@ -1336,124 +1012,6 @@ async fn chain(
     rows.iter().map(node_row_from).collect()
 }
 
-/// The pairing state of a chain whose newest node is `head`: its nodes since the latest message.
-async fn chain_tail(
-    conn: &mut SqliteConnection,
-    session: SessionId,
-    head: Option<NodeId>,
-    scope: Option<NodeId>,
-) -> Result<ChainTail> {
-    let mut since_message = Vec::new();
-    let mut at = head;
-    while let Some(id) = at {
-        let row = node_row(conn, session, id, "head").await?;
-        if row.function_id != scope {
-            break;
-        }
-        let content = Body::parse(&row.body)?;
-        let is_message = matches!(content, Body::Message { .. });
-        // Pairing looks at call ids only, so parts need not be fetched.
-        let content = content.decode(&|_| Some(Vec::new()))?;
-        since_message.push((row.id, content));
-        if is_message {
-            break;
-        }
-        at = row.parent_id;
-    }
-    since_message.reverse();
-    Ok(ChainTail::replay(
-        since_message.iter().map(|(id, content)| (*id, content)),
-    ))
-}
-
-/// What a result closing `function` records; its chain must have no pending calls.
-async fn closing_chain(
-    conn: &mut SqliteConnection,
-    session: SessionId,
-    function: NodeId,
-    field: &str,
-) -> Result<ClosedChain> {
-    let (head, _) = function_row(conn, session, function).await?;
-    let inner = chain_tail(conn, session, head, Some(function)).await?;
-    let pending = inner.pending();
-    if !pending.is_empty() {
-        return Err(domain::Error::FailedPrecondition(format!(
-            "{field}: function {function} has unanswered tool calls inside ({}); answer them first",
-            pending.join(", ")
-        ))
-        .into());
-    }
-    let head_hash = node_row(conn, session, head.unwrap_or(function), "function_id")
-        .await?
-        .hash;
-    Ok(ClosedChain {
-        function_id: function,
-        head_id: head,
-        head_hash,
-    })
-}
-
-#[allow(clippy::too_many_arguments)]
-async fn insert_node(
-    conn: &mut SqliteConnection,
-    session: SessionId,
-    id: NodeId,
-    parent: Option<NodeId>,
-    function: Option<NodeId>,
-    content: &NodeContent,
-    now: i64,
-    hash: &Hash,
-) -> Result<()> {
-    let (json, blobs) = body::encode(content);
-    for (blob, data) in blobs {
-        // A long blob is looked up first so a repeat (the same file read again) is not
-        // compressed again for nothing; a short one is not worth the extra query.
-        if data.len() >= COMPRESS_MIN_BYTES {
-            let known = sqlx::query("SELECT 1 FROM blobs WHERE hash = ?")
-                .bind(blob.0.as_slice())
-                .fetch_optional(&mut *conn)
-                .await?
-                .is_some();
-            if known {
-                continue;
-            }
-        }
-        let (codec, stored) = compress(data);
-        sqlx::query(
-            "INSERT INTO blobs (hash, size, codec, data) VALUES (?, ?, ?, ?)
-             ON CONFLICT (hash) DO NOTHING",
-        )
-        .bind(blob.0.as_slice())
-        .bind(i64::try_from(data.len()).unwrap_or(i64::MAX))
-        .bind(codec)
-        .bind(stored.as_ref())
-        .execute(&mut *conn)
-        .await?;
-    }
-    // Long bodies hold tool-call arguments (whole files, for an editor's tools): compress them.
-    let (json, packed) = match compress(json.as_bytes()) {
-        (CODEC_ZSTD, packed) => (String::new(), Some(packed.into_owned())),
-        _ => (json, None),
-    };
-    sqlx::query(
-        "INSERT INTO nodes (id, session_id, parent_id, function_id, kind, created_at_ms, hash,
-             body, body_z)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-    )
-    .bind(id.as_bytes().as_slice())
-    .bind(session.as_bytes().as_slice())
-    .bind(parent.map(|p| p.as_bytes().to_vec()))
-    .bind(function.map(|f| f.as_bytes().to_vec()))
-    .bind(body::kind_code(content.kind()))
-    .bind(now)
-    .bind(hash.0.as_slice())
-    .bind(json)
-    .bind(packed)
-    .execute(&mut *conn)
-    .await?;
-    Ok(())
-}
-
 /// Blobs shorter than this stay raw: compression would not pay for its frame.
 const COMPRESS_MIN_BYTES: usize = 128;
 const CODEC_RAW: i64 = 0;
@@ -1553,7 +1111,7 @@ async fn hydrate(conn: &mut SqliteConnection, rows: Vec<NodeRow>) -> Result<Vec<
 }
 
 /// Completed functions in `nodes` that render in full: (function id, chain head).
-fn full_chains(nodes: &[Node]) -> Vec<(NodeId, NodeId)> {
+fn full_chains(nodes: &[Arc<Node>]) -> Vec<(NodeId, NodeId)> {
     let full: HashSet<NodeId> = nodes
         .iter()
         .filter(|n| {

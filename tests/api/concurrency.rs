@@ -215,3 +215,172 @@ async fn a_refused_append_in_a_group_commit_rolls_back_alone() {
         assert_eq!(log.len(), if i % 4 == 3 { 0 } else { 2 }, "session {i}");
     }
 }
+
+/// The server remembers each branch's head between appends; a head moved by anything else (a
+/// branch deleted and recreated at an older node) is what the next append builds on, and what
+/// its `expected_head_id` is compared with.
+#[tokio::test]
+async fn an_append_builds_on_a_head_moved_since_the_last_append() {
+    let mut app = spawn_app().await;
+    let s = app.create_session().await;
+    let first = app.append(&s, vec![user("a"), assistant("b")]).await;
+    let b = first.node_ids[1].clone();
+    let c = app.append(&s, vec![user("c")]).await;
+
+    app.client
+        .delete_branch(pb::DeleteBranchRequest {
+            session_id: s.clone(),
+            name: "main".into(),
+        })
+        .await
+        .expect("DeleteBranch");
+    app.create_branch(&s, "main", &b).await;
+
+    let stale = cas(&s, Some(&c.head_id), vec![user("d")]);
+    assert_code(app.try_append(stale).await, Code::Aborted);
+    let d = app
+        .try_append(cas(&s, Some(&b), vec![user("d")]))
+        .await
+        .expect("an append expecting the moved head");
+    let log: Vec<String> = app
+        .log(&s, "main")
+        .await
+        .into_iter()
+        .map(|n| n.node_id)
+        .collect();
+    assert_eq!(log, vec![d.head_id.clone(), b, first.node_ids[0].clone()]);
+    let rendered = transcript(&app.render_branch(&s, "main").await.messages);
+    assert_eq!(rendered.len(), 3, "c is off the branch: {rendered:?}");
+}
+
+/// Another process writing the same file moves a head behind the server's back: the server's
+/// next append sees that head and its pairing state, not what it remembered.
+#[tokio::test]
+async fn an_append_sees_what_another_process_appended() {
+    use ctxd::domain::{BranchName, NodeContent, Part, Role, SessionId, ToolCall};
+    use ctxd::store::{AppendRequest, AppendTarget, Store};
+
+    let mut app = spawn_app().await;
+    let s = app.create_session().await;
+    app.append(&s, vec![user("q"), assistant("a")]).await;
+
+    let other = Store::open(&app.db_path).await.expect("a second store");
+    let theirs = other
+        .append(AppendRequest {
+            session: SessionId::parse("session_id", &s).expect("a session id"),
+            target: AppendTarget::Branch(BranchName::main()),
+            expected_head: None,
+            idempotency_key: None,
+            nodes: vec![
+                NodeContent::Message {
+                    role: Role::User,
+                    parts: vec![Part::Text("again".into())],
+                    tool_calls: vec![],
+                },
+                NodeContent::Message {
+                    role: Role::Assistant,
+                    parts: vec![],
+                    tool_calls: vec![ToolCall {
+                        call_id: "c1".into(),
+                        name: "read".into(),
+                        arguments_json: "{}".into(),
+                    }],
+                },
+            ],
+        })
+        .await
+        .expect("the other process's append");
+    other.close().await;
+
+    // Its call is pending: a message cannot follow, its result can.
+    assert_status(
+        app.try_append(append_req(&s, vec![user("next")])).await,
+        Code::FailedPrecondition,
+        "nodes[0]",
+    );
+    let answered = app.append(&s, vec![tool_result("c1", "done")]).await;
+    let node = app.get_nodes(&s, &answered.node_ids).await.remove(0);
+    assert_eq!(node.parent_id, theirs.head_id);
+    assert_eq!(app.log(&s, "main").await.len(), 5);
+}
+
+/// A batch larger than one multi-row statement carries (500 rows) is written whole: every node,
+/// every distinct blob, in order.
+#[tokio::test]
+async fn an_append_of_more_rows_than_one_statement_carries_is_whole() {
+    let mut app = spawn_app().await;
+    let s = app.create_session().await;
+    let nodes: Vec<pb::NodeInput> = (0..1_200)
+        .map(|i| {
+            let text = big_text(200, &format!("n{i}"));
+            if i % 2 == 0 {
+                user(&text)
+            } else {
+                assistant(&text)
+            }
+        })
+        .collect();
+    let written = app.append(&s, nodes).await;
+    assert_eq!(written.node_ids.len(), 1_200);
+    let log = app.log(&s, "main").await;
+    let ids: Vec<String> = log.iter().rev().map(|n| n.node_id.clone()).collect();
+    assert_eq!(ids, written.node_ids, "stored in order, parent to child");
+    assert_eq!(app.blob_count().await, 1_200);
+    let rendered = app.render_branch(&s, "main").await.messages;
+    assert_eq!(rendered.len(), 1_200);
+    assert_eq!(
+        text_of(&rendered[1_199].parts),
+        big_text(200, "n1199"),
+        "the last node's text"
+    );
+}
+
+/// Appends to many sessions at once, twice: the second round takes every session's head from
+/// the committer's memory, checked by guards spread over several statements when a batch holds
+/// more targets than one guard carries (64).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn appends_to_many_sessions_at_once_chain_on_their_own_heads() {
+    const SESSIONS: usize = 150;
+    let mut app = spawn_app().await;
+    let mut sessions = Vec::new();
+    for _ in 0..SESSIONS {
+        sessions.push(app.create_session().await);
+    }
+    let mut heads = Vec::new();
+    for round in 0..2 {
+        let tasks: Vec<_> = sessions
+            .iter()
+            .map(|s| {
+                let mut client = app.client.clone();
+                let node = if round == 0 {
+                    user(&format!("{s} asks"))
+                } else {
+                    assistant(&format!("{s} answers"))
+                };
+                let request = append_req(s, vec![node]);
+                tokio::spawn(async move { client.append(request).await })
+            })
+            .collect();
+        heads.clear();
+        for task in tasks {
+            heads.push(
+                task.await
+                    .expect("task")
+                    .expect("append")
+                    .into_inner()
+                    .head_id,
+            );
+        }
+    }
+    for (s, head) in sessions.iter().zip(&heads) {
+        let log = app.log(s, "main").await;
+        assert_eq!(log.len(), 2, "session {s}");
+        assert_eq!(&log[0].node_id, head);
+        assert_eq!(log[0].parent_id, log[1].node_id);
+        let rendered = app.render_branch(s, "main").await.messages;
+        assert_eq!(
+            transcript(&rendered),
+            vec![format!("user: {s} asks"), format!("assistant: {s} answers")]
+        );
+    }
+}

@@ -286,24 +286,40 @@ class ContextReport:
         )
 
 
+_ROLE_NAMES = {v.number: v.name.removeprefix("ROLE_").lower() for v in pb.Role.DESCRIPTOR.values}
+
+
 def neutral_message(m: pb.RenderedMessage) -> dict[str, Any]:
     """A rendered message as a simple dict: `role` and `content` always, the rest when set."""
+    # Every field read of a parsed message builds a Python object, so each is read once: a
+    # long context is thousands of them.
+    texts = []
+    media = []
+    for p in m.parts:
+        kind = p.WhichOneof("part")
+        if kind == "text":
+            texts.append(p.text)
+        elif kind == "media":
+            source = p.media.WhichOneof("source")
+            media.append({"mime_type": p.media.mime_type, source: getattr(p.media, source)})
+    role = m.role
     d: dict[str, Any] = {
-        "role": enum_name(pb.Role, m.role, "ROLE_"),
-        "content": parts_text(m.parts),
+        "role": _ROLE_NAMES.get(role) or enum_name(pb.Role, role, "ROLE_"),
+        "content": texts[0] if len(texts) == 1 else "\n".join(texts),
     }
-    if media := parts_media(m.parts):
+    if media:
         d["media"] = media
-    if m.tool_calls:
-        d["tool_calls"] = tool_calls_dicts(m.tool_calls)
-    if m.tool_call_id:
-        d["tool_call_id"] = m.tool_call_id
-    if m.name:
-        d["name"] = m.name
+    calls = m.tool_calls
+    if calls:
+        d["tool_calls"] = tool_calls_dicts(calls)
+    if tool_call_id := m.tool_call_id:
+        d["tool_call_id"] = tool_call_id
+    if name := m.name:
+        d["name"] = name
     if m.is_error:
         d["is_error"] = True
-    if m.function_id:
-        d["function_id"] = m.function_id
+    if function_id := m.function_id:
+        d["function_id"] = function_id
     if m.truncated:
         d["truncated"] = True
     if m.cleared:
