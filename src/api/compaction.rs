@@ -452,16 +452,16 @@ fn source_key(prior: Option<SummaryId>, source: &Hash, model: &str, instructions
 
 impl ContextStoreService {
     /// Lets `tenant` at compaction `id`: a plan of another tenant's session answers exactly
-    /// what an unknown plan does.
+    /// what an unknown plan does, after the same single lookup.
     pub(crate) async fn scope_compaction(
         &self,
         tenant: &Tenant,
         id: CompactionId,
     ) -> Result<(), Status> {
-        let plan = self.store.plan(id).await.map_err(status)?;
-        self.scope(tenant, plan.session)
-            .await
-            .map_err(|_| domain_status(Error::not_found("compaction", id)))
+        match self.store.compaction_tenant(id).await.map_err(status)? {
+            Some(owner) if &owner == tenant => Ok(()),
+            _ => Err(domain_status(Error::not_found("compaction", id))),
+        }
     }
 
     /// Prepare, the server's summarizer, commit.

@@ -6,7 +6,7 @@ use sqlx::{Row, SqliteConnection};
 use super::{Error, Result, Store, branch_head, ensure_session, id_column, now_ms};
 use crate::domain::{
     self, BranchName, Budget, CompactionEvent, CompactionId, EventKind, Hash, NodeId, Reason,
-    SessionId, Summary, SummaryId,
+    SessionId, Summary, SummaryId, Tenant,
 };
 
 /// Where a compaction plan stands.
@@ -259,6 +259,20 @@ impl Store {
         .await?;
         tx.commit().await?;
         Ok(())
+    }
+
+    /// The tenant whose session compaction `id` belongs to; `None` for an unknown plan. One
+    /// lookup either way, so a caller cannot tell an unknown plan from another tenant's.
+    pub async fn compaction_tenant(&self, id: CompactionId) -> Result<Option<Tenant>> {
+        let mut conn = self.reader.acquire().await?;
+        let tenant: Option<String> = sqlx::query_scalar(
+            "SELECT s.tenant FROM compactions c JOIN sessions s ON s.id = c.session_id
+             WHERE c.id = ?",
+        )
+        .bind(id.as_bytes().as_slice())
+        .fetch_optional(&mut *conn)
+        .await?;
+        Ok(tenant.map(Tenant::new))
     }
 
     pub async fn plan(&self, id: CompactionId) -> Result<CompactionPlan> {
