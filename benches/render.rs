@@ -120,7 +120,7 @@ async fn bench() {
     let plan = import::parse(import::Source::NeutralJsonl, &data).expect("a valid trace");
     let import_start = Instant::now();
     let session = store
-        .import(&ctxd::domain::Tenant::local(), BTreeMap::new(), &plan)
+        .import(&ctxd::domain::Tenant::local(), BTreeMap::new(), &plan, None)
         .await
         .expect("import the trace")
         .id;

@@ -605,7 +605,7 @@ impl Writer {
 
     async fn direct(store: &Store) -> Self {
         let session = store
-            .create_session(&ctxd::domain::Tenant::local(), BTreeMap::new())
+            .create_session(&ctxd::domain::Tenant::local(), BTreeMap::new(), None)
             .await
             .expect("create a session")
             .id;

@@ -33,6 +33,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let session = client
         .create_session(CreateSessionRequest {
             metadata: [("agent".to_owned(), "tour".to_owned())].into(),
+            ..Default::default()
         })
         .await?
         .into_inner();

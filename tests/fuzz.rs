@@ -988,6 +988,7 @@ fn request(g: &mut Gen, method: &str) -> Vec<Vec<u8>> {
     let encoded = match method {
         "CreateSession" => pb::CreateSessionRequest {
             metadata: g.metadata(),
+            idempotency_key: g.string(),
         }
         .encode_to_vec(),
         "GetSession" => pb::GetSessionRequest {
@@ -1149,6 +1150,7 @@ fn request(g: &mut Gen, method: &str) -> Vec<Vec<u8>> {
                             Default::default()
                         },
                         data: piece.to_vec(),
+                        idempotency_key: if i == 0 { g.string() } else { String::new() },
                     }
                     .encode_to_vec()
                 })

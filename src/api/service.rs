@@ -5,17 +5,17 @@ use tracing::instrument;
 
 use super::reply::{self, Capped};
 use super::{convert, domain_status, pb, status};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use super::compaction::{PrepareArgs, PrepareOutcome};
 use crate::domain::{
-    BranchName, CompactionId, Error, NodeContent, NodeId, Part, PathView, SessionId, Tenant,
+    BranchName, CompactionId, Error, Hash, NodeContent, NodeId, Part, PathView, SessionId, Tenant,
 };
 use crate::import;
 use crate::limits::Limits;
 use crate::render::{self, Callers, Options, Rendered};
-use crate::store::{self, AppendRequest, AppendTarget, PathTarget, Store, now_ms};
+use crate::store::{self, AppendRequest, AppendTarget, CreationKey, PathTarget, Store, now_ms};
 use crate::summarizer::Summarizer;
 use crate::tokens::{TokenCache, Tokenizer};
 
@@ -112,6 +112,31 @@ pub(super) fn tenant_of<T>(request: &Request<T>) -> Tenant {
 }
 
 type Reply<T> = Result<Response<T>, Status>;
+
+/// The idempotency key of a session-creating call, with a hash of what the call asks for, so
+/// a key reused for something else is refused rather than answered with the wrong session.
+fn creation_key(key: String, request: impl FnOnce(&mut blake3::Hasher)) -> Option<CreationKey> {
+    if key.is_empty() {
+        return None;
+    }
+    let mut hasher = blake3::Hasher::new();
+    request(&mut hasher);
+    Some(CreationKey {
+        key,
+        request: Hash(*hasher.finalize().as_bytes()),
+    })
+}
+
+/// Length-prefixed, in key order: distinct maps never hash alike.
+fn hash_metadata(hasher: &mut blake3::Hasher, metadata: &BTreeMap<String, String>) {
+    hasher.update(&(metadata.len() as u64).to_le_bytes());
+    for (k, v) in metadata {
+        for s in [k, v] {
+            hasher.update(&(s.len() as u64).to_le_bytes());
+            hasher.update(s.as_bytes());
+        }
+    }
+}
 
 pub(super) fn parse<T>(result: Result<T, Error>) -> Result<T, Status> {
     result.map_err(domain_status)
@@ -249,7 +274,10 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
         request: Request<pb::CreateSessionRequest>,
     ) -> Reply<pb::Session> {
         let tenant = tenant_of(&request);
-        let metadata = request.into_inner().metadata;
+        let pb::CreateSessionRequest {
+            metadata,
+            idempotency_key,
+        } = request.into_inner();
         if metadata.keys().any(String::is_empty) {
             return Err(domain_status(Error::invalid(
                 "metadata",
@@ -261,9 +289,14 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
             "metadata",
             "send less metadata",
         )?;
+        let metadata: BTreeMap<String, String> = metadata.into_iter().collect();
+        let key = creation_key(idempotency_key, |h| {
+            h.update(b"ctxd/create-session/v1");
+            hash_metadata(h, &metadata);
+        });
         let session = self
             .store
-            .create_session(&tenant, metadata.into_iter().collect())
+            .create_session(&tenant, metadata, key.as_ref())
             .await
             .map_err(status)?;
         self.remember_owner(session.id, &tenant);
@@ -538,7 +571,7 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
     ) -> Reply<pb::ImportSessionResponse> {
         let tenant = tenant_of(&request);
         let mut stream = request.into_inner();
-        let mut first: Option<(i32, std::collections::HashMap<String, String>)> = None;
+        let mut first: Option<(i32, HashMap<String, String>, String)> = None;
         let mut data = Vec::new();
         while let Some(chunk) = stream.message().await? {
             if data.len() + chunk.data.len() > MAX_IMPORT_BYTES {
@@ -547,10 +580,10 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
                     format!("larger than {MAX_IMPORT_BYTES} bytes"),
                 )));
             }
-            first.get_or_insert((chunk.format, chunk.metadata));
+            first.get_or_insert((chunk.format, chunk.metadata, chunk.idempotency_key));
             data.extend_from_slice(&chunk.data);
         }
-        let (format, metadata) = first.unwrap_or_default();
+        let (format, metadata, idempotency_key) = first.unwrap_or_default();
         // Room for the counts and a note on left-out warnings (below).
         self.reply_fits(
             reply::new_session_len(&metadata) + reply::WARNINGS_NOTE_BYTES,
@@ -569,6 +602,13 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
                 )));
             }
         };
+        let metadata: BTreeMap<String, String> = metadata.into_iter().collect();
+        let key = creation_key(idempotency_key, |h| {
+            h.update(b"ctxd/import-session/v1");
+            h.update(&format.to_le_bytes());
+            hash_metadata(h, &metadata);
+            h.update(&data);
+        });
         let plan = tokio::task::spawn_blocking(move || import::parse(source, &data))
             .await
             .map_err(|_| Status::internal("import failed"))?
@@ -585,7 +625,7 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
         }
         let session = self
             .store
-            .import(&tenant, metadata.into_iter().collect(), &plan)
+            .import(&tenant, metadata, &plan, key.as_ref())
             .await
             .map_err(status)?;
         self.remember_owner(session.id, &tenant);

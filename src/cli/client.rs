@@ -413,6 +413,7 @@ fn chunks(
             format: format as i32,
             metadata: metadata.take().unwrap_or_default(),
             data: slice.to_vec(),
+            ..Default::default()
         }
     }))
 }

@@ -201,16 +201,23 @@ impl Store {
 
     // ------------------------------------------------------------ sessions
 
-    /// A new session of `tenant`, with branch `main` and no head.
+    /// A new session of `tenant`, with branch `main` and no head; with a `key` already used
+    /// for the same request, the session that request created.
     pub async fn create_session(
         &self,
         tenant: &Tenant,
         metadata: BTreeMap<String, String>,
+        key: Option<&CreationKey>,
     ) -> Result<Session> {
         let id = SessionId::new();
         let now = now_ms();
         let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
+        if let Some(existing) = keyed_session(&mut tx, tenant, key).await? {
+            tx.rollback().await?;
+            return self.get_session(existing).await;
+        }
         insert_session(&mut tx, id, tenant, now, &metadata).await?;
+        remember_key(&mut tx, tenant, key, id, now).await?;
         tx.commit().await?;
         Ok(Session {
             id,
@@ -393,11 +400,17 @@ impl Store {
         tenant: &Tenant,
         metadata: BTreeMap<String, String>,
         plan: &import::Plan,
+        key: Option<&CreationKey>,
     ) -> Result<Session> {
         let session = SessionId::new();
         let now = now_ms();
         let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
+        if let Some(existing) = keyed_session(&mut tx, tenant, key).await? {
+            tx.rollback().await?;
+            return self.get_session(existing).await;
+        }
         insert_session(&mut tx, session, tenant, now, &metadata).await?;
+        remember_key(&mut tx, tenant, key, session, now).await?;
         let ops = &plan.ops;
         let mut writes = commit::Batch::standalone(now);
         let mut ids: Vec<Option<NodeId>> = vec![None; ops.len()];
@@ -778,6 +791,66 @@ fn node_row_from(row: &SqliteRow) -> Result<NodeRow> {
             None => row.try_get("body")?,
         },
     })
+}
+
+/// The idempotency key of a write that creates a session, and the hash of what it asked for.
+#[derive(Debug, Clone)]
+pub struct CreationKey {
+    pub key: String,
+    pub request: Hash,
+}
+
+/// The session an earlier call with `key` created; a key used for a different request is
+/// refused.
+async fn keyed_session(
+    conn: &mut SqliteConnection,
+    tenant: &Tenant,
+    key: Option<&CreationKey>,
+) -> Result<Option<SessionId>> {
+    let Some(key) = key else { return Ok(None) };
+    let Some(row) = sqlx::query(
+        "SELECT request_hash, session_id FROM session_keys WHERE tenant = ? AND key = ?",
+    )
+    .bind(tenant.as_str())
+    .bind(&key.key)
+    .fetch_optional(&mut *conn)
+    .await?
+    else {
+        return Ok(None);
+    };
+    if hash_column(&row, "request_hash")? != key.request {
+        return Err(domain::Error::FailedPrecondition(format!(
+            "idempotency_key: {:?} was used for a different request",
+            key.key
+        ))
+        .into());
+    }
+    let id: Vec<u8> = row.try_get("session_id")?;
+    let id = <[u8; 16]>::try_from(id.as_slice())
+        .map_err(|_| Error::Corrupt("session id is not 16 bytes".into()))?;
+    Ok(Some(SessionId::from_bytes(id)))
+}
+
+async fn remember_key(
+    conn: &mut SqliteConnection,
+    tenant: &Tenant,
+    key: Option<&CreationKey>,
+    session: SessionId,
+    now: i64,
+) -> Result<()> {
+    let Some(key) = key else { return Ok(()) };
+    sqlx::query(
+        "INSERT INTO session_keys (tenant, key, request_hash, session_id, created_at_ms)
+         VALUES (?, ?, ?, ?, ?)",
+    )
+    .bind(tenant.as_str())
+    .bind(&key.key)
+    .bind(key.request.0.as_slice())
+    .bind(session.as_bytes().as_slice())
+    .bind(now)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
 }
 
 /// Inserts a session row and its empty `main` branch.

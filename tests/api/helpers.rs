@@ -488,8 +488,8 @@ pub fn delete_branch_req(session: &str, name: &str) -> pb::DeleteBranchRequest {
 pub fn import_chunk(format: i32, data: impl Into<Vec<u8>>) -> pb::ImportChunk {
     pb::ImportChunk {
         format,
-        metadata: Default::default(),
         data: data.into(),
+        ..Default::default()
     }
 }
 

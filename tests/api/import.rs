@@ -26,6 +26,7 @@ async fn import(
                 Default::default()
             },
             data: chunk.to_vec(),
+            ..Default::default()
         })
         .collect();
     app.client
@@ -180,4 +181,33 @@ async fn malformed_input_names_the_line_and_leaves_nothing() {
     );
     assert_eq!(app.session_count().await, before, "nothing half-imported");
     assert_eq!(app.node_count().await, 0);
+}
+
+/// An import retried with its idempotency key returns the session the first one created and
+/// writes nothing more; the key with another file is refused.
+#[tokio::test]
+async fn an_import_with_a_key_is_stored_once() {
+    let mut app = spawn_app().await;
+    let keyed = |data: &[u8]| pb::ImportChunk {
+        format: pb::ImportFormat::NeutralJsonl as i32,
+        data: data.to_vec(),
+        idempotency_key: "import-1".into(),
+        ..Default::default()
+    };
+    let file = br#"{"role": "user", "content": "hello"}"#;
+    let import = |chunk: pb::ImportChunk| {
+        let mut client = app.client.clone();
+        async move { client.import_session(tokio_stream::iter([chunk])).await }
+    };
+    let first = import(keyed(file)).await.expect("import").into_inner();
+    let nodes = app.node_count().await;
+    let again = import(keyed(file)).await.expect("the retry").into_inner();
+    assert_eq!(
+        again.session.expect("session").session_id,
+        first.session.expect("session").session_id
+    );
+    assert_eq!(app.node_count().await, nodes, "nothing written twice");
+    let refused = import(keyed(br#"{"role": "user", "content": "other"}"#)).await;
+    assert_status(refused, Code::FailedPrecondition, "idempotency_key");
+    assert_eq!(app.session_count().await, 1);
 }

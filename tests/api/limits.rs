@@ -326,7 +326,10 @@ async fn a_response_over_max_response_bytes_is_refused_with_advice_and_never_aft
     let metadata = [("notes".to_owned(), big_text(70_000, "notes"))].into();
     let create = w
         .client
-        .create_session(pb::CreateSessionRequest { metadata })
+        .create_session(pb::CreateSessionRequest {
+            metadata,
+            ..Default::default()
+        })
         .await;
     assert_status(create, Code::ResourceExhausted, "metadata");
     assert_eq!(w.session_count().await, sessions, "no session created");

@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 
 use ctxd::api::pb;
+use tonic::Code;
 
 use crate::helpers::*;
 
@@ -17,6 +18,7 @@ async fn a_new_session_has_an_empty_main_branch() {
         .client
         .create_session(pb::CreateSessionRequest {
             metadata: metadata.clone(),
+            ..Default::default()
         })
         .await
         .expect("CreateSession")
@@ -204,4 +206,44 @@ async fn log_walks_parents_newest_first_with_paging() {
             ids[0].clone()
         ]
     );
+}
+
+/// A CreateSession retried with its idempotency key (its answer lost, say) returns the session
+/// the first call made, as it is now; the key with other metadata is refused; keys are the
+/// caller's own, so another key makes another session.
+#[tokio::test]
+async fn create_session_with_a_key_creates_once() {
+    let mut app = spawn_app().await;
+    let request = |key: &str, value: &str| pb::CreateSessionRequest {
+        metadata: [("agent".to_owned(), value.to_owned())].into(),
+        idempotency_key: key.into(),
+    };
+    let first = app
+        .client
+        .create_session(request("create-1", "a"))
+        .await
+        .expect("create")
+        .into_inner();
+    app.append(&first.session_id, vec![user("hello")]).await;
+    let again = app
+        .client
+        .create_session(request("create-1", "a"))
+        .await
+        .expect("the retry")
+        .into_inner();
+    assert_eq!(again.session_id, first.session_id, "the same session");
+    assert_ne!(
+        again.branches[0].head_id, "",
+        "as it is now: with its append"
+    );
+    let refused = app.client.create_session(request("create-1", "b")).await;
+    assert_status(refused, Code::FailedPrecondition, "idempotency_key");
+    let other = app
+        .client
+        .create_session(request("create-2", "a"))
+        .await
+        .expect("another key")
+        .into_inner();
+    assert_ne!(other.session_id, first.session_id);
+    assert_eq!(app.session_count().await, 2, "nothing else was created");
 }

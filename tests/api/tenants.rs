@@ -80,6 +80,7 @@ async fn acme_data(acme: &mut KeyedClient) -> Ids {
     let session = acme
         .create_session(pb::CreateSessionRequest {
             metadata: [("project".to_owned(), SECRET.to_owned())].into(),
+            ..Default::default()
         })
         .await
         .expect("create")
@@ -367,6 +368,7 @@ async fn each_tenant_lists_and_reads_only_its_own_sessions() {
             let id = client
                 .create_session(pb::CreateSessionRequest {
                     metadata: [("owner".to_owned(), format!("{owner}-{i}"))].into(),
+                    ..Default::default()
                 })
                 .await
                 .expect("create")

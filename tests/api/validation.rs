@@ -689,6 +689,7 @@ async fn every_rpc_answers_its_documented_errors() {
             "metadata",
             c.create_session(pb::CreateSessionRequest {
                 metadata: [(String::new(), "v".into())].into(),
+                ..Default::default()
             })
             .await,
         ),

@@ -22,6 +22,15 @@ from ctxd_client import (
 )
 
 
+def test_create_session_with_a_key_creates_once(client: Client) -> None:
+    key = f"create-{uuid.uuid4()}"
+    first = client.create_session({"agent": "a"}, idempotency_key=key)
+    again = client.create_session({"agent": "a"}, idempotency_key=key)
+    assert again.id == first.id
+    with pytest.raises(FailedPrecondition, match="idempotency_key"):
+        client.create_session({"agent": "b"}, idempotency_key=key)
+
+
 def test_create_and_get_session(client: Client) -> None:
     s = client.create_session({"user": "ada", "project": "ctxd"})
     assert uuid.UUID(s.id)

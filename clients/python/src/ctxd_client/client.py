@@ -244,11 +244,16 @@ class Client:
 
     # ------------------------------------------------------------ sessions and appends
 
-    def create_session(self, metadata: Mapping[str, str] | None = None) -> Session:
-        """A new session with an empty `main` branch."""
-        return Session.from_pb(
-            self._call("CreateSession", pb.CreateSessionRequest(metadata=metadata or {}))
-        )
+    def create_session(
+        self, metadata: Mapping[str, str] | None = None, *, idempotency_key: str = ""
+    ) -> Session:
+        """A new session with an empty `main` branch.
+
+        With `idempotency_key`, a retry (after a lost answer, say) returns the session the
+        first call created instead of a second one.
+        """
+        request = pb.CreateSessionRequest(metadata=metadata or {}, idempotency_key=idempotency_key)
+        return Session.from_pb(self._call("CreateSession", request))
 
     def get_session(self, session: SessionRef) -> Session:
         """The session as stored now (branches, heads, compaction count)."""

@@ -127,7 +127,7 @@ class Session(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., created_at_unix_ms: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ..., compaction_count: _Optional[int] = ..., branches: _Optional[_Iterable[_Union[Branch, _Mapping]]] = ...) -> None: ...
 
 class CreateSessionRequest(_message.Message):
-    __slots__ = ("metadata",)
+    __slots__ = ("metadata", "idempotency_key")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -136,8 +136,10 @@ class CreateSessionRequest(_message.Message):
         value: str
         def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     METADATA_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     metadata: _containers.ScalarMap[str, str]
-    def __init__(self, metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    idempotency_key: str
+    def __init__(self, metadata: _Optional[_Mapping[str, str]] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
 
 class GetSessionRequest(_message.Message):
     __slots__ = ("session_id",)
@@ -732,7 +734,7 @@ class CompactRequest(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., branch: _Optional[str] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., tokenizer: _Optional[str] = ..., retain_turns: _Optional[int] = ..., instructions: _Optional[str] = ..., max_tool_result_chars: _Optional[int] = ...) -> None: ...
 
 class ImportChunk(_message.Message):
-    __slots__ = ("format", "metadata", "data")
+    __slots__ = ("format", "metadata", "data", "idempotency_key")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -743,10 +745,12 @@ class ImportChunk(_message.Message):
     FORMAT_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     format: ImportFormat
     metadata: _containers.ScalarMap[str, str]
     data: bytes
-    def __init__(self, format: _Optional[_Union[ImportFormat, str]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., data: _Optional[bytes] = ...) -> None: ...
+    idempotency_key: str
+    def __init__(self, format: _Optional[_Union[ImportFormat, str]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., data: _Optional[bytes] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
 
 class ImportSessionResponse(_message.Message):
     __slots__ = ("session", "nodes", "functions", "summaries", "format", "warnings")
