@@ -436,6 +436,25 @@ fn bytes(render: &pb::RenderResponse) -> Vec<u8> {
     render.encode_to_vec()
 }
 
+/// Asserts that the Compact behind `outcome` left exactly two events, prepared and rejected for
+/// `reason`; returns the audit trail.
+async fn assert_prepared_then_rejected(
+    app: &mut App,
+    session: &str,
+    outcome: &pb::CompactionOutcome,
+    reason: pb::CompactionReason,
+) -> pb::ListSummariesResponse {
+    let list = app.summaries(session).await;
+    assert_eq!(
+        events_of(&list, &outcome.compaction_id),
+        vec![
+            ("prepared".to_owned(), pb::CompactionReason::Unspecified),
+            ("rejected".to_owned(), reason),
+        ]
+    );
+    list
+}
+
 /// Asserts a Compact that wrote nothing: no summary, the count and the render as before.
 async fn assert_nothing_written(
     app: &mut App,
@@ -612,14 +631,8 @@ async fn a_summary_longer_than_its_input_is_rejected_as_no_gain() {
     assert!(outcome.summary_id.is_empty());
     assert_eq!(app.provider.request_count(), 1);
 
-    let list = app.summaries(&s).await;
-    assert_eq!(
-        events_of(&list, &outcome.compaction_id),
-        vec![
-            ("prepared".to_owned(), pb::CompactionReason::Unspecified),
-            ("rejected".to_owned(), pb::CompactionReason::NoGain),
-        ]
-    );
+    let list =
+        assert_prepared_then_rejected(&mut app, &s, &outcome, pb::CompactionReason::NoGain).await;
     let rejected = list.events.last().expect("events");
     assert_eq!(rejected.tokens_before, outcome.tokens_before);
     assert_eq!(rejected.tokens_after, outcome.tokens_after);
@@ -639,14 +652,7 @@ async fn a_whitespace_summary_is_rejected_as_empty() {
     assert_eq!(outcome.tokens_after, outcome.tokens_before);
     assert!(outcome.summary_id.is_empty());
 
-    let list = app.summaries(&s).await;
-    assert_eq!(
-        events_of(&list, &outcome.compaction_id),
-        vec![
-            ("prepared".to_owned(), pb::CompactionReason::Unspecified),
-            ("rejected".to_owned(), pb::CompactionReason::Empty),
-        ]
-    );
+    assert_prepared_then_rejected(&mut app, &s, &outcome, pb::CompactionReason::Empty).await;
     assert_nothing_written(&mut app, &s, &before, 0).await;
 }
 
@@ -886,14 +892,7 @@ async fn exhausting_max_calls_fails() {
     assert!(outcome.message.contains("calls"), "{}", outcome.message);
     assert_eq!(app.provider.request_count(), 1, "max_calls = 1");
 
-    let list = app.summaries(&s).await;
-    assert_eq!(
-        events_of(&list, &outcome.compaction_id),
-        vec![
-            ("prepared".to_owned(), pb::CompactionReason::Unspecified),
-            ("rejected".to_owned(), pb::CompactionReason::Failed),
-        ]
-    );
+    assert_prepared_then_rejected(&mut app, &s, &outcome, pb::CompactionReason::Failed).await;
     assert_nothing_written(&mut app, &s, &before, 0).await;
 }
 
@@ -915,14 +914,7 @@ async fn the_summarizer_timeout_fails() {
     assert!(!outcome.applied, "{outcome:?}");
     assert_eq!(reason_of(&outcome), pb::CompactionReason::Failed);
 
-    let list = app.summaries(&s).await;
-    assert_eq!(
-        events_of(&list, &outcome.compaction_id),
-        vec![
-            ("prepared".to_owned(), pb::CompactionReason::Unspecified),
-            ("rejected".to_owned(), pb::CompactionReason::Failed),
-        ]
-    );
+    assert_prepared_then_rejected(&mut app, &s, &outcome, pb::CompactionReason::Failed).await;
     assert_nothing_written(&mut app, &s, &before, 0).await;
 }
 
