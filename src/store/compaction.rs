@@ -3,7 +3,10 @@
 use sqlx::sqlite::SqliteRow;
 use sqlx::{Row, SqliteConnection};
 
-use super::{Error, Result, Store, branch_head, ensure_session, id_column, now_ms};
+use super::{
+    Error, Result, Store, branch_head, ensure_session, id_column, now_ms, required_uuid,
+    uuid_column,
+};
 use crate::domain::{
     self, BranchName, Budget, CompactionEvent, CompactionId, EventKind, Hash, NodeId, Reason,
     SessionId, Summary, SummaryId, Tenant,
@@ -63,20 +66,6 @@ fn unpack(bytes: &[u8]) -> Result<Vec<NodeId>> {
         .collect())
 }
 
-fn uuid_column(row: &SqliteRow, column: &str) -> Result<Option<[u8; 16]>> {
-    let bytes: Option<Vec<u8>> = row.try_get(column)?;
-    bytes
-        .map(|b| {
-            <[u8; 16]>::try_from(b.as_slice())
-                .map_err(|_| Error::Corrupt(format!("{column} is not 16 bytes")))
-        })
-        .transpose()
-}
-
-fn required<T>(value: Option<T>, column: &str) -> Result<T> {
-    value.ok_or_else(|| Error::Corrupt(format!("{column} is null")))
-}
-
 fn u32_column(row: &SqliteRow, column: &str) -> Result<u32> {
     let n: i64 = row.try_get(column)?;
     u32::try_from(n).map_err(|_| Error::Corrupt(format!("{column} out of range")))
@@ -84,16 +73,13 @@ fn u32_column(row: &SqliteRow, column: &str) -> Result<u32> {
 
 pub(super) fn summary_from(row: &SqliteRow) -> Result<Summary> {
     Ok(Summary {
-        id: SummaryId::from_bytes(required(uuid_column(row, "id")?, "id")?),
-        compaction_id: CompactionId::from_bytes(required(
-            uuid_column(row, "compaction_id")?,
-            "compaction_id",
-        )?),
+        id: SummaryId::from_bytes(required_uuid(row, "id")?),
+        compaction_id: CompactionId::from_bytes(required_uuid(row, "compaction_id")?),
         covers: unpack(&row.try_get::<Vec<u8>, _>("covers")?)?,
         text: row.try_get("text")?,
         prior: uuid_column(row, "prior_id")?.map(SummaryId::from_bytes),
         model: row.try_get("model")?,
-        base_head: required(id_column(row, "base_head_id")?, "base_head_id")?,
+        base_head: NodeId::from_bytes(required_uuid(row, "base_head_id")?),
         tokens_before: u32_column(row, "tokens_before")?,
         tokens_after: u32_column(row, "tokens_after")?,
         created_at_ms: row.try_get("created_at_ms")?,
@@ -185,9 +171,9 @@ async fn load_plan(conn: &mut SqliteConnection, id: CompactionId) -> Result<Comp
     let state: String = row.try_get("state")?;
     Ok(CompactionPlan {
         id,
-        session: SessionId::from_bytes(required(uuid_column(&row, "session_id")?, "session_id")?),
+        session: SessionId::from_bytes(required_uuid(&row, "session_id")?),
         branch: BranchName::from_stored(row.try_get("branch")?),
-        base_head: required(id_column(&row, "base_head_id")?, "base_head_id")?,
+        base_head: NodeId::from_bytes(required_uuid(&row, "base_head_id")?),
         prior: uuid_column(&row, "prior_summary_id")?.map(SummaryId::from_bytes),
         covers: unpack(&row.try_get::<Vec<u8>, _>("covers")?)?,
         budget: Budget {
@@ -438,10 +424,7 @@ impl Store {
                 let kind: String = row.try_get("kind")?;
                 let reason: Option<String> = row.try_get("reason")?;
                 Ok(CompactionEvent {
-                    compaction_id: CompactionId::from_bytes(required(
-                        uuid_column(row, "compaction_id")?,
-                        "compaction_id",
-                    )?),
+                    compaction_id: CompactionId::from_bytes(required_uuid(row, "compaction_id")?),
                     branch: row.try_get("branch")?,
                     kind: EventKind::parse(&kind)
                         .ok_or_else(|| Error::Corrupt(format!("event kind {kind:?}")))?,

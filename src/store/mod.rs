@@ -761,15 +761,24 @@ struct NodeRow {
 const NODE_COLUMNS: &str =
     "n.id, n.parent_id, n.function_id, n.created_at_ms, n.hash, n.body, n.body_z";
 
-fn id_column(row: &SqliteRow, column: &str) -> Result<Option<NodeId>> {
+/// A nullable 16-byte id column (any UUID-keyed id).
+fn uuid_column(row: &SqliteRow, column: &str) -> Result<Option<[u8; 16]>> {
     let bytes: Option<Vec<u8>> = row.try_get(column)?;
     bytes
         .map(|b| {
             <[u8; 16]>::try_from(b.as_slice())
-                .map(NodeId::from_bytes)
                 .map_err(|_| Error::Corrupt(format!("{column} is not 16 bytes")))
         })
         .transpose()
+}
+
+/// A non-null 16-byte id column.
+fn required_uuid(row: &SqliteRow, column: &str) -> Result<[u8; 16]> {
+    uuid_column(row, column)?.ok_or_else(|| Error::Corrupt(format!("{column} is null")))
+}
+
+fn id_column(row: &SqliteRow, column: &str) -> Result<Option<NodeId>> {
+    Ok(uuid_column(row, column)?.map(NodeId::from_bytes))
 }
 
 fn hash_column(row: &SqliteRow, column: &str) -> Result<Hash> {
@@ -825,10 +834,10 @@ async fn keyed_session(
         ))
         .into());
     }
-    let id: Vec<u8> = row.try_get("session_id")?;
-    let id = <[u8; 16]>::try_from(id.as_slice())
-        .map_err(|_| Error::Corrupt("session id is not 16 bytes".into()))?;
-    Ok(Some(SessionId::from_bytes(id)))
+    Ok(Some(SessionId::from_bytes(required_uuid(
+        &row,
+        "session_id",
+    )?)))
 }
 
 async fn remember_key(
@@ -888,11 +897,7 @@ async fn ensure_session(conn: &mut SqliteConnection, session: SessionId) -> Resu
 }
 
 async fn session_from_row(conn: &mut SqliteConnection, row: &SqliteRow) -> Result<Session> {
-    let bytes: Vec<u8> = row.try_get("id")?;
-    let id = SessionId::from_bytes(
-        <[u8; 16]>::try_from(bytes.as_slice())
-            .map_err(|_| Error::Corrupt("session id is not 16 bytes".into()))?,
-    );
+    let id = SessionId::from_bytes(required_uuid(row, "id")?);
     let metadata: String = row.try_get("metadata")?;
     let compaction_count: i64 = row.try_get("compaction_count")?;
     Ok(Session {
