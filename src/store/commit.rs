@@ -1,26 +1,25 @@
-//! The append write path: the group committer, the checks an append passes, and the multi-row
-//! statements a batch of appends is written with.
+//! The append write path: the group committer on its own thread, the checks an append passes,
+//! and the rows a batch of appends writes.
 //!
-//! sqlx runs each SQLite connection on a worker thread, so every statement is a round trip to
-//! it and a batch costs round trips, not rows. The committer therefore writes a batch in as few
-//! as it can. It remembers each target's head, hashes and pairing state; when every target of
-//! a batch is remembered, the whole batch is one round trip: `BEGIN IMMEDIATE`, a guard that
-//! fails unless every remembered head is still the stored one, the writes (a few multi-row
-//! statements) and `COMMIT`. Anything else that moves a head (another process, a deleted and
-//! recreated branch) makes the guard fail before anything is written; the batch is then checked
-//! again in the same transaction against what the database holds.
+//! The committer owns a synchronous SQLite connection (rusqlite, on the same libsqlite3 as
+//! sqlx) on a thread of its own. A batch is read, checked and written there in one
+//! `BEGIN IMMEDIATE … COMMIT` without a thread hop per statement: an append costs its caller
+//! one wake-up of the committer and one of its own, plus the batch's share of one fsync. Other
+//! writes use the sqlx writer connection; both take the store's write lock first, so they
+//! queue in order instead of sleeping in SQLite's busy handler behind each other.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
-use sqlx::pool::PoolConnection;
-use sqlx::{QueryBuilder, Row, Sqlite, SqliteConnection, SqlitePool};
-use tokio::sync::{mpsc, oneshot};
+use rusqlite::{OptionalExtension, TransactionBehavior};
+use sqlx::{QueryBuilder, Sqlite, SqliteConnection};
+use tokio::sync::{Mutex, mpsc, oneshot};
 
 use super::body::{self, Body};
-use super::fault::Fault;
+use super::fault::{Fault, Quota};
 use super::{
-    AppendOutcome, AppendRequest, AppendTarget, CODEC_ZSTD, Error, Result, branch_head, compress,
-    ensure_session, function_row, node_row, now_ms,
+    AppendOutcome, AppendRequest, AppendTarget, CODEC_ZSTD, Config, Error, NodeRow, Result,
+    compress, hash_from, now_ms, unpack_body, uuid_from,
 };
 use crate::domain::{
     self, Admit, BranchName, ChainTail, ClosedChain, Hash, NodeContent, NodeId, SessionId,
@@ -31,6 +30,13 @@ use crate::domain::{
 pub(super) struct Job {
     pub(super) request: AppendRequest,
     pub(super) reply: oneshot::Sender<Result<AppendOutcome>>,
+}
+
+/// What the committer is sent.
+pub(super) enum Message {
+    Append(Job),
+    /// Finish the batch in hand, close the connection, then answer.
+    Close(oneshot::Sender<()>),
 }
 
 /// Appends one transaction may carry.
@@ -63,42 +69,86 @@ struct KnownBlobs(HashSet<Hash>);
 /// Blob hashes remembered at most (32 bytes each); past that the set starts over.
 const KNOWN_BLOBS: usize = 200_000;
 
-/// Rows a multi-row statement carries at most: 9 columns a node, well under SQLite's limit of
-/// bound parameters per statement.
+/// Rows a multi-row statement of an import carries at most: 9 columns a node, well under
+/// SQLite's limit of bound parameters per statement.
 const ROWS_PER_STATEMENT: usize = 500;
 
-/// Conditions a guard statement carries at most, well under SQLite's expression depth limit.
-const CONDITIONS_PER_GUARD: usize = 64;
+/// Opens the committer's connection to the migrated database at `path`, with the store's
+/// durability: WAL, `synchronous=FULL`, foreign keys, the busy timeout.
+pub(super) fn connect(
+    path: &std::path::Path,
+    config: &Config,
+) -> rusqlite::Result<rusqlite::Connection> {
+    let conn = rusqlite::Connection::open_with_flags(
+        path,
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
+    // WAL is a property of the file, set when the writer pool opened it.
+    conn.query_row("PRAGMA journal_mode = WAL", [], |_| Ok(()))?;
+    conn.pragma_update(None, "synchronous", "FULL")?;
+    conn.pragma_update(None, "foreign_keys", true)?;
+    conn.busy_timeout(config.busy_timeout)?;
+    // A batch uses about a dozen statements; keep them all prepared.
+    conn.set_prepared_statement_cache_capacity(32);
+    Ok(conn)
+}
 
-/// Batches up to this many appends keep their statements prepared: those shapes repeat.
-const PREPARED_BATCH: usize = 4;
+/// Starts the group committer on a thread of its own, writing with `conn`; it stops when
+/// told to close or when every sender is gone.
+pub(super) fn spawn(
+    conn: rusqlite::Connection,
+    lock: Arc<Mutex<()>>,
+    quota: Arc<Quota>,
+    inbox: mpsc::Receiver<Message>,
+) -> std::io::Result<()> {
+    // The committer's only waits are its inbox and the write lock: a runtime with no I/O or
+    // timer driver parks the thread on them.
+    let runtime = tokio::runtime::Builder::new_current_thread().build()?;
+    std::thread::Builder::new()
+        .name("ctxd-committer".into())
+        .spawn(move || runtime.block_on(group_committer(conn, lock, quota, inbox)))?;
+    Ok(())
+}
 
-/// Takes appends off the queue and writes every one waiting in one transaction, then one
+/// Takes appends off the inbox and writes every one waiting in one transaction, then one
 /// COMMIT (one fsync) for all.
-pub(super) async fn group_committer(writer: SqlitePool, mut jobs: mpsc::Receiver<Job>) {
+async fn group_committer(
+    conn: rusqlite::Connection,
+    lock: Arc<Mutex<()>>,
+    quota: Arc<Quota>,
+    mut inbox: mpsc::Receiver<Message>,
+) {
+    let mut conn = Writer { conn, quota: None };
     let mut targets = TargetCache::default();
     let mut blobs = KnownBlobs::default();
-    while let Some(first) = jobs.recv().await {
-        let mut batch = vec![first];
-        while batch.len() < MAX_BATCH {
-            match jobs.try_recv() {
-                Ok(job) => batch.push(job),
+    let mut closing = None;
+    while closing.is_none() {
+        let mut batch = Vec::new();
+        match inbox.recv().await {
+            Some(Message::Append(job)) => batch.push(job),
+            Some(Message::Close(reply)) => closing = Some(reply),
+            None => break,
+        }
+        while closing.is_none() && !batch.is_empty() && batch.len() < MAX_BATCH {
+            match inbox.try_recv() {
+                Ok(Message::Append(job)) => batch.push(job),
+                Ok(Message::Close(reply)) => closing = Some(reply),
                 Err(_) => break,
             }
+        }
+        if batch.is_empty() {
+            continue;
         }
         let (mut requests, replies): (Vec<_>, Vec<_>) = batch
             .into_iter()
             .map(|job| (job.request, job.reply))
             .unzip();
-        // The connection goes back to the pool (which pings it on the way) only after the
-        // answers are out.
-        let mut conn = None;
-        let written = match writer.acquire().await {
-            Ok(c) => {
-                let c = conn.insert(c);
-                write_batch(c, &mut requests, &targets, &blobs).await
+        let written = {
+            let _write = lock.lock().await;
+            match conn.take_quota(&quota) {
+                Ok(()) => write_batch(&mut conn.conn, &mut requests, &targets, &blobs).await,
+                Err(e) => Err(e),
             }
-            Err(e) => Err(e.into()),
         };
         match written {
             Ok(done) => {
@@ -123,7 +173,30 @@ pub(super) async fn group_committer(writer: SqlitePool, mut jobs: mpsc::Receiver
                 }
             }
         }
-        drop(conn);
+    }
+    if let Err((_, e)) = conn.conn.close() {
+        tracing::error!(error = %e, "closing the committer's connection failed");
+    }
+    if let Some(reply) = closing {
+        let _ = reply.send(());
+    }
+}
+
+/// The committer's connection and the size quota last set on it.
+struct Writer {
+    conn: rusqlite::Connection,
+    quota: Option<Option<u64>>,
+}
+
+impl Writer {
+    /// Sets the store's current quota on the connection if it changed since the last batch.
+    fn take_quota(&mut self, quota: &Quota) -> Result<()> {
+        let wanted = quota.get();
+        if self.quota != Some(wanted) {
+            quota.apply_direct(&self.conn)?;
+            self.quota = Some(wanted);
+        }
+        Ok(())
     }
 }
 
@@ -131,7 +204,7 @@ pub(super) async fn group_committer(writer: SqlitePool, mut jobs: mpsc::Receiver
 /// the rule it broke (a refused append writes nothing, so the others stay whole). An error
 /// means nothing of the batch was written.
 async fn write_batch(
-    conn: &mut PoolConnection<Sqlite>,
+    conn: &mut rusqlite::Connection,
     requests: &mut [AppendRequest],
     targets: &TargetCache,
     blobs: &KnownBlobs,
@@ -146,138 +219,27 @@ async fn write_batch(
                 .map(|_| request_fingerprint(&r.target, r.expected_head, &r.nodes))
         })
         .collect();
-    let unnamed = Unnamed::of(requests);
-    // Whether this connection's transaction is open, and whether remembered states may be
-    // trusted under a guard (not after a guard failed).
-    let mut begun = false;
-    let mut trust = Trust::Guard;
-    for pass in 0.. {
-        if pass > 0 {
-            // Checked again from the start: as sent, not as the last pass filled them in.
-            unnamed.restore(requests);
-        }
-        let mut batch = Batch::new(targets, blobs, trust, now);
-        let mut outcomes = Vec::with_capacity(requests.len());
-        let mut reads = begun.then_some(&mut **conn);
-        let mut stopped = None;
-        for (request, fingerprint) in requests.iter_mut().zip(&fingerprints) {
-            match batch.append(&mut reads, request, *fingerprint).await {
-                Ok(outcome) => outcomes.push(Ok(outcome)),
-                Err(Stop::Error(Error::Domain(e))) => outcomes.push(Err(e.into())),
-                Err(stop) => {
-                    stopped = Some(stop);
-                    break;
-                }
-            }
-        }
-        match stopped {
-            None => {}
-            // Something is not remembered: open the transaction and read it.
-            Some(Stop::NeedsRead) if !begun => {
-                if let Err(e) = sqlx::query("BEGIN IMMEDIATE").execute(&mut **conn).await {
-                    roll_back(conn).await;
-                    return Err(e.into());
-                }
-                begun = true;
-                continue;
-            }
-            Some(Stop::NeedsRead) => {
-                roll_back(conn).await;
-                return Err(Error::Corrupt(
-                    "a read was refused in an open transaction".into(),
-                ));
-            }
-            Some(Stop::Error(e)) => {
-                if begun {
-                    roll_back(conn).await;
-                }
-                return Err(e);
-            }
-        }
-        let mut sql = QueryBuilder::<Sqlite>::new("");
-        if !begun {
-            sql.push("BEGIN IMMEDIATE; ");
-        }
-        batch.push_guards(&mut sql);
-        batch.pending.push_writes(&mut sql);
-        sql.push("COMMIT");
-        let result = sql
-            .build()
-            .persistent(requests.len() <= PREPARED_BATCH)
-            .execute(&mut **conn)
-            .await;
-        match result {
-            Ok(_) => {
-                return Ok(Written {
-                    outcomes,
-                    seen: batch.seen,
-                    closed: batch.closed,
-                    blobs: batch.pending.blob_hashes,
-                });
-            }
-            // A remembered head moved: nothing is written and the transaction is open; check
-            // the batch again against the database.
-            Err(e) if trust == Trust::Guard && is_guard_failure(&e) => {
-                tracing::debug!("a remembered head moved; checking the batch again");
-                begun = true;
-                trust = Trust::Read;
-            }
-            Err(e) => {
-                roll_back(conn).await;
-                return Err(e.into());
-            }
+    // Dropped without COMMIT on any error below, the transaction rolls back (unless SQLite
+    // already did).
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let mut direct = Direct(&tx);
+    let mut batch = Batch::new(targets, blobs, now);
+    let mut outcomes = Vec::with_capacity(requests.len());
+    for (request, fingerprint) in requests.iter_mut().zip(&fingerprints) {
+        match batch.append(&mut direct, request, *fingerprint).await {
+            Ok(outcome) => outcomes.push(Ok(outcome)),
+            Err(Error::Domain(e)) => outcomes.push(Err(e.into())),
+            Err(e) => return Err(e),
         }
     }
-    unreachable!("a batch ends in a commit or an error")
-}
-
-/// The nodes whose name the checks fill in from their call (left empty by the client), and
-/// the function results whose chain they record, so a batch checked again starts from the
-/// request as sent.
-struct Unnamed(Vec<(usize, usize)>);
-
-impl Unnamed {
-    fn of(requests: &[AppendRequest]) -> Self {
-        let mut marks = Vec::new();
-        for (r, request) in requests.iter().enumerate() {
-            for (n, node) in request.nodes.iter().enumerate() {
-                let filled = match node {
-                    NodeContent::ToolResult { name, .. }
-                    | NodeContent::FunctionCall { name, .. } => name.is_empty(),
-                    NodeContent::FunctionResult(_) => true,
-                    NodeContent::Message { .. } => false,
-                };
-                if filled {
-                    marks.push((r, n));
-                }
-            }
-        }
-        Self(marks)
-    }
-
-    fn restore(&self, requests: &mut [AppendRequest]) {
-        for &(r, n) in &self.0 {
-            match &mut requests[r].nodes[n] {
-                NodeContent::ToolResult { name, .. } | NodeContent::FunctionCall { name, .. } => {
-                    name.clear();
-                }
-                NodeContent::FunctionResult(result) => result.chain = None,
-                NodeContent::Message { .. } => {}
-            }
-        }
-    }
-}
-
-/// Ends the transaction of a failed batch. A connection that cannot is closed rather than
-/// handed back to the pool with a transaction open.
-async fn roll_back(conn: &mut PoolConnection<Sqlite>) {
-    if let Err(e) = sqlx::query("ROLLBACK").execute(&mut **conn).await {
-        // The failure may have ended the transaction already (or it never began).
-        if !e.to_string().contains("no transaction is active") {
-            tracing::error!(error = %e, "rollback failed; closing the writer connection");
-            conn.close_on_drop();
-        }
-    }
+    direct.write(&batch.pending).await?;
+    tx.commit()?;
+    Ok(Written {
+        outcomes,
+        seen: batch.seen,
+        closed: batch.closed,
+        blobs: batch.pending.blob_hashes,
+    })
 }
 
 /// A batch written and committed.
@@ -313,63 +275,43 @@ impl Written {
     }
 }
 
-/// Why checking an append stopped short of an answer.
-enum Stop {
-    /// It needs a fact that is not remembered, and no transaction is open to read it in.
-    NeedsRead,
-    Error(Error),
-}
+// ---------------------------------------------------------------- checking a batch
 
-impl From<Error> for Stop {
-    fn from(e: Error) -> Self {
-        Stop::Error(e)
-    }
-}
-
-impl From<domain::Error> for Stop {
-    fn from(e: domain::Error) -> Self {
-        Stop::Error(e.into())
-    }
-}
-
-impl From<sqlx::Error> for Stop {
-    fn from(e: sqlx::Error) -> Self {
-        Stop::Error(e.into())
-    }
-}
-
-type Step<T> = std::result::Result<T, Stop>;
-
-/// How a batch learns the stored state of a target it remembers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Trust {
-    /// Take the remembered state and guard it in the write.
-    Guard,
-    /// Read the head and use the remembered state only if it is still that head.
-    Read,
+/// A write transaction a batch reads its targets in and writes its rows to: the committer's
+/// own connection, or the sqlx writer connection for an import.
+pub(super) trait Tx {
+    async fn branch_head(
+        &mut self,
+        session: SessionId,
+        name: &BranchName,
+    ) -> Result<Option<NodeId>>;
+    /// A function's chain head and whether it is closed.
+    async fn function_row(
+        &mut self,
+        session: SessionId,
+        function: NodeId,
+    ) -> Result<(Option<NodeId>, bool)>;
+    /// One node of `session`; `field` names the request field in the not-found error.
+    async fn node_row(&mut self, session: SessionId, id: NodeId, field: &str) -> Result<NodeRow>;
+    async fn ensure_session(&mut self, session: SessionId) -> Result<()>;
+    async fn write(&mut self, pending: &Pending) -> Result<()>;
 }
 
 /// A target as this batch found or left it.
 #[derive(Clone)]
 struct Seen {
     state: TargetState,
-    /// A function target closed when it was read (never for a remembered one: the guard
-    /// requires it open).
+    /// A function target closed when it was read.
     closed: bool,
 }
 
-/// One batch being checked: the targets as it found and left them, the facts its checks took
-/// on trust, and the rows it will write. Also what an import writes its runs with.
+/// One batch being checked: the targets as it found and left them, and the rows it will
+/// write. Also what an import writes its runs with.
 pub(super) struct Batch<'c> {
     targets: &'c TargetCache,
     blobs: &'c KnownBlobs,
-    trust: Trust,
     now: i64,
     seen: HashMap<TargetKey, Seen>,
-    /// Remembered heads taken on trust, checked by the guard.
-    guarded: Vec<(TargetKey, Option<NodeId>)>,
-    /// Idempotency keys taken to be unused, checked by the guard.
-    unused_keys: Vec<(SessionId, String)>,
     /// Idempotency records this batch writes.
     keys: HashMap<(SessionId, String), (Hash, AppendOutcome)>,
     /// Functions this batch closes.
@@ -381,48 +323,36 @@ static NO_TARGETS: std::sync::LazyLock<TargetCache> = std::sync::LazyLock::new(D
 static NO_BLOBS: std::sync::LazyLock<KnownBlobs> = std::sync::LazyLock::new(Default::default);
 
 impl<'c> Batch<'c> {
-    fn new(targets: &'c TargetCache, blobs: &'c KnownBlobs, trust: Trust, now: i64) -> Self {
+    fn new(targets: &'c TargetCache, blobs: &'c KnownBlobs, now: i64) -> Self {
         Self {
             targets,
             blobs,
-            trust,
             now,
             seen: HashMap::new(),
-            guarded: Vec::new(),
-            unused_keys: Vec::new(),
             keys: HashMap::new(),
             closed: HashSet::new(),
             pending: Pending::default(),
         }
     }
 
-    /// A batch that remembers nothing and reads everything, inside the caller's transaction.
+    /// A batch that remembers nothing and reads everything.
     pub(super) fn standalone(now: i64) -> Batch<'static> {
-        Batch::new(&NO_TARGETS, &NO_BLOBS, Trust::Read, now)
+        Batch::new(&NO_TARGETS, &NO_BLOBS, now)
     }
 
     /// Checks one append (whose fingerprint is `request_hash` when it has an idempotency key)
-    /// against the state this batch has reached and plans its writes. `reads` is the open transaction, if any; without one, a fact not remembered stops the
-    /// check with [`Stop::NeedsRead`].
+    /// against the state this batch has reached and plans its writes.
     async fn append(
         &mut self,
-        reads: &mut Option<&mut SqliteConnection>,
+        tx: &mut Direct<'_>,
         request: &mut AppendRequest,
         request_hash: Option<Hash>,
-    ) -> Step<AppendOutcome> {
+    ) -> Result<AppendOutcome> {
         let session = request.session;
         if let (Some(key), Some(hash)) = (&request.idempotency_key, &request_hash) {
-            let record = (session, key.clone());
-            let previous = match self.keys.get(&record) {
+            let previous = match self.keys.get(&(session, key.clone())) {
                 Some((stored, outcome)) => Some((*stored, outcome.clone())),
-                None => match (self.trust, reads.as_deref_mut()) {
-                    (Trust::Guard, _) => {
-                        self.unused_keys.push(record);
-                        None
-                    }
-                    (Trust::Read, Some(conn)) => idempotency_record(conn, session, key).await?,
-                    (Trust::Read, None) => return Err(Stop::NeedsRead),
-                },
+                None => tx.idempotency_record(session, key)?,
             };
             if let Some((stored, outcome)) = previous {
                 if stored != *hash {
@@ -436,7 +366,7 @@ impl<'c> Batch<'c> {
         }
         let written = self
             .nodes(
-                reads,
+                tx,
                 session,
                 &request.target,
                 request.expected_head,
@@ -469,24 +399,22 @@ impl<'c> Batch<'c> {
     /// names node `i` in errors.
     async fn nodes(
         &mut self,
-        reads: &mut Option<&mut SqliteConnection>,
+        tx: &mut impl Tx,
         session: SessionId,
         target: &AppendTarget,
         expected_head: Option<Option<NodeId>>,
         nodes: &mut [NodeContent],
         field_of: &(dyn Fn(usize) -> String + Sync),
-    ) -> Step<Vec<(NodeId, Hash)>> {
+    ) -> Result<Vec<(NodeId, Hash)>> {
         if nodes.is_empty() {
             return Err(domain::Error::invalid("nodes", "is empty").into());
         }
         let key = (session, target.clone());
-        let found = match self.state(reads, &key).await {
+        let found = match self.state(tx, &key).await {
             // The session is checked only when its branch or function is missing: the common
             // path saves the query, and an unknown session is still named as such.
-            Err(Stop::Error(Error::Domain(domain::Error::NotFound { what, id }))) => {
-                if let Some(conn) = reads.as_deref_mut()
-                    && ensure_session(conn, session).await.is_err()
-                {
+            Err(Error::Domain(domain::Error::NotFound { what, id })) => {
+                if tx.ensure_session(session).await.is_err() {
                     return Err(domain::Error::not_found("session", session).into());
                 }
                 return Err(domain::Error::NotFound { what, id }.into());
@@ -543,7 +471,7 @@ impl<'c> Batch<'c> {
                         head_id: None,
                         head_hash: *call_hash,
                     },
-                    None => self.closing_chain(reads, session, function, &field).await?,
+                    None => self.closing_chain(tx, session, function, &field).await?,
                 };
                 if let NodeContent::FunctionResult(result) = content {
                     result.chain = Some(chain);
@@ -608,54 +536,36 @@ impl<'c> Batch<'c> {
         Ok(written)
     }
 
-    /// The state of `key` as this batch stands: as it left or found it, else remembered (on
-    /// trust, or after reading the head), else read.
-    async fn state(
-        &mut self,
-        reads: &mut Option<&mut SqliteConnection>,
-        key: &TargetKey,
-    ) -> Step<Seen> {
+    /// The state of `key` as this batch stands: as it left or found it, else the remembered
+    /// state if the stored head is still its head, else read.
+    async fn state(&mut self, tx: &mut impl Tx, key: &TargetKey) -> Result<Seen> {
         if let Some(seen) = self.seen.get(key) {
             return Ok(seen.clone());
         }
-        let remembered = self.targets.0.get(key);
-        if self.trust == Trust::Guard
-            && let Some(state) = remembered
-        {
-            self.guarded.push((key.clone(), state.head));
-            return Ok(self.saw(key, state.clone(), false));
-        }
-        let Some(conn) = reads.as_deref_mut() else {
-            return Err(Stop::NeedsRead);
-        };
         let (session, target) = key;
         let (head, closed) = match target {
-            AppendTarget::Branch(name) => (branch_head(conn, *session, name).await?, false),
-            AppendTarget::Function(function) => function_row(conn, *session, *function).await?,
+            AppendTarget::Branch(name) => (tx.branch_head(*session, name).await?, false),
+            AppendTarget::Function(function) => tx.function_row(*session, *function).await?,
         };
-        let state = match remembered.filter(|state| state.head == head) {
+        let state = match self.targets.0.get(key).filter(|state| state.head == head) {
             Some(state) => state.clone(),
-            None => read_state(conn, *session, target, head).await?,
+            None => read_state(tx, *session, target, head).await?,
         };
-        Ok(self.saw(key, state, closed))
-    }
-
-    fn saw(&mut self, key: &TargetKey, state: TargetState, closed: bool) -> Seen {
         let seen = Seen { state, closed };
         self.seen.insert(key.clone(), seen.clone());
-        seen
+        Ok(seen)
     }
 
     /// What a result closing `function` records; its chain must have no pending calls.
     async fn closing_chain(
         &mut self,
-        reads: &mut Option<&mut SqliteConnection>,
+        tx: &mut impl Tx,
         session: SessionId,
         function: NodeId,
         field: &str,
-    ) -> Step<ClosedChain> {
+    ) -> Result<ClosedChain> {
         let inner = self
-            .state(reads, &(session, AppendTarget::Function(function)))
+            .state(tx, &(session, AppendTarget::Function(function)))
             .await?
             .state;
         let pending = inner.tail.pending();
@@ -675,97 +585,29 @@ impl<'c> Batch<'c> {
         })
     }
 
-    /// The guard: one statement per [`CONDITIONS_PER_GUARD`] facts taken on trust, failing
-    /// (with SQLite's integer overflow error, from `abs`) unless all still hold.
-    fn push_guards(&self, sql: &mut QueryBuilder<Sqlite>) {
-        enum Fact<'a> {
-            Head(&'a TargetKey, Option<NodeId>),
-            Unused(&'a (SessionId, String)),
-        }
-        let facts: Vec<Fact<'_>> = self
-            .guarded
-            .iter()
-            .map(|(key, head)| Fact::Head(key, *head))
-            .chain(self.unused_keys.iter().map(Fact::Unused))
-            .collect();
-        for chunk in facts.chunks(CONDITIONS_PER_GUARD) {
-            sql.push("SELECT abs(CASE WHEN ");
-            for (i, fact) in chunk.iter().enumerate() {
-                if i > 0 {
-                    sql.push(" AND ");
-                }
-                match fact {
-                    Fact::Head((session, AppendTarget::Branch(name)), head) => {
-                        sql.push("EXISTS (SELECT 1 FROM branches WHERE session_id = ")
-                            .push_bind(session.as_bytes().to_vec())
-                            .push(" AND name = ")
-                            .push_bind(name.as_str().to_owned())
-                            .push(" AND head_id IS ")
-                            .push_bind(head.map(|h| h.as_bytes().to_vec()))
-                            .push(")");
-                    }
-                    Fact::Head((session, AppendTarget::Function(function)), head) => {
-                        sql.push("EXISTS (SELECT 1 FROM functions WHERE id = ")
-                            .push_bind(function.as_bytes().to_vec())
-                            .push(" AND session_id = ")
-                            .push_bind(session.as_bytes().to_vec())
-                            .push(" AND head_id IS ")
-                            .push_bind(head.map(|h| h.as_bytes().to_vec()))
-                            .push(" AND closed_by IS NULL)");
-                    }
-                    Fact::Unused((session, key)) => {
-                        sql.push("NOT EXISTS (SELECT 1 FROM idempotency WHERE session_id = ")
-                            .push_bind(session.as_bytes().to_vec())
-                            .push(" AND key = ")
-                            .push_bind(key.clone())
-                            .push(")");
-                    }
-                }
-            }
-            sql.push(" THEN 0 ELSE -9223372036854775807 - 1 END); ");
-        }
-    }
-
     /// Checks and writes `nodes` after `target`'s head inside the caller's transaction (an
     /// import's run of nodes); returns each node's id and hash.
     pub(super) async fn write(
         &mut self,
-        conn: &mut SqliteConnection,
+        tx: &mut impl Tx,
         session: SessionId,
         target: &AppendTarget,
         nodes: &mut [NodeContent],
         field_of: &(dyn Fn(usize) -> String + Sync),
     ) -> Result<Vec<(NodeId, Hash)>> {
-        let mut reads = Some(&mut *conn);
-        let written = match self
-            .nodes(&mut reads, session, target, None, nodes, field_of)
-            .await
-        {
-            Ok(written) => written,
-            Err(Stop::Error(e)) => return Err(e),
-            Err(Stop::NeedsRead) => {
-                return Err(Error::Corrupt(
-                    "a read was refused in an open transaction".into(),
-                ));
-            }
-        };
-        let mut sql = QueryBuilder::<Sqlite>::new("");
-        self.pending.push_writes(&mut sql);
-        sql.build().persistent(false).execute(&mut *conn).await?;
+        let written = self
+            .nodes(tx, session, target, None, nodes, field_of)
+            .await?;
+        tx.write(&self.pending).await?;
         self.pending = Pending::default();
         Ok(written)
     }
 }
 
-/// Whether a failed batch statement is the guard's refusal.
-fn is_guard_failure(e: &sqlx::Error) -> bool {
-    matches!(e, sqlx::Error::Database(db) if db.message().contains("integer overflow"))
-}
-
 /// The state of `target` at the stored `head`: the hashes new nodes chain from and the chain's
 /// pairing state.
 async fn read_state(
-    conn: &mut SqliteConnection,
+    tx: &mut impl Tx,
     session: SessionId,
     target: &AppendTarget,
     head: Option<NodeId>,
@@ -775,14 +617,14 @@ async fn read_state(
         AppendTarget::Function(function) => (Some(*function), Some(head.unwrap_or(*function))),
     };
     let scope_hash = match scope {
-        Some(function) => Some(node_row(conn, session, function, "function_id").await?.hash),
+        Some(function) => Some(tx.node_row(session, function, "function_id").await?.hash),
         None => None,
     };
     let head_hash = match parent {
-        Some(id) => Some(node_row(conn, session, id, "head").await?.hash),
+        Some(id) => Some(tx.node_row(session, id, "head").await?.hash),
         None => None,
     };
-    let tail = chain_tail(conn, session, head, scope).await?;
+    let tail = chain_tail(tx, session, head, scope).await?;
     Ok(TargetState {
         head,
         head_hash,
@@ -793,7 +635,7 @@ async fn read_state(
 
 /// The pairing state of a chain whose newest node is `head`: its nodes since the latest message.
 async fn chain_tail(
-    conn: &mut SqliteConnection,
+    tx: &mut impl Tx,
     session: SessionId,
     head: Option<NodeId>,
     scope: Option<NodeId>,
@@ -801,7 +643,7 @@ async fn chain_tail(
     let mut since_message = Vec::new();
     let mut at = head;
     while let Some(id) = at {
-        let row = node_row(conn, session, id, "head").await?;
+        let row = tx.node_row(session, id, "head").await?;
         if row.function_id != scope {
             break;
         }
@@ -821,30 +663,12 @@ async fn chain_tail(
     ))
 }
 
-/// The stored record of an idempotency key: the request's fingerprint and the first answer.
-async fn idempotency_record(
-    conn: &mut SqliteConnection,
-    session: SessionId,
-    key: &str,
-) -> Result<Option<(Hash, AppendOutcome)>> {
-    let row = sqlx::query(
-        "SELECT request_hash, response FROM idempotency WHERE session_id = ? AND key = ?",
-    )
-    .bind(session.as_bytes().as_slice())
-    .bind(key)
-    .fetch_optional(&mut *conn)
-    .await?;
-    let Some(row) = row else {
-        return Ok(None);
-    };
-    let stored: Vec<u8> = row.try_get("request_hash")?;
-    let stored = <[u8; 32]>::try_from(stored.as_slice())
-        .map(Hash)
-        .map_err(|_| Error::Corrupt("an idempotency request hash is not 32 bytes".into()))?;
-    let response: String = row.try_get("response")?;
-    let outcome = serde_json::from_str(&response)
+/// An idempotency record's columns: the request's fingerprint and the first answer.
+fn idempotency_from(request_hash: &[u8], response: &str) -> Result<(Hash, AppendOutcome)> {
+    let stored = hash_from(request_hash, "request_hash")?;
+    let outcome = serde_json::from_str(response)
         .map_err(|e| Error::Corrupt(format!("idempotency response: {e}")))?;
-    Ok(Some((stored, outcome)))
+    Ok((stored, outcome))
 }
 
 /// What an idempotent retry must repeat exactly: target, expectation and content.
@@ -869,6 +693,245 @@ fn request_fingerprint(
     Hash(*h.finalize().as_bytes())
 }
 
+// ---------------------------------------------------------------- the two transactions
+
+/// The sqlx writer connection, in an import's transaction.
+impl Tx for SqliteConnection {
+    async fn branch_head(
+        &mut self,
+        session: SessionId,
+        name: &BranchName,
+    ) -> Result<Option<NodeId>> {
+        super::branch_head(self, session, name).await
+    }
+
+    async fn function_row(
+        &mut self,
+        session: SessionId,
+        function: NodeId,
+    ) -> Result<(Option<NodeId>, bool)> {
+        super::function_row(self, session, function).await
+    }
+
+    async fn node_row(&mut self, session: SessionId, id: NodeId, field: &str) -> Result<NodeRow> {
+        super::node_row(self, session, id, field).await
+    }
+
+    async fn ensure_session(&mut self, session: SessionId) -> Result<()> {
+        super::ensure_session(self, session).await
+    }
+
+    async fn write(&mut self, pending: &Pending) -> Result<()> {
+        let mut sql = QueryBuilder::<Sqlite>::new("");
+        pending.push_writes(&mut sql);
+        sql.build().persistent(false).execute(&mut *self).await?;
+        Ok(())
+    }
+}
+
+/// The committer's transaction on its own connection. Its statements stay prepared: a batch
+/// repeats the same dozen.
+struct Direct<'t>(&'t rusqlite::Connection);
+
+fn not_found(what: &'static str, id: impl std::fmt::Display) -> Error {
+    domain::Error::not_found(what, id).into()
+}
+
+impl Direct<'_> {
+    /// The stored record of an idempotency key: the request's fingerprint and the first answer.
+    fn idempotency_record(
+        &self,
+        session: SessionId,
+        key: &str,
+    ) -> Result<Option<(Hash, AppendOutcome)>> {
+        let row: Option<(Vec<u8>, String)> = self
+            .0
+            .prepare_cached(
+                "SELECT request_hash, response FROM idempotency WHERE session_id = ?1 AND key = ?2",
+            )?
+            .query_row((session.as_bytes().as_slice(), key), |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .optional()?;
+        row.map(|(hash, response)| idempotency_from(&hash, &response))
+            .transpose()
+    }
+}
+
+impl Tx for Direct<'_> {
+    async fn branch_head(
+        &mut self,
+        session: SessionId,
+        name: &BranchName,
+    ) -> Result<Option<NodeId>> {
+        let head: Option<Vec<u8>> = self
+            .0
+            .prepare_cached("SELECT head_id FROM branches WHERE session_id = ?1 AND name = ?2")?
+            .query_row((session.as_bytes().as_slice(), name.as_str()), |r| r.get(0))
+            .optional()?
+            .ok_or_else(|| not_found("branch", name))?;
+        Ok(uuid_from(head, "head_id")?.map(NodeId::from_bytes))
+    }
+
+    async fn function_row(
+        &mut self,
+        session: SessionId,
+        function: NodeId,
+    ) -> Result<(Option<NodeId>, bool)> {
+        let (head, closed_by): (Option<Vec<u8>>, Option<Vec<u8>>) = self
+            .0
+            .prepare_cached(
+                "SELECT head_id, closed_by FROM functions WHERE id = ?1 AND session_id = ?2",
+            )?
+            .query_row(
+                (
+                    function.as_bytes().as_slice(),
+                    session.as_bytes().as_slice(),
+                ),
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()?
+            .ok_or_else(|| not_found("function", function))?;
+        Ok((
+            uuid_from(head, "head_id")?.map(NodeId::from_bytes),
+            closed_by.is_some(),
+        ))
+    }
+
+    async fn node_row(&mut self, session: SessionId, id: NodeId, field: &str) -> Result<NodeRow> {
+        type Columns = (
+            Vec<u8>,
+            Option<Vec<u8>>,
+            Option<Vec<u8>>,
+            i64,
+            Vec<u8>,
+            String,
+            Option<Vec<u8>>,
+        );
+        let row: Columns = self
+            .0
+            .prepare_cached(
+                "SELECT id, parent_id, function_id, created_at_ms, hash, body, body_z
+                 FROM nodes WHERE id = ?1 AND session_id = ?2",
+            )?
+            .query_row(
+                (id.as_bytes().as_slice(), session.as_bytes().as_slice()),
+                |r| {
+                    Ok((
+                        r.get(0)?,
+                        r.get(1)?,
+                        r.get(2)?,
+                        r.get(3)?,
+                        r.get(4)?,
+                        r.get(5)?,
+                        r.get(6)?,
+                    ))
+                },
+            )
+            .optional()?
+            .ok_or_else(|| domain::Error::NotFound {
+                what: "node",
+                id: format!("{id} ({field})"),
+            })?;
+        let (id, parent_id, function_id, created_at_ms, hash, body, body_z) = row;
+        Ok(NodeRow {
+            id: uuid_from(Some(id), "id")?
+                .map(NodeId::from_bytes)
+                .ok_or_else(|| Error::Corrupt("node without id".into()))?,
+            parent_id: uuid_from(parent_id, "parent_id")?.map(NodeId::from_bytes),
+            function_id: uuid_from(function_id, "function_id")?.map(NodeId::from_bytes),
+            created_at_ms,
+            hash: hash_from(&hash, "hash")?,
+            body: match body_z {
+                Some(packed) => unpack_body(&packed)?,
+                None => body,
+            },
+        })
+    }
+
+    async fn ensure_session(&mut self, session: SessionId) -> Result<()> {
+        self.0
+            .prepare_cached("SELECT 1 FROM sessions WHERE id = ?1")?
+            .query_row([session.as_bytes().as_slice()], |_| Ok(()))
+            .optional()?
+            .ok_or_else(|| not_found("session", session))
+    }
+
+    /// Row by row: a prepared statement's step costs less than parsing a multi-row one.
+    async fn write(&mut self, pending: &Pending) -> Result<()> {
+        let id = |id: &NodeId| id.as_bytes().to_vec();
+        let c = self.0;
+        if !pending.blobs.is_empty() {
+            let mut insert = c.prepare_cached(
+                "INSERT INTO blobs (hash, size, codec, data) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (hash) DO NOTHING",
+            )?;
+            for blob in &pending.blobs {
+                insert.execute((
+                    blob.hash.0.as_slice(),
+                    blob.size,
+                    blob.codec,
+                    blob.data.as_slice(),
+                ))?;
+            }
+        }
+        let mut insert = c.prepare_cached(
+            "INSERT INTO nodes (id, session_id, parent_id, function_id, kind, created_at_ms,
+                 hash, body, body_z) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+        )?;
+        for node in &pending.nodes {
+            let n = &node.insert;
+            insert.execute((
+                id(&n.id),
+                n.session.as_bytes().as_slice(),
+                n.parent.as_ref().map(id),
+                n.function.as_ref().map(id),
+                node.kind,
+                n.created_at_ms,
+                n.hash.0.as_slice(),
+                node.body.as_str(),
+                node.body_z.as_deref(),
+            ))?;
+        }
+        for (function, session) in &pending.opened {
+            c.prepare_cached("INSERT INTO functions (id, session_id) VALUES (?1, ?2)")?
+                .execute((id(function), session.as_bytes().as_slice()))?;
+        }
+        for (result, function) in &pending.closes {
+            // Another branch may have closed it already; the first result is the record.
+            c.prepare_cached(
+                "UPDATE functions SET closed_by = ?1 WHERE id = ?2 AND closed_by IS NULL",
+            )?
+            .execute((id(result), id(function)))?;
+        }
+        for ((session, name), (head, at)) in &pending.branch_heads {
+            c.prepare_cached(
+                "UPDATE branches SET head_id = ?1, updated_at_ms = ?2
+                 WHERE session_id = ?3 AND name = ?4",
+            )?
+            .execute((id(head), at, session.as_bytes().as_slice(), name.as_str()))?;
+        }
+        for (function, head) in &pending.function_heads {
+            c.prepare_cached("UPDATE functions SET head_id = ?1 WHERE id = ?2")?
+                .execute((id(head), id(function)))?;
+        }
+        for record in &pending.idempotency {
+            c.prepare_cached(
+                "INSERT INTO idempotency (session_id, key, request_hash, response, created_at_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+            )?
+            .execute((
+                record.session.as_bytes().as_slice(),
+                record.key.as_str(),
+                record.request_hash.0.as_slice(),
+                record.response.as_str(),
+                record.created_at_ms,
+            ))?;
+        }
+        Ok(())
+    }
+}
+
 // ---------------------------------------------------------------- the rows of a batch
 
 struct NodeInsert {
@@ -880,7 +943,7 @@ struct NodeInsert {
     hash: Hash,
 }
 
-struct NodeRow {
+struct NodeWrite {
     insert: NodeInsert,
     kind: i64,
     body: String,
@@ -905,10 +968,10 @@ struct IdempotencyRow {
 /// The rows a batch writes, in the order their references need: blobs, nodes, functions
 /// opened, functions closed, heads, idempotency records.
 #[derive(Default)]
-struct Pending {
+pub(super) struct Pending {
     blobs: Vec<BlobRow>,
     blob_hashes: HashSet<Hash>,
-    nodes: Vec<NodeRow>,
+    nodes: Vec<NodeWrite>,
     /// Functions opened: (call node, session).
     opened: Vec<(NodeId, SessionId)>,
     /// Functions closed, in order (the first result is the record): (result node, function).
@@ -940,7 +1003,7 @@ impl Pending {
             (CODEC_ZSTD, packed) => (String::new(), Some(packed.into_owned())),
             _ => (json, None),
         };
-        self.nodes.push(NodeRow {
+        self.nodes.push(NodeWrite {
             insert,
             kind: body::kind_code(content.kind()),
             body,

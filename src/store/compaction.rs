@@ -210,7 +210,7 @@ impl Store {
             b.schema,
         ])
         .expect("numbers serialize");
-        let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
+        let mut tx = self.begin_write().await?;
         sqlx::query(
             "INSERT INTO compactions (id, session_id, branch, base_head_id, prior_summary_id,
                  covers, budget, tokenizer, max_tool_result_chars, retain_turns, instructions,
@@ -274,7 +274,7 @@ impl Store {
         summary: &Summary,
         expected_head: NodeId,
     ) -> Result<Applied> {
-        let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
+        let mut tx = self.begin_write().await?;
         let plan = load_plan(&mut tx, plan_id).await?;
         ensure_open(&plan)?;
         if branch_head(&mut tx, plan.session, &plan.branch).await? != Some(expected_head) {
@@ -332,7 +332,7 @@ impl Store {
         keep_open: bool,
     ) -> Result<()> {
         let (tokens_before, tokens_after) = tokens;
-        let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
+        let mut tx = self.begin_write().await?;
         let plan = load_plan(&mut tx, plan_id).await?;
         ensure_open(&plan)?;
         if !keep_open {
@@ -368,7 +368,7 @@ impl Store {
         reason: Reason,
         message: &str,
     ) -> Result<()> {
-        let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
+        let mut tx = self.begin_write().await?;
         let plan = load_plan(&mut tx, plan_id).await?;
         ensure_open(&plan)?;
         sqlx::query("UPDATE compactions SET state = 'cancelled' WHERE id = ?")
@@ -486,6 +486,7 @@ impl Store {
     }
 
     pub async fn save_summarizer_output(&self, source: &Hash, text: &str) -> Result<()> {
+        let _write = self.write_lock.lock().await;
         sqlx::query(
             "INSERT INTO summarizer_outputs (source_key, text, created_at_ms) VALUES (?, ?, ?)
              ON CONFLICT (source_key) DO UPDATE SET text = excluded.text",

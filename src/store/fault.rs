@@ -35,6 +35,7 @@ impl Error {
         Some(match self {
             Error::Domain(_) => return None,
             Error::Database(e) => sqlx_fault(e),
+            Error::Sqlite(e) => rusqlite_fault(e),
             Error::Migrate(
                 sqlx::migrate::MigrateError::Execute(e)
                 | sqlx::migrate::MigrateError::ExecuteMigration(e, _),
@@ -48,24 +49,27 @@ impl Error {
     }
 }
 
+/// The fault a SQLite result code stands for: the extended code's low byte is the primary one.
+fn code_fault(code: Option<i32>) -> Fault {
+    match code.map(|c| c & 0xff) {
+        Some(SQLITE_FULL) => Fault::Full,
+        Some(SQLITE_BUSY | SQLITE_LOCKED) => Fault::Busy,
+        Some(SQLITE_NOMEM | SQLITE_READONLY | SQLITE_IOERR | SQLITE_CANTOPEN) => Fault::Unavailable,
+        Some(SQLITE_CORRUPT | SQLITE_NOTADB) => Fault::Corrupt,
+        _ => Fault::Internal,
+    }
+}
+
+fn rusqlite_fault(error: &rusqlite::Error) -> Fault {
+    match error {
+        rusqlite::Error::SqliteFailure(e, _) => code_fault(Some(e.extended_code)),
+        _ => Fault::Internal,
+    }
+}
+
 fn sqlx_fault(error: &sqlx::Error) -> Fault {
     match error {
-        sqlx::Error::Database(db) => {
-            // sqlx reports the extended result code; its low byte is the primary code.
-            match db
-                .code()
-                .and_then(|c| c.parse::<i32>().ok())
-                .map(|c| c & 0xff)
-            {
-                Some(SQLITE_FULL) => Fault::Full,
-                Some(SQLITE_BUSY | SQLITE_LOCKED) => Fault::Busy,
-                Some(SQLITE_NOMEM | SQLITE_READONLY | SQLITE_IOERR | SQLITE_CANTOPEN) => {
-                    Fault::Unavailable
-                }
-                Some(SQLITE_CORRUPT | SQLITE_NOTADB) => Fault::Corrupt,
-                _ => Fault::Internal,
-            }
-        }
+        sqlx::Error::Database(db) => code_fault(db.code().and_then(|c| c.parse::<i32>().ok())),
         // The one writer connection stayed taken past the acquire timeout: writes are queued
         // behind a lock another process holds.
         sqlx::Error::PoolTimedOut => Fault::Busy,
@@ -161,16 +165,29 @@ impl Quota {
         let page: i64 = sqlx::query_scalar("PRAGMA page_size")
             .fetch_one(&mut *conn)
             .await?;
-        let page = u64::try_from(page).unwrap_or(4096).max(1);
-        let pages = self
-            .get()
-            .map_or(MAX_PAGES, |b| (b / page).clamp(1, MAX_PAGES));
+        let (page, pages) = self.pages(page);
         let set: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
             "PRAGMA max_page_count = {pages}"
         )))
         .fetch_one(&mut *conn)
         .await?;
         Ok(u64::try_from(set).unwrap_or(0).saturating_mul(page))
+    }
+
+    /// [`Quota::apply`] on the group committer's connection.
+    pub(super) fn apply_direct(&self, conn: &rusqlite::Connection) -> rusqlite::Result<()> {
+        let page: i64 = conn.query_row("PRAGMA page_size", [], |r| r.get(0))?;
+        let (_, pages) = self.pages(page);
+        conn.query_row(&format!("PRAGMA max_page_count = {pages}"), [], |_| Ok(()))
+    }
+
+    /// The page size (`page` as SQLite reported it) and the pages the quota allows.
+    fn pages(&self, page: i64) -> (u64, u64) {
+        let page = u64::try_from(page).unwrap_or(4096).max(1);
+        let pages = self
+            .get()
+            .map_or(MAX_PAGES, |b| (b / page).clamp(1, MAX_PAGES));
+        (page, pages)
     }
 }
 

@@ -23,7 +23,7 @@ use sqlx::sqlite::{
 use sqlx::{QueryBuilder, Row, Sqlite, SqliteConnection};
 use tokio::sync::{mpsc, oneshot};
 
-use commit::{Job, MAX_BATCH, group_committer};
+use commit::{Job, MAX_BATCH, Message};
 
 use crate::domain::{
     self, Branch, BranchName, Expose, Hash, Node, NodeContent, NodeId, PathView, Session,
@@ -42,6 +42,9 @@ pub enum Error {
     Domain(#[from] domain::Error),
     #[error("database: {0}")]
     Database(#[from] sqlx::Error),
+    /// A failure on the group committer's connection.
+    #[error("database: {0}")]
+    Sqlite(#[from] rusqlite::Error),
     #[error("migration: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
     #[error("corrupt store: {0}")]
@@ -98,7 +101,10 @@ pub struct Store {
     reader: SqlitePool,
     cache: Arc<std::sync::Mutex<ReadCache>>,
     /// Appends go to the group committer, which writes many in one transaction and one fsync.
-    appends: mpsc::Sender<Job>,
+    appends: mpsc::Sender<Message>,
+    /// Taken by every write, on the committer's connection or the writer pool's, so that one
+    /// waits here in turn rather than in SQLite's busy handler (which sleeps and is unfair).
+    write_lock: Arc<tokio::sync::Mutex<()>>,
     path: Arc<PathBuf>,
     quota: Arc<Quota>,
 }
@@ -170,10 +176,19 @@ impl Store {
             .connect_with(options.read_only(true))
             .await
             .map_err(|e| unusable(e.into()))?;
-        let (appends, jobs) = mpsc::channel(MAX_BATCH * 4);
-        tokio::spawn(group_committer(writer.clone(), jobs));
+        let committer = commit::connect(path, &config).map_err(|e| unusable(e.into()))?;
+        let write_lock = Arc::new(tokio::sync::Mutex::new(()));
+        let (appends, inbox) = mpsc::channel(MAX_BATCH * 4);
+        commit::spawn(
+            committer,
+            Arc::clone(&write_lock),
+            Arc::clone(&quota),
+            inbox,
+        )
+        .map_err(|e| check::unusable(path, format!("cannot start the committer: {e}")))?;
         Ok(Self {
             writer,
+            write_lock,
             reader,
             cache: Arc::default(),
             appends,
@@ -193,10 +208,22 @@ impl Store {
         Ok(self.quota.apply(&mut conn).await?)
     }
 
-    /// Closes both pools, checkpointing the WAL.
+    /// Stops the group committer (after the batch in hand) and closes both pools; the last
+    /// connection to close checkpoints the WAL.
     pub async fn close(&self) {
+        let (reply, closed) = oneshot::channel();
+        if self.appends.send(Message::Close(reply)).await.is_ok() {
+            let _ = closed.await;
+        }
         self.reader.close().await;
         self.writer.close().await;
+    }
+
+    /// Opens a write transaction on the writer pool's connection, in turn with the committer.
+    async fn begin_write(&self) -> Result<WriteTx> {
+        let lock = Arc::clone(&self.write_lock).lock_owned().await;
+        let tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
+        Ok(WriteTx { tx, _lock: lock })
     }
 
     // ------------------------------------------------------------ sessions
@@ -211,7 +238,7 @@ impl Store {
     ) -> Result<Session> {
         let id = SessionId::new();
         let now = now_ms();
-        let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
+        let mut tx = self.begin_write().await?;
         if let Some(existing) = keyed_session(&mut tx, tenant, key).await? {
             tx.rollback().await?;
             return self.get_session(existing).await;
@@ -300,7 +327,7 @@ impl Store {
         from: Option<NodeId>,
     ) -> Result<Branch> {
         let now = now_ms();
-        let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
+        let mut tx = self.begin_write().await?;
         ensure_session(&mut tx, session).await?;
         let head = match from {
             Some(id) => {
@@ -346,7 +373,7 @@ impl Store {
 
     /// Removes the ref; the nodes stay.
     pub async fn delete_branch(&self, session: SessionId, name: &BranchName) -> Result<()> {
-        let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
+        let mut tx = self.begin_write().await?;
         ensure_session(&mut tx, session).await?;
         let done = sqlx::query("DELETE FROM branches WHERE session_id = ? AND name = ?")
             .bind(session.as_bytes().as_slice())
@@ -368,7 +395,7 @@ impl Store {
     pub async fn append(&self, request: AppendRequest) -> Result<AppendOutcome> {
         let (reply, answer) = oneshot::channel();
         self.appends
-            .send(Job { request, reply })
+            .send(Message::Append(Job { request, reply }))
             .await
             .map_err(|_| Error::Closed)?;
         answer
@@ -404,7 +431,7 @@ impl Store {
     ) -> Result<Session> {
         let session = SessionId::new();
         let now = now_ms();
-        let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
+        let mut tx = self.begin_write().await?;
         if let Some(existing) = keyed_session(&mut tx, tenant, key).await? {
             tx.rollback().await?;
             return self.get_session(existing).await;
@@ -439,7 +466,7 @@ impl Store {
                         })?),
                     };
                     let written = writes
-                        .write(&mut tx, session, &target, &mut contents, &|k| {
+                        .write(&mut *tx, session, &target, &mut contents, &|k| {
                             format!("line {}", lines[k])
                         })
                         .await?;
@@ -739,6 +766,38 @@ impl ReadCache {
     }
 }
 
+/// A transaction on the writer pool's connection, holding the store's write lock until it
+/// ends. Dropped without [`WriteTx::commit`], it rolls back.
+struct WriteTx {
+    // Declared first: dropped (its ROLLBACK queued) before the lock is released.
+    tx: sqlx::Transaction<'static, Sqlite>,
+    _lock: tokio::sync::OwnedMutexGuard<()>,
+}
+
+impl WriteTx {
+    async fn commit(self) -> Result<()> {
+        Ok(self.tx.commit().await?)
+    }
+
+    async fn rollback(self) -> Result<()> {
+        Ok(self.tx.rollback().await?)
+    }
+}
+
+impl std::ops::Deref for WriteTx {
+    type Target = SqliteConnection;
+
+    fn deref(&self) -> &SqliteConnection {
+        &self.tx
+    }
+}
+
+impl std::ops::DerefMut for WriteTx {
+    fn deref_mut(&mut self) -> &mut SqliteConnection {
+        &mut self.tx
+    }
+}
+
 // ---------------------------------------------------------------- helpers
 
 /// The wall clock in Unix milliseconds: what the store stamps on what it writes, and what a
@@ -763,7 +822,11 @@ const NODE_COLUMNS: &str =
 
 /// A nullable 16-byte id column (any UUID-keyed id).
 fn uuid_column(row: &SqliteRow, column: &str) -> Result<Option<[u8; 16]>> {
-    let bytes: Option<Vec<u8>> = row.try_get(column)?;
+    uuid_from(row.try_get(column)?, column)
+}
+
+/// The value of a nullable 16-byte id column, however it was read.
+fn uuid_from(bytes: Option<Vec<u8>>, column: &str) -> Result<Option<[u8; 16]>> {
     bytes
         .map(|b| {
             <[u8; 16]>::try_from(b.as_slice())
@@ -782,8 +845,12 @@ fn id_column(row: &SqliteRow, column: &str) -> Result<Option<NodeId>> {
 }
 
 fn hash_column(row: &SqliteRow, column: &str) -> Result<Hash> {
-    let bytes: Vec<u8> = row.try_get(column)?;
-    <[u8; 32]>::try_from(bytes.as_slice())
+    hash_from(&row.try_get::<Vec<u8>, _>(column)?, column)
+}
+
+/// The value of a 32-byte hash column, however it was read.
+fn hash_from(bytes: &[u8], column: &str) -> Result<Hash> {
+    <[u8; 32]>::try_from(bytes)
         .map(Hash)
         .map_err(|_| Error::Corrupt(format!("{column} is not 32 bytes")))
 }
