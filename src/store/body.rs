@@ -57,6 +57,8 @@ pub(super) struct CallRow {
 pub(super) enum PartRef {
     /// A text part: `t` is its blob's hash.
     Text { t: String },
+    /// A short text part, in the body itself.
+    Inline { s: String },
     Media {
         mime: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -79,6 +81,11 @@ pub(super) fn kind_code(kind: NodeKind) -> i64 {
     }
 }
 
+/// Texts shorter than this are stored in the node's body rather than as a blob: a blob row
+/// and its hash index cost an append two more page writes, and a short text is rarely repeated
+/// enough for its dedupe to pay. The body is compressed when that pays, inline texts included.
+pub(super) const INLINE_TEXT_BYTES: usize = 1024;
+
 /// Splits content into its stored body and the blobs it refers to.
 pub(super) fn encode<'a>(content: &'a NodeContent) -> (String, Vec<(Hash, &'a [u8])>) {
     let mut blobs = Vec::new();
@@ -86,6 +93,9 @@ pub(super) fn encode<'a>(content: &'a NodeContent) -> (String, Vec<(Hash, &'a [u
         parts
             .iter()
             .map(|part| match part {
+                Part::Text(text) if text.len() < INLINE_TEXT_BYTES => {
+                    PartRef::Inline { s: text.clone() }
+                }
                 Part::Text(text) => {
                     let hash = blob_hash(text.as_bytes());
                     blobs.push((hash, text.as_bytes()));
@@ -192,6 +202,7 @@ impl Body {
             .iter()
             .filter_map(|p| match p {
                 PartRef::Text { t } => Some(t.as_str()),
+                PartRef::Inline { .. } => None,
                 PartRef::Media { blob, .. } => blob.as_deref(),
             })
             .filter_map(|hex| parse_hash(hex).ok())
@@ -216,6 +227,7 @@ impl Body {
                             String::from_utf8(fetch(&t)?)
                                 .map_err(|_| Error::Corrupt(format!("blob {t} is not UTF-8")))?,
                         ),
+                        PartRef::Inline { s } => Part::Text(s),
                         PartRef::Media { mime, blob, url } => Part::Media {
                             mime_type: mime,
                             source: match (blob, url) {

@@ -1,8 +1,9 @@
 //! SQLite persistence: sessions, the node DAG, blobs, branches, functions. The only place with SQL.
 //!
-//! One writer connection serialises writes, each in `BEGIN IMMEDIATE`, so a read-then-write
-//! transaction never fails half-way on a lock; readers use their own pool (WAL lets them run
-//! beside the writer). An append is acknowledged only after its COMMIT.
+//! Writes are serialised by the store's write lock, each in `BEGIN IMMEDIATE`, so a
+//! read-then-write transaction never fails half-way on a lock: appends on the group committer's
+//! own connection (`commit`), the rest on one sqlx writer connection. Readers use their own pool
+//! (WAL lets them run beside the writers). An append is acknowledged only after its COMMIT.
 
 mod body;
 mod check;

@@ -304,15 +304,15 @@ async fn an_append_sees_what_another_process_appended() {
     assert_eq!(app.log(&s, "main").await.len(), 5);
 }
 
-/// A batch larger than one multi-row statement carries (500 rows) is written whole: every node,
-/// every distinct blob, in order.
+/// An append of 1,200 nodes, each with a text long enough to be a blob, is written whole: every
+/// node, every distinct blob, in order.
 #[tokio::test]
-async fn an_append_of_more_rows_than_one_statement_carries_is_whole() {
+async fn an_append_of_1200_nodes_is_whole() {
     let mut app = spawn_app().await;
     let s = app.create_session().await;
     let nodes: Vec<pb::NodeInput> = (0..1_200)
         .map(|i| {
-            let text = big_text(200, &format!("n{i}"));
+            let text = big_text(1_100, &format!("n{i}"));
             if i % 2 == 0 {
                 user(&text)
             } else {
@@ -330,14 +330,13 @@ async fn an_append_of_more_rows_than_one_statement_carries_is_whole() {
     assert_eq!(rendered.len(), 1_200);
     assert_eq!(
         text_of(&rendered[1_199].parts),
-        big_text(200, "n1199"),
+        big_text(1_100, "n1199"),
         "the last node's text"
     );
 }
 
-/// Appends to many sessions at once, twice: the second round takes every session's head from
-/// the committer's memory, checked by guards spread over several statements when a batch holds
-/// more targets than one guard carries (64).
+/// Appends to many sessions at once, twice: batches of many targets, the second round on chain
+/// states the committer remembers, each used only once its stored head is read back unchanged.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn appends_to_many_sessions_at_once_chain_on_their_own_heads() {
     const SESSIONS: usize = 150;

@@ -214,6 +214,24 @@ async fn a_one_mib_tool_result_round_trips() {
     }
 }
 
+/// A text under 1 KiB is kept in its node's body; from 1 KiB on it is a blob, stored once. Both
+/// come back byte for byte.
+#[tokio::test]
+async fn short_texts_stay_in_the_node_and_long_ones_are_blobs() {
+    let mut app = spawn_app().await;
+    let s = app.create_session().await;
+    let short = "é".repeat(511) + "x"; // 1,023 bytes
+    let long = "é".repeat(512); // 1,024 bytes
+    let base = app.blob_count().await;
+    app.append(&s, vec![user(&short), assistant(&short)]).await;
+    assert_eq!(app.blob_count().await, base, "a short text writes no blob");
+    app.append(&s, vec![user(&long), assistant(&long)]).await;
+    assert_eq!(app.blob_count().await, base + 1, "a long text is one blob");
+    let rendered = app.render_branch(&s, "main").await.messages;
+    let texts: Vec<String> = rendered.iter().map(|m| text_of(&m.parts)).collect();
+    assert_eq!(texts, [short.clone(), short, long.clone(), long]);
+}
+
 #[tokio::test]
 async fn identical_content_is_stored_once() {
     let mut app = spawn_app().await;

@@ -402,7 +402,8 @@ async fn a_batch_with_a_bad_later_node_writes_nothing() {
             user("while c1 is open"),
         ],
         vec![
-            user("fresh text that must not be stored"),
+            // Long enough to be stored as a blob rather than in the node's body.
+            user(&"fresh text that must not be stored. ".repeat(64)),
             assistant_calls("", vec![call("c1", "t", "{broken")]),
         ],
     ];
