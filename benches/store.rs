@@ -3,8 +3,8 @@
 //! Every ctxd case talks to `ctxd::server::serve` started in this process on `127.0.0.1:0` over
 //! a SQLite file in a temp dir, with a tonic client, as `tests/api` does. Measured in one run:
 //!
-//! - **floor**: raw SQLite through sqlx in this process, with ctxd's durability (WAL,
-//!   `synchronous=FULL`, one writer connection, `BEGIN IMMEDIATE`): one ~500-byte row per
+//! - **floor**: raw SQLite through its synchronous C API (rusqlite) in this process, with
+//!   ctxd's durability (WAL, `synchronous=FULL`, `BEGIN IMMEDIATE`): one ~500-byte row per
 //!   transaction, one writer. It runs right before and right after the append cases, because
 //!   the machine's fsync latency drifts; ratios refer to the mean of the two, and the targets
 //!   also print the ratio to each.
@@ -12,8 +12,10 @@
 //!   turn), p50/p95 against the floor's per-transaction p50/p95; then 1, 4, 16 and 64 concurrent
 //!   clients (tokio tasks, each its own connection and session), nodes/s against the floor's
 //!   rows/s. **diag** rows split the cost: `Store::append` in process without gRPC (1 and 64
-//!   tasks), one sqlx statement's round trip to its connection's worker thread (no I/O), and
-//!   the floor without its fsync (`synchronous=OFF`).
+//!   tasks), one unary RPC with no storage behind it (a health check) alone and from 64
+//!   concurrent clients (what the RPC stack allows on this machine), the floor through sqlx
+//!   (the async driver, a round trip to its worker thread per statement), and the floor without
+//!   its fsync (`synchronous=OFF`).
 //! - **render**: the `Render` RPC over paths of 100, 1,000 and 10,000 messages cycled from
 //!   `testdata/traces/cc-main-4d5611e5.jsonl` (call ids renamed per cycle, appended one model
 //!   turn per request), per tokenizer, unbudgeted and with a 100k window / 8k reserve. Cold:
@@ -51,6 +53,7 @@ use tokio::task::JoinHandle;
 use tonic::transport::Channel;
 
 type Client = ContextStoreClient<Channel>;
+type HealthClient = tonic_health::pb::health_client::HealthClient<Channel>;
 
 /// The render input, cycled to the path lengths.
 const TRACE: &str = "cc-main-4d5611e5";
@@ -345,6 +348,16 @@ impl Server {
     }
 }
 
+/// A health client on its own HTTP/2 connection.
+async fn health_client(addr: SocketAddr) -> HealthClient {
+    let channel = Channel::from_shared(format!("http://{addr}"))
+        .expect("endpoint")
+        .connect()
+        .await
+        .expect("connect");
+    HealthClient::new(channel)
+}
+
 /// A client on its own HTTP/2 connection.
 async fn connect(addr: SocketAddr) -> Client {
     let channel = Channel::from_shared(format!("http://{addr}"))
@@ -522,7 +535,7 @@ struct Floor {
     rows_per_s: f64,
 }
 
-/// The store's connection options (`Store::open`): WAL, `synchronous=FULL`, a busy timeout.
+/// The store's durability (`Store::open`): WAL, `synchronous=FULL`, a busy timeout.
 fn durable(db: &Path) -> SqliteConnectOptions {
     SqliteConnectOptions::new()
         .filename(db)
@@ -532,68 +545,131 @@ fn durable(db: &Path) -> SqliteConnectOptions {
         .busy_timeout(Duration::from_secs(10))
 }
 
-/// Raw SQLite with ctxd's durability: one ~500-byte row per `BEGIN IMMEDIATE … COMMIT`.
-/// Without `fsync` (`synchronous=OFF`, a diagnostic), the same minus the WAL's fsync.
-async fn floor(db: &Path, texts: &Texts, tag: &str, fsync: bool) -> Floor {
-    let options = if fsync {
-        durable(db)
-    } else {
-        durable(db).synchronous(SqliteSynchronous::Off)
-    };
+const FLOOR_TABLE: &str = "CREATE TABLE IF NOT EXISTS rows (
+    id INTEGER PRIMARY KEY, session BLOB NOT NULL, body TEXT NOT NULL)";
+const FLOOR_INSERT: &str = "INSERT INTO rows (session, body) VALUES (?1, ?2)";
+
+/// Raw SQLite through its synchronous C API (rusqlite, the binding ctxd's committer writes
+/// with), with ctxd's durability: one ~500-byte row per `BEGIN IMMEDIATE … COMMIT`, one writer,
+/// on a blocking thread. Without `fsync` (`synchronous=OFF`, a diagnostic), the same minus the
+/// WAL's fsync.
+async fn floor(db: &Path, texts: &Arc<Texts>, tag: &str, fsync: bool) -> Floor {
+    let (db, texts, tag) = (db.to_path_buf(), Arc::clone(texts), tag.to_owned());
+    tokio::task::spawn_blocking(move || {
+        let conn = rusqlite::Connection::open(&db).expect("open the floor database");
+        conn.query_row("PRAGMA journal_mode = WAL", [], |_| Ok(()))
+            .expect("WAL");
+        let synchronous = if fsync { "FULL" } else { "OFF" };
+        conn.pragma_update(None, "synchronous", synchronous)
+            .expect("synchronous");
+        conn.busy_timeout(Duration::from_secs(10))
+            .expect("busy timeout");
+        conn.execute(FLOOR_TABLE, [])
+            .expect("create the floor table");
+        let session = [7u8; 16];
+        let mut clock = RowClock::new();
+        while clock.more() {
+            let body = texts.get(&tag, clock.rows);
+            let start = Instant::now();
+            conn.execute_batch("BEGIN IMMEDIATE")
+                .expect("begin a floor transaction");
+            conn.prepare_cached(FLOOR_INSERT)
+                .expect("prepare")
+                .execute((session.as_slice(), body))
+                .expect("insert a floor row");
+            conn.execute_batch("COMMIT").expect("commit a floor row");
+            clock.record(start);
+        }
+        clock.finish()
+    })
+    .await
+    .expect("the floor thread")
+}
+
+/// The same rows through sqlx, the async driver of ctxd's other writes: each statement is a
+/// round trip to the connection's worker thread.
+async fn floor_sqlx(db: &Path, texts: &Texts, tag: &str) -> Floor {
     let pool = SqlitePoolOptions::new()
         .max_connections(1)
-        .connect_with(options)
+        .connect_with(durable(db))
         .await
         .expect("open the floor database");
-    sqlx::query(
-        "CREATE TABLE IF NOT EXISTS rows (
-             id INTEGER PRIMARY KEY, session BLOB NOT NULL, body TEXT NOT NULL)",
-    )
-    .execute(&pool)
-    .await
-    .expect("create the floor table");
+    sqlx::query(FLOOR_TABLE)
+        .execute(&pool)
+        .await
+        .expect("create the floor table");
     let session = [7u8; 16];
-    let mut sampler = Sampler::new(FSYNC_PLAN);
-    // The rate counts the timed rows, written back to back, from the first one's start.
-    let mut timed = 0usize;
-    let mut first_timed: Option<Instant> = None;
-    let mut i = 0;
-    while sampler.more() {
-        let body = texts.get(tag, i);
-        i += 1;
+    let mut clock = RowClock::new();
+    while clock.more() {
+        let body = texts.get(tag, clock.rows);
         let start = Instant::now();
         let mut tx = pool
             .begin_with("BEGIN IMMEDIATE")
             .await
             .expect("begin a floor transaction");
-        sqlx::query("INSERT INTO rows (session, body) VALUES (?, ?)")
+        sqlx::query(FLOOR_INSERT)
             .bind(session.as_slice())
             .bind(body)
             .execute(&mut *tx)
             .await
             .expect("insert a floor row");
         tx.commit().await.expect("commit a floor row");
-        sampler.record(start.elapsed());
-        if sampler.timed_since.is_some() {
-            first_timed.get_or_insert(start);
-            timed += 1;
+        clock.record(start);
+    }
+    pool.close().await;
+    clock.finish()
+}
+
+/// A floor's samples, and its rate: the timed rows, written back to back, from the first
+/// one's start.
+struct RowClock {
+    sampler: Sampler,
+    rows: usize,
+    timed: usize,
+    first_timed: Option<Instant>,
+}
+
+impl RowClock {
+    fn new() -> Self {
+        Self {
+            sampler: Sampler::new(FSYNC_PLAN),
+            rows: 0,
+            timed: 0,
+            first_timed: None,
         }
     }
-    let rows_per_s = timed as f64 / first_timed.expect("timed rows").elapsed().as_secs_f64();
-    pool.close().await;
-    Floor {
-        stats: sampler.stats(),
-        rows_per_s,
+
+    fn more(&self) -> bool {
+        self.sampler.more()
+    }
+
+    fn record(&mut self, start: Instant) {
+        self.sampler.record(start.elapsed());
+        self.rows += 1;
+        if self.sampler.timed_since.is_some() {
+            self.first_timed.get_or_insert(start);
+            self.timed += 1;
+        }
+    }
+
+    fn finish(self) -> Floor {
+        let took = self.first_timed.expect("timed rows").elapsed();
+        Floor {
+            rows_per_s: self.timed as f64 / took.as_secs_f64(),
+            stats: self.sampler.stats(),
+        }
     }
 }
 
 // ---------------------------------------------------------------- appends
 
 /// One appending client: through gRPC, or (for the diagnostic rows) `Store::append` in
-/// process, the same call the RPC makes after converting the request.
+/// process, the same call the RPC makes after converting the request, or a health check in
+/// place of the append: what the RPC stack alone allows.
 enum Writer {
     Grpc { client: Client, session: String },
     Direct { store: Store, session: SessionId },
+    Noop(HealthClient),
 }
 
 impl Writer {
@@ -632,6 +708,12 @@ impl Writer {
                     vec![message(role, vec![text(body)], vec![])],
                 )
                 .await;
+            }
+            Writer::Noop(health) => {
+                health
+                    .check(tonic_health::pb::HealthCheckRequest::default())
+                    .await
+                    .expect("a health check");
             }
             Writer::Direct { store, session } => {
                 let role = if user { Role::User } else { Role::Assistant };
@@ -715,32 +797,19 @@ async fn throughput(writers: Vec<Writer>, texts: &Arc<Texts>, tag: &str) -> (f64
     (rate, Stats::of(&mut times))
 }
 
-/// What one sqlx statement costs on a connection like the store's writer: a point `SELECT`
-/// inside an open `BEGIN IMMEDIATE` transaction, no I/O, so what is left is sqlx's round trip
-/// to the connection's worker thread. An append makes about ten such round trips in a row.
-async fn statement_round_trip(db: &Path) -> Stats {
-    let pool = SqlitePoolOptions::new()
-        .max_connections(1)
-        .connect_with(durable(db))
-        .await
-        .expect("open the floor database");
-    let mut tx = pool
-        .begin_with("BEGIN IMMEDIATE")
-        .await
-        .expect("begin a transaction");
+/// What a unary RPC costs through this server with nothing behind it: a `grpc.health.v1`
+/// check on its own connection, the same tonic client and server stack an append crosses.
+async fn rpc_round_trip(addr: SocketAddr) -> Stats {
+    let mut health = health_client(addr).await;
     let mut sampler = Sampler::new(FSYNC_PLAN);
     while sampler.more() {
         let start = Instant::now();
-        let row: Option<(String,)> = sqlx::query_as("SELECT body FROM rows WHERE id = ?")
-            .bind(1i64)
-            .fetch_optional(&mut *tx)
+        health
+            .check(tonic_health::pb::HealthCheckRequest::default())
             .await
-            .expect("a point select");
-        std::hint::black_box(row);
+            .expect("a health check");
         sampler.record(start.elapsed());
     }
-    tx.rollback().await.expect("roll back");
-    pool.close().await;
     sampler.stats()
 }
 
@@ -1036,6 +1105,7 @@ async fn bench() {
     let floor_before = floor(&floor_db, &texts, "f1", true).await;
     let append_server = Server::start(&dir.path().join("append.db")).await;
     let single = append_latency(Writer::grpc(&append_server).await, &texts, "a").await;
+    let rpc = rpc_round_trip(append_server.addr).await;
     let mut levels = Vec::new();
     for &clients in &CLIENTS {
         let mut writers = Vec::with_capacity(clients);
@@ -1044,6 +1114,11 @@ async fn bench() {
         }
         levels.push((clients, throughput(writers, &texts, "t").await));
     }
+    let mut noops = Vec::with_capacity(64);
+    for _ in 0..64 {
+        noops.push(Writer::Noop(health_client(append_server.addr).await));
+    }
+    let (noop_rate, noop_stats) = throughput(noops, &texts, "h").await;
     append_server.stop().await;
     // Diagnostics: the store without gRPC, and one sqlx round trip.
     let direct = Store::open(&dir.path().join("direct.db"))
@@ -1056,7 +1131,7 @@ async fn bench() {
     }
     let (direct_rate, direct_stats) = throughput(writers, &texts, "dt").await;
     direct.close().await;
-    let round_trip = statement_round_trip(&floor_db).await;
+    let sqlx_floor = floor_sqlx(&dir.path().join("sqlx.db"), &texts, "s").await;
     let no_fsync = floor(&dir.path().join("nofsync.db"), &texts, "n", false).await;
     let floor_after = floor(&floor_db, &texts, "f2", true).await;
 
@@ -1104,9 +1179,25 @@ async fn bench() {
     row.value = Some((direct_rate, "nodes/s"));
     rows.push(row);
     rows.push(
-        Row::timed("diag", "one sqlx statement round trip (no I/O)", round_trip)
-            .vs(over_p50(round_trip), "floor p50"),
+        Row::timed("diag", "one unary RPC, no storage (health check)", rpc)
+            .vs(over_p50(rpc), "floor p50"),
     );
+    let mut row = Row::timed(
+        "diag",
+        "64 concurrent clients, a health check instead of an append",
+        noop_stats,
+    )
+    .vs(noop_rate / floor_rate, "floor rows/s");
+    row.value = Some((noop_rate, "calls/s"));
+    rows.push(row);
+    let mut row = Row::timed(
+        "diag",
+        "the floor through sqlx (async driver)",
+        sqlx_floor.stats,
+    )
+    .vs(over_p50(sqlx_floor.stats), "floor p50");
+    row.value = Some((sqlx_floor.rows_per_s, "rows/s"));
+    rows.push(row);
     let mut row = Row::timed(
         "diag",
         "the floor without fsync (synchronous=OFF)",
@@ -1329,6 +1420,20 @@ async fn bench() {
             ),
             "≥ 5×",
             rate64 / floor_rate >= 5.0,
+        ),
+        (
+            "the same, in process without gRPC: Store::append, 1 task".to_owned(),
+            over_p50(direct_single),
+            String::new(),
+            "≤ 1.5×",
+            over_p50(direct_single) <= 1.5,
+        ),
+        (
+            "the same, in process without gRPC: Store::append, 64 tasks".to_owned(),
+            direct_rate / floor_rate,
+            String::new(),
+            "≥ 5×",
+            direct_rate / floor_rate >= 5.0,
         ),
     ];
     for tokenizer in tokenizers {
