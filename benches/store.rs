@@ -12,7 +12,8 @@
 //!   turn), p50/p95 against the floor's per-transaction p50/p95; then 1, 4, 16 and 64 concurrent
 //!   clients (tokio tasks, each its own connection and session), nodes/s against the floor's
 //!   rows/s. **diag** rows split the cost: `Store::append` in process without gRPC (1 and 64
-//!   tasks), one unary RPC with no storage behind it (a health check) alone and from 64
+//!   tasks), an `Append` refused before the store, one unary RPC with no storage behind it (a
+//!   health check) alone and from 64
 //!   concurrent clients (what the RPC stack allows on this machine), the floor through sqlx
 //!   (the async driver, a round trip to its worker thread per statement), and the floor without
 //!   its fsync (`synchronous=OFF`).
@@ -813,6 +814,29 @@ async fn rpc_round_trip(addr: SocketAddr) -> Stats {
     sampler.stats()
 }
 
+/// An `Append` the service refuses before the store (no nodes): the same layers, decoding and
+/// handler an append crosses, without the committer.
+async fn refused_append(server: &Server) -> Stats {
+    let mut client = server.client().await;
+    let session = create_session(&mut client).await;
+    let mut sampler = Sampler::new(FSYNC_PLAN);
+    while sampler.more() {
+        let start = Instant::now();
+        let refused = client
+            .append(pb::AppendRequest {
+                session_id: session.clone(),
+                ..Default::default()
+            })
+            .await;
+        sampler.record(start.elapsed());
+        assert_eq!(
+            refused.expect_err("an append without nodes").code(),
+            tonic::Code::InvalidArgument
+        );
+    }
+    sampler.stats()
+}
+
 // ---------------------------------------------------------------- building sessions
 
 /// Appends `turns` to a new session, one request each, in order.
@@ -1106,6 +1130,7 @@ async fn bench() {
     let append_server = Server::start(&dir.path().join("append.db")).await;
     let single = append_latency(Writer::grpc(&append_server).await, &texts, "a").await;
     let rpc = rpc_round_trip(append_server.addr).await;
+    let refused = refused_append(&append_server).await;
     let mut levels = Vec::new();
     for &clients in &CLIENTS {
         let mut writers = Vec::with_capacity(clients);
@@ -1181,6 +1206,14 @@ async fn bench() {
     rows.push(
         Row::timed("diag", "one unary RPC, no storage (health check)", rpc)
             .vs(over_p50(rpc), "floor p50"),
+    );
+    rows.push(
+        Row::timed(
+            "diag",
+            "one Append refused before the store (no nodes)",
+            refused,
+        )
+        .vs(over_p50(refused), "floor p50"),
     );
     let mut row = Row::timed(
         "diag",
