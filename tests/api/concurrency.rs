@@ -383,3 +383,96 @@ async fn appends_to_many_sessions_at_once_chain_on_their_own_heads() {
         );
     }
 }
+
+/// Other writes take their turn between group commits. 32 tasks append without pause while
+/// sessions and branches are created; with a 50 ms busy timeout, a write that waited in
+/// SQLite's busy handler instead (it sleeps, then retries, and can miss every gap between two
+/// commits) would fail as busy. Every one succeeds, and every append is stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn other_writes_get_their_turn_under_a_stream_of_appends() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    use ctxd::domain::{BranchName, NodeContent, Part, Role, Tenant};
+    use ctxd::store::{AppendRequest, AppendTarget, Config, PathTarget, Store};
+
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let config = Config {
+        busy_timeout: Duration::from_millis(50),
+        ..Config::default()
+    };
+    let store = Store::open_with(&dir.path().join("turns.db"), config)
+        .await
+        .expect("open the store");
+    let stop = Arc::new(AtomicBool::new(false));
+    let appended = Arc::new(AtomicUsize::new(0));
+    let mut appenders = Vec::new();
+    for _ in 0..32 {
+        let (store, stop, appended) = (store.clone(), Arc::clone(&stop), Arc::clone(&appended));
+        let session = store
+            .create_session(&Tenant::local(), Default::default(), None)
+            .await
+            .expect("a session")
+            .id;
+        appenders.push(tokio::spawn(async move {
+            let mut n = 0;
+            while !stop.load(Ordering::Relaxed) {
+                let role = if n % 2 == 0 {
+                    Role::User
+                } else {
+                    Role::Assistant
+                };
+                store
+                    .append(AppendRequest {
+                        session,
+                        target: AppendTarget::Branch(BranchName::main()),
+                        expected_head: None,
+                        idempotency_key: None,
+                        nodes: vec![NodeContent::Message {
+                            role,
+                            parts: vec![Part::Text(format!("message {n}"))],
+                            tool_calls: vec![],
+                        }],
+                    })
+                    .await
+                    .expect("an append");
+                n += 1;
+                appended.fetch_add(1, Ordering::Relaxed);
+            }
+            (session, n)
+        }));
+    }
+    // The appenders are under way before the other writes start.
+    while appended.load(Ordering::Relaxed) < 500 {
+        tokio::task::yield_now().await;
+    }
+    for i in 0..200 {
+        let session = store
+            .create_session(&Tenant::local(), Default::default(), None)
+            .await
+            .unwrap_or_else(|e| panic!("CreateSession {i} under appends: {e}"));
+        store
+            .create_branch(
+                session.id,
+                BranchName::parse("name", "side").expect("a name"),
+                None,
+            )
+            .await
+            .unwrap_or_else(|e| panic!("CreateBranch {i} under appends: {e}"));
+    }
+    stop.store(true, Ordering::Relaxed);
+    for appender in appenders {
+        let (session, n) = appender.await.expect("an appender");
+        let path = store
+            .load_path(session, &PathTarget::Branch(BranchName::main()))
+            .await
+            .expect("the session's path");
+        assert_eq!(
+            path.nodes.len(),
+            n,
+            "session {session} holds each of its appends"
+        );
+    }
+    store.close().await;
+}
