@@ -1201,10 +1201,31 @@ fn unpack(
     }
 }
 
+/// The largest node body a stored frame may claim: far over any request the server takes, so
+/// only a damaged frame is refused.
+const MAX_BODY_BYTES: u64 = 1 << 30;
+
 /// A node body stored compressed (`body_z`).
 fn unpack_body(packed: &[u8]) -> Result<String> {
-    let bytes = zstd::stream::decode_all(packed)
-        .map_err(|e| Error::Corrupt(format!("a compressed node body does not decode: {e}")))?;
+    thread_local! {
+        // A zstd context costs more to set up than a small body costs to decode.
+        static DECOMPRESSOR: std::cell::RefCell<Option<zstd::bulk::Decompressor<'static>>> =
+            std::cell::RefCell::new(zstd::bulk::Decompressor::new().ok());
+    }
+    let corrupt = |e: &dyn std::fmt::Display| {
+        Error::Corrupt(format!("a compressed node body does not decode: {e}"))
+    };
+    // Bodies are written whole by `compress`, so their frames record their size.
+    let size = match zstd::zstd_safe::get_frame_content_size(packed) {
+        Ok(Some(size)) if size <= MAX_BODY_BYTES => {
+            usize::try_from(size).map_err(|e| corrupt(&e))?
+        }
+        Ok(_) | Err(_) => return Err(corrupt(&"its frame has no valid size")),
+    };
+    let bytes = DECOMPRESSOR
+        .with(|d| d.borrow_mut().as_mut().map(|d| d.decompress(packed, size)))
+        .unwrap_or_else(|| zstd::stream::decode_all(packed))
+        .map_err(|e| corrupt(&e))?;
     String::from_utf8(bytes)
         .map_err(|_| Error::Corrupt("a compressed node body is not UTF-8".into()))
 }
