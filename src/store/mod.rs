@@ -1185,20 +1185,26 @@ fn compress(data: &[u8]) -> (i64, std::borrow::Cow<'_, [u8]>) {
     (CODEC_RAW, std::borrow::Cow::Borrowed(data))
 }
 
-/// A stored blob's bytes, decoded with `decoder` when compressed (`size` is the raw size).
-fn unpack(
-    decoder: &mut zstd::bulk::Decompressor<'_>,
-    codec: i64,
-    data: Vec<u8>,
-    size: usize,
-) -> Result<Vec<u8>> {
+/// A stored blob's bytes, decoded when compressed (`size` is the raw size).
+fn unpack(codec: i64, data: Vec<u8>, size: usize) -> Result<Vec<u8>> {
     match codec {
         CODEC_RAW => Ok(data),
-        CODEC_ZSTD => decoder
-            .decompress(&data, size)
+        CODEC_ZSTD => decompress(&data, size)
             .map_err(|e| Error::Corrupt(format!("a zstd blob does not decode: {e}"))),
         other => Err(Error::Corrupt(format!("unknown blob codec {other}"))),
     }
+}
+
+/// Decodes one zstd frame of `size` raw bytes with this thread's decoder.
+fn decompress(packed: &[u8], size: usize) -> std::io::Result<Vec<u8>> {
+    thread_local! {
+        // A zstd context costs more to set up than a small body or blob costs to decode.
+        static DECOMPRESSOR: std::cell::RefCell<Option<zstd::bulk::Decompressor<'static>>> =
+            std::cell::RefCell::new(zstd::bulk::Decompressor::new().ok());
+    }
+    DECOMPRESSOR
+        .with(|d| d.borrow_mut().as_mut().map(|d| d.decompress(packed, size)))
+        .unwrap_or_else(|| zstd::bulk::decompress(packed, size))
 }
 
 /// The largest node body a stored frame may claim: far over any request the server takes, so
@@ -1207,11 +1213,6 @@ const MAX_BODY_BYTES: u64 = 1 << 30;
 
 /// A node body stored compressed (`body_z`).
 fn unpack_body(packed: &[u8]) -> Result<String> {
-    thread_local! {
-        // A zstd context costs more to set up than a small body costs to decode.
-        static DECOMPRESSOR: std::cell::RefCell<Option<zstd::bulk::Decompressor<'static>>> =
-            std::cell::RefCell::new(zstd::bulk::Decompressor::new().ok());
-    }
     let corrupt = |e: &dyn std::fmt::Display| {
         Error::Corrupt(format!("a compressed node body does not decode: {e}"))
     };
@@ -1222,10 +1223,7 @@ fn unpack_body(packed: &[u8]) -> Result<String> {
         }
         Ok(_) | Err(_) => return Err(corrupt(&"its frame has no valid size")),
     };
-    let bytes = DECOMPRESSOR
-        .with(|d| d.borrow_mut().as_mut().map(|d| d.decompress(packed, size)))
-        .unwrap_or_else(|| zstd::stream::decode_all(packed))
-        .map_err(|e| corrupt(&e))?;
+    let bytes = decompress(packed, size).map_err(|e| corrupt(&e))?;
     String::from_utf8(bytes)
         .map_err(|_| Error::Corrupt("a compressed node body is not UTF-8".into()))
 }
@@ -1239,9 +1237,6 @@ async fn hydrate(conn: &mut SqliteConnection, rows: Vec<NodeRow>) -> Result<Vec<
     let wanted: HashSet<Hash> = bodies.iter().flat_map(Body::blob_refs).collect();
     let wanted: Vec<Hash> = wanted.into_iter().collect();
     let mut blobs: HashMap<Hash, Vec<u8>> = HashMap::with_capacity(wanted.len());
-    // One decoder for all blobs: creating a zstd context per blob costs more than decoding.
-    let mut decoder = zstd::bulk::Decompressor::new()
-        .map_err(|e| Error::Corrupt(format!("zstd decoder: {e}")))?;
     for chunk in wanted.chunks(IN_CHUNK) {
         let mut query = QueryBuilder::<Sqlite>::new(
             "SELECT hash, size, codec, data FROM blobs WHERE hash IN (",
@@ -1254,7 +1249,6 @@ async fn hydrate(conn: &mut SqliteConnection, rows: Vec<NodeRow>) -> Result<Vec<
         for row in query.build().fetch_all(&mut *conn).await? {
             let size: i64 = row.try_get("size")?;
             let data = unpack(
-                &mut decoder,
                 row.try_get("codec")?,
                 row.try_get("data")?,
                 usize::try_from(size).unwrap_or(0),
