@@ -18,8 +18,8 @@ use tokio::sync::{Mutex, mpsc, oneshot};
 use super::body::{self, Body};
 use super::fault::{Fault, Quota};
 use super::{
-    AppendOutcome, AppendRequest, AppendTarget, CODEC_ZSTD, Config, Error, NodeRow, Result,
-    compress, hash_from, now_ms, unpack_body, uuid_from,
+    AppendOutcome, AppendRequest, AppendTarget, CODEC_ZSTD, Config, Error, NodeColumns, NodeRow,
+    Result, compress, hash_from, now_ms, uuid_from,
 };
 use crate::domain::{
     self, Admit, BranchName, ChainTail, ClosedChain, Hash, NodeContent, NodeId, SessionId,
@@ -663,14 +663,6 @@ async fn chain_tail(
     ))
 }
 
-/// An idempotency record's columns: the request's fingerprint and the first answer.
-fn idempotency_from(request_hash: &[u8], response: &str) -> Result<(Hash, AppendOutcome)> {
-    let stored = hash_from(request_hash, "request_hash")?;
-    let outcome = serde_json::from_str(response)
-        .map_err(|e| Error::Corrupt(format!("idempotency response: {e}")))?;
-    Ok((stored, outcome))
-}
-
 /// What an idempotent retry must repeat exactly: target, expectation and content.
 fn request_fingerprint(
     target: &AppendTarget,
@@ -694,6 +686,30 @@ fn request_fingerprint(
 }
 
 // ---------------------------------------------------------------- the two transactions
+
+// Statement heads shared by the committer's one-row inserts and an import's multi-row ones;
+// values bind in the order of the columns. Macros, so `concat!` can build whole statements.
+macro_rules! insert_blobs {
+    () => {
+        "INSERT INTO blobs (hash, size, codec, data) "
+    };
+}
+macro_rules! blob_stored_once {
+    () => {
+        " ON CONFLICT (hash) DO NOTHING"
+    };
+}
+macro_rules! insert_nodes {
+    () => {
+        "INSERT INTO nodes (id, session_id, parent_id, function_id, kind, created_at_ms, hash, \
+         body, body_z) "
+    };
+}
+macro_rules! insert_functions {
+    () => {
+        "INSERT INTO functions (id, session_id) "
+    };
+}
 
 /// The sqlx writer connection, in an import's transaction.
 impl Tx for SqliteConnection {
@@ -744,7 +760,7 @@ impl Direct<'_> {
         session: SessionId,
         key: &str,
     ) -> Result<Option<(Hash, AppendOutcome)>> {
-        let row: Option<(Vec<u8>, String)> = self
+        let Some((hash, response)): Option<(Vec<u8>, String)> = self
             .0
             .prepare_cached(
                 "SELECT request_hash, response FROM idempotency WHERE session_id = ?1 AND key = ?2",
@@ -752,9 +768,13 @@ impl Direct<'_> {
             .query_row((session.as_bytes().as_slice(), key), |r| {
                 Ok((r.get(0)?, r.get(1)?))
             })
-            .optional()?;
-        row.map(|(hash, response)| idempotency_from(&hash, &response))
-            .transpose()
+            .optional()?
+        else {
+            return Ok(None);
+        };
+        let outcome = serde_json::from_str(&response)
+            .map_err(|e| Error::Corrupt(format!("idempotency response: {e}")))?;
+        Ok(Some((hash_from(&hash, "request_hash")?, outcome)))
     }
 }
 
@@ -766,7 +786,7 @@ impl Tx for Direct<'_> {
     ) -> Result<Option<NodeId>> {
         let head: Option<Vec<u8>> = self
             .0
-            .prepare_cached("SELECT head_id FROM branches WHERE session_id = ?1 AND name = ?2")?
+            .prepare_cached(super::BRANCH_HEAD)?
             .query_row((session.as_bytes().as_slice(), name.as_str()), |r| r.get(0))
             .optional()?
             .ok_or_else(|| not_found("branch", name))?;
@@ -780,9 +800,7 @@ impl Tx for Direct<'_> {
     ) -> Result<(Option<NodeId>, bool)> {
         let (head, closed_by): (Option<Vec<u8>>, Option<Vec<u8>>) = self
             .0
-            .prepare_cached(
-                "SELECT head_id, closed_by FROM functions WHERE id = ?1 AND session_id = ?2",
-            )?
+            .prepare_cached(super::FUNCTION_ROW)?
             .query_row(
                 (
                     function.as_bytes().as_slice(),
@@ -799,33 +817,21 @@ impl Tx for Direct<'_> {
     }
 
     async fn node_row(&mut self, session: SessionId, id: NodeId, field: &str) -> Result<NodeRow> {
-        type Columns = (
-            Vec<u8>,
-            Option<Vec<u8>>,
-            Option<Vec<u8>>,
-            i64,
-            Vec<u8>,
-            String,
-            Option<Vec<u8>>,
-        );
-        let row: Columns = self
+        let columns = self
             .0
-            .prepare_cached(
-                "SELECT id, parent_id, function_id, created_at_ms, hash, body, body_z
-                 FROM nodes WHERE id = ?1 AND session_id = ?2",
-            )?
+            .prepare_cached(super::NODE_ROW)?
             .query_row(
                 (id.as_bytes().as_slice(), session.as_bytes().as_slice()),
                 |r| {
-                    Ok((
-                        r.get(0)?,
-                        r.get(1)?,
-                        r.get(2)?,
-                        r.get(3)?,
-                        r.get(4)?,
-                        r.get(5)?,
-                        r.get(6)?,
-                    ))
+                    Ok(NodeColumns {
+                        id: r.get(0)?,
+                        parent_id: r.get(1)?,
+                        function_id: r.get(2)?,
+                        created_at_ms: r.get(3)?,
+                        hash: r.get(4)?,
+                        body: r.get(5)?,
+                        body_z: r.get(6)?,
+                    })
                 },
             )
             .optional()?
@@ -833,25 +839,12 @@ impl Tx for Direct<'_> {
                 what: "node",
                 id: format!("{id} ({field})"),
             })?;
-        let (id, parent_id, function_id, created_at_ms, hash, body, body_z) = row;
-        Ok(NodeRow {
-            id: uuid_from(Some(id), "id")?
-                .map(NodeId::from_bytes)
-                .ok_or_else(|| Error::Corrupt("node without id".into()))?,
-            parent_id: uuid_from(parent_id, "parent_id")?.map(NodeId::from_bytes),
-            function_id: uuid_from(function_id, "function_id")?.map(NodeId::from_bytes),
-            created_at_ms,
-            hash: hash_from(&hash, "hash")?,
-            body: match body_z {
-                Some(packed) => unpack_body(&packed)?,
-                None => body,
-            },
-        })
+        NodeRow::from_columns(columns)
     }
 
     async fn ensure_session(&mut self, session: SessionId) -> Result<()> {
         self.0
-            .prepare_cached("SELECT 1 FROM sessions WHERE id = ?1")?
+            .prepare_cached(super::SESSION_EXISTS)?
             .query_row([session.as_bytes().as_slice()], |_| Ok(()))
             .optional()?
             .ok_or_else(|| not_found("session", session))
@@ -862,10 +855,11 @@ impl Tx for Direct<'_> {
         let id = |id: &NodeId| id.as_bytes().to_vec();
         let c = self.0;
         if !pending.blobs.is_empty() {
-            let mut insert = c.prepare_cached(
-                "INSERT INTO blobs (hash, size, codec, data) VALUES (?1, ?2, ?3, ?4)
-                 ON CONFLICT (hash) DO NOTHING",
-            )?;
+            let mut insert = c.prepare_cached(concat!(
+                insert_blobs!(),
+                "VALUES (?, ?, ?, ?)",
+                blob_stored_once!()
+            ))?;
             for blob in &pending.blobs {
                 insert.execute((
                     blob.hash.0.as_slice(),
@@ -875,10 +869,10 @@ impl Tx for Direct<'_> {
                 ))?;
             }
         }
-        let mut insert = c.prepare_cached(
-            "INSERT INTO nodes (id, session_id, parent_id, function_id, kind, created_at_ms,
-                 hash, body, body_z) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-        )?;
+        let mut insert = c.prepare_cached(concat!(
+            insert_nodes!(),
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        ))?;
         for node in &pending.nodes {
             let n = &node.insert;
             insert.execute((
@@ -894,7 +888,7 @@ impl Tx for Direct<'_> {
             ))?;
         }
         for (function, session) in &pending.opened {
-            c.prepare_cached("INSERT INTO functions (id, session_id) VALUES (?1, ?2)")?
+            c.prepare_cached(concat!(insert_functions!(), "VALUES (?, ?)"))?
                 .execute((id(function), session.as_bytes().as_slice()))?;
         }
         for (result, function) in &pending.closes {
@@ -1011,24 +1005,22 @@ impl Pending {
         });
     }
 
-    /// The batch's writes as statements, each ending in `; `.
+    /// An import's writes as multi-row statements, each ending in `; `. An import plans no
+    /// idempotency records: those come from appends, which the committer writes.
     fn push_writes(&self, sql: &mut QueryBuilder<Sqlite>) {
         let id = |id: NodeId| id.as_bytes().to_vec();
         for chunk in self.blobs.chunks(ROWS_PER_STATEMENT) {
-            sql.push("INSERT INTO blobs (hash, size, codec, data) ");
+            sql.push(insert_blobs!());
             sql.push_values(chunk, |mut row, blob| {
                 row.push_bind(blob.hash.0.to_vec())
                     .push_bind(blob.size)
                     .push_bind(blob.codec)
                     .push_bind(blob.data.clone());
             });
-            sql.push(" ON CONFLICT (hash) DO NOTHING; ");
+            sql.push(concat!(blob_stored_once!(), "; "));
         }
         for chunk in self.nodes.chunks(ROWS_PER_STATEMENT) {
-            sql.push(
-                "INSERT INTO nodes (id, session_id, parent_id, function_id, kind, created_at_ms,
-                     hash, body, body_z) ",
-            );
+            sql.push(insert_nodes!());
             sql.push_values(chunk, |mut row, node| {
                 let n = &node.insert;
                 row.push_bind(id(n.id))
@@ -1044,7 +1036,7 @@ impl Pending {
             sql.push("; ");
         }
         for chunk in self.opened.chunks(ROWS_PER_STATEMENT) {
-            sql.push("INSERT INTO functions (id, session_id) ");
+            sql.push(insert_functions!());
             sql.push_values(chunk, |mut row, (function, session)| {
                 row.push_bind(id(*function))
                     .push_bind(session.as_bytes().to_vec());
@@ -1079,19 +1071,6 @@ impl Pending {
                 row.push_bind(id(**function)).push_bind(id(**head));
             });
             sql.push(") AS v WHERE functions.id = v.column1; ");
-        }
-        for chunk in self.idempotency.chunks(ROWS_PER_STATEMENT) {
-            sql.push(
-                "INSERT INTO idempotency (session_id, key, request_hash, response, created_at_ms) ",
-            );
-            sql.push_values(chunk, |mut row, record| {
-                row.push_bind(record.session.as_bytes().to_vec())
-                    .push_bind(record.key.clone())
-                    .push_bind(record.request_hash.0.to_vec())
-                    .push_bind(record.response.clone())
-                    .push_bind(record.created_at_ms);
-            });
-            sql.push("; ");
         }
     }
 }

@@ -486,7 +486,7 @@ impl Store {
     }
 
     pub async fn save_summarizer_output(&self, source: &Hash, text: &str) -> Result<()> {
-        let _write = self.write_lock.lock().await;
+        let mut tx = self.begin_write().await?;
         sqlx::query(
             "INSERT INTO summarizer_outputs (source_key, text, created_at_ms) VALUES (?, ?, ?)
              ON CONFLICT (source_key) DO UPDATE SET text = excluded.text",
@@ -494,9 +494,9 @@ impl Store {
         .bind(source.0.as_slice())
         .bind(text)
         .bind(now_ms())
-        .execute(&self.writer)
+        .execute(&mut *tx)
         .await?;
-        Ok(())
+        tx.commit().await
     }
 }
 

@@ -857,17 +857,43 @@ fn hash_from(bytes: &[u8], column: &str) -> Result<Hash> {
 }
 
 fn node_row_from(row: &SqliteRow) -> Result<NodeRow> {
-    Ok(NodeRow {
-        id: id_column(row, "id")?.ok_or_else(|| Error::Corrupt("node without id".into()))?,
-        parent_id: id_column(row, "parent_id")?,
-        function_id: id_column(row, "function_id")?,
+    NodeRow::from_columns(NodeColumns {
+        id: row.try_get("id")?,
+        parent_id: row.try_get("parent_id")?,
+        function_id: row.try_get("function_id")?,
         created_at_ms: row.try_get("created_at_ms")?,
-        hash: hash_column(row, "hash")?,
-        body: match row.try_get::<Option<Vec<u8>>, _>("body_z")? {
-            Some(packed) => unpack_body(&packed)?,
-            None => row.try_get("body")?,
-        },
+        hash: row.try_get("hash")?,
+        body: row.try_get("body")?,
+        body_z: row.try_get("body_z")?,
     })
+}
+
+/// A node row's columns ([`NODE_COLUMNS`]) as read, by sqlx or by the committer's connection.
+struct NodeColumns {
+    id: Vec<u8>,
+    parent_id: Option<Vec<u8>>,
+    function_id: Option<Vec<u8>>,
+    created_at_ms: i64,
+    hash: Vec<u8>,
+    body: String,
+    body_z: Option<Vec<u8>>,
+}
+
+impl NodeRow {
+    fn from_columns(c: NodeColumns) -> Result<Self> {
+        let id = |bytes, column| Ok::<_, Error>(uuid_from(bytes, column)?.map(NodeId::from_bytes));
+        Ok(NodeRow {
+            id: id(Some(c.id), "id")?.ok_or_else(|| Error::Corrupt("node without id".into()))?,
+            parent_id: id(c.parent_id, "parent_id")?,
+            function_id: id(c.function_id, "function_id")?,
+            created_at_ms: c.created_at_ms,
+            hash: hash_from(&c.hash, "hash")?,
+            body: match c.body_z {
+                Some(packed) => unpack_body(&packed)?,
+                None => c.body,
+            },
+        })
+    }
 }
 
 /// The idempotency key of a write that creates a session, and the hash of what it asked for.
@@ -955,8 +981,16 @@ async fn insert_session(
     Ok(())
 }
 
+/// The statements both the sqlx connections and the committer's run (`?` binds in order in both).
+const SESSION_EXISTS: &str = "SELECT 1 FROM sessions WHERE id = ?";
+const BRANCH_HEAD: &str = "SELECT head_id FROM branches WHERE session_id = ? AND name = ?";
+const FUNCTION_ROW: &str =
+    "SELECT head_id, closed_by FROM functions WHERE id = ? AND session_id = ?";
+const NODE_ROW: &str = "SELECT n.id, n.parent_id, n.function_id, n.created_at_ms, n.hash, n.body,
+    n.body_z FROM nodes n WHERE n.id = ? AND n.session_id = ?";
+
 async fn ensure_session(conn: &mut SqliteConnection, session: SessionId) -> Result<()> {
-    sqlx::query("SELECT 1 FROM sessions WHERE id = ?")
+    sqlx::query(SESSION_EXISTS)
         .bind(session.as_bytes().as_slice())
         .fetch_optional(&mut *conn)
         .await?
@@ -1045,7 +1079,7 @@ async fn branch_head(
     session: SessionId,
     name: &BranchName,
 ) -> Result<Option<NodeId>> {
-    let row = sqlx::query("SELECT head_id FROM branches WHERE session_id = ? AND name = ?")
+    let row = sqlx::query(BRANCH_HEAD)
         .bind(session.as_bytes().as_slice())
         .bind(name.as_str())
         .fetch_optional(&mut *conn)
@@ -1060,13 +1094,12 @@ async fn function_row(
     session: SessionId,
     function: NodeId,
 ) -> Result<(Option<NodeId>, bool)> {
-    let row =
-        sqlx::query("SELECT head_id, closed_by FROM functions WHERE id = ? AND session_id = ?")
-            .bind(function.as_bytes().as_slice())
-            .bind(session.as_bytes().as_slice())
-            .fetch_optional(&mut *conn)
-            .await?
-            .ok_or_else(|| domain::Error::not_found("function", function))?;
+    let row = sqlx::query(FUNCTION_ROW)
+        .bind(function.as_bytes().as_slice())
+        .bind(session.as_bytes().as_slice())
+        .fetch_optional(&mut *conn)
+        .await?
+        .ok_or_else(|| domain::Error::not_found("function", function))?;
     Ok((
         id_column(&row, "head_id")?,
         id_column(&row, "closed_by")?.is_some(),
@@ -1080,18 +1113,15 @@ async fn node_row(
     id: NodeId,
     field: &str,
 ) -> Result<NodeRow> {
-    let row = sqlx::query(
-        "SELECT n.id, n.parent_id, n.function_id, n.created_at_ms, n.hash, n.body, n.body_z
-         FROM nodes n WHERE n.id = ? AND n.session_id = ?",
-    )
-    .bind(id.as_bytes().as_slice())
-    .bind(session.as_bytes().as_slice())
-    .fetch_optional(&mut *conn)
-    .await?
-    .ok_or_else(|| domain::Error::NotFound {
-        what: "node",
-        id: format!("{id} ({field})"),
-    })?;
+    let row = sqlx::query(NODE_ROW)
+        .bind(id.as_bytes().as_slice())
+        .bind(session.as_bytes().as_slice())
+        .fetch_optional(&mut *conn)
+        .await?
+        .ok_or_else(|| domain::Error::NotFound {
+            what: "node",
+            id: format!("{id} ({field})"),
+        })?;
     node_row_from(&row)
 }
 
