@@ -1,6 +1,9 @@
 //! The client commands of the `ctxd` binary against a real server on 127.0.0.1:0 over a SQLite
 //! file in a temp dir: the text output, `--json`, and one-line failures with a non-zero exit.
 
+#[path = "common/chat_http.rs"]
+mod chat_http;
+
 use std::net::SocketAddr;
 use std::process::{Command, Output};
 
@@ -196,54 +199,20 @@ const SUMMARY: &str =
 /// A summarizer over a one-purpose HTTP/1.1 endpoint on 127.0.0.1:0 that answers every request
 /// with a chat completion of [`SUMMARY`].
 async fn fake_summarizer() -> ctxd::summarizer::Summarizer {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
     let url = format!("http://{}/v1", listener.local_addr().expect("local addr"));
-    let body = serde_json::json!({
-        "id": "chatcmpl-test",
-        "object": "chat.completion",
-        "choices": [{
-            "index": 0,
-            "message": {"role": "assistant", "content": SUMMARY},
-            "finish_reason": "stop",
-        }],
-    })
-    .to_string();
     tokio::spawn(async move {
         while let Ok((mut stream, _)) = listener.accept().await {
-            let body = body.clone();
             tokio::spawn(async move {
-                // Read the head, then as many body bytes as it announces.
-                let mut request = Vec::new();
-                let mut buf = [0u8; 16 * 1024];
-                loop {
-                    let Ok(n) = stream.read(&mut buf).await else {
-                        return;
-                    };
-                    if n == 0 {
-                        return;
-                    }
-                    request.extend_from_slice(&buf[..n]);
-                    let text = String::from_utf8_lossy(&request).to_lowercase();
-                    if let Some(end) = text.find("\r\n\r\n") {
-                        let length = text[..end]
-                            .lines()
-                            .find_map(|l| l.strip_prefix("content-length:"))
-                            .and_then(|v| v.trim().parse::<usize>().ok())
-                            .unwrap_or(0);
-                        if request.len() >= end + 4 + length {
-                            break;
-                        }
-                    }
+                if chat_http::read_request(&mut stream, &mut Vec::new())
+                    .await
+                    .is_some()
+                {
+                    let body = chat_http::completion(SUMMARY);
+                    let _ = chat_http::respond(&mut stream, 200, &body, true).await;
                 }
-                let response = format!(
-                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-                let _ = stream.write_all(response.as_bytes()).await;
-                let _ = stream.shutdown().await;
             });
         }
     });

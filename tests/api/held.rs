@@ -5,10 +5,10 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use ctxd::api::pb;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 
+use crate::chat_http;
 use crate::helpers::*;
 
 /// The model's whole answer: short, so the summary is applied.
@@ -67,49 +67,17 @@ async fn answer(
     arrivals: mpsc::UnboundedSender<()>,
     mut released: watch::Receiver<bool>,
 ) {
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 16 * 1024];
-    let complete = loop {
-        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
-            let length = head
-                .lines()
-                .find_map(|l| l.strip_prefix("content-length:"))
-                .and_then(|v| v.trim().parse::<usize>().ok())
-                .unwrap_or(0);
-            if buf.len() >= end + 4 + length {
-                break true;
-            }
-        }
-        match stream.read(&mut chunk).await {
-            Ok(0) | Err(_) => break false,
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-        }
-    };
-    if !complete {
+    if chat_http::read_request(&mut stream, &mut Vec::new())
+        .await
+        .is_none()
+    {
         return;
     }
     let _ = arrivals.send(());
     if released.wait_for(|r| *r).await.is_err() {
         return;
     }
-    let body = serde_json::json!({
-        "id": "chatcmpl-held",
-        "object": "chat.completion",
-        "choices": [{
-            "index": 0,
-            "message": {"role": "assistant", "content": SUMMARY},
-            "finish_reason": "stop",
-        }],
-    })
-    .to_string();
-    let response = format!(
-        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\
-         connection: close\r\n\r\n{body}",
-        body.len()
-    );
-    let _ = stream.write_all(response.as_bytes()).await;
-    let _ = stream.shutdown().await;
+    let _ = chat_http::respond(&mut stream, 200, &chat_http::completion(SUMMARY), true).await;
 }
 
 /// History budget 2,600 tokens against the ~3,200 of [`session_needing_compaction`].

@@ -6,6 +6,8 @@ mod binary;
 mod branches;
 mod budget;
 mod cas;
+#[path = "../common/chat_http.rs"]
+mod chat_http;
 mod concurrency;
 mod crash;
 mod daemon;

@@ -11,11 +11,11 @@ use std::time::{Duration, Instant};
 
 use ctxd::api::pb;
 use prost::Message as _;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
 use tonic::Code;
 
+use crate::chat_http;
 use crate::helpers::*;
 
 // ---------------------------------------------------------------- the scripted provider
@@ -31,16 +31,7 @@ struct Reply {
 impl Reply {
     /// A 200 chat completion whose assistant message is `content`.
     fn ok(content: &str) -> Self {
-        let body = serde_json::json!({
-            "id": "chatcmpl-test",
-            "object": "chat.completion",
-            "choices": [{
-                "index": 0,
-                "message": {"role": "assistant", "content": content},
-                "finish_reason": "stop",
-            }],
-        });
-        Self::status(200, &body.to_string())
+        Self::status(200, &chat_http::completion(content))
     }
 
     fn status(status: u16, body: &str) -> Self {
@@ -113,7 +104,6 @@ struct Provider(Arc<Mutex<ProviderState>>);
 
 const MAX_CONNECTIONS: usize = 256;
 const MAX_REQUESTS_PER_CONNECTION: usize = 256;
-const MAX_REQUEST_BYTES: usize = 16 * 1024 * 1024;
 
 impl Provider {
     /// Binds 127.0.0.1:0 and answers from the script in the background.
@@ -170,67 +160,24 @@ impl Provider {
     async fn serve_connection(self, mut stream: TcpStream) {
         let mut buf = Vec::new();
         for _ in 0..MAX_REQUESTS_PER_CONNECTION {
-            let Some(request) = read_request(&mut stream, &mut buf).await else {
+            let Some(request) = chat_http::read_request(&mut stream, &mut buf)
+                .await
+                .and_then(|(head, body)| parse_request(&head, &body))
+            else {
                 return;
             };
             let reply = self.answer(request);
             if !reply.delay.is_zero() {
                 tokio::time::sleep(reply.delay).await;
             }
-            let head = format!(
-                "HTTP/1.1 {} {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
-                reply.status,
-                if reply.status < 400 { "OK" } else { "Error" },
-                reply.body.len()
-            );
-            let sent = async {
-                stream.write_all(head.as_bytes()).await?;
-                stream.write_all(reply.body.as_bytes()).await?;
-                stream.flush().await
-            };
-            if sent.await.is_err() {
+            if chat_http::respond(&mut stream, reply.status, &reply.body, false)
+                .await
+                .is_err()
+            {
                 return;
             }
         }
     }
-}
-
-/// Reads one HTTP/1.1 request (head and `content-length` body) from `stream`; `buf` keeps what
-/// was read past it. `None` when the peer closes or sends something this server does not take.
-async fn read_request(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Option<Recorded> {
-    let mut chunk = vec![0u8; 64 * 1024];
-    let mut head_end = None;
-    let mut want = None;
-    // Each round reads at least one byte, and the request is capped in size.
-    for _ in 0..MAX_REQUEST_BYTES {
-        if head_end.is_none() {
-            head_end = buf.windows(4).position(|w| w == b"\r\n\r\n").map(|p| p + 4);
-        }
-        if let Some(end) = head_end {
-            let length = *want.get_or_insert_with(|| {
-                String::from_utf8_lossy(&buf[..end])
-                    .lines()
-                    .filter_map(|l| l.split_once(':'))
-                    .find(|(k, _)| k.trim().eq_ignore_ascii_case("content-length"))
-                    .and_then(|(_, v)| v.trim().parse::<usize>().ok())
-                    .unwrap_or(0)
-            });
-            if buf.len() >= end + length {
-                let rest = buf.split_off(end + length);
-                let request = std::mem::replace(buf, rest);
-                return parse_request(&request[..end], &request[end..]);
-            }
-        }
-        if buf.len() > MAX_REQUEST_BYTES {
-            return None;
-        }
-        let n = stream.read(&mut chunk).await.ok()?;
-        if n == 0 {
-            return None;
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    }
-    None
 }
 
 fn parse_request(head: &[u8], body: &[u8]) -> Option<Recorded> {
