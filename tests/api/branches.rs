@@ -103,13 +103,7 @@ async fn branches_are_listed_by_name_and_deleting_one_keeps_the_rest() {
     assert_eq!(session.branches.len(), 4);
 
     let main_before = app.render_branch(&s, "main").await;
-    app.client
-        .delete_branch(pb::DeleteBranchRequest {
-            session_id: s.clone(),
-            name: "alt".into(),
-        })
-        .await
-        .expect("DeleteBranch");
+    app.delete_branch(&s, "alt").await;
 
     let names: Vec<String> = app.branches(&s).await.into_iter().map(|b| b.name).collect();
     assert_eq!(names, vec!["feature/empty", "main", "zeta"]);

@@ -227,13 +227,7 @@ async fn an_append_builds_on_a_head_moved_since_the_last_append() {
     let b = first.node_ids[1].clone();
     let c = app.append(&s, vec![user("c")]).await;
 
-    app.client
-        .delete_branch(pb::DeleteBranchRequest {
-            session_id: s.clone(),
-            name: "main".into(),
-        })
-        .await
-        .expect("DeleteBranch");
+    app.delete_branch(&s, "main").await;
     app.create_branch(&s, "main", &b).await;
 
     let stale = cas(&s, Some(&c.head_id), vec![user("d")]);

@@ -312,6 +312,16 @@ impl TestApp {
             .into_inner()
     }
 
+    pub async fn delete_branch(&mut self, session: &str, name: &str) {
+        self.client
+            .delete_branch(pb::DeleteBranchRequest {
+                session_id: session.into(),
+                name: name.into(),
+            })
+            .await
+            .expect("DeleteBranch");
+    }
+
     pub async fn branches(&mut self, session: &str) -> Vec<pb::Branch> {
         self.client
             .list_branches(pb::ListBranchesRequest {

@@ -407,13 +407,7 @@ async fn a_branch_reset_during_generation_makes_the_commit_stale() {
     let turns = sixteen(&mut app, &s).await;
     let plan = prepare(&mut app, &s, "main").await;
     // Reset main to the end of the first turn: covered nodes of turn 2 leave its path.
-    app.client
-        .delete_branch(pb::DeleteBranchRequest {
-            session_id: s.clone(),
-            name: "main".into(),
-        })
-        .await
-        .expect("DeleteBranch");
+    app.delete_branch(&s, "main").await;
     app.create_branch(&s, "main", &turns[0][3]).await;
     append_turn(&mut app, &s, "main", 7).await;
     let before = rendered(&mut app, &s, "main").await;
