@@ -28,8 +28,30 @@ use crate::domain::{
 
 /// One append waiting for the group committer.
 pub(super) struct Job {
-    pub(super) request: AppendRequest,
-    pub(super) reply: oneshot::Sender<Result<AppendOutcome>>,
+    request: AppendRequest,
+    /// With an idempotency key: what a retry must repeat ([`request_fingerprint`]).
+    fingerprint: Option<Hash>,
+    reply: oneshot::Sender<Result<AppendOutcome>>,
+}
+
+impl Job {
+    /// An append for the committer, fingerprinted here, in the caller's task: hashing the
+    /// content is work the committer's one thread need not do.
+    pub(super) fn new(
+        request: AppendRequest,
+        reply: oneshot::Sender<Result<AppendOutcome>>,
+    ) -> Self {
+        // As sent: the checks fill in result names later.
+        let fingerprint = request
+            .idempotency_key
+            .as_ref()
+            .map(|_| request_fingerprint(&request.target, request.expected_head, &request.nodes));
+        Self {
+            request,
+            fingerprint,
+            reply,
+        }
+    }
 }
 
 /// What the committer is sent.
@@ -139,14 +161,27 @@ async fn group_committer(
         if batch.is_empty() {
             continue;
         }
-        let (mut requests, replies): (Vec<_>, Vec<_>) = batch
-            .into_iter()
-            .map(|job| (job.request, job.reply))
-            .unzip();
+        let mut requests = Vec::with_capacity(batch.len());
+        let mut fingerprints = Vec::with_capacity(batch.len());
+        let mut replies = Vec::with_capacity(batch.len());
+        for job in batch {
+            requests.push(job.request);
+            fingerprints.push(job.fingerprint);
+            replies.push(job.reply);
+        }
         let written = {
             let _write = lock.lock().await;
             match conn.take_quota(&quota) {
-                Ok(()) => write_batch(&mut conn.conn, &mut requests, &targets, &blobs).await,
+                Ok(()) => {
+                    write_batch(
+                        &mut conn.conn,
+                        &mut requests,
+                        &fingerprints,
+                        &targets,
+                        &blobs,
+                    )
+                    .await
+                }
                 Err(e) => Err(e),
             }
         };
@@ -206,26 +241,18 @@ impl Writer {
 async fn write_batch(
     conn: &mut rusqlite::Connection,
     requests: &mut [AppendRequest],
+    fingerprints: &[Option<Hash>],
     targets: &TargetCache,
     blobs: &KnownBlobs,
 ) -> Result<Written> {
     let now = now_ms();
-    // A retry must match the request as sent, before the checks fill in result names.
-    let fingerprints: Vec<Option<Hash>> = requests
-        .iter()
-        .map(|r| {
-            r.idempotency_key
-                .as_ref()
-                .map(|_| request_fingerprint(&r.target, r.expected_head, &r.nodes))
-        })
-        .collect();
     // Dropped without COMMIT on any error below, the transaction rolls back (unless SQLite
     // already did).
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let mut direct = Direct(&tx);
     let mut batch = Batch::new(targets, blobs, now);
     let mut outcomes = Vec::with_capacity(requests.len());
-    for (request, fingerprint) in requests.iter_mut().zip(&fingerprints) {
+    for (request, fingerprint) in requests.iter_mut().zip(fingerprints) {
         match batch.append(&mut direct, request, *fingerprint).await {
             Ok(outcome) => outcomes.push(Ok(outcome)),
             Err(Error::Domain(e)) => outcomes.push(Err(e.into())),

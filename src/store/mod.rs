@@ -396,7 +396,7 @@ impl Store {
     pub async fn append(&self, request: AppendRequest) -> Result<AppendOutcome> {
         let (reply, answer) = oneshot::channel();
         self.appends
-            .send(Message::Append(Job { request, reply }))
+            .send(Message::Append(Job::new(request, reply)))
             .await
             .map_err(|_| Error::Closed)?;
         answer
