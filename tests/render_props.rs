@@ -13,8 +13,8 @@ use ctxd::domain::{
     NodeContent, NodeId, Part, PathView, Role, ToolCall,
 };
 use ctxd::render::{
-    Budget, Callers, Message, MessageRole, Options, Policy, Reduction, Rendered, Report, Trigger,
-    message_tokens, render, visible,
+    Budget, Callers, Message, MessageRole, Microcompact, Options, Policy, Reduction, Rendered,
+    Report, Trigger, message_tokens, render, visible,
 };
 use ctxd::tokens::{Tokenizer, Tokens};
 use proptest::collection::vec;
@@ -341,6 +341,12 @@ fn policy() -> impl Strategy<Value = Policy> {
         1usize..=3,
         any::<bool>(),
         prop::bool::weighted(0.2),
+        (
+            prop::bool::weighted(0.6),
+            200usize..20_000,
+            prop_oneof![Just(0 as Tokens), 1 as Tokens..2000],
+            prop_oneof![Just(0usize), 20usize..400, Just(usize::MAX)],
+        ),
     )
         .prop_map(
             |(
@@ -350,12 +356,21 @@ fn policy() -> impl Strategy<Value = Policy> {
                 retain_turns,
                 snip,
                 reactive,
+                (stepped, recent, clear_at_least_tokens, max_tool_input_chars),
             )| {
                 Policy {
                     max_tool_result_chars,
+                    recent_tool_result_chars: recent,
+                    microcompact: if stepped {
+                        Microcompact::Stepped
+                    } else {
+                        Microcompact::OverBudget
+                    },
                     microcompact_first: first,
                     microcompact_every: every,
                     microcompact_keep: keep,
+                    clear_at_least_tokens,
+                    max_tool_input_chars,
                     idle_ms,
                     retain_turns,
                     snip,
@@ -363,7 +378,11 @@ fn policy() -> impl Strategy<Value = Policy> {
                 }
             },
         );
-    prop_oneof![1 => Just(Policy::default()), 3 => custom]
+    prop_oneof![
+        1 => Just(Policy::default()),
+        1 => Just(Policy::over_budget()),
+        4 => custom
+    ]
 }
 
 fn knobs(policy: impl Strategy<Value = Policy>) -> impl Strategy<Value = Knobs> {
@@ -549,7 +568,16 @@ impl Builder {
         ToolCall {
             call_id,
             name: name.to_owned(),
-            arguments_json: format!(r#"{{"path":"src/{}.rs","n":{k}}}"#, self.seq),
+            // Every third call carries a body long enough for microcompact to stub.
+            arguments_json: if self.seq % 3 == 0 {
+                serde_json::json!({
+                    "path": format!("src/{}.rs", self.seq),
+                    "content": "let x = 1;\n".repeat(12 + self.seq % 50),
+                })
+                .to_string()
+            } else {
+                format!(r#"{{"path":"src/{}.rs","n":{k}}}"#, self.seq)
+            },
         }
     }
 
@@ -1273,6 +1301,9 @@ fn check_retention(
         "the newest turn lost messages\n{}",
         show(&b.messages)
     );
+    if options.policy.microcompact == Microcompact::Stepped {
+        return check_stepped_retention(options, u, b, nu, nb);
+    }
     for ((mu, mb), mro) in nu.iter().zip(nb).zip(nro) {
         prop_assert_eq!(&mb.node_ids, &mu.node_ids);
         prop_assert_eq!(mb.role, mu.role);
@@ -1324,6 +1355,51 @@ fn check_retention(
         &ro.messages[..preamble],
         "the preamble changed"
     );
+    Ok(())
+}
+
+/// Property 2, stepped: results age by count, not by turn. The newest turn keeps every message
+/// (its calls' ids and names; arguments may be stubbed), and the newest `microcompact_keep`
+/// results are never cleared unless the provider refused the request.
+fn check_stepped_retention(
+    options: &Options,
+    u: &Rendered,
+    b: &Rendered,
+    nu: &[Message],
+    nb: &[Message],
+) -> Check {
+    for (mu, mb) in nu.iter().zip(nb) {
+        prop_assert_eq!(&mb.node_ids, &mu.node_ids);
+        prop_assert_eq!(mb.role, mu.role);
+        let ids = |m: &Message| -> Vec<(String, String)> {
+            m.tool_calls
+                .iter()
+                .map(|c| (c.call_id.clone(), c.name.clone()))
+                .collect()
+        };
+        prop_assert_eq!(ids(mb), ids(mu));
+        if mb.reduction == Reduction::None && mb.stubbed_inputs == 0 {
+            prop_assert_eq!(mb, mu);
+        }
+    }
+    if options.policy.reactive {
+        return Ok(());
+    }
+    let newest: Vec<&[NodeId]> = u
+        .messages
+        .iter()
+        .filter(|m| m.role == MessageRole::Tool)
+        .rev()
+        .take(options.policy.microcompact_keep)
+        .map(|m| m.node_ids.as_slice())
+        .collect();
+    for m in &b.messages {
+        prop_assert!(
+            !(m.reduction == Reduction::Cleared && newest.contains(&m.node_ids.as_slice())),
+            "one of the newest results was cleared: {:?}",
+            m.node_ids
+        );
+    }
     Ok(())
 }
 
@@ -1390,7 +1466,8 @@ fn tokens_by_ids(r: &Rendered) -> HashMap<Vec<NodeId>, Tokens> {
 fn check_never_grows(options: &Options, u: &Rendered, b: &Rendered, ro: &Rendered) -> Check {
     prop_assert!(b.report.total_tokens <= u.report.total_tokens);
     prop_assert!(ro.report.total_tokens <= u.report.total_tokens);
-    if options.budget.is_some() && ro.report.fits && !options.policy.reactive {
+    let stepped = options.policy.microcompact == Microcompact::Stepped;
+    if options.budget.is_some() && ro.report.fits && !options.policy.reactive && !stepped {
         prop_assert_eq!(
             b,
             ro,
@@ -1411,12 +1488,16 @@ fn check_never_grows(options: &Options, u: &Rendered, b: &Rendered, ro: &Rendere
             }
             Reduction::Cleared => {
                 prop_assert!(*t < unreduced[&m.node_ids], "cleared {:?} grew", m.node_ids);
+                // Stepped, a result's cut depends on its zone, not only on the budget.
                 prop_assert!(
-                    *t < reduced[&m.node_ids],
+                    stepped || *t < reduced[&m.node_ids],
                     "cleared {:?} grew over its cut",
                     m.node_ids
                 );
             }
+        }
+        if m.stubbed_inputs > 0 {
+            prop_assert!(*t < unreduced[&m.node_ids], "stubbed {:?} grew", m.node_ids);
         }
     }
     Ok(())
@@ -1504,6 +1585,35 @@ fn check_reduction_counts(b: &Rendered) -> Check {
         sorted(truncated),
         "truncated ids"
     );
+    let stubbed: Vec<&Message> = b.messages.iter().filter(|m| m.stubbed_inputs > 0).collect();
+    prop_assert_eq!(
+        r.inputs_stubbed,
+        stubbed.iter().map(|m| m.stubbed_inputs).sum::<usize>(),
+        "inputs_stubbed disagrees with the messages"
+    );
+    prop_assert_eq!(
+        sorted(r.stubbed.clone()),
+        sorted(
+            stubbed
+                .iter()
+                .flat_map(|m| m.node_ids.iter().copied())
+                .collect()
+        ),
+        "stubbed ids"
+    );
+    prop_assert_eq!(r.saved_truncation.items, r.results_truncated);
+    prop_assert_eq!(r.saved_clearing.items, r.results_cleared);
+    prop_assert_eq!(r.saved_stubbing.items, r.inputs_stubbed);
+    // A stub is valid JSON wherever the arguments were.
+    for m in &stubbed {
+        for call in &m.tool_calls {
+            prop_assert!(
+                serde_json::from_str::<serde_json::Value>(&call.arguments_json).is_ok(),
+                "a stub is not JSON: {}",
+                call.arguments_json
+            );
+        }
+    }
     Ok(())
 }
 
@@ -1742,8 +1852,11 @@ proptest! {
                     context(&built, &all)
                 )));
             };
-            if b.reduction == Reduction::None {
+            if b.reduction == Reduction::None && b.stubbed_inputs == 0 {
                 prop_assert_eq!(*b, m);
+            } else if b.stubbed_inputs > 0 {
+                prop_assert_eq!(b.role, MessageRole::Assistant);
+                prop_assert_eq!(b.tool_calls.len(), m.tool_calls.len());
             } else {
                 prop_assert_eq!(b.role, MessageRole::Tool);
             }
@@ -1793,10 +1906,10 @@ proptest! {
         }
     }
 
-    /// Sessions of 60 to 120 tool results under the default policy: the count trigger fires at
-    /// 50 and every 25 more, and all the properties above hold.
+    /// Sessions of 60 to 120 tool results under ctxd's first policy: the count trigger fires at
+    /// 50 and every 25 more when over budget, and all the properties above hold.
     #[test]
-    fn microcompact_count(plan in big_session(), k in knobs(Just(Policy::default()))) {
+    fn microcompact_count(plan in big_session(), k in knobs(Just(Policy::over_budget()))) {
         let built = build(&plan);
         let r = renders(&built, Callers::All, &k);
         with_context(check_pairing(&built, &r.b), &built, &r)?;
@@ -1811,7 +1924,7 @@ proptest! {
         let n = results.len();
         prop_assert!(n >= 60, "{} results", n);
         let over = r.ro.report.total_tokens > limit;
-        let p = Policy::default();
+        let p = Policy::over_budget();
         let step = p.microcompact_first + (n - p.microcompact_first) / p.microcompact_every * p.microcompact_every;
         if over {
             prop_assert_eq!(r.b.report.trigger, Some(Trigger::Count));
@@ -1827,6 +1940,141 @@ proptest! {
         for m in r.b.messages.iter().filter(|m| m.reduction == Reduction::Cleared) {
             prop_assert!(clearable.contains(m.node_ids.as_slice()), "{:?} cleared past the boundary", m.node_ids);
         }
+    }
+}
+
+proptest! {
+    #![proptest_config(config(1000))]
+
+    /// Sessions of 60 to 120 tool results, stepped by count alone (no saving threshold, no
+    /// idle): the boundary is the latest step less `keep`, whether or not over budget; only
+    /// results before it are cleared, and the long arguments of calls before the step are stubbed.
+    #[test]
+    fn stepped_count(plan in big_session(), k in knobs(Just(Policy {
+        clear_at_least_tokens: 0,
+        idle_ms: 10 * 365 * 24 * 3_600_000,
+        ..Policy::default()
+    }))) {
+        let built = build(&plan);
+        let r = renders(&built, Callers::All, &k);
+        with_context(check_pairing(&built, &r.b), &built, &r)?;
+        with_context(check_retention(&built, &r.options, &r.u, &r.b, &r.ro), &built, &r)?;
+        with_context(check_budget(&built, &r.options, &r.u, &r.b), &built, &r)?;
+        with_context(check_never_grows(&r.options, &r.u, &r.b, &r.ro), &built, &r)?;
+        with_context(check_report(&r.u, &r.b), &built, &r)?;
+        with_context(check_reduction_counts(&r.b), &built, &r)?;
+        if r.options.budget.is_none() {
+            return Ok(());
+        }
+        let p = r.options.policy;
+        let results: Vec<&Message> =
+            r.u.messages.iter().filter(|m| m.role == MessageRole::Tool).collect();
+        let n = results.len();
+        // An idle gap before now is a step at the current count.
+        let step = if k.idle {
+            n
+        } else {
+            p.microcompact_first + (n - p.microcompact_first) / p.microcompact_every * p.microcompact_every
+        };
+        prop_assert_eq!(r.b.report.microcompact_boundary, step - p.microcompact_keep, "{}", context(&built, &r));
+        let before: HashSet<&[NodeId]> =
+            results[..step - p.microcompact_keep].iter().map(|m| m.node_ids.as_slice()).collect();
+        let stepped: HashSet<&str> = results[..step]
+            .iter()
+            .filter_map(|m| m.tool_call_id.as_deref())
+            .collect();
+        for m in &r.b.messages {
+            if m.reduction == Reduction::Cleared {
+                prop_assert!(before.contains(m.node_ids.as_slice()), "{:?} cleared past the boundary", m.node_ids);
+            }
+            for call in &m.tool_calls {
+                let long = call.arguments_json.chars().count() > p.max_tool_input_chars;
+                let original = r.u.messages.iter()
+                    .flat_map(|u| u.tool_calls.iter())
+                    .find(|c| c.call_id == call.call_id)
+                    .map(|c| c.arguments_json.as_str());
+                if original != Some(call.arguments_json.as_str()) {
+                    prop_assert!(stepped.contains(call.call_id.as_str()), "{} stubbed after the step", call.call_id);
+                } else if stepped.contains(call.call_id.as_str()) && r.b.report.turns_snipped == 0 {
+                    prop_assert!(!long, "{} is long, before the step, and not stubbed", call.call_id);
+                }
+            }
+        }
+    }
+
+    /// Rendering a rendered context changes nothing: its results are already cut or cleared,
+    /// its stubs are their own fixed point. Steps by count and idle gaps only: a saving
+    /// threshold weighs results by size, and rendering changes their sizes.
+    #[test]
+    fn idempotent(plan in session(true), k in knobs(policy().prop_map(|p| Policy { clear_at_least_tokens: 0, ..p }))) {
+        let built = build(&plan);
+        let options = options(&built.path, Callers::All, &k);
+        let once = render(&built.path, &options, &COUNTER);
+        if once.report.turns_snipped > 0 {
+            return Ok(());
+        }
+        let again = render(&rendered_path(&built.path, &once), &options, &COUNTER);
+        let sent = |r: &Rendered| -> Vec<(MessageRole, Vec<Part>, Vec<ToolCall>, Option<String>)> {
+            r.messages
+                .iter()
+                .map(|m| (m.role, m.parts.clone(), m.tool_calls.clone(), m.tool_call_id.clone()))
+                .collect()
+        };
+        prop_assert_eq!(
+            sent(&again),
+            sent(&once),
+            "a rendered context rendered again changed\nonce:\n{}\nagain:\n{}\npolicy {:?}",
+            show(&once.messages),
+            show(&again.messages),
+            options.policy
+        );
+    }
+}
+
+/// `path` with every node's content replaced by what `rendered` shows of it.
+fn rendered_path(path: &PathView, rendered: &Rendered) -> PathView {
+    let mut shown: HashMap<NodeId, &Message> = HashMap::new();
+    for m in &rendered.messages {
+        if let Some(last) = m.node_ids.last() {
+            shown.insert(*last, m);
+        }
+    }
+    let text = |m: &Message| -> String {
+        m.parts
+            .iter()
+            .filter_map(|p| match p {
+                Part::Text(t) => Some(t.as_str()),
+                Part::Media { .. } => None,
+            })
+            .collect()
+    };
+    let rewrite = |node: &Arc<Node>| -> Arc<Node> {
+        let Some(m) = shown.get(&node.id) else {
+            return node.clone();
+        };
+        let mut node = (**node).clone();
+        match &mut node.content {
+            NodeContent::Message { tool_calls, .. } => {
+                for call in tool_calls.iter_mut() {
+                    if let Some(c) = m.tool_calls.iter().find(|c| c.call_id == call.call_id) {
+                        call.arguments_json.clone_from(&c.arguments_json);
+                    }
+                }
+            }
+            NodeContent::ToolResult { parts, .. } => parts.clone_from(&m.parts),
+            NodeContent::FunctionResult(result) => result.output = text(m),
+            NodeContent::FunctionCall { .. } => {}
+        }
+        Arc::new(node)
+    };
+    PathView {
+        nodes: path.nodes.iter().map(rewrite).collect(),
+        chains: path
+            .chains
+            .iter()
+            .map(|(id, chain)| (*id, chain.iter().map(rewrite).collect()))
+            .collect(),
+        ..path.clone()
     }
 }
 

@@ -5,7 +5,7 @@ use crate::domain::{
     Branch, Error, Expose, FunctionResult, FunctionStatus, MediaSource, Node, NodeContent,
     NodeKind, Part, Role, Session, ToolCall,
 };
-use crate::render::{Budget, Message, MessageRole, Policy, Reduction, Report, Trigger};
+use crate::render::{Budget, Message, MessageRole, Policy, Reduction, Report, Saved, Trigger};
 use crate::tokens::Tokens;
 
 // ---------------------------------------------------------------- requests
@@ -345,6 +345,7 @@ pub fn rendered(m: Message, tokens: Tokens) -> pb::RenderedMessage {
         tokens,
         truncated: matches!(m.reduction, Reduction::Truncated { .. }),
         cleared: m.reduction == Reduction::Cleared,
+        inputs_stubbed: count(m.stubbed_inputs),
     }
 }
 
@@ -363,12 +364,34 @@ pub fn budget(b: Option<pb::Budget>) -> Result<Option<Budget>, Error> {
     Ok(Some(budget))
 }
 
-pub fn policy(p: Option<pb::RenderPolicy>) -> Policy {
-    let defaults = Policy::default();
-    let Some(p) = p else { return defaults };
+pub fn policy(p: Option<pb::RenderPolicy>) -> Result<Policy, Error> {
+    let Some(p) = p else {
+        return Ok(Policy::default());
+    };
+    let defaults = match pb::MicrocompactMode::try_from(p.microcompact) {
+        Ok(pb::MicrocompactMode::OverBudget) => Policy::over_budget(),
+        Ok(pb::MicrocompactMode::Unspecified | pb::MicrocompactMode::Stepped) => Policy::default(),
+        Err(_) => {
+            return Err(Error::invalid(
+                "policy.microcompact",
+                format!("unknown value {}", p.microcompact),
+            ));
+        }
+    };
     let or = |value: u32, default: usize| if value == 0 { default } else { value as usize };
-    Policy {
+    Ok(Policy {
         max_tool_result_chars: or(p.max_tool_result_chars, defaults.max_tool_result_chars),
+        recent_tool_result_chars: or(
+            p.recent_tool_result_chars,
+            defaults.recent_tool_result_chars,
+        ),
+        microcompact: defaults.microcompact,
+        clear_at_least_tokens: p
+            .clear_at_least_tokens
+            .unwrap_or(defaults.clear_at_least_tokens),
+        max_tool_input_chars: p
+            .max_tool_input_chars
+            .map_or(defaults.max_tool_input_chars, |v| v as usize),
         microcompact_first: or(p.microcompact_first, defaults.microcompact_first),
         microcompact_every: or(p.microcompact_every, defaults.microcompact_every),
         microcompact_keep: or(p.microcompact_keep, defaults.microcompact_keep),
@@ -380,7 +403,7 @@ pub fn policy(p: Option<pb::RenderPolicy>) -> Policy {
         retain_turns: or(p.retain_turns, defaults.retain_turns),
         snip: p.snip.unwrap_or(defaults.snip),
         reactive: p.reactive,
-    }
+    })
 }
 
 fn count(n: usize) -> u32 {
@@ -430,5 +453,18 @@ pub fn report(r: &Report) -> pb::ContextReport {
             .to_owned(),
         microcompact_boundary: count(r.microcompact_boundary),
         stable_prefix_messages: count(r.stable_prefix_messages),
+        inputs_stubbed: count(r.inputs_stubbed),
+        stubbed_node_ids: ids(&r.stubbed),
+        saved_truncation: Some(saved(&r.saved_truncation)),
+        saved_clearing: Some(saved(&r.saved_clearing)),
+        saved_stubbing: Some(saved(&r.saved_stubbing)),
+    }
+}
+
+fn saved(s: &Saved) -> pb::StepSavings {
+    pb::StepSavings {
+        items: count(s.items),
+        chars: s.chars as u64,
+        tokens: s.tokens,
     }
 }

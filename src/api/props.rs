@@ -10,7 +10,7 @@ use super::service::{
 };
 use super::{convert, pb};
 use crate::domain::{BranchName, Node, NodeId};
-use crate::render::{Callers, Policy};
+use crate::render::{Callers, Microcompact, Policy};
 use crate::store::{AppendTarget, PathTarget};
 use crate::tokens::Tokenizer;
 
@@ -179,6 +179,7 @@ fn budget() -> impl Strategy<Value = Option<pb::Budget>> {
 
 fn policy() -> impl Strategy<Value = Option<pb::RenderPolicy>> {
     let value = || prop_oneof![Just(0u32), 1u32..100, any::<u32>()];
+    let mode = prop_oneof![Just(0i32), Just(1), Just(2), any::<i32>()];
     proptest::option::of(
         (
             (value(), value(), value(), value()),
@@ -188,9 +189,19 @@ fn policy() -> impl Strategy<Value = Option<pb::RenderPolicy>> {
                 proptest::option::of(any::<bool>()),
                 any::<bool>(),
             ),
+            (
+                mode,
+                value(),
+                proptest::option::of(value()),
+                proptest::option::of(value()),
+            ),
         )
             .prop_map(
-                |((chars, first, every, keep), (idle, retain, snip, reactive))| pb::RenderPolicy {
+                |(
+                    (chars, first, every, keep),
+                    (idle, retain, snip, reactive),
+                    (microcompact, recent, clear_at_least, input_chars),
+                )| pb::RenderPolicy {
                     max_tool_result_chars: chars,
                     microcompact_first: first,
                     microcompact_every: every,
@@ -199,6 +210,10 @@ fn policy() -> impl Strategy<Value = Option<pb::RenderPolicy>> {
                     retain_turns: retain,
                     snip,
                     reactive,
+                    microcompact,
+                    recent_tool_result_chars: recent,
+                    clear_at_least_tokens: clear_at_least,
+                    max_tool_input_chars: input_chars,
                 },
             ),
     )
@@ -443,10 +458,18 @@ proptest! {
                 } else {
                     prop_assert!(options.budget.is_none());
                 }
-                // Zero means the default; anything else is carried as sent.
-                let defaults = Policy::default();
+                // Zero means the default (ctxd's first policy's, when asked for); anything else is
+                // carried as sent.
                 let p = request.policy.unwrap_or_default();
+                let defaults = if p.microcompact == 2 { Policy::over_budget() } else { Policy::default() };
                 let or = |v: u32, d: usize| if v == 0 { d } else { v as usize };
+                prop_assert_eq!(
+                    options.policy.microcompact,
+                    if p.microcompact == 2 { Microcompact::OverBudget } else { Microcompact::Stepped }
+                );
+                prop_assert_eq!(options.policy.recent_tool_result_chars, or(p.recent_tool_result_chars, defaults.recent_tool_result_chars));
+                prop_assert_eq!(options.policy.clear_at_least_tokens, p.clear_at_least_tokens.unwrap_or(defaults.clear_at_least_tokens));
+                prop_assert_eq!(options.policy.max_tool_input_chars, p.max_tool_input_chars.map_or(defaults.max_tool_input_chars, |v| v as usize));
                 prop_assert_eq!(options.policy.max_tool_result_chars, or(p.max_tool_result_chars, defaults.max_tool_result_chars));
                 prop_assert_eq!(options.policy.microcompact_first, or(p.microcompact_first, defaults.microcompact_first));
                 prop_assert_eq!(options.policy.microcompact_every, or(p.microcompact_every, defaults.microcompact_every));
@@ -464,8 +487,11 @@ proptest! {
             }
             Err(status) => {
                 let field = named_field(&status);
-                let fields = ["session_id", "branch", "node_id", "function_id", "tokenizer", "callers", "budget"];
+                let fields = ["session_id", "branch", "node_id", "function_id", "tokenizer", "callers", "budget", "policy.microcompact"];
                 prop_assert!(fields.contains(&field), "{:?}", status.message());
+                if field == "policy.microcompact" {
+                    prop_assert!(request.policy.is_some_and(|p| !(0..=2).contains(&p.microcompact)));
+                }
                 if field == "budget" {
                     prop_assert!(history.is_some_and(|h| h <= 0), "{:?}", status.message());
                 }

@@ -730,7 +730,7 @@ pub(super) fn render_request(
     let options = Options {
         callers,
         budget: parse(convert::budget(args.budget))?,
-        policy: convert::policy(args.policy),
+        policy: parse(convert::policy(args.policy))?,
         now_ms: if args.now_unix_ms == 0 {
             now_ms()
         } else {

@@ -7,6 +7,7 @@
 
 pub mod format;
 mod overlay;
+mod stub;
 mod tiers;
 mod visibility;
 
@@ -15,6 +16,7 @@ use crate::domain::{NodeId, Part, PathView, SummaryId, ToolCall};
 use crate::tokens::{Count, MEDIA_TOKENS, MESSAGE_OVERHEAD, TOOL_CALL_OVERHEAD, Tokenizer, Tokens};
 
 pub use overlay::{SUMMARY_HEADER, active_summary, applies, overlay, summary_message};
+pub use stub::stub_arguments;
 pub use tiers::{cleared_placeholder, truncation_marker, turn_starts};
 pub use visibility::visible;
 
@@ -55,6 +57,8 @@ pub struct Message {
     /// Set on messages from inside a function's internal chain.
     pub function_id: Option<NodeId>,
     pub reduction: Reduction,
+    /// Tool calls of this message whose arguments microcompact replaced by a stub.
+    pub stubbed_inputs: usize,
     /// Set on the message a summary renders as.
     pub summary_id: Option<SummaryId>,
 }
@@ -67,13 +71,36 @@ pub enum Callers {
     None,
 }
 
-/// How the engine fits a path into a budget.
+/// When microcompact clears old tool results.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Microcompact {
+    /// At fixed counts of tool results (and idle gaps), whether or not over budget, so the
+    /// context stays small and its prefix changes only at steps.
+    #[default]
+    Stepped,
+    /// Only when the context is over budget (or idle, or reactive): ctxd's first policy.
+    OverBudget,
+}
+
+/// How the engine fits a path into a budget. The defaults are measured by
+/// `cargo bench --bench economy` (bench/ECONOMY.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Policy {
+    /// The standard cap: a longer tool result keeps its head and tail. Stepped, it applies to
+    /// results kept at the last step; over budget, to every result.
     pub max_tool_result_chars: usize,
+    /// Stepped: the cap of results newer than the last step, reduced to the standard cap (or
+    /// cleared) at the next step, so the tail is rewritten once per step.
+    pub recent_tool_result_chars: usize,
+    pub microcompact: Microcompact,
     pub microcompact_first: usize,
     pub microcompact_every: usize,
     pub microcompact_keep: usize,
+    /// Stepped: a count step is taken only when it saves at least this many tokens; a step
+    /// rewrites the cached tail, so a small one costs more than it saves.
+    pub clear_at_least_tokens: Tokens,
+    /// Stepped: arguments of calls whose results are cleared are stubbed when longer than this.
+    pub max_tool_input_chars: usize,
     pub idle_ms: i64,
     pub retain_turns: usize,
     pub snip: bool,
@@ -90,6 +117,18 @@ impl Policy {
             idle_ms: i64::MAX,
             snip: false,
             reactive: false,
+            ..Self::over_budget()
+        }
+    }
+
+    /// ctxd's first default: clear only when over budget, keep 5.
+    pub fn over_budget() -> Self {
+        Self {
+            max_tool_result_chars: 4000,
+            microcompact: Microcompact::OverBudget,
+            microcompact_first: 50,
+            microcompact_every: 25,
+            microcompact_keep: 5,
             ..Self::default()
         }
     }
@@ -98,10 +137,14 @@ impl Policy {
 impl Default for Policy {
     fn default() -> Self {
         Self {
-            max_tool_result_chars: 4000,
-            microcompact_first: 50,
-            microcompact_every: 25,
-            microcompact_keep: 5,
+            max_tool_result_chars: 6000,
+            recent_tool_result_chars: 12_000,
+            microcompact: Microcompact::Stepped,
+            microcompact_first: 20,
+            microcompact_every: 10,
+            microcompact_keep: 10,
+            clear_at_least_tokens: 4000,
+            max_tool_input_chars: 100,
             idle_ms: 90 * 60 * 1000,
             retain_turns: 2,
             snip: true,
@@ -179,6 +222,23 @@ impl Trigger {
     }
 }
 
+/// What one kind of reduction saved, in messages kept by the render.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Saved {
+    /// Tool results truncated or cleared, or tool calls stubbed.
+    pub items: usize,
+    pub chars: usize,
+    pub tokens: Tokens,
+}
+
+impl Saved {
+    fn add(&mut self, items: usize, chars: usize, tokens: Tokens) {
+        self.items += items;
+        self.chars += chars;
+        self.tokens = self.tokens.saturating_add(tokens);
+    }
+}
+
 /// What a render did. Nothing is dropped without the report saying so.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Report {
@@ -196,8 +256,15 @@ pub struct Report {
     pub results_truncated: usize,
     pub cleared: Vec<NodeId>,
     pub results_cleared: usize,
+    /// Assistant messages with stubbed tool-call arguments, and how many calls were stubbed.
+    pub stubbed: Vec<NodeId>,
+    pub inputs_stubbed: usize,
     pub snipped: Vec<NodeId>,
     pub turns_snipped: usize,
+    /// What each step saved against the message as it was.
+    pub saved_truncation: Saved,
+    pub saved_clearing: Saved,
+    pub saved_stubbing: Saved,
     pub trigger: Option<Trigger>,
     /// Tool results, in path order, before which microcompact may clear.
     pub microcompact_boundary: usize,

@@ -36,6 +36,7 @@ pub fn summary_message(summary: &Summary) -> Message {
         node_ids: Vec::new(),
         function_id: None,
         reduction: Reduction::None,
+        stubbed_inputs: 0,
         summary_id: Some(summary.id),
     }
 }

@@ -2,9 +2,12 @@
 
 use std::collections::HashSet;
 
+use std::collections::HashMap;
+
+use super::stub::stub_arguments;
 use super::{
-    Breakdown, Message, MessageRole, Options, Reduction, Rendered, Report, Trigger,
-    message_breakdown,
+    Breakdown, Message, MessageRole, Microcompact, Options, Policy, Reduction, Rendered, Report,
+    Trigger, message_breakdown,
 };
 use crate::domain::{NodeId, Part, PathView};
 use crate::tokens::{Count, Tokens};
@@ -14,19 +17,19 @@ pub fn truncation_marker(cut_chars: usize, of_chars: usize) -> String {
     format!("\n[… {cut_chars} of {of_chars} characters cut …]\n")
 }
 
-/// The one line left of a cleared tool result: enough for the model to know what it called.
+/// What is left of a cleared tool result. The tool message still carries the call id and the
+/// tool's name, and the call stays in the assistant message before it, so the line says only
+/// why the content is gone: every token of it is paid on every later request.
 pub fn cleared_placeholder(message: &Message) -> String {
-    format!(
-        "[tool result cleared to save context: {} call {}{}]",
-        message.name.as_deref().unwrap_or("tool"),
-        message.tool_call_id.as_deref().unwrap_or("?"),
-        if message.is_error {
-            ", was an error"
-        } else {
-            ""
-        }
-    )
+    if message.is_error {
+        "[error cleared to save context]".to_owned()
+    } else {
+        "[cleared to save context]".to_owned()
+    }
 }
+
+/// Longer than any truncation marker.
+const MARKER_SLACK: usize = 64;
 
 /// Keeps the first 60% and last 40% of `cap` characters of a long tool result.
 fn truncate(message: &mut Message, cap: usize) -> bool {
@@ -38,7 +41,9 @@ fn truncate(message: &mut Message, cap: usize) -> bool {
             Part::Media { .. } => 0,
         })
         .sum();
-    if of_chars <= cap {
+    // A result within a marker's length of the cap is left alone: the cut would save nothing,
+    // and a truncated result is never cut again (rendering a render changes nothing).
+    if of_chars <= cap.saturating_add(MARKER_SLACK) {
         return false;
     }
     // Multi-part text is joined first, so the cut is taken over the result as a whole.
@@ -142,61 +147,307 @@ fn sum(counts: &[Breakdown], keep: impl Fn(usize) -> bool) -> Tokens {
         .fold(0, |s: Tokens, (_, b)| s.saturating_add(b.total()))
 }
 
-/// Applies the budget steps to visible messages and writes the report.
-pub(super) fn fit(
-    mut messages: Vec<Message>,
-    path: &PathView,
-    options: &Options,
-    counter: &dyn Count,
-) -> Rendered {
-    let mut report = Report {
-        tokenizer: counter.tokenizer(),
-        budget: options.budget,
-        fits: true,
-        ..Report::default()
-    };
-    // A budget that leaves nothing is refused at the boundary; here it only means "no budget".
-    let limit = options.budget.and_then(|b| b.history().ok());
-    report.history_budget = limit;
-    let policy = &options.policy;
-    let results: Vec<usize> = (0..messages.len())
-        .filter(|i| messages[*i].role == MessageRole::Tool)
-        .collect();
+fn text_chars(parts: &[Part]) -> usize {
+    parts
+        .iter()
+        .map(|p| match p {
+            Part::Text(t) => t.chars().count(),
+            Part::Media { .. } => 0,
+        })
+        .sum()
+}
 
-    if let Some(limit) = limit {
-        // 3. Budget reduction, always; a cut that would not save tokens (the marker costs some)
-        // is not made, so no step ever grows the context.
-        let mut counts: Vec<Breakdown> = messages
+/// One render's budget steps: the messages, what they cost as they came and as they are now.
+struct Fit<'a> {
+    messages: Vec<Message>,
+    original: Vec<Breakdown>,
+    counts: Vec<Breakdown>,
+    /// Indexes of the tool messages, in order; "result k" is `messages[results[k]]`.
+    results: Vec<usize>,
+    /// Result k's parts as they came, to cut from whatever cap applied before.
+    pristine: Vec<Vec<Part>>,
+    /// Where result k's call is: (message index, index in its `tool_calls`).
+    calls: Vec<Option<(usize, usize)>>,
+    /// Characters each message's stubs removed from its tool-call arguments.
+    stub_chars: Vec<usize>,
+    layout: Layout,
+    counter: &'a dyn Count,
+}
+
+impl<'a> Fit<'a> {
+    fn new(messages: Vec<Message>, path: &PathView, counter: &'a dyn Count) -> Self {
+        let counts: Vec<Breakdown> = messages
             .iter()
             .map(|m| message_breakdown(m, counter))
             .collect();
-        for &i in &results {
-            let original = messages[i].clone();
-            if truncate(&mut messages[i], policy.max_tool_result_chars) {
-                let reduced = message_breakdown(&messages[i], counter);
-                if reduced.total() < counts[i].total() {
-                    counts[i] = reduced;
-                } else {
-                    messages[i] = original;
-                }
+        let results: Vec<usize> = (0..messages.len())
+            .filter(|i| messages[*i].role == MessageRole::Tool)
+            .collect();
+        let pristine = results.iter().map(|&i| messages[i].parts.clone()).collect();
+        // A result's call is in the assistant message that opens its group of results.
+        let calls = results
+            .iter()
+            .map(|&i| {
+                let at = (0..i)
+                    .rev()
+                    .find(|&j| messages[j].role != MessageRole::Tool)?;
+                let id = messages[i].tool_call_id.as_deref()?;
+                let c = messages[at]
+                    .tool_calls
+                    .iter()
+                    .position(|c| c.call_id == id)?;
+                Some((at, c))
+            })
+            .collect();
+        Self {
+            layout: Layout::of(&messages, path),
+            stub_chars: vec![0; messages.len()],
+            original: counts.clone(),
+            counts,
+            results,
+            pristine,
+            calls,
+            messages,
+            counter,
+        }
+    }
+
+    fn total(&self) -> Tokens {
+        sum(&self.counts, |_| true)
+    }
+
+    /// Cuts result `k` to `cap` characters of what it was, when that saves tokens.
+    fn cap(&mut self, k: usize, cap: usize) {
+        let i = self.results[k];
+        if self.messages[i].reduction == Reduction::Cleared {
+            return;
+        }
+        let mut cut = self.messages[i].clone();
+        cut.parts.clone_from(&self.pristine[k]);
+        cut.reduction = Reduction::None;
+        if !truncate(&mut cut, cap) {
+            return;
+        }
+        let reduced = message_breakdown(&cut, self.counter);
+        if reduced.total() < self.counts[i].total() {
+            self.counts[i] = reduced;
+            self.messages[i] = cut;
+        }
+    }
+
+    /// Clears result `k`, unless it is shorter than its placeholder.
+    fn clear(&mut self, k: usize) {
+        let i = self.results[k];
+        if self.messages[i].reduction == Reduction::Cleared {
+            return;
+        }
+        let original = std::mem::take(&mut self.messages[i].parts);
+        let reduction = self.messages[i].reduction;
+        clear(&mut self.messages[i]);
+        let cleared = message_breakdown(&self.messages[i], self.counter);
+        if cleared.total() < self.counts[i].total() {
+            self.counts[i] = cleared;
+        } else {
+            self.messages[i].parts = original;
+            self.messages[i].reduction = reduction;
+        }
+    }
+
+    /// Stubs the arguments of result `k`'s call when they are longer than `over` characters
+    /// and the stub costs fewer tokens.
+    fn stub(&mut self, k: usize, over: usize) {
+        let Some((at, c)) = self.calls[k] else {
+            return;
+        };
+        let args = &self.messages[at].tool_calls[c].arguments_json;
+        let chars = args.chars().count();
+        if chars <= over {
+            return;
+        }
+        let Some(stub) = stub_arguments(args) else {
+            return;
+        };
+        if self.counter.count(&stub) >= self.counter.count(args) {
+            return;
+        }
+        self.stub_chars[at] += chars - stub.chars().count();
+        let message = &mut self.messages[at];
+        message.tool_calls[c].arguments_json = stub;
+        message.stubbed_inputs += 1;
+        self.counts[at] = message_breakdown(message, self.counter);
+    }
+
+    /// The message from which result `k` (or its call) sits: what a step at `k` may change.
+    fn first_message_of(&self, k: usize) -> usize {
+        match self.calls.get(k) {
+            Some(Some((at, _))) => *at,
+            Some(None) => self.results[k],
+            None => self.messages.len(),
+        }
+    }
+
+    /// Stepped microcompact: steps by count and idle gaps, zones, then the over-budget fallback.
+    /// Returns the first message the next step may change.
+    fn stepped(
+        &mut self,
+        path: &PathView,
+        options: &Options,
+        limit: Tokens,
+        report: &mut Report,
+    ) -> usize {
+        let policy = &options.policy;
+        let n = self.results.len();
+        let (boundary, step, trigger) = self.steps(path, options);
+        report.trigger = trigger;
+        report.microcompact_boundary = boundary;
+        for k in 0..n {
+            if k < boundary {
+                self.clear(k);
+                self.stub(k, policy.max_tool_input_chars);
+            } else if k < step {
+                self.cap(k, policy.max_tool_result_chars);
+                self.stub(k, policy.max_tool_input_chars);
+            } else {
+                self.cap(k, policy.recent_tool_result_chars);
             }
         }
-        let layout = Layout::of(&messages, path);
-        let len = messages.len();
-        let newest_turn = layout.newest_turns_start(1);
-        let retained = layout.newest_turns_start(policy.retain_turns);
-        let preamble = layout.preamble(len);
-        // The newest turns are kept whole when they fit with what is never dropped.
-        let retained_fit = sum(&counts, |i| i < preamble || i >= retained) <= limit;
+        // Everything before the boundary is decided; the boundary only moves forward.
+        let stable = self.first_message_of(boundary);
+        if self.total() <= limit && !policy.reactive {
+            return stable;
+        }
+        // Over budget: the standard cap for every result, then a step at the latest count.
+        for k in step..n {
+            self.cap(k, policy.max_tool_result_chars);
+        }
+        if self.total() <= limit && !policy.reactive {
+            return stable;
+        }
+        let newest_turn = self.layout.newest_turns_start(1);
+        let (forced, why) = if policy.reactive {
+            (n, Some(Trigger::Reactive))
+        } else {
+            match count_step(policy, n) {
+                Some(c) if c.saturating_sub(policy.microcompact_keep) > boundary => (
+                    c.saturating_sub(policy.microcompact_keep),
+                    Some(Trigger::Count),
+                ),
+                _ => (boundary, trigger),
+            }
+        };
+        report.trigger = why;
+        report.microcompact_boundary = forced;
+        for k in boundary..forced {
+            let i = self.results[k];
+            // Told the provider refused: all but the newest turn's own results go.
+            if policy.reactive && i >= newest_turn && !self.layout.running[i] {
+                continue;
+            }
+            self.clear(k);
+            self.stub(k, policy.max_tool_input_chars);
+        }
+        stable
+    }
+
+    /// Folds the path's steps in order: (boundary, count at the last step, what triggered it).
+    /// Each step depends only on the results before it, so a later append never moves an
+    /// earlier step.
+    fn steps(&self, path: &PathView, options: &Options) -> (usize, usize, Option<Trigger>) {
+        let policy = &options.policy;
+        let n = self.results.len();
+        // (count, idle): a step may happen once `count` results have rendered.
+        let mut candidates: Vec<(usize, bool)> = Vec::new();
+        let every = policy.microcompact_every.max(1);
+        let mut c = policy.microcompact_first;
+        while c <= n {
+            candidates.push((c, false));
+            c = match c.checked_add(every) {
+                Some(next) => next,
+                None => break,
+            };
+        }
+        if policy.idle_ms < i64::MAX {
+            // An idle gap leaves the provider's cache cold: a step there costs nothing extra.
+            let times: HashMap<NodeId, i64> =
+                path.all_nodes().map(|n| (n.id, n.created_at_ms)).collect();
+            let mut latest: Option<i64> = None;
+            let mut seen = 0;
+            for m in &self.messages {
+                if let Some(t) = m.node_ids.iter().filter_map(|id| times.get(id)).max() {
+                    if latest.is_some_and(|l| t.saturating_sub(l) >= policy.idle_ms) {
+                        candidates.push((seen, true));
+                    }
+                    latest = Some(latest.map_or(*t, |l| l.max(*t)));
+                }
+                if m.role == MessageRole::Tool {
+                    seen += 1;
+                }
+            }
+            if path.nodes.last().is_some_and(|head| {
+                options.now_ms.saturating_sub(head.created_at_ms) >= policy.idle_ms
+            }) {
+                candidates.push((n, true));
+            }
+        }
+        candidates.sort_unstable();
+        let keep = policy.microcompact_keep;
+        let (mut boundary, mut step, mut trigger) = (0, 0, None);
+        for (c, idle) in candidates {
+            let target = c.saturating_sub(keep).max(boundary);
+            if c <= step && target == boundary {
+                continue;
+            }
+            if !idle
+                && policy.clear_at_least_tokens > 0
+                && self.saving(boundary..target, policy.recent_tool_result_chars)
+                    < policy.clear_at_least_tokens
+            {
+                continue;
+            }
+            boundary = target;
+            step = step.max(c);
+            trigger = Some(if idle { Trigger::Idle } else { Trigger::Count });
+        }
+        (boundary, step, trigger)
+    }
+
+    /// An estimate of what clearing results `range` saves: their tokens at `recent_cap`, taken
+    /// as the share of characters the cap keeps.
+    fn saving(&self, range: std::ops::Range<usize>, recent_cap: usize) -> Tokens {
+        range
+            .map(|k| {
+                let tokens = u64::from(self.original[self.results[k]].total());
+                let chars = text_chars(&self.pristine[k]).max(1);
+                let kept = tokens * chars.min(recent_cap) as u64 / chars as u64;
+                Tokens::try_from(kept).unwrap_or(Tokens::MAX)
+            })
+            .fold(0, |s: Tokens, t| s.saturating_add(t))
+    }
+
+    /// ctxd's first policy: budget reduction always, microcompact only over budget.
+    /// Returns the first message the next step may change.
+    fn over_budget(
+        &mut self,
+        path: &PathView,
+        options: &Options,
+        limit: Tokens,
+        report: &mut Report,
+    ) -> usize {
+        let policy = &options.policy;
+        let n = self.results.len();
+        let len = self.messages.len();
+        for k in 0..n {
+            self.cap(k, policy.max_tool_result_chars);
+        }
+        let retained = self.layout.newest_turns_start(policy.retain_turns);
+        let preamble = self.layout.preamble(len);
+        let retained_fit = sum(&self.counts, |i| i < preamble || i >= retained) <= limit;
         let protect_from = if retained_fit && !policy.reactive {
             retained
         } else {
-            newest_turn
+            self.layout.newest_turns_start(1)
         };
-
-        // 4. Microcompact, when over budget (or told the provider refused).
-        let over = sum(&counts, |_| true) > limit;
-        let n = results.len();
+        let over = self.total() > limit;
         let idle = path.nodes.last().is_some_and(|head| {
             options.now_ms.saturating_sub(head.created_at_ms) >= policy.idle_ms
         });
@@ -217,115 +468,174 @@ pub(super) fn fit(
             None => 0,
             Some(Trigger::Reactive) => n,
             Some(Trigger::Idle) => n.saturating_sub(policy.microcompact_keep),
-            Some(Trigger::Count) => {
-                let every = policy.microcompact_every.max(1);
-                let step =
-                    policy.microcompact_first + (n - policy.microcompact_first) / every * every;
-                step.saturating_sub(policy.microcompact_keep)
-            }
+            Some(Trigger::Count) => count_step(policy, n)
+                .unwrap_or(0)
+                .saturating_sub(policy.microcompact_keep),
         };
         report.microcompact_boundary = boundary;
         // The newest turns are kept verbatim, but a running function's own results age like
         // any others: a sub-agent's long chain must not be frozen.
-        let decided = |i: usize| i < protect_from || layout.running[i];
-        for &i in results[..boundary].iter().filter(|&&i| decided(i)) {
-            let original = std::mem::take(&mut messages[i].parts);
-            let reduction = messages[i].reduction;
-            clear(&mut messages[i]);
-            let cleared = message_breakdown(&messages[i], counter);
-            // A result shorter than its placeholder stays as it is.
-            if cleared.total() < counts[i].total() {
-                counts[i] = cleared;
-            } else {
-                messages[i].parts = original;
-                messages[i].reduction = reduction;
+        let decided = |layout: &Layout, i: usize| i < protect_from || layout.running[i];
+        for k in 0..boundary {
+            if decided(&self.layout, self.results[k]) {
+                self.clear(k);
             }
         }
-
-        // 5. Snip: whole oldest turns, never the newest, never a running function's content,
-        // and the retained ones only when they cannot fit anyway.
-        let mut dropped = vec![false; len];
-        if policy.snip {
-            let mut total = sum(&counts, |_| true);
-            let turns = layout.turn_starts.len();
-            for t in 0..turns.saturating_sub(1) {
-                if total <= limit {
-                    break;
-                }
-                let range = layout.turn(t, len);
-                if range.start >= retained && retained_fit {
-                    break;
-                }
-                if range.clone().any(|i| layout.running[i]) {
-                    continue;
-                }
-                for i in range {
-                    dropped[i] = true;
-                    total = total.saturating_sub(counts[i].total());
-                    report.snipped.extend(&messages[i].node_ids);
-                }
-                report.turns_snipped += 1;
-            }
-        }
-
-        // 6. Whatever is left renders; the report says whether it fits.
-        // The next microcompact step can change only results it has not decided yet; the next
-        // snip, everything after the preamble.
-        let stable_from = if report.turns_snipped > 0 {
-            Some(preamble)
-        } else {
-            results
-                .iter()
-                .enumerate()
-                .find(|&(k, &i)| k >= boundary || !decided(i))
-                .map(|(_, &i)| i)
-        };
+        let stable = (0..n)
+            .find(|&k| k >= boundary || !decided(&self.layout, self.results[k]))
+            .map_or(len, |k| self.results[k]);
         // With more than two retained turns, a later append can bring older turns back under
         // protection (the newest ones fit again) and restore their results: they are not stable.
-        let stable_from = if policy.retain_turns > 2 && !policy.reactive {
-            let regained = layout.newest_turns_start(policy.retain_turns - 1);
-            Some(stable_from.map_or(regained, |s| s.min(regained)))
+        if policy.retain_turns > 2 && !policy.reactive {
+            stable.min(self.layout.newest_turns_start(policy.retain_turns - 1))
         } else {
-            stable_from
-        };
-        report.stable_prefix_messages = stable_from.map_or(len, |end| {
-            (0..end.min(len)).filter(|&i| !dropped[i]).count()
-        });
-        let mut kept = Vec::with_capacity(len);
-        let mut tokens = Vec::with_capacity(len);
-        for ((message, count), dropped) in messages.into_iter().zip(counts).zip(dropped) {
-            if !dropped {
-                // Counted from what is kept: a result cut, then cleared or snipped, is reported
-                // once, as what finally happened to it.
-                match message.reduction {
-                    Reduction::Truncated { .. } => {
-                        report.truncated.extend(&message.node_ids);
-                        report.results_truncated += 1;
-                    }
-                    Reduction::Cleared => {
-                        report.cleared.extend(&message.node_ids);
-                        report.results_cleared += 1;
-                    }
-                    Reduction::None => {}
-                }
-                report.breakdown.add(&count);
-                tokens.push(count.total());
-                kept.push(message);
-            }
+            stable
         }
-        report.total_tokens = report.breakdown.total();
-        report.fits = report.total_tokens <= limit;
-        report.over_by = report.total_tokens.saturating_sub(limit);
-        report.summary_needed = !report.fits;
-        report.messages = kept.len();
-        return Rendered {
-            messages: kept,
-            tokens,
-            report,
-        };
+    }
+}
+
+/// The latest count step at `n` results: `first`, then every `every` more.
+fn count_step(policy: &Policy, n: usize) -> Option<usize> {
+    if n < policy.microcompact_first {
+        return None;
+    }
+    let every = policy.microcompact_every.max(1);
+    Some(policy.microcompact_first + (n - policy.microcompact_first) / every * every)
+}
+
+/// Applies the budget steps to visible messages and writes the report.
+pub(super) fn fit(
+    messages: Vec<Message>,
+    path: &PathView,
+    options: &Options,
+    counter: &dyn Count,
+) -> Rendered {
+    let mut report = Report {
+        tokenizer: counter.tokenizer(),
+        budget: options.budget,
+        fits: true,
+        ..Report::default()
+    };
+    // A budget that leaves nothing is refused at the boundary; here it only means "no budget".
+    let Some(limit) = options.budget.and_then(|b| b.history().ok()) else {
+        return unbudgeted(messages, counter, report);
+    };
+    report.history_budget = Some(limit);
+    let policy = &options.policy;
+    let mut fit = Fit::new(messages, path, counter);
+    let stable_from = match policy.microcompact {
+        Microcompact::Stepped => fit.stepped(path, options, limit, &mut report),
+        Microcompact::OverBudget => fit.over_budget(path, options, limit, &mut report),
+    };
+
+    // Snip: whole oldest turns, never the newest, never a running function's content, and the
+    // retained ones only when they cannot fit anyway.
+    let Fit {
+        messages,
+        original,
+        counts,
+        stub_chars,
+        layout,
+        pristine,
+        results,
+        ..
+    } = fit;
+    let len = messages.len();
+    let retained = layout.newest_turns_start(policy.retain_turns);
+    let preamble = layout.preamble(len);
+    let retained_fit = sum(&counts, |i| i < preamble || i >= retained) <= limit;
+    let mut dropped = vec![false; len];
+    if policy.snip {
+        let mut total = sum(&counts, |_| true);
+        let turns = layout.turn_starts.len();
+        for t in 0..turns.saturating_sub(1) {
+            if total <= limit {
+                break;
+            }
+            let range = layout.turn(t, len);
+            if range.start >= retained && retained_fit {
+                break;
+            }
+            if range.clone().any(|i| layout.running[i]) {
+                continue;
+            }
+            for i in range {
+                dropped[i] = true;
+                total = total.saturating_sub(counts[i].total());
+                report.snipped.extend(&messages[i].node_ids);
+            }
+            report.turns_snipped += 1;
+        }
     }
 
-    // No budget: everything, untouched.
+    // Whatever is left renders; the report says whether it fits. The next snip may change
+    // everything after the preamble.
+    let stable_from = if report.turns_snipped > 0 {
+        preamble
+    } else {
+        stable_from
+    };
+    report.stable_prefix_messages = (0..stable_from.min(len)).filter(|&i| !dropped[i]).count();
+    let mut pristine_chars: HashMap<usize, usize> = HashMap::new();
+    for (k, &i) in results.iter().enumerate() {
+        if messages[i].reduction != Reduction::None {
+            pristine_chars.insert(i, text_chars(&pristine[k]));
+        }
+    }
+    let mut kept = Vec::with_capacity(len);
+    let mut tokens = Vec::with_capacity(len);
+    for (i, (message, count)) in messages.into_iter().zip(counts).enumerate() {
+        if dropped[i] {
+            continue;
+        }
+        // Counted from what is kept: a result cut, then cleared or snipped, is reported once,
+        // as what finally happened to it.
+        let saved_tokens = original[i].total().saturating_sub(count.total());
+        let saved_chars = || {
+            pristine_chars
+                .get(&i)
+                .copied()
+                .unwrap_or(0)
+                .saturating_sub(text_chars(&message.parts))
+        };
+        match message.reduction {
+            Reduction::Truncated { .. } => {
+                report.truncated.extend(&message.node_ids);
+                report.results_truncated += 1;
+                report.saved_truncation.add(1, saved_chars(), saved_tokens);
+            }
+            Reduction::Cleared => {
+                report.cleared.extend(&message.node_ids);
+                report.results_cleared += 1;
+                report.saved_clearing.add(1, saved_chars(), saved_tokens);
+            }
+            Reduction::None => {}
+        }
+        if message.stubbed_inputs > 0 {
+            report.stubbed.extend(&message.node_ids);
+            report.inputs_stubbed += message.stubbed_inputs;
+            report
+                .saved_stubbing
+                .add(message.stubbed_inputs, stub_chars[i], saved_tokens);
+        }
+        report.breakdown.add(&count);
+        tokens.push(count.total());
+        kept.push(message);
+    }
+    report.total_tokens = report.breakdown.total();
+    report.fits = report.total_tokens <= limit;
+    report.over_by = report.total_tokens.saturating_sub(limit);
+    report.summary_needed = !report.fits;
+    report.messages = kept.len();
+    Rendered {
+        messages: kept,
+        tokens,
+        report,
+    }
+}
+
+/// No budget: everything, untouched.
+fn unbudgeted(messages: Vec<Message>, counter: &dyn Count, mut report: Report) -> Rendered {
     let counts: Vec<Breakdown> = messages
         .iter()
         .map(|m| message_breakdown(m, counter))

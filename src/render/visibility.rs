@@ -68,6 +68,7 @@ fn chain(nodes: &[Arc<Node>], chains: &HashMap<NodeId, Vec<Arc<Node>>>, out: &mu
                     node_ids: vec![node.id],
                     function_id,
                     reduction: Reduction::None,
+                    stubbed_inputs: 0,
                     summary_id: None,
                 });
             }
@@ -86,6 +87,7 @@ fn chain(nodes: &[Arc<Node>], chains: &HashMap<NodeId, Vec<Arc<Node>>>, out: &mu
                 node_ids: vec![node.id],
                 function_id,
                 reduction: Reduction::None,
+                stubbed_inputs: 0,
                 summary_id: None,
             }),
             NodeContent::FunctionCall {
@@ -125,6 +127,7 @@ fn chain(nodes: &[Arc<Node>], chains: &HashMap<NodeId, Vec<Arc<Node>>>, out: &mu
                     node_ids,
                     function_id,
                     reduction: Reduction::None,
+                    stubbed_inputs: 0,
                     summary_id: None,
                 });
                 if expose == Expose::Full {

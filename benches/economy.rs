@@ -1,0 +1,755 @@
+//! Context economy: `cargo bench --bench economy`.
+//!
+//! Replays every trace of `testdata/traces` (17 real agent sessions) as an agent host would:
+//! before every assistant message (a model call) the session so far is rendered, and the rendered
+//! messages are that call's input. Each policy below is replayed on every trace, and the table
+//! compares them with the unpruned replay measured in the same run.
+//!
+//! The measure (also in `bench/ECONOMY.md`):
+//! - **input tokens**: the sum, over calls, of the rendered tokens (the engine's own count, with
+//!   the tokenizer of the run; heuristic by default).
+//! - **cache-weighted cost**: a provider's prompt cache. The longest run of leading messages
+//!   identical to the previous call's input (what the provider sees: role, text and media, tool
+//!   calls, call id, name, error flag) is a cache read at 0.1×; the rest is a cache write at
+//!   1.25×. Summed over calls, divided by the same sum for the unpruned replay.
+//! - **peak**: the largest context of any call, in tokens.
+//! - **working set verbatim**: at each call, of the newest 10 tool results of the session so
+//!   far, the share rendered exactly as they arrived; averaged over calls.
+//! - **pairing violations**: calls whose input breaks the pairing rule (every tool result right
+//!   after the assistant message that made its call, every call answered except at the tail).
+//! - **over budget**: calls whose render did not fit the budget (ctxd policies only).
+//!
+//! Arguments (after `--`): `--budget WINDOW:RESERVE` (default 200000:16000), `--tokenizer NAME`,
+//! `--traces DIR`, `--per-trace`, `--breakdown` (input tokens by kind), and `--policy NAME=k=v,k=v` (repeatable) to add a ctxd policy
+//! of your own, e.g. `--policy mine=microcompact_keep=12,clear_at_least_tokens=8000`.
+//! Results also go to `target/bench/economy.json`.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::PathBuf;
+use std::time::Instant;
+
+use ctxd::domain::{BranchName, NodeContent, NodeId, Part, PathView, Tenant};
+use ctxd::import;
+use ctxd::render::{
+    Breakdown, Budget, Message, MessageRole, Microcompact, Options, Policy, Rendered,
+    message_breakdown, message_tokens, render,
+};
+use ctxd::store::{PathTarget, Store};
+use ctxd::tokens::{Count, TokenCache, Tokenizer, Tokens};
+
+/// The newest tool results that make the working set.
+const WORKING_SET: usize = 10;
+/// Price of a cached prefix token and of an uncached token, relative to a plain input token.
+const CACHE_READ: f64 = 0.1;
+const CACHE_WRITE: f64 = 1.25;
+
+fn main() {
+    let args = Args::parse();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    let traces = runtime.block_on(load_traces(&args.traces));
+    let cache = TokenCache::default();
+    let counter = cache.counter(args.tokenizer);
+
+    let mut arms = vec![
+        Arm::new(
+            "unpruned",
+            "no budget: every message as it was",
+            Kind::Unpruned,
+        ),
+        Arm::new(
+            "opencode-style prune",
+            "reference: protect the newest 40k tokens of tool output and the newest turn; \
+             clear older outputs once 20k can go",
+            Kind::OpencodePrune {
+                protect: 40_000,
+                minimum: 20_000,
+            },
+        ),
+        Arm::new(
+            "sliding window",
+            "reference: the last 4 messages as they are; older outputs over 300 chars cut to 120",
+            Kind::SlidingWindow {
+                last: 4,
+                over: 300,
+                cut_to: 120,
+            },
+        ),
+        Arm::new(
+            "tiers",
+            "reference: 4000-char 60/40 cap; clear by count (first 50, every 25, keep 5)",
+            Kind::Tiers {
+                cap: 4000,
+                first: 50,
+                every: 25,
+                keep: 5,
+            },
+        ),
+        Arm::new(
+            "tiers as ctxd policy",
+            "the tiers row as a ctxd RenderPolicy: stepped, first 50, every 25, keep 5, recent \
+             cap 4000, no input stubs",
+            Kind::Ctxd(Policy {
+                max_tool_result_chars: 4000,
+                recent_tool_result_chars: 4000,
+                microcompact_first: 50,
+                microcompact_every: 25,
+                microcompact_keep: 5,
+                max_tool_input_chars: usize::MAX,
+                idle_ms: i64::MAX,
+                ..Policy::default()
+            }),
+        ),
+        Arm::new(
+            "ctxd over budget",
+            "ctxd's first default: microcompact: MICROCOMPACT_MODE_OVER_BUDGET",
+            Kind::Ctxd(Policy::over_budget()),
+        ),
+        Arm::new(
+            "ctxd default",
+            "ctxd RenderPolicy with no field set",
+            Kind::Ctxd(Policy::default()),
+        ),
+    ];
+    for (name, policy) in &args.policies {
+        arms.push(Arm::new(
+            name,
+            "ctxd RenderPolicy from --policy",
+            Kind::Ctxd(*policy),
+        ));
+    }
+
+    let budget = args.budget;
+    let started = Instant::now();
+    for arm in &mut arms {
+        for trace in &traces {
+            let stats = replay(trace, &arm.kind, budget, &counter);
+            arm.total.add(&stats);
+            arm.per_trace.push((trace.name.clone(), stats));
+        }
+    }
+    let took = started.elapsed();
+
+    let calls: usize = arms[0].total.calls;
+    println!(
+        "ctxd context economy: {} traces, {} model calls, window {} − output reserve {}, \
+         tokenizer {} ({:.1} s)",
+        traces.len(),
+        calls,
+        budget.context_window,
+        budget.output_reserve,
+        args.tokenizer.name(),
+        took.as_secs_f64()
+    );
+    println!();
+    let base = arms[0].total.clone();
+    print_table(&arms, |a| &a.total, &base);
+    println!();
+    for arm in &arms {
+        println!("- {}: {}", arm.name, arm.about);
+    }
+    if args.breakdown {
+        println!();
+        println!("input tokens by kind (share of each policy's input):");
+        println!(
+            "| {:<22} | {:>7} | {:>7} | {:>9} | {:>10} | {:>12} | {:>7} |",
+            "policy", "system", "user", "assistant", "tool calls", "tool results", "markers"
+        );
+        for arm in &arms {
+            let s = &arm.total;
+            let share = |k: usize| s.by_kind[k] / s.input_tokens * 100.0;
+            println!(
+                "| {:<22} | {:>6.1}% | {:>6.1}% | {:>8.1}% | {:>9.1}% | {:>11.1}% | {:>6.1}% |",
+                arm.name,
+                share(0),
+                share(1),
+                share(2),
+                share(3),
+                share(4),
+                share(5)
+            );
+        }
+    }
+    if args.per_trace {
+        for (t, trace) in traces.iter().enumerate() {
+            println!();
+            println!("{} ({} calls)", trace.name, arms[0].per_trace[t].1.calls);
+            let base = arms[0].per_trace[t].1.clone();
+            print_table(&arms, |a| &a.per_trace[t].1, &base);
+        }
+    }
+    write_json(&arms, &base, budget, args.tokenizer);
+}
+
+// ---------------------------------------------------------------- arguments
+
+struct Args {
+    budget: Budget,
+    tokenizer: Tokenizer,
+    traces: PathBuf,
+    per_trace: bool,
+    breakdown: bool,
+    policies: Vec<(String, Policy)>,
+}
+
+impl Args {
+    fn parse() -> Self {
+        let mut args = Args {
+            budget: Budget {
+                context_window: 200_000,
+                output_reserve: 16_000,
+                ..Budget::default()
+            },
+            tokenizer: Tokenizer::Heuristic,
+            traces: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("testdata/traces"),
+            per_trace: false,
+            breakdown: false,
+            policies: Vec::new(),
+        };
+        let mut it = std::env::args().skip(1);
+        while let Some(arg) = it.next() {
+            let mut value = |what: &str| {
+                it.next()
+                    .unwrap_or_else(|| fail(&format!("{arg} needs {what}")))
+            };
+            match arg.as_str() {
+                "--budget" => {
+                    let v = value("WINDOW:RESERVE");
+                    let (w, r) = v.split_once(':').unwrap_or((&v, "0"));
+                    args.budget.context_window = number(w, "--budget");
+                    args.budget.output_reserve = number(r, "--budget");
+                }
+                "--tokenizer" => {
+                    let v = value("a tokenizer name");
+                    args.tokenizer = Tokenizer::parse(&v)
+                        .unwrap_or_else(|| fail(&format!("unknown tokenizer {v}")));
+                }
+                "--traces" => args.traces = PathBuf::from(value("a directory")),
+                "--per-trace" => args.per_trace = true,
+                "--breakdown" => args.breakdown = true,
+                "--policy" => {
+                    let v = value("NAME=k=v,...");
+                    let (name, knobs) = v.split_once('=').unwrap_or((&v, ""));
+                    args.policies.push((name.to_owned(), policy(knobs)));
+                }
+                // `cargo bench` passes this to every bench target.
+                "--bench" => {}
+                other => fail(&format!("unknown argument {other}")),
+            }
+        }
+        args
+    }
+}
+
+fn fail(message: &str) -> ! {
+    eprintln!("economy: {message}");
+    std::process::exit(2);
+}
+
+fn number<T: std::str::FromStr>(v: &str, what: &str) -> T {
+    v.parse()
+        .unwrap_or_else(|_| fail(&format!("{what}: not a number: {v}")))
+}
+
+/// A policy from `k=v,k=v`, starting from the default; the keys are RenderPolicy's fields.
+fn policy(knobs: &str) -> Policy {
+    let mut p = Policy::default();
+    for kv in knobs.split(',').filter(|s| !s.is_empty()) {
+        let (k, v) = kv
+            .split_once('=')
+            .unwrap_or_else(|| fail(&format!("--policy: {kv} is not k=v")));
+        match k {
+            "max_tool_result_chars" => p.max_tool_result_chars = number(v, k),
+            "microcompact_first" => p.microcompact_first = number(v, k),
+            "microcompact_every" => p.microcompact_every = number(v, k),
+            "microcompact_keep" => p.microcompact_keep = number(v, k),
+            "recent_tool_result_chars" => p.recent_tool_result_chars = number(v, k),
+            "clear_at_least_tokens" => p.clear_at_least_tokens = number(v, k),
+            "max_tool_input_chars" => p.max_tool_input_chars = number(v, k),
+            "idle_minutes" => p.idle_ms = number::<i64>(v, k) * 60_000,
+            "microcompact" => {
+                p.microcompact = match v {
+                    "stepped" => Microcompact::Stepped,
+                    "over_budget" => Microcompact::OverBudget,
+                    _ => fail(&format!(
+                        "--policy: microcompact is stepped or over_budget, not {v}"
+                    )),
+                }
+            }
+            "retain_turns" => p.retain_turns = number(v, k),
+            "snip" => p.snip = number(v, k),
+            other => fail(&format!("--policy: unknown field {other}")),
+        }
+    }
+    p
+}
+
+// ---------------------------------------------------------------- traces
+
+struct Trace {
+    name: String,
+    path: PathView,
+}
+
+/// Imports every `*.jsonl` of `dir` into one store (the real importer), and loads each path.
+async fn load_traces(dir: &std::path::Path) -> Vec<Trace> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| fail(&format!("read {}: {e}", dir.display())))
+        .map(|e| e.expect("a directory entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "jsonl"))
+        .collect();
+    files.sort();
+    if files.is_empty() {
+        fail(&format!("no *.jsonl in {}", dir.display()));
+    }
+    let tmp = tempfile::tempdir().expect("a temp dir");
+    let store = Store::open(&tmp.path().join("economy.db"))
+        .await
+        .expect("open the store");
+    let mut traces = Vec::new();
+    for file in files {
+        let data = std::fs::read(&file).expect("read a trace");
+        let plan = import::parse(import::Source::NeutralJsonl, &data)
+            .unwrap_or_else(|e| fail(&format!("{}: {e}", file.display())));
+        let session = store
+            .import(&Tenant::local(), BTreeMap::new(), &plan, None)
+            .await
+            .expect("import a trace")
+            .id;
+        let path = store
+            .load_path(session, &PathTarget::Branch(BranchName::main()))
+            .await
+            .expect("load a path");
+        let name = file
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        traces.push(Trace { name, path });
+    }
+    store.close().await;
+    traces
+}
+
+// ---------------------------------------------------------------- policies
+
+#[derive(Clone, Copy)]
+enum Kind {
+    Unpruned,
+    Ctxd(Policy),
+    /// opencode's `prune`: walking back from the newest message, skip the newest turn, count
+    /// tool outputs (chars / 4) until `protect` tokens are protected; older outputs are pruned
+    /// (for good) once together they exceed `minimum`.
+    OpencodePrune {
+        protect: usize,
+        minimum: usize,
+    },
+    /// The last `last` messages as they are; older tool outputs over `over` characters cut to
+    /// their first `cut_to`.
+    SlidingWindow {
+        last: usize,
+        over: usize,
+        cut_to: usize,
+    },
+    /// Every output over `cap` keeps its first 60% and last 40%; once `first` results exist and
+    /// at every further `every`, the results older than the newest `keep` are cleared.
+    Tiers {
+        cap: usize,
+        first: usize,
+        every: usize,
+        keep: usize,
+    },
+}
+
+struct Arm {
+    name: String,
+    about: String,
+    kind: Kind,
+    total: Stats,
+    per_trace: Vec<(String, Stats)>,
+}
+
+impl Arm {
+    fn new(name: &str, about: &str, kind: Kind) -> Self {
+        Arm {
+            name: name.to_owned(),
+            about: about.to_owned(),
+            kind,
+            total: Stats::default(),
+            per_trace: Vec::new(),
+        }
+    }
+}
+
+/// What the reference policies remember between calls (opencode's pruned outputs).
+#[derive(Default)]
+struct Memory {
+    pruned: HashSet<NodeId>,
+}
+
+fn text(parts: &[Part]) -> String {
+    parts
+        .iter()
+        .filter_map(|p| match p {
+            Part::Text(t) => Some(t.as_str()),
+            Part::Media { .. } => None,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn chars(parts: &[Part]) -> usize {
+    parts
+        .iter()
+        .map(|p| match p {
+            Part::Text(t) => t.chars().count(),
+            Part::Media { .. } => 0,
+        })
+        .sum()
+}
+
+fn set_text(m: &mut Message, t: String) {
+    m.parts = vec![Part::Text(t)];
+}
+
+/// The input of one call under `kind`, and whether it fit (reference policies always do).
+fn input(
+    path: &PathView,
+    kind: &Kind,
+    budget: Budget,
+    counter: &dyn Count,
+    memory: &mut Memory,
+) -> (Vec<Message>, Vec<Tokens>, bool) {
+    let now_ms = path.nodes.last().map_or(0, |n| n.created_at_ms);
+    let mut options = Options {
+        now_ms,
+        ..Options::default()
+    };
+    if let Kind::Ctxd(policy) = kind {
+        options.budget = Some(budget);
+        options.policy = *policy;
+        let Rendered {
+            messages,
+            tokens,
+            report,
+        } = render(path, &options, counter);
+        return (messages, tokens, report.fits);
+    }
+    let mut messages = render(path, &options, counter).messages;
+    match *kind {
+        Kind::Unpruned | Kind::Ctxd(_) => {}
+        Kind::OpencodePrune { protect, minimum } => {
+            let mut turns = 0;
+            let mut total = 0;
+            let mut pruned = 0;
+            let mut candidates = Vec::new();
+            'walk: for m in messages.iter().rev() {
+                if m.role == MessageRole::User {
+                    turns += 1;
+                }
+                if turns < 2 || m.role != MessageRole::Tool {
+                    continue;
+                }
+                let id = m.node_ids[0];
+                if memory.pruned.contains(&id) {
+                    break 'walk;
+                }
+                let estimate = chars(&m.parts) / 4;
+                total += estimate;
+                if total > protect {
+                    pruned += estimate;
+                    candidates.push(id);
+                }
+            }
+            if pruned > minimum {
+                memory.pruned.extend(candidates);
+            }
+            for m in &mut messages {
+                if m.role == MessageRole::Tool && memory.pruned.contains(&m.node_ids[0]) {
+                    set_text(m, "[Old tool result content cleared]".to_owned());
+                }
+            }
+        }
+        Kind::SlidingWindow { last, over, cut_to } => {
+            let old = messages.len().saturating_sub(last);
+            for m in &mut messages[..old] {
+                if m.role == MessageRole::Tool && chars(&m.parts) > over {
+                    let head: String = text(&m.parts).chars().take(cut_to).collect();
+                    set_text(m, format!("{head}…"));
+                }
+            }
+        }
+        Kind::Tiers {
+            cap,
+            first,
+            every,
+            keep,
+        } => {
+            let results: Vec<usize> = (0..messages.len())
+                .filter(|&i| messages[i].role == MessageRole::Tool)
+                .collect();
+            let n = results.len();
+            let boundary = if n >= first {
+                (first + (n - first) / every * every).saturating_sub(keep)
+            } else {
+                0
+            };
+            for (k, &i) in results.iter().enumerate() {
+                let m = &mut messages[i];
+                if k < boundary {
+                    let name = m.name.clone().unwrap_or_default();
+                    let call = m.tool_call_id.clone().unwrap_or_default();
+                    set_text(
+                        m,
+                        format!("[tool result cleared to save context: {name} call {call}]"),
+                    );
+                } else if chars(&m.parts) > cap {
+                    let t = text(&m.parts);
+                    let len = t.chars().count();
+                    let (head, tail) = (cap * 6 / 10, cap - cap * 6 / 10);
+                    let h: String = t.chars().take(head).collect();
+                    let s: String = t.chars().skip(len - tail).collect();
+                    set_text(
+                        m,
+                        format!(
+                            "{h}\n[… {} of {len} characters cut …]\n{s}",
+                            len - head - tail
+                        ),
+                    );
+                }
+            }
+        }
+    }
+    let tokens = messages
+        .iter()
+        .map(|m| message_tokens(m, counter))
+        .collect();
+    (messages, tokens, true)
+}
+
+// ---------------------------------------------------------------- the replay
+
+#[derive(Debug, Clone, Default)]
+struct Stats {
+    calls: usize,
+    input_tokens: f64,
+    cost: f64,
+    peak: Tokens,
+    /// Sum over calls of the working set's verbatim share, and the calls that had one.
+    verbatim: f64,
+    with_working_set: usize,
+    pairing_violations: usize,
+    over_budget: usize,
+    /// Input tokens by what they are, summed over calls.
+    by_kind: [f64; 6],
+}
+
+impl Stats {
+    fn add(&mut self, other: &Stats) {
+        self.calls += other.calls;
+        self.input_tokens += other.input_tokens;
+        self.cost += other.cost;
+        self.peak = self.peak.max(other.peak);
+        self.verbatim += other.verbatim;
+        self.with_working_set += other.with_working_set;
+        self.pairing_violations += other.pairing_violations;
+        self.over_budget += other.over_budget;
+        for (a, b) in self.by_kind.iter_mut().zip(other.by_kind) {
+            *a += b;
+        }
+    }
+
+    fn working_set(&self) -> f64 {
+        if self.with_working_set == 0 {
+            1.0
+        } else {
+            self.verbatim / self.with_working_set as f64
+        }
+    }
+}
+
+/// What a provider sees of a message: equal keys are a cache hit.
+fn same(a: &Message, b: &Message) -> bool {
+    a.role == b.role
+        && a.parts == b.parts
+        && a.tool_calls == b.tool_calls
+        && a.tool_call_id == b.tool_call_id
+        && a.name == b.name
+        && a.is_error == b.is_error
+}
+
+fn replay(trace: &Trace, kind: &Kind, budget: Budget, counter: &dyn Count) -> Stats {
+    let nodes = &trace.path.nodes;
+    let mut stats = Stats::default();
+    let mut memory = Memory::default();
+    let mut previous: Vec<Message> = Vec::new();
+    for k in 1..nodes.len() {
+        let is_call = matches!(
+            &nodes[k].content,
+            NodeContent::Message { role, .. } if *role == ctxd::domain::Role::Assistant
+        );
+        if !is_call {
+            continue;
+        }
+        let path = PathView {
+            nodes: nodes[..k].to_vec(),
+            ..trace.path.clone()
+        };
+        let (messages, tokens, fits) = input(&path, kind, budget, counter, &mut memory);
+        let total: Tokens = tokens.iter().sum();
+        let cached = messages
+            .iter()
+            .zip(&previous)
+            .take_while(|(a, b)| same(a, b))
+            .count();
+        let read: Tokens = tokens[..cached].iter().sum();
+        stats.calls += 1;
+        stats.input_tokens += f64::from(total);
+        stats.cost += CACHE_READ * f64::from(read) + CACHE_WRITE * f64::from(total - read);
+        stats.peak = stats.peak.max(total);
+        if let Some(share) = working_set(&path, &messages) {
+            stats.verbatim += share;
+            stats.with_working_set += 1;
+        }
+        if !paired(&messages) {
+            stats.pairing_violations += 1;
+        }
+        if !fits {
+            stats.over_budget += 1;
+        }
+        for m in &messages {
+            let b: Breakdown = message_breakdown(m, counter);
+            let kinds = [
+                b.system,
+                b.user + b.summaries,
+                b.assistant_text,
+                b.tool_calls,
+                b.tool_results,
+                b.markers,
+            ];
+            for (sum, t) in stats.by_kind.iter_mut().zip(kinds) {
+                *sum += f64::from(t);
+            }
+        }
+        previous = messages;
+    }
+    stats
+}
+
+/// The share of the newest `WORKING_SET` tool results rendered exactly as they arrived.
+fn working_set(path: &PathView, messages: &[Message]) -> Option<f64> {
+    let newest: Vec<(NodeId, String)> = path
+        .nodes
+        .iter()
+        .rev()
+        .filter_map(|n| match &n.content {
+            NodeContent::ToolResult { parts, .. } => Some((n.id, text(parts))),
+            NodeContent::FunctionResult(r) => Some((n.id, r.output.clone())),
+            _ => None,
+        })
+        .take(WORKING_SET)
+        .collect();
+    if newest.is_empty() {
+        return None;
+    }
+    let verbatim = newest
+        .iter()
+        .filter(|(id, original)| {
+            messages.iter().any(|m| {
+                m.role == MessageRole::Tool
+                    && m.node_ids.contains(id)
+                    && text(&m.parts) == *original
+            })
+        })
+        .count();
+    Some(verbatim as f64 / newest.len() as f64)
+}
+
+/// Every tool message right after the assistant message that made its call (in its group of
+/// results, once), and every call answered, except calls still pending at the very end.
+fn paired(messages: &[Message]) -> bool {
+    let mut open: HashSet<&str> = HashSet::new();
+    let mut in_group = false;
+    for m in messages {
+        match m.role {
+            MessageRole::Tool => {
+                let id = m.tool_call_id.as_deref().unwrap_or_default();
+                if !in_group || !open.remove(id) {
+                    return false;
+                }
+            }
+            _ => {
+                if !open.is_empty() {
+                    return false;
+                }
+                in_group = m.role == MessageRole::Assistant;
+                open = m.tool_calls.iter().map(|c| c.call_id.as_str()).collect();
+            }
+        }
+    }
+    true
+}
+
+// ---------------------------------------------------------------- output
+
+fn print_table(arms: &[Arm], stats: impl Fn(&Arm) -> &Stats, base: &Stats) {
+    println!(
+        "| {:<22} | {:>12} | {:>9} | {:>10} | {:>9} | {:>11} | {:>8} | {:>11} |",
+        "policy", "input tokens", "vs unpr.", "cost", "vs unpr.", "peak", "working", "pairing/over"
+    );
+    println!(
+        "|{:-<24}|{:->14}|{:->11}|{:->12}|{:->11}|{:->13}|{:->10}|{:->13}|",
+        "", "", "", "", "", "", "", ""
+    );
+    for arm in arms {
+        let s = stats(arm);
+        println!(
+            "| {:<22} | {:>12.0} | {:>8.3}× | {:>10.0} | {:>8.3}× | {:>11} | {:>7.1}% | {:>5} / {:<5} |",
+            arm.name,
+            s.input_tokens,
+            s.input_tokens / base.input_tokens,
+            s.cost,
+            s.cost / base.cost,
+            s.peak,
+            s.working_set() * 100.0,
+            s.pairing_violations,
+            s.over_budget
+        );
+    }
+}
+
+fn write_json(arms: &[Arm], base: &Stats, budget: Budget, tokenizer: Tokenizer) {
+    let rows: Vec<serde_json::Value> = arms
+        .iter()
+        .map(|a| {
+            let s = &a.total;
+            serde_json::json!({
+                "policy": a.name,
+                "about": a.about,
+                "calls": s.calls,
+                "input_tokens": s.input_tokens,
+                "input_vs_unpruned": s.input_tokens / base.input_tokens,
+                "cost": s.cost,
+                "cost_vs_unpruned": s.cost / base.cost,
+                "peak_tokens": s.peak,
+                "working_set_verbatim": s.working_set(),
+                "pairing_violations": s.pairing_violations,
+                "over_budget": s.over_budget,
+            })
+        })
+        .collect();
+    let doc = serde_json::json!({
+        "context_window": budget.context_window,
+        "output_reserve": budget.output_reserve,
+        "tokenizer": tokenizer.name(),
+        "policies": rows,
+    });
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/bench");
+    if std::fs::create_dir_all(&dir).is_ok() {
+        let _ = std::fs::write(
+            dir.join("economy.json"),
+            serde_json::to_string_pretty(&doc).unwrap_or_default(),
+        );
+    }
+}
