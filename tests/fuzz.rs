@@ -663,6 +663,15 @@ impl Gen {
             retain_turns: field(self),
             snip: [None, Some(true), Some(false)][self.below(3)],
             reactive: self.chance(0.2),
+            // Unknown modes too: they are refused, naming the field.
+            microcompact: if self.edgy() {
+                self.u32() as i32
+            } else {
+                self.below(3) as i32
+            },
+            recent_tool_result_chars: field(self),
+            clear_at_least_tokens: self.chance(0.5).then(|| field(self)),
+            max_tool_input_chars: self.chance(0.5).then(|| field(self)),
         })
     }
 

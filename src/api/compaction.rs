@@ -36,7 +36,9 @@ macro_rules! prepare_args_from {
             type Error = Status;
 
             fn try_from(r: $request) -> Result<Self, Status> {
-                let defaults = Policy::default();
+                // Compaction measures with ctxd's first reduction (a 4000-character cut), so
+                // when a summary is needed does not move with the render policy's defaults.
+                let defaults = Policy::over_budget();
                 let or = |value: u32, default: usize| {
                     if value == 0 { default } else { value as usize }
                 };

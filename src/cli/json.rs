@@ -190,6 +190,7 @@ impl ToJson for pb::RenderedMessage {
             "tokens": self.tokens,
             "truncated": self.truncated,
             "cleared": self.cleared,
+            "inputs_stubbed": self.inputs_stubbed,
         })
     }
 }
@@ -255,6 +256,21 @@ impl ToJson for pb::ContextReport {
             "microcompact_trigger": self.microcompact_trigger,
             "microcompact_boundary": self.microcompact_boundary,
             "stable_prefix_messages": self.stable_prefix_messages,
+            "inputs_stubbed": self.inputs_stubbed,
+            "stubbed_node_ids": self.stubbed_node_ids,
+            "saved_truncation": self.saved_truncation.to_json(),
+            "saved_clearing": self.saved_clearing.to_json(),
+            "saved_stubbing": self.saved_stubbing.to_json(),
+        })
+    }
+}
+
+impl ToJson for pb::StepSavings {
+    fn to_json(&self) -> Value {
+        json!({
+            "items": self.items,
+            "chars": self.chars,
+            "tokens": self.tokens,
         })
     }
 }

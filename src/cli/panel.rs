@@ -95,21 +95,43 @@ fn tiers(r: &pb::ContextReport, t: &pb::TokenBreakdown) -> String {
     let mut line = |name: &str, what: String| {
         let _ = writeln!(out, "  {name:<18}{what}");
     };
+    let saved = |s: &Option<pb::StepSavings>| {
+        let s = s.unwrap_or_default();
+        format!(
+            "saved {} tokens ({} characters)",
+            num(s.tokens),
+            num(s.chars)
+        )
+    };
     line(
         "budget reduction",
-        format!("{} tool results truncated", r.results_truncated),
+        format!(
+            "{} tool results truncated; {}",
+            r.results_truncated,
+            saved(&r.saved_truncation)
+        ),
     );
     let micro = if r.microcompact_trigger.is_empty() {
         "not triggered".to_string()
     } else {
         format!(
-            "triggered by {}: {} tool results cleared",
-            r.microcompact_trigger, r.results_cleared
+            "triggered by {}: {} tool results cleared; {}",
+            r.microcompact_trigger,
+            r.results_cleared,
+            saved(&r.saved_clearing)
         )
     };
     line(
         "microcompact",
         format!("{micro}; boundary {}", r.microcompact_boundary),
+    );
+    line(
+        "input stubs",
+        format!(
+            "{} tool-call arguments stubbed; {}",
+            r.inputs_stubbed,
+            saved(&r.saved_stubbing)
+        ),
     );
     line(
         "snip",

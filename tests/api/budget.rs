@@ -120,7 +120,16 @@ async fn oversized_tool_results_keep_their_head_and_tail() {
     );
     assert!(!plain.messages[2].truncated);
 
+    // A result newer than the last step keeps up to the recent cap (12000): this one is whole.
     let r = app.render(budgeted(&s, 100_000, None)).await;
+    assert!(!r.messages[2].truncated);
+    assert_eq!(text_of(&r.messages[2].parts), output);
+
+    let policy = pb::RenderPolicy {
+        recent_tool_result_chars: 4000,
+        ..Default::default()
+    };
+    let r = app.render(budgeted(&s, 100_000, Some(policy))).await;
     let result = &r.messages[2];
     assert!(result.truncated);
     let text = text_of(&result.parts);
@@ -141,10 +150,21 @@ async fn oversized_tool_results_keep_their_head_and_tail() {
     );
     assert!(report.fits);
     assert!(report.tokens.expect("breakdown").markers > 0);
+    let saved = report.saved_truncation.expect("savings");
+    assert_eq!(
+        (saved.items, saved.chars),
+        (1, 10_000 - text.chars().count() as u64)
+    );
 
-    // A smaller cap cuts more.
+    // ctxd's first policy cuts every result at 4000, and a smaller cap cuts more.
+    let first = pb::RenderPolicy {
+        microcompact: pb::MicrocompactMode::OverBudget as i32,
+        ..Default::default()
+    };
+    let r = app.render(budgeted(&s, 100_000, Some(first))).await;
+    assert!(text_of(&r.messages[2].parts).contains("[… 6000 of 10000 characters cut …]"));
     let policy = pb::RenderPolicy {
-        max_tool_result_chars: 1000,
+        recent_tool_result_chars: 1000,
         ..Default::default()
     };
     let r = app.render(budgeted(&s, 100_000, Some(policy))).await;
@@ -222,22 +242,19 @@ async fn microcompact_clears_old_results_in_steps() {
         microcompact_first: 5,
         microcompact_every: 3,
         microcompact_keep: 2,
-        retain_turns: 1,
-        snip: Some(false),
+        clear_at_least_tokens: Some(0),
         ..Default::default()
     };
-    let r = app.render(budgeted(&s, 2000, Some(policy))).await;
+    // Far under budget: the steps come by count all the same.
+    let r = app.render(budgeted(&s, 1_000_000, Some(policy))).await;
     let report = report_of(&r);
+    assert!(report.fits);
     assert_eq!(report.microcompact_trigger, "count");
     assert_eq!(report.microcompact_boundary, 9);
-    // The newest turn (results 10..12) is never cleared; the 9 before the boundary are.
     assert_eq!(report.results_cleared, 9);
     let cleared: Vec<&pb::RenderedMessage> = r.messages.iter().filter(|m| m.cleared).collect();
     assert_eq!(cleared.len(), 9);
-    assert_eq!(
-        text_of(&cleared[0].parts),
-        "[tool result cleared to save context: read_file call t0r0]"
-    );
+    assert_eq!(text_of(&cleared[0].parts), "[cleared to save context]");
     let newest: Vec<&pb::RenderedMessage> = r.messages.iter().rev().take(4).collect();
     assert!(newest.iter().all(|m| !m.cleared));
     // The placeholders keep their pairing fields.
@@ -246,13 +263,21 @@ async fn microcompact_clears_old_results_in_steps() {
             .iter()
             .all(|m| !m.tool_call_id.is_empty() && m.name == "read_file")
     );
-    // Stable prefix: up to the first result the next step may clear.
+    let saved = report.saved_clearing.expect("savings");
+    assert_eq!(saved.items, 9);
+    assert!(saved.tokens >= 9 * 400, "{saved:?}");
+    // Stable prefix: up to the assistant message holding the first call the next step may
+    // change.
     let first_open = r
         .messages
         .iter()
         .position(|m| m.role == pb::Role::Tool as i32 && !m.cleared)
         .expect("an uncleared result");
-    assert_eq!(report.stable_prefix_messages as usize, first_open);
+    let call_at = r.messages[..first_open]
+        .iter()
+        .rposition(|m| m.role == pb::Role::Assistant as i32)
+        .expect("its call");
+    assert_eq!(report.stable_prefix_messages as usize, call_at);
 
     // One more result does not reach the next step (14): the boundary and prefix hold.
     app.append(&s, vec![user("one more")]).await;
@@ -264,18 +289,76 @@ async fn microcompact_clears_old_results_in_steps() {
         ],
     )
     .await;
-    let policy = pb::RenderPolicy {
-        microcompact_first: 5,
-        microcompact_every: 3,
-        microcompact_keep: 2,
-        retain_turns: 1,
-        snip: Some(false),
-        ..Default::default()
-    };
-    let next = app.render(budgeted(&s, 2000, Some(policy))).await;
+    let next = app.render(budgeted(&s, 1_000_000, Some(policy))).await;
     assert_eq!(report_of(&next).microcompact_boundary, 9);
     let stable = report.stable_prefix_messages as usize;
     assert_eq!(next.messages[..stable], r.messages[..stable]);
+
+    // ctxd's first policy clears nothing while the context fits.
+    let first = pb::RenderPolicy {
+        microcompact: pb::MicrocompactMode::OverBudget as i32,
+        ..policy
+    };
+    let r = app.render(budgeted(&s, 1_000_000, Some(first))).await;
+    assert_eq!(report_of(&r).results_cleared, 0);
+    assert_eq!(report_of(&r).microcompact_trigger, "");
+}
+
+#[tokio::test]
+async fn old_tool_inputs_are_stubbed_at_a_step() {
+    let mut app = spawn_app().await;
+    let s = app.create_session().await;
+    let body = "line of a file body\n".repeat(50);
+    let write = |i: usize| {
+        serde_json::json!({"file_path": format!("/src/lib/module_{i}.ex"), "content": body})
+            .to_string()
+    };
+    app.append(&s, vec![user("write the modules")]).await;
+    for i in 0..25 {
+        let id = format!("w{i}");
+        app.append(
+            &s,
+            vec![
+                assistant_calls("", vec![call(&id, "Write", &write(i))]),
+                tool_result(&id, &big_text(2000, "ok")),
+            ],
+        )
+        .await;
+    }
+    let policy = pb::RenderPolicy {
+        clear_at_least_tokens: Some(0),
+        ..Default::default()
+    };
+    // 25 results: the step at 20 clears the 10 oldest and stubs the calls of the 20 before it.
+    let r = app.render(budgeted(&s, 1_000_000, Some(policy))).await;
+    let report = report_of(&r);
+    assert_eq!(report.microcompact_boundary, 10);
+    assert_eq!(report.inputs_stubbed, 20);
+    assert_eq!(report.stubbed_node_ids.len(), 20);
+    assert_eq!(report.saved_stubbing.expect("savings").items, 20);
+    let calls: Vec<&pb::RenderedMessage> = r
+        .messages
+        .iter()
+        .filter(|m| !m.tool_calls.is_empty())
+        .collect();
+    for (i, m) in calls.iter().enumerate() {
+        let args: serde_json::Value =
+            serde_json::from_str(&m.tool_calls[0].arguments_json).expect("valid JSON");
+        assert_eq!(
+            args["file_path"],
+            format!("/src/lib/module_{i}.ex"),
+            "the path stays"
+        );
+        let content = args["content"].as_str().expect("a string");
+        if i < 20 {
+            assert_eq!(m.inputs_stubbed, 1);
+            assert!(content.ends_with("chars elided]"), "{content}");
+        } else {
+            assert_eq!(m.inputs_stubbed, 0);
+            assert_eq!(content, body, "calls after the step are whole");
+        }
+        assert_eq!(m.tool_calls[0].call_id, format!("w{i}"));
+    }
 }
 
 #[tokio::test]
@@ -301,7 +384,20 @@ async fn an_idle_gap_triggers_microcompact_and_the_server_fills_now() {
 
     let idle = app.render(at(head_time + 91 * 60_000)).await;
     assert_eq!(report_of(&idle).microcompact_trigger, "idle");
-    // 6 results, keep 1: five may go, but the newest turn's two are protected.
+    // 6 results, keep 1: results age by count, so five go.
+    assert_eq!(report_of(&idle).results_cleared, 5);
+
+    // ctxd's first policy protects the newest turn's two.
+    let first = pb::RenderPolicy {
+        microcompact: pb::MicrocompactMode::OverBudget as i32,
+        ..policy
+    };
+    let idle = app
+        .render(pb::RenderRequest {
+            now_unix_ms: head_time + 91 * 60_000,
+            ..budgeted(&s, 1500, Some(first))
+        })
+        .await;
     assert_eq!(report_of(&idle).results_cleared, 4);
 
     // Without now, the server's clock: the session was just written, so it is not idle.

@@ -70,10 +70,11 @@ async fn golden_swe_marshmallow_1867_fc() {
             tokenizer: "o200k_base",
             budget: budget(10_000, 1_000),
             policy: None,
-            why: "room for the whole task once the three results over 4,000 characters are cut",
+            why: "room for the whole task: its 13 results are under the first step (20) and none \
+                  is over the recent cap (12,000 characters), so nothing is cut or cleared",
             expect: Expect {
                 fits: true,
-                truncates: true,
+                truncates: false,
                 clears: false,
                 snips: false,
             },
@@ -87,13 +88,14 @@ async fn golden_swe_marshmallow_1867_fc() {
                 microcompact_every: 4,
                 ..Default::default()
             }),
-            why: "too small: microcompact triggers (13 results ≥ 8) but the session is one turn, \
-                  the newest, which is never cleared or snipped, so the report says it does not \
-                  fit and asks for a summary",
+            why: "too small: the step at 12 results clears the 2 older than the newest 10 and, \
+                  over budget, every result is cut to 6,000 characters; the session is one \
+                  turn, the newest, which is never snipped, so the report says it does not fit \
+                  and asks for a summary",
             expect: Expect {
                 fits: false,
                 truncates: true,
-                clears: false,
+                clears: true,
                 snips: false,
             },
         },
@@ -117,13 +119,14 @@ async fn golden_swe_pydicom_1458() {
             tokenizer: "heuristic",
             budget: budget(16_000, 1_000),
             policy: None,
-            why: "fits with both turns (the demonstration and the task) once two long results \
-                  are cut",
+            why: "over budget: cutting every result to 6,000 characters is not enough and no \
+                  step is due (11 results, the first is at 20), so the older turn (the \
+                  demonstration) is snipped whole",
             expect: Expect {
                 fits: true,
-                truncates: true,
+                truncates: false,
                 clears: false,
-                snips: false,
+                snips: true,
             },
         },
         Case {
@@ -134,7 +137,7 @@ async fn golden_swe_pydicom_1458() {
             why: "both turns do not fit: the older one (the demonstration) is snipped whole",
             expect: Expect {
                 fits: true,
-                truncates: true,
+                truncates: false,
                 clears: false,
                 snips: true,
             },
@@ -164,12 +167,13 @@ async fn golden_cc_main_8463c716_with_subagent() {
             tokenizer: "o200k_base",
             budget: budget(100_000, 8_000),
             policy: None,
-            why: "a 100k window: the 196 results trigger microcompact and the two retained turns \
-                  fit, so only the oldest turn's results are cleared (those longer than their \
-                  placeholder); nothing is snipped",
+            why: "a 100k window, far from full: the 196 results step by count all the same; the \
+                  results older than the newest 10 at the last step are cleared (those longer \
+                  than their placeholder) and the long arguments of calls before it stubbed; \
+                  nothing is cut or snipped",
             expect: Expect {
                 fits: true,
-                truncates: true,
+                truncates: false,
                 clears: true,
                 snips: false,
             },
@@ -179,7 +183,25 @@ async fn golden_cc_main_8463c716_with_subagent() {
             tokenizer: "heuristic",
             budget: budget(48_000, 8_000),
             policy: None,
-            why: "a 48k window: the two retained turns do not fit, so only the newest is \
+            why: "a 48k window: the steps keep the context small enough that it fits as in \
+                  the 100k window, with no turn snipped",
+            expect: Expect {
+                fits: true,
+                truncates: false,
+                clears: true,
+                snips: false,
+            },
+        },
+        Case {
+            file: "cc-main-8463c716+sub.heuristic.48k.over-budget.txt",
+            tokenizer: "heuristic",
+            budget: budget(48_000, 8_000),
+            policy: Some(pb::RenderPolicy {
+                microcompact: pb::MicrocompactMode::OverBudget as i32,
+                ..Default::default()
+            }),
+            why: "ctxd's first policy in the same 48k window: every result is cut to 4,000 \
+                  characters; the two retained turns do not fit, so only the newest is \
                   protected; microcompact clears results of both older turns up to its \
                   boundary, then the oldest turn is snipped whole",
             expect: Expect {
@@ -401,7 +423,7 @@ async fn check_case(
     for m in r.messages.iter().filter(|m| m.cleared) {
         let body = text_of(&m.parts);
         assert!(
-            body.starts_with("[tool result cleared") && body.contains(&m.tool_call_id),
+            body.ends_with("cleared to save context]") && !m.tool_call_id.is_empty(),
             "{what}: a cleared result keeps its call id: {body}"
         );
     }
@@ -614,6 +636,15 @@ fn golden_text(trace: &str, case: &Case, r: &pb::RenderResponse) -> String {
         "  microcompact_trigger {:?}, microcompact_boundary {}, stable_prefix_messages {}",
         report.microcompact_trigger, report.microcompact_boundary, report.stable_prefix_messages
     ));
+    let saved = |s: &Option<pb::StepSavings>| s.unwrap_or_default().tokens;
+    line(format!(
+        "  inputs_stubbed {} ({} node ids); tokens saved: truncation {}, clearing {}, stubbing {}",
+        report.inputs_stubbed,
+        report.stubbed_node_ids.len(),
+        saved(&report.saved_truncation),
+        saved(&report.saved_clearing),
+        saved(&report.saved_stubbing)
+    ));
     line(format!(
         "  rendered: {} truncated, {} cleared, {} from a function's chain",
         r.messages.iter().filter(|m| m.truncated).count(),
@@ -625,11 +656,16 @@ fn golden_text(trace: &str, case: &Case, r: &pb::RenderResponse) -> String {
     ));
     line(String::new());
     line("messages: index role tokens flags | calls (→) or the call answered (←) | text".into());
-    line("  flags: T truncated, C cleared, F in a function's chain, E error".into());
+    line(
+        "  flags: T truncated, C cleared, S tool-call arguments stubbed, F in a function's chain, \
+         E error"
+            .into(),
+    );
     for (i, m) in r.messages.iter().enumerate() {
         let flags: String = [
             (m.truncated, 'T'),
             (m.cleared, 'C'),
+            (m.inputs_stubbed > 0, 'S'),
             (!m.function_id.is_empty(), 'F'),
             (m.is_error, 'E'),
         ]
@@ -672,6 +708,7 @@ fn policy_text(p: &pb::RenderPolicy) -> String {
         }
     };
     field("max_tool_result_chars", p.max_tool_result_chars);
+    field("recent_tool_result_chars", p.recent_tool_result_chars);
     field("microcompact_first", p.microcompact_first);
     field("microcompact_every", p.microcompact_every);
     field("microcompact_keep", p.microcompact_keep);
@@ -682,6 +719,15 @@ fn policy_text(p: &pb::RenderPolicy) -> String {
     }
     if p.reactive {
         parts.push("reactive".into());
+    }
+    if p.microcompact == pb::MicrocompactMode::OverBudget as i32 {
+        parts.push("microcompact MICROCOMPACT_MODE_OVER_BUDGET".into());
+    }
+    if let Some(v) = p.clear_at_least_tokens {
+        parts.push(format!("clear_at_least_tokens {v}"));
+    }
+    if let Some(v) = p.max_tool_input_chars {
+        parts.push(format!("max_tool_input_chars {v}"));
     }
     parts.push("(the rest default)".into());
     parts.join(", ")

@@ -148,7 +148,8 @@ def test_a_tight_budget_snips_old_turns_and_says_so(client: Client, session: Ses
 def test_policy_and_reactive(client: Client, session: Session) -> None:
     for n in range(3):
         tool_turn(client, session, n, size=3000)
-    cut = client.render(session, budget=100_000, policy={"max_tool_result_chars": 500})
+    # Results newer than the last step keep up to the recent cap.
+    cut = client.render(session, budget=100_000, policy={"recent_tool_result_chars": 500})
     assert cut.report.results_truncated == 3
     assert "characters cut" in cut.messages[2]["content"]
 

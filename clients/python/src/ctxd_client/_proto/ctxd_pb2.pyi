@@ -50,6 +50,12 @@ class Callers(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     CALLERS_ALL: _ClassVar[Callers]
     CALLERS_NONE: _ClassVar[Callers]
 
+class MicrocompactMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    MICROCOMPACT_MODE_UNSPECIFIED: _ClassVar[MicrocompactMode]
+    MICROCOMPACT_MODE_STEPPED: _ClassVar[MicrocompactMode]
+    MICROCOMPACT_MODE_OVER_BUDGET: _ClassVar[MicrocompactMode]
+
 class CompactionReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     COMPACTION_REASON_UNSPECIFIED: _ClassVar[CompactionReason]
@@ -92,6 +98,9 @@ NODE_KIND_FUNCTION_RESULT: NodeKind
 CALLERS_UNSPECIFIED: Callers
 CALLERS_ALL: Callers
 CALLERS_NONE: Callers
+MICROCOMPACT_MODE_UNSPECIFIED: MicrocompactMode
+MICROCOMPACT_MODE_STEPPED: MicrocompactMode
+MICROCOMPACT_MODE_OVER_BUDGET: MicrocompactMode
 COMPACTION_REASON_UNSPECIFIED: CompactionReason
 COMPACTION_REASON_APPLIED: CompactionReason
 COMPACTION_REASON_EMPTY: CompactionReason
@@ -416,7 +425,7 @@ class Budget(_message.Message):
     def __init__(self, context_window: _Optional[int] = ..., output_reserve: _Optional[int] = ..., system_tokens: _Optional[int] = ..., tools_tokens: _Optional[int] = ..., schema_tokens: _Optional[int] = ...) -> None: ...
 
 class RenderPolicy(_message.Message):
-    __slots__ = ("max_tool_result_chars", "microcompact_first", "microcompact_every", "microcompact_keep", "idle_minutes", "retain_turns", "snip", "reactive")
+    __slots__ = ("max_tool_result_chars", "microcompact_first", "microcompact_every", "microcompact_keep", "idle_minutes", "retain_turns", "snip", "reactive", "microcompact", "recent_tool_result_chars", "clear_at_least_tokens", "max_tool_input_chars")
     MAX_TOOL_RESULT_CHARS_FIELD_NUMBER: _ClassVar[int]
     MICROCOMPACT_FIRST_FIELD_NUMBER: _ClassVar[int]
     MICROCOMPACT_EVERY_FIELD_NUMBER: _ClassVar[int]
@@ -425,6 +434,10 @@ class RenderPolicy(_message.Message):
     RETAIN_TURNS_FIELD_NUMBER: _ClassVar[int]
     SNIP_FIELD_NUMBER: _ClassVar[int]
     REACTIVE_FIELD_NUMBER: _ClassVar[int]
+    MICROCOMPACT_FIELD_NUMBER: _ClassVar[int]
+    RECENT_TOOL_RESULT_CHARS_FIELD_NUMBER: _ClassVar[int]
+    CLEAR_AT_LEAST_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    MAX_TOOL_INPUT_CHARS_FIELD_NUMBER: _ClassVar[int]
     max_tool_result_chars: int
     microcompact_first: int
     microcompact_every: int
@@ -433,10 +446,14 @@ class RenderPolicy(_message.Message):
     retain_turns: int
     snip: bool
     reactive: bool
-    def __init__(self, max_tool_result_chars: _Optional[int] = ..., microcompact_first: _Optional[int] = ..., microcompact_every: _Optional[int] = ..., microcompact_keep: _Optional[int] = ..., idle_minutes: _Optional[int] = ..., retain_turns: _Optional[int] = ..., snip: _Optional[bool] = ..., reactive: _Optional[bool] = ...) -> None: ...
+    microcompact: MicrocompactMode
+    recent_tool_result_chars: int
+    clear_at_least_tokens: int
+    max_tool_input_chars: int
+    def __init__(self, max_tool_result_chars: _Optional[int] = ..., microcompact_first: _Optional[int] = ..., microcompact_every: _Optional[int] = ..., microcompact_keep: _Optional[int] = ..., idle_minutes: _Optional[int] = ..., retain_turns: _Optional[int] = ..., snip: _Optional[bool] = ..., reactive: _Optional[bool] = ..., microcompact: _Optional[_Union[MicrocompactMode, str]] = ..., recent_tool_result_chars: _Optional[int] = ..., clear_at_least_tokens: _Optional[int] = ..., max_tool_input_chars: _Optional[int] = ...) -> None: ...
 
 class RenderedMessage(_message.Message):
-    __slots__ = ("role", "parts", "tool_calls", "tool_call_id", "name", "is_error", "node_ids", "function_id", "tokens", "truncated", "cleared")
+    __slots__ = ("role", "parts", "tool_calls", "tool_call_id", "name", "is_error", "node_ids", "function_id", "tokens", "truncated", "cleared", "inputs_stubbed")
     ROLE_FIELD_NUMBER: _ClassVar[int]
     PARTS_FIELD_NUMBER: _ClassVar[int]
     TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
@@ -448,6 +465,7 @@ class RenderedMessage(_message.Message):
     TOKENS_FIELD_NUMBER: _ClassVar[int]
     TRUNCATED_FIELD_NUMBER: _ClassVar[int]
     CLEARED_FIELD_NUMBER: _ClassVar[int]
+    INPUTS_STUBBED_FIELD_NUMBER: _ClassVar[int]
     role: Role
     parts: _containers.RepeatedCompositeFieldContainer[ContentPart]
     tool_calls: _containers.RepeatedCompositeFieldContainer[ToolCall]
@@ -459,7 +477,8 @@ class RenderedMessage(_message.Message):
     tokens: int
     truncated: bool
     cleared: bool
-    def __init__(self, role: _Optional[_Union[Role, str]] = ..., parts: _Optional[_Iterable[_Union[ContentPart, _Mapping]]] = ..., tool_calls: _Optional[_Iterable[_Union[ToolCall, _Mapping]]] = ..., tool_call_id: _Optional[str] = ..., name: _Optional[str] = ..., is_error: _Optional[bool] = ..., node_ids: _Optional[_Iterable[str]] = ..., function_id: _Optional[str] = ..., tokens: _Optional[int] = ..., truncated: _Optional[bool] = ..., cleared: _Optional[bool] = ...) -> None: ...
+    inputs_stubbed: int
+    def __init__(self, role: _Optional[_Union[Role, str]] = ..., parts: _Optional[_Iterable[_Union[ContentPart, _Mapping]]] = ..., tool_calls: _Optional[_Iterable[_Union[ToolCall, _Mapping]]] = ..., tool_call_id: _Optional[str] = ..., name: _Optional[str] = ..., is_error: _Optional[bool] = ..., node_ids: _Optional[_Iterable[str]] = ..., function_id: _Optional[str] = ..., tokens: _Optional[int] = ..., truncated: _Optional[bool] = ..., cleared: _Optional[bool] = ..., inputs_stubbed: _Optional[int] = ...) -> None: ...
 
 class RenderResponse(_message.Message):
     __slots__ = ("messages", "head_id", "head_hash", "total_tokens", "tokenizer", "report", "messages_json")
@@ -520,7 +539,7 @@ class TokenBreakdown(_message.Message):
     def __init__(self, system: _Optional[int] = ..., user: _Optional[int] = ..., assistant_text: _Optional[int] = ..., tool_calls: _Optional[int] = ..., tool_results: _Optional[int] = ..., summaries: _Optional[int] = ..., markers: _Optional[int] = ...) -> None: ...
 
 class ContextReport(_message.Message):
-    __slots__ = ("total_tokens", "tokens", "messages", "tokenizer", "budget", "history_budget", "fits", "over_by", "summary_needed", "results_truncated", "truncated_node_ids", "results_cleared", "cleared_node_ids", "turns_snipped", "snipped_node_ids", "microcompact_trigger", "microcompact_boundary", "stable_prefix_messages")
+    __slots__ = ("total_tokens", "tokens", "messages", "tokenizer", "budget", "history_budget", "fits", "over_by", "summary_needed", "results_truncated", "truncated_node_ids", "results_cleared", "cleared_node_ids", "turns_snipped", "snipped_node_ids", "microcompact_trigger", "microcompact_boundary", "stable_prefix_messages", "inputs_stubbed", "stubbed_node_ids", "saved_truncation", "saved_clearing", "saved_stubbing")
     TOTAL_TOKENS_FIELD_NUMBER: _ClassVar[int]
     TOKENS_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
@@ -539,6 +558,11 @@ class ContextReport(_message.Message):
     MICROCOMPACT_TRIGGER_FIELD_NUMBER: _ClassVar[int]
     MICROCOMPACT_BOUNDARY_FIELD_NUMBER: _ClassVar[int]
     STABLE_PREFIX_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    INPUTS_STUBBED_FIELD_NUMBER: _ClassVar[int]
+    STUBBED_NODE_IDS_FIELD_NUMBER: _ClassVar[int]
+    SAVED_TRUNCATION_FIELD_NUMBER: _ClassVar[int]
+    SAVED_CLEARING_FIELD_NUMBER: _ClassVar[int]
+    SAVED_STUBBING_FIELD_NUMBER: _ClassVar[int]
     total_tokens: int
     tokens: TokenBreakdown
     messages: int
@@ -557,7 +581,22 @@ class ContextReport(_message.Message):
     microcompact_trigger: str
     microcompact_boundary: int
     stable_prefix_messages: int
-    def __init__(self, total_tokens: _Optional[int] = ..., tokens: _Optional[_Union[TokenBreakdown, _Mapping]] = ..., messages: _Optional[int] = ..., tokenizer: _Optional[str] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., history_budget: _Optional[int] = ..., fits: _Optional[bool] = ..., over_by: _Optional[int] = ..., summary_needed: _Optional[bool] = ..., results_truncated: _Optional[int] = ..., truncated_node_ids: _Optional[_Iterable[str]] = ..., results_cleared: _Optional[int] = ..., cleared_node_ids: _Optional[_Iterable[str]] = ..., turns_snipped: _Optional[int] = ..., snipped_node_ids: _Optional[_Iterable[str]] = ..., microcompact_trigger: _Optional[str] = ..., microcompact_boundary: _Optional[int] = ..., stable_prefix_messages: _Optional[int] = ...) -> None: ...
+    inputs_stubbed: int
+    stubbed_node_ids: _containers.RepeatedScalarFieldContainer[str]
+    saved_truncation: StepSavings
+    saved_clearing: StepSavings
+    saved_stubbing: StepSavings
+    def __init__(self, total_tokens: _Optional[int] = ..., tokens: _Optional[_Union[TokenBreakdown, _Mapping]] = ..., messages: _Optional[int] = ..., tokenizer: _Optional[str] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., history_budget: _Optional[int] = ..., fits: _Optional[bool] = ..., over_by: _Optional[int] = ..., summary_needed: _Optional[bool] = ..., results_truncated: _Optional[int] = ..., truncated_node_ids: _Optional[_Iterable[str]] = ..., results_cleared: _Optional[int] = ..., cleared_node_ids: _Optional[_Iterable[str]] = ..., turns_snipped: _Optional[int] = ..., snipped_node_ids: _Optional[_Iterable[str]] = ..., microcompact_trigger: _Optional[str] = ..., microcompact_boundary: _Optional[int] = ..., stable_prefix_messages: _Optional[int] = ..., inputs_stubbed: _Optional[int] = ..., stubbed_node_ids: _Optional[_Iterable[str]] = ..., saved_truncation: _Optional[_Union[StepSavings, _Mapping]] = ..., saved_clearing: _Optional[_Union[StepSavings, _Mapping]] = ..., saved_stubbing: _Optional[_Union[StepSavings, _Mapping]] = ...) -> None: ...
+
+class StepSavings(_message.Message):
+    __slots__ = ("items", "chars", "tokens")
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    CHARS_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    items: int
+    chars: int
+    tokens: int
+    def __init__(self, items: _Optional[int] = ..., chars: _Optional[int] = ..., tokens: _Optional[int] = ...) -> None: ...
 
 class PrepareCompactionRequest(_message.Message):
     __slots__ = ("session_id", "branch", "budget", "tokenizer", "retain_turns", "instructions", "max_tool_result_chars", "format")
