@@ -32,6 +32,9 @@ HISTORY = BUDGET["context_window"] - BUDGET["output_reserve"]
 # the next turns, so the engine never has to drop a turn unsummarized.
 COMPACT_AT = 0.7
 TARGET = {"context_window": int(HISTORY * 0.5)}
+# A window this small holds no 12,000-character result (the default recent cap, sized for
+# 200k windows): fresh tool results keep at most 4,000 characters.
+POLICY = {"recent_tool_result_chars": 4_000}
 
 
 # ---------------------------------------------------------------- the stand-in model
@@ -204,7 +207,7 @@ def run(address: str) -> None:
             print(f"[task {number}] user: {request}")
             ctxd.append_user(session, request)
             while True:
-                context = ctxd.render(session, budget=BUDGET, format="openai")
+                context = ctxd.render(session, budget=BUDGET, policy=POLICY, format="openai")
                 report = context.report
                 print(
                     f"  context: {report.total_tokens} of {report.history_budget} tokens in"
@@ -214,7 +217,7 @@ def run(address: str) -> None:
                 if why := compaction_reason(report):
                     if compact(ctxd, session, model, why):
                         applied += 1
-                        context = ctxd.render(session, budget=BUDGET, format="openai")
+                        context = ctxd.render(session, budget=BUDGET, policy=POLICY, format="openai")
                         print(f"  context now: {context.report.total_tokens} tokens")
                 reply = model.complete(context.messages)
                 calls = reply.get("tool_calls", [])
@@ -228,7 +231,7 @@ def run(address: str) -> None:
                     result = read_file(**args)
                     ctxd.append_tool_result(session, call["id"], result)
                     print(f"  tool read_file({args['path']}): {len(result)} characters")
-        final = ctxd.context_stats(session, budget=BUDGET)
+        final = ctxd.context_stats(session, budget=BUDGET, policy=POLICY)
         audit = ctxd.list_summaries(session)
         print(
             f"done: {len(SCRIPT)} tasks, {model.calls} model calls, {applied} summaries applied"
