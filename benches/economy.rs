@@ -32,7 +32,7 @@ use ctxd::domain::{BranchName, NodeContent, NodeId, Part, PathView, Tenant};
 use ctxd::import;
 use ctxd::render::{
     Breakdown, Budget, Message, MessageRole, Microcompact, Options, Policy, Rendered,
-    message_breakdown, message_tokens, render,
+    message_breakdown, message_tokens, render, truncation_marker,
 };
 use ctxd::store::{PathTarget, Store};
 use ctxd::tokens::{Count, TokenCache, Tokenizer, Tokens};
@@ -388,27 +388,6 @@ struct Memory {
     pruned: HashSet<NodeId>,
 }
 
-fn text(parts: &[Part]) -> String {
-    parts
-        .iter()
-        .filter_map(|p| match p {
-            Part::Text(t) => Some(t.as_str()),
-            Part::Media { .. } => None,
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
-fn chars(parts: &[Part]) -> usize {
-    parts
-        .iter()
-        .map(|p| match p {
-            Part::Text(t) => t.chars().count(),
-            Part::Media { .. } => 0,
-        })
-        .sum()
-}
-
 fn set_text(m: &mut Message, t: String) {
     m.parts = vec![Part::Text(t)];
 }
@@ -455,7 +434,7 @@ fn input(
                 if memory.pruned.contains(&id) {
                     break 'walk;
                 }
-                let estimate = chars(&m.parts) / 4;
+                let estimate = Part::text_chars(&m.parts) / 4;
                 total += estimate;
                 if total > protect {
                     pruned += estimate;
@@ -474,8 +453,8 @@ fn input(
         Kind::SlidingWindow { last, over, cut_to } => {
             let old = messages.len().saturating_sub(last);
             for m in &mut messages[..old] {
-                if m.role == MessageRole::Tool && chars(&m.parts) > over {
-                    let head: String = text(&m.parts).chars().take(cut_to).collect();
+                if m.role == MessageRole::Tool && Part::text_chars(&m.parts) > over {
+                    let head: String = Part::text_of(&m.parts).chars().take(cut_to).collect();
                     set_text(m, format!("{head}…"));
                 }
             }
@@ -504,18 +483,15 @@ fn input(
                         m,
                         format!("[tool result cleared to save context: {name} call {call}]"),
                     );
-                } else if chars(&m.parts) > cap {
-                    let t = text(&m.parts);
+                } else if Part::text_chars(&m.parts) > cap {
+                    let t = Part::text_of(&m.parts);
                     let len = t.chars().count();
                     let (head, tail) = (cap * 6 / 10, cap - cap * 6 / 10);
                     let h: String = t.chars().take(head).collect();
                     let s: String = t.chars().skip(len - tail).collect();
                     set_text(
                         m,
-                        format!(
-                            "{h}\n[… {} of {len} characters cut …]\n{s}",
-                            len - head - tail
-                        ),
+                        format!("{h}{}{s}", truncation_marker(len - head - tail, len)),
                     );
                 }
             }
@@ -644,7 +620,7 @@ fn working_set(path: &PathView, messages: &[Message]) -> Option<f64> {
         .iter()
         .rev()
         .filter_map(|n| match &n.content {
-            NodeContent::ToolResult { parts, .. } => Some((n.id, text(parts))),
+            NodeContent::ToolResult { parts, .. } => Some((n.id, Part::text_of(parts))),
             NodeContent::FunctionResult(r) => Some((n.id, r.output.clone())),
             _ => None,
         })
@@ -659,7 +635,7 @@ fn working_set(path: &PathView, messages: &[Message]) -> Option<f64> {
             messages.iter().any(|m| {
                 m.role == MessageRole::Tool
                     && m.node_ids.contains(id)
-                    && text(&m.parts) == *original
+                    && Part::text_of(&m.parts) == *original
             })
         })
         .count();

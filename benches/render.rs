@@ -23,16 +23,6 @@ use ctxd::render::{Budget, Options, render};
 use ctxd::store::{PathTarget, Store};
 use ctxd::tokens::{TokenCache, Tokenizer};
 
-fn text_chars(parts: &[Part]) -> usize {
-    parts
-        .iter()
-        .map(|p| match p {
-            Part::Text(t) => t.chars().count(),
-            Part::Media { .. } => 0,
-        })
-        .sum()
-}
-
 const TRACE: &str = "cc-main-4d5611e5";
 /// Each case runs at least this many timed iterations...
 const MIN_ITERS: usize = 15;
@@ -134,13 +124,13 @@ async fn bench() {
             NodeContent::Message {
                 parts, tool_calls, ..
             } => {
-                text_chars(parts)
+                Part::text_chars(parts)
                     + tool_calls
                         .iter()
                         .map(|c| c.arguments_json.chars().count())
                         .sum::<usize>()
             }
-            NodeContent::ToolResult { parts, .. } => text_chars(parts),
+            NodeContent::ToolResult { parts, .. } => Part::text_chars(parts),
             NodeContent::FunctionCall { .. } | NodeContent::FunctionResult(_) => 0,
         })
         .sum();

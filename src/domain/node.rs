@@ -47,6 +47,31 @@ pub enum Part {
     },
 }
 
+impl Part {
+    /// The text parts of `parts` joined by newlines; media left out.
+    pub fn text_of(parts: &[Part]) -> String {
+        parts
+            .iter()
+            .filter_map(|p| match p {
+                Part::Text(t) => Some(t.as_str()),
+                Part::Media { .. } => None,
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// Characters of the text parts of `parts`.
+    pub fn text_chars(parts: &[Part]) -> usize {
+        parts
+            .iter()
+            .map(|p| match p {
+                Part::Text(t) => t.chars().count(),
+                Part::Media { .. } => 0,
+            })
+            .sum()
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ToolCall {
     pub call_id: String,

@@ -182,23 +182,12 @@ fn convert(
         flush(b, &mut assistant, &mut results, started);
         if e.compact_summary {
             b.settle(scope, e.line);
-            b.summary(first_text_of(&e.parts), e.line);
+            b.summary(Part::text_of(&e.parts), e.line);
         } else {
             b.message(scope, Role::User, e.parts, Vec::new(), e.line);
         }
     }
     flush(b, &mut assistant, &mut results, started);
-}
-
-fn first_text_of(parts: &[Part]) -> String {
-    parts
-        .iter()
-        .filter_map(|p| match p {
-            Part::Text(t) => Some(t.as_str()),
-            Part::Media { .. } => None,
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
 }
 
 fn entry(v: &Value, kind: &str, line: usize, at: &str) -> Result<Entry, Error> {
