@@ -59,6 +59,8 @@ pub struct Message {
     pub reduction: Reduction,
     /// Tool calls of this message whose arguments microcompact replaced by a stub.
     pub stubbed_inputs: usize,
+    /// When the newest of its nodes was appended (`None` for a summary): idle gaps are steps.
+    pub at_ms: Option<i64>,
     /// Set on the message a summary renders as.
     pub summary_id: Option<SummaryId>,
 }

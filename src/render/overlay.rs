@@ -37,6 +37,7 @@ pub fn summary_message(summary: &Summary) -> Message {
         function_id: None,
         reduction: Reduction::None,
         stubbed_inputs: 0,
+        at_ms: None,
         summary_id: Some(summary.id),
     }
 }

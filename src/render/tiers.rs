@@ -2,8 +2,6 @@
 
 use std::collections::HashSet;
 
-use std::collections::HashMap;
-
 use super::stub::stub_arguments;
 use super::{
     Breakdown, Message, MessageRole, Microcompact, Options, Policy, Reduction, Rendered, Report,
@@ -31,57 +29,48 @@ pub fn cleared_placeholder(message: &Message) -> String {
 /// Longer than any truncation marker.
 const MARKER_SLACK: usize = 64;
 
-/// Keeps the first 60% and last 40% of `cap` characters of a long tool result.
-fn truncate(message: &mut Message, cap: usize) -> bool {
-    let of_chars: usize = message
-        .parts
-        .iter()
-        .map(|p| match p {
-            Part::Text(t) => t.chars().count(),
-            Part::Media { .. } => 0,
-        })
-        .sum();
-    // A result within a marker's length of the cap is left alone: the cut would save nothing,
-    // and a truncated result is never cut again (rendering a render changes nothing).
-    if of_chars <= cap.saturating_add(MARKER_SLACK) {
-        return false;
+/// A long tool result cut to the first 60% and last 40% of `cap` characters, with a marker of
+/// what was cut: its new parts and reduction, or `None` when it is within a marker's length of
+/// the cap (the cut would save nothing). A result cut before is cut again from what it kept:
+/// for a smaller cap that is the same head and tail of what it was, and the marker still counts
+/// against the original, so cutting in two steps is cutting once, and rendering a render
+/// changes nothing.
+fn truncated(message: &Message, cap: usize) -> Option<(Vec<Part>, Reduction)> {
+    if Part::text_chars(&message.parts) <= cap.saturating_add(MARKER_SLACK) {
+        return None;
     }
     // Multi-part text is joined first, so the cut is taken over the result as a whole.
-    let text: String = message
-        .parts
-        .iter()
-        .filter_map(|p| match p {
-            Part::Text(t) => Some(t.as_str()),
-            Part::Media { .. } => None,
-        })
-        .collect::<Vec<_>>()
-        .join("\n");
-    let of_chars = text.chars().count();
+    let text = Part::text_of(&message.parts);
+    let chars = text.chars().count();
+    let of_chars = match message.reduction {
+        Reduction::Truncated { of_chars, .. } => of_chars,
+        Reduction::None | Reduction::Cleared => chars,
+    };
     let head_chars = cap * 6 / 10;
     let tail_chars = cap - head_chars;
     let cut_chars = of_chars - head_chars - tail_chars;
     let head: String = text.chars().take(head_chars).collect();
-    let tail: String = text.chars().skip(of_chars - tail_chars).collect();
+    let tail: String = text.chars().skip(chars - tail_chars).collect();
     let reduced = format!("{head}{}{tail}", truncation_marker(cut_chars, of_chars));
     let first_text = message
         .parts
         .iter()
         .position(|p| matches!(p, Part::Text(_)))
         .unwrap_or(0);
-    message.parts.retain(|p| matches!(p, Part::Media { .. }));
-    message
+    let mut parts: Vec<Part> = message
         .parts
-        .insert(first_text.min(message.parts.len()), Part::Text(reduced));
-    message.reduction = Reduction::Truncated {
-        cut_chars,
-        of_chars,
-    };
-    true
-}
-
-fn clear(message: &mut Message) {
-    message.parts = vec![Part::Text(cleared_placeholder(message))];
-    message.reduction = Reduction::Cleared;
+        .iter()
+        .filter(|p| matches!(p, Part::Media { .. }))
+        .cloned()
+        .collect();
+    parts.insert(first_text.min(parts.len()), Part::Text(reduced));
+    Some((
+        parts,
+        Reduction::Truncated {
+            cut_chars,
+            of_chars,
+        },
+    ))
 }
 
 /// Where the turns of rendered messages start. Turns are top-level: a function's prompt belongs
@@ -147,25 +136,23 @@ fn sum(counts: &[Breakdown], keep: impl Fn(usize) -> bool) -> Tokens {
         .fold(0, |s: Tokens, (_, b)| s.saturating_add(b.total()))
 }
 
-fn text_chars(parts: &[Part]) -> usize {
-    parts
-        .iter()
-        .map(|p| match p {
-            Part::Text(t) => t.chars().count(),
-            Part::Media { .. } => 0,
-        })
-        .sum()
+/// Whether the newest node is older than `idle_ms` at the request's time.
+fn idle_now(path: &PathView, options: &Options) -> bool {
+    path.nodes.last().is_some_and(|head| {
+        options.now_ms.saturating_sub(head.created_at_ms) >= options.policy.idle_ms
+    })
 }
 
 /// One render's budget steps: the messages, what they cost as they came and as they are now.
 struct Fit<'a> {
     messages: Vec<Message>,
-    original: Vec<Breakdown>,
+    /// Tokens of each message as it came, and as it is now.
+    original: Vec<Tokens>,
     counts: Vec<Breakdown>,
     /// Indexes of the tool messages, in order; "result k" is `messages[results[k]]`.
     results: Vec<usize>,
-    /// Result k's parts as they came, to cut from whatever cap applied before.
-    pristine: Vec<Vec<Part>>,
+    /// Characters of result k as it came.
+    chars: Vec<usize>,
     /// Where result k's call is: (message index, index in its `tool_calls`).
     calls: Vec<Option<(usize, usize)>>,
     /// Characters each message's stubs removed from its tool-call arguments.
@@ -183,7 +170,10 @@ impl<'a> Fit<'a> {
         let results: Vec<usize> = (0..messages.len())
             .filter(|i| messages[*i].role == MessageRole::Tool)
             .collect();
-        let pristine = results.iter().map(|&i| messages[i].parts.clone()).collect();
+        let chars = results
+            .iter()
+            .map(|&i| Part::text_chars(&messages[i].parts))
+            .collect();
         // A result's call is in the assistant message that opens its group of results.
         let calls = results
             .iter()
@@ -202,10 +192,10 @@ impl<'a> Fit<'a> {
         Self {
             layout: Layout::of(&messages, path),
             stub_chars: vec![0; messages.len()],
-            original: counts.clone(),
+            original: counts.iter().map(Breakdown::total).collect(),
             counts,
             results,
-            pristine,
+            chars,
             calls,
             messages,
             counter,
@@ -216,22 +206,29 @@ impl<'a> Fit<'a> {
         sum(&self.counts, |_| true)
     }
 
-    /// Cuts result `k` to `cap` characters of what it was, when that saves tokens.
+    /// Puts `parts`, reduced as `reduction`, in message `i` when that costs fewer tokens: no
+    /// step ever grows the context (a marker costs some).
+    fn reduce(&mut self, i: usize, parts: Vec<Part>, reduction: Reduction) {
+        let message = &mut self.messages[i];
+        let was = std::mem::replace(&mut message.parts, parts);
+        let was_reduced = std::mem::replace(&mut message.reduction, reduction);
+        let reduced = message_breakdown(message, self.counter);
+        if reduced.total() < self.counts[i].total() {
+            self.counts[i] = reduced;
+        } else {
+            message.parts = was;
+            message.reduction = was_reduced;
+        }
+    }
+
+    /// Cuts result `k` to `cap` characters of what it was.
     fn cap(&mut self, k: usize, cap: usize) {
         let i = self.results[k];
         if self.messages[i].reduction == Reduction::Cleared {
             return;
         }
-        let mut cut = self.messages[i].clone();
-        cut.parts.clone_from(&self.pristine[k]);
-        cut.reduction = Reduction::None;
-        if !truncate(&mut cut, cap) {
-            return;
-        }
-        let reduced = message_breakdown(&cut, self.counter);
-        if reduced.total() < self.counts[i].total() {
-            self.counts[i] = reduced;
-            self.messages[i] = cut;
+        if let Some((parts, reduction)) = truncated(&self.messages[i], cap) {
+            self.reduce(i, parts, reduction);
         }
     }
 
@@ -241,16 +238,8 @@ impl<'a> Fit<'a> {
         if self.messages[i].reduction == Reduction::Cleared {
             return;
         }
-        let original = std::mem::take(&mut self.messages[i].parts);
-        let reduction = self.messages[i].reduction;
-        clear(&mut self.messages[i]);
-        let cleared = message_breakdown(&self.messages[i], self.counter);
-        if cleared.total() < self.counts[i].total() {
-            self.counts[i] = cleared;
-        } else {
-            self.messages[i].parts = original;
-            self.messages[i].reduction = reduction;
-        }
+        let placeholder = vec![Part::Text(cleared_placeholder(&self.messages[i]))];
+        self.reduce(i, placeholder, Reduction::Cleared);
     }
 
     /// Stubs the arguments of result `k`'s call when they are longer than `over` characters
@@ -368,24 +357,20 @@ impl<'a> Fit<'a> {
         }
         if policy.idle_ms < i64::MAX {
             // An idle gap leaves the provider's cache cold: a step there costs nothing extra.
-            let times: HashMap<NodeId, i64> =
-                path.all_nodes().map(|n| (n.id, n.created_at_ms)).collect();
             let mut latest: Option<i64> = None;
             let mut seen = 0;
             for m in &self.messages {
-                if let Some(t) = m.node_ids.iter().filter_map(|id| times.get(id)).max() {
+                if let Some(t) = m.at_ms {
                     if latest.is_some_and(|l| t.saturating_sub(l) >= policy.idle_ms) {
                         candidates.push((seen, true));
                     }
-                    latest = Some(latest.map_or(*t, |l| l.max(*t)));
+                    latest = Some(latest.map_or(t, |l| l.max(t)));
                 }
                 if m.role == MessageRole::Tool {
                     seen += 1;
                 }
             }
-            if path.nodes.last().is_some_and(|head| {
-                options.now_ms.saturating_sub(head.created_at_ms) >= policy.idle_ms
-            }) {
+            if idle_now(path, options) {
                 candidates.push((n, true));
             }
         }
@@ -411,17 +396,23 @@ impl<'a> Fit<'a> {
         (boundary, step, trigger)
     }
 
-    /// An estimate of what clearing results `range` saves: their tokens at `recent_cap`, taken
-    /// as the share of characters the cap keeps.
+    /// An estimate of what clearing results `range` saves: the characters of each at
+    /// `recent_cap` beyond its placeholder, at four a token. It depends on nothing a render
+    /// changes but by making it smaller (a cut result is shorter, a cleared one is its
+    /// placeholder and saves nothing), so a render rendered again takes no step the first did
+    /// not.
     fn saving(&self, range: std::ops::Range<usize>, recent_cap: usize) -> Tokens {
         range
             .map(|k| {
-                let tokens = u64::from(self.original[self.results[k]].total());
-                let chars = text_chars(&self.pristine[k]).max(1);
-                let kept = tokens * chars.min(recent_cap) as u64 / chars as u64;
-                Tokens::try_from(kept).unwrap_or(Tokens::MAX)
+                let placeholder = cleared_placeholder(&self.messages[self.results[k]]);
+                self.chars[k]
+                    .min(recent_cap)
+                    .saturating_sub(placeholder.chars().count())
+                    / 4
             })
-            .fold(0, |s: Tokens, t| s.saturating_add(t))
+            .fold(0, |s: Tokens, t| {
+                s.saturating_add(Tokens::try_from(t).unwrap_or(Tokens::MAX))
+            })
     }
 
     /// ctxd's first policy: budget reduction always, microcompact only over budget.
@@ -448,9 +439,7 @@ impl<'a> Fit<'a> {
             self.layout.newest_turns_start(1)
         };
         let over = self.total() > limit;
-        let idle = path.nodes.last().is_some_and(|head| {
-            options.now_ms.saturating_sub(head.created_at_ms) >= policy.idle_ms
-        });
+        let idle = idle_now(path, options);
         report.trigger = if policy.reactive {
             Some(Trigger::Reactive)
         } else if !over {
@@ -536,7 +525,7 @@ pub(super) fn fit(
         counts,
         stub_chars,
         layout,
-        pristine,
+        chars,
         results,
         ..
     } = fit;
@@ -576,12 +565,6 @@ pub(super) fn fit(
         stable_from
     };
     report.stable_prefix_messages = (0..stable_from.min(len)).filter(|&i| !dropped[i]).count();
-    let mut pristine_chars: HashMap<usize, usize> = HashMap::new();
-    for (k, &i) in results.iter().enumerate() {
-        if messages[i].reduction != Reduction::None {
-            pristine_chars.insert(i, text_chars(&pristine[k]));
-        }
-    }
     let mut kept = Vec::with_capacity(len);
     let mut tokens = Vec::with_capacity(len);
     for (i, (message, count)) in messages.into_iter().zip(counts).enumerate() {
@@ -590,13 +573,11 @@ pub(super) fn fit(
         }
         // Counted from what is kept: a result cut, then cleared or snipped, is reported once,
         // as what finally happened to it.
-        let saved_tokens = original[i].total().saturating_sub(count.total());
+        let saved_tokens = original[i].saturating_sub(count.total());
         let saved_chars = || {
-            pristine_chars
-                .get(&i)
-                .copied()
-                .unwrap_or(0)
-                .saturating_sub(text_chars(&message.parts))
+            results.binary_search(&i).map_or(0, |k| {
+                chars[k].saturating_sub(Part::text_chars(&message.parts))
+            })
         };
         match message.reduction {
             Reduction::Truncated { .. } => {

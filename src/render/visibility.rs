@@ -69,6 +69,7 @@ fn chain(nodes: &[Arc<Node>], chains: &HashMap<NodeId, Vec<Arc<Node>>>, out: &mu
                     function_id,
                     reduction: Reduction::None,
                     stubbed_inputs: 0,
+                    at_ms: Some(node.created_at_ms),
                     summary_id: None,
                 });
             }
@@ -88,6 +89,7 @@ fn chain(nodes: &[Arc<Node>], chains: &HashMap<NodeId, Vec<Arc<Node>>>, out: &mu
                 function_id,
                 reduction: Reduction::None,
                 stubbed_inputs: 0,
+                at_ms: Some(node.created_at_ms),
                 summary_id: None,
             }),
             NodeContent::FunctionCall {
@@ -128,6 +130,7 @@ fn chain(nodes: &[Arc<Node>], chains: &HashMap<NodeId, Vec<Arc<Node>>>, out: &mu
                     function_id,
                     reduction: Reduction::None,
                     stubbed_inputs: 0,
+                    at_ms: Some(node.created_at_ms),
                     summary_id: None,
                 });
                 if expose == Expose::Full {
