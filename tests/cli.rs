@@ -438,6 +438,8 @@ fn context_pictures_the_budget() {
         "free",
         "budget reduction",
         "microcompact",
+        "input stubs",
+        "saved",
         "snip",
         "stable prefix",
     ] {
@@ -487,6 +489,53 @@ fn context_pictures_the_budget() {
     .map(|k| t[k].as_u64().expect("a count"))
     .sum();
     assert_eq!(Some(sum), json["total_tokens"].as_u64());
+}
+
+/// A long session: the panel says what each step saved, in the same 80 columns, and `--json`
+/// carries the same figures.
+#[test]
+fn context_says_what_each_step_saved() {
+    let server = Server::start();
+    let trace = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/testdata/traces/cc-main-8463c716.jsonl"
+    );
+    let v = server.json(&["import", trace]);
+    let s = v["session"]["session_id"].as_str().expect("session id");
+
+    let json = server.json(&["context", s, "--budget", "48000"]);
+    let saved = |step: &str, what: &str| json[step][what].as_u64().expect("a count");
+    assert!(saved("saved_clearing", "tokens") > 0, "{json}");
+    assert!(saved("saved_stubbing", "tokens") > 0, "{json}");
+    assert_eq!(
+        json["saved_clearing"]["items"], json["results_cleared"],
+        "{json}"
+    );
+    assert_eq!(
+        json["saved_stubbing"]["items"], json["inputs_stubbed"],
+        "{json}"
+    );
+
+    let panel = server.ok(&["context", s, "--budget", "48000"]);
+    assert!(
+        panel
+            .lines()
+            .any(|l| l.trim_start().starts_with("clearing ") && !l.contains("clearing 0 tokens")),
+        "no clearing savings in\n{panel}"
+    );
+    assert!(
+        panel.contains(&format!(
+            "{} tool-call arguments stubbed",
+            json["inputs_stubbed"]
+        )),
+        "{panel}"
+    );
+    for line in panel.lines() {
+        assert!(
+            line.chars().count() <= 80,
+            "wider than 80 columns: {line:?}"
+        );
+    }
 }
 
 #[test]

@@ -2050,15 +2050,6 @@ fn rendered_path(path: &PathView, rendered: &Rendered) -> PathView {
             shown.insert(*last, m);
         }
     }
-    let text = |m: &Message| -> String {
-        m.parts
-            .iter()
-            .filter_map(|p| match p {
-                Part::Text(t) => Some(t.as_str()),
-                Part::Media { .. } => None,
-            })
-            .collect()
-    };
     let rewrite = |node: &Arc<Node>| -> Arc<Node> {
         let Some(m) = shown.get(&node.id) else {
             return node.clone();
@@ -2073,7 +2064,7 @@ fn rendered_path(path: &PathView, rendered: &Rendered) -> PathView {
                 }
             }
             NodeContent::ToolResult { parts, .. } => parts.clone_from(&m.parts),
-            NodeContent::FunctionResult(result) => result.output = text(m),
+            NodeContent::FunctionResult(result) => result.output = Part::text_of(&m.parts),
             NodeContent::FunctionCall { .. } => {}
         }
         Arc::new(node)

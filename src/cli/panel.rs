@@ -95,30 +95,16 @@ fn tiers(r: &pb::ContextReport, t: &pb::TokenBreakdown) -> String {
     let mut line = |name: &str, what: String| {
         let _ = writeln!(out, "  {name:<18}{what}");
     };
-    let saved = |s: &Option<pb::StepSavings>| {
-        let s = s.unwrap_or_default();
-        format!(
-            "saved {} tokens ({} characters)",
-            num(s.tokens),
-            num(s.chars)
-        )
-    };
     line(
         "budget reduction",
-        format!(
-            "{} tool results truncated; {}",
-            r.results_truncated,
-            saved(&r.saved_truncation)
-        ),
+        format!("{} tool results truncated", r.results_truncated),
     );
     let micro = if r.microcompact_trigger.is_empty() {
         "not triggered".to_string()
     } else {
         format!(
-            "triggered by {}: {} tool results cleared; {}",
-            r.microcompact_trigger,
-            r.results_cleared,
-            saved(&r.saved_clearing)
+            "triggered by {}: {} tool results cleared",
+            r.microcompact_trigger, r.results_cleared
         )
     };
     line(
@@ -127,12 +113,24 @@ fn tiers(r: &pb::ContextReport, t: &pb::TokenBreakdown) -> String {
     );
     line(
         "input stubs",
-        format!(
-            "{} tool-call arguments stubbed; {}",
-            r.inputs_stubbed,
-            saved(&r.saved_stubbing)
-        ),
+        format!("{} tool-call arguments stubbed", r.inputs_stubbed),
     );
+    // What each step saved, one line each so the panel stays within 80 columns.
+    for (label, step, s) in [
+        ("saved", "truncation", &r.saved_truncation),
+        ("", "clearing", &r.saved_clearing),
+        ("", "input stubs", &r.saved_stubbing),
+    ] {
+        let s = s.unwrap_or_default();
+        line(
+            label,
+            format!(
+                "{step} {} tokens ({} characters)",
+                num(s.tokens),
+                num(s.chars)
+            ),
+        );
+    }
     line(
         "snip",
         format!(
