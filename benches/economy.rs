@@ -20,19 +20,19 @@
 //! - **over budget**: calls whose render did not fit the budget (ctxd policies only).
 //!
 //! Arguments (after `--`): `--budget WINDOW:RESERVE` (default 200000:16000), `--tokenizer NAME`,
-//! `--traces DIR`, `--per-trace`, `--breakdown` (input tokens by kind), and `--policy NAME=k=v,k=v` (repeatable) to add a ctxd policy
+//! `--traces DIR`, `--per-trace`, `--breakdown` (input tokens by kind), `--what-if` (steps measured and not taken), and `--policy NAME=k=v,k=v` (repeatable) to add a ctxd policy
 //! of your own, e.g. `--policy mine=microcompact_keep=12,clear_at_least_tokens=8000`.
 //! Results also go to `target/bench/economy.json`.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::time::Instant;
 
 use ctxd::domain::{BranchName, NodeContent, NodeId, Part, PathView, Tenant};
 use ctxd::import;
 use ctxd::render::{
-    Breakdown, Budget, Message, MessageRole, Microcompact, Options, Policy, Rendered,
-    message_breakdown, message_tokens, render, truncation_marker,
+    Breakdown, Budget, Message, MessageRole, Microcompact, Options, Policy, Reduction, Rendered,
+    Report, message_breakdown, message_tokens, render, truncation_marker,
 };
 use ctxd::store::{PathTarget, Store};
 use ctxd::tokens::{Count, TokenCache, Tokenizer, Tokens};
@@ -113,6 +113,33 @@ fn main() {
             Kind::Ctxd(Policy::default()),
         ),
     ];
+    if args.what_if {
+        for (name, about, what) in [
+            (
+                "+ superseded, per call",
+                "ctxd default, then results whose file a later call reads or writes cleared \
+                 at every call",
+                WhatIf::SupersededEveryCall,
+            ),
+            (
+                "+ superseded, at steps",
+                "ctxd default, then results kept at the last step cleared when superseded \
+                 before it",
+                WhatIf::SupersededAtSteps,
+            ),
+            (
+                "+ old assistant ≤ 300",
+                "ctxd default, then assistant text in the decided prefix cut to 300 characters",
+                WhatIf::TrimOldAssistantText(300),
+            ),
+        ] {
+            arms.push(Arm::new(
+                name,
+                about,
+                Kind::CtxdThen(Policy::default(), what),
+            ));
+        }
+    }
     for (name, policy) in &args.policies {
         arms.push(Arm::new(
             name,
@@ -191,6 +218,7 @@ struct Args {
     traces: PathBuf,
     per_trace: bool,
     breakdown: bool,
+    what_if: bool,
     policies: Vec<(String, Policy)>,
 }
 
@@ -206,6 +234,7 @@ impl Args {
             traces: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("testdata/traces"),
             per_trace: false,
             breakdown: false,
+            what_if: false,
             policies: Vec::new(),
         };
         let mut it = std::env::args().skip(1);
@@ -229,6 +258,7 @@ impl Args {
                 "--traces" => args.traces = PathBuf::from(value("a directory")),
                 "--per-trace" => args.per_trace = true,
                 "--breakdown" => args.breakdown = true,
+                "--what-if" => args.what_if = true,
                 "--policy" => {
                     let v = value("NAME=k=v,...");
                     let (name, knobs) = v.split_once('=').unwrap_or((&v, ""));
@@ -338,6 +368,8 @@ async fn load_traces(dir: &std::path::Path) -> Vec<Trace> {
 enum Kind {
     Unpruned,
     Ctxd(Policy),
+    /// A ctxd policy, then a step it does not have, to measure whether the step would pay.
+    CtxdThen(Policy, WhatIf),
     /// opencode's `prune`: walking back from the newest message, skip the newest turn, count
     /// tool outputs (chars / 4) until `protect` tokens are protected; older outputs are pruned
     /// (for good) once together they exceed `minimum`.
@@ -360,6 +392,17 @@ enum Kind {
         every: usize,
         keep: usize,
     },
+}
+
+/// Steps measured and not taken (`--what-if`; bench/ECONOMY.md).
+#[derive(Clone, Copy)]
+enum WhatIf {
+    /// Clear every uncleared result whose file a later call reads or writes, at every call.
+    SupersededEveryCall,
+    /// The same, only at steps: results kept at the last step, superseded before it.
+    SupersededAtSteps,
+    /// Cut the text of assistant messages in the decided prefix to this many characters.
+    TrimOldAssistantText(usize),
 }
 
 struct Arm {
@@ -405,19 +448,30 @@ fn input(
         now_ms,
         ..Options::default()
     };
-    if let Kind::Ctxd(policy) = kind {
-        options.budget = Some(budget);
-        options.policy = *policy;
-        let Rendered {
-            messages,
-            tokens,
-            report,
-        } = render(path, &options, counter);
-        return (messages, tokens, report.fits);
+    match kind {
+        Kind::Ctxd(policy) | Kind::CtxdThen(policy, _) => {
+            options.budget = Some(budget);
+            options.policy = *policy;
+            let Rendered {
+                mut messages,
+                tokens,
+                report,
+            } = render(path, &options, counter);
+            let Kind::CtxdThen(_, what) = kind else {
+                return (messages, tokens, report.fits);
+            };
+            what_if(&mut messages, &report, policy, *what);
+            let tokens = messages
+                .iter()
+                .map(|m| message_tokens(m, counter))
+                .collect();
+            return (messages, tokens, report.fits);
+        }
+        _ => {}
     }
     let mut messages = render(path, &options, counter).messages;
     match *kind {
-        Kind::Unpruned | Kind::Ctxd(_) => {}
+        Kind::Unpruned | Kind::Ctxd(_) | Kind::CtxdThen(..) => {}
         Kind::OpencodePrune { protect, minimum } => {
             let mut turns = 0;
             let mut total = 0;
@@ -502,6 +556,59 @@ fn input(
         .map(|m| message_tokens(m, counter))
         .collect();
     (messages, tokens, true)
+}
+
+/// The file a call reads or writes, from its arguments.
+fn file_of(arguments_json: &str) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_str(arguments_json).ok()?;
+    ["file_path", "path", "notebook_path"]
+        .iter()
+        .find_map(|k| v.get(k)?.as_str().map(str::to_owned))
+}
+
+fn what_if(messages: &mut [Message], report: &Report, policy: &Policy, what: WhatIf) {
+    // Each tool result's index among the results, and the file of its call.
+    let files: HashMap<String, String> = messages
+        .iter()
+        .flat_map(|m| &m.tool_calls)
+        .filter_map(|c| Some((c.call_id.clone(), file_of(&c.arguments_json)?)))
+        .collect();
+    let results: Vec<usize> = (0..messages.len())
+        .filter(|&i| messages[i].role == MessageRole::Tool)
+        .collect();
+    let file = |i: usize| -> Option<&String> { files.get(messages[i].tool_call_id.as_deref()?) };
+    // The results a step may touch: every one, or those before the last step only.
+    let step = if report.microcompact_boundary == 0 {
+        0
+    } else {
+        report.microcompact_boundary + policy.microcompact_keep
+    };
+    let upto = match what {
+        WhatIf::SupersededEveryCall => results.len(),
+        WhatIf::SupersededAtSteps => step.min(results.len()),
+        WhatIf::TrimOldAssistantText(cap) => {
+            for m in &mut messages[..report.stable_prefix_messages] {
+                if m.role == MessageRole::Assistant && Part::text_chars(&m.parts) > cap {
+                    let head: String = Part::text_of(&m.parts).chars().take(cap).collect();
+                    set_text(m, format!("{head}…"));
+                }
+            }
+            return;
+        }
+    };
+    let superseded: Vec<usize> = (0..upto)
+        .filter(|&k| {
+            let Some(f) = file(results[k]) else {
+                return false;
+            };
+            messages[results[k]].reduction != Reduction::Cleared
+                && results[k + 1..upto].iter().any(|&j| file(j) == Some(f))
+        })
+        .map(|k| results[k])
+        .collect();
+    for i in superseded {
+        set_text(&mut messages[i], "[cleared to save context]".to_owned());
+    }
 }
 
 // ---------------------------------------------------------------- the replay
