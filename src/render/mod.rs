@@ -98,10 +98,11 @@ pub struct Policy {
     pub microcompact_first: usize,
     pub microcompact_every: usize,
     pub microcompact_keep: usize,
-    /// Stepped: a count step is taken only when it saves at least this many tokens; a step
-    /// rewrites the cached tail, so a small one costs more than it saves.
+    /// Stepped: a count step is taken only when clearing saves at least this many tokens
+    /// (estimated at four characters a token); a step rewrites the cached tail, so a small one
+    /// costs more than it saves.
     pub clear_at_least_tokens: Tokens,
-    /// Stepped: arguments of calls whose results are cleared are stubbed when longer than this.
+    /// Stepped: arguments of calls before the last step are stubbed when longer than this.
     pub max_tool_input_chars: usize,
     pub idle_ms: i64,
     pub retain_turns: usize,

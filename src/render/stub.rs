@@ -1,7 +1,7 @@
 //! Stubs for old tool-call arguments: valid JSON that keeps what identifies the call.
 //!
-//! Once a call's result is cleared, its arguments (file bodies of an edit, a long script) are
-//! the largest thing left of it. A stub keeps every short field whole (a file path, a pattern,
+//! Once a call is older than the last step, its arguments (file bodies of an edit, a long
+//! script) are the largest thing left of it. A stub keeps every short field whole (a file path, a pattern,
 //! a flag) and the head of every long string (the first line of a command), and says in place
 //! how much was elided. A stub is its own fixed point: stubbing it again changes nothing.
 

@@ -1038,6 +1038,20 @@ async fn every_rpc_answers_its_documented_errors() {
         ),
         row(
             "Render",
+            "unknown microcompact mode",
+            InvalidArgument,
+            "policy.microcompact",
+            c.render(pb::RenderRequest {
+                policy: Some(pb::RenderPolicy {
+                    microcompact: 9,
+                    ..Default::default()
+                }),
+                ..render(Target::Branch("main".into()))
+            })
+            .await,
+        ),
+        row(
+            "Render",
             "budget leaves nothing",
             InvalidArgument,
             "budget",
