@@ -256,14 +256,17 @@ impl<'a> Fit<'a> {
         let Some(stub) = stub_arguments(args) else {
             return;
         };
-        if self.counter.count(&stub) >= self.counter.count(args) {
+        let (before, after) = (self.counter.count(args), self.counter.count(&stub));
+        if after >= before {
             return;
         }
         self.stub_chars[at] += chars - stub.chars().count();
         let message = &mut self.messages[at];
         message.tool_calls[c].arguments_json = stub;
         message.stubbed_inputs += 1;
-        self.counts[at] = message_breakdown(message, self.counter);
+        // A call's arguments count on their own (message_breakdown): the rest of the message
+        // stands, and recounting it for every stub of a message would count it again and again.
+        self.counts[at].tool_calls -= before - after;
     }
 
     /// The message from which result `k` (or its call) sits: what a step at `k` may change.
