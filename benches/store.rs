@@ -404,6 +404,7 @@ fn message(role: pb::Role, parts: Vec<pb::ContentPart>, calls: Vec<pb::ToolCall>
             parts,
             tool_calls: calls,
         })),
+        pinned: false,
     }
 }
 
@@ -461,6 +462,7 @@ fn cycled(trace: &[TraceMessage], start: usize, n: usize, tag: &str) -> Vec<(boo
                         parts: vec![text(m.content.clone())],
                         is_error: m.is_error,
                     })),
+                    pinned: false,
                 };
                 return (false, node);
             }
@@ -724,6 +726,7 @@ impl Writer {
                         target: AppendTarget::Branch(BranchName::main()),
                         expected_head: None,
                         idempotency_key: None,
+                        pinned: Vec::new(),
                         nodes: vec![NodeContent::Message {
                             role,
                             parts: vec![Part::Text(body)],

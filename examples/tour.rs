@@ -20,6 +20,7 @@ fn message(role: Role, s: &str, tool_calls: Vec<ToolCall>) -> NodeInput {
             parts: if s.is_empty() { vec![] } else { vec![text(s)] },
             tool_calls,
         })),
+        pinned: false,
     }
 }
 
@@ -61,6 +62,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                         parts: vec![text("# ctxd\nA persistent session store for LLM agents.")],
                         ..Default::default()
                     })),
+                    pinned: false,
                 },
                 message(
                     Role::Assistant,

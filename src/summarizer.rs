@@ -135,13 +135,23 @@ impl Summarizer {
     }
 
     /// Summarizes `input` (the prior summary first, if any) under the configured bounds.
+    /// `evidence` is the ledger text the store keeps after the summary: the model is shown it
+    /// so it need not restate it.
     pub async fn summarize(
         &self,
         input: &[Message],
+        evidence: &str,
         instructions: &str,
         counter: &(dyn Count + Sync),
     ) -> Result<String, Error> {
         let blocks: Vec<String> = input.iter().map(transcript_block).collect();
+        let instructions = &if evidence.is_empty() {
+            instructions.to_owned()
+        } else {
+            format!("{EVIDENCE_NOTE}\n{evidence}\n\n{instructions}")
+                .trim_end()
+                .to_owned()
+        };
         let budget = self
             .config
             .window_tokens
@@ -281,6 +291,11 @@ impl Summarizer {
             .ok_or_else(|| Error::Malformed("no choices[0].message.content".into()))
     }
 }
+
+/// Introduces the ledger in the summarizer's system prompt.
+const EVIDENCE_NOTE: &str = "The store keeps this evidence verbatim right after your summary \
+     (files, commands, errors, user requests, sub-agents): do not restate it; say what it does \
+     not: decisions, reasons, state of the work and what is left to do.";
 
 /// A message as transcript text for the summarizer.
 fn transcript_block(m: &Message) -> String {

@@ -136,6 +136,7 @@ impl Server {
                 }],
                 tool_calls: vec![],
             })),
+            pinned: false,
         };
         let request = pb::AppendRequest {
             session_id: session.into(),

@@ -784,7 +784,10 @@ impl Gen {
                 },
             })),
         };
-        pb::NodeInput { kind }
+        pb::NodeInput {
+            kind,
+            pinned: false,
+        }
     }
 
     /// A well-formed history: a user turn, an assistant calling tools, their results, and
@@ -812,6 +815,7 @@ impl Gen {
                         })
                         .collect(),
                 })),
+                pinned: false,
             });
             for (c, id) in calls.iter().enumerate() {
                 Pool::keep(&mut self.pool.call_ids, id.clone());
@@ -823,6 +827,7 @@ impl Gen {
                             input: text(self, 10),
                             expose: self.rng.random_range(0..4),
                         })),
+                        pinned: false,
                     });
                     // Left open: later appends may write into it or close it.
                     break;
@@ -834,6 +839,7 @@ impl Gen {
                         parts: vec![text_part(text(self, 300))],
                         is_error: self.chance(0.2),
                     })),
+                    pinned: false,
                 });
             }
             if nodes
@@ -987,6 +993,7 @@ fn message(role: pb::Role, text: String) -> pb::NodeInput {
             parts: vec![text_part(text)],
             tool_calls: vec![],
         })),
+        pinned: false,
     }
 }
 
@@ -1109,6 +1116,8 @@ fn request(g: &mut Gen, method: &str) -> Vec<Vec<u8>> {
             instructions: g.string(),
             max_tool_result_chars: g.u32(),
             format: g.enumeration(3),
+            from_node_id: g.or_empty(0.7, |g| g.id(Kind::Node)),
+            to_node_id: g.or_empty(0.7, |g| g.id(Kind::Node)),
         }
         .encode_to_vec(),
         "CommitSummary" => pb::CommitSummaryRequest {
@@ -1139,6 +1148,13 @@ fn request(g: &mut Gen, method: &str) -> Vec<Vec<u8>> {
             retain_turns: g.u32(),
             instructions: g.string(),
             max_tool_result_chars: g.u32(),
+            from_node_id: g.or_empty(0.7, |g| g.id(Kind::Node)),
+            to_node_id: g.or_empty(0.7, |g| g.id(Kind::Node)),
+        }
+        .encode_to_vec(),
+        "Pin" | "Unpin" => pb::PinRequest {
+            session_id: g.id(Kind::Session),
+            node_ids: (0..g.below(4)).map(|_| g.id(Kind::Node)).collect(),
         }
         .encode_to_vec(),
         "ImportSession" => {
@@ -1361,6 +1377,8 @@ async fn sequence(g: &mut Gen, channel: &Channel, methods: &[Method], tally: &mu
         "CancelCompaction",
         "ListSummaries",
         "Compact",
+        "Pin",
+        "Unpin",
         "DeleteBranch",
     ];
     for _ in 0..3 + g.below(6) {
@@ -1402,6 +1420,7 @@ fn retarget(method: &str, messages: Vec<Vec<u8>>, session: &str) -> Vec<Vec<u8>>
         "PrepareCompaction" => with_session!(pb::PrepareCompactionRequest),
         "ListSummaries" => with_session!(pb::ListSummariesRequest),
         "Compact" => with_session!(pb::CompactRequest),
+        "Pin" | "Unpin" => with_session!(pb::PinRequest),
         "DeleteBranch" => with_session!(pb::DeleteBranchRequest),
         _ => messages,
     }

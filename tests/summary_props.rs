@@ -4,6 +4,7 @@ use std::collections::HashSet;
 
 use ctxd::domain::{
     CompactionId, Hash, Node, NodeContent, NodeId, Part, PathView, Role, Summary, SummaryId,
+    SummaryKind,
 };
 use ctxd::render::{Options, render};
 use ctxd::tokens::Tokenizer;
@@ -57,9 +58,12 @@ fn summary(covers: Vec<NodeId>, text: &str, base: NodeId, at: i64) -> Summary {
     Summary {
         id: SummaryId::new(),
         compaction_id: CompactionId::new(),
+        kind: SummaryKind::Rolling,
         covers,
+        range: None,
         text: text.to_owned(),
-        prior: None,
+        rolls_over: Vec::new(),
+        ledger: None,
         model: "m".to_owned(),
         base_head: base,
         tokens_before: 0,

@@ -6,8 +6,8 @@ use super::service::{ContextStoreService, branch_or_main, parse, session_id, tok
 use super::{convert, domain_status, pb, status};
 use crate::compact::{self, Plan, Prepared, Verdict};
 use crate::domain::{
-    BranchName, Budget, CompactionId, Error, Hash, PathView, Reason, SessionId, Summary, SummaryId,
-    Tenant,
+    BranchName, Budget, CompactionId, Error, Hash, NodeId, PathView, Reason, SessionId, Summary,
+    SummaryId, Tenant,
 };
 use crate::render::{self, Policy};
 use crate::store::{self, Applied, CompactionPlan, PathTarget, PlanState, now_ms};
@@ -27,6 +27,27 @@ pub(crate) struct PrepareArgs {
     pub retain_turns: usize,
     pub instructions: String,
     pub max_tool_result_chars: usize,
+    /// A segment summary's first and last node; `None` for a rolling summary.
+    pub segment: Option<(NodeId, NodeId)>,
+}
+
+/// A segment's two ends: both or neither.
+fn segment(from: &str, to: &str) -> Result<Option<(NodeId, NodeId)>, Status> {
+    match (from.is_empty(), to.is_empty()) {
+        (true, true) => Ok(None),
+        (false, true) => Err(domain_status(Error::invalid(
+            "to_node_id",
+            "is required with from_node_id",
+        ))),
+        (true, false) => Err(domain_status(Error::invalid(
+            "from_node_id",
+            "is required with to_node_id",
+        ))),
+        (false, false) => Ok(Some((
+            parse(NodeId::parse("from_node_id", from))?,
+            parse(NodeId::parse("to_node_id", to))?,
+        ))),
+    }
 }
 
 /// `PrepareCompaction` and `Compact` carry the same fields: one parse serves both.
@@ -54,6 +75,7 @@ macro_rules! prepare_args_from {
                         r.max_tool_result_chars,
                         defaults.max_tool_result_chars,
                     ),
+                    segment: segment(&r.from_node_id, &r.to_node_id)?,
                 })
             }
         }
@@ -132,17 +154,25 @@ impl ContextStoreService {
             ))));
         }
         let cache = std::sync::Arc::clone(&self.tokens);
-        let (budget, retain, chars, tok) = (
+        let (budget, retain, chars, tok, segment) = (
             args.budget,
             args.retain_turns,
             args.max_tool_result_chars,
             args.tokenizer,
+            args.segment,
         );
         let prepared = tokio::task::spawn_blocking(move || {
-            compact::prepare(&path, budget, retain, chars, &cache.counter(tok))
+            let counter = cache.counter(tok);
+            match segment {
+                Some((from, to)) => {
+                    compact::prepare_segment(&path, from, to, budget, chars, &counter)
+                }
+                None => Ok(compact::prepare(&path, budget, retain, chars, &counter)),
+            }
         })
         .await
-        .map_err(|_| Status::internal("prepare failed"))?;
+        .map_err(|_| Status::internal("prepare failed"))?
+        .map_err(domain_status)?;
         let prepared = match prepared {
             Prepared::NotNeeded {
                 tokens_before,
@@ -160,8 +190,11 @@ impl ContextStoreService {
             session: args.session,
             branch: args.branch,
             base_head: head,
-            prior: prepared.prior,
+            kind: prepared.kind,
+            rolls_over: prepared.rolls_over.clone(),
             covers: prepared.covers.clone(),
+            range: prepared.range,
+            ledger: prepared.ledger.clone(),
             budget: args.budget,
             tokenizer: args.tokenizer.name().to_owned(),
             max_tool_result_chars: u32_of(args.max_tool_result_chars),
@@ -179,8 +212,10 @@ impl ContextStoreService {
     }
 
     pub(crate) fn prepare_response(
+        &self,
         outcome: PrepareOutcome,
         budget: Budget,
+        tokenizer: Tokenizer,
         format: Option<render::format::Format>,
     ) -> pb::PrepareCompactionResponse {
         let history_budget = budget.history().unwrap_or(0);
@@ -197,13 +232,25 @@ impl ContextStoreService {
             },
             PrepareOutcome::Needed { plan, prepared } => pb::PrepareCompactionResponse {
                 needed: true,
+                ledger: Some(convert::ledger(&prepared.ledger)),
+                ledger_text: render::ledger_text(
+                    &prepared.ledger,
+                    render::ledger_cap(Some(history_budget)),
+                    &self.tokens.counter(tokenizer),
+                ),
+                rolls_over_ids: plan.rolls_over.iter().map(ToString::to_string).collect(),
+                kind: convert::summary_kind(plan.kind).into(),
                 summary_input_json: format
                     .map(|f| render::format::document(f, &prepared.input))
                     .unwrap_or_default(),
                 compaction_id: plan.id.to_string(),
                 base_head_id: plan.base_head.to_string(),
                 covers_ids: plan.covers.iter().map(ToString::to_string).collect(),
-                prior_summary_id: plan.prior.map(|p| p.to_string()).unwrap_or_default(),
+                prior_summary_id: plan
+                    .rolls_over
+                    .first()
+                    .map(|p| p.to_string())
+                    .unwrap_or_default(),
                 summary_input: prepared
                     .input
                     .into_iter()
@@ -211,10 +258,17 @@ impl ContextStoreService {
                     .collect(),
                 tokens_before: plan.tokens_before,
                 input_tokens: prepared.input_tokens,
-                reason: format!(
-                    "{} tokens exceed the history budget of {history_budget}",
-                    plan.tokens_before
-                ),
+                reason: match plan.kind {
+                    crate::domain::SummaryKind::Rolling => format!(
+                        "{} tokens exceed the history budget of {history_budget}",
+                        plan.tokens_before
+                    ),
+                    crate::domain::SummaryKind::Segment => format!(
+                        "a segment of {} nodes, {} tokens as rendered now",
+                        plan.covers.len(),
+                        prepared.input_tokens
+                    ),
+                },
                 history_budget,
                 retained_turns: u32_of(prepared.retained_turns),
             },
@@ -265,9 +319,12 @@ impl ContextStoreService {
             let mut summary = Summary {
                 id: SummaryId::new(),
                 compaction_id: id,
+                kind: plan.kind,
                 covers: plan.covers.clone(),
+                range: plan.range,
                 text: text.clone(),
-                prior: plan.prior,
+                rolls_over: plan.rolls_over.clone(),
+                ledger: Some(std::sync::Arc::new(plan.ledger.clone())),
                 model: model.clone(),
                 base_head: plan.base_head,
                 tokens_before: 0,
@@ -275,18 +332,10 @@ impl ContextStoreService {
                 created_at_ms: now_ms(),
             };
             let cache = std::sync::Arc::clone(&self.tokens);
-            let (prior, budget, chars) =
-                (plan.prior, plan.budget, plan.max_tool_result_chars as usize);
+            let (budget, chars) = (plan.budget, plan.max_tool_result_chars as usize);
             let judged = summary.clone();
             let verdict = tokio::task::spawn_blocking(move || {
-                compact::judge(
-                    path,
-                    prior,
-                    &judged,
-                    budget,
-                    chars,
-                    &cache.counter(tokenizer),
-                )
+                compact::judge(path, &judged, budget, chars, &cache.counter(tokenizer))
             })
             .await
             .map_err(|_| Status::internal("commit failed"))?;
@@ -332,7 +381,8 @@ impl ContextStoreService {
                     Reason::Stale,
                     before,
                     before,
-                    "a covered node left the branch, or its summary changed, since prepare"
+                    "a covered node left the branch, or a summary over its range changed, since \
+                     prepare"
                         .to_owned(),
                 ),
             };
@@ -357,7 +407,10 @@ impl ContextStoreService {
         let mut path = branch_path(&self.store, session, &branch).await?;
         path.summaries = summaries;
         let on_path = path.node_ids();
-        let active = render::active_summary(&path).map(|s| s.id);
+        let active: std::collections::HashSet<SummaryId> = render::active_summaries(&path)
+            .iter()
+            .map(|s| s.id)
+            .collect();
         let events = self
             .store
             .events(session, Some(&branch))
@@ -373,7 +426,16 @@ impl ContextStoreService {
                         summary_id: s.id.to_string(),
                         compaction_id: s.compaction_id.to_string(),
                         covers_ids: s.covers.iter().map(ToString::to_string).collect(),
-                        prior_summary_id: s.prior.map(|p| p.to_string()).unwrap_or_default(),
+                        prior_summary_id: s
+                            .rolls_over
+                            .first()
+                            .map(|p| p.to_string())
+                            .unwrap_or_default(),
+                        kind: convert::summary_kind(s.kind).into(),
+                        from_node_id: s.range.map(|r| r.0.to_string()).unwrap_or_default(),
+                        to_node_id: s.range.map(|r| r.1.to_string()).unwrap_or_default(),
+                        rolls_over_ids: s.rolls_over.iter().map(ToString::to_string).collect(),
+                        ledger: s.ledger.as_deref().map(convert::ledger),
                         text: s.text,
                         model: s.model,
                         base_head_id: s.base_head.to_string(),
@@ -381,7 +443,7 @@ impl ContextStoreService {
                         tokens_after: s.tokens_after,
                         created_at_unix_ms: s.created_at_ms,
                         applies,
-                        active: active == Some(s.id),
+                        active: active.contains(&s.id),
                     }
                 })
                 .collect(),
@@ -438,12 +500,25 @@ impl Drop for CloseOnDrop {
     }
 }
 
-/// What identifies a summary's source: the same prior, the same covered nodes by hash, the same
-/// model and instructions.
-fn source_key(prior: Option<SummaryId>, source: &Hash, model: &str, instructions: &str) -> Hash {
+/// What identifies a summary's source: the same summaries rolled over, the same covered nodes by
+/// hash, the same model and instructions.
+fn source_key(rolls_over: &[SummaryId], source: &Hash, model: &str, instructions: &str) -> Hash {
     let mut h = blake3::Hasher::new();
     h.update(b"ctxd/summary-source/v1");
-    h.update(&prior.map_or([0u8; 16], |p| *p.as_bytes()));
+    match rolls_over {
+        [] => {
+            h.update(&[0u8; 16]);
+        }
+        // One prior keeps the key it always had.
+        [prior] => {
+            h.update(prior.as_bytes());
+        }
+        many => {
+            for id in many {
+                h.update(id.as_bytes());
+            }
+        }
+    }
     h.update(&source.0);
     for s in [model, instructions] {
         h.update(&(s.len() as u64).to_le_bytes());
@@ -501,13 +576,23 @@ impl ContextStoreService {
             plan: Some(plan.id),
         };
         let model = summarizer.model().to_owned();
-        let key = source_key(plan.prior, &prepared.source_hash, &model, &instructions);
+        let key = source_key(
+            &plan.rolls_over,
+            &prepared.source_hash,
+            &model,
+            &instructions,
+        );
+        let evidence = render::ledger_text(
+            &prepared.ledger,
+            render::ledger_cap(plan.budget.history().ok()),
+            &self.tokens.counter(tokenizer),
+        );
         let text = match self.store.summarizer_output(&key).await.map_err(status)? {
             Some(text) => text,
             None => {
                 let counter = self.tokens.counter(tokenizer);
                 match summarizer
-                    .summarize(&prepared.input, &instructions, &counter)
+                    .summarize(&prepared.input, &evidence, &instructions, &counter)
                     .await
                 {
                     Ok(text) => text,

@@ -293,10 +293,12 @@ pub fn node(n: Node) -> pb::Node {
         kind: kind.into(),
         content: Some(pb::NodeInput {
             kind: Some(content),
+            pinned: false,
         }),
         created_at_unix_ms: n.created_at_ms,
         hash: n.hash.to_hex(),
         function_id: n.function_id.map(|id| id.to_string()).unwrap_or_default(),
+        pinned: false,
     }
 }
 
@@ -346,6 +348,7 @@ pub fn rendered(m: Message, tokens: Tokens) -> pb::RenderedMessage {
         truncated: matches!(m.reduction, Reduction::Truncated { .. }),
         cleared: m.reduction == Reduction::Cleared,
         inputs_stubbed: count(m.stubbed_inputs),
+        pinned: m.pinned,
     }
 }
 
@@ -458,6 +461,62 @@ pub fn report(r: &Report) -> pb::ContextReport {
         saved_truncation: Some(saved(&r.saved_truncation)),
         saved_clearing: Some(saved(&r.saved_clearing)),
         saved_stubbing: Some(saved(&r.saved_stubbing)),
+        pinned_tokens: r.pinned_tokens,
+        pinned_node_ids: ids(&r.pinned),
+        pins_exceed_budget: r.pins_exceed_budget,
+        summary_ids: r.summaries.iter().map(ToString::to_string).collect(),
+    }
+}
+
+pub fn ledger(l: &crate::domain::Ledger) -> pb::EvidenceLedger {
+    let files = |files: &[crate::domain::FileUse]| {
+        files
+            .iter()
+            .map(|f| pb::FileUse {
+                path: f.path.clone(),
+                tools: f.tools.clone(),
+                count: f.count,
+            })
+            .collect()
+    };
+    pb::EvidenceLedger {
+        files_read: files(&l.files_read),
+        files_modified: files(&l.files_modified),
+        commands: l
+            .commands
+            .iter()
+            .map(|c| pb::CommandRun {
+                command: c.command.clone(),
+                exit_code: c.exit_code,
+                is_error: c.is_error,
+            })
+            .collect(),
+        errors: l
+            .errors
+            .iter()
+            .map(|e| pb::ErrorSeen {
+                tool: e.tool.clone(),
+                line: e.line.clone(),
+            })
+            .collect(),
+        user_requests: l.user_requests.clone(),
+        functions: l
+            .functions
+            .iter()
+            .map(|f| pb::FunctionUse {
+                name: f.name.clone(),
+                input: f.input.clone(),
+                output: f.output.clone(),
+                is_error: f.is_error,
+            })
+            .collect(),
+    }
+}
+
+pub fn summary_kind(k: crate::domain::SummaryKind) -> pb::SummaryKind {
+    match k {
+        crate::domain::SummaryKind::Rolling => pb::SummaryKind::Rolling,
+        crate::domain::SummaryKind::Segment => pb::SummaryKind::Segment,
     }
 }
 

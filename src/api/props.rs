@@ -123,7 +123,10 @@ fn node_input() -> impl Strategy<Value = pb::NodeInput> {
                 }))
             }),
     ];
-    kind.prop_map(|kind| pb::NodeInput { kind })
+    kind.prop_map(|kind| pb::NodeInput {
+        kind,
+        pinned: false,
+    })
 }
 
 fn append() -> impl Strategy<Value = pb::AppendRequest> {
@@ -573,10 +576,12 @@ proptest! {
         instructions in text(),
         max_tool_result_chars in prop_oneof![Just(0u32), any::<u32>()],
         format in enum_value(3),
+        from_node_id in prop_oneof![Just(String::new()), id_text()],
+        to_node_id in prop_oneof![Just(String::new()), id_text()],
     ) {
         let request = pb::PrepareCompactionRequest {
             session_id, branch, budget, tokenizer, retain_turns, instructions,
-            max_tool_result_chars, format,
+            max_tool_result_chars, format, from_node_id, to_node_id,
         };
         match PrepareArgs::try_from(request.clone()) {
             Ok(args) => {
@@ -598,10 +603,21 @@ proptest! {
                     if request.max_tool_result_chars == 0 { 4000 } else { request.max_tool_result_chars as usize }
                 );
                 prop_assert_eq!(args.instructions, request.instructions);
+                match args.segment {
+                    Some((from, to)) => {
+                        prop_assert!(same_id(from, &request.from_node_id));
+                        prop_assert!(same_id(to, &request.to_node_id));
+                    }
+                    None => prop_assert!(request.from_node_id.is_empty() && request.to_node_id.is_empty()),
+                }
             }
             Err(status) => {
                 let field = named_field(&status);
-                prop_assert!(["session_id", "branch", "budget", "tokenizer"].contains(&field), "{:?}", status.message());
+                prop_assert!(
+                    ["session_id", "branch", "budget", "tokenizer", "from_node_id", "to_node_id"]
+                        .contains(&field),
+                    "{:?}", status.message()
+                );
                 if request.budget.is_none() {
                     prop_assert!(field != "budget" || status.message() == "budget: is required");
                 }

@@ -75,6 +75,7 @@ impl Capped for pb::ContextReport {}
 impl Capped for pb::CompactionOutcome {}
 impl Capped for pb::CancelCompactionResponse {}
 impl Capped for pb::ListSummariesResponse {}
+impl Capped for pb::PinResponse {}
 
 /// The encoded size of an `AppendResponse` for `nodes` nodes, known before anything is written.
 pub(super) fn append_response_len(nodes: usize) -> usize {

@@ -208,6 +208,13 @@ pub(super) fn append_request(
             "must hold at least one node",
         )));
     }
+    let pinned: Vec<usize> = request
+        .nodes
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| n.pinned)
+        .map(|(i, _)| i)
+        .collect();
     let nodes = request
         .nodes
         .into_iter()
@@ -226,6 +233,7 @@ pub(super) fn append_request(
         expected_head,
         idempotency_key: (!request.idempotency_key.is_empty()).then_some(request.idempotency_key),
         nodes,
+        pinned,
     })
 }
 
@@ -373,8 +381,9 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
             .map(|(i, id)| parse(NodeId::parse(&format!("node_ids[{i}]"), id)))
             .collect::<Result<Vec<_>, _>>()?;
         let nodes = self.store.get_nodes(session, &ids).await.map_err(status)?;
+        let pinned = self.store.pinned(session).await.map_err(status)?;
         self.reply(pb::GetNodesResponse {
-            nodes: nodes.into_iter().map(convert::node).collect(),
+            nodes: with_pins(nodes, &pinned),
         })
     }
 
@@ -400,8 +409,9 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
                 }
                 e => status(e),
             })?;
+        let pinned = self.store.pinned(session).await.map_err(status)?;
         self.reply(pb::LogResponse {
-            nodes: nodes.into_iter().map(convert::node).collect(),
+            nodes: with_pins(nodes, &pinned),
             next_page_token: next.map(|id| id.to_string()).unwrap_or_default(),
         })
     }
@@ -501,13 +511,13 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
         let format = provider_format(r.format)?;
         let args = PrepareArgs::try_from(r)?;
         self.scope(&tenant, args.session).await?;
-        let budget = args.budget;
+        let (budget, tokenizer) = (args.budget, args.tokenizer);
         let outcome = self.prepare(args).await?;
         let plan = match &outcome {
             PrepareOutcome::Needed { plan, .. } => Some(plan.id),
             PrepareOutcome::NotNeeded { .. } => None,
         };
-        let response = Self::prepare_response(outcome, budget, format);
+        let response = self.prepare_response(outcome, budget, tokenizer, format);
         let replied = self.reply(response);
         if let (Err(_), Some(plan)) = (&replied, plan) {
             // Nobody can commit a summary of an input they never received.
@@ -656,6 +666,62 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
         self.scope(&tenant, args.session).await?;
         self.reply(self.compact_with_summarizer(args).await?)
     }
+
+    #[instrument(skip_all)]
+    async fn pin(&self, request: Request<pb::PinRequest>) -> Reply<pb::PinResponse> {
+        self.pin_nodes(request, true).await
+    }
+
+    #[instrument(skip_all)]
+    async fn unpin(&self, request: Request<pb::PinRequest>) -> Reply<pb::PinResponse> {
+        self.pin_nodes(request, false).await
+    }
+}
+
+impl ContextStoreService {
+    /// Pin or Unpin: every id must be a node of the session; nothing is recorded otherwise.
+    async fn pin_nodes(
+        &self,
+        request: Request<pb::PinRequest>,
+        pin: bool,
+    ) -> Reply<pb::PinResponse> {
+        let tenant = tenant_of(&request);
+        let request = request.into_inner();
+        let session = session_id(&request.session_id)?;
+        self.scope(&tenant, session).await?;
+        if request.node_ids.is_empty() {
+            return Err(domain_status(Error::invalid(
+                "node_ids",
+                "must hold at least one node id",
+            )));
+        }
+        let ids = request
+            .node_ids
+            .iter()
+            .enumerate()
+            .map(|(i, id)| parse(NodeId::parse(&format!("node_ids[{i}]"), id)))
+            .collect::<Result<Vec<_>, _>>()?;
+        let pinned = self.store.pin(session, &ids, pin).await.map_err(status)?;
+        self.reply(pb::PinResponse {
+            pinned_ids: pinned.iter().map(ToString::to_string).collect(),
+        })
+    }
+}
+
+/// Nodes as the API shows them, each marked pinned or not.
+fn with_pins(nodes: Vec<crate::domain::Node>, pinned: &[NodeId]) -> Vec<pb::Node> {
+    nodes
+        .into_iter()
+        .map(|n| {
+            let is_pinned = pinned.contains(&n.id);
+            let mut node = convert::node(n);
+            node.pinned = is_pinned;
+            if let Some(content) = node.content.as_mut() {
+                content.pinned = is_pinned;
+            }
+            node
+        })
+        .collect()
 }
 
 /// A render target as both `Render` and `ContextStats` carry it.

@@ -3,11 +3,15 @@
 //! Both phases measure the context the same way: visibility, the summary overlay and budget
 //! reduction, without microcompact or snip (the lossy steps a summary exists to avoid).
 
+mod segment;
+
 use std::collections::{HashMap, HashSet};
 
-use crate::domain::{Hash, NodeId, PathView, Summary, SummaryId};
+use crate::domain::{Hash, Ledger, Node, NodeId, PathView, Summary, SummaryId, SummaryKind};
 use crate::render::{self, Budget, Message, Options, Policy, Rendered};
 use crate::tokens::{Count, Tokens};
+
+pub use segment::prepare_segment;
 
 /// What Prepare found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,9 +27,15 @@ pub enum Prepared {
 /// The range a summary will replace, fixed at Prepare so Commit cannot be handed another.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {
-    /// The nodes the summary will cover: the prior summary's, then the new range's, in order.
+    pub kind: SummaryKind,
+    /// The nodes the summary will cover: the rolled-over summaries', then the new range's.
     pub covers: Vec<NodeId>,
-    pub prior: Option<SummaryId>,
+    /// The first and last covered node on the path.
+    pub range: Option<(NodeId, NodeId)>,
+    /// The summaries it rolls over, in render order.
+    pub rolls_over: Vec<SummaryId>,
+    /// What the covered nodes did, the rolled-over summaries' evidence merged in.
+    pub ledger: Ledger,
     /// What the summarizer reads: the prior summary, then the range as rendered with budget
     /// reduction (never microcompact placeholders: it sees the evidence).
     pub input: Vec<Message>,
@@ -108,13 +118,14 @@ pub fn prepare(
             ),
         };
     }
-    let prior = render::active_summary(path);
-    // The prior summary (which stands with the preamble) opens the range: the new one rolls it in.
+    // The prior summary (which stands with the preamble) opens the range: the new one rolls it
+    // in, with every segment summary the range shows.
     let range_start = messages[..preamble_end]
         .iter()
         .position(|m| m.summary_id.is_some())
         .unwrap_or(preamble_end);
     let range = &messages[range_start..range_end];
+    let rolled = rolled_over(path, range);
 
     // The new range in path terms: every top-level node from its first to the node before the
     // first retained turn, hidden ones included, and the chains its messages show.
@@ -126,9 +137,14 @@ pub fn prepare(
         .filter_map(position)
         .min();
     let retained_start = messages[range_end].node_ids.first().and_then(position);
-    let mut covers: Vec<NodeId> = prior.map(|s| s.covers.clone()).unwrap_or_default();
-    let mut seen: HashSet<NodeId> = covers.iter().copied().collect();
-    if let (Some(from), Some(to)) = (first_shown, retained_start) {
+    let mut covers: Vec<NodeId> = Vec::new();
+    let mut seen: HashSet<NodeId> = HashSet::new();
+    for summary in &rolled {
+        covers.extend(summary.covers.iter().filter(|id| seen.insert(**id)));
+    }
+    if let (Some(from), Some(to)) = (first_shown, retained_start)
+        && from < to
+    {
         for node in &path.nodes[from..to] {
             if seen.insert(node.id) {
                 covers.push(node.id);
@@ -144,6 +160,42 @@ pub fn prepare(
             covers.push(*id);
         }
     }
+    let input: Vec<Message> = range.to_vec();
+    let input_tokens = tokens[range_start..range_end]
+        .iter()
+        .fold(0, |s: Tokens, t| s.saturating_add(*t));
+    Prepared::Needed(plan(
+        path,
+        SummaryKind::Rolling,
+        covers,
+        &rolled,
+        input,
+        input_tokens,
+        tokens_before,
+        retained,
+    ))
+}
+
+/// The summaries whose messages `range` shows, in order: those a summary of it rolls over.
+fn rolled_over<'p>(path: &'p PathView, range: &[Message]) -> Vec<&'p Summary> {
+    let ids: Vec<SummaryId> = range.iter().filter_map(|m| m.summary_id).collect();
+    ids.iter()
+        .filter_map(|id| path.summaries.iter().find(|s| s.id == *id))
+        .collect()
+}
+
+/// A plan over `covers`: its range on the path, its ledger and its source hash.
+#[allow(clippy::too_many_arguments)]
+fn plan(
+    path: &PathView,
+    kind: SummaryKind,
+    covers: Vec<NodeId>,
+    rolled: &[&Summary],
+    input: Vec<Message>,
+    input_tokens: Tokens,
+    tokens_before: Tokens,
+    retained_turns: usize,
+) -> Plan {
     let hashes: HashMap<NodeId, Hash> = path.all_nodes().map(|n| (n.id, n.hash)).collect();
     let mut source = blake3::Hasher::new();
     for id in &covers {
@@ -151,19 +203,55 @@ pub fn prepare(
             source.update(&hash.0);
         }
     }
-    let input: Vec<Message> = range.to_vec();
-    let input_tokens = tokens[range_start..range_end]
+    let covered: HashSet<NodeId> = covers.iter().copied().collect();
+    let on_path: Vec<NodeId> = path
+        .nodes
         .iter()
-        .fold(0, |s: Tokens, t| s.saturating_add(*t));
-    Prepared::Needed(Plan {
+        .map(|n| n.id)
+        .filter(|id| covered.contains(id))
+        .collect();
+    Plan {
+        kind,
+        range: on_path.first().zip(on_path.last()).map(|(a, b)| (*a, *b)),
+        rolls_over: rolled.iter().map(|s| s.id).collect(),
+        ledger: ledger(path, &covers, rolled),
         covers,
-        prior: prior.map(|s| s.id),
         input,
         input_tokens,
         tokens_before,
-        retained_turns: retained,
+        retained_turns,
         source_hash: Hash(*source.finalize().as_bytes()),
-    })
+    }
+}
+
+/// The ledger of `covers`: in their order, each rolled-over summary's stored ledger where its
+/// nodes begin (derived from its nodes when it has none), the other nodes' derived between.
+/// Deterministic: the same nodes and summaries give the same ledger.
+pub fn ledger(path: &PathView, covers: &[NodeId], rolled: &[&Summary]) -> Ledger {
+    let nodes: HashMap<NodeId, &Node> = path.all_nodes().map(|n| (n.id, n)).collect();
+    let owner: HashMap<NodeId, usize> = rolled
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.ledger.is_some())
+        .flat_map(|(i, s)| s.covers.iter().map(move |id| (*id, i)))
+        .collect();
+    let mut ledger = Ledger::default();
+    let mut run: Vec<&Node> = Vec::new();
+    let mut merged: HashSet<usize> = HashSet::new();
+    for id in covers {
+        if let Some(&i) = owner.get(id) {
+            if merged.insert(i) {
+                ledger.merge(Ledger::derive(run.drain(..)));
+                if let Some(stored) = rolled[i].ledger.as_deref() {
+                    ledger.merge(stored.clone());
+                }
+            }
+        } else if let Some(node) = nodes.get(id) {
+            run.push(node);
+        }
+    }
+    ledger.merge(Ledger::derive(run));
+    ledger
 }
 
 /// What Commit decides.
@@ -182,7 +270,6 @@ pub enum Verdict {
 /// the current head.
 pub fn judge(
     mut path: PathView,
-    plan_prior: Option<SummaryId>,
     summary: &Summary,
     budget: Budget,
     max_tool_result_chars: usize,
@@ -194,8 +281,16 @@ pub fn judge(
     if summary.text.trim().is_empty() {
         return Verdict::Empty { before };
     }
-    let prior_now = render::active_summary(&path).map(|s| s.id);
-    if prior_now != plan_prior || !render::applies(summary, &path.node_ids()) {
+    // The summaries it touches now must be exactly those it was prepared to roll over: a
+    // summary committed since over any of its nodes makes it stale; a disjoint one composes.
+    let covered: HashSet<NodeId> = summary.covers.iter().copied().collect();
+    let touching: HashSet<SummaryId> = render::active_summaries(&path)
+        .iter()
+        .filter(|s| s.covers.iter().any(|id| covered.contains(id)))
+        .map(|s| s.id)
+        .collect();
+    let planned: HashSet<SummaryId> = summary.rolls_over.iter().copied().collect();
+    if touching != planned || !render::applies(summary, &path.node_ids()) {
         return Verdict::Stale { before };
     }
     path.summaries.push(summary.clone());

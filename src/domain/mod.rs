@@ -4,6 +4,7 @@ mod budget;
 mod error;
 mod hash;
 mod ids;
+mod ledger;
 mod node;
 mod pairing;
 mod session;
@@ -14,11 +15,14 @@ pub use budget::Budget;
 pub use error::Error;
 pub use hash::{Hash, blob_hash, node_hash};
 pub use ids::{BranchName, NodeId, SessionId};
+pub use ledger::{Command, ErrorLine, FileUse, FunctionUse, Ledger};
 pub use node::{
     ClosedChain, Expose, FunctionResult, FunctionStatus, MediaSource, Node, NodeContent, NodeKind,
     Part, PathView, Role, ToolCall,
 };
 pub use pairing::{Admit, ChainTail};
 pub use session::{Branch, Session};
-pub use summary::{CompactionEvent, CompactionId, EventKind, Reason, Summary, SummaryId};
+pub use summary::{
+    CompactionEvent, CompactionId, EventKind, Reason, Summary, SummaryId, SummaryKind,
+};
 pub use tenant::Tenant;

@@ -289,8 +289,10 @@ pub struct PathView {
     /// Internal chains of completed functions that render in full, by function id, oldest first.
     pub chains: std::collections::HashMap<NodeId, Vec<Arc<Node>>>,
     /// Summaries that may lie over this path, oldest first; the engine keeps those whose every
-    /// covered node is on it, and the newest of those wins.
+    /// covered node is on it, newest first, skipping any that shares a node with one kept.
     pub summaries: Vec<super::Summary>,
+    /// The session's pinned nodes (those not on the path are ignored).
+    pub pinned: std::collections::HashSet<NodeId>,
 }
 
 impl PathView {

@@ -1,16 +1,51 @@
 //! Summaries laid over a prefix of a branch's history, and the audit trail of compactions.
 
-use super::NodeId;
+use std::sync::Arc;
 
-/// A stored summary: the exact nodes it replaces, rolling over the summary it incorporates.
+use super::{Ledger, NodeId};
+
+/// What range a summary was made over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SummaryKind {
+    /// Everything older than the retained turns.
+    #[default]
+    Rolling,
+    /// A segment the caller chose, between two nodes of the path.
+    Segment,
+}
+
+impl SummaryKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SummaryKind::Rolling => "rolling",
+            SummaryKind::Segment => "segment",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "rolling" => SummaryKind::Rolling,
+            "segment" => SummaryKind::Segment,
+            _ => return None,
+        })
+    }
+}
+
+/// A stored summary: the exact nodes it replaces, rolling over the summaries it incorporates.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Summary {
     pub id: SummaryId,
     pub compaction_id: CompactionId,
-    /// Every node the summary replaces, the prior summary's included.
+    pub kind: SummaryKind,
+    /// Every node the summary replaces, those of the summaries it rolls over included.
     pub covers: Vec<NodeId>,
+    /// The first and last node of its range on the path it was made on.
+    pub range: Option<(NodeId, NodeId)>,
     pub text: String,
-    pub prior: Option<SummaryId>,
+    /// The summaries it incorporates (text and ledger), in render order.
+    pub rolls_over: Vec<SummaryId>,
+    /// What the covered nodes did; `None` on summaries made before ledgers, and imported ones.
+    pub ledger: Option<Arc<Ledger>>,
     pub model: String,
     pub base_head: NodeId,
     pub tokens_before: u32,

@@ -5,6 +5,7 @@
 //! visibility, the summary overlay, budget reduction, microcompact, snip, and a report that
 //! says what each did. Rendering is lossy, never failing: `Result` is for invalid input only.
 
+mod evidence;
 pub mod format;
 mod overlay;
 mod stub;
@@ -15,7 +16,10 @@ pub use crate::domain::Budget;
 use crate::domain::{NodeId, Part, PathView, SummaryId, ToolCall};
 use crate::tokens::{Count, MEDIA_TOKENS, MESSAGE_OVERHEAD, TOOL_CALL_OVERHEAD, Tokenizer, Tokens};
 
-pub use overlay::{SUMMARY_HEADER, active_summary, applies, overlay, summary_message};
+pub use evidence::{ledger_text, paths_in};
+pub use overlay::{
+    SUMMARY_HEADER, active_summaries, applies, ledger_cap, overlay, summary_message, summary_text,
+};
 pub use stub::stub_arguments;
 pub use tiers::{cleared_placeholder, truncation_marker, turn_starts};
 pub use visibility::visible;
@@ -63,6 +67,21 @@ pub struct Message {
     pub at_ms: Option<i64>,
     /// Set on the message a summary renders as.
     pub summary_id: Option<SummaryId>,
+    /// From a pinned node: no budget step reduces it.
+    pub pinned: bool,
+    /// Set on a message a summary covers and shows again after it (a pin and its tool group).
+    pub pinned_under: Option<SummaryId>,
+    /// On a summary's message: what it hides, in order, so microcompact counts the results
+    /// and idle gaps it replaced and what is cleared before it does not move.
+    pub hidden: Vec<Hidden>,
+}
+
+/// A message a summary hides: when it was appended and, for a tool result, its characters
+/// and error flag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hidden {
+    pub at_ms: Option<i64>,
+    pub result: Option<(usize, bool)>,
 }
 
 /// Whether a render at a function shows its callers' context above its chain.
@@ -271,8 +290,15 @@ pub struct Report {
     pub trigger: Option<Trigger>,
     /// Tool results, in path order, before which microcompact may clear.
     pub microcompact_boundary: usize,
-    /// The summary laid over the path, if any.
+    /// The first summary laid over the path, if any (the rolling one, when there is one).
     pub summary: Option<SummaryId>,
+    /// Every summary laid over the path, in render order.
+    pub summaries: Vec<SummaryId>,
+    /// Tokens of the pinned messages rendered, and their nodes.
+    pub pinned_tokens: Tokens,
+    pub pinned: Vec<NodeId>,
+    /// The pins alone take more than the history budget; none is dropped for it.
+    pub pins_exceed_budget: bool,
     /// Leading messages the next microcompact step cannot change.
     pub stable_prefix_messages: usize,
 }
@@ -288,13 +314,20 @@ pub struct Rendered {
 /// Renders `path` under `options`, counting with `counter`.
 pub fn render(path: &PathView, options: &Options, counter: &dyn Count) -> Rendered {
     let mut messages = visible(path, options.callers);
-    let summary = active_summary(path);
-    if let Some(summary) = summary {
-        messages = overlay(messages, summary);
+    if !path.pinned.is_empty() {
+        for m in &mut messages {
+            m.pinned = m.node_ids.iter().any(|id| path.pinned.contains(id));
+        }
     }
-    let shown = summary.filter(|s| messages.iter().any(|m| m.summary_id == Some(s.id)));
+    let summaries = active_summaries(path);
+    if !summaries.is_empty() {
+        let history = options.budget.and_then(|b| b.history().ok());
+        messages = overlay(messages, &summaries, ledger_cap(history), counter);
+    }
     let mut rendered = tiers::fit(messages, path, options, counter);
-    rendered.report.summary = shown.map(|s| s.id);
+    let shown = overlay::shown(&rendered.messages);
+    rendered.report.summary = shown.first().copied();
+    rendered.report.summaries = shown;
     rendered
 }
 

@@ -1,22 +1,34 @@
-//! The summary overlay, the second render step: the active summary replaces what it covers.
+//! The summary overlay, the second render step: each active summary replaces what it covers,
+//! followed by the pinned nodes among them.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
-use super::{Message, MessageRole, Reduction};
-use crate::domain::{NodeId, Part, PathView, Summary};
+use super::{Hidden, Message, MessageRole, Reduction, ledger_text};
+use crate::domain::{NodeId, Part, PathView, Summary, SummaryId};
+use crate::tokens::{Count, Tokens};
 
 /// The fixed first line of a rendered summary, so a model (and a reader) knows what it is.
 pub const SUMMARY_HEADER: &str =
     "[Summary of the earlier conversation, which it replaces to save context]";
 
-/// The summary that lies over `path`: the newest whose every covered node is on it. A branch
-/// forked before the end of a covered range therefore never sees that summary.
-pub fn active_summary(path: &PathView) -> Option<&Summary> {
+/// The summaries that lie over `path`, newest first: each applies (every node it covers is on
+/// the path) and shares no node with a newer one kept. A rolling summary covers the summaries
+/// it rolled over, so those drop out; disjoint segment summaries all stay. A branch forked
+/// before the end of a covered range never sees that summary.
+pub fn active_summaries(path: &PathView) -> Vec<&Summary> {
     if path.summaries.is_empty() {
-        return None;
+        return Vec::new();
     }
     let on_path = path.node_ids();
-    path.summaries.iter().rev().find(|s| applies(s, &on_path))
+    let mut taken: HashSet<NodeId> = HashSet::new();
+    let mut active = Vec::new();
+    for summary in path.summaries.iter().rev() {
+        if applies(summary, &on_path) && summary.covers.iter().all(|id| !taken.contains(id)) {
+            taken.extend(summary.covers.iter().copied());
+            active.push(summary);
+        }
+    }
+    active
 }
 
 /// Whether `summary` applies to a path holding `on_path`: every node it covers is there.
@@ -24,11 +36,30 @@ pub fn applies(summary: &Summary, on_path: &HashSet<NodeId>) -> bool {
     !summary.covers.is_empty() && summary.covers.iter().all(|id| on_path.contains(id))
 }
 
+/// The token cap of a summary's evidence ledger under a history budget: an eighth of it, so
+/// evidence never crowds out the conversation (and at least enough to name its files).
+pub fn ledger_cap(history_budget: Option<Tokens>) -> Option<Tokens> {
+    history_budget.map(|h| (h / 8).max(256))
+}
+
+/// The text a summary renders as: the header, the summary, then its ledger.
+pub fn summary_text(summary: &Summary, cap: Option<Tokens>, counter: &dyn Count) -> String {
+    let mut text = format!("{SUMMARY_HEADER}\n{}", summary.text);
+    if let Some(ledger) = summary.ledger.as_deref() {
+        let evidence = ledger_text(ledger, cap, counter);
+        if !evidence.is_empty() {
+            text.push_str("\n\n");
+            text.push_str(&evidence);
+        }
+    }
+    text
+}
+
 /// The message a summary renders as.
-pub fn summary_message(summary: &Summary) -> Message {
+pub fn summary_message(summary: &Summary, cap: Option<Tokens>, counter: &dyn Count) -> Message {
     Message {
         role: MessageRole::User,
-        parts: vec![Part::Text(format!("{SUMMARY_HEADER}\n{}", summary.text))],
+        parts: vec![Part::Text(summary_text(summary, cap, counter))],
         tool_calls: Vec::new(),
         tool_call_id: None,
         name: None,
@@ -39,26 +70,128 @@ pub fn summary_message(summary: &Summary) -> Message {
         stubbed_inputs: 0,
         at_ms: None,
         summary_id: Some(summary.id),
+        pinned: false,
+        pinned_under: None,
+        hidden: Vec::new(),
     }
 }
 
-/// Replaces the messages `summary` covers by its one message, where the first of them stood.
-/// A render that shows none of them (a function's own chain, say) shows no summary.
-pub fn overlay(messages: Vec<Message>, summary: &Summary) -> Vec<Message> {
-    let covers: HashSet<NodeId> = summary.covers.iter().copied().collect();
-    let covered =
-        |m: &Message| !m.node_ids.is_empty() && m.node_ids.iter().all(|id| covers.contains(id));
+/// Lays `summaries` (disjoint, as [`active_summaries`] gives them) over `messages`: each
+/// replaces the messages it covers, where the first of them stood, and is followed by the
+/// pinned ones among them in their order, each with its whole tool group so every call keeps
+/// its result. A render that shows none of a summary's messages (a function's own chain, say)
+/// shows no summary.
+pub fn overlay(
+    messages: Vec<Message>,
+    summaries: &[&Summary],
+    cap: Option<Tokens>,
+    counter: &dyn Count,
+) -> Vec<Message> {
+    if summaries.is_empty() {
+        return messages;
+    }
+    let mut owner: HashMap<NodeId, usize> = HashMap::new();
+    for (s, summary) in summaries.iter().enumerate() {
+        owner.extend(summary.covers.iter().map(|id| (*id, s)));
+    }
+    // The summary that covers all of a message's nodes, if one does.
+    let covered_by: Vec<Option<usize>> = messages
+        .iter()
+        .map(|m| {
+            let first = owner.get(m.node_ids.first()?)?;
+            m.node_ids
+                .iter()
+                .all(|id| owner.get(id) == Some(first))
+                .then_some(*first)
+        })
+        .collect();
+    let reshown = reshown(&messages, &covered_by);
     let mut out = Vec::with_capacity(messages.len());
-    let mut placed = false;
-    for message in messages {
-        if covered(&message) {
-            if !placed {
-                out.push(summary_message(summary));
-                placed = true;
-            }
-        } else {
+    let mut placed: Vec<Option<usize>> = vec![None; summaries.len()];
+    let mut tail: Vec<Vec<Message>> = vec![Vec::new(); summaries.len()];
+    for (i, mut message) in messages.into_iter().enumerate() {
+        let Some(s) = covered_by[i] else {
             out.push(message);
+            continue;
+        };
+        let at = *placed[s].get_or_insert_with(|| {
+            out.push(summary_message(summaries[s], cap, counter));
+            out.len() - 1
+        });
+        if reshown[i] {
+            message.pinned_under = Some(summaries[s].id);
+            tail[s].push(message);
+        } else {
+            out[at].hidden.push(Hidden {
+                at_ms: message.at_ms,
+                result: (message.role == MessageRole::Tool)
+                    .then(|| (Part::text_chars(&message.parts), message.is_error)),
+            });
         }
     }
+    // Pinned messages follow their summary. Insert from the last summary back so earlier
+    // positions stay valid.
+    let mut order: Vec<(usize, usize)> = placed
+        .iter()
+        .enumerate()
+        .filter_map(|(s, at)| at.map(|at| (at, s)))
+        .collect();
+    order.sort_unstable();
+    for (at, s) in order.into_iter().rev() {
+        let pinned = std::mem::take(&mut tail[s]);
+        out.splice(at + 1..at + 1, pinned);
+    }
     out
+}
+
+/// Which covered messages a summary shows again: the pinned ones, with their tool groups (the
+/// assistant message of a pinned result, every result of a pinned or included call message).
+fn reshown(messages: &[Message], covered_by: &[Option<usize>]) -> Vec<bool> {
+    let mut keep: Vec<bool> = messages
+        .iter()
+        .zip(covered_by)
+        .map(|(m, c)| c.is_some() && m.pinned)
+        .collect();
+    if !keep.iter().any(|k| *k) {
+        return keep;
+    }
+    let mut call_at: HashMap<&str, usize> = HashMap::new();
+    for (i, m) in messages.iter().enumerate() {
+        for call in &m.tool_calls {
+            call_at.insert(call.call_id.as_str(), i);
+        }
+    }
+    // Two rounds reach the fixed point: results pull in their call message, whose other
+    // results the second round pulls in.
+    for _ in 0..2 {
+        let mut calls: HashSet<&str> = HashSet::new();
+        for (i, m) in messages.iter().enumerate() {
+            if !keep[i] {
+                continue;
+            }
+            if let Some(id) = m.tool_call_id.as_deref()
+                && let Some(&at) = call_at.get(id)
+                && covered_by[at] == covered_by[i]
+            {
+                keep[at] = true;
+                calls.extend(messages[at].tool_calls.iter().map(|c| c.call_id.as_str()));
+            }
+            calls.extend(m.tool_calls.iter().map(|c| c.call_id.as_str()));
+        }
+        for (i, m) in messages.iter().enumerate() {
+            if covered_by[i].is_some()
+                && m.tool_call_id
+                    .as_deref()
+                    .is_some_and(|id| calls.contains(id))
+            {
+                keep[i] = true;
+            }
+        }
+    }
+    keep
+}
+
+/// The ids of the summaries shown in `messages`, in order.
+pub fn shown(messages: &[Message]) -> Vec<SummaryId> {
+    messages.iter().filter_map(|m| m.summary_id).collect()
 }

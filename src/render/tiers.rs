@@ -19,10 +19,14 @@ pub fn truncation_marker(cut_chars: usize, of_chars: usize) -> String {
 /// tool's name, and the call stays in the assistant message before it, so the line says only
 /// why the content is gone: every token of it is paid on every later request.
 pub fn cleared_placeholder(message: &Message) -> String {
-    if message.is_error {
-        "[error cleared to save context]".to_owned()
+    placeholder(message.is_error).to_owned()
+}
+
+fn placeholder(is_error: bool) -> &'static str {
+    if is_error {
+        "[error cleared to save context]"
     } else {
-        "[cleared to save context]".to_owned()
+        "[cleared to save context]"
     }
 }
 
@@ -74,13 +78,17 @@ fn truncated(message: &Message, cap: usize) -> Option<(Vec<Part>, Reduction)> {
 }
 
 /// Where the turns of rendered messages start. Turns are top-level: a function's prompt belongs
-/// to its caller's turn. A summary stands with the preamble: it is what old turns became.
+/// to its caller's turn. A summary, and the pins it shows again, stand where the turns they
+/// replace stood: at the front, a rolling summary stands with the preamble.
 pub fn turn_starts(messages: &[Message]) -> Vec<usize> {
     messages
         .iter()
         .enumerate()
         .filter(|(_, m)| {
-            m.role == MessageRole::User && m.summary_id.is_none() && m.function_id.is_none()
+            m.role == MessageRole::User
+                && m.summary_id.is_none()
+                && m.pinned_under.is_none()
+                && m.function_id.is_none()
         })
         .map(|(i, _)| i)
         .collect()
@@ -149,8 +157,11 @@ struct Fit<'a> {
     /// Tokens of each message as it came, and as it is now.
     original: Vec<Tokens>,
     counts: Vec<Breakdown>,
-    /// Indexes of the tool messages, in order; "result k" is `messages[results[k]]`.
+    /// Indexes of the tool messages, in order; "result k" is `messages[results[k]]`. A result
+    /// a summary hides counts where its summary stands (`hidden[k]` holds its error flag), so
+    /// the steps fold over the same results whether or not a segment is summarized.
     results: Vec<usize>,
+    hidden: Vec<Option<bool>>,
     /// Characters of result k as it came.
     chars: Vec<usize>,
     /// Where result k's call is: (message index, index in its `tool_calls`).
@@ -167,17 +178,27 @@ impl<'a> Fit<'a> {
             .iter()
             .map(|m| message_breakdown(m, counter))
             .collect();
-        let results: Vec<usize> = (0..messages.len())
-            .filter(|i| messages[*i].role == MessageRole::Tool)
-            .collect();
-        let chars = results
-            .iter()
-            .map(|&i| Part::text_chars(&messages[i].parts))
-            .collect();
+        let (mut results, mut hidden, mut chars) = (Vec::new(), Vec::new(), Vec::new());
+        for (i, m) in messages.iter().enumerate() {
+            for (c, is_error) in m.hidden.iter().filter_map(|h| h.result) {
+                results.push(i);
+                hidden.push(Some(is_error));
+                chars.push(c);
+            }
+            if m.role == MessageRole::Tool {
+                results.push(i);
+                hidden.push(None);
+                chars.push(Part::text_chars(&m.parts));
+            }
+        }
         // A result's call is in the assistant message that opens its group of results.
         let calls = results
             .iter()
-            .map(|&i| {
+            .zip(&hidden)
+            .map(|(&i, hidden)| {
+                if hidden.is_some() {
+                    return None;
+                }
                 let at = (0..i)
                     .rev()
                     .find(|&j| messages[j].role != MessageRole::Tool)?;
@@ -195,6 +216,7 @@ impl<'a> Fit<'a> {
             original: counts.iter().map(Breakdown::total).collect(),
             counts,
             results,
+            hidden,
             chars,
             calls,
             messages,
@@ -221,10 +243,15 @@ impl<'a> Fit<'a> {
         }
     }
 
+    /// Result `k` is hidden by a summary or pinned: no step changes it.
+    fn untouchable(&self, k: usize) -> bool {
+        self.hidden[k].is_some() || self.messages[self.results[k]].pinned
+    }
+
     /// Cuts result `k` to `cap` characters of what it was.
     fn cap(&mut self, k: usize, cap: usize) {
         let i = self.results[k];
-        if self.messages[i].reduction == Reduction::Cleared {
+        if self.untouchable(k) || self.messages[i].reduction == Reduction::Cleared {
             return;
         }
         if let Some((parts, reduction)) = truncated(&self.messages[i], cap) {
@@ -235,7 +262,7 @@ impl<'a> Fit<'a> {
     /// Clears result `k`, unless it is shorter than its placeholder.
     fn clear(&mut self, k: usize) {
         let i = self.results[k];
-        if self.messages[i].reduction == Reduction::Cleared {
+        if self.untouchable(k) || self.messages[i].reduction == Reduction::Cleared {
             return;
         }
         let placeholder = vec![Part::Text(cleared_placeholder(&self.messages[i]))];
@@ -248,6 +275,9 @@ impl<'a> Fit<'a> {
         let Some((at, c)) = self.calls[k] else {
             return;
         };
+        if self.messages[at].pinned {
+            return;
+        }
         let args = &self.messages[at].tool_calls[c].arguments_json;
         let chars = args.chars().count();
         if chars <= over {
@@ -362,14 +392,21 @@ impl<'a> Fit<'a> {
             // An idle gap leaves the provider's cache cold: a step there costs nothing extra.
             let mut latest: Option<i64> = None;
             let mut seen = 0;
-            for m in &self.messages {
-                if let Some(t) = m.at_ms {
+            // What a summary hides keeps its times, so summarizing adds no gap and hides none.
+            let timeline = self.messages.iter().flat_map(|m| {
+                m.hidden
+                    .iter()
+                    .map(|h| (h.at_ms, h.result.is_some()))
+                    .chain([(m.at_ms, m.role == MessageRole::Tool)])
+            });
+            for (at, is_result) in timeline {
+                if let Some(t) = at {
                     if latest.is_some_and(|l| t.saturating_sub(l) >= policy.idle_ms) {
                         candidates.push((seen, true));
                     }
                     latest = Some(latest.map_or(t, |l| l.max(t)));
                 }
-                if m.role == MessageRole::Tool {
+                if is_result {
                     seen += 1;
                 }
             }
@@ -407,10 +444,10 @@ impl<'a> Fit<'a> {
     fn saving(&self, range: std::ops::Range<usize>, recent_cap: usize) -> Tokens {
         range
             .map(|k| {
-                let placeholder = cleared_placeholder(&self.messages[self.results[k]]);
+                let is_error = self.hidden[k].unwrap_or(self.messages[self.results[k]].is_error);
                 self.chars[k]
                     .min(recent_cap)
-                    .saturating_sub(placeholder.chars().count())
+                    .saturating_sub(placeholder(is_error).chars().count())
                     / 4
             })
             .fold(0, |s: Tokens, t| {
@@ -548,7 +585,10 @@ pub(super) fn fit(
             if range.start >= retained && retained_fit {
                 break;
             }
-            if range.clone().any(|i| layout.running[i]) {
+            if range
+                .clone()
+                .any(|i| layout.running[i] || messages[i].pinned)
+            {
                 continue;
             }
             for i in range {
@@ -602,11 +642,16 @@ pub(super) fn fit(
                 .saved_stubbing
                 .add(message.stubbed_inputs, stub_chars[i], saved_tokens);
         }
+        if message.pinned {
+            report.pinned_tokens = report.pinned_tokens.saturating_add(count.total());
+            report.pinned.extend(&message.node_ids);
+        }
         report.breakdown.add(&count);
         tokens.push(count.total());
         kept.push(message);
     }
     report.total_tokens = report.breakdown.total();
+    report.pins_exceed_budget = report.pinned_tokens > limit;
     report.fits = report.total_tokens <= limit;
     report.over_by = report.total_tokens.saturating_sub(limit);
     report.summary_needed = !report.fits;
@@ -624,8 +669,12 @@ fn unbudgeted(messages: Vec<Message>, counter: &dyn Count, mut report: Report) -
         .iter()
         .map(|m| message_breakdown(m, counter))
         .collect();
-    for count in &counts {
+    for (message, count) in messages.iter().zip(&counts) {
         report.breakdown.add(count);
+        if message.pinned {
+            report.pinned_tokens = report.pinned_tokens.saturating_add(count.total());
+            report.pinned.extend(&message.node_ids);
+        }
     }
     report.total_tokens = report.breakdown.total();
     report.messages = messages.len();

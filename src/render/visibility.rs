@@ -71,6 +71,9 @@ fn chain(nodes: &[Arc<Node>], chains: &HashMap<NodeId, Vec<Arc<Node>>>, out: &mu
                     stubbed_inputs: 0,
                     at_ms: Some(node.created_at_ms),
                     summary_id: None,
+                    pinned: false,
+                    pinned_under: None,
+                    hidden: Vec::new(),
                 });
             }
             NodeContent::ToolResult {
@@ -91,6 +94,9 @@ fn chain(nodes: &[Arc<Node>], chains: &HashMap<NodeId, Vec<Arc<Node>>>, out: &mu
                 stubbed_inputs: 0,
                 at_ms: Some(node.created_at_ms),
                 summary_id: None,
+                pinned: false,
+                pinned_under: None,
+                hidden: Vec::new(),
             }),
             NodeContent::FunctionCall {
                 call_id,
@@ -132,6 +138,9 @@ fn chain(nodes: &[Arc<Node>], chains: &HashMap<NodeId, Vec<Arc<Node>>>, out: &mu
                     stubbed_inputs: 0,
                     at_ms: Some(node.created_at_ms),
                     summary_id: None,
+                    pinned: false,
+                    pinned_under: None,
+                    hidden: Vec::new(),
                 });
                 if expose == Expose::Full {
                     deferred.push(call_node);

@@ -45,7 +45,7 @@ impl Job {
         let fingerprint = request
             .idempotency_key
             .as_ref()
-            .map(|_| request_fingerprint(&request.target, request.expected_head, &request.nodes));
+            .map(|_| request_fingerprint(&request));
         Self {
             request,
             fingerprint,
@@ -402,6 +402,11 @@ impl<'c> Batch<'c> {
             )
             .await?;
         let (head_id, head_hash) = *written.last().expect("an append writes a node");
+        for &i in &request.pinned {
+            if let Some((id, _)) = written.get(i) {
+                self.pending.pins.push((session, *id, self.now));
+            }
+        }
         let outcome = AppendOutcome {
             node_ids: written.iter().map(|(id, _)| id.to_string()).collect(),
             head_id: head_id.to_string(),
@@ -690,12 +695,9 @@ async fn chain_tail(
     ))
 }
 
-/// What an idempotent retry must repeat exactly: target, expectation and content.
-fn request_fingerprint(
-    target: &AppendTarget,
-    expected: Option<Option<NodeId>>,
-    nodes: &[NodeContent],
-) -> Hash {
+/// What an idempotent retry must repeat exactly: target, expectation, content and pins.
+fn request_fingerprint(request: &AppendRequest) -> Hash {
+    let (target, expected, nodes) = (&request.target, request.expected_head, &request.nodes);
     let mut h = blake3::Hasher::new();
     match target {
         AppendTarget::Branch(name) => h.update(b"b").update(name.as_str().as_bytes()),
@@ -708,6 +710,13 @@ fn request_fingerprint(
     };
     for node in nodes {
         h.update(&node_hash(None, None, node).0);
+    }
+    // Appends without pins keep the fingerprints they always had.
+    if !request.pinned.is_empty() {
+        h.update(b"p");
+        for i in &request.pinned {
+            h.update(&(*i as u64).to_le_bytes());
+        }
     }
     Hash(*h.finalize().as_bytes())
 }
@@ -936,6 +945,12 @@ impl Tx for Direct<'_> {
             c.prepare_cached("UPDATE functions SET head_id = ?1 WHERE id = ?2")?
                 .execute((id(head), id(function)))?;
         }
+        for (session, node, at) in &pending.pins {
+            c.prepare_cached(
+                "INSERT INTO pins (session_id, node_id, pinned, created_at_ms) VALUES (?1, ?2, 1, ?3)",
+            )?
+            .execute((session.as_bytes().as_slice(), id(node), at))?;
+        }
         for record in &pending.idempotency {
             c.prepare_cached(
                 "INSERT INTO idempotency (session_id, key, request_hash, response, created_at_ms)
@@ -1000,6 +1015,8 @@ pub(super) struct Pending {
     /// New heads of branches, with the time they moved.
     branch_heads: HashMap<(SessionId, BranchName), (NodeId, i64)>,
     function_heads: HashMap<NodeId, NodeId>,
+    /// Nodes pinned as they are appended: (session, node, time).
+    pins: Vec<(SessionId, NodeId, i64)>,
     idempotency: Vec<IdempotencyRow>,
 }
 

@@ -7,9 +7,11 @@ use super::{
     Error, Result, Store, branch_head, ensure_session, id_column, now_ms, required_uuid,
     uuid_column,
 };
+use std::sync::Arc;
+
 use crate::domain::{
-    self, BranchName, Budget, CompactionEvent, CompactionId, EventKind, Hash, NodeId, Reason,
-    SessionId, Summary, SummaryId, Tenant,
+    self, BranchName, Budget, CompactionEvent, CompactionId, EventKind, Hash, Ledger, NodeId,
+    Reason, SessionId, Summary, SummaryId, SummaryKind, Tenant,
 };
 
 /// Where a compaction plan stands.
@@ -28,8 +30,13 @@ pub struct CompactionPlan {
     pub session: SessionId,
     pub branch: BranchName,
     pub base_head: NodeId,
-    pub prior: Option<SummaryId>,
+    pub kind: SummaryKind,
+    /// The summaries it rolls over, in render order.
+    pub rolls_over: Vec<SummaryId>,
     pub covers: Vec<NodeId>,
+    pub range: Option<(NodeId, NodeId)>,
+    /// The evidence the summary will carry, fixed at Prepare like its range.
+    pub ledger: Ledger,
     pub budget: Budget,
     pub tokenizer: String,
     pub max_tool_result_chars: u32,
@@ -66,6 +73,36 @@ fn unpack(bytes: &[u8]) -> Result<Vec<NodeId>> {
         .collect())
 }
 
+fn pack_summaries(ids: &[SummaryId]) -> Option<Vec<u8>> {
+    (!ids.is_empty()).then(|| ids.iter().flat_map(|id| *id.as_bytes()).collect())
+}
+
+fn unpack_summaries(bytes: Option<Vec<u8>>) -> Result<Vec<SummaryId>> {
+    Ok(unpack(&bytes.unwrap_or_default())?
+        .into_iter()
+        .map(|id| SummaryId::from_bytes(*id.as_bytes()))
+        .collect())
+}
+
+fn kind_column(row: &SqliteRow) -> Result<SummaryKind> {
+    let kind: String = row.try_get("kind")?;
+    SummaryKind::parse(&kind).ok_or_else(|| Error::Corrupt(format!("summary kind {kind:?}")))
+}
+
+fn range_columns(row: &SqliteRow) -> Result<Option<(NodeId, NodeId)>> {
+    Ok(id_column(row, "range_from_id")?.zip(id_column(row, "range_to_id")?))
+}
+
+fn ledger_json(ledger: &Ledger) -> String {
+    serde_json::to_string(ledger).expect("a ledger serializes")
+}
+
+fn ledger_column(row: &SqliteRow) -> Result<Option<Ledger>> {
+    let json: Option<String> = row.try_get("ledger")?;
+    json.map(|j| serde_json::from_str(&j).map_err(|e| Error::Corrupt(format!("ledger: {e}"))))
+        .transpose()
+}
+
 fn u32_column(row: &SqliteRow, column: &str) -> Result<u32> {
     let n: i64 = row.try_get(column)?;
     u32::try_from(n).map_err(|_| Error::Corrupt(format!("{column} out of range")))
@@ -75,9 +112,12 @@ pub(super) fn summary_from(row: &SqliteRow) -> Result<Summary> {
     Ok(Summary {
         id: SummaryId::from_bytes(required_uuid(row, "id")?),
         compaction_id: CompactionId::from_bytes(required_uuid(row, "compaction_id")?),
+        kind: kind_column(row)?,
         covers: unpack(&row.try_get::<Vec<u8>, _>("covers")?)?,
+        range: range_columns(row)?,
         text: row.try_get("text")?,
-        prior: uuid_column(row, "prior_id")?.map(SummaryId::from_bytes),
+        rolls_over: unpack_summaries(row.try_get("rolls_over")?)?,
+        ledger: ledger_column(row)?.map(Arc::new),
         model: row.try_get("model")?,
         base_head: NodeId::from_bytes(required_uuid(row, "base_head_id")?),
         tokens_before: u32_column(row, "tokens_before")?,
@@ -88,8 +128,9 @@ pub(super) fn summary_from(row: &SqliteRow) -> Result<Summary> {
 
 /// Every summary of a session, oldest first.
 /// The columns [`summary_from`] reads.
-pub(super) const SUMMARY_COLUMNS: &str = "id, compaction_id, covers, text, prior_id, model, \
-     base_head_id, tokens_before, tokens_after, created_at_ms";
+pub(super) const SUMMARY_COLUMNS: &str = "id, compaction_id, kind, covers, range_from_id, \
+     range_to_id, text, rolls_over, ledger, model, base_head_id, tokens_before, tokens_after, \
+     created_at_ms";
 
 pub(super) async fn summaries(
     conn: &mut SqliteConnection,
@@ -156,9 +197,9 @@ fn ensure_open(plan: &CompactionPlan) -> Result<()> {
 
 async fn load_plan(conn: &mut SqliteConnection, id: CompactionId) -> Result<CompactionPlan> {
     let row = sqlx::query(
-        "SELECT session_id, branch, base_head_id, prior_summary_id, covers, budget, tokenizer,
-                max_tool_result_chars, retain_turns, instructions, tokens_before, state,
-                created_at_ms
+        "SELECT session_id, branch, base_head_id, kind, rolls_over, covers, range_from_id,
+                range_to_id, ledger, budget, tokenizer, max_tool_result_chars, retain_turns,
+                instructions, tokens_before, state, created_at_ms
          FROM compactions WHERE id = ?",
     )
     .bind(id.as_bytes().as_slice())
@@ -174,8 +215,11 @@ async fn load_plan(conn: &mut SqliteConnection, id: CompactionId) -> Result<Comp
         session: SessionId::from_bytes(required_uuid(&row, "session_id")?),
         branch: BranchName::from_stored(row.try_get("branch")?),
         base_head: NodeId::from_bytes(required_uuid(&row, "base_head_id")?),
-        prior: uuid_column(&row, "prior_summary_id")?.map(SummaryId::from_bytes),
+        kind: kind_column(&row)?,
+        rolls_over: unpack_summaries(row.try_get("rolls_over")?)?,
         covers: unpack(&row.try_get::<Vec<u8>, _>("covers")?)?,
+        range: range_columns(&row)?,
+        ledger: ledger_column(&row)?.unwrap_or_default(),
         budget: Budget {
             context_window,
             output_reserve,
@@ -214,14 +258,15 @@ impl Store {
         sqlx::query(
             "INSERT INTO compactions (id, session_id, branch, base_head_id, prior_summary_id,
                  covers, budget, tokenizer, max_tool_result_chars, retain_turns, instructions,
-                 tokens_before, state, created_at_ms)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'open', ?)",
+                 tokens_before, state, created_at_ms, kind, rolls_over, range_from_id,
+                 range_to_id, ledger)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'open', ?, ?, ?, ?, ?, ?)",
         )
         .bind(plan.id.as_bytes().as_slice())
         .bind(plan.session.as_bytes().as_slice())
         .bind(plan.branch.as_str())
         .bind(plan.base_head.as_bytes().as_slice())
-        .bind(plan.prior.map(|p| p.as_bytes().to_vec()))
+        .bind(plan.rolls_over.first().map(|p| p.as_bytes().to_vec()))
         .bind(pack(&plan.covers))
         .bind(budget)
         .bind(&plan.tokenizer)
@@ -230,6 +275,11 @@ impl Store {
         .bind(&plan.instructions)
         .bind(i64::from(plan.tokens_before))
         .bind(plan.created_at_ms)
+        .bind(plan.kind.as_str())
+        .bind(pack_summaries(&plan.rolls_over))
+        .bind(plan.range.map(|r| r.0.as_bytes().to_vec()))
+        .bind(plan.range.map(|r| r.1.as_bytes().to_vec()))
+        .bind(ledger_json(&plan.ledger))
         .execute(&mut *tx)
         .await?;
         insert_event(
@@ -282,13 +332,14 @@ impl Store {
         }
         sqlx::query(
             "INSERT INTO summaries (id, session_id, compaction_id, prior_id, covers, text, model,
-                 base_head_id, tokens_before, tokens_after, created_at_ms)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                 base_head_id, tokens_before, tokens_after, created_at_ms, kind, rolls_over,
+                 range_from_id, range_to_id, ledger)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         )
         .bind(summary.id.as_bytes().as_slice())
         .bind(plan.session.as_bytes().as_slice())
         .bind(plan.id.as_bytes().as_slice())
-        .bind(summary.prior.map(|p| p.as_bytes().to_vec()))
+        .bind(summary.rolls_over.first().map(|p| p.as_bytes().to_vec()))
         .bind(pack(&summary.covers))
         .bind(&summary.text)
         .bind(&summary.model)
@@ -296,6 +347,11 @@ impl Store {
         .bind(i64::from(summary.tokens_before))
         .bind(i64::from(summary.tokens_after))
         .bind(summary.created_at_ms)
+        .bind(summary.kind.as_str())
+        .bind(pack_summaries(&summary.rolls_over))
+        .bind(summary.range.map(|r| r.0.as_bytes().to_vec()))
+        .bind(summary.range.map(|r| r.1.as_bytes().to_vec()))
+        .bind(summary.ledger.as_deref().map(ledger_json))
         .execute(&mut *tx)
         .await?;
         sqlx::query("UPDATE compactions SET state = 'applied' WHERE id = ?")
@@ -515,8 +571,11 @@ pub(super) async fn insert_imported_summary(
         session,
         branch: BranchName::main(),
         base_head,
-        prior: None,
+        kind: SummaryKind::Rolling,
+        rolls_over: Vec::new(),
         covers: covers.to_vec(),
+        range: None,
+        ledger: Ledger::default(),
         budget: Budget::default(),
         tokenizer: "heuristic".to_owned(),
         max_tool_result_chars: 0,

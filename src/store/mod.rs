@@ -10,6 +10,7 @@ mod check;
 mod commit;
 mod compaction;
 mod fault;
+mod pins;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -79,6 +80,8 @@ pub struct AppendRequest {
     pub expected_head: Option<Option<NodeId>>,
     pub idempotency_key: Option<String>,
     pub nodes: Vec<NodeContent>,
+    /// Indexes of the nodes to pin as they are written.
+    pub pinned: Vec<usize>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -541,9 +544,9 @@ impl Store {
     /// keeps those that apply to this path).
     pub async fn load_path(&self, session: SessionId, target: &PathTarget) -> Result<PathView> {
         let mut conn = self.reader.acquire().await?;
-        let (start, scope, summaries) = match target {
+        let (start, scope, loaded) = match target {
             PathTarget::Branch(name) => match branch_start(&mut conn, session, name).await? {
-                Some((head, summaries)) => (head, None, Some(summaries)),
+                Some((head, summaries, pinned)) => (head, None, Some((summaries, pinned))),
                 None => return Ok(PathView::default()),
             },
             PathTarget::Node(_) | PathTarget::Function(_) => {
@@ -576,15 +579,19 @@ impl Store {
             todo.extend(full_chains(&chain));
             chains.insert(function, chain);
         }
-        let summaries = match summaries {
-            Some(summaries) => summaries,
-            None => compaction::summaries(&mut conn, session).await?,
+        let (summaries, pinned) = match loaded {
+            Some(loaded) => loaded,
+            None => (
+                compaction::summaries(&mut conn, session).await?,
+                pins::pinned(&mut conn, session).await?,
+            ),
         };
         Ok(PathView {
             nodes,
             scope,
             chains,
             summaries,
+            pinned: pinned.into_iter().collect(),
         })
     }
 
@@ -1036,18 +1043,23 @@ async fn branches(conn: &mut SqliteConnection, session: SessionId) -> Result<Vec
         .collect()
 }
 
+/// What a render of a branch starts from: its head, the session's summaries and pins.
+type BranchStart = (NodeId, Vec<domain::Summary>, Vec<NodeId>);
+
 /// A render's common start in one round trip: the head of branch `name` (`None` while it has
-/// none) and the session's summaries; not-found errors name the session, then the branch.
+/// none), the session's summaries and its pinned nodes; not-found errors name the session,
+/// then the branch.
 async fn branch_start(
     conn: &mut SqliteConnection,
     session: SessionId,
     name: &BranchName,
-) -> Result<Option<(NodeId, Vec<domain::Summary>)>> {
+) -> Result<Option<BranchStart>> {
     let sql = format!(
         "SELECT 0 AS part, b.name AS branch, b.head_id FROM sessions s
              LEFT JOIN branches b ON b.session_id = s.id AND b.name = ?2
          WHERE s.id = ?1;
-         SELECT 1 AS part, {} FROM summaries WHERE session_id = ?1 ORDER BY created_at_ms, id",
+         SELECT 1 AS part, {} FROM summaries WHERE session_id = ?1 ORDER BY created_at_ms, id;
+         SELECT 2 AS part, node_id, pinned FROM pins WHERE session_id = ?1 ORDER BY seq",
         compaction::SUMMARY_COLUMNS
     );
     let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
@@ -1068,10 +1080,20 @@ async fn branch_start(
     let Some(head) = id_column(first, "head_id")? else {
         return Ok(None);
     };
-    let summaries = rows
-        .map(compaction::summary_from)
+    let part = |r: &SqliteRow| r.try_get::<i64, _>("part").unwrap_or(-1);
+    let rest: Vec<&SqliteRow> = rows.collect();
+    let summaries = rest
+        .iter()
+        .filter(|r| part(r) == 1)
+        .map(|r| compaction::summary_from(r))
         .collect::<Result<Vec<_>>>()?;
-    Ok(Some((head, summaries)))
+    let pinned = pins::fold(rest.iter().filter(|r| part(r) == 2).map(|r| {
+        Ok((
+            id_column(r, "node_id")?,
+            r.try_get::<i64, _>("pinned")? != 0,
+        ))
+    }))?;
+    Ok(Some((head, summaries, pinned)))
 }
 
 async fn branch_head(

@@ -265,6 +265,7 @@ async fn an_append_sees_what_another_process_appended() {
             target: AppendTarget::Branch(BranchName::main()),
             expected_head: None,
             idempotency_key: None,
+            pinned: Vec::new(),
             nodes: vec![
                 NodeContent::Message {
                     role: Role::User,
@@ -423,6 +424,7 @@ async fn other_writes_get_their_turn_under_a_stream_of_appends() {
                         target: AppendTarget::Branch(BranchName::main()),
                         expected_head: None,
                         idempotency_key: None,
+                        pinned: Vec::new(),
                         nodes: vec![NodeContent::Message {
                             role,
                             parts: vec![Part::Text(format!("message {n}"))],

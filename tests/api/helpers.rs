@@ -546,7 +546,10 @@ pub fn call(call_id: &str, name: &str, arguments_json: &str) -> pb::ToolCall {
 }
 
 pub fn node(kind: pb::node_input::Kind) -> pb::NodeInput {
-    pb::NodeInput { kind: Some(kind) }
+    pb::NodeInput {
+        kind: Some(kind),
+        pinned: false,
+    }
 }
 
 pub fn message(

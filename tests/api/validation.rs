@@ -269,8 +269,11 @@ async fn malformed_nodes_are_invalid() {
         "nodes",
     );
     assert_code(
-        app.try_append(bad(vec![pb::NodeInput { kind: None }]))
-            .await,
+        app.try_append(bad(vec![pb::NodeInput {
+            kind: None,
+            pinned: false,
+        }]))
+        .await,
         Code::InvalidArgument,
     );
     assert_status(
@@ -389,7 +392,13 @@ async fn a_batch_with_a_bad_later_node_writes_nothing() {
             assistant("fine too"),
             message(pb::Role::Unspecified, vec![text("bad")], vec![]),
         ],
-        vec![user("fine"), pb::NodeInput { kind: None }],
+        vec![
+            user("fine"),
+            pb::NodeInput {
+                kind: None,
+                pinned: false,
+            },
+        ],
         vec![
             user("fine"),
             assistant_calls("", vec![call("c1", "t", "{}")]),
