@@ -183,6 +183,106 @@ impl Server {
     }
 }
 
+/// The node ids of [`Server::coding_session`], in path order.
+struct Coding {
+    session: String,
+    /// "Please fix the bug in src/app.py."
+    ask: String,
+    /// Calls `Read {"file_path": "src/app.py"}`.
+    read_call: String,
+    /// The file's (long) contents.
+    read_result: String,
+    /// "Found it …": the end of the first turn.
+    fixed: String,
+    /// The second turn: a user message, a `Bash` call, its result, an answer.
+    next_ask: String,
+    last: String,
+}
+
+impl Server {
+    /// A session of two turns: the first reads src/app.py (a long result) and fixes it, the
+    /// second runs the tests.
+    fn coding_session(&self) -> Coding {
+        let text = |t: &str| {
+            vec![pb::ContentPart {
+                part: Some(pb::content_part::Part::Text(t.into())),
+            }]
+        };
+        let message = |role: pb::Role, t: &str, calls: Vec<pb::ToolCall>| pb::NodeInput {
+            kind: Some(pb::node_input::Kind::Message(pb::Message {
+                role: role as i32,
+                parts: text(t),
+                tool_calls: calls,
+            })),
+            pinned: false,
+        };
+        let call = |id: &str, name: &str, args: &str| pb::ToolCall {
+            call_id: id.into(),
+            name: name.into(),
+            arguments_json: args.into(),
+        };
+        let result = |id: &str, t: &str| pb::NodeInput {
+            kind: Some(pb::node_input::Kind::ToolResult(pb::ToolResult {
+                call_id: id.into(),
+                parts: text(t),
+                ..Default::default()
+            })),
+            pinned: false,
+        };
+        let contents =
+            "def total(items):\n    return sum(items[1:])  # skips the first\n".repeat(80);
+        let nodes = vec![
+            message(pb::Role::User, "Please fix the bug in src/app.py.", vec![]),
+            message(
+                pb::Role::Assistant,
+                "Reading it.",
+                vec![call("call-read", "Read", r#"{"file_path": "src/app.py"}"#)],
+            ),
+            result("call-read", &contents),
+            message(
+                pb::Role::Assistant,
+                "Found it: total() skipped the first item; fixed.",
+                vec![],
+            ),
+            message(pb::Role::User, "Now run the tests.", vec![]),
+            message(
+                pb::Role::Assistant,
+                "Running them.",
+                vec![call("call-bash", "Bash", r#"{"command": "pytest -q"}"#)],
+            ),
+            result("call-bash", "3 passed in 0.02s"),
+            message(pb::Role::Assistant, "All three tests pass.", vec![]),
+        ];
+        self.with_client(async |c| {
+            let session = c
+                .create_session(pb::CreateSessionRequest::default())
+                .await
+                .expect("CreateSession")
+                .into_inner()
+                .session_id;
+            let ids = c
+                .append(pb::AppendRequest {
+                    session_id: session.clone(),
+                    nodes,
+                    ..Default::default()
+                })
+                .await
+                .expect("Append")
+                .into_inner()
+                .node_ids;
+            Coding {
+                session,
+                ask: ids[0].clone(),
+                read_call: ids[1].clone(),
+                read_result: ids[2].clone(),
+                fixed: ids[3].clone(),
+                next_ask: ids[4].clone(),
+                last: ids[7].clone(),
+            }
+        })
+    }
+}
+
 impl Drop for Server {
     fn drop(&mut self) {
         if let Some(shutdown) = self.shutdown.take() {
@@ -712,4 +812,449 @@ fn compact_with_the_servers_summarizer() {
     assert_eq!(again["reason"], "COMPACTION_REASON_NOT_NEEDED");
     let text = server.ok(&["compact", &s, "--budget", "3000"]);
     assert!(text.starts_with("not applied: NOT_NEEDED"), "{text}");
+}
+
+/// `compact --from --to --text`: a segment summary with the caller's text and no summarizer;
+/// `summaries` shows its kind, range and ledger, and `--json` every new field.
+#[test]
+fn a_segment_summary_with_text_and_how_summaries_list_it() {
+    let server = Server::start();
+    let c = server.coding_session();
+    let s = c.session.as_str();
+    // `log --json` names the same nodes, in reverse.
+    let logged = node_ids(&server.json(&["log", s]));
+    assert_eq!(logged.first(), Some(&c.last));
+    assert_eq!(logged.last(), Some(&c.ask));
+
+    let text = "Fixed total() in src/app.py, which skipped the first item.";
+    let out = server.ok(&[
+        "compact", s, "--from", &c.ask, "--to", &c.fixed, "--text", text, "--budget", "100000",
+    ]);
+    let first = out.lines().next().expect("a line");
+    let summary = first
+        .strip_prefix("applied: summary ")
+        .unwrap_or_else(|| panic!("{out}"))
+        .to_string();
+    assert!(out.contains("tokens ") && out.contains(" → "), "{out}");
+    assert!(
+        out.contains("segment summary: a segment of 4 nodes"),
+        "{out}"
+    );
+    assert!(out.lines().any(|l| l.starts_with("ledger:")), "{out}");
+
+    let listed = server.ok(&["summaries", s]);
+    assert!(listed.starts_with("summaries (1)"), "{listed}");
+    let lines: Vec<&str> = listed.lines().collect();
+    assert!(
+        lines[1].starts_with("* active") && lines[1].contains(&summary),
+        "{listed}"
+    );
+    assert!(lines[1].contains("ctxd-cli"), "{listed}");
+    assert!(
+        lines[2].trim_start().starts_with("segment, covers 4 nodes"),
+        "{listed}"
+    );
+    assert_eq!(lines[3].trim_start(), format!("from {}", c.ask), "{listed}");
+    assert_eq!(
+        lines[4].trim_start(),
+        format!("to   {}", c.fixed),
+        "{listed}"
+    );
+    assert!(lines[5].trim_start().starts_with("ledger: "), "{listed}");
+    assert!(listed.contains("Fixed total()"), "{listed}");
+    // The summary's lines (the events' are as wide as their messages).
+    for line in lines.iter().take_while(|l| !l.starts_with("events (")) {
+        assert!(
+            line.chars().count() <= 80,
+            "wider than 80 columns: {line:?}"
+        );
+    }
+
+    let json = server.json(&["summaries", s]);
+    let record = &json["summaries"][0];
+    assert_eq!(record["summary_id"], summary.as_str());
+    assert_eq!(record["kind"], "SUMMARY_KIND_SEGMENT");
+    assert_eq!(record["from_node_id"], c.ask.as_str());
+    assert_eq!(record["to_node_id"], c.fixed.as_str());
+    assert_eq!(record["rolls_over_ids"], Value::Array(vec![]));
+    assert_eq!(record["model"], "ctxd-cli");
+    assert_eq!(
+        record["covers_ids"],
+        serde_json::json!([c.ask, c.read_call, c.read_result, c.fixed])
+    );
+    for key in [
+        "files_read",
+        "files_modified",
+        "commands",
+        "errors",
+        "user_requests",
+        "functions",
+    ] {
+        assert!(record["ledger"][key].is_array(), "ledger.{key}: {record}");
+    }
+
+    // The render lays the summary over the segment and says so.
+    let context = server.json(&["context", s]);
+    assert_eq!(context["summary_ids"], serde_json::json!([summary]));
+    assert_eq!(context["pinned_tokens"], 0);
+    assert_eq!(context["pinned_node_ids"], Value::Array(vec![]));
+    assert_eq!(context["pins_exceed_budget"], false);
+    let render = server.json(&["render", s]);
+    let messages = render["messages"].as_array().expect("messages");
+    let first = &messages[0];
+    assert!(
+        first["parts"][0]["text"].as_str().is_some_and(|t| t
+            .starts_with("[Summary of the earlier conversation")
+            && t.contains(text)),
+        "{render}"
+    );
+    assert_eq!(first["pinned"], false);
+    // The covered nodes render only through the summary; the second turn as it was.
+    let shown: Vec<&str> = messages
+        .iter()
+        .flat_map(|m| m["node_ids"].as_array().expect("node_ids"))
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(shown.len(), 4, "{render}");
+    assert_eq!(shown[0], c.next_ask, "{render}");
+    assert_eq!(shown[3], c.last, "{render}");
+
+    // `--json` prints the outcome's fields and the prepare response, ledger included.
+    let again = server.json(&[
+        "compact",
+        s,
+        "--from",
+        &c.next_ask,
+        "--to",
+        &c.last,
+        "--text",
+        "Tests pass.",
+        "--budget",
+        "100000",
+    ]);
+    assert!(again["applied"].is_boolean(), "{again}");
+    assert!(again["reason"].is_string(), "{again}");
+    let prepare = &again["prepare"];
+    assert_eq!(prepare["needed"], true, "{again}");
+    assert_eq!(prepare["kind"], "SUMMARY_KIND_SEGMENT");
+    assert_eq!(prepare["compaction_id"], again["compaction_id"]);
+    assert!(prepare["ledger"]["commands"].is_array(), "{again}");
+    assert!(prepare["ledger_text"].is_string(), "{again}");
+    assert_eq!(prepare["rolls_over_ids"], Value::Array(vec![]));
+}
+
+/// Depends on the server's ledger derivation: a segment's ledger names the file its Read call
+/// read and the user's request, in `compact --text` (the ledger text) and in `summaries`.
+#[test]
+fn a_segment_summary_carries_a_ledger_of_what_it_covers() {
+    let server = Server::start();
+    let c = server.coding_session();
+    let s = c.session.as_str();
+    let out = server.ok(&[
+        "compact",
+        s,
+        "--from",
+        &c.ask,
+        "--to",
+        &c.fixed,
+        "--text",
+        "Fixed it.",
+        "--budget",
+        "100000",
+    ]);
+    assert!(out.starts_with("applied: summary "), "{out}");
+    assert!(
+        out.contains("src/app.py"),
+        "the ledger text names the file:\n{out}"
+    );
+
+    let json = server.json(&["summaries", s]);
+    let ledger = &json["summaries"][0]["ledger"];
+    assert_eq!(ledger["files_read"][0]["path"], "src/app.py", "{ledger}");
+    assert_eq!(
+        ledger["files_read"][0]["tools"],
+        serde_json::json!(["Read"])
+    );
+    assert_eq!(ledger["files_read"][0]["count"], 1);
+    assert_eq!(
+        ledger["user_requests"],
+        serde_json::json!(["Please fix the bug in src/app.py."])
+    );
+    let listed = server.ok(&["summaries", s]);
+    assert!(listed.contains("1 file read"), "{listed}");
+    assert!(listed.contains("1 user request"), "{listed}");
+    assert!(listed.contains("files: src/app.py"), "{listed}");
+}
+
+/// `pin` and `unpin` print the session's pins; `log` marks them, `render` flags them, and
+/// `context` gives their tokens a line, saying plainly when they alone are over the budget.
+#[test]
+fn pins_round_trip_and_show_in_log_render_and_context() {
+    let server = Server::start();
+    let c = server.coding_session();
+    let s = c.session.as_str();
+
+    let out = server.ok(&["pin", s, &c.fixed]);
+    assert_eq!(out, format!("pinned (1)\n  {}\n", c.fixed));
+    let json = server.json(&["pin", s, &c.read_result, &c.fixed]);
+    assert_eq!(
+        json["pinned_ids"],
+        serde_json::json!([c.fixed, c.read_result]),
+        "oldest pin first, each once"
+    );
+
+    let log = server.ok(&["log", s]);
+    let marked: Vec<&str> = log.lines().filter(|l| l.contains("[pinned]")).collect();
+    assert_eq!(marked.len(), 2, "{log}");
+    assert!(marked.iter().any(|l| l.starts_with(&c.fixed)), "{log}");
+    let logged = server.json(&["log", s]);
+    for node in logged["nodes"].as_array().expect("nodes") {
+        let pinned = [&c.fixed, &c.read_result]
+            .iter()
+            .any(|id| node["node_id"] == id.as_str());
+        assert_eq!(node["pinned"], pinned, "{node}");
+        assert_eq!(node["content"]["pinned"], pinned, "{node}");
+    }
+    let render = server.ok(&["render", s]);
+    assert_eq!(
+        render.lines().filter(|l| l.contains("pinned")).count(),
+        2,
+        "{render}"
+    );
+
+    let stats = server.json(&["context", s, "--budget", "100000"]);
+    let pinned_tokens = stats["pinned_tokens"].as_u64().expect("pinned_tokens");
+    assert!(pinned_tokens > 0, "{stats}");
+    assert_eq!(stats["pins_exceed_budget"], false);
+    let mut ids: Vec<&str> = stats["pinned_node_ids"]
+        .as_array()
+        .expect("pinned_node_ids")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    ids.sort_unstable();
+    let mut want = vec![c.fixed.as_str(), c.read_result.as_str()];
+    want.sort_unstable();
+    assert_eq!(ids, want);
+    let panel = server.ok(&["context", s, "--budget", "100000"]);
+    let line = panel
+        .lines()
+        .find(|l| l.starts_with("pinned: "))
+        .unwrap_or_else(|| panic!("no pinned line in\n{panel}"));
+    let shown: u64 = line["pinned: ".len()..]
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .replace(',', "")
+        .parse()
+        .unwrap();
+    assert_eq!(shown, pinned_tokens, "{line}");
+    assert!(
+        line.contains("in 2 nodes") && line.contains("never reduced"),
+        "{line}"
+    );
+    assert!(!panel.contains("exceed"), "{panel}");
+
+    // The file's contents alone are over a small budget: the panel says so.
+    let small = (pinned_tokens / 2).to_string();
+    let over = server.json(&["context", s, "--budget", &small]);
+    assert_eq!(over["pins_exceed_budget"], true, "{over}");
+    let panel = server.ok(&["context", s, "--budget", &small]);
+    assert!(
+        panel.contains("the pins alone exceed the history budget"),
+        "{panel}"
+    );
+    for line in panel.lines() {
+        assert!(
+            line.chars().count() <= 80,
+            "wider than 80 columns: {line:?}"
+        );
+    }
+
+    let out = server.ok(&["unpin", s, &c.read_result]);
+    assert_eq!(out, format!("pinned (1)\n  {}\n", c.fixed));
+    let out = server.ok(&["unpin", s, &c.fixed]);
+    assert_eq!(out, "no pinned nodes\n");
+    assert!(!server.ok(&["log", s]).contains("[pinned]"));
+    let panel = server.ok(&["context", s, "--budget", "100000"]);
+    assert!(!panel.contains("pinned"), "{panel}");
+    assert_eq!(
+        server.json(&["unpin", s, &c.fixed])["pinned_ids"],
+        Value::Array(vec![])
+    );
+
+    assert_fails(
+        &server.run(&["pin", s, "not-a-node"]),
+        &["Pin failed: INVALID_ARGUMENT", "node_ids[0]"],
+    );
+}
+
+/// A pinned node inside a segment shows verbatim right after the summary that covers it.
+#[test]
+fn a_pinned_node_survives_a_segment_summary() {
+    let server = Server::start();
+    let c = server.coding_session();
+    let s = c.session.as_str();
+    server.ok(&["pin", s, &c.fixed]);
+    let out = server.ok(&[
+        "compact",
+        s,
+        "--from",
+        &c.ask,
+        "--to",
+        &c.fixed,
+        "--text",
+        "Fixed it.",
+        "--budget",
+        "100000",
+    ]);
+    assert!(out.starts_with("applied: summary "), "{out}");
+    let render = server.json(&["render", s]);
+    let messages = render["messages"].as_array().expect("messages");
+    let summary_at = messages
+        .iter()
+        .position(|m| {
+            m["parts"][0]["text"]
+                .as_str()
+                .is_some_and(|t| t.starts_with("[Summary of the earlier conversation"))
+        })
+        .unwrap_or_else(|| panic!("no summary message in {render}"));
+    let pinned = &messages[summary_at + 1];
+    assert_eq!(pinned["pinned"], true, "{render}");
+    assert_eq!(pinned["node_ids"], serde_json::json!([c.fixed]));
+    assert_eq!(
+        pinned["parts"][0]["text"],
+        "Found it: total() skipped the first item; fixed."
+    );
+    assert_eq!(
+        render["report"]["pinned_node_ids"],
+        serde_json::json!([c.fixed])
+    );
+}
+
+#[test]
+fn compact_from_and_to_need_each_other() {
+    let server = Server::start();
+    let c = server.coding_session();
+    for (given, missing) in [("--from", "--to"), ("--to", "--from")] {
+        let out = server.run(&["compact", &c.session, given, &c.ask, "--text", "x"]);
+        assert!(!out.status.success());
+        assert!(out.stdout.is_empty());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("required arguments were not provided") && stderr.contains(missing),
+            "{given} alone should ask for {missing}: {stderr}"
+        );
+    }
+}
+
+/// A segment that parts a tool call from its result is refused, naming the field, and nothing
+/// is stored.
+#[test]
+fn a_segment_that_splits_a_tool_call_fails_naming_the_field() {
+    let server = Server::start();
+    let c = server.coding_session();
+    let s = c.session.as_str();
+    let line = assert_fails(
+        &server.run(&[
+            "compact",
+            s,
+            "--from",
+            &c.ask,
+            "--to",
+            &c.read_call,
+            "--text",
+            "x",
+            "--budget",
+            "100000",
+        ]),
+        &["PrepareCompaction failed: INVALID_ARGUMENT", "to_node_id"],
+    );
+    assert!(line.contains(&c.read_call), "names the node: {line}");
+    assert_fails(
+        &server.run(&[
+            "compact",
+            s,
+            "--from",
+            &c.read_result,
+            "--to",
+            &c.fixed,
+            "--text",
+            "x",
+            "--budget",
+            "100000",
+        ]),
+        &["PrepareCompaction failed: INVALID_ARGUMENT", "from_node_id"],
+    );
+    assert_fails(
+        &server.run(&[
+            "compact", s, "--from", &c.fixed, "--to", &c.ask, "--text", "x", "--budget", "100000",
+        ]),
+        &["PrepareCompaction failed: INVALID_ARGUMENT", "to_node_id"],
+    );
+    let json = server.json(&["summaries", s]);
+    assert_eq!(json["summaries"], Value::Array(vec![]));
+    assert_eq!(json["events"], Value::Array(vec![]));
+}
+
+/// `compact --from --to` with the server's summarizer: the Compact RPC makes the segment.
+#[test]
+fn compact_a_segment_with_the_servers_summarizer() {
+    let server = Server::start_with(true);
+    let c = server.coding_session();
+    let s = c.session.as_str();
+    assert_fails(
+        &server.run(&[
+            "compact",
+            s,
+            "--from",
+            &c.ask,
+            "--to",
+            &c.read_call,
+            "--budget",
+            "100000",
+        ]),
+        &["Compact failed: INVALID_ARGUMENT", "to_node_id"],
+    );
+    let out = server.ok(&[
+        "compact", s, "--from", &c.ask, "--to", &c.fixed, "--budget", "100000",
+    ]);
+    assert!(out.starts_with("applied: summary "), "{out}");
+    let json = server.json(&["summaries", s]);
+    let record = &json["summaries"][0];
+    assert_eq!(record["kind"], "SUMMARY_KIND_SEGMENT");
+    assert_eq!(record["text"], SUMMARY);
+    assert_eq!(record["from_node_id"], c.ask.as_str());
+    assert_eq!(record["to_node_id"], c.fixed.as_str());
+}
+
+/// A `--text` that does not shrink the context is an outcome, and its plan is cancelled.
+#[test]
+fn compact_text_that_does_not_help_is_an_outcome() {
+    let server = Server::start();
+    let c = server.coding_session();
+    let s = c.session.as_str();
+    let long = "a very long summary ".repeat(2_000);
+    let out = server.ok(&[
+        "compact",
+        s,
+        "--from",
+        &c.next_ask,
+        "--to",
+        &c.last,
+        "--text",
+        &long,
+        "--budget",
+        "100000",
+    ]);
+    assert!(out.starts_with("not applied: NO_GAIN"), "{out}");
+    let json = server.json(&["summaries", s]);
+    assert_eq!(json["summaries"], Value::Array(vec![]));
+    let kinds: Vec<&str> = json["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .filter_map(|e| e["kind"].as_str())
+        .collect();
+    assert_eq!(kinds, ["prepared", "rejected", "cancelled"]);
 }

@@ -1081,6 +1081,15 @@ fn describe(built: &Built) -> String {
         built.path.scope.map_or("top level".to_owned(), short)
     );
     chain(&mut out, &built.path.nodes, &built.path.chains, "  ");
+    for summary in &built.path.summaries {
+        let covers: Vec<String> = summary.covers.iter().map(|id| short(*id)).collect();
+        let _ = writeln!(out, "summary {:?} over {}", summary.kind, covers.join(" "));
+    }
+    if !built.path.pinned.is_empty() {
+        let mut pinned: Vec<String> = built.path.pinned.iter().map(|id| short(*id)).collect();
+        pinned.sort();
+        let _ = writeln!(out, "pinned {}", pinned.join(" "));
+    }
     out
 }
 
@@ -1189,11 +1198,15 @@ fn check_pairing(built: &Built, r: &Rendered) -> Check {
             show(msgs)
         );
     }
-    // A `full` function's transcript follows the whole group its result is in.
+    // A `full` function's transcript follows the whole group its result is in. A pinned message
+    // a summary covers stands after that summary instead, with its own tool group.
     for (at, m) in msgs.iter().enumerate() {
         let Some(f) = m.function_id.filter(|f| built.path.chains.contains_key(f)) else {
             continue;
         };
+        if m.pinned_under.is_some() {
+            continue;
+        }
         let result = msgs
             .iter()
             .position(|r| r.role == MessageRole::Tool && r.node_ids.contains(&f));
@@ -2282,4 +2295,141 @@ fn minimal_function_turn_split() {
 /// Nodes as a loaded path holds them: shared with the store's cache.
 fn shared(nodes: Vec<Node>) -> Vec<Arc<Node>> {
     nodes.into_iter().map(Arc::new).collect()
+}
+
+// ------------------------------------------------------------ summaries and pins over paths
+
+/// A summary as commit would store it from `plan`.
+fn summary_of(plan: &ctxd::compact::Plan, head: NodeId, at: i64) -> ctxd::domain::Summary {
+    ctxd::domain::Summary {
+        id: ctxd::domain::SummaryId::new(),
+        compaction_id: ctxd::domain::CompactionId::new(),
+        kind: plan.kind,
+        covers: plan.covers.clone(),
+        range: plan.range,
+        text: "what happened".to_owned(),
+        rolls_over: plan.rolls_over.clone(),
+        ledger: Some(Arc::new(plan.ledger.clone())),
+        model: "m".to_owned(),
+        base_head: head,
+        tokens_before: 0,
+        tokens_after: 0,
+        created_at_ms: at,
+    }
+}
+
+/// Lays segment summaries over the ranges `picks` chooses (those prepare accepts) and, with
+/// `rolling`, a rolling summary; pins the nodes `pins` chooses. The earliest first node of a
+/// segment laid, if one was (and no rolling summary was).
+fn summarize(
+    built: &mut Built,
+    budget: Budget,
+    picks: &[(u16, u16)],
+    pins: &[u16],
+    rolling: bool,
+) -> Option<NodeId> {
+    use ctxd::compact::{Prepared, prepare, prepare_segment};
+    let path = &mut built.path;
+    let head = path.nodes.last().map(|n| n.id)?;
+    let all: Vec<NodeId> = path.all_nodes().map(|n| n.id).collect();
+    for p in pins {
+        path.pinned.insert(all[*p as usize % all.len()]);
+    }
+    let n = path.nodes.len();
+    let mut first: Option<usize> = None;
+    for (i, (a, b)) in picks.iter().enumerate() {
+        let (a, b) = (*a as usize % n, *b as usize % n);
+        let (from, to) = (path.nodes[a.min(b)].id, path.nodes[a.max(b)].id);
+        if let Ok(Prepared::Needed(plan)) = prepare_segment(path, from, to, budget, 4000, &COUNTER)
+        {
+            first = Some(first.map_or(a.min(b), |f| f.min(a.min(b))));
+            path.summaries.push(summary_of(&plan, head, i as i64));
+        }
+    }
+    let mut first = first.map(|i| path.nodes[i].id);
+    if rolling && let Prepared::Needed(plan) = prepare(path, budget, 2, 4000, &COUNTER) {
+        path.summaries.push(summary_of(&plan, head, 10));
+        first = None;
+    }
+    first
+}
+
+proptest! {
+    #![proptest_config(config(1000))]
+
+    /// Pairing, retention of pins and the cached prefix with segment and rolling summaries laid
+    /// over generated paths and random nodes pinned: every provider document stays valid, a
+    /// pinned message renders unreduced wherever it renders, every pinned message of the plain
+    /// render renders (after its summary, if one covers it), and when the render fits before
+    /// and after, the messages before a segment are what they were.
+    #[test]
+    fn summaries_and_pins(
+        plan in session(true),
+        k in knobs(policy()),
+        picks in vec(any::<(u16, u16)>(), 0..3),
+        pins in vec(any::<u16>(), 0..4),
+        rolling in any::<bool>(),
+    ) {
+        let built = build(&plan);
+        let plain = renders(&built, Callers::All, &k);
+        let budget = plain.options.budget.unwrap_or(Budget {
+            context_window: 1_000_000,
+            ..Budget::default()
+        });
+        let mut summarized = Built {
+            path: built.path.clone(),
+            pending: built.pending.clone(),
+            running: built.running.clone(),
+        };
+        let segment = summarize(&mut summarized, budget, &picks, &pins, rolling);
+        let r = renders(&summarized, Callers::All, &k);
+        for rendered in [&r.u, &r.b, &r.ro] {
+            with_context(check_pairing(&summarized, rendered), &summarized, &r)?;
+            with_context(check_documents(rendered), &summarized, &r)?;
+            for m in rendered.messages.iter().filter(|m| m.pinned) {
+                prop_assert_eq!(m.reduction, Reduction::None);
+                prop_assert_eq!(m.stubbed_inputs, 0);
+            }
+        }
+        // Every pinned message shows in every render, summaries or not.
+        let pinned: Vec<NodeId> = render(&summarized.path, &unbudgeted(&r.options), &COUNTER)
+            .messages
+            .iter()
+            .filter(|m| m.pinned)
+            .flat_map(|m| m.node_ids.clone())
+            .collect();
+        for rendered in [&r.u, &r.b, &r.ro] {
+            let shown: HashSet<NodeId> =
+                rendered.messages.iter().flat_map(|m| m.node_ids.clone()).collect();
+            for id in &pinned {
+                prop_assert!(shown.contains(id), "pinned {} not rendered\n{}", short(*id), show(&rendered.messages));
+            }
+        }
+        // Determinism.
+        prop_assert_eq!(&r.b, &render(&summarized.path, &r.options, &COUNTER));
+        // The prefix before a segment (pins alone change nothing before it).
+        let mut pinned_only = Built {
+            path: built.path.clone(),
+            pending: built.pending.clone(),
+            running: built.running.clone(),
+        };
+        pinned_only.path.pinned = summarized.path.pinned.clone();
+        let before = renders(&pinned_only, Callers::All, &k);
+        if let Some(from) = segment {
+            let steady = |x: &Rendered| x.report.fits && x.report.turns_snipped == 0;
+            let stepped = r.options.policy.microcompact == Microcompact::Stepped
+                && !r.options.policy.reactive;
+            for (old, new) in [(&before.u, &r.u), (&before.b, &r.b)] {
+                if !(steady(old) && steady(new) && stepped) {
+                    continue;
+                }
+                let Some(start) = index_of(&old.messages, from) else { continue };
+                prop_assert_eq!(
+                    &new.messages[..start], &old.messages[..start],
+                    "the prefix before the segment moved\n{}\n--\n{}",
+                    show(&old.messages), show(&new.messages)
+                );
+            }
+        }
+    }
 }

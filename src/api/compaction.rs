@@ -63,11 +63,26 @@ macro_rules! prepare_args_from {
                 let or = |value: u32, default: usize| {
                     if value == 0 { default } else { value as usize }
                 };
+                let segment = segment(&r.from_node_id, &r.to_node_id)?;
+                // A segment is the caller's choice, not the budget's: without a budget it is
+                // measured whole, and its ledger bounded by its per-category caps alone.
+                let budget = match (parse(convert::budget(r.budget))?, segment) {
+                    (Some(budget), _) => budget,
+                    (None, Some(_)) => Budget {
+                        context_window: u32::MAX,
+                        ..Budget::default()
+                    },
+                    (None, None) => {
+                        return Err(domain_status(Error::invalid(
+                            "budget",
+                            "is required (unless from_node_id and to_node_id choose a segment)",
+                        )));
+                    }
+                };
                 Ok(Self {
                     session: session_id(&r.session_id)?,
                     branch: branch_or_main("branch", &r.branch)?,
-                    budget: parse(convert::budget(r.budget))?
-                        .ok_or_else(|| domain_status(Error::invalid("budget", "is required")))?,
+                    budget,
                     tokenizer: tokenizer(&r.tokenizer)?,
                     retain_turns: or(r.retain_turns, defaults.retain_turns),
                     instructions: r.instructions,
@@ -75,7 +90,7 @@ macro_rules! prepare_args_from {
                         r.max_tool_result_chars,
                         defaults.max_tool_result_chars,
                     ),
-                    segment: segment(&r.from_node_id, &r.to_node_id)?,
+                    segment,
                 })
             }
         }
@@ -93,7 +108,7 @@ pub(crate) enum PrepareOutcome {
     },
     Needed {
         plan: Box<CompactionPlan>,
-        prepared: Plan,
+        prepared: Box<Plan>,
     },
 }
 
@@ -233,8 +248,7 @@ impl ContextStoreService {
             PrepareOutcome::Needed { plan, prepared } => pb::PrepareCompactionResponse {
                 needed: true,
                 ledger: Some(convert::ledger(&prepared.ledger)),
-                ledger_text: render::ledger_text(
-                    &prepared.ledger,
+                ledger_text: prepared.ledger.render(
                     render::ledger_cap(Some(history_budget)),
                     &self.tokens.counter(tokenizer),
                 ),
@@ -582,8 +596,7 @@ impl ContextStoreService {
             &model,
             &instructions,
         );
-        let evidence = render::ledger_text(
-            &prepared.ledger,
+        let evidence = prepared.ledger.render(
             render::ledger_cap(plan.budget.history().ok()),
             &self.tokens.counter(tokenizer),
         );

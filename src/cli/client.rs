@@ -206,7 +206,8 @@ pub enum Command {
         #[command(flatten)]
         conn: Conn,
     },
-    /// Summarizes older history with the server's summarizer.
+    /// Summarizes older history (or, with --from and --to, a segment) with the server's
+    /// summarizer, or with --text.
     Compact {
         /// The session id.
         session: String,
@@ -218,6 +219,36 @@ pub enum Command {
         /// For the summarizer.
         #[arg(long)]
         instructions: Option<String>,
+        /// A segment summary: its first node (on the branch's path; needs --to).
+        #[arg(long = "from", value_name = "NODE", requires = "to")]
+        from: Option<String>,
+        /// A segment summary: its last node, inclusive (needs --from).
+        #[arg(long = "to", value_name = "NODE", requires = "from")]
+        to: Option<String>,
+        /// The summary itself, instead of the server's summarizer: prepares, then commits this
+        /// text (model `ctxd-cli`); a plan the commit does not apply is cancelled.
+        #[arg(long, value_name = "TEXT")]
+        text: Option<String>,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Pins nodes: never reduced by a render, shown verbatim after a summary covering them.
+    Pin {
+        /// The session id.
+        session: String,
+        /// The nodes to pin.
+        #[arg(required = true, num_args = 1.., value_name = "NODE")]
+        nodes: Vec<String>,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Unpins nodes.
+    Unpin {
+        /// The session id.
+        session: String,
+        /// The nodes to unpin.
+        #[arg(required = true, num_args = 1.., value_name = "NODE")]
+        nodes: Vec<String>,
         #[command(flatten)]
         conn: Conn,
     },
@@ -336,18 +367,60 @@ async fn execute(command: Command) -> Result<String> {
             branch,
             budget,
             instructions,
+            from,
+            to,
+            text,
             conn,
         } => {
+            if let Some(text) = text {
+                let req = pb::PrepareCompactionRequest {
+                    session_id: session,
+                    branch: branch.unwrap_or_default(),
+                    budget: budget.budget(),
+                    tokenizer: budget.tokenizer(),
+                    instructions: instructions.unwrap_or_default(),
+                    from_node_id: from.unwrap_or_default(),
+                    to_node_id: to.unwrap_or_default(),
+                    ..Default::default()
+                };
+                return compact_with_text(req, text, &conn).await;
+            }
             let req = pb::CompactRequest {
                 session_id: session,
                 branch: branch.unwrap_or_default(),
                 budget: budget.budget(),
                 tokenizer: budget.tokenizer(),
                 instructions: instructions.unwrap_or_default(),
+                from_node_id: from.unwrap_or_default(),
+                to_node_id: to.unwrap_or_default(),
                 ..Default::default()
             };
             let o = call("Compact", connect(&conn).await?.compact(req)).await?;
             Ok(output(&conn, &o, || show::outcome(&o)))
+        }
+        Command::Pin {
+            session,
+            nodes,
+            conn,
+        } => {
+            let req = pb::PinRequest {
+                session_id: session,
+                node_ids: nodes,
+            };
+            let r = call("Pin", connect(&conn).await?.pin(req)).await?;
+            Ok(output(&conn, &r, || show::pinned(&r)))
+        }
+        Command::Unpin {
+            session,
+            nodes,
+            conn,
+        } => {
+            let req = pb::PinRequest {
+                session_id: session,
+                node_ids: nodes,
+            };
+            let r = call("Unpin", connect(&conn).await?.unpin(req)).await?;
+            Ok(output(&conn, &r, || show::pinned(&r)))
         }
         Command::Summaries {
             session,
@@ -362,6 +435,57 @@ async fn execute(command: Command) -> Result<String> {
             Ok(output(&conn, &r, || show::summaries(&r)))
         }
     }
+}
+
+/// The model a summary committed with `ctxd compact --text` is recorded under.
+const CLI_MODEL: &str = "ctxd-cli";
+
+/// `ctxd compact --text`: Prepare, then CommitSummary with the caller's text, so no summarizer
+/// is needed. A plan the commit does not apply is cancelled, as `Compact` closes its own, so no
+/// open plan is left behind. With `--json`: the outcome's fields, plus `prepare`, the
+/// PrepareCompaction response.
+async fn compact_with_text(
+    req: pb::PrepareCompactionRequest,
+    text: String,
+    conn: &Conn,
+) -> Result<String> {
+    let mut client = connect(conn).await?;
+    let prepared = call("PrepareCompaction", client.prepare_compaction(req)).await?;
+    let outcome = if prepared.needed {
+        let commit = pb::CommitSummaryRequest {
+            compaction_id: prepared.compaction_id.clone(),
+            text,
+            model: CLI_MODEL.into(),
+        };
+        let outcome = call("CommitSummary", client.commit_summary(commit)).await?;
+        if !outcome.applied {
+            let cancel = pb::CancelCompactionRequest {
+                compaction_id: prepared.compaction_id.clone(),
+                reason: format!(
+                    "ctxd compact --text: not applied ({})",
+                    show::reason(outcome.reason)
+                ),
+            };
+            call("CancelCompaction", client.cancel_compaction(cancel)).await?;
+        }
+        outcome
+    } else {
+        // What `Compact` answers when there is nothing to do.
+        pb::CompactionOutcome {
+            applied: false,
+            tokens_before: prepared.tokens_before,
+            tokens_after: prepared.tokens_before,
+            reason: pb::CompactionReason::NotNeeded.into(),
+            message: prepared.reason.clone(),
+            ..Default::default()
+        }
+    };
+    if conn.json {
+        let mut value = outcome.to_json();
+        value["prepare"] = prepared.to_json();
+        return Ok(pretty(&value));
+    }
+    Ok(show::prepared_outcome(&prepared, &outcome))
 }
 
 async fn import(

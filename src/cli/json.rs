@@ -144,11 +144,17 @@ impl ToJson for pb::NodeInput {
     fn to_json(&self) -> Value {
         use pb::node_input::Kind;
         match &self.kind {
-            Some(Kind::Message(m)) => json!({ "message": m.to_json() }),
-            Some(Kind::ToolResult(r)) => json!({ "tool_result": r.to_json() }),
-            Some(Kind::FunctionCall(c)) => json!({ "function_call": c.to_json() }),
-            Some(Kind::FunctionResult(r)) => json!({ "function_result": r.to_json() }),
-            None => json!({}),
+            Some(Kind::Message(m)) => json!({ "message": m.to_json(), "pinned": self.pinned }),
+            Some(Kind::ToolResult(r)) => {
+                json!({ "tool_result": r.to_json(), "pinned": self.pinned })
+            }
+            Some(Kind::FunctionCall(c)) => {
+                json!({ "function_call": c.to_json(), "pinned": self.pinned })
+            }
+            Some(Kind::FunctionResult(r)) => {
+                json!({ "function_result": r.to_json(), "pinned": self.pinned })
+            }
+            None => json!({ "pinned": self.pinned }),
         }
     }
 }
@@ -163,6 +169,7 @@ impl ToJson for pb::Node {
             "created_at_unix_ms": self.created_at_unix_ms,
             "hash": self.hash,
             "function_id": self.function_id,
+            "pinned": self.pinned,
         })
     }
 }
@@ -191,6 +198,7 @@ impl ToJson for pb::RenderedMessage {
             "truncated": self.truncated,
             "cleared": self.cleared,
             "inputs_stubbed": self.inputs_stubbed,
+            "pinned": self.pinned,
         })
     }
 }
@@ -261,6 +269,10 @@ impl ToJson for pb::ContextReport {
             "saved_truncation": self.saved_truncation.to_json(),
             "saved_clearing": self.saved_clearing.to_json(),
             "saved_stubbing": self.saved_stubbing.to_json(),
+            "pinned_tokens": self.pinned_tokens,
+            "pinned_node_ids": self.pinned_node_ids,
+            "pins_exceed_budget": self.pins_exceed_budget,
+            "summary_ids": self.summary_ids,
         })
     }
 }
@@ -304,7 +316,95 @@ impl ToJson for pb::SummaryRecord {
             "created_at_unix_ms": self.created_at_unix_ms,
             "applies": self.applies,
             "active": self.active,
+            "kind": enum_json!(pb::SummaryKind, self.kind),
+            "from_node_id": self.from_node_id,
+            "to_node_id": self.to_node_id,
+            "rolls_over_ids": self.rolls_over_ids,
+            "ledger": self.ledger.to_json(),
         })
+    }
+}
+
+impl ToJson for pb::PrepareCompactionResponse {
+    fn to_json(&self) -> Value {
+        json!({
+            "needed": self.needed,
+            "compaction_id": self.compaction_id,
+            "base_head_id": self.base_head_id,
+            "covers_ids": self.covers_ids,
+            "prior_summary_id": self.prior_summary_id,
+            "summary_input": self.summary_input.to_json(),
+            "tokens_before": self.tokens_before,
+            "input_tokens": self.input_tokens,
+            "reason": self.reason,
+            "history_budget": self.history_budget,
+            "retained_turns": self.retained_turns,
+            "summary_input_json": self.summary_input_json,
+            "ledger": self.ledger.to_json(),
+            "ledger_text": self.ledger_text,
+            "rolls_over_ids": self.rolls_over_ids,
+            "kind": enum_json!(pb::SummaryKind, self.kind),
+        })
+    }
+}
+
+impl ToJson for pb::EvidenceLedger {
+    fn to_json(&self) -> Value {
+        json!({
+            "files_read": self.files_read.to_json(),
+            "files_modified": self.files_modified.to_json(),
+            "commands": self.commands.to_json(),
+            "errors": self.errors.to_json(),
+            "user_requests": self.user_requests,
+            "functions": self.functions.to_json(),
+        })
+    }
+}
+
+impl ToJson for pb::FileUse {
+    fn to_json(&self) -> Value {
+        json!({
+            "path": self.path,
+            "tools": self.tools,
+            "count": self.count,
+        })
+    }
+}
+
+impl ToJson for pb::CommandRun {
+    fn to_json(&self) -> Value {
+        // `exit_code` is null when the result stated none.
+        json!({
+            "command": self.command,
+            "exit_code": self.exit_code,
+            "is_error": self.is_error,
+        })
+    }
+}
+
+impl ToJson for pb::ErrorSeen {
+    fn to_json(&self) -> Value {
+        json!({
+            "tool": self.tool,
+            "line": self.line,
+        })
+    }
+}
+
+impl ToJson for pb::FunctionUse {
+    fn to_json(&self) -> Value {
+        json!({
+            "name": self.name,
+            "input": self.input,
+            "output": self.output,
+            "is_error": self.is_error,
+        })
+    }
+}
+
+impl ToJson for pb::PinResponse {
+    fn to_json(&self) -> Value {
+        json!({ "pinned_ids": self.pinned_ids })
     }
 }
 
@@ -395,5 +495,28 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(odd.to_json()["role"], 99);
+    }
+
+    #[test]
+    fn a_summary_without_a_ledger_has_a_null_one_and_an_exit_code_may_be_null() {
+        let record = pb::SummaryRecord {
+            kind: pb::SummaryKind::Segment as i32,
+            ..Default::default()
+        };
+        let json = record.to_json();
+        assert_eq!(json["kind"], "SUMMARY_KIND_SEGMENT");
+        assert_eq!(json["ledger"], Value::Null);
+        assert_eq!(json["rolls_over_ids"], json!([]));
+        let run = pb::CommandRun {
+            command: "make".into(),
+            exit_code: None,
+            is_error: false,
+        };
+        assert_eq!(run.to_json()["exit_code"], Value::Null);
+        let failed = pb::CommandRun {
+            exit_code: Some(2),
+            ..run
+        };
+        assert_eq!(failed.to_json()["exit_code"], 2);
     }
 }

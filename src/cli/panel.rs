@@ -2,7 +2,8 @@
 //!
 //! One bar per category of the report's breakdown, scaled to the history budget (or to the total
 //! when it is larger, or when there is no budget), the total against the budget line, the free
-//! space, and what each tier of the engine did.
+//! space, the pinned nodes' share (pins are never reduced), and what each tier of the engine
+//! did.
 
 use std::fmt::Write;
 
@@ -84,8 +85,40 @@ pub fn picture(target: &str, r: &pb::ContextReport) -> String {
             });
         }
     }
+    out.push_str(&pins(r, budget, base));
     out.push('\n');
     out.push_str(&tiers(r, &t));
+    out
+}
+
+/// The pinned messages' tokens, on a line of their own (nothing without pins), and a plain
+/// warning when they alone exceed the history budget: no step may reduce them, so only
+/// unpinning or a larger budget makes the context fit.
+fn pins(r: &pb::ContextReport, budget: Option<u32>, base: u32) -> String {
+    if r.pinned_node_ids.is_empty() && r.pinned_tokens == 0 {
+        return String::new();
+    }
+    let nodes = r.pinned_node_ids.len();
+    let share = 100.0 * f64::from(r.pinned_tokens) / f64::from(base);
+    let of = if budget.is_some_and(|b| b > 0) {
+        "of the budget"
+    } else {
+        "of the total"
+    };
+    let mut out = format!(
+        "pinned: {} tokens in {nodes} {} ({share:.1}% {of}), never reduced\n",
+        num(r.pinned_tokens),
+        if nodes == 1 { "node" } else { "nodes" },
+    );
+    if r.pins_exceed_budget {
+        let _ = writeln!(
+            out,
+            "the pins alone exceed the history budget: {} > {} tokens",
+            num(r.pinned_tokens),
+            num(r.history_budget)
+        );
+        out.push_str("  no render step reduces a pinned node: unpin some, or raise the budget\n");
+    }
     out
 }
 
@@ -141,7 +174,13 @@ fn tiers(r: &pb::ContextReport, t: &pb::TokenBreakdown) -> String {
     );
     line(
         "summary",
-        if t.summaries > 0 {
+        if t.summaries > 0 && r.summary_ids.len() > 1 {
+            format!(
+                "{} applied ({} tokens)",
+                r.summary_ids.len(),
+                num(t.summaries)
+            )
+        } else if t.summaries > 0 {
             format!("applied ({} tokens)", num(t.summaries))
         } else if r.summary_needed {
             "none; needed".into()
@@ -235,6 +274,41 @@ mod tests {
                 assert!(line.chars().count() <= 80, "{line:?} is wider than 80");
             }
         }
+    }
+
+    #[test]
+    fn pins_get_a_line_and_a_warning_when_they_alone_are_over() {
+        let none = picture("s", &report(6_000, Some(8_000)));
+        assert!(!none.contains("pinned"), "{none}");
+
+        let mut r = report(6_000, Some(8_000));
+        r.pinned_tokens = 2_000;
+        r.pinned_node_ids = vec!["0192d3b4-1c2a-7d3e-8f00-000000000001".into()];
+        let p = picture("s", &r);
+        assert!(
+            p.contains("pinned: 2,000 tokens in 1 node (25.0% of the budget), never reduced"),
+            "{p}"
+        );
+        assert!(!p.contains("exceed"), "{p}");
+
+        let mut r = report(12_000, Some(8_000));
+        r.pinned_tokens = 9_000;
+        r.pinned_node_ids = vec!["a".into(), "b".into()];
+        r.pins_exceed_budget = true;
+        let p = picture("s", &r);
+        assert!(p.contains("9,000 tokens in 2 nodes"), "{p}");
+        assert!(
+            p.contains("the pins alone exceed the history budget: 9,000 > 8,000 tokens"),
+            "{p}"
+        );
+        for line in p.lines() {
+            assert!(line.chars().count() <= 80, "{line:?} is wider than 80");
+        }
+
+        let mut r = report(800, None);
+        r.pinned_tokens = 200;
+        r.pinned_node_ids = vec!["a".into()];
+        assert!(picture("s", &r).contains("(25.0% of the total)"));
     }
 
     #[test]

@@ -21,7 +21,7 @@ pub enum Prepared {
         tokens_before: Tokens,
         reason: String,
     },
-    Needed(Plan),
+    Needed(Box<Plan>),
 }
 
 /// The range a summary will replace, fixed at Prepare so Commit cannot be handed another.
@@ -130,41 +130,33 @@ pub fn prepare(
     // The new range in path terms: every top-level node from its first to the node before the
     // first retained turn, hidden ones included, and the chains its messages show.
     let position = |id: &NodeId| path.nodes.iter().position(|n| n.id == *id);
+    // The range starts at its first shown node, or earlier where a summary it rolls over does.
     let first_shown = range
         .iter()
         .filter(|m| m.summary_id.is_none())
         .flat_map(|m| &m.node_ids)
+        .chain(rolled.iter().flat_map(|s| &s.covers))
         .filter_map(position)
         .min();
     let retained_start = messages[range_end].node_ids.first().and_then(position);
-    let mut covers: Vec<NodeId> = Vec::new();
-    let mut seen: HashSet<NodeId> = HashSet::new();
-    for summary in &rolled {
-        covers.extend(summary.covers.iter().filter(|id| seen.insert(**id)));
-    }
+    let mut candidates: Vec<NodeId> = Vec::new();
     if let (Some(from), Some(to)) = (first_shown, retained_start)
         && from < to
     {
-        for node in &path.nodes[from..to] {
-            if seen.insert(node.id) {
-                covers.push(node.id);
-            }
-        }
+        candidates.extend(path.nodes[from..to].iter().map(|n| n.id));
     }
-    for id in range
-        .iter()
-        .filter(|m| m.function_id.is_some())
-        .flat_map(|m| &m.node_ids)
-    {
-        if seen.insert(*id) {
-            covers.push(*id);
-        }
-    }
+    candidates.extend(
+        range
+            .iter()
+            .filter(|m| m.function_id.is_some())
+            .flat_map(|m| &m.node_ids),
+    );
+    let covers = ordered_covers(candidates, &rolled);
     let input: Vec<Message> = range.to_vec();
     let input_tokens = tokens[range_start..range_end]
         .iter()
         .fold(0, |s: Tokens, t| s.saturating_add(*t));
-    Prepared::Needed(plan(
+    Prepared::Needed(Box::new(plan(
         path,
         SummaryKind::Rolling,
         covers,
@@ -173,7 +165,37 @@ pub fn prepare(
         input_tokens,
         tokens_before,
         retained,
-    ))
+    )))
+}
+
+/// The covers of a new summary: `candidates` in order, each rolled-over summary's covers where
+/// its first node stands (all of them, even those off the candidates), without repeats.
+fn ordered_covers(candidates: Vec<NodeId>, rolled: &[&Summary]) -> Vec<NodeId> {
+    let owner: HashMap<NodeId, usize> = rolled
+        .iter()
+        .enumerate()
+        .flat_map(|(i, s)| s.covers.iter().map(move |id| (*id, i)))
+        .collect();
+    let mut covers = Vec::with_capacity(candidates.len());
+    let mut seen: HashSet<NodeId> = HashSet::new();
+    let mut emitted = vec![false; rolled.len()];
+    for id in candidates {
+        match owner.get(&id) {
+            Some(&i) if !emitted[i] => {
+                emitted[i] = true;
+                covers.extend(rolled[i].covers.iter().filter(|c| seen.insert(**c)));
+            }
+            Some(_) => {}
+            None if seen.insert(id) => covers.push(id),
+            None => {}
+        }
+    }
+    for (i, summary) in rolled.iter().enumerate() {
+        if !emitted[i] {
+            covers.extend(summary.covers.iter().filter(|c| seen.insert(**c)));
+        }
+    }
+    covers
 }
 
 /// The summaries whose messages `range` shows, in order: those a summary of it rolls over.

@@ -2,32 +2,10 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::{Plan, Prepared, measure, plan};
+use super::{Plan, Prepared, measure, ordered_covers, plan};
 use crate::domain::{Budget, Error, Node, NodeContent, NodeId, PathView, Summary, SummaryKind};
 use crate::render::{self, Message};
 use crate::tokens::{Count, Tokens};
-
-/// The call ids a node takes part in: the calls an assistant message makes, or the call a
-/// result, function call or function result answers.
-fn call_ids(node: &Node) -> Vec<&str> {
-    match &node.content {
-        NodeContent::Message { tool_calls, .. } => {
-            tool_calls.iter().map(|c| c.call_id.as_str()).collect()
-        }
-        NodeContent::ToolResult { call_id, .. } | NodeContent::FunctionCall { call_id, .. } => {
-            vec![call_id.as_str()]
-        }
-        NodeContent::FunctionResult(result) => vec![result.call_id.as_str()],
-    }
-}
-
-/// Whether `node` closes a call (a tool or function result).
-fn answers(node: &Node) -> bool {
-    matches!(
-        node.content,
-        NodeContent::ToolResult { .. } | NodeContent::FunctionResult(_)
-    )
-}
 
 /// Plans a summary of the nodes from `from` to `to` (inclusive) on a branch's path.
 ///
@@ -122,21 +100,7 @@ pub fn prepare_segment(
             .position(|m| m.summary_id == Some(s.id))
             .unwrap_or(usize::MAX)
     });
-    // Covers in path order, each rolled-over summary's where its first node stands.
-    let owner: HashMap<NodeId, usize> = rolled
-        .iter()
-        .enumerate()
-        .flat_map(|(i, s)| s.covers.iter().map(move |id| (*id, i)))
-        .collect();
-    let mut covers = Vec::with_capacity(covered.len());
-    let mut seen: HashSet<NodeId> = HashSet::new();
-    for id in &covered {
-        match owner.get(id) {
-            Some(&i) => covers.extend(rolled[i].covers.iter().filter(|c| seen.insert(**c))),
-            None if seen.insert(*id) => covers.push(*id),
-            None => {}
-        }
-    }
+    let covers = ordered_covers(covered, &rolled);
     let mut plan: Plan = plan(
         path,
         SummaryKind::Segment,
@@ -148,58 +112,84 @@ pub fn prepare_segment(
         0,
     );
     plan.range = Some((from, to));
-    Ok(Prepared::Needed(plan))
+    Ok(Prepared::Needed(Box::new(plan)))
 }
 
 /// Checks that the segment `path.nodes[start..=end]` splits no call from its answer, naming the
-/// first node inside that does.
+/// first node inside that does. A result answers the latest call with its id before it (ids may
+/// repeat along a path), as the store's pairing rules have it.
 fn check_whole(path: &PathView, start: usize, end: usize) -> Result<(), Error> {
-    let inside = &path.nodes[start..=end];
-    let ids: HashSet<&str> = inside.iter().flat_map(|n| call_ids(n)).collect();
-    // Where each call id of the segment appears outside it, and on which side.
-    let mut outside: HashMap<&str, (NodeId, bool)> = HashMap::new();
+    let inside = |i: usize| (start..=end).contains(&i);
+    // Where each open call id was made: the assistant message, and the function call if any.
+    let mut made: HashMap<&str, usize> = HashMap::new();
+    let mut opened: HashMap<&str, usize> = HashMap::new();
+    // (a, b, call id): node b answers node a.
+    let mut edges: Vec<(usize, usize, &str)> = Vec::new();
+    let mut answered: HashSet<(usize, &str)> = HashSet::new();
     for (i, node) in path.nodes.iter().enumerate() {
-        if (start..=end).contains(&i) {
-            continue;
-        }
-        for id in call_ids(node) {
-            if ids.contains(id) {
-                outside.entry(id).or_insert((node.id, i < start));
+        match &node.content {
+            NodeContent::Message { tool_calls, .. } => {
+                for call in tool_calls {
+                    made.insert(call.call_id.as_str(), i);
+                }
+            }
+            NodeContent::FunctionCall { call_id, .. } => {
+                if let Some(&a) = made.get(call_id.as_str()) {
+                    edges.push((a, i, call_id));
+                }
+                opened.insert(call_id.as_str(), i);
+            }
+            NodeContent::ToolResult { call_id, .. } => {
+                if let Some(&a) = made.get(call_id.as_str()) {
+                    edges.push((a, i, call_id));
+                    answered.insert((a, call_id));
+                }
+            }
+            NodeContent::FunctionResult(result) => {
+                let id = result.call_id.as_str();
+                if let Some(&a) = made.get(id) {
+                    edges.push((a, i, id));
+                    answered.insert((a, id));
+                }
+                if let Some(&f) = opened.get(id) {
+                    edges.push((f, i, id));
+                }
             }
         }
     }
-    let answered: HashSet<&str> = inside
-        .iter()
-        .filter(|n| answers(n))
-        .flat_map(|n| call_ids(n))
-        .collect();
-    for node in inside {
-        for id in call_ids(node) {
-            if let Some((other, before)) = outside.get(id) {
-                let field = if *before {
-                    "from_node_id"
-                } else {
-                    "to_node_id"
-                };
-                return Err(Error::invalid(
-                    field,
-                    format!(
-                        "the segment splits node {} from node {other} (call {id:?}): a call \
-                         and its result are both in a segment or both out",
-                        node.id
-                    ),
-                ));
-            }
-            if !answered.contains(id) {
-                return Err(Error::invalid(
-                    "to_node_id",
-                    format!(
-                        "node {} makes call {id:?}, which has no result yet: a segment ends \
-                         after the results of its calls",
-                        node.id
-                    ),
-                ));
-            }
+    for (a, b, id) in edges {
+        if inside(a) == inside(b) {
+            continue;
+        }
+        let (node, other, before) = if inside(a) {
+            (a, b, false)
+        } else {
+            (b, a, true)
+        };
+        let field = if before { "from_node_id" } else { "to_node_id" };
+        return Err(Error::invalid(
+            field,
+            format!(
+                "the segment splits node {} from node {} (call {id:?}): a call and its result \
+                 are both in a segment or both out",
+                path.nodes[node].id, path.nodes[other].id
+            ),
+        ));
+    }
+    for i in start..=end {
+        if let NodeContent::Message { tool_calls, .. } = &path.nodes[i].content
+            && let Some(call) = tool_calls
+                .iter()
+                .find(|c| !answered.contains(&(i, c.call_id.as_str())))
+        {
+            return Err(Error::invalid(
+                "to_node_id",
+                format!(
+                    "node {} makes call {:?}, which has no result yet: a segment ends after the \
+                     results of its calls",
+                    path.nodes[i].id, call.call_id
+                ),
+            ));
         }
     }
     Ok(())

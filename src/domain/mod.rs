@@ -15,7 +15,7 @@ pub use budget::Budget;
 pub use error::Error;
 pub use hash::{Hash, blob_hash, node_hash};
 pub use ids::{BranchName, NodeId, SessionId};
-pub use ledger::{Command, ErrorLine, FileUse, FunctionUse, Ledger};
+pub use ledger::{Command, ErrorLine, FileUse, FunctionUse, Ledger, normalize, paths_in};
 pub use node::{
     ClosedChain, Expose, FunctionResult, FunctionStatus, MediaSource, Node, NodeContent, NodeKind,
     Part, PathView, Role, ToolCall,

@@ -5,7 +5,6 @@
 //! visibility, the summary overlay, budget reduction, microcompact, snip, and a report that
 //! says what each did. Rendering is lossy, never failing: `Result` is for invalid input only.
 
-mod evidence;
 pub mod format;
 mod overlay;
 mod stub;
@@ -16,7 +15,6 @@ pub use crate::domain::Budget;
 use crate::domain::{NodeId, Part, PathView, SummaryId, ToolCall};
 use crate::tokens::{Count, MEDIA_TOKENS, MESSAGE_OVERHEAD, TOOL_CALL_OVERHEAD, Tokenizer, Tokens};
 
-pub use evidence::{ledger_text, paths_in};
 pub use overlay::{
     SUMMARY_HEADER, active_summaries, applies, ledger_cap, overlay, summary_message, summary_text,
 };
@@ -294,7 +292,8 @@ pub struct Report {
     pub summary: Option<SummaryId>,
     /// Every summary laid over the path, in render order.
     pub summaries: Vec<SummaryId>,
-    /// Tokens of the pinned messages rendered, and their nodes.
+    /// Tokens of the pinned messages rendered (and of call messages a summary shows again with
+    /// a pinned result), and the pinned nodes.
     pub pinned_tokens: Tokens,
     pub pinned: Vec<NodeId>,
     /// The pins alone take more than the history budget; none is dropped for it.

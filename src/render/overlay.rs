@@ -3,7 +3,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::{Hidden, Message, MessageRole, Reduction, ledger_text};
+use super::{Hidden, Message, MessageRole, Reduction};
 use crate::domain::{NodeId, Part, PathView, Summary, SummaryId};
 use crate::tokens::{Count, Tokens};
 
@@ -46,7 +46,7 @@ pub fn ledger_cap(history_budget: Option<Tokens>) -> Option<Tokens> {
 pub fn summary_text(summary: &Summary, cap: Option<Tokens>, counter: &dyn Count) -> String {
     let mut text = format!("{SUMMARY_HEADER}\n{}", summary.text);
     if let Some(ledger) = summary.ledger.as_deref() {
-        let evidence = ledger_text(ledger, cap, counter);
+        let evidence = ledger.render(cap, counter);
         if !evidence.is_empty() {
             text.push_str("\n\n");
             text.push_str(&evidence);
@@ -78,8 +78,9 @@ pub fn summary_message(summary: &Summary, cap: Option<Tokens>, counter: &dyn Cou
 
 /// Lays `summaries` (disjoint, as [`active_summaries`] gives them) over `messages`: each
 /// replaces the messages it covers, where the first of them stood, and is followed by the
-/// pinned ones among them in their order, each with its whole tool group so every call keeps
-/// its result. A render that shows none of a summary's messages (a function's own chain, say)
+/// pinned ones among them in their order, each with what keeps the pairing whole: a pinned
+/// result comes with its call (the call message keeping only the calls shown), a pinned call
+/// message with its results. A render that shows none of a summary's messages (a function's own chain, say)
 /// shows no summary.
 pub fn overlay(
     messages: Vec<Message>,
@@ -105,7 +106,7 @@ pub fn overlay(
                 .then_some(*first)
         })
         .collect();
-    let reshown = reshown(&messages, &covered_by);
+    let (reshown, only) = reshown(&messages, &covered_by);
     let mut out = Vec::with_capacity(messages.len());
     let mut placed: Vec<Option<usize>> = vec![None; summaries.len()];
     let mut tail: Vec<Vec<Message>> = vec![Vec::new(); summaries.len()];
@@ -120,6 +121,9 @@ pub fn overlay(
         });
         if reshown[i] {
             message.pinned_under = Some(summaries[s].id);
+            if let Some(calls) = only.get(&i) {
+                message.tool_calls.retain(|c| calls.contains(&c.call_id));
+            }
             tail[s].push(message);
         } else {
             out[at].hidden.push(Hidden {
@@ -144,51 +148,51 @@ pub fn overlay(
     out
 }
 
-/// Which covered messages a summary shows again: the pinned ones, with their tool groups (the
-/// assistant message of a pinned result, every result of a pinned or included call message).
-fn reshown(messages: &[Message], covered_by: &[Option<usize>]) -> Vec<bool> {
+/// Which covered messages a summary shows again, and for a call message shown again because
+/// of a pinned result, which of its calls it keeps: the pinned messages, the calls of pinned
+/// results (only those calls), and every result of a pinned call message. A result's call is
+/// in the message that opens its group of results, as visibility lays them out.
+fn reshown(
+    messages: &[Message],
+    covered_by: &[Option<usize>],
+) -> (Vec<bool>, HashMap<usize, HashSet<String>>) {
     let mut keep: Vec<bool> = messages
         .iter()
         .zip(covered_by)
         .map(|(m, c)| c.is_some() && m.pinned)
         .collect();
+    let mut only: HashMap<usize, HashSet<String>> = HashMap::new();
     if !keep.iter().any(|k| *k) {
-        return keep;
+        return (keep, only);
     }
-    let mut call_at: HashMap<&str, usize> = HashMap::new();
-    for (i, m) in messages.iter().enumerate() {
-        for call in &m.tool_calls {
-            call_at.insert(call.call_id.as_str(), i);
+    let same = |a: usize, b: usize| covered_by[a].is_some() && covered_by[a] == covered_by[b];
+    for i in 0..messages.len() {
+        if !keep[i] || !messages[i].pinned {
+            continue;
         }
-    }
-    // Two rounds reach the fixed point: results pull in their call message, whose other
-    // results the second round pulls in.
-    for _ in 0..2 {
-        let mut calls: HashSet<&str> = HashSet::new();
-        for (i, m) in messages.iter().enumerate() {
-            if !keep[i] {
+        if messages[i].role == MessageRole::Tool {
+            let Some(opener) = (0..i)
+                .rev()
+                .find(|&j| messages[j].role != MessageRole::Tool)
+            else {
                 continue;
+            };
+            if same(opener, i) && !messages[opener].pinned {
+                keep[opener] = true;
+                if let Some(id) = &messages[i].tool_call_id {
+                    only.entry(opener).or_default().insert(id.clone());
+                }
             }
-            if let Some(id) = m.tool_call_id.as_deref()
-                && let Some(&at) = call_at.get(id)
-                && covered_by[at] == covered_by[i]
+        } else if !messages[i].tool_calls.is_empty() {
+            for j in (i + 1..messages.len()).take_while(|&j| messages[j].role == MessageRole::Tool)
             {
-                keep[at] = true;
-                calls.extend(messages[at].tool_calls.iter().map(|c| c.call_id.as_str()));
-            }
-            calls.extend(m.tool_calls.iter().map(|c| c.call_id.as_str()));
-        }
-        for (i, m) in messages.iter().enumerate() {
-            if covered_by[i].is_some()
-                && m.tool_call_id
-                    .as_deref()
-                    .is_some_and(|id| calls.contains(id))
-            {
-                keep[i] = true;
+                if same(i, j) {
+                    keep[j] = true;
+                }
             }
         }
     }
-    keep
+    (keep, only)
 }
 
 /// The ids of the summaries shown in `messages`, in order.

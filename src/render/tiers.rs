@@ -642,8 +642,11 @@ pub(super) fn fit(
                 .saved_stubbing
                 .add(message.stubbed_inputs, stub_chars[i], saved_tokens);
         }
-        if message.pinned {
+        // A call message shown again for a pinned result costs what the pin does.
+        if message.pinned || message.pinned_under.is_some() {
             report.pinned_tokens = report.pinned_tokens.saturating_add(count.total());
+        }
+        if message.pinned {
             report.pinned.extend(&message.node_ids);
         }
         report.breakdown.add(&count);
@@ -671,8 +674,10 @@ fn unbudgeted(messages: Vec<Message>, counter: &dyn Count, mut report: Report) -
         .collect();
     for (message, count) in messages.iter().zip(&counts) {
         report.breakdown.add(count);
-        if message.pinned {
+        if message.pinned || message.pinned_under.is_some() {
             report.pinned_tokens = report.pinned_tokens.saturating_add(count.total());
+        }
+        if message.pinned {
             report.pinned.extend(&message.node_ids);
         }
     }

@@ -12,6 +12,7 @@ mod concurrency;
 mod crash;
 mod daemon;
 mod deadlines;
+mod evidence;
 mod faults;
 mod functions;
 mod golden;
@@ -21,6 +22,7 @@ mod idempotency;
 mod import;
 mod limits;
 mod pairing;
+mod pins;
 #[path = "../common/provider_rules.rs"]
 mod provider_rules;
 #[path = "../common/raw_codec.rs"]
@@ -28,6 +30,7 @@ mod raw_codec;
 mod render;
 mod restart;
 mod roundtrip;
+mod segments;
 mod sessions;
 mod shutdown;
 mod summaries;

@@ -33,7 +33,9 @@ from .types import (
     Summaries,
     SummaryRecord,
     budget_pb,
+    ledger_or_none,
     neutral_message,
+    summary_kind,
 )
 
 T = TypeVar("T")
@@ -131,14 +133,14 @@ class _BearerKey(
 # ---------------------------------------------------------------- node builders
 
 
-def user_message(text: str) -> pb.NodeInput:
-    """A user message node, for `Client.append` batches."""
-    return pb.NodeInput(message=pb.Message(role=pb.ROLE_USER, parts=_text(text)))
+def user_message(text: str, *, pinned: bool = False) -> pb.NodeInput:
+    """A user message node, for `Client.append` batches; `pinned=True` pins it on append."""
+    return pb.NodeInput(message=pb.Message(role=pb.ROLE_USER, parts=_text(text)), pinned=pinned)
 
 
-def system_message(text: str) -> pb.NodeInput:
-    """A system message node, for `Client.append` batches."""
-    return pb.NodeInput(message=pb.Message(role=pb.ROLE_SYSTEM, parts=_text(text)))
+def system_message(text: str, *, pinned: bool = False) -> pb.NodeInput:
+    """A system message node, for `Client.append` batches; `pinned=True` pins it on append."""
+    return pb.NodeInput(message=pb.Message(role=pb.ROLE_SYSTEM, parts=_text(text)), pinned=pinned)
 
 
 def tool_call(call: ToolCallLike) -> pb.ToolCall:
@@ -155,7 +157,7 @@ def tool_call(call: ToolCallLike) -> pb.ToolCall:
 
 
 def assistant_message(
-    text: str = "", tool_calls: Sequence[ToolCallLike] | None = None
+    text: str = "", tool_calls: Sequence[ToolCallLike] | None = None, *, pinned: bool = False
 ) -> pb.NodeInput:
     """An assistant message node, with its tool calls, for `Client.append` batches."""
     return pb.NodeInput(
@@ -163,15 +165,32 @@ def assistant_message(
             role=pb.ROLE_ASSISTANT,
             parts=_text(text),
             tool_calls=[tool_call(c) for c in tool_calls or ()],
-        )
+        ),
+        pinned=pinned,
     )
 
 
-def tool_result(call_id: str, text: str, is_error: bool = False) -> pb.NodeInput:
+def tool_result(
+    call_id: str, text: str, is_error: bool = False, *, pinned: bool = False
+) -> pb.NodeInput:
     """A tool result node answering `call_id`; the server fills in the tool's name."""
     return pb.NodeInput(
-        tool_result=pb.ToolResult(call_id=call_id, parts=_text(text), is_error=is_error)
+        tool_result=pb.ToolResult(call_id=call_id, parts=_text(text), is_error=is_error),
+        pinned=pinned,
     )
+
+
+def _pinned(nodes: Sequence[pb.NodeInput], pinned: bool) -> list[pb.NodeInput]:
+    """The nodes, each pinned if `pinned` (copies: the caller's messages stay as they were)."""
+    if not pinned:
+        return list(nodes)
+    copies = []
+    for node in nodes:
+        copy = pb.NodeInput()
+        copy.CopyFrom(node)
+        copy.pinned = True
+        copies.append(copy)
+    return copies
 
 
 # ---------------------------------------------------------------- the client
@@ -270,19 +289,21 @@ class Client:
         function_id: str | None = None,
         expected_head_id: str | None = None,
         idempotency_key: str = "",
+        pinned: bool = False,
     ) -> Appended:
         """Appends nodes atomically and in order, to `branch` or into a running function's chain.
 
         `expected_head_id` makes the append a compare-and-swap (`""`: the target has no head yet;
         a lost race raises `Conflict`); a retry with the same `idempotency_key` returns the first
-        answer and writes nothing.
+        answer and writes nothing. `pinned=True` pins every node of the batch (a node built with
+        `pinned=True` is pinned either way): see `pin`.
         """
         request = pb.AppendRequest(
             session_id=_session_id(session),
             branch="" if function_id else branch,
             function_id=function_id or "",
             idempotency_key=idempotency_key,
-            nodes=list(nodes),
+            nodes=_pinned(nodes, pinned),
         )
         if expected_head_id is not None:
             request.expected_head_id = expected_head_id
@@ -297,11 +318,13 @@ class Client:
         *,
         expected_head_id: str | None = None,
         idempotency_key: str = "",
+        pinned: bool = False,
     ) -> Appended:
-        """Appends a user message (`expected_head_id`, `idempotency_key`: see `append`)."""
+        """Appends a user message (`expected_head_id`, `idempotency_key`, `pinned`: see
+        `append`)."""
         return self.append(
             session,
-            [user_message(text)],
+            [user_message(text, pinned=pinned)],
             branch,
             expected_head_id=expected_head_id,
             idempotency_key=idempotency_key,
@@ -316,11 +339,12 @@ class Client:
         *,
         expected_head_id: str | None = None,
         idempotency_key: str = "",
+        pinned: bool = False,
     ) -> Appended:
         """Appends an assistant message; until each tool call is answered, nothing else fits."""
         return self.append(
             session,
-            [assistant_message(text, tool_calls)],
+            [assistant_message(text, tool_calls, pinned=pinned)],
             branch,
             expected_head_id=expected_head_id,
             idempotency_key=idempotency_key,
@@ -336,11 +360,12 @@ class Client:
         *,
         expected_head_id: str | None = None,
         idempotency_key: str = "",
+        pinned: bool = False,
     ) -> Appended:
         """Answers one pending tool call of the latest assistant message."""
         return self.append(
             session,
-            [tool_result(call_id, text, is_error)],
+            [tool_result(call_id, text, is_error, pinned=pinned)],
             branch,
             expected_head_id=expected_head_id,
             idempotency_key=idempotency_key,
@@ -402,6 +427,18 @@ class Client:
             if not token or not r.nodes:
                 break
         return nodes
+
+    def pin(self, session: SessionRef, *node_ids: str) -> list[str]:
+        """Pins nodes: no render step ever reduces them, and a summary covering one shows it
+        verbatim right after the summary. Idempotent; nodes stay immutable. Returns every
+        pinned node of the session after the call, oldest pin first."""
+        request = pb.PinRequest(session_id=_session_id(session), node_ids=list(node_ids))
+        return list(self._call("Pin", request).pinned_ids)
+
+    def unpin(self, session: SessionRef, *node_ids: str) -> list[str]:
+        """Unpins nodes; returns every node of the session still pinned."""
+        request = pb.PinRequest(session_id=_session_id(session), node_ids=list(node_ids))
+        return list(self._call("Unpin", request).pinned_ids)
 
     # ------------------------------------------------------------ rendering
 
@@ -521,9 +558,17 @@ class Client:
         instructions: str = "",
         max_tool_result_chars: int = 0,
         format: Format = "openai",
+        from_node_id: str | None = None,
+        to_node_id: str | None = None,
     ) -> Compaction:
         """Plans a summary that would make the branch fit `budget`, and returns what a
-        summarizer should read (in `format`). Zeros mean the server's defaults."""
+        summarizer should read (in `format`). Zeros mean the server's defaults.
+
+        With `from_node_id` and `to_node_id` (both or neither) it plans a *segment* summary
+        instead: exactly the nodes from one to the other, inclusive, on the branch's path. The
+        segment must be whole (no tool call apart from its result) and may contain earlier
+        summaries whole but not overlap one partly; else `InvalidArgument` naming the field.
+        """
         request = pb.PrepareCompactionRequest(
             session_id=_session_id(session),
             branch=branch,
@@ -533,6 +578,8 @@ class Client:
             instructions=instructions,
             max_tool_result_chars=max_tool_result_chars,
             format=_choice(_FORMATS, format, "format"),
+            from_node_id=from_node_id or "",
+            to_node_id=to_node_id or "",
         )
         r = self._call("PrepareCompaction", request)
         if format == "neutral":
@@ -556,6 +603,10 @@ class Client:
             history_budget=r.history_budget,
             retained_turns=r.retained_turns,
             format=format,
+            kind=summary_kind(r.kind),
+            rolls_over_ids=list(r.rolls_over_ids),
+            ledger=ledger_or_none(r),
+            ledger_text=r.ledger_text,
             raw=r,
         )
 
@@ -584,9 +635,12 @@ class Client:
         retain_turns: int = 0,
         instructions: str = "",
         max_tool_result_chars: int = 0,
+        from_node_id: str | None = None,
+        to_node_id: str | None = None,
     ) -> Outcome:
         """Prepare, the server's own summarizer, and commit in one call; needs a server started
-        with `--summarizer-url` (else `FailedPrecondition`)."""
+        with `--summarizer-url` (else `FailedPrecondition`). `from_node_id` and `to_node_id`
+        make a segment summary, as in `prepare_compaction`."""
         request = pb.CompactRequest(
             session_id=_session_id(session),
             branch=branch,
@@ -595,6 +649,8 @@ class Client:
             retain_turns=retain_turns,
             instructions=instructions,
             max_tool_result_chars=max_tool_result_chars,
+            from_node_id=from_node_id or "",
+            to_node_id=to_node_id or "",
         )
         return Outcome.from_pb(self._call("Compact", request))
 
@@ -705,6 +761,7 @@ class FunctionCall:
         *,
         expected_head_id: str | None = None,
         idempotency_key: str = "",
+        pinned: bool = False,
     ) -> Appended:
         """Appends nodes to this function's own chain (see `Client.append`)."""
         if not self.function_id:
@@ -715,14 +772,22 @@ class FunctionCall:
             function_id=self.function_id,
             expected_head_id=expected_head_id,
             idempotency_key=idempotency_key,
+            pinned=pinned,
         )
 
     def append_user(
-        self, text: str, *, expected_head_id: str | None = None, idempotency_key: str = ""
+        self,
+        text: str,
+        *,
+        expected_head_id: str | None = None,
+        idempotency_key: str = "",
+        pinned: bool = False,
     ) -> Appended:
         """A user message in the function's chain (typically the sub-agent's task)."""
         return self.append(
-            [user_message(text)], expected_head_id=expected_head_id, idempotency_key=idempotency_key
+            [user_message(text, pinned=pinned)],
+            expected_head_id=expected_head_id,
+            idempotency_key=idempotency_key,
         )
 
     def append_assistant(
@@ -732,10 +797,11 @@ class FunctionCall:
         *,
         expected_head_id: str | None = None,
         idempotency_key: str = "",
+        pinned: bool = False,
     ) -> Appended:
         """An assistant message in the function's chain."""
         return self.append(
-            [assistant_message(text, tool_calls)],
+            [assistant_message(text, tool_calls, pinned=pinned)],
             expected_head_id=expected_head_id,
             idempotency_key=idempotency_key,
         )
@@ -748,10 +814,11 @@ class FunctionCall:
         *,
         expected_head_id: str | None = None,
         idempotency_key: str = "",
+        pinned: bool = False,
     ) -> Appended:
         """A tool result in the function's chain."""
         return self.append(
-            [tool_result(call_id, text, is_error)],
+            [tool_result(call_id, text, is_error, pinned=pinned)],
             expected_head_id=expected_head_id,
             idempotency_key=idempotency_key,
         )

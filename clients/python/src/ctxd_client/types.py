@@ -120,6 +120,8 @@ class Node:
     created_at_unix_ms: int
     hash: str
     function_id: str
+    pinned: bool
+    """Pinned now (by `Client.pin`, or on append with `pinned=True`, and not unpinned since)."""
     raw: pb.Node = field(repr=False, compare=False)
 
     @classmethod
@@ -169,6 +171,7 @@ class Node:
             created_at_unix_ms=n.created_at_unix_ms,
             hash=n.hash,
             function_id=n.function_id,
+            pinned=n.pinned,
             raw=n,
         )
 
@@ -261,6 +264,13 @@ class ContextReport:
     microcompact_trigger: str
     microcompact_boundary: int
     stable_prefix_messages: int
+    pinned_tokens: int
+    """Tokens of the pinned messages rendered; pins are never reduced."""
+    pinned_node_ids: list[str]
+    pins_exceed_budget: bool
+    """The pins alone take more than the history budget: unpin, or raise the budget."""
+    summary_ids: list[str]
+    """Every summary laid over the rendered path, in render order."""
 
     @classmethod
     def from_pb(cls, r: pb.ContextReport) -> ContextReport:
@@ -283,6 +293,10 @@ class ContextReport:
             microcompact_trigger=r.microcompact_trigger,
             microcompact_boundary=r.microcompact_boundary,
             stable_prefix_messages=r.stable_prefix_messages,
+            pinned_tokens=r.pinned_tokens,
+            pinned_node_ids=list(r.pinned_node_ids),
+            pins_exceed_budget=r.pins_exceed_budget,
+            summary_ids=list(r.summary_ids),
         )
 
 
@@ -324,6 +338,8 @@ def neutral_message(m: pb.RenderedMessage) -> dict[str, Any]:
         d["truncated"] = True
     if m.cleared:
         d["cleared"] = True
+    if m.pinned:
+        d["pinned"] = True
     d["tokens"] = m.tokens
     d["node_ids"] = list(m.node_ids)
     return d
@@ -353,6 +369,115 @@ class RenderResult:
 
 
 @dataclass(frozen=True)
+class FileUse:
+    """A file a summarized range read or modified: its normalised path, the tools that touched it
+    (in order of first use) and how many times."""
+
+    path: str
+    tools: list[str]
+    count: int
+
+    @classmethod
+    def from_pb(cls, f: pb.FileUse) -> FileUse:
+        return cls(f.path, list(f.tools), f.count)
+
+
+@dataclass(frozen=True)
+class CommandRun:
+    """A command a summarized range ran (its first line); `exit_code` is None when the result
+    stated none."""
+
+    command: str
+    exit_code: int | None
+    is_error: bool
+
+    @classmethod
+    def from_pb(cls, c: pb.CommandRun) -> CommandRun:
+        return cls(c.command, c.exit_code if c.HasField("exit_code") else None, c.is_error)
+
+
+@dataclass(frozen=True)
+class ErrorSeen:
+    """A failure in a summarized range: the tool, and the first line saying what went wrong."""
+
+    tool: str
+    line: str
+
+    @classmethod
+    def from_pb(cls, e: pb.ErrorSeen) -> ErrorSeen:
+        return cls(e.tool, e.line)
+
+
+@dataclass(frozen=True)
+class FunctionUse:
+    """A sub-agent (function) call in a summarized range: first lines of its input and output."""
+
+    name: str
+    input: str
+    output: str
+    is_error: bool
+
+    @classmethod
+    def from_pb(cls, f: pb.FunctionUse) -> FunctionUse:
+        return cls(f.name, f.input, f.output, f.is_error)
+
+
+@dataclass(frozen=True)
+class EvidenceLedger:
+    """What a summarized range did, derived from its nodes by the server and kept beside the
+    summary text (rendered after it), so a summary never loses it."""
+
+    files_read: list[FileUse]
+    files_modified: list[FileUse]
+    """Created or modified."""
+    commands: list[CommandRun]
+    errors: list[ErrorSeen]
+    user_requests: list[str]
+    """Each user message of the range, trimmed to 300 characters."""
+    functions: list[FunctionUse]
+
+    @classmethod
+    def from_pb(cls, ledger: pb.EvidenceLedger) -> EvidenceLedger:
+        return cls(
+            files_read=[FileUse.from_pb(f) for f in ledger.files_read],
+            files_modified=[FileUse.from_pb(f) for f in ledger.files_modified],
+            commands=[CommandRun.from_pb(c) for c in ledger.commands],
+            errors=[ErrorSeen.from_pb(e) for e in ledger.errors],
+            user_requests=list(ledger.user_requests),
+            functions=[FunctionUse.from_pb(f) for f in ledger.functions],
+        )
+
+    @property
+    def paths(self) -> list[str]:
+        """Every file path read or modified, sorted, each once."""
+        return sorted({f.path for f in (*self.files_read, *self.files_modified)})
+
+    @property
+    def is_empty(self) -> bool:
+        """Nothing recorded in any category."""
+        return not any(
+            (
+                self.files_read,
+                self.files_modified,
+                self.commands,
+                self.errors,
+                self.user_requests,
+                self.functions,
+            )
+        )
+
+
+def ledger_or_none(message: Any) -> EvidenceLedger | None:
+    """The `ledger` field of a response as an `EvidenceLedger`, None where it is absent."""
+    return EvidenceLedger.from_pb(message.ledger) if message.HasField("ledger") else None
+
+
+def summary_kind(value: int) -> str:
+    """`rolling` (everything older than the retained turns) or `segment` (a chosen range)."""
+    return enum_name(pb.SummaryKind, value, "SUMMARY_KIND_")
+
+
+@dataclass(frozen=True)
 class Compaction:
     """A prepared compaction: the plan and what the summarizer should read.
 
@@ -372,6 +497,15 @@ class Compaction:
     history_budget: int
     retained_turns: int
     format: str
+    kind: str
+    """`rolling` or `segment` (`from_node_id`/`to_node_id` given); `unspecified` if not needed."""
+    rolls_over_ids: list[str]
+    """Every summary this one rolls over (their texts and ledgers are in the input)."""
+    ledger: EvidenceLedger | None
+    """The evidence the summary will carry (None when not needed)."""
+    ledger_text: str
+    """The ledger as the render shows it after the summary text: the summary need not restate
+    it."""
     raw: pb.PrepareCompactionResponse = field(repr=False, compare=False)
 
 
@@ -420,6 +554,17 @@ class SummaryRecord:
     created_at_unix_ms: int
     applies: bool
     active: bool
+    """The branch renders it; several segment summaries and a rolling one may be active."""
+    kind: str
+    """`rolling` or `segment`."""
+    from_node_id: str
+    """The first node of the covered range on the path."""
+    to_node_id: str
+    """The last node of the covered range on the path."""
+    rolls_over_ids: list[str]
+    """Every summary this one rolls over; `prior_summary_id` is the first of them."""
+    ledger: EvidenceLedger | None
+    """None on summaries made before ledgers, and on imported ones."""
 
     @classmethod
     def from_pb(cls, s: pb.SummaryRecord) -> SummaryRecord:
@@ -436,6 +581,11 @@ class SummaryRecord:
             s.created_at_unix_ms,
             s.applies,
             s.active,
+            summary_kind(s.kind),
+            s.from_node_id,
+            s.to_node_id,
+            list(s.rolls_over_ids),
+            ledger_or_none(s),
         )
 
 
@@ -479,5 +629,11 @@ class Summaries:
 
     @property
     def active(self) -> SummaryRecord | None:
-        """The summary the branch renders with, if any."""
+        """The oldest summary the branch renders with, if any (see `all_active`)."""
         return next((s for s in self.summaries if s.active), None)
+
+    @property
+    def all_active(self) -> list[SummaryRecord]:
+        """Every summary the branch renders with (disjoint segment summaries, and a rolling
+        one), oldest first."""
+        return [s for s in self.summaries if s.active]

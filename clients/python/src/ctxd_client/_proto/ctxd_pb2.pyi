@@ -56,6 +56,12 @@ class MicrocompactMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     MICROCOMPACT_MODE_STEPPED: _ClassVar[MicrocompactMode]
     MICROCOMPACT_MODE_OVER_BUDGET: _ClassVar[MicrocompactMode]
 
+class SummaryKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SUMMARY_KIND_UNSPECIFIED: _ClassVar[SummaryKind]
+    SUMMARY_KIND_ROLLING: _ClassVar[SummaryKind]
+    SUMMARY_KIND_SEGMENT: _ClassVar[SummaryKind]
+
 class CompactionReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     COMPACTION_REASON_UNSPECIFIED: _ClassVar[CompactionReason]
@@ -101,6 +107,9 @@ CALLERS_NONE: Callers
 MICROCOMPACT_MODE_UNSPECIFIED: MicrocompactMode
 MICROCOMPACT_MODE_STEPPED: MicrocompactMode
 MICROCOMPACT_MODE_OVER_BUDGET: MicrocompactMode
+SUMMARY_KIND_UNSPECIFIED: SummaryKind
+SUMMARY_KIND_ROLLING: SummaryKind
+SUMMARY_KIND_SEGMENT: SummaryKind
 COMPACTION_REASON_UNSPECIFIED: CompactionReason
 COMPACTION_REASON_APPLIED: CompactionReason
 COMPACTION_REASON_EMPTY: CompactionReason
@@ -295,19 +304,21 @@ class FunctionResult(_message.Message):
     def __init__(self, call_id: _Optional[str] = ..., output: _Optional[str] = ..., status: _Optional[_Union[FunctionStatus, str]] = ..., function_id: _Optional[str] = ..., chain_head_id: _Optional[str] = ...) -> None: ...
 
 class NodeInput(_message.Message):
-    __slots__ = ("message", "tool_result", "function_call", "function_result")
+    __slots__ = ("message", "tool_result", "function_call", "function_result", "pinned")
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     TOOL_RESULT_FIELD_NUMBER: _ClassVar[int]
     FUNCTION_CALL_FIELD_NUMBER: _ClassVar[int]
     FUNCTION_RESULT_FIELD_NUMBER: _ClassVar[int]
+    PINNED_FIELD_NUMBER: _ClassVar[int]
     message: Message
     tool_result: ToolResult
     function_call: FunctionCall
     function_result: FunctionResult
-    def __init__(self, message: _Optional[_Union[Message, _Mapping]] = ..., tool_result: _Optional[_Union[ToolResult, _Mapping]] = ..., function_call: _Optional[_Union[FunctionCall, _Mapping]] = ..., function_result: _Optional[_Union[FunctionResult, _Mapping]] = ...) -> None: ...
+    pinned: bool
+    def __init__(self, message: _Optional[_Union[Message, _Mapping]] = ..., tool_result: _Optional[_Union[ToolResult, _Mapping]] = ..., function_call: _Optional[_Union[FunctionCall, _Mapping]] = ..., function_result: _Optional[_Union[FunctionResult, _Mapping]] = ..., pinned: _Optional[bool] = ...) -> None: ...
 
 class Node(_message.Message):
-    __slots__ = ("node_id", "parent_id", "kind", "content", "created_at_unix_ms", "hash", "function_id")
+    __slots__ = ("node_id", "parent_id", "kind", "content", "created_at_unix_ms", "hash", "function_id", "pinned")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     PARENT_ID_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
@@ -315,6 +326,7 @@ class Node(_message.Message):
     CREATED_AT_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     HASH_FIELD_NUMBER: _ClassVar[int]
     FUNCTION_ID_FIELD_NUMBER: _ClassVar[int]
+    PINNED_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     parent_id: str
     kind: NodeKind
@@ -322,7 +334,8 @@ class Node(_message.Message):
     created_at_unix_ms: int
     hash: str
     function_id: str
-    def __init__(self, node_id: _Optional[str] = ..., parent_id: _Optional[str] = ..., kind: _Optional[_Union[NodeKind, str]] = ..., content: _Optional[_Union[NodeInput, _Mapping]] = ..., created_at_unix_ms: _Optional[int] = ..., hash: _Optional[str] = ..., function_id: _Optional[str] = ...) -> None: ...
+    pinned: bool
+    def __init__(self, node_id: _Optional[str] = ..., parent_id: _Optional[str] = ..., kind: _Optional[_Union[NodeKind, str]] = ..., content: _Optional[_Union[NodeInput, _Mapping]] = ..., created_at_unix_ms: _Optional[int] = ..., hash: _Optional[str] = ..., function_id: _Optional[str] = ..., pinned: _Optional[bool] = ...) -> None: ...
 
 class AppendRequest(_message.Message):
     __slots__ = ("session_id", "branch", "function_id", "expected_head_id", "idempotency_key", "nodes")
@@ -453,7 +466,7 @@ class RenderPolicy(_message.Message):
     def __init__(self, max_tool_result_chars: _Optional[int] = ..., microcompact_first: _Optional[int] = ..., microcompact_every: _Optional[int] = ..., microcompact_keep: _Optional[int] = ..., idle_minutes: _Optional[int] = ..., retain_turns: _Optional[int] = ..., snip: _Optional[bool] = ..., reactive: _Optional[bool] = ..., microcompact: _Optional[_Union[MicrocompactMode, str]] = ..., recent_tool_result_chars: _Optional[int] = ..., clear_at_least_tokens: _Optional[int] = ..., max_tool_input_chars: _Optional[int] = ...) -> None: ...
 
 class RenderedMessage(_message.Message):
-    __slots__ = ("role", "parts", "tool_calls", "tool_call_id", "name", "is_error", "node_ids", "function_id", "tokens", "truncated", "cleared", "inputs_stubbed")
+    __slots__ = ("role", "parts", "tool_calls", "tool_call_id", "name", "is_error", "node_ids", "function_id", "tokens", "truncated", "cleared", "inputs_stubbed", "pinned")
     ROLE_FIELD_NUMBER: _ClassVar[int]
     PARTS_FIELD_NUMBER: _ClassVar[int]
     TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
@@ -466,6 +479,7 @@ class RenderedMessage(_message.Message):
     TRUNCATED_FIELD_NUMBER: _ClassVar[int]
     CLEARED_FIELD_NUMBER: _ClassVar[int]
     INPUTS_STUBBED_FIELD_NUMBER: _ClassVar[int]
+    PINNED_FIELD_NUMBER: _ClassVar[int]
     role: Role
     parts: _containers.RepeatedCompositeFieldContainer[ContentPart]
     tool_calls: _containers.RepeatedCompositeFieldContainer[ToolCall]
@@ -478,7 +492,8 @@ class RenderedMessage(_message.Message):
     truncated: bool
     cleared: bool
     inputs_stubbed: int
-    def __init__(self, role: _Optional[_Union[Role, str]] = ..., parts: _Optional[_Iterable[_Union[ContentPart, _Mapping]]] = ..., tool_calls: _Optional[_Iterable[_Union[ToolCall, _Mapping]]] = ..., tool_call_id: _Optional[str] = ..., name: _Optional[str] = ..., is_error: _Optional[bool] = ..., node_ids: _Optional[_Iterable[str]] = ..., function_id: _Optional[str] = ..., tokens: _Optional[int] = ..., truncated: _Optional[bool] = ..., cleared: _Optional[bool] = ..., inputs_stubbed: _Optional[int] = ...) -> None: ...
+    pinned: bool
+    def __init__(self, role: _Optional[_Union[Role, str]] = ..., parts: _Optional[_Iterable[_Union[ContentPart, _Mapping]]] = ..., tool_calls: _Optional[_Iterable[_Union[ToolCall, _Mapping]]] = ..., tool_call_id: _Optional[str] = ..., name: _Optional[str] = ..., is_error: _Optional[bool] = ..., node_ids: _Optional[_Iterable[str]] = ..., function_id: _Optional[str] = ..., tokens: _Optional[int] = ..., truncated: _Optional[bool] = ..., cleared: _Optional[bool] = ..., inputs_stubbed: _Optional[int] = ..., pinned: _Optional[bool] = ...) -> None: ...
 
 class RenderResponse(_message.Message):
     __slots__ = ("messages", "head_id", "head_hash", "total_tokens", "tokenizer", "report", "messages_json")
@@ -539,7 +554,7 @@ class TokenBreakdown(_message.Message):
     def __init__(self, system: _Optional[int] = ..., user: _Optional[int] = ..., assistant_text: _Optional[int] = ..., tool_calls: _Optional[int] = ..., tool_results: _Optional[int] = ..., summaries: _Optional[int] = ..., markers: _Optional[int] = ...) -> None: ...
 
 class ContextReport(_message.Message):
-    __slots__ = ("total_tokens", "tokens", "messages", "tokenizer", "budget", "history_budget", "fits", "over_by", "summary_needed", "results_truncated", "truncated_node_ids", "results_cleared", "cleared_node_ids", "turns_snipped", "snipped_node_ids", "microcompact_trigger", "microcompact_boundary", "stable_prefix_messages", "inputs_stubbed", "stubbed_node_ids", "saved_truncation", "saved_clearing", "saved_stubbing")
+    __slots__ = ("total_tokens", "tokens", "messages", "tokenizer", "budget", "history_budget", "fits", "over_by", "summary_needed", "results_truncated", "truncated_node_ids", "results_cleared", "cleared_node_ids", "turns_snipped", "snipped_node_ids", "microcompact_trigger", "microcompact_boundary", "stable_prefix_messages", "inputs_stubbed", "stubbed_node_ids", "saved_truncation", "saved_clearing", "saved_stubbing", "pinned_tokens", "pinned_node_ids", "pins_exceed_budget", "summary_ids")
     TOTAL_TOKENS_FIELD_NUMBER: _ClassVar[int]
     TOKENS_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
@@ -563,6 +578,10 @@ class ContextReport(_message.Message):
     SAVED_TRUNCATION_FIELD_NUMBER: _ClassVar[int]
     SAVED_CLEARING_FIELD_NUMBER: _ClassVar[int]
     SAVED_STUBBING_FIELD_NUMBER: _ClassVar[int]
+    PINNED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    PINNED_NODE_IDS_FIELD_NUMBER: _ClassVar[int]
+    PINS_EXCEED_BUDGET_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_IDS_FIELD_NUMBER: _ClassVar[int]
     total_tokens: int
     tokens: TokenBreakdown
     messages: int
@@ -586,7 +605,11 @@ class ContextReport(_message.Message):
     saved_truncation: StepSavings
     saved_clearing: StepSavings
     saved_stubbing: StepSavings
-    def __init__(self, total_tokens: _Optional[int] = ..., tokens: _Optional[_Union[TokenBreakdown, _Mapping]] = ..., messages: _Optional[int] = ..., tokenizer: _Optional[str] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., history_budget: _Optional[int] = ..., fits: _Optional[bool] = ..., over_by: _Optional[int] = ..., summary_needed: _Optional[bool] = ..., results_truncated: _Optional[int] = ..., truncated_node_ids: _Optional[_Iterable[str]] = ..., results_cleared: _Optional[int] = ..., cleared_node_ids: _Optional[_Iterable[str]] = ..., turns_snipped: _Optional[int] = ..., snipped_node_ids: _Optional[_Iterable[str]] = ..., microcompact_trigger: _Optional[str] = ..., microcompact_boundary: _Optional[int] = ..., stable_prefix_messages: _Optional[int] = ..., inputs_stubbed: _Optional[int] = ..., stubbed_node_ids: _Optional[_Iterable[str]] = ..., saved_truncation: _Optional[_Union[StepSavings, _Mapping]] = ..., saved_clearing: _Optional[_Union[StepSavings, _Mapping]] = ..., saved_stubbing: _Optional[_Union[StepSavings, _Mapping]] = ...) -> None: ...
+    pinned_tokens: int
+    pinned_node_ids: _containers.RepeatedScalarFieldContainer[str]
+    pins_exceed_budget: bool
+    summary_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, total_tokens: _Optional[int] = ..., tokens: _Optional[_Union[TokenBreakdown, _Mapping]] = ..., messages: _Optional[int] = ..., tokenizer: _Optional[str] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., history_budget: _Optional[int] = ..., fits: _Optional[bool] = ..., over_by: _Optional[int] = ..., summary_needed: _Optional[bool] = ..., results_truncated: _Optional[int] = ..., truncated_node_ids: _Optional[_Iterable[str]] = ..., results_cleared: _Optional[int] = ..., cleared_node_ids: _Optional[_Iterable[str]] = ..., turns_snipped: _Optional[int] = ..., snipped_node_ids: _Optional[_Iterable[str]] = ..., microcompact_trigger: _Optional[str] = ..., microcompact_boundary: _Optional[int] = ..., stable_prefix_messages: _Optional[int] = ..., inputs_stubbed: _Optional[int] = ..., stubbed_node_ids: _Optional[_Iterable[str]] = ..., saved_truncation: _Optional[_Union[StepSavings, _Mapping]] = ..., saved_clearing: _Optional[_Union[StepSavings, _Mapping]] = ..., saved_stubbing: _Optional[_Union[StepSavings, _Mapping]] = ..., pinned_tokens: _Optional[int] = ..., pinned_node_ids: _Optional[_Iterable[str]] = ..., pins_exceed_budget: _Optional[bool] = ..., summary_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class StepSavings(_message.Message):
     __slots__ = ("items", "chars", "tokens")
@@ -599,7 +622,7 @@ class StepSavings(_message.Message):
     def __init__(self, items: _Optional[int] = ..., chars: _Optional[int] = ..., tokens: _Optional[int] = ...) -> None: ...
 
 class PrepareCompactionRequest(_message.Message):
-    __slots__ = ("session_id", "branch", "budget", "tokenizer", "retain_turns", "instructions", "max_tool_result_chars", "format")
+    __slots__ = ("session_id", "branch", "budget", "tokenizer", "retain_turns", "instructions", "max_tool_result_chars", "format", "from_node_id", "to_node_id")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     BRANCH_FIELD_NUMBER: _ClassVar[int]
     BUDGET_FIELD_NUMBER: _ClassVar[int]
@@ -608,6 +631,8 @@ class PrepareCompactionRequest(_message.Message):
     INSTRUCTIONS_FIELD_NUMBER: _ClassVar[int]
     MAX_TOOL_RESULT_CHARS_FIELD_NUMBER: _ClassVar[int]
     FORMAT_FIELD_NUMBER: _ClassVar[int]
+    FROM_NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    TO_NODE_ID_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     branch: str
     budget: Budget
@@ -616,10 +641,12 @@ class PrepareCompactionRequest(_message.Message):
     instructions: str
     max_tool_result_chars: int
     format: Format
-    def __init__(self, session_id: _Optional[str] = ..., branch: _Optional[str] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., tokenizer: _Optional[str] = ..., retain_turns: _Optional[int] = ..., instructions: _Optional[str] = ..., max_tool_result_chars: _Optional[int] = ..., format: _Optional[_Union[Format, str]] = ...) -> None: ...
+    from_node_id: str
+    to_node_id: str
+    def __init__(self, session_id: _Optional[str] = ..., branch: _Optional[str] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., tokenizer: _Optional[str] = ..., retain_turns: _Optional[int] = ..., instructions: _Optional[str] = ..., max_tool_result_chars: _Optional[int] = ..., format: _Optional[_Union[Format, str]] = ..., from_node_id: _Optional[str] = ..., to_node_id: _Optional[str] = ...) -> None: ...
 
 class PrepareCompactionResponse(_message.Message):
-    __slots__ = ("needed", "compaction_id", "base_head_id", "covers_ids", "prior_summary_id", "summary_input", "tokens_before", "input_tokens", "reason", "history_budget", "retained_turns", "summary_input_json")
+    __slots__ = ("needed", "compaction_id", "base_head_id", "covers_ids", "prior_summary_id", "summary_input", "tokens_before", "input_tokens", "reason", "history_budget", "retained_turns", "summary_input_json", "ledger", "ledger_text", "rolls_over_ids", "kind")
     NEEDED_FIELD_NUMBER: _ClassVar[int]
     COMPACTION_ID_FIELD_NUMBER: _ClassVar[int]
     BASE_HEAD_ID_FIELD_NUMBER: _ClassVar[int]
@@ -632,6 +659,10 @@ class PrepareCompactionResponse(_message.Message):
     HISTORY_BUDGET_FIELD_NUMBER: _ClassVar[int]
     RETAINED_TURNS_FIELD_NUMBER: _ClassVar[int]
     SUMMARY_INPUT_JSON_FIELD_NUMBER: _ClassVar[int]
+    LEDGER_FIELD_NUMBER: _ClassVar[int]
+    LEDGER_TEXT_FIELD_NUMBER: _ClassVar[int]
+    ROLLS_OVER_IDS_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
     needed: bool
     compaction_id: str
     base_head_id: str
@@ -644,7 +675,67 @@ class PrepareCompactionResponse(_message.Message):
     history_budget: int
     retained_turns: int
     summary_input_json: str
-    def __init__(self, needed: _Optional[bool] = ..., compaction_id: _Optional[str] = ..., base_head_id: _Optional[str] = ..., covers_ids: _Optional[_Iterable[str]] = ..., prior_summary_id: _Optional[str] = ..., summary_input: _Optional[_Iterable[_Union[RenderedMessage, _Mapping]]] = ..., tokens_before: _Optional[int] = ..., input_tokens: _Optional[int] = ..., reason: _Optional[str] = ..., history_budget: _Optional[int] = ..., retained_turns: _Optional[int] = ..., summary_input_json: _Optional[str] = ...) -> None: ...
+    ledger: EvidenceLedger
+    ledger_text: str
+    rolls_over_ids: _containers.RepeatedScalarFieldContainer[str]
+    kind: SummaryKind
+    def __init__(self, needed: _Optional[bool] = ..., compaction_id: _Optional[str] = ..., base_head_id: _Optional[str] = ..., covers_ids: _Optional[_Iterable[str]] = ..., prior_summary_id: _Optional[str] = ..., summary_input: _Optional[_Iterable[_Union[RenderedMessage, _Mapping]]] = ..., tokens_before: _Optional[int] = ..., input_tokens: _Optional[int] = ..., reason: _Optional[str] = ..., history_budget: _Optional[int] = ..., retained_turns: _Optional[int] = ..., summary_input_json: _Optional[str] = ..., ledger: _Optional[_Union[EvidenceLedger, _Mapping]] = ..., ledger_text: _Optional[str] = ..., rolls_over_ids: _Optional[_Iterable[str]] = ..., kind: _Optional[_Union[SummaryKind, str]] = ...) -> None: ...
+
+class EvidenceLedger(_message.Message):
+    __slots__ = ("files_read", "files_modified", "commands", "errors", "user_requests", "functions")
+    FILES_READ_FIELD_NUMBER: _ClassVar[int]
+    FILES_MODIFIED_FIELD_NUMBER: _ClassVar[int]
+    COMMANDS_FIELD_NUMBER: _ClassVar[int]
+    ERRORS_FIELD_NUMBER: _ClassVar[int]
+    USER_REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    FUNCTIONS_FIELD_NUMBER: _ClassVar[int]
+    files_read: _containers.RepeatedCompositeFieldContainer[FileUse]
+    files_modified: _containers.RepeatedCompositeFieldContainer[FileUse]
+    commands: _containers.RepeatedCompositeFieldContainer[CommandRun]
+    errors: _containers.RepeatedCompositeFieldContainer[ErrorSeen]
+    user_requests: _containers.RepeatedScalarFieldContainer[str]
+    functions: _containers.RepeatedCompositeFieldContainer[FunctionUse]
+    def __init__(self, files_read: _Optional[_Iterable[_Union[FileUse, _Mapping]]] = ..., files_modified: _Optional[_Iterable[_Union[FileUse, _Mapping]]] = ..., commands: _Optional[_Iterable[_Union[CommandRun, _Mapping]]] = ..., errors: _Optional[_Iterable[_Union[ErrorSeen, _Mapping]]] = ..., user_requests: _Optional[_Iterable[str]] = ..., functions: _Optional[_Iterable[_Union[FunctionUse, _Mapping]]] = ...) -> None: ...
+
+class FileUse(_message.Message):
+    __slots__ = ("path", "tools", "count")
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    TOOLS_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    tools: _containers.RepeatedScalarFieldContainer[str]
+    count: int
+    def __init__(self, path: _Optional[str] = ..., tools: _Optional[_Iterable[str]] = ..., count: _Optional[int] = ...) -> None: ...
+
+class CommandRun(_message.Message):
+    __slots__ = ("command", "exit_code", "is_error")
+    COMMAND_FIELD_NUMBER: _ClassVar[int]
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    IS_ERROR_FIELD_NUMBER: _ClassVar[int]
+    command: str
+    exit_code: int
+    is_error: bool
+    def __init__(self, command: _Optional[str] = ..., exit_code: _Optional[int] = ..., is_error: _Optional[bool] = ...) -> None: ...
+
+class ErrorSeen(_message.Message):
+    __slots__ = ("tool", "line")
+    TOOL_FIELD_NUMBER: _ClassVar[int]
+    LINE_FIELD_NUMBER: _ClassVar[int]
+    tool: str
+    line: str
+    def __init__(self, tool: _Optional[str] = ..., line: _Optional[str] = ...) -> None: ...
+
+class FunctionUse(_message.Message):
+    __slots__ = ("name", "input", "output", "is_error")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    INPUT_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_FIELD_NUMBER: _ClassVar[int]
+    IS_ERROR_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    input: str
+    output: str
+    is_error: bool
+    def __init__(self, name: _Optional[str] = ..., input: _Optional[str] = ..., output: _Optional[str] = ..., is_error: _Optional[bool] = ...) -> None: ...
 
 class CommitSummaryRequest(_message.Message):
     __slots__ = ("compaction_id", "text", "model")
@@ -695,7 +786,7 @@ class ListSummariesRequest(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., branch: _Optional[str] = ...) -> None: ...
 
 class SummaryRecord(_message.Message):
-    __slots__ = ("summary_id", "compaction_id", "covers_ids", "prior_summary_id", "text", "model", "base_head_id", "tokens_before", "tokens_after", "created_at_unix_ms", "applies", "active")
+    __slots__ = ("summary_id", "compaction_id", "covers_ids", "prior_summary_id", "text", "model", "base_head_id", "tokens_before", "tokens_after", "created_at_unix_ms", "applies", "active", "kind", "from_node_id", "to_node_id", "rolls_over_ids", "ledger")
     SUMMARY_ID_FIELD_NUMBER: _ClassVar[int]
     COMPACTION_ID_FIELD_NUMBER: _ClassVar[int]
     COVERS_IDS_FIELD_NUMBER: _ClassVar[int]
@@ -708,6 +799,11 @@ class SummaryRecord(_message.Message):
     CREATED_AT_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     APPLIES_FIELD_NUMBER: _ClassVar[int]
     ACTIVE_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    FROM_NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    TO_NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    ROLLS_OVER_IDS_FIELD_NUMBER: _ClassVar[int]
+    LEDGER_FIELD_NUMBER: _ClassVar[int]
     summary_id: str
     compaction_id: str
     covers_ids: _containers.RepeatedScalarFieldContainer[str]
@@ -720,7 +816,12 @@ class SummaryRecord(_message.Message):
     created_at_unix_ms: int
     applies: bool
     active: bool
-    def __init__(self, summary_id: _Optional[str] = ..., compaction_id: _Optional[str] = ..., covers_ids: _Optional[_Iterable[str]] = ..., prior_summary_id: _Optional[str] = ..., text: _Optional[str] = ..., model: _Optional[str] = ..., base_head_id: _Optional[str] = ..., tokens_before: _Optional[int] = ..., tokens_after: _Optional[int] = ..., created_at_unix_ms: _Optional[int] = ..., applies: _Optional[bool] = ..., active: _Optional[bool] = ...) -> None: ...
+    kind: SummaryKind
+    from_node_id: str
+    to_node_id: str
+    rolls_over_ids: _containers.RepeatedScalarFieldContainer[str]
+    ledger: EvidenceLedger
+    def __init__(self, summary_id: _Optional[str] = ..., compaction_id: _Optional[str] = ..., covers_ids: _Optional[_Iterable[str]] = ..., prior_summary_id: _Optional[str] = ..., text: _Optional[str] = ..., model: _Optional[str] = ..., base_head_id: _Optional[str] = ..., tokens_before: _Optional[int] = ..., tokens_after: _Optional[int] = ..., created_at_unix_ms: _Optional[int] = ..., applies: _Optional[bool] = ..., active: _Optional[bool] = ..., kind: _Optional[_Union[SummaryKind, str]] = ..., from_node_id: _Optional[str] = ..., to_node_id: _Optional[str] = ..., rolls_over_ids: _Optional[_Iterable[str]] = ..., ledger: _Optional[_Union[EvidenceLedger, _Mapping]] = ...) -> None: ...
 
 class CompactionEvent(_message.Message):
     __slots__ = ("compaction_id", "branch", "kind", "reason", "base_head_id", "tokens_before", "tokens_after", "summary_id", "message", "created_at_unix_ms")
@@ -755,7 +856,7 @@ class ListSummariesResponse(_message.Message):
     def __init__(self, summaries: _Optional[_Iterable[_Union[SummaryRecord, _Mapping]]] = ..., events: _Optional[_Iterable[_Union[CompactionEvent, _Mapping]]] = ...) -> None: ...
 
 class CompactRequest(_message.Message):
-    __slots__ = ("session_id", "branch", "budget", "tokenizer", "retain_turns", "instructions", "max_tool_result_chars")
+    __slots__ = ("session_id", "branch", "budget", "tokenizer", "retain_turns", "instructions", "max_tool_result_chars", "from_node_id", "to_node_id")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     BRANCH_FIELD_NUMBER: _ClassVar[int]
     BUDGET_FIELD_NUMBER: _ClassVar[int]
@@ -763,6 +864,8 @@ class CompactRequest(_message.Message):
     RETAIN_TURNS_FIELD_NUMBER: _ClassVar[int]
     INSTRUCTIONS_FIELD_NUMBER: _ClassVar[int]
     MAX_TOOL_RESULT_CHARS_FIELD_NUMBER: _ClassVar[int]
+    FROM_NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    TO_NODE_ID_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     branch: str
     budget: Budget
@@ -770,7 +873,23 @@ class CompactRequest(_message.Message):
     retain_turns: int
     instructions: str
     max_tool_result_chars: int
-    def __init__(self, session_id: _Optional[str] = ..., branch: _Optional[str] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., tokenizer: _Optional[str] = ..., retain_turns: _Optional[int] = ..., instructions: _Optional[str] = ..., max_tool_result_chars: _Optional[int] = ...) -> None: ...
+    from_node_id: str
+    to_node_id: str
+    def __init__(self, session_id: _Optional[str] = ..., branch: _Optional[str] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., tokenizer: _Optional[str] = ..., retain_turns: _Optional[int] = ..., instructions: _Optional[str] = ..., max_tool_result_chars: _Optional[int] = ..., from_node_id: _Optional[str] = ..., to_node_id: _Optional[str] = ...) -> None: ...
+
+class PinRequest(_message.Message):
+    __slots__ = ("session_id", "node_ids")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    NODE_IDS_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    node_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, session_id: _Optional[str] = ..., node_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class PinResponse(_message.Message):
+    __slots__ = ("pinned_ids",)
+    PINNED_IDS_FIELD_NUMBER: _ClassVar[int]
+    pinned_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, pinned_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ImportChunk(_message.Message):
     __slots__ = ("format", "metadata", "data", "idempotency_key")

@@ -114,6 +114,16 @@ class ContextStoreStub:
                 request_serializer=ctxd_dot_v1_dot_ctxd__pb2.CompactRequest.SerializeToString,
                 response_deserializer=ctxd_dot_v1_dot_ctxd__pb2.CompactionOutcome.FromString,
                 _registered_method=True)
+        self.Pin = channel.unary_unary(
+                '/ctxd.v1.ContextStore/Pin',
+                request_serializer=ctxd_dot_v1_dot_ctxd__pb2.PinRequest.SerializeToString,
+                response_deserializer=ctxd_dot_v1_dot_ctxd__pb2.PinResponse.FromString,
+                _registered_method=True)
+        self.Unpin = channel.unary_unary(
+                '/ctxd.v1.ContextStore/Unpin',
+                request_serializer=ctxd_dot_v1_dot_ctxd__pb2.PinRequest.SerializeToString,
+                response_deserializer=ctxd_dot_v1_dot_ctxd__pb2.PinResponse.FromString,
+                _registered_method=True)
         self.ImportSession = channel.stream_unary(
                 '/ctxd.v1.ContextStore/ImportSession',
                 request_serializer=ctxd_dot_v1_dot_ctxd__pb2.ImportChunk.SerializeToString,
@@ -237,6 +247,20 @@ class ContextStoreServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Pin(self, request, context):
+        """Pins nodes: never reduced by a render step, and shown verbatim after any summary that
+        covers them. Records an event; nodes stay immutable. Idempotent.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Unpin(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ImportSession(self, request_iterator, context):
         """Imports a session file (streamed in chunks) into a new session, in one transaction:
         a malformed file names the line and field and leaves nothing behind.
@@ -327,6 +351,16 @@ def add_ContextStoreServicer_to_server(servicer, server):
                     servicer.Compact,
                     request_deserializer=ctxd_dot_v1_dot_ctxd__pb2.CompactRequest.FromString,
                     response_serializer=ctxd_dot_v1_dot_ctxd__pb2.CompactionOutcome.SerializeToString,
+            ),
+            'Pin': grpc.unary_unary_rpc_method_handler(
+                    servicer.Pin,
+                    request_deserializer=ctxd_dot_v1_dot_ctxd__pb2.PinRequest.FromString,
+                    response_serializer=ctxd_dot_v1_dot_ctxd__pb2.PinResponse.SerializeToString,
+            ),
+            'Unpin': grpc.unary_unary_rpc_method_handler(
+                    servicer.Unpin,
+                    request_deserializer=ctxd_dot_v1_dot_ctxd__pb2.PinRequest.FromString,
+                    response_serializer=ctxd_dot_v1_dot_ctxd__pb2.PinResponse.SerializeToString,
             ),
             'ImportSession': grpc.stream_unary_rpc_method_handler(
                     servicer.ImportSession,
@@ -766,6 +800,60 @@ class ContextStore:
             '/ctxd.v1.ContextStore/Compact',
             ctxd_dot_v1_dot_ctxd__pb2.CompactRequest.SerializeToString,
             ctxd_dot_v1_dot_ctxd__pb2.CompactionOutcome.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Pin(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ctxd.v1.ContextStore/Pin',
+            ctxd_dot_v1_dot_ctxd__pb2.PinRequest.SerializeToString,
+            ctxd_dot_v1_dot_ctxd__pb2.PinResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Unpin(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ctxd.v1.ContextStore/Unpin',
+            ctxd_dot_v1_dot_ctxd__pb2.PinRequest.SerializeToString,
+            ctxd_dot_v1_dot_ctxd__pb2.PinResponse.FromString,
             options,
             channel_credentials,
             insecure,
