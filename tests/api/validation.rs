@@ -688,6 +688,23 @@ async fn every_rpc_answers_its_documented_errors() {
         ..Default::default()
     };
     let render = |target: Target| render_req(&s, target);
+    // The big session's nodes, oldest first: request, call, result, answer, four times.
+    let mut turns: Vec<String> = app
+        .log(&big, "main")
+        .await
+        .into_iter()
+        .map(|n| n.node_id)
+        .collect();
+    turns.reverse();
+    let segment = |from: &str, to: &str| pb::PrepareCompactionRequest {
+        from_node_id: from.into(),
+        to_node_id: to.into(),
+        ..prepare("")
+    };
+    let pin = |session: &str, ids: &[&str]| pb::PinRequest {
+        session_id: session.into(),
+        node_ids: ids.iter().map(|id| id.to_string()).collect(),
+    };
     let c = &mut app.client;
     use Code::{Aborted, AlreadyExists, FailedPrecondition, InvalidArgument, NotFound};
     let rows = vec![
@@ -1187,6 +1204,34 @@ async fn every_rpc_answers_its_documented_errors() {
             })
             .await,
         ),
+        row(
+            "PrepareCompaction",
+            "from without to",
+            InvalidArgument,
+            "to_node_id",
+            c.prepare_compaction(segment(&turns[0], "")).await,
+        ),
+        row(
+            "PrepareCompaction",
+            "from not on the path",
+            InvalidArgument,
+            "from_node_id",
+            c.prepare_compaction(segment(&nobody, &turns[3])).await,
+        ),
+        row(
+            "PrepareCompaction",
+            "from after to",
+            InvalidArgument,
+            "to_node_id",
+            c.prepare_compaction(segment(&turns[4], &turns[3])).await,
+        ),
+        row(
+            "PrepareCompaction",
+            "a segment splitting a call from its result",
+            InvalidArgument,
+            "to_node_id",
+            c.prepare_compaction(segment(&turns[0], &turns[1])).await,
+        ),
         // CommitSummary
         row(
             "CommitSummary",
@@ -1253,6 +1298,42 @@ async fn every_rpc_answers_its_documented_errors() {
                 branch: String::new(),
             })
             .await,
+        ),
+        // Pin, Unpin
+        row(
+            "Pin",
+            "no node ids",
+            InvalidArgument,
+            "node_ids",
+            c.pin(pin(&s, &[])).await,
+        ),
+        row(
+            "Pin",
+            "malformed node id",
+            InvalidArgument,
+            "node_ids[0]",
+            c.pin(pin(&s, &["nope"])).await,
+        ),
+        row(
+            "Pin",
+            "unknown session",
+            NotFound,
+            "session",
+            c.pin(pin(&nobody, &[&ids[0]])).await,
+        ),
+        row(
+            "Pin",
+            "another session's node",
+            NotFound,
+            "node_ids[0]",
+            c.pin(pin(&s, &[&turns[0]])).await,
+        ),
+        row(
+            "Unpin",
+            "unknown node",
+            NotFound,
+            "node_ids[1]",
+            c.unpin(pin(&s, &[&ids[0], &nobody])).await,
         ),
         // Compact (this server has no summarizer)
         row(

@@ -24,6 +24,8 @@ ROOMY = 100_000
 APP_PY = "def total(items):\n    return sum(items[1:])  # skips the first item\n" * 60
 ASK = "Please fix the bug in src/app.py."
 FIXED = "Found it: total() skipped the first item; fixed."
+# A test run's log, long enough that summarizing its turn pays for the summary and its ledger.
+PYTEST_LOG = "tests/test_app.py::test_total PASSED\n" * 40 + "3 passed in 0.02s"
 
 
 @dataclass
@@ -58,7 +60,7 @@ def coding_session(client: Client, session: Session) -> Coding:
                 "Running them.",
                 [{"id": "call-bash", "name": "Bash", "arguments": {"command": "pytest -q"}}],
             ),
-            tool_result("call-bash", "3 passed in 0.02s"),
+            tool_result("call-bash", PYTEST_LOG),
             assistant_message("All three tests pass."),
         ],
     )
