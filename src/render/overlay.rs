@@ -119,18 +119,18 @@ pub fn overlay(
             out.push(summary_message(summaries[s], cap, counter));
             out.len() - 1
         });
+        out[at].hidden.push(Hidden {
+            at_ms: message.at_ms,
+            result: (message.role == MessageRole::Tool)
+                .then(|| (Part::text_chars(&message.parts), message.is_error)),
+            reshown: reshown[i],
+        });
         if reshown[i] {
             message.pinned_under = Some(summaries[s].id);
             if let Some(calls) = only.get(&i) {
                 message.tool_calls.retain(|c| calls.contains(&c.call_id));
             }
             tail[s].push(message);
-        } else {
-            out[at].hidden.push(Hidden {
-                at_ms: message.at_ms,
-                result: (message.role == MessageRole::Tool)
-                    .then(|| (Part::text_chars(&message.parts), message.is_error)),
-            });
         }
     }
     // Pinned messages follow their summary. Insert from the last summary back so earlier

@@ -158,10 +158,13 @@ struct Fit<'a> {
     original: Vec<Tokens>,
     counts: Vec<Breakdown>,
     /// Indexes of the tool messages, in order; "result k" is `messages[results[k]]`. A result
-    /// a summary hides counts where its summary stands (`hidden[k]` holds its error flag), so
-    /// the steps fold over the same results whether or not a segment is summarized.
+    /// a summary covers counts where its summary stands (`hidden[k]` holds the error flag of
+    /// one it hides), so the steps fold over the same results whether or not a segment is
+    /// summarized.
     results: Vec<usize>,
     hidden: Vec<Option<bool>>,
+    /// The result a tool message is, by message index.
+    result_of: Vec<Option<usize>>,
     /// Characters of result k as it came.
     chars: Vec<usize>,
     /// Where result k's call is: (message index, index in its `tool_calls`).
@@ -180,15 +183,39 @@ impl<'a> Fit<'a> {
             .collect();
         let (mut results, mut hidden, mut chars) = (Vec::new(), Vec::new(), Vec::new());
         for (i, m) in messages.iter().enumerate() {
-            for (c, is_error) in m.hidden.iter().filter_map(|h| h.result) {
-                results.push(i);
-                hidden.push(Some(is_error));
-                chars.push(c);
+            // What a summary covers counts where the summary stands, in its order: hidden
+            // results as placeholders, pins it shows again as themselves.
+            let mut reshown = (i + 1..messages.len())
+                .take_while(|&j| m.summary_id.is_some() && messages[j].pinned_under == m.summary_id)
+                .filter(|&j| messages[j].role == MessageRole::Tool);
+            for h in &m.hidden {
+                let Some((c, is_error)) = h.result else {
+                    continue;
+                };
+                let shown_again = if h.reshown { reshown.next() } else { None };
+                match shown_again {
+                    Some(j) => {
+                        results.push(j);
+                        hidden.push(None);
+                        chars.push(Part::text_chars(&messages[j].parts));
+                    }
+                    None => {
+                        results.push(i);
+                        hidden.push(Some(is_error));
+                        chars.push(c);
+                    }
+                }
             }
-            if m.role == MessageRole::Tool {
+            if m.role == MessageRole::Tool && m.pinned_under.is_none() {
                 results.push(i);
                 hidden.push(None);
                 chars.push(Part::text_chars(&m.parts));
+            }
+        }
+        let mut result_of = vec![None; messages.len()];
+        for (k, &i) in results.iter().enumerate() {
+            if hidden[k].is_none() {
+                result_of[i] = Some(k);
             }
         }
         // A result's call is in the assistant message that opens its group of results.
@@ -217,6 +244,7 @@ impl<'a> Fit<'a> {
             counts,
             results,
             hidden,
+            result_of,
             chars,
             calls,
             messages,
@@ -397,7 +425,10 @@ impl<'a> Fit<'a> {
                 m.hidden
                     .iter()
                     .map(|h| (h.at_ms, h.result.is_some()))
-                    .chain([(m.at_ms, m.role == MessageRole::Tool)])
+                    .chain([(
+                        m.at_ms,
+                        m.role == MessageRole::Tool && m.pinned_under.is_none(),
+                    )])
             });
             for (at, is_result) in timeline {
                 if let Some(t) = at {
@@ -566,7 +597,7 @@ pub(super) fn fit(
         stub_chars,
         layout,
         chars,
-        results,
+        result_of,
         ..
     } = fit;
     let len = messages.len();
@@ -618,7 +649,7 @@ pub(super) fn fit(
         // as what finally happened to it.
         let saved_tokens = original[i].saturating_sub(count.total());
         let saved_chars = || {
-            results.binary_search(&i).map_or(0, |k| {
+            result_of[i].map_or(0, |k| {
                 chars[k].saturating_sub(Part::text_chars(&message.parts))
             })
         };

@@ -552,7 +552,15 @@ async fn a_short_summary_is_applied_over_the_older_turns() {
         assert!(!prompt.contains(&request_text(t)), "retained request {t}");
     }
     assert!(prompt.contains("module_0 line 0000000"), "tool output");
-    assert!(!request.content("system").is_empty());
+    // The model is shown the evidence ledger the store keeps after its summary, so it need not
+    // restate it.
+    let system = request.content("system");
+    assert!(
+        system.contains("[Evidence kept from the summarized range]"),
+        "{system}"
+    );
+    let files = ctxd::domain::paths_in(&system);
+    assert_eq!(files, ["src/module_0.rs", "src/module_1.rs"], "{system}");
 }
 
 // ---------------------------------------------------------------- 2, 3. rejected
