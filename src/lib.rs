@@ -7,6 +7,8 @@
 //! - [`render`]: the pure engine turning a path into provider-neutral messages under a budget.
 //! - [`compact`]: the pure half of summaries: range selection, summary input, the commit rule.
 //! - [`store`]: SQLite, the only place with SQL.
+//! - [`compaction`]: the compaction workflow over the store (prepare, commit, `Compact`), in
+//!   domain types.
 //! - [`api`]: the tonic service, the only place with prost types.
 //! - [`summarizer`]: the server's own summarizer over an OpenAI-compatible endpoint.
 //! - [`metrics`]: Prometheus metrics and their endpoint.
@@ -18,6 +20,7 @@
 pub mod api;
 pub mod cli;
 pub mod compact;
+pub mod compaction;
 pub mod domain;
 pub mod import;
 pub mod limits;

@@ -5,6 +5,7 @@ mod codec;
 mod compaction;
 mod convert;
 mod framing;
+mod parse;
 #[cfg(test)]
 mod props;
 mod reply;
@@ -24,6 +25,7 @@ pub mod pb {
 
 use tonic::Status;
 
+use crate::compaction::Error as CompactionError;
 use crate::store::Fault;
 use crate::{domain, store};
 
@@ -66,6 +68,15 @@ pub(crate) fn status(error: store::Error) -> Status {
             tracing::error!(%error, "storage error");
             Status::internal("internal storage error")
         }
+    }
+}
+
+/// The compaction workflow's errors: the store's through [`status`], and its own two.
+pub(crate) fn compaction_status(error: CompactionError) -> Status {
+    match error {
+        CompactionError::Store(e) => status(e),
+        CompactionError::UnknownTokenizer => Status::data_loss(error.to_string()),
+        CompactionError::Task(_) => Status::internal(error.to_string()),
     }
 }
 

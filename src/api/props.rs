@@ -4,11 +4,11 @@
 use proptest::prelude::*;
 use tonic::{Code, Status};
 
-use super::compaction::PrepareArgs;
-use super::service::{
+use super::parse::{
     RenderArgs, append_request, create_branch_request, log_request, render_request,
 };
 use super::{convert, pb};
+use crate::compaction::PrepareArgs;
 use crate::domain::{BranchName, Node, NodeId};
 use crate::render::{Callers, Microcompact, Policy};
 use crate::store::{AppendTarget, PathTarget};

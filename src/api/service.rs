@@ -1,39 +1,41 @@
-//! The `ctxd.v1.ContextStore` RPCs: each parses, calls the store or engine, converts back.
+//! The `ctxd.v1.ContextStore` RPCs: each parses (`parse`), calls the store, the engine or the
+//! compaction workflow, and converts back.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
 
 use tonic::{Request, Response, Status};
 use tracing::instrument;
 
+use super::parse::{
+    self, RenderArgs, append_request, branch_or_main, compaction_id, create_branch_request,
+    creation_key, hash_metadata, log_request, parse, provider_format, render_request, session_id,
+};
 use super::reply::{self, Capped};
-use super::{convert, domain_status, pb, status};
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
-
-use super::compaction::{PrepareArgs, PrepareOutcome};
+use super::{compaction, compaction_status, convert, domain_status, pb, status};
+use crate::compaction::{Compactions, PrepareArgs, PrepareOutcome};
 use crate::domain::{
-    BranchName, CompactionId, Error, Hash, NodeContent, NodeId, Part, PathView, SessionId, Tenant,
+    BranchName, CompactionId, Error, NodeContent, NodeId, Part, PathView, SessionId, Tenant,
 };
 use crate::import;
 use crate::limits::Limits;
-use crate::render::{self, Callers, Options, Rendered};
-use crate::store::{self, AppendRequest, AppendTarget, CreationKey, PathTarget, Store, now_ms};
+use crate::render::{self, Rendered};
+use crate::store::{self, Store};
 use crate::summarizer::Summarizer;
 use crate::tokens::{TokenCache, Tokenizer};
 
-const DEFAULT_PAGE_SIZE: u32 = 50;
 /// The largest session file an import takes; it is parsed in memory.
 const MAX_IMPORT_BYTES: usize = 512 * 1024 * 1024;
-const MAX_PAGE_SIZE: u32 = 1000;
-const DEFAULT_LOG_LIMIT: u32 = 100;
-const MAX_LOG_LIMIT: u32 = 1000;
 
 #[derive(Clone)]
 pub struct ContextStoreService {
-    pub(super) store: Store,
-    pub(super) tokens: Arc<TokenCache>,
-    pub(super) summarizer: Option<Arc<Summarizer>>,
+    store: Store,
+    /// Token counts, shared by every render and by the compaction workflow.
+    tokens: Arc<TokenCache>,
+    compactions: Compactions,
     /// Who owns each session seen so far; a session never changes tenant.
     owners: Arc<Mutex<HashMap<SessionId, Tenant>>>,
-    pub(super) limits: Limits,
+    limits: Limits,
 }
 
 /// Sessions whose owner is remembered at most; past that the map starts over.
@@ -41,10 +43,13 @@ const OWNERS_CACHED: usize = 1_000_000;
 
 impl ContextStoreService {
     pub fn new(store: Store, summarizer: Option<Summarizer>) -> Self {
+        let tokens = Arc::new(TokenCache::default());
+        let compactions =
+            Compactions::new(store.clone(), Arc::clone(&tokens), summarizer.map(Arc::new));
         Self {
             store,
-            tokens: Arc::new(TokenCache::default()),
-            summarizer: summarizer.map(Arc::new),
+            tokens,
+            compactions,
             owners: Arc::default(),
             limits: Limits::default(),
         }
@@ -63,7 +68,7 @@ impl ContextStoreService {
     /// Only the caller's own sessions are answered from memory: another tenant's session costs
     /// the same database lookup as an unknown id, so neither the answer nor its timing tells
     /// whether the id exists.
-    pub(super) async fn scope(&self, tenant: &Tenant, session: SessionId) -> Result<(), Status> {
+    async fn scope(&self, tenant: &Tenant, session: SessionId) -> Result<(), Status> {
         let known = self.owners.lock().expect("owners lock").get(&session) == Some(tenant);
         if known {
             return Ok(());
@@ -75,6 +80,14 @@ impl ContextStoreService {
             }
             _ => Err(domain_status(Error::not_found("session", session))),
         }
+    }
+
+    /// Lets `tenant` at compaction `id`, or answers exactly what an unknown compaction answers.
+    async fn scope_compaction(&self, tenant: &Tenant, id: CompactionId) -> Result<(), Status> {
+        self.compactions
+            .scope(tenant, id)
+            .await
+            .map_err(compaction_status)
     }
 
     /// The part and response size limits (`Limits::max_part_bytes`, `max_response_bytes`).
@@ -103,7 +116,7 @@ impl ContextStoreService {
 
 /// The tenant the request acts for, as the authentication layer set it; without API keys,
 /// every caller is the one local tenant.
-pub(super) fn tenant_of<T>(request: &Request<T>) -> Tenant {
+fn tenant_of<T>(request: &Request<T>) -> Tenant {
     request
         .extensions()
         .get::<Tenant>()
@@ -112,167 +125,6 @@ pub(super) fn tenant_of<T>(request: &Request<T>) -> Tenant {
 }
 
 type Reply<T> = Result<Response<T>, Status>;
-
-/// The idempotency key of a session-creating call, with a hash of what the call asks for, so
-/// a key reused for something else is refused rather than answered with the wrong session.
-fn creation_key(key: String, request: impl FnOnce(&mut blake3::Hasher)) -> Option<CreationKey> {
-    if key.is_empty() {
-        return None;
-    }
-    let mut hasher = blake3::Hasher::new();
-    request(&mut hasher);
-    Some(CreationKey {
-        key,
-        request: Hash(*hasher.finalize().as_bytes()),
-    })
-}
-
-/// Length-prefixed, in key order: distinct maps never hash alike.
-fn hash_metadata(hasher: &mut blake3::Hasher, metadata: &BTreeMap<String, String>) {
-    hasher.update(&(metadata.len() as u64).to_le_bytes());
-    for (k, v) in metadata {
-        for s in [k, v] {
-            hasher.update(&(s.len() as u64).to_le_bytes());
-            hasher.update(s.as_bytes());
-        }
-    }
-}
-
-pub(super) fn parse<T>(result: Result<T, Error>) -> Result<T, Status> {
-    result.map_err(domain_status)
-}
-
-pub(super) fn session_id(text: &str) -> Result<SessionId, Status> {
-    parse(SessionId::parse("session_id", text))
-}
-
-/// A branch field where empty means `main`.
-pub(super) fn branch_or_main(field: &str, name: &str) -> Result<BranchName, Status> {
-    if name.is_empty() {
-        Ok(BranchName::main())
-    } else {
-        parse(BranchName::parse(field, name))
-    }
-}
-
-/// A provider document format; `None` for the neutral messages alone.
-pub(super) fn provider_format(value: i32) -> Result<Option<render::format::Format>, Status> {
-    match pb::Format::try_from(value) {
-        Ok(pb::Format::Unspecified | pb::Format::Neutral) => Ok(None),
-        Ok(pb::Format::OpenaiChat) => Ok(Some(render::format::Format::OpenAiChat)),
-        Ok(pb::Format::AnthropicMessages) => Ok(Some(render::format::Format::AnthropicMessages)),
-        Err(_) => Err(domain_status(Error::invalid(
-            "format",
-            format!("unknown value {value}"),
-        ))),
-    }
-}
-
-/// A tokenizer name; empty is the default.
-pub(super) fn tokenizer(name: &str) -> Result<Tokenizer, Status> {
-    Tokenizer::parse(name).ok_or_else(|| {
-        domain_status(Error::invalid(
-            "tokenizer",
-            format!(
-                "unknown tokenizer {name:?}; known: {}",
-                Tokenizer::NAMES.join(", ")
-            ),
-        ))
-    })
-}
-
-fn optional_node(field: &str, text: &str) -> Result<Option<NodeId>, Status> {
-    (!text.is_empty())
-        .then(|| parse(NodeId::parse(field, text)))
-        .transpose()
-}
-
-/// An Append request, parsed; every failure names its field.
-pub(super) fn append_request(
-    request: pb::AppendRequest,
-    max_part_bytes: usize,
-) -> Result<AppendRequest, Status> {
-    let session = session_id(&request.session_id)?;
-    let target = match optional_node("function_id", &request.function_id)? {
-        Some(function) => AppendTarget::Function(function),
-        None => AppendTarget::Branch(branch_or_main("branch", &request.branch)?),
-    };
-    let expected_head = request
-        .expected_head_id
-        .as_deref()
-        .map(|id| optional_node("expected_head_id", id))
-        .transpose()?;
-    if request.nodes.is_empty() {
-        return Err(domain_status(Error::invalid(
-            "nodes",
-            "must hold at least one node",
-        )));
-    }
-    let pinned: Vec<usize> = request
-        .nodes
-        .iter()
-        .enumerate()
-        .filter(|(_, n)| n.pinned)
-        .map(|(i, _)| i)
-        .collect();
-    let nodes = request
-        .nodes
-        .into_iter()
-        .enumerate()
-        .map(|(i, node)| {
-            parse(convert::node_input(
-                &format!("nodes[{i}]"),
-                node,
-                max_part_bytes,
-            ))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(AppendRequest {
-        session,
-        target,
-        expected_head,
-        idempotency_key: (!request.idempotency_key.is_empty()).then_some(request.idempotency_key),
-        nodes,
-        pinned,
-    })
-}
-
-/// A Log request, parsed: the session, where the page starts, and how many nodes it holds.
-pub(super) fn log_request(
-    request: &pb::LogRequest,
-) -> Result<(SessionId, PathTarget, u32), Status> {
-    let session = session_id(&request.session_id)?;
-    if !request.branch.is_empty() && !request.node_id.is_empty() {
-        return Err(domain_status(Error::invalid(
-            "node_id",
-            "give a branch or a node_id, not both",
-        )));
-    }
-    // A page token is the node the next page starts at.
-    let start = if let Some(next) = optional_node("page_token", &request.page_token)? {
-        PathTarget::Node(next)
-    } else if let Some(node) = optional_node("node_id", &request.node_id)? {
-        PathTarget::Node(node)
-    } else {
-        PathTarget::Branch(branch_or_main("branch", &request.branch)?)
-    };
-    let limit = match request.limit {
-        0 => DEFAULT_LOG_LIMIT,
-        n => n.min(MAX_LOG_LIMIT),
-    };
-    Ok((session, start, limit))
-}
-
-/// A CreateBranch request, parsed: the session, the name, and the node it starts at.
-pub(super) fn create_branch_request(
-    request: &pb::CreateBranchRequest,
-) -> Result<(SessionId, BranchName, Option<NodeId>), Status> {
-    Ok((
-        session_id(&request.session_id)?,
-        parse(BranchName::parse("name", &request.name))?,
-        optional_node("from_node_id", &request.from_node_id)?,
-    ))
-}
 
 #[tonic::async_trait]
 impl pb::context_store_server::ContextStore for ContextStoreService {
@@ -286,12 +138,7 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
             metadata,
             idempotency_key,
         } = request.into_inner();
-        if metadata.keys().any(String::is_empty) {
-            return Err(domain_status(Error::invalid(
-                "metadata",
-                "keys must not be empty",
-            )));
-        }
+        parse::metadata_keys(&metadata)?;
         self.reply_fits(
             reply::new_session_len(&metadata),
             "metadata",
@@ -327,13 +174,7 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
     ) -> Reply<pb::ListSessionsResponse> {
         let tenant = tenant_of(&request);
         let request = request.into_inner();
-        let page_size = match request.page_size {
-            0 => DEFAULT_PAGE_SIZE,
-            n => n.min(MAX_PAGE_SIZE),
-        };
-        let after = (!request.page_token.is_empty())
-            .then(|| parse(SessionId::parse("page_token", &request.page_token)))
-            .transpose()?;
+        let (page_size, after) = parse::list_sessions_request(&request)?;
         let (sessions, next) = self
             .store
             .list_sessions(&tenant, page_size, after)
@@ -374,12 +215,7 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
         let request = request.into_inner();
         let session = session_id(&request.session_id)?;
         self.scope(&tenant, session).await?;
-        let ids = request
-            .node_ids
-            .iter()
-            .enumerate()
-            .map(|(i, id)| parse(NodeId::parse(&format!("node_ids[{i}]"), id)))
-            .collect::<Result<Vec<_>, _>>()?;
+        let ids = parse::node_ids(&request.node_ids)?;
         let nodes = self.store.get_nodes(session, &ids).await.map_err(status)?;
         let pinned = self.store.pinned(session).await.map_err(status)?;
         self.reply(pb::GetNodesResponse {
@@ -512,20 +348,24 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
         let args = PrepareArgs::try_from(r)?;
         self.scope(&tenant, args.session).await?;
         let (budget, tokenizer) = (args.budget, args.tokenizer);
-        let outcome = self.prepare(args).await?;
+        let outcome = self
+            .compactions
+            .prepare(args)
+            .await
+            .map_err(compaction_status)?;
         let plan = match &outcome {
             PrepareOutcome::Needed { plan, .. } => Some(plan.id),
             PrepareOutcome::NotNeeded { .. } => None,
         };
-        let response = self.prepare_response(outcome, budget, tokenizer, format);
+        let response =
+            compaction::prepare_response(outcome, budget, &self.tokens, tokenizer, format);
         let replied = self.reply(response);
         if let (Err(_), Some(plan)) = (&replied, plan) {
             // Nobody can commit a summary of an input they never received.
-            self.store
+            self.compactions
                 .cancel(plan, "the summary input was over --max-response-bytes")
                 .await
-                .map_err(status)?;
-            metrics::counter!("ctxd_summaries_total", "outcome" => "cancelled").increment(1);
+                .map_err(compaction_status)?;
         }
         replied
     }
@@ -537,9 +377,14 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
     ) -> Reply<pb::CompactionOutcome> {
         let tenant = tenant_of(&request);
         let r = request.into_inner();
-        let id = parse(CompactionId::parse("compaction_id", &r.compaction_id))?;
+        let id = compaction_id(&r.compaction_id)?;
         self.scope_compaction(&tenant, id).await?;
-        self.reply(self.commit(id, r.text, r.model, true).await?)
+        let outcome = self
+            .compactions
+            .commit(id, r.text, r.model, true)
+            .await
+            .map_err(compaction_status)?;
+        self.reply(compaction::commit_outcome(outcome))
     }
 
     #[instrument(skip_all)]
@@ -549,15 +394,13 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
     ) -> Reply<pb::CancelCompactionResponse> {
         let tenant = tenant_of(&request);
         let r = request.into_inner();
-        let id = parse(CompactionId::parse("compaction_id", &r.compaction_id))?;
+        let id = compaction_id(&r.compaction_id)?;
         self.scope_compaction(&tenant, id).await?;
-        let reason = if r.reason.is_empty() {
-            "cancelled by the caller".to_owned()
-        } else {
-            r.reason
-        };
-        self.store.cancel(id, &reason).await.map_err(status)?;
-        metrics::counter!("ctxd_summaries_total", "outcome" => "cancelled").increment(1);
+        let reason = parse::cancel_reason(r.reason);
+        self.compactions
+            .cancel(id, &reason)
+            .await
+            .map_err(compaction_status)?;
         self.reply(pb::CancelCompactionResponse {})
     }
 
@@ -571,7 +414,12 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
         let session = session_id(&r.session_id)?;
         self.scope(&tenant, session).await?;
         let branch = branch_or_main("branch", &r.branch)?;
-        self.reply(self.summaries_of(session, branch).await?)
+        let listing = self
+            .compactions
+            .summaries(session, branch)
+            .await
+            .map_err(compaction_status)?;
+        self.reply(compaction::summaries_response(listing))
     }
 
     #[instrument(skip_all)]
@@ -600,18 +448,7 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
             "metadata",
             "send less metadata",
         )?;
-        let source = match pb::ImportFormat::try_from(format) {
-            Ok(pb::ImportFormat::Unspecified) => import::detect(&data),
-            Ok(pb::ImportFormat::NeutralJsonl) => import::Source::NeutralJsonl,
-            Ok(pb::ImportFormat::ClaudeCodeJsonl) => import::Source::ClaudeCodeJsonl,
-            Ok(pb::ImportFormat::OpenaiMessages) => import::Source::OpenAiMessages,
-            Err(_) => {
-                return Err(domain_status(Error::invalid(
-                    "format",
-                    format!("unknown value {format}"),
-                )));
-            }
-        };
+        let source = parse::import_source(format, &data)?;
         let metadata: BTreeMap<String, String> = metadata.into_iter().collect();
         let key = creation_key(idempotency_key, |h| {
             h.update(b"ctxd/import-session/v1");
@@ -664,7 +501,12 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
         let tenant = tenant_of(&request);
         let args = PrepareArgs::try_from(request.into_inner())?;
         self.scope(&tenant, args.session).await?;
-        self.reply(self.compact_with_summarizer(args).await?)
+        let outcome = self
+            .compactions
+            .compact(args)
+            .await
+            .map_err(compaction_status)?;
+        self.reply(compaction::compact_outcome(outcome))
     }
 
     #[instrument(skip_all)]
@@ -689,18 +531,8 @@ impl ContextStoreService {
         let request = request.into_inner();
         let session = session_id(&request.session_id)?;
         self.scope(&tenant, session).await?;
-        if request.node_ids.is_empty() {
-            return Err(domain_status(Error::invalid(
-                "node_ids",
-                "must hold at least one node id",
-            )));
-        }
-        let ids = request
-            .node_ids
-            .iter()
-            .enumerate()
-            .map(|(i, id)| parse(NodeId::parse(&format!("node_ids[{i}]"), id)))
-            .collect::<Result<Vec<_>, _>>()?;
+        // Parsed after the scope check: a foreign session answers NOT_FOUND whatever the ids.
+        let ids = parse::pinned_ids(&request.node_ids)?;
         let pinned = self.store.pin(session, &ids, pin).await.map_err(status)?;
         self.reply(pb::PinResponse {
             pinned_ids: pinned.iter().map(ToString::to_string).collect(),
@@ -722,88 +554,6 @@ fn with_pins(nodes: Vec<crate::domain::Node>, pinned: &[NodeId]) -> Vec<pb::Node
             node
         })
         .collect()
-}
-
-/// A render target as both `Render` and `ContextStats` carry it.
-pub(super) enum RenderTarget {
-    Branch(String),
-    Node(String),
-    Function(String),
-}
-
-/// The fields `Render` and `ContextStats` share.
-pub(super) struct RenderArgs {
-    session_id: String,
-    target: Option<RenderTarget>,
-    tokenizer: String,
-    callers: i32,
-    budget: Option<pb::Budget>,
-    policy: Option<pb::RenderPolicy>,
-    now_unix_ms: i64,
-}
-
-/// `Render` and `ContextStats` carry the same fields: one conversion serves both.
-macro_rules! render_args_from {
-    ($request:ty, $oneof:ident) => {
-        impl From<$request> for RenderArgs {
-            fn from(r: $request) -> Self {
-                use pb::$oneof::Target;
-                Self {
-                    session_id: r.session_id,
-                    target: r.target.map(|t| match t {
-                        Target::Branch(b) => RenderTarget::Branch(b),
-                        Target::NodeId(n) => RenderTarget::Node(n),
-                        Target::FunctionId(f) => RenderTarget::Function(f),
-                    }),
-                    tokenizer: r.tokenizer,
-                    callers: r.callers,
-                    budget: r.budget,
-                    policy: r.policy,
-                    now_unix_ms: r.now_unix_ms,
-                }
-            }
-        }
-    };
-}
-
-render_args_from!(pb::RenderRequest, render_request);
-render_args_from!(pb::ContextStatsRequest, context_stats_request);
-
-/// A Render or ContextStats request, parsed: session, target, tokenizer and engine options.
-pub(super) fn render_request(
-    args: RenderArgs,
-) -> Result<(SessionId, PathTarget, Tokenizer, Options), Status> {
-    let session = session_id(&args.session_id)?;
-    let target = match args.target {
-        None => PathTarget::Branch(BranchName::main()),
-        Some(RenderTarget::Branch(name)) => PathTarget::Branch(branch_or_main("branch", &name)?),
-        Some(RenderTarget::Node(id)) => PathTarget::Node(parse(NodeId::parse("node_id", &id))?),
-        Some(RenderTarget::Function(id)) => {
-            PathTarget::Function(parse(NodeId::parse("function_id", &id))?)
-        }
-    };
-    let tokenizer = tokenizer(&args.tokenizer)?;
-    let callers = match pb::Callers::try_from(args.callers) {
-        Ok(pb::Callers::Unspecified | pb::Callers::All) => Callers::All,
-        Ok(pb::Callers::None) => Callers::None,
-        Err(_) => {
-            return Err(domain_status(Error::invalid(
-                "callers",
-                format!("unknown value {}", args.callers),
-            )));
-        }
-    };
-    let options = Options {
-        callers,
-        budget: parse(convert::budget(args.budget))?,
-        policy: parse(convert::policy(args.policy))?,
-        now_ms: if args.now_unix_ms == 0 {
-            now_ms()
-        } else {
-            args.now_unix_ms
-        },
-    };
-    Ok((session, target, tokenizer, options))
 }
 
 impl ContextStoreService {

@@ -1,0 +1,527 @@
+//! The compaction workflow over the store: prepare, commit (re-judged while the head moves),
+//! cancel, the summaries listing and `Compact` with the server's summarizer, in domain types.
+//!
+//! `compact` is the pure half (range, input, the commit rule); this module loads and writes
+//! through the `Store` around it. The transport (`api`) parses requests into these arguments and
+//! converts the outcomes back; nothing here knows prost or tonic.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use crate::compact::{self, Plan, Prepared, Verdict};
+use crate::domain::{
+    self, BranchName, Budget, CompactionEvent, CompactionId, Hash, NodeId, PathView, Reason,
+    SessionId, Summary, SummaryId, Tenant,
+};
+use crate::render;
+use crate::store::{self, Applied, CompactionPlan, PathTarget, PlanState, Store, now_ms};
+use crate::summarizer::Summarizer;
+use crate::tokens::{TokenCache, Tokenizer};
+
+/// How often a commit re-judges when the branch head moves between verdict and write.
+const COMMIT_ATTEMPTS: usize = 3;
+/// Commits in a row without a summary, on the same base, before Prepare refuses.
+const LOOP_GUARD: usize = 3;
+
+/// Why a compaction step failed: the store's and the domain's errors, and the two failures of
+/// the workflow itself, which `api` maps to status codes beside the store's.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Store(#[from] store::Error),
+    /// A stored plan names a tokenizer this build does not know.
+    #[error("a stored plan names an unknown tokenizer")]
+    UnknownTokenizer,
+    /// The blocking task measuring or judging a path did not finish (it panicked); the name is
+    /// the step's.
+    #[error("{0} failed")]
+    Task(&'static str),
+}
+
+impl From<domain::Error> for Error {
+    fn from(error: domain::Error) -> Self {
+        Self::Store(store::Error::Domain(error))
+    }
+}
+
+type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What Prepare and Compact are asked: a branch, a budget and how to summarize it.
+pub struct PrepareArgs {
+    pub session: SessionId,
+    pub branch: BranchName,
+    pub budget: Budget,
+    pub tokenizer: Tokenizer,
+    pub retain_turns: usize,
+    pub instructions: String,
+    pub max_tool_result_chars: usize,
+    /// A segment summary's first and last node; `None` for a rolling summary.
+    pub segment: Option<(NodeId, NodeId)>,
+}
+
+/// What Prepare answered: nothing to do, or a stored plan and the input to summarize.
+pub enum PrepareOutcome {
+    NotNeeded {
+        tokens_before: u32,
+        reason: String,
+    },
+    Needed {
+        plan: Box<CompactionPlan>,
+        prepared: Box<Plan>,
+    },
+}
+
+/// How a commit ended: the summary stored, or the reason it was not.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommitOutcome {
+    pub compaction: CompactionId,
+    pub reason: Reason,
+    pub tokens_before: u32,
+    pub tokens_after: u32,
+    /// The stored summary; only with [`Reason::Applied`].
+    pub summary: Option<SummaryId>,
+    pub message: String,
+}
+
+impl CommitOutcome {
+    pub fn applied(&self) -> bool {
+        self.reason == Reason::Applied
+    }
+}
+
+/// What `Compact` did: nothing (the branch fits), or a plan and how it ended (applied, rejected,
+/// or the summarizer failed).
+pub enum CompactOutcome {
+    NotNeeded { tokens_before: u32, reason: String },
+    Planned(CommitOutcome),
+}
+
+/// A session's summaries as one branch sees them, and the branch's audit trail.
+pub struct SummaryListing {
+    pub summaries: Vec<ListedSummary>,
+    pub events: Vec<CompactionEvent>,
+}
+
+pub struct ListedSummary {
+    pub summary: Summary,
+    /// Every node it covers is on the branch's path.
+    pub applies: bool,
+    /// A render of the branch shows it.
+    pub active: bool,
+}
+
+/// The compaction workflow of one server: its store, the token cache its renders share, and
+/// the summarizer `Compact` calls, if one is configured.
+#[derive(Clone)]
+pub struct Compactions {
+    store: Store,
+    tokens: Arc<TokenCache>,
+    summarizer: Option<Arc<Summarizer>>,
+}
+
+impl Compactions {
+    pub fn new(store: Store, tokens: Arc<TokenCache>, summarizer: Option<Arc<Summarizer>>) -> Self {
+        Self {
+            store,
+            tokens,
+            summarizer,
+        }
+    }
+
+    /// Lets `tenant` at compaction `id`: a plan of another tenant's session answers exactly
+    /// what an unknown plan does, after the same single lookup.
+    pub async fn scope(&self, tenant: &Tenant, id: CompactionId) -> Result<()> {
+        match self.store.compaction_tenant(id).await? {
+            Some(owner) if &owner == tenant => Ok(()),
+            _ => Err(domain::Error::not_found("compaction", id).into()),
+        }
+    }
+
+    /// Measures the branch and, if a summary is needed, stores a plan and returns its input.
+    pub async fn prepare(&self, args: PrepareArgs) -> Result<PrepareOutcome> {
+        let path = self
+            .store
+            .load_path(args.session, &PathTarget::Branch(args.branch.clone()))
+            .await?;
+        let Some(head) = path.nodes.last().map(|n| n.id) else {
+            return Ok(PrepareOutcome::NotNeeded {
+                tokens_before: 0,
+                reason: "the branch is empty".to_owned(),
+            });
+        };
+        let failed = self
+            .store
+            .failed_commits_at(args.session, &args.branch, head)
+            .await?;
+        if failed >= LOOP_GUARD {
+            return Err(domain::Error::FailedPrecondition(format!(
+                "branch: the last {failed} commits on head {head} wrote no summary; append to \
+                 the branch before preparing again"
+            ))
+            .into());
+        }
+        let cache = Arc::clone(&self.tokens);
+        let (budget, retain, chars, tok, segment) = (
+            args.budget,
+            args.retain_turns,
+            args.max_tool_result_chars,
+            args.tokenizer,
+            args.segment,
+        );
+        let prepared = tokio::task::spawn_blocking(move || {
+            let counter = cache.counter(tok);
+            match segment {
+                Some((from, to)) => {
+                    compact::prepare_segment(&path, from, to, budget, chars, &counter)
+                }
+                None => Ok(compact::prepare(&path, budget, retain, chars, &counter)),
+            }
+        })
+        .await
+        .map_err(|_| Error::Task("prepare"))??;
+        let prepared = match prepared {
+            Prepared::NotNeeded {
+                tokens_before,
+                reason,
+            } => {
+                return Ok(PrepareOutcome::NotNeeded {
+                    tokens_before,
+                    reason,
+                });
+            }
+            Prepared::Needed(plan) => plan,
+        };
+        let plan = CompactionPlan {
+            id: CompactionId::new(),
+            session: args.session,
+            branch: args.branch,
+            base_head: head,
+            kind: prepared.kind,
+            rolls_over: prepared.rolls_over.clone(),
+            covers: prepared.covers.clone(),
+            range: prepared.range,
+            ledger: prepared.ledger.clone(),
+            budget: args.budget,
+            tokenizer: args.tokenizer.name().to_owned(),
+            max_tool_result_chars: u32_of(args.max_tool_result_chars),
+            retain_turns: u32_of(args.retain_turns),
+            instructions: args.instructions,
+            tokens_before: prepared.tokens_before,
+            state: PlanState::Open,
+            created_at_ms: now_ms(),
+        };
+        self.store.save_plan(&plan).await?;
+        Ok(PrepareOutcome::Needed {
+            plan: Box::new(plan),
+            prepared,
+        })
+    }
+
+    /// Judges `text` against the plan on the branch's current head and stores it if it helps.
+    /// With `keep_open`, a rejected plan takes another commit (a host may try a better text).
+    pub async fn commit(
+        &self,
+        id: CompactionId,
+        text: String,
+        model: String,
+        keep_open: bool,
+    ) -> Result<CommitOutcome> {
+        let plan = self.store.plan(id).await?;
+        if plan.state != PlanState::Open {
+            return Err(domain::Error::FailedPrecondition(format!(
+                "compaction_id: compaction {id} is {}",
+                if plan.state == PlanState::Applied {
+                    "already applied"
+                } else {
+                    "cancelled"
+                }
+            ))
+            .into());
+        }
+        let tokenizer = Tokenizer::parse(&plan.tokenizer).ok_or(Error::UnknownTokenizer)?;
+        let outcome = |reason: Reason,
+                       tokens_before: u32,
+                       tokens_after: u32,
+                       summary: Option<SummaryId>,
+                       message: String| CommitOutcome {
+            compaction: id,
+            reason,
+            tokens_before,
+            tokens_after,
+            summary,
+            message,
+        };
+        // The head may move between the verdict and the write (an append, another commit):
+        // the store then refuses the write, and the summary is judged again on the new head.
+        for _ in 0..COMMIT_ATTEMPTS {
+            let path = branch_path(&self.store, plan.session, &plan.branch).await?;
+            let head = path.nodes.last().map(|n| n.id);
+            let mut summary = Summary {
+                id: SummaryId::new(),
+                compaction_id: id,
+                kind: plan.kind,
+                covers: plan.covers.clone(),
+                range: plan.range,
+                text: text.clone(),
+                rolls_over: plan.rolls_over.clone(),
+                ledger: Some(Arc::new(plan.ledger.clone())),
+                model: model.clone(),
+                base_head: plan.base_head,
+                tokens_before: 0,
+                tokens_after: 0,
+                created_at_ms: now_ms(),
+            };
+            let cache = Arc::clone(&self.tokens);
+            let (budget, chars) = (plan.budget, plan.max_tool_result_chars as usize);
+            let judged = summary.clone();
+            let verdict = tokio::task::spawn_blocking(move || {
+                compact::judge(path, &judged, budget, chars, &cache.counter(tokenizer))
+            })
+            .await
+            .map_err(|_| Error::Task("commit"))?;
+            let (r, before, after, message) = match verdict {
+                Verdict::Apply { before, after } => {
+                    let Some(head) = head else { continue };
+                    summary.tokens_before = before;
+                    summary.tokens_after = after;
+                    match self.store.apply_summary(id, &summary, head).await? {
+                        Applied::HeadMoved => continue,
+                        Applied::Stored => {
+                            metrics::counter!("ctxd_summaries_total", "outcome" => "applied")
+                                .increment(1);
+                            return Ok(outcome(
+                                Reason::Applied,
+                                before,
+                                after,
+                                Some(summary.id),
+                                format!("{before} → {after} tokens"),
+                            ));
+                        }
+                    }
+                }
+                Verdict::Empty { before } => (
+                    Reason::Empty,
+                    before,
+                    before,
+                    "the summary text is empty".to_owned(),
+                ),
+                Verdict::NoGain { before, after } => (
+                    Reason::NoGain,
+                    before,
+                    after,
+                    format!("the summary would not shrink the context: {before} → {after} tokens"),
+                ),
+                Verdict::Stale { before } => (
+                    Reason::Stale,
+                    before,
+                    before,
+                    "a covered node left the branch, or a summary over its range changed, since \
+                     prepare"
+                        .to_owned(),
+                ),
+            };
+            self.store
+                .reject(id, r, (before, after), &message, keep_open)
+                .await?;
+            metrics::counter!("ctxd_summaries_total", "outcome" => r.as_str()).increment(1);
+            return Ok(outcome(r, before, after, None, message));
+        }
+        Err(domain::Error::Aborted(
+            "the branch kept moving while the summary was judged; commit again".to_owned(),
+        )
+        .into())
+    }
+
+    /// Closes an open plan without a summary, `reason` being why.
+    pub async fn cancel(&self, id: CompactionId, reason: &str) -> Result<()> {
+        self.store.cancel(id, reason).await?;
+        metrics::counter!("ctxd_summaries_total", "outcome" => "cancelled").increment(1);
+        Ok(())
+    }
+
+    /// The session's summaries, each marked as applying to `branch` and as shown by its render,
+    /// and the branch's compaction events.
+    pub async fn summaries(
+        &self,
+        session: SessionId,
+        branch: BranchName,
+    ) -> Result<SummaryListing> {
+        let summaries = self.store.summaries(session).await?;
+        let mut path = branch_path(&self.store, session, &branch).await?;
+        path.summaries = summaries;
+        let on_path = path.node_ids();
+        let active: HashSet<SummaryId> = render::active_summaries(&path)
+            .iter()
+            .map(|s| s.id)
+            .collect();
+        let events = self.store.events(session, Some(&branch)).await?;
+        Ok(SummaryListing {
+            summaries: path
+                .summaries
+                .into_iter()
+                .map(|summary| ListedSummary {
+                    applies: render::applies(&summary, &on_path),
+                    active: active.contains(&summary.id),
+                    summary,
+                })
+                .collect(),
+            events,
+        })
+    }
+
+    /// Prepare, the server's summarizer, commit. A text the summarizer wrote for the same
+    /// source is reused rather than asked for again.
+    pub async fn compact(&self, args: PrepareArgs) -> Result<CompactOutcome> {
+        let Some(summarizer) = self.summarizer.clone() else {
+            return Err(domain::Error::FailedPrecondition(
+                "no summarizer is configured: start the server with --summarizer-url URL \
+                 --summarizer-model NAME (an OpenAI-compatible chat-completions endpoint)"
+                    .to_owned(),
+            )
+            .into());
+        };
+        let tokenizer = args.tokenizer;
+        let instructions = args.instructions.clone();
+        let (plan, prepared) = match self.prepare(args).await? {
+            PrepareOutcome::NotNeeded {
+                tokens_before,
+                reason,
+            } => {
+                return Ok(CompactOutcome::NotNeeded {
+                    tokens_before,
+                    reason,
+                });
+            }
+            PrepareOutcome::Needed { plan, prepared } => (plan, prepared),
+        };
+        let mut guard = CloseOnDrop {
+            store: self.store.clone(),
+            plan: Some(plan.id),
+        };
+        let model = summarizer.model().to_owned();
+        let key = source_key(
+            &plan.rolls_over,
+            &prepared.source_hash,
+            &model,
+            &instructions,
+        );
+        let evidence = prepared.ledger.render(
+            render::ledger_cap(plan.budget.history().ok()),
+            &self.tokens.counter(tokenizer),
+        );
+        let text = match self.store.summarizer_output(&key).await? {
+            Some(text) => text,
+            None => {
+                let counter = self.tokens.counter(tokenizer);
+                match summarizer
+                    .summarize(&prepared.input, &evidence, &instructions, &counter)
+                    .await
+                {
+                    Ok(text) => text,
+                    Err(e) => {
+                        guard.disarm();
+                        let message = e.to_string();
+                        tracing::warn!(error = %message, "summarizer failed");
+                        self.store
+                            .close_plan(plan.id, Reason::Failed, &message)
+                            .await?;
+                        metrics::counter!("ctxd_summaries_total", "outcome" => "failed")
+                            .increment(1);
+                        return Ok(CompactOutcome::Planned(CommitOutcome {
+                            compaction: plan.id,
+                            reason: Reason::Failed,
+                            tokens_before: plan.tokens_before,
+                            tokens_after: plan.tokens_before,
+                            summary: None,
+                            message,
+                        }));
+                    }
+                }
+            }
+        };
+        let outcome = self.commit(plan.id, text.clone(), model, false).await;
+        guard.disarm();
+        let outcome = outcome?;
+        // Keep the text for this source unless the text itself was the problem (empty, no
+        // gain): a stale base says nothing against it.
+        if matches!(outcome.reason, Reason::Applied | Reason::Stale) {
+            self.store.save_summarizer_output(&key, &text).await?;
+        }
+        Ok(CompactOutcome::Planned(outcome))
+    }
+}
+
+fn u32_of(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+/// Loads a branch's path; a branch that is gone has an empty path.
+async fn branch_path(store: &Store, session: SessionId, branch: &BranchName) -> Result<PathView> {
+    match store
+        .load_path(session, &PathTarget::Branch(branch.clone()))
+        .await
+    {
+        Err(store::Error::Domain(domain::Error::NotFound { what: "branch", .. })) => {
+            Ok(PathView::default())
+        }
+        other => Ok(other?),
+    }
+}
+
+/// Closes a plan as cancelled if the Compact call is dropped (client cancel or deadline)
+/// before it finished: nothing is written but the event.
+struct CloseOnDrop {
+    store: Store,
+    plan: Option<CompactionId>,
+}
+
+impl CloseOnDrop {
+    fn disarm(&mut self) {
+        self.plan = None;
+    }
+}
+
+impl Drop for CloseOnDrop {
+    fn drop(&mut self) {
+        let (Some(plan), Ok(runtime)) = (self.plan, tokio::runtime::Handle::try_current()) else {
+            return;
+        };
+        let store = self.store.clone();
+        runtime.spawn(async move {
+            let message = "the Compact call was cancelled or its deadline passed";
+            match store.close_plan(plan, Reason::Cancelled, message).await {
+                Ok(()) => {
+                    metrics::counter!("ctxd_summaries_total", "outcome" => "cancelled").increment(1)
+                }
+                Err(e) => tracing::debug!(error = %e, "closing a dropped compaction"),
+            }
+        });
+    }
+}
+
+/// What identifies a summary's source: the same summaries rolled over, the same covered nodes by
+/// hash, the same model and instructions.
+fn source_key(rolls_over: &[SummaryId], source: &Hash, model: &str, instructions: &str) -> Hash {
+    let mut h = blake3::Hasher::new();
+    h.update(b"ctxd/summary-source/v1");
+    match rolls_over {
+        [] => {
+            h.update(&[0u8; 16]);
+        }
+        // One prior keeps the key it always had.
+        [prior] => {
+            h.update(prior.as_bytes());
+        }
+        many => {
+            for id in many {
+                h.update(id.as_bytes());
+            }
+        }
+    }
+    h.update(&source.0);
+    for s in [model, instructions] {
+        h.update(&(s.len() as u64).to_le_bytes());
+        h.update(s.as_bytes());
+    }
+    Hash(*h.finalize().as_bytes())
+}
