@@ -31,7 +31,6 @@ use crate::domain::{
     self, Branch, BranchName, Expose, Hash, Node, NodeContent, NodeId, PathView, Session,
     SessionId, Tenant,
 };
-use crate::import;
 use body::Body;
 pub use compaction::{Applied, CompactionPlan, PlanState};
 pub use fault::Fault;
@@ -430,7 +429,7 @@ impl Store {
         &self,
         tenant: &Tenant,
         metadata: BTreeMap<String, String>,
-        plan: &import::Plan,
+        plan: &domain::Plan,
         key: Option<&CreationKey>,
     ) -> Result<Session> {
         let session = SessionId::new();
@@ -449,18 +448,18 @@ impl Store {
         let mut i = 0;
         while i < ops.len() {
             match &ops[i] {
-                import::Op::Node { scope, .. } => {
+                domain::Op::Node { scope, .. } => {
                     // One write per run of nodes in the same chain.
                     let run_end = (i..ops.len())
-                        .find(|&j| !matches!(&ops[j], import::Op::Node { scope: s, .. } if s == scope))
+                        .find(|&j| !matches!(&ops[j], domain::Op::Node { scope: s, .. } if s == scope))
                         .unwrap_or(ops.len());
                     let (mut contents, lines): (Vec<NodeContent>, Vec<usize>) = ops[i..run_end]
                         .iter()
                         .filter_map(|op| match op {
-                            import::Op::Node { content, line, .. } => {
+                            domain::Op::Node { content, line, .. } => {
                                 Some((content.clone(), *line))
                             }
-                            import::Op::Summary { .. } => None,
+                            domain::Op::Summary { .. } => None,
                         })
                         .unzip();
                     let target = match scope {
@@ -482,7 +481,7 @@ impl Store {
                     }
                     i = run_end;
                 }
-                import::Op::Summary { text, line } => {
+                domain::Op::Summary { text, line } => {
                     let Some(&base) = top_level.last() else {
                         return Err(domain::Error::invalid(
                             format!("line {line}"),
