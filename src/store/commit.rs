@@ -15,12 +15,14 @@ use rusqlite::{OptionalExtension, TransactionBehavior};
 use sqlx::{QueryBuilder, Sqlite, SqliteConnection};
 use tokio::sync::{Mutex, mpsc, oneshot};
 
+use super::append::{AppendOutcome, AppendRequest, AppendTarget};
 use super::body::{self, Body};
+use super::clock::now_ms;
+use super::codec::{CODEC_ZSTD, compress};
 use super::fault::{Fault, Quota};
-use super::{
-    AppendOutcome, AppendRequest, AppendTarget, CODEC_ZSTD, Config, Error, NodeColumns, NodeRow,
-    Result, compress, hash_from, now_ms, uuid_from,
-};
+use super::open::Config;
+use super::rows::{self, NodeColumns, NodeRow, hash_from, uuid_from};
+use super::{Error, Result};
 use crate::domain::{
     self, Admit, BranchName, ChainTail, ClosedChain, Hash, NodeContent, NodeId, SessionId,
     node_hash,
@@ -754,7 +756,7 @@ impl Tx for SqliteConnection {
         session: SessionId,
         name: &BranchName,
     ) -> Result<Option<NodeId>> {
-        super::branch_head(self, session, name).await
+        rows::branch_head(self, session, name).await
     }
 
     async fn function_row(
@@ -762,15 +764,15 @@ impl Tx for SqliteConnection {
         session: SessionId,
         function: NodeId,
     ) -> Result<(Option<NodeId>, bool)> {
-        super::function_row(self, session, function).await
+        rows::function_row(self, session, function).await
     }
 
     async fn node_row(&mut self, session: SessionId, id: NodeId, field: &str) -> Result<NodeRow> {
-        super::node_row(self, session, id, field).await
+        rows::node_row(self, session, id, field).await
     }
 
     async fn ensure_session(&mut self, session: SessionId) -> Result<()> {
-        super::ensure_session(self, session).await
+        rows::ensure_session(self, session).await
     }
 
     async fn write(&mut self, pending: &Pending) -> Result<()> {
@@ -822,7 +824,7 @@ impl Tx for Direct<'_> {
     ) -> Result<Option<NodeId>> {
         let head: Option<Vec<u8>> = self
             .0
-            .prepare_cached(super::BRANCH_HEAD)?
+            .prepare_cached(rows::BRANCH_HEAD)?
             .query_row((session.as_bytes().as_slice(), name.as_str()), |r| r.get(0))
             .optional()?
             .ok_or_else(|| not_found("branch", name))?;
@@ -836,7 +838,7 @@ impl Tx for Direct<'_> {
     ) -> Result<(Option<NodeId>, bool)> {
         let (head, closed_by): (Option<Vec<u8>>, Option<Vec<u8>>) = self
             .0
-            .prepare_cached(super::FUNCTION_ROW)?
+            .prepare_cached(rows::FUNCTION_ROW)?
             .query_row(
                 (
                     function.as_bytes().as_slice(),
@@ -855,7 +857,7 @@ impl Tx for Direct<'_> {
     async fn node_row(&mut self, session: SessionId, id: NodeId, field: &str) -> Result<NodeRow> {
         let columns = self
             .0
-            .prepare_cached(super::NODE_ROW)?
+            .prepare_cached(rows::NODE_ROW)?
             .query_row(
                 (id.as_bytes().as_slice(), session.as_bytes().as_slice()),
                 |r| {
@@ -880,7 +882,7 @@ impl Tx for Direct<'_> {
 
     async fn ensure_session(&mut self, session: SessionId) -> Result<()> {
         self.0
-            .prepare_cached(super::SESSION_EXISTS)?
+            .prepare_cached(rows::SESSION_EXISTS)?
             .query_row([session.as_bytes().as_slice()], |_| Ok(()))
             .optional()?
             .ok_or_else(|| not_found("session", session))
