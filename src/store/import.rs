@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use super::append::AppendTarget;
 use super::clock::now_ms;
 use super::sessions::{CreationKey, insert_session, keyed_session, remember_key};
-use super::{Error, Result, Store, commit, compaction};
+use super::{Error, Result, Store, batch, compaction};
 use crate::domain::{self, BranchName, NodeContent, NodeId, Session, SessionId, Tenant};
 
 impl Store {
@@ -29,7 +29,7 @@ impl Store {
         insert_session(&mut tx, session, tenant, now, &metadata).await?;
         remember_key(&mut tx, tenant, key, session, now).await?;
         let ops = &plan.ops;
-        let mut writes = commit::Batch::standalone(now);
+        let mut writes = batch::Batch::standalone(now);
         let mut ids: Vec<Option<NodeId>> = vec![None; ops.len()];
         let mut top_level: Vec<NodeId> = Vec::new();
         let mut i = 0;

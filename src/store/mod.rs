@@ -6,6 +6,7 @@
 //! (WAL lets them run beside the writers). An append is acknowledged only after its COMMIT.
 
 mod append;
+mod batch;
 mod body;
 mod branches;
 mod check;
@@ -20,6 +21,7 @@ mod pins;
 mod reads;
 mod rows;
 mod sessions;
+mod writes;
 
 use std::path::PathBuf;
 
