@@ -15,62 +15,16 @@ use crate::domain::{
     Error, Expose, FunctionResult, FunctionStatus, NodeContent, Part, Role, ToolCall,
 };
 
+/// The plan an import produces: a history the store writes in one go (kept in the domain, so
+/// the store needs nothing of the importers).
+pub use crate::domain::{Op, Plan};
+
 /// The formats a session file may be in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Source {
     NeutralJsonl,
     ClaudeCodeJsonl,
     OpenAiMessages,
-}
-
-/// One step of an import.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Op {
-    /// A node on the main branch (`scope: None`) or inside the function opened by op `scope`.
-    Node {
-        scope: Option<usize>,
-        content: NodeContent,
-        line: usize,
-    },
-    /// A summary over every top-level node before it (an imported compaction).
-    Summary { text: String, line: usize },
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Plan {
-    pub ops: Vec<Op>,
-    pub warnings: Vec<String>,
-}
-
-impl Plan {
-    pub fn nodes(&self) -> usize {
-        self.ops
-            .iter()
-            .filter(|op| matches!(op, Op::Node { .. }))
-            .count()
-    }
-
-    pub fn functions(&self) -> usize {
-        self.ops
-            .iter()
-            .filter(|op| {
-                matches!(
-                    op,
-                    Op::Node {
-                        content: NodeContent::FunctionCall { .. },
-                        ..
-                    }
-                )
-            })
-            .count()
-    }
-
-    pub fn summaries(&self) -> usize {
-        self.ops
-            .iter()
-            .filter(|op| matches!(op, Op::Summary { .. }))
-            .count()
-    }
 }
 
 /// Guesses the format from the first non-blank character and line.

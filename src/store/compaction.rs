@@ -3,10 +3,9 @@
 use sqlx::sqlite::SqliteRow;
 use sqlx::{Row, SqliteConnection};
 
-use super::{
-    Error, Result, Store, branch_head, ensure_session, id_column, now_ms, required_uuid,
-    uuid_column,
-};
+use super::clock::now_ms;
+use super::rows::{branch_head, ensure_session, id_column, required_uuid, uuid_column};
+use super::{Error, Result, Store};
 use std::sync::Arc;
 
 use crate::domain::{

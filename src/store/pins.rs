@@ -4,7 +4,9 @@ use std::collections::HashSet;
 
 use sqlx::{Row, SqliteConnection};
 
-use super::{Result, Store, ensure_session, id_column, node_row, now_ms};
+use super::clock::now_ms;
+use super::rows::{ensure_session, id_column, node_row};
+use super::{Result, Store};
 use crate::domain::{NodeId, SessionId};
 
 /// The session's pinned nodes, oldest pin first.

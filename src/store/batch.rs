@@ -1,0 +1,434 @@
+//! The checks an append passes, apart from how rows are stored: a batch reads its targets
+//! through `Tx`, checks each append against the state it found and left them in (head, hashes,
+//! pairing state), and plans the rows it writes; and the fingerprint an idempotent retry must
+//! repeat.
+
+use std::collections::{HashMap, HashSet};
+
+use super::append::{AppendOutcome, AppendRequest, AppendTarget};
+use super::body::Body;
+use super::commit::{KnownBlobs, TargetCache, TargetKey, TargetState};
+use super::rows::NodeRow;
+use super::writes::{Direct, IdempotencyRow, NodeInsert, Pending};
+use super::{Error, Result};
+use crate::domain::{
+    self, Admit, BranchName, ChainTail, ClosedChain, Hash, NodeContent, NodeId, SessionId,
+    node_hash,
+};
+
+/// A write transaction a batch reads its targets in and writes its rows to: the committer's
+/// own connection, or the sqlx writer connection for an import.
+pub(super) trait Tx {
+    async fn branch_head(
+        &mut self,
+        session: SessionId,
+        name: &BranchName,
+    ) -> Result<Option<NodeId>>;
+    /// A function's chain head and whether it is closed.
+    async fn function_row(
+        &mut self,
+        session: SessionId,
+        function: NodeId,
+    ) -> Result<(Option<NodeId>, bool)>;
+    /// One node of `session`; `field` names the request field in the not-found error.
+    async fn node_row(&mut self, session: SessionId, id: NodeId, field: &str) -> Result<NodeRow>;
+    async fn ensure_session(&mut self, session: SessionId) -> Result<()>;
+    async fn write(&mut self, pending: &Pending) -> Result<()>;
+}
+
+/// A target as this batch found or left it.
+#[derive(Clone)]
+pub(super) struct Seen {
+    pub(super) state: TargetState,
+    /// A function target closed when it was read.
+    pub(super) closed: bool,
+}
+
+/// One batch being checked: the targets as it found and left them, and the rows it will
+/// write. Also what an import writes its runs with.
+pub(super) struct Batch<'c> {
+    targets: &'c TargetCache,
+    blobs: &'c KnownBlobs,
+    now: i64,
+    pub(super) seen: HashMap<TargetKey, Seen>,
+    /// Idempotency records this batch writes.
+    keys: HashMap<(SessionId, String), (Hash, AppendOutcome)>,
+    /// Functions this batch closes.
+    pub(super) closed: HashSet<(SessionId, NodeId)>,
+    pub(super) pending: Pending,
+}
+
+static NO_TARGETS: std::sync::LazyLock<TargetCache> = std::sync::LazyLock::new(Default::default);
+static NO_BLOBS: std::sync::LazyLock<KnownBlobs> = std::sync::LazyLock::new(Default::default);
+
+impl<'c> Batch<'c> {
+    pub(super) fn new(targets: &'c TargetCache, blobs: &'c KnownBlobs, now: i64) -> Self {
+        Self {
+            targets,
+            blobs,
+            now,
+            seen: HashMap::new(),
+            keys: HashMap::new(),
+            closed: HashSet::new(),
+            pending: Pending::default(),
+        }
+    }
+
+    /// A batch that remembers nothing and reads everything.
+    pub(super) fn standalone(now: i64) -> Batch<'static> {
+        Batch::new(&NO_TARGETS, &NO_BLOBS, now)
+    }
+
+    /// Checks one append (whose fingerprint is `request_hash` when it has an idempotency key)
+    /// against the state this batch has reached and plans its writes.
+    pub(super) async fn append(
+        &mut self,
+        tx: &mut Direct<'_>,
+        request: &mut AppendRequest,
+        request_hash: Option<Hash>,
+    ) -> Result<AppendOutcome> {
+        let session = request.session;
+        if let (Some(key), Some(hash)) = (&request.idempotency_key, &request_hash) {
+            let previous = match self.keys.get(&(session, key.clone())) {
+                Some((stored, outcome)) => Some((*stored, outcome.clone())),
+                None => tx.idempotency_record(session, key)?,
+            };
+            if let Some((stored, outcome)) = previous {
+                if stored != *hash {
+                    return Err(domain::Error::FailedPrecondition(format!(
+                        "idempotency_key: {key:?} was used for a different request"
+                    ))
+                    .into());
+                }
+                return Ok(outcome);
+            }
+        }
+        let written = self
+            .nodes(
+                tx,
+                session,
+                &request.target,
+                request.expected_head,
+                &mut request.nodes,
+                &|i| format!("nodes[{i}]"),
+            )
+            .await?;
+        let (head_id, head_hash) = *written.last().expect("an append writes a node");
+        for &i in &request.pinned {
+            if let Some((id, _)) = written.get(i) {
+                self.pending.pins.push((session, *id, self.now));
+            }
+        }
+        let outcome = AppendOutcome {
+            node_ids: written.iter().map(|(id, _)| id.to_string()).collect(),
+            head_id: head_id.to_string(),
+            head_hash: head_hash.to_hex(),
+        };
+        if let (Some(key), Some(hash)) = (&request.idempotency_key, request_hash) {
+            self.pending.idempotency.push(IdempotencyRow {
+                session,
+                key: key.clone(),
+                request_hash: hash,
+                response: serde_json::to_string(&outcome).expect("an outcome serializes"),
+                created_at_ms: self.now,
+            });
+            self.keys
+                .insert((session, key.clone()), (hash, outcome.clone()));
+        }
+        Ok(outcome)
+    }
+
+    /// Checks `nodes` after the target's head and plans their writes and the head's move
+    /// (nothing is planned unless all pass); returns each node's id and hash. `field_of(i)`
+    /// names node `i` in errors.
+    async fn nodes(
+        &mut self,
+        tx: &mut impl Tx,
+        session: SessionId,
+        target: &AppendTarget,
+        expected_head: Option<Option<NodeId>>,
+        nodes: &mut [NodeContent],
+        field_of: &(dyn Fn(usize) -> String + Sync),
+    ) -> Result<Vec<(NodeId, Hash)>> {
+        if nodes.is_empty() {
+            return Err(domain::Error::invalid("nodes", "is empty").into());
+        }
+        let key = (session, target.clone());
+        let found = match self.state(tx, &key).await {
+            // The session is checked only when its branch or function is missing: the common
+            // path saves the query, and an unknown session is still named as such.
+            Err(Error::Domain(domain::Error::NotFound { what, id })) => {
+                if tx.ensure_session(session).await.is_err() {
+                    return Err(domain::Error::not_found("session", session).into());
+                }
+                return Err(domain::Error::NotFound { what, id }.into());
+            }
+            other => other?,
+        };
+        let scope = match target {
+            AppendTarget::Branch(_) => None,
+            AppendTarget::Function(function) => {
+                if found.closed || self.closed.contains(&(session, *function)) {
+                    return Err(domain::Error::FailedPrecondition(format!(
+                        "function_id: function {function} is closed by its function_result"
+                    ))
+                    .into());
+                }
+                Some(*function)
+            }
+        };
+        let TargetState {
+            head,
+            head_hash,
+            scope_hash,
+            mut tail,
+        } = found.state;
+        if let Some(expected) = expected_head
+            && expected != head
+        {
+            let show = |h: Option<NodeId>| h.map_or_else(|| "none".to_owned(), |id| id.to_string());
+            return Err(domain::Error::Aborted(format!(
+                "expected_head_id: the head is {}, not {}",
+                show(head),
+                show(expected)
+            ))
+            .into());
+        }
+        let mut parent = match scope {
+            None => head,
+            Some(function) => Some(head.unwrap_or(function)),
+        };
+        let mut parent_hash = head_hash;
+        // Check every node first, so a refused append plans nothing.
+        let mut planned = Vec::with_capacity(nodes.len());
+        // Functions opened by this very request, with their call node's hash.
+        let mut opened: HashMap<NodeId, Hash> = HashMap::new();
+        for (i, content) in nodes.iter_mut().enumerate() {
+            let field = field_of(i);
+            let id = NodeId::new();
+            let admit = tail.admit(&field, id, content)?;
+            if let Admit::ClosesFunction(function) = admit {
+                let chain = match opened.get(&function) {
+                    // Opened in this request: nothing can be inside it yet.
+                    Some(call_hash) => ClosedChain {
+                        function_id: function,
+                        head_id: None,
+                        head_hash: *call_hash,
+                    },
+                    None => self.closing_chain(tx, session, function, &field).await?,
+                };
+                if let NodeContent::FunctionResult(result) = content {
+                    result.chain = Some(chain);
+                }
+            }
+            let hash = node_hash(parent_hash.as_ref(), scope_hash.as_ref(), content);
+            if admit == Admit::OpensFunction {
+                opened.insert(id, hash);
+            }
+            planned.push((id, parent, hash, admit));
+            parent = Some(id);
+            parent_hash = Some(hash);
+        }
+        let mut written = Vec::with_capacity(planned.len());
+        for ((id, parent, hash, admit), content) in planned.into_iter().zip(nodes.iter()) {
+            self.pending.node(
+                self.blobs,
+                NodeInsert {
+                    id,
+                    session,
+                    parent,
+                    function: scope,
+                    created_at_ms: self.now,
+                    hash,
+                },
+                content,
+            );
+            match admit {
+                Admit::Plain => {}
+                Admit::OpensFunction => self.pending.opened.push((id, session)),
+                Admit::ClosesFunction(function) => {
+                    self.pending.closes.push((id, function));
+                    self.closed.insert((session, function));
+                }
+            }
+            written.push((id, hash));
+        }
+        let head_id = written.last().map(|(id, _)| *id);
+        let new_head = head_id.expect("nodes is not empty");
+        match target {
+            AppendTarget::Branch(name) => {
+                self.pending
+                    .branch_heads
+                    .insert((session, name.clone()), (new_head, self.now));
+            }
+            AppendTarget::Function(function) => {
+                self.pending.function_heads.insert(*function, new_head);
+            }
+        }
+        self.seen.insert(
+            key,
+            Seen {
+                state: TargetState {
+                    head: head_id,
+                    head_hash: parent_hash,
+                    scope_hash,
+                    tail,
+                },
+                closed: false,
+            },
+        );
+        Ok(written)
+    }
+
+    /// The state of `key` as this batch stands: as it left or found it, else the remembered
+    /// state if the stored head is still its head, else read.
+    async fn state(&mut self, tx: &mut impl Tx, key: &TargetKey) -> Result<Seen> {
+        if let Some(seen) = self.seen.get(key) {
+            return Ok(seen.clone());
+        }
+        let (session, target) = key;
+        let (head, closed) = match target {
+            AppendTarget::Branch(name) => (tx.branch_head(*session, name).await?, false),
+            AppendTarget::Function(function) => tx.function_row(*session, *function).await?,
+        };
+        let state = match self.targets.0.get(key).filter(|state| state.head == head) {
+            Some(state) => state.clone(),
+            None => read_state(tx, *session, target, head).await?,
+        };
+        let seen = Seen { state, closed };
+        self.seen.insert(key.clone(), seen.clone());
+        Ok(seen)
+    }
+
+    /// What a result closing `function` records; its chain must have no pending calls.
+    async fn closing_chain(
+        &mut self,
+        tx: &mut impl Tx,
+        session: SessionId,
+        function: NodeId,
+        field: &str,
+    ) -> Result<ClosedChain> {
+        let inner = self
+            .state(tx, &(session, AppendTarget::Function(function)))
+            .await?
+            .state;
+        let pending = inner.tail.pending();
+        if !pending.is_empty() {
+            return Err(domain::Error::FailedPrecondition(format!(
+                "{field}: function {function} has unanswered tool calls inside ({}); answer them first",
+                pending.join(", ")
+            ))
+            .into());
+        }
+        Ok(ClosedChain {
+            function_id: function,
+            head_id: inner.head,
+            head_hash: inner
+                .head_hash
+                .ok_or_else(|| Error::Corrupt(format!("function {function} has no hash")))?,
+        })
+    }
+
+    /// Checks and writes `nodes` after `target`'s head inside the caller's transaction (an
+    /// import's run of nodes); returns each node's id and hash.
+    pub(super) async fn write(
+        &mut self,
+        tx: &mut impl Tx,
+        session: SessionId,
+        target: &AppendTarget,
+        nodes: &mut [NodeContent],
+        field_of: &(dyn Fn(usize) -> String + Sync),
+    ) -> Result<Vec<(NodeId, Hash)>> {
+        let written = self
+            .nodes(tx, session, target, None, nodes, field_of)
+            .await?;
+        tx.write(&self.pending).await?;
+        self.pending = Pending::default();
+        Ok(written)
+    }
+}
+
+/// The state of `target` at the stored `head`: the hashes new nodes chain from and the chain's
+/// pairing state.
+async fn read_state(
+    tx: &mut impl Tx,
+    session: SessionId,
+    target: &AppendTarget,
+    head: Option<NodeId>,
+) -> Result<TargetState> {
+    let (scope, parent) = match target {
+        AppendTarget::Branch(_) => (None, head),
+        AppendTarget::Function(function) => (Some(*function), Some(head.unwrap_or(*function))),
+    };
+    let scope_hash = match scope {
+        Some(function) => Some(tx.node_row(session, function, "function_id").await?.hash),
+        None => None,
+    };
+    let head_hash = match parent {
+        Some(id) => Some(tx.node_row(session, id, "head").await?.hash),
+        None => None,
+    };
+    let tail = chain_tail(tx, session, head, scope).await?;
+    Ok(TargetState {
+        head,
+        head_hash,
+        scope_hash,
+        tail,
+    })
+}
+
+/// The pairing state of a chain whose newest node is `head`: its nodes since the latest message.
+async fn chain_tail(
+    tx: &mut impl Tx,
+    session: SessionId,
+    head: Option<NodeId>,
+    scope: Option<NodeId>,
+) -> Result<ChainTail> {
+    let mut since_message = Vec::new();
+    let mut at = head;
+    while let Some(id) = at {
+        let row = tx.node_row(session, id, "head").await?;
+        if row.function_id != scope {
+            break;
+        }
+        let content = Body::parse(&row.body)?;
+        let is_message = matches!(content, Body::Message { .. });
+        // Pairing looks at call ids only, so parts need not be fetched.
+        let content = content.decode(&|_| Some(Vec::new()))?;
+        since_message.push((row.id, content));
+        if is_message {
+            break;
+        }
+        at = row.parent_id;
+    }
+    since_message.reverse();
+    Ok(ChainTail::replay(
+        since_message.iter().map(|(id, content)| (*id, content)),
+    ))
+}
+
+/// What an idempotent retry must repeat exactly: target, expectation, content and pins.
+pub(super) fn request_fingerprint(request: &AppendRequest) -> Hash {
+    let (target, expected, nodes) = (&request.target, request.expected_head, &request.nodes);
+    let mut h = blake3::Hasher::new();
+    match target {
+        AppendTarget::Branch(name) => h.update(b"b").update(name.as_str().as_bytes()),
+        AppendTarget::Function(id) => h.update(b"f").update(id.as_bytes()),
+    };
+    match expected {
+        None => h.update(b"-"),
+        Some(None) => h.update(b"0"),
+        Some(Some(id)) => h.update(b"1").update(id.as_bytes()),
+    };
+    for node in nodes {
+        h.update(&node_hash(None, None, node).0);
+    }
+    // Appends without pins keep the fingerprints they always had.
+    if !request.pinned.is_empty() {
+        h.update(b"p");
+        for i in &request.pinned {
+            h.update(&(*i as u64).to_le_bytes());
+        }
+    }
+    Hash(*h.finalize().as_bytes())
+}
