@@ -343,11 +343,15 @@ async fn load_traces(dir: &std::path::Path) -> Vec<Trace> {
         let data = std::fs::read(&file).expect("read a trace");
         let plan = import::parse(import::Source::NeutralJsonl, &data)
             .unwrap_or_else(|e| fail(&format!("{}: {e}", file.display())));
-        let session = store
+        let imported = store
             .import(&Tenant::local(), BTreeMap::new(), &plan, None)
             .await
             .expect("import a trace")
             .id;
+        let session = store
+            .scope(&Tenant::local(), imported)
+            .await
+            .expect("its own session");
         let path = store
             .load_path(session, &PathTarget::Branch(BranchName::main()))
             .await

@@ -109,12 +109,17 @@ async fn bench() {
     .expect("read the trace");
     let plan = import::parse(import::Source::NeutralJsonl, &data).expect("a valid trace");
     let import_start = Instant::now();
-    let session = store
-        .import(&ctxd::domain::Tenant::local(), BTreeMap::new(), &plan, None)
+    let tenant = ctxd::domain::Tenant::local();
+    let imported = store
+        .import(&tenant, BTreeMap::new(), &plan, None)
         .await
         .expect("import the trace")
         .id;
     let import_time = import_start.elapsed();
+    let session = store
+        .scope(&tenant, imported)
+        .await
+        .expect("its own session");
     let target = PathTarget::Branch(BranchName::main());
     let path: PathView = store.load_path(session, &target).await.expect("load");
     let chars: usize = path

@@ -41,8 +41,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use ctxd::api::pb;
-use ctxd::domain::{BranchName, NodeContent, Part, Role, SessionId};
-use ctxd::store::{AppendRequest, AppendTarget, Store};
+use ctxd::domain::{BranchName, NodeContent, Part, Role};
+use ctxd::store::{AppendRequest, AppendTarget, Scoped, Store};
 use ctxd::tokens::Tokenizer;
 use pb::context_store_client::ContextStoreClient;
 use serde::Deserialize;
@@ -671,7 +671,7 @@ impl RowClock {
 /// place of the append: what the RPC stack alone allows.
 enum Writer {
     Grpc { client: Client, session: String },
-    Direct { store: Store, session: SessionId },
+    Direct { store: Store, session: Scoped },
     Noop(HealthClient),
 }
 
@@ -683,11 +683,16 @@ impl Writer {
     }
 
     async fn direct(store: &Store) -> Self {
-        let session = store
-            .create_session(&ctxd::domain::Tenant::local(), BTreeMap::new(), None)
+        let tenant = ctxd::domain::Tenant::local();
+        let created = store
+            .create_session(&tenant, BTreeMap::new(), None)
             .await
             .expect("create a session")
             .id;
+        let session = store
+            .scope(&tenant, created)
+            .await
+            .expect("its own session");
         Writer::Direct {
             store: store.clone(),
             session,

@@ -14,7 +14,7 @@ use crate::domain::{
     SessionId, Summary, SummaryId, Tenant,
 };
 use crate::render;
-use crate::store::{self, Applied, CompactionPlan, PathTarget, PlanState, Store, now_ms};
+use crate::store::{self, Applied, CompactionPlan, PathTarget, PlanState, Scoped, Store, now_ms};
 use crate::summarizer::Summarizer;
 use crate::tokens::{TokenCache, Tokenizer};
 
@@ -48,6 +48,7 @@ type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// What Prepare and Compact are asked: a branch, a budget and how to summarize it.
 pub struct PrepareArgs {
+    /// As the request named it; the workflow acts on the session its caller scoped.
     pub session: SessionId,
     pub branch: BranchName,
     pub budget: Budget,
@@ -128,20 +129,17 @@ impl Compactions {
         }
     }
 
-    /// Lets `tenant` at compaction `id`: a plan of another tenant's session answers exactly
-    /// what an unknown plan does, after the same single lookup.
-    pub async fn scope(&self, tenant: &Tenant, id: CompactionId) -> Result<()> {
-        match self.store.compaction_tenant(id).await? {
-            Some(owner) if &owner == tenant => Ok(()),
-            _ => Err(domain::Error::not_found("compaction", id).into()),
-        }
+    /// Lets `tenant` at compaction `id`: its session, scoped; a plan of another tenant's
+    /// session answers exactly what an unknown plan does, after the same single lookup.
+    pub async fn scope(&self, tenant: &Tenant, id: CompactionId) -> Result<Scoped> {
+        Ok(self.store.scope_compaction(tenant, id).await?)
     }
 
     /// Measures the branch and, if a summary is needed, stores a plan and returns its input.
-    pub async fn prepare(&self, args: PrepareArgs) -> Result<PrepareOutcome> {
+    pub async fn prepare(&self, session: Scoped, args: PrepareArgs) -> Result<PrepareOutcome> {
         let path = self
             .store
-            .load_path(args.session, &PathTarget::Branch(args.branch.clone()))
+            .load_path(session, &PathTarget::Branch(args.branch.clone()))
             .await?;
         let Some(head) = path.nodes.last().map(|n| n.id) else {
             return Ok(PrepareOutcome::NotNeeded {
@@ -151,7 +149,7 @@ impl Compactions {
         };
         let failed = self
             .store
-            .failed_commits_at(args.session, &args.branch, head)
+            .failed_commits_at(session, &args.branch, head)
             .await?;
         if failed >= LOOP_GUARD {
             return Err(domain::Error::FailedPrecondition(format!(
@@ -193,7 +191,7 @@ impl Compactions {
         };
         let plan = CompactionPlan {
             id: CompactionId::new(),
-            session: args.session,
+            session: session.id(),
             branch: args.branch,
             base_head: head,
             kind: prepared.kind,
@@ -221,12 +219,16 @@ impl Compactions {
     /// With `keep_open`, a rejected plan takes another commit (a host may try a better text).
     pub async fn commit(
         &self,
+        session: Scoped,
         id: CompactionId,
         text: String,
         model: String,
         keep_open: bool,
     ) -> Result<CommitOutcome> {
         let plan = self.store.plan(id).await?;
+        if plan.session != session.id() {
+            return Err(domain::Error::not_found("compaction", id).into());
+        }
         if plan.state != PlanState::Open {
             return Err(domain::Error::FailedPrecondition(format!(
                 "compaction_id: compaction {id} is {}",
@@ -254,7 +256,7 @@ impl Compactions {
         // The head may move between the verdict and the write (an append, another commit):
         // the store then refuses the write, and the summary is judged again on the new head.
         for _ in 0..COMMIT_ATTEMPTS {
-            let path = branch_path(&self.store, plan.session, &plan.branch).await?;
+            let path = branch_path(&self.store, session, &plan.branch).await?;
             let head = path.nodes.last().map(|n| n.id);
             let mut summary = Summary {
                 id: SummaryId::new(),
@@ -341,11 +343,7 @@ impl Compactions {
 
     /// The session's summaries, each marked as applying to `branch` and as shown by its render,
     /// and the branch's compaction events.
-    pub async fn summaries(
-        &self,
-        session: SessionId,
-        branch: BranchName,
-    ) -> Result<SummaryListing> {
+    pub async fn summaries(&self, session: Scoped, branch: BranchName) -> Result<SummaryListing> {
         let summaries = self.store.summaries(session).await?;
         let mut path = branch_path(&self.store, session, &branch).await?;
         path.summaries = summaries;
@@ -371,7 +369,7 @@ impl Compactions {
 
     /// Prepare, the server's summarizer, commit. A text the summarizer wrote for the same
     /// source is reused rather than asked for again.
-    pub async fn compact(&self, args: PrepareArgs) -> Result<CompactOutcome> {
+    pub async fn compact(&self, session: Scoped, args: PrepareArgs) -> Result<CompactOutcome> {
         let Some(summarizer) = self.summarizer.clone() else {
             return Err(domain::Error::FailedPrecondition(
                 "no summarizer is configured: start the server with --summarizer-url URL \
@@ -382,7 +380,7 @@ impl Compactions {
         };
         let tokenizer = args.tokenizer;
         let instructions = args.instructions.clone();
-        let (plan, prepared) = match self.prepare(args).await? {
+        let (plan, prepared) = match self.prepare(session, args).await? {
             PrepareOutcome::NotNeeded {
                 tokens_before,
                 reason,
@@ -439,7 +437,9 @@ impl Compactions {
                 }
             }
         };
-        let outcome = self.commit(plan.id, text.clone(), model, false).await;
+        let outcome = self
+            .commit(session, plan.id, text.clone(), model, false)
+            .await;
         guard.disarm();
         let outcome = outcome?;
         // Keep the text for this source unless the text itself was the problem (empty, no
@@ -456,7 +456,7 @@ fn u32_of(n: usize) -> u32 {
 }
 
 /// Loads a branch's path; a branch that is gone has an empty path.
-async fn branch_path(store: &Store, session: SessionId, branch: &BranchName) -> Result<PathView> {
+async fn branch_path(store: &Store, session: Scoped, branch: &BranchName) -> Result<PathView> {
     match store
         .load_path(session, &PathTarget::Branch(branch.clone()))
         .await

@@ -9,7 +9,7 @@ use crate::compaction::PrepareArgs;
 use crate::domain::{BranchName, Budget, CompactionId, Error, Hash, NodeId, SessionId};
 use crate::import;
 use crate::render::{self, Callers, Options, Policy};
-use crate::store::{AppendRequest, AppendTarget, CreationKey, PathTarget, now_ms};
+use crate::store::{AppendRequest, AppendTarget, CreationKey, PathTarget, Scoped, now_ms};
 use crate::tokens::Tokenizer;
 
 const DEFAULT_PAGE_SIZE: u32 = 50;
@@ -142,11 +142,35 @@ pub(super) fn list_sessions_request(
     Ok((page_size, after))
 }
 
+/// An Append request, parsed but not yet scoped to the caller's tenant: the store takes it
+/// only with the session `Store::scope` checked.
+pub(super) struct AppendArgs {
+    pub session: SessionId,
+    pub target: AppendTarget,
+    pub expected_head: Option<Option<NodeId>>,
+    pub idempotency_key: Option<String>,
+    pub nodes: Vec<crate::domain::NodeContent>,
+    pub pinned: Vec<usize>,
+}
+
+impl AppendArgs {
+    pub(super) fn scoped(self, session: Scoped) -> AppendRequest {
+        AppendRequest {
+            session,
+            target: self.target,
+            expected_head: self.expected_head,
+            idempotency_key: self.idempotency_key,
+            nodes: self.nodes,
+            pinned: self.pinned,
+        }
+    }
+}
+
 /// An Append request, parsed; every failure names its field.
 pub(super) fn append_request(
     request: pb::AppendRequest,
     max_part_bytes: usize,
-) -> Result<AppendRequest, Status> {
+) -> Result<AppendArgs, Status> {
     let session = session_id(&request.session_id)?;
     let target = match optional_node("function_id", &request.function_id)? {
         Some(function) => AppendTarget::Function(function),
@@ -182,7 +206,7 @@ pub(super) fn append_request(
             ))
         })
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(AppendRequest {
+    Ok(AppendArgs {
         session,
         target,
         expected_head,

@@ -2,7 +2,7 @@
 //! compaction workflow, and converts back.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use tonic::{Request, Response, Status};
 use tracing::instrument;
@@ -20,7 +20,7 @@ use crate::domain::{
 use crate::import;
 use crate::limits::Limits;
 use crate::render::{self, Rendered};
-use crate::store::{self, Store};
+use crate::store::{self, Scoped, Store};
 use crate::summarizer::Summarizer;
 use crate::tokens::{TokenCache, Tokenizer};
 
@@ -33,13 +33,8 @@ pub struct ContextStoreService {
     /// Token counts, shared by every render and by the compaction workflow.
     tokens: Arc<TokenCache>,
     compactions: Compactions,
-    /// Who owns each session seen so far; a session never changes tenant.
-    owners: Arc<Mutex<HashMap<SessionId, Tenant>>>,
     limits: Limits,
 }
-
-/// Sessions whose owner is remembered at most; past that the map starts over.
-const OWNERS_CACHED: usize = 1_000_000;
 
 impl ContextStoreService {
     pub fn new(store: Store, summarizer: Option<Summarizer>) -> Self {
@@ -50,40 +45,18 @@ impl ContextStoreService {
             store,
             tokens,
             compactions,
-            owners: Arc::default(),
             limits: Limits::default(),
         }
     }
 
-    fn remember_owner(&self, session: SessionId, tenant: &Tenant) {
-        let mut owners = self.owners.lock().expect("owners lock");
-        if owners.len() >= OWNERS_CACHED {
-            owners.clear();
-        }
-        owners.insert(session, tenant.clone());
-    }
-
-    /// Lets `tenant` at `session`, or answers exactly what an unknown session answers.
-    ///
-    /// Only the caller's own sessions are answered from memory: another tenant's session costs
-    /// the same database lookup as an unknown id, so neither the answer nor its timing tells
-    /// whether the id exists.
-    async fn scope(&self, tenant: &Tenant, session: SessionId) -> Result<(), Status> {
-        let known = self.owners.lock().expect("owners lock").get(&session) == Some(tenant);
-        if known {
-            return Ok(());
-        }
-        match self.store.session_tenant(session).await.map_err(status)? {
-            Some(owner) if &owner == tenant => {
-                self.remember_owner(session, tenant);
-                Ok(())
-            }
-            _ => Err(domain_status(Error::not_found("session", session))),
-        }
+    /// Lets `tenant` at `session`, or answers exactly what an unknown session answers (the
+    /// store's check, `Store::scope`): the only way to the store's session methods.
+    async fn scope(&self, tenant: &Tenant, session: SessionId) -> Result<Scoped, Status> {
+        self.store.scope(tenant, session).await.map_err(status)
     }
 
     /// Lets `tenant` at compaction `id`, or answers exactly what an unknown compaction answers.
-    async fn scope_compaction(&self, tenant: &Tenant, id: CompactionId) -> Result<(), Status> {
+    async fn scope_compaction(&self, tenant: &Tenant, id: CompactionId) -> Result<Scoped, Status> {
         self.compactions
             .scope(tenant, id)
             .await
@@ -154,7 +127,6 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
             .create_session(&tenant, metadata, key.as_ref())
             .await
             .map_err(status)?;
-        self.remember_owner(session.id, &tenant);
         self.reply(convert::session(session))
     }
 
@@ -162,7 +134,7 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
     async fn get_session(&self, request: Request<pb::GetSessionRequest>) -> Reply<pb::Session> {
         let tenant = tenant_of(&request);
         let id = session_id(&request.into_inner().session_id)?;
-        self.scope(&tenant, id).await?;
+        let id = self.scope(&tenant, id).await?;
         let session = self.store.get_session(id).await.map_err(status)?;
         self.reply(convert::session(session))
     }
@@ -196,8 +168,12 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
             "append fewer nodes per call",
         )?;
         let request = append_request(request, self.limits.max_part_bytes)?;
-        self.scope(&tenant, request.session).await?;
-        let outcome = self.store.append(request).await.map_err(status)?;
+        let session = self.scope(&tenant, request.session).await?;
+        let outcome = self
+            .store
+            .append(request.scoped(session))
+            .await
+            .map_err(status)?;
         metrics::counter!("ctxd_appended_nodes_total").increment(outcome.node_ids.len() as u64);
         self.reply(pb::AppendResponse {
             node_ids: outcome.node_ids,
@@ -214,7 +190,7 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
         let tenant = tenant_of(&request);
         let request = request.into_inner();
         let session = session_id(&request.session_id)?;
-        self.scope(&tenant, session).await?;
+        let session = self.scope(&tenant, session).await?;
         let ids = parse::node_ids(&request.node_ids)?;
         let nodes = self.store.get_nodes(session, &ids).await.map_err(status)?;
         let pinned = self.store.pinned(session).await.map_err(status)?;
@@ -228,7 +204,7 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
         let tenant = tenant_of(&request);
         let request = request.into_inner();
         let (session, start, limit) = log_request(&request)?;
-        self.scope(&tenant, session).await?;
+        let session = self.scope(&tenant, session).await?;
         let (nodes, next) = self
             .store
             .log(session, start, limit)
@@ -256,7 +232,7 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
     async fn create_branch(&self, request: Request<pb::CreateBranchRequest>) -> Reply<pb::Branch> {
         let tenant = tenant_of(&request);
         let (session, name, from) = create_branch_request(&request.into_inner())?;
-        self.scope(&tenant, session).await?;
+        let session = self.scope(&tenant, session).await?;
         let branch = self
             .store
             .create_branch(session, name, from)
@@ -272,7 +248,7 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
     ) -> Reply<pb::ListBranchesResponse> {
         let tenant = tenant_of(&request);
         let session = session_id(&request.into_inner().session_id)?;
-        self.scope(&tenant, session).await?;
+        let session = self.scope(&tenant, session).await?;
         let branches = self.store.list_branches(session).await.map_err(status)?;
         self.reply(pb::ListBranchesResponse {
             branches: branches.into_iter().map(convert::branch).collect(),
@@ -287,7 +263,7 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
         let tenant = tenant_of(&request);
         let request = request.into_inner();
         let session = session_id(&request.session_id)?;
-        self.scope(&tenant, session).await?;
+        let session = self.scope(&tenant, session).await?;
         let name = parse(BranchName::parse("name", &request.name))?;
         self.store
             .delete_branch(session, &name)
@@ -346,11 +322,11 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
         let r = request.into_inner();
         let format = provider_format(r.format)?;
         let args = PrepareArgs::try_from(r)?;
-        self.scope(&tenant, args.session).await?;
+        let session = self.scope(&tenant, args.session).await?;
         let (budget, tokenizer) = (args.budget, args.tokenizer);
         let outcome = self
             .compactions
-            .prepare(args)
+            .prepare(session, args)
             .await
             .map_err(compaction_status)?;
         let plan = match &outcome {
@@ -378,10 +354,10 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
         let tenant = tenant_of(&request);
         let r = request.into_inner();
         let id = compaction_id(&r.compaction_id)?;
-        self.scope_compaction(&tenant, id).await?;
+        let session = self.scope_compaction(&tenant, id).await?;
         let outcome = self
             .compactions
-            .commit(id, r.text, r.model, true)
+            .commit(session, id, r.text, r.model, true)
             .await
             .map_err(compaction_status)?;
         self.reply(compaction::commit_outcome(outcome))
@@ -412,7 +388,7 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
         let tenant = tenant_of(&request);
         let r = request.into_inner();
         let session = session_id(&r.session_id)?;
-        self.scope(&tenant, session).await?;
+        let session = self.scope(&tenant, session).await?;
         let branch = branch_or_main("branch", &r.branch)?;
         let listing = self
             .compactions
@@ -475,7 +451,6 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
             .import(&tenant, metadata, &plan, key.as_ref())
             .await
             .map_err(status)?;
-        self.remember_owner(session.id, &tenant);
         metrics::counter!("ctxd_imported_sessions_total").increment(1);
         let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
         let mut response = pb::ImportSessionResponse {
@@ -500,10 +475,10 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
     async fn compact(&self, request: Request<pb::CompactRequest>) -> Reply<pb::CompactionOutcome> {
         let tenant = tenant_of(&request);
         let args = PrepareArgs::try_from(request.into_inner())?;
-        self.scope(&tenant, args.session).await?;
+        let session = self.scope(&tenant, args.session).await?;
         let outcome = self
             .compactions
-            .compact(args)
+            .compact(session, args)
             .await
             .map_err(compaction_status)?;
         self.reply(compaction::compact_outcome(outcome))
@@ -530,7 +505,7 @@ impl ContextStoreService {
         let tenant = tenant_of(&request);
         let request = request.into_inner();
         let session = session_id(&request.session_id)?;
-        self.scope(&tenant, session).await?;
+        let session = self.scope(&tenant, session).await?;
         // Parsed after the scope check: a foreign session answers NOT_FOUND whatever the ids.
         let ids = parse::pinned_ids(&request.node_ids)?;
         let pinned = self.store.pin(session, &ids, pin).await.map_err(status)?;
@@ -565,7 +540,7 @@ impl ContextStoreService {
         args: RenderArgs,
     ) -> Result<(PathView, Rendered), Status> {
         let (session, target, tokenizer, options) = render_request(args)?;
-        self.scope(tenant, session).await?;
+        let session = self.scope(tenant, session).await?;
         let path = self
             .store
             .load_path(session, &target)

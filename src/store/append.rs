@@ -5,8 +5,8 @@ use tokio::sync::oneshot;
 
 use super::commit::{Job, Message};
 use super::fault::{self, Fault};
-use super::{Error, Result, Store};
-use crate::domain::{BranchName, NodeContent, NodeId, SessionId};
+use super::{Error, Result, Scoped, Store};
+use crate::domain::{BranchName, NodeContent, NodeId};
 
 /// Where an append goes.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -18,7 +18,7 @@ pub enum AppendTarget {
 
 #[derive(Debug, Clone)]
 pub struct AppendRequest {
-    pub session: SessionId,
+    pub session: Scoped,
     pub target: AppendTarget,
     /// `Some(None)`: the target must have no head yet.
     pub expected_head: Option<Option<NodeId>>,

@@ -87,7 +87,7 @@ impl<'c> Batch<'c> {
         request: &mut AppendRequest,
         request_hash: Option<Hash>,
     ) -> Result<AppendOutcome> {
-        let session = request.session;
+        let session = request.session.id();
         if let (Some(key), Some(hash)) = (&request.idempotency_key, &request_hash) {
             let previous = match self.keys.get(&(session, key.clone())) {
                 Some((stored, outcome)) => Some((*stored, outcome.clone())),

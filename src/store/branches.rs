@@ -4,11 +4,12 @@ use sqlx::{Row, SqliteConnection};
 
 use super::clock::now_ms;
 use super::rows::{ensure_session, hash_column, id_column, node_row};
-use super::{Result, Store};
+use super::{Result, Scoped, Store};
 use crate::domain::{self, Branch, BranchName, NodeId, SessionId};
 
 impl Store {
-    pub async fn list_branches(&self, session: SessionId) -> Result<Vec<Branch>> {
+    pub async fn list_branches(&self, session: Scoped) -> Result<Vec<Branch>> {
+        let session = session.id();
         let mut conn = self.reader.acquire().await?;
         ensure_session(&mut conn, session).await?;
         branches(&mut conn, session).await
@@ -17,10 +18,11 @@ impl Store {
     /// Creates a branch at `from` (a top-level node of the session), or with no head.
     pub async fn create_branch(
         &self,
-        session: SessionId,
+        session: Scoped,
         name: BranchName,
         from: Option<NodeId>,
     ) -> Result<Branch> {
+        let session = session.id();
         let now = now_ms();
         let mut tx = self.begin_write().await?;
         ensure_session(&mut tx, session).await?;
@@ -67,7 +69,8 @@ impl Store {
     }
 
     /// Removes the ref; the nodes stay.
-    pub async fn delete_branch(&self, session: SessionId, name: &BranchName) -> Result<()> {
+    pub async fn delete_branch(&self, session: Scoped, name: &BranchName) -> Result<()> {
+        let session = session.id();
         let mut tx = self.begin_write().await?;
         ensure_session(&mut tx, session).await?;
         let done = sqlx::query("DELETE FROM branches WHERE session_id = ? AND name = ?")

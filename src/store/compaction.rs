@@ -5,7 +5,7 @@ use sqlx::{Row, SqliteConnection};
 
 use super::clock::now_ms;
 use super::rows::{branch_head, ensure_session, id_column, required_uuid, uuid_column};
-use super::{Error, Result, Store};
+use super::{Error, Result, Scoped, Store};
 use std::sync::Arc;
 
 use crate::domain::{
@@ -298,16 +298,25 @@ impl Store {
 
     /// The tenant whose session compaction `id` belongs to; `None` for an unknown plan. One
     /// lookup either way, so a caller cannot tell an unknown plan from another tenant's.
-    pub async fn compaction_tenant(&self, id: CompactionId) -> Result<Option<Tenant>> {
+    pub(super) async fn compaction_owner(
+        &self,
+        id: CompactionId,
+    ) -> Result<Option<(SessionId, Tenant)>> {
         let mut conn = self.reader.acquire().await?;
-        let tenant: Option<String> = sqlx::query_scalar(
-            "SELECT s.tenant FROM compactions c JOIN sessions s ON s.id = c.session_id
-             WHERE c.id = ?",
+        let row = sqlx::query(
+            "SELECT c.session_id, s.tenant FROM compactions c
+             JOIN sessions s ON s.id = c.session_id WHERE c.id = ?",
         )
         .bind(id.as_bytes().as_slice())
         .fetch_optional(&mut *conn)
         .await?;
-        Ok(tenant.map(Tenant::new))
+        row.map(|row| {
+            Ok((
+                SessionId::from_bytes(required_uuid(&row, "session_id")?),
+                Tenant::new(row.try_get::<String, _>("tenant")?),
+            ))
+        })
+        .transpose()
     }
 
     pub async fn plan(&self, id: CompactionId) -> Result<CompactionPlan> {
@@ -450,7 +459,8 @@ impl Store {
         Ok(())
     }
 
-    pub async fn summaries(&self, session: SessionId) -> Result<Vec<Summary>> {
+    pub async fn summaries(&self, session: Scoped) -> Result<Vec<Summary>> {
+        let session = session.id();
         let mut conn = self.reader.acquire().await?;
         ensure_session(&mut conn, session).await?;
         summaries(&mut conn, session).await
@@ -459,9 +469,10 @@ impl Store {
     /// The audit trail of a session (one branch's, if given), oldest first.
     pub async fn events(
         &self,
-        session: SessionId,
+        session: Scoped,
         branch: Option<&BranchName>,
     ) -> Result<Vec<CompactionEvent>> {
+        let session = session.id();
         let mut conn = self.reader.acquire().await?;
         ensure_session(&mut conn, session).await?;
         let rows = sqlx::query(
@@ -503,10 +514,11 @@ impl Store {
     /// Commits in a row, newest first, that wrote no summary on plans based at `head`.
     pub async fn failed_commits_at(
         &self,
-        session: SessionId,
+        session: Scoped,
         branch: &BranchName,
         head: NodeId,
     ) -> Result<usize> {
+        let session = session.id();
         let mut conn = self.reader.acquire().await?;
         let rows = sqlx::query(
             "SELECT reason, base_head_id FROM compaction_events

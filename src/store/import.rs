@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use super::append::AppendTarget;
 use super::clock::now_ms;
 use super::sessions::{CreationKey, insert_session, keyed_session, remember_key};
-use super::{Error, Result, Store, batch, compaction};
+use super::{Error, Result, Scoped, Store, batch, compaction};
 use crate::domain::{self, BranchName, NodeContent, NodeId, Session, SessionId, Tenant};
 
 impl Store {
@@ -24,7 +24,8 @@ impl Store {
         let mut tx = self.begin_write().await?;
         if let Some(existing) = keyed_session(&mut tx, tenant, key).await? {
             tx.rollback().await?;
-            return self.get_session(existing).await;
+            // Keys are per tenant: the session a key names is the caller's.
+            return self.get_session(Scoped::trusted(existing)).await;
         }
         insert_session(&mut tx, session, tenant, now, &metadata).await?;
         remember_key(&mut tx, tenant, key, session, now).await?;
@@ -85,6 +86,7 @@ impl Store {
             }
         }
         tx.commit().await?;
-        self.get_session(session).await
+        self.owners.remember(session, tenant);
+        self.get_session(Scoped::trusted(session)).await
     }
 }

@@ -28,6 +28,8 @@ pub struct Store {
     pub(super) write_lock: Arc<tokio::sync::Mutex<()>>,
     pub(super) path: Arc<PathBuf>,
     pub(super) quota: Arc<Quota>,
+    /// Sessions whose tenant a scope check (or their creation) established.
+    pub(super) owners: super::scope::SharedOwners,
 }
 
 /// How the store opens its database: `ctxd serve`'s flags.
@@ -113,6 +115,7 @@ impl Store {
             appends,
             path: Arc::new(path.to_path_buf()),
             quota,
+            owners: Arc::default(),
         })
     }
 

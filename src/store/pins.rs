@@ -6,7 +6,7 @@ use sqlx::{Row, SqliteConnection};
 
 use super::clock::now_ms;
 use super::rows::{ensure_session, id_column, node_row};
-use super::{Result, Store};
+use super::{Result, Scoped, Store};
 use crate::domain::{NodeId, SessionId};
 
 /// The session's pinned nodes, oldest pin first.
@@ -42,12 +42,8 @@ pub(super) fn fold(
 impl Store {
     /// Pins (or unpins) `nodes` of `session`, recording an event for each whose state changes;
     /// returns the session's pinned nodes after. Every id must be a node of the session.
-    pub async fn pin(
-        &self,
-        session: SessionId,
-        nodes: &[NodeId],
-        pin: bool,
-    ) -> Result<Vec<NodeId>> {
+    pub async fn pin(&self, session: Scoped, nodes: &[NodeId], pin: bool) -> Result<Vec<NodeId>> {
+        let session = session.id();
         let mut tx = self.begin_write().await?;
         ensure_session(&mut tx, session).await?;
         for (i, id) in nodes.iter().enumerate() {
@@ -76,7 +72,8 @@ impl Store {
     }
 
     /// The session's pinned nodes, oldest pin first.
-    pub async fn pinned(&self, session: SessionId) -> Result<Vec<NodeId>> {
+    pub async fn pinned(&self, session: Scoped) -> Result<Vec<NodeId>> {
+        let session = session.id();
         let mut conn = self.reader.acquire().await?;
         ensure_session(&mut conn, session).await?;
         pinned(&mut conn, session).await

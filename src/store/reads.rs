@@ -13,7 +13,7 @@ use super::rows::{
     NODE_COLUMNS, NodeRow, branch_head, ensure_session, function_row, hash_column, id_column,
     node_row, node_row_from,
 };
-use super::{Error, Result, Store, compaction, pins};
+use super::{Error, Result, Scoped, Store, compaction, pins};
 use crate::domain::{
     self, BranchName, Expose, Hash, Node, NodeContent, NodeId, PathView, SessionId,
 };
@@ -31,7 +31,8 @@ const IN_CHUNK: usize = 500;
 
 impl Store {
     /// Nodes by id, in the order asked; every id must be a node of `session`.
-    pub async fn get_nodes(&self, session: SessionId, ids: &[NodeId]) -> Result<Vec<Node>> {
+    pub async fn get_nodes(&self, session: Scoped, ids: &[NodeId]) -> Result<Vec<Node>> {
+        let session = session.id();
         let mut conn = self.reader.acquire().await?;
         ensure_session(&mut conn, session).await?;
         let mut rows = Vec::with_capacity(ids.len());
@@ -45,10 +46,11 @@ impl Store {
     /// next page starts at.
     pub async fn log(
         &self,
-        session: SessionId,
+        session: Scoped,
         start: PathTarget,
         limit: u32,
     ) -> Result<(Vec<Node>, Option<NodeId>)> {
+        let session = session.id();
         let mut conn = self.reader.acquire().await?;
         ensure_session(&mut conn, session).await?;
         let Some(start) = resolve_start(&mut conn, session, &start).await? else {
@@ -68,7 +70,8 @@ impl Store {
     /// Loads what a render of `target` needs: the path from the root, the internal chains of
     /// completed functions that expose them in full, and the session's summaries (the engine
     /// keeps those that apply to this path).
-    pub async fn load_path(&self, session: SessionId, target: &PathTarget) -> Result<PathView> {
+    pub async fn load_path(&self, session: Scoped, target: &PathTarget) -> Result<PathView> {
+        let session = session.id();
         let mut conn = self.reader.acquire().await?;
         let (start, scope, loaded) = match target {
             PathTarget::Branch(name) => match branch_start(&mut conn, session, name).await? {

@@ -9,7 +9,7 @@ use sqlx::{Row, SqliteConnection};
 use super::branches::branches;
 use super::clock::now_ms;
 use super::rows::{hash_column, required_uuid};
-use super::{Error, Result, Store};
+use super::{Error, Result, Scoped, Store};
 use crate::domain::{self, Branch, BranchName, Hash, Session, SessionId, Tenant};
 
 impl Store {
@@ -26,11 +26,13 @@ impl Store {
         let mut tx = self.begin_write().await?;
         if let Some(existing) = keyed_session(&mut tx, tenant, key).await? {
             tx.rollback().await?;
-            return self.get_session(existing).await;
+            // Keys are per tenant: the session a key names is the caller's.
+            return self.get_session(Scoped::trusted(existing)).await;
         }
         insert_session(&mut tx, id, tenant, now, &metadata).await?;
         remember_key(&mut tx, tenant, key, id, now).await?;
         tx.commit().await?;
+        self.owners.remember(id, tenant);
         Ok(Session {
             id,
             created_at_ms: now,
@@ -54,7 +56,8 @@ impl Store {
         Ok(tenant.map(Tenant::new))
     }
 
-    pub async fn get_session(&self, id: SessionId) -> Result<Session> {
+    pub async fn get_session(&self, id: Scoped) -> Result<Session> {
+        let id = id.id();
         let mut conn = self.reader.acquire().await?;
         let row = sqlx::query(
             "SELECT id, created_at_ms, metadata, compaction_count FROM sessions WHERE id = ?",

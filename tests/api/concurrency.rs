@@ -259,9 +259,16 @@ async fn an_append_sees_what_another_process_appended() {
     app.append(&s, vec![user("q"), assistant("a")]).await;
 
     let other = Store::open(&app.db_path).await.expect("a second store");
+    let scoped = other
+        .scope(
+            &ctxd::domain::Tenant::local(),
+            SessionId::parse("session_id", &s).expect("a session id"),
+        )
+        .await
+        .expect("the session, scoped");
     let theirs = other
         .append(AppendRequest {
-            session: SessionId::parse("session_id", &s).expect("a session id"),
+            session: scoped,
             target: AppendTarget::Branch(BranchName::main()),
             expected_head: None,
             idempotency_key: None,
@@ -405,11 +412,15 @@ async fn other_writes_get_their_turn_under_a_stream_of_appends() {
     let mut appenders = Vec::new();
     for _ in 0..32 {
         let (store, stop, appended) = (store.clone(), Arc::clone(&stop), Arc::clone(&appended));
-        let session = store
+        let created = store
             .create_session(&Tenant::local(), Default::default(), None)
             .await
             .expect("a session")
             .id;
+        let session = store
+            .scope(&Tenant::local(), created)
+            .await
+            .expect("its own session");
         appenders.push(tokio::spawn(async move {
             let mut n = 0;
             while !stop.load(Ordering::Relaxed) {
@@ -448,9 +459,13 @@ async fn other_writes_get_their_turn_under_a_stream_of_appends() {
             .create_session(&Tenant::local(), Default::default(), None)
             .await
             .unwrap_or_else(|e| panic!("CreateSession {i} under appends: {e}"));
+        let scoped = store
+            .scope(&Tenant::local(), session.id)
+            .await
+            .expect("its own session");
         store
             .create_branch(
-                session.id,
+                scoped,
                 BranchName::parse("name", "side").expect("a name"),
                 None,
             )

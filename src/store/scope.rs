@@ -1,0 +1,83 @@
+//! Tenant scoping as a type: a session id the store's methods accept only once it was checked
+//! against the caller's tenant, so no handler (and no future backend) can forget the check.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use super::{Result, Store};
+use crate::domain::{self, CompactionId, SessionId, Tenant};
+
+/// A session id checked against a tenant. Only [`Store::scope`], [`Store::scope_compaction`]
+/// and the store itself (for a session it just created or found by a checked key) make one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Scoped(SessionId);
+
+impl Scoped {
+    pub fn id(self) -> SessionId {
+        self.0
+    }
+
+    /// For the store's own use: a session it created for the caller, or read back by a key
+    /// scoped to the caller's tenant.
+    pub(super) fn trusted(id: SessionId) -> Self {
+        Self(id)
+    }
+}
+
+impl std::fmt::Display for Scoped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// Sessions whose tenant is known: each session's tenant never changes.
+#[derive(Default)]
+pub(super) struct Owners(Mutex<HashMap<SessionId, Tenant>>);
+
+/// Owners remembered at most; past that the map starts over.
+const OWNERS_CACHED: usize = 1_000_000;
+
+impl Owners {
+    pub(super) fn remember(&self, session: SessionId, tenant: &Tenant) {
+        let mut owners = self.0.lock().expect("owners lock");
+        if owners.len() >= OWNERS_CACHED {
+            owners.clear();
+        }
+        owners.insert(session, tenant.clone());
+    }
+
+    fn knows(&self, session: SessionId, tenant: &Tenant) -> bool {
+        self.0.lock().expect("owners lock").get(&session) == Some(tenant)
+    }
+}
+
+pub(super) type SharedOwners = Arc<Owners>;
+
+impl Store {
+    /// Lets `tenant` at `session`, or answers exactly what an unknown session answers.
+    ///
+    /// Only the caller's own sessions are answered from memory: another tenant's session costs
+    /// the same database lookup as an unknown id, so neither the answer nor its timing tells
+    /// whether the id exists.
+    pub async fn scope(&self, tenant: &Tenant, session: SessionId) -> Result<Scoped> {
+        if self.owners.knows(session, tenant) {
+            return Ok(Scoped(session));
+        }
+        match self.session_tenant(session).await? {
+            Some(owner) if &owner == tenant => {
+                self.owners.remember(session, tenant);
+                Ok(Scoped(session))
+            }
+            _ => Err(domain::Error::not_found("session", session).into()),
+        }
+    }
+
+    /// The session of compaction `id`, scoped to `tenant`: a plan of another tenant's session
+    /// answers exactly what an unknown plan does, after the same single lookup.
+    pub async fn scope_compaction(&self, tenant: &Tenant, id: CompactionId) -> Result<Scoped> {
+        match self.compaction_owner(id).await? {
+            Some((session, owner)) if &owner == tenant => Ok(Scoped(session)),
+            _ => Err(domain::Error::not_found("compaction", id).into()),
+        }
+    }
+}
