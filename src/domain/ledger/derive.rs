@@ -1,4 +1,8 @@
 //! Deriving a ledger from nodes: tool calls and results read generically.
+//!
+//! Longer than most modules on purpose: one pass pairs each call with its result, and the rules
+//! for each tool style (editors, shells, patches, SWE-agent commands, results naming a file)
+//! read that pairing; split apart, they would each need it passed around.
 
 use std::collections::HashMap;
 

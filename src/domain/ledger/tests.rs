@@ -1,4 +1,5 @@
-//! Tests of ledger derivation and its text form.
+//! Tests of ledger derivation and its text form: one per tool style and rule, so long, and
+//! kept apart from the code they test.
 
 use super::derive::{error_line, exit_code};
 use super::text::LEVELS;
@@ -1010,8 +1011,8 @@ fn real_traces_keep_every_path() {
             .ops
             .into_iter()
             .filter_map(|op| match op {
-                crate::import::Op::Node { content, .. } => Some(node(content)),
-                crate::import::Op::Summary { .. } => None,
+                crate::domain::Op::Node { content, .. } => Some(node(content)),
+                crate::domain::Op::Summary { .. } => None,
             })
             .collect();
         let l = Ledger::derive(&nodes);
@@ -1042,8 +1043,8 @@ fn swe_pydicom_trace() {
         .ops
         .into_iter()
         .filter_map(|op| match op {
-            crate::import::Op::Node { content, .. } => Some(node(content)),
-            crate::import::Op::Summary { .. } => None,
+            crate::domain::Op::Node { content, .. } => Some(node(content)),
+            crate::domain::Op::Summary { .. } => None,
         })
         .collect();
     let l = Ledger::derive(&nodes);
