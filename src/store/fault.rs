@@ -34,18 +34,50 @@ impl Error {
     pub fn fault(&self) -> Option<Fault> {
         Some(match self {
             Error::Domain(_) => return None,
-            Error::Database(e) => sqlx_fault(e),
-            Error::Sqlite(e) => rusqlite_fault(e),
-            Error::Migrate(
-                sqlx::migrate::MigrateError::Execute(e)
-                | sqlx::migrate::MigrateError::ExecuteMigration(e, _),
-            ) => sqlx_fault(e),
-            Error::Migrate(_) => Fault::Internal,
+            Error::Database { fault, .. }
+            | Error::Migrate { fault, .. }
+            | Error::Batch { fault, .. } => *fault,
             Error::Corrupt(_) => Fault::Corrupt,
-            Error::Batch { fault, .. } => *fault,
             Error::Closed => Fault::Closed,
             Error::Unusable { .. } => Fault::Unavailable,
         })
+    }
+}
+
+// The SQLite backend's fault classifier: each driver's errors, classified as they convert.
+
+impl From<sqlx::Error> for Error {
+    fn from(error: sqlx::Error) -> Self {
+        Error::Database {
+            fault: sqlx_fault(&error),
+            detail: super::check::sqlite_message(&error),
+        }
+    }
+}
+
+/// A failure on the group committer's connection.
+impl From<rusqlite::Error> for Error {
+    fn from(error: rusqlite::Error) -> Self {
+        Error::Database {
+            fault: rusqlite_fault(&error),
+            detail: error.to_string(),
+        }
+    }
+}
+
+impl From<sqlx::migrate::MigrateError> for Error {
+    fn from(error: sqlx::migrate::MigrateError) -> Self {
+        use sqlx::migrate::MigrateError::{Execute, ExecuteMigration};
+        match &error {
+            Execute(e) | ExecuteMigration(e, _) => Error::Migrate {
+                fault: sqlx_fault(e),
+                detail: super::check::sqlite_message(e),
+            },
+            _ => Error::Migrate {
+                fault: Fault::Internal,
+                detail: error.to_string(),
+            },
+        }
     }
 }
 
@@ -82,18 +114,14 @@ fn sqlx_fault(error: &sqlx::Error) -> Fault {
 /// What an error at open means, for the one line `ctxd serve` prints before it exits.
 pub(super) fn describe(error: &Error) -> String {
     let detail = match error {
-        Error::Database(e) => super::check::sqlite_message(e),
-        Error::Migrate(
-            sqlx::migrate::MigrateError::Execute(e)
-            | sqlx::migrate::MigrateError::ExecuteMigration(e, _),
-        ) => super::check::sqlite_message(e),
+        Error::Database { detail, .. } | Error::Migrate { detail, .. } => detail.clone(),
         other => other.to_string(),
     };
     match error.fault() {
         Some(Fault::Full) => format!("is full ({detail}): free disk space or raise --max-db-bytes"),
         Some(Fault::Busy) => format!("is locked by another process ({detail})"),
         Some(Fault::Corrupt) => format!("is damaged ({detail})"),
-        _ if matches!(error, Error::Migrate(_)) => format!("cannot be migrated: {detail}"),
+        _ if matches!(error, Error::Migrate { .. }) => format!("cannot be migrated: {detail}"),
         _ => format!("cannot be opened: {detail}"),
     }
 }

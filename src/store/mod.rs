@@ -37,17 +37,16 @@ pub use scope::Scoped;
 pub use sessions::CreationKey;
 
 /// Errors of the store: domain errors pass through; database failures stay opaque to clients.
+/// Free of driver types: a driver's error is classified (`fault`, the backend's own classifier)
+/// where it converts, and only its message is kept, for logs.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error(transparent)]
     Domain(#[from] domain::Error),
-    #[error("database: {0}")]
-    Database(#[from] sqlx::Error),
-    /// A failure on the group committer's connection.
-    #[error("database: {0}")]
-    Sqlite(#[from] rusqlite::Error),
-    #[error("migration: {0}")]
-    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("database: {detail}")]
+    Database { fault: Fault, detail: String },
+    #[error("migration: {detail}")]
+    Migrate { fault: Fault, detail: String },
     #[error("corrupt store: {0}")]
     Corrupt(String),
     /// The group commit this append was part of failed; nothing of the batch is written.
