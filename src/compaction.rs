@@ -8,7 +8,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use crate::compact::{self, Plan, Prepared, Verdict};
+use crate::compact::{self, Prepared, SummaryPlan, Verdict};
 use crate::domain::{
     self, BranchName, Budget, CompactionEvent, CompactionId, Hash, NodeId, PathView, Reason,
     SessionId, Summary, SummaryId, Tenant,
@@ -68,7 +68,7 @@ pub enum PrepareOutcome {
     },
     Needed {
         plan: Box<CompactionPlan>,
-        prepared: Box<Plan>,
+        prepared: Box<SummaryPlan>,
     },
 }
 

@@ -2300,7 +2300,7 @@ fn shared(nodes: Vec<Node>) -> Vec<Arc<Node>> {
 // ------------------------------------------------------------ summaries and pins over paths
 
 /// A summary as commit would store it from `plan`.
-fn summary_of(plan: &ctxd::compact::Plan, head: NodeId, at: i64) -> ctxd::domain::Summary {
+fn summary_of(plan: &ctxd::compact::SummaryPlan, head: NodeId, at: i64) -> ctxd::domain::Summary {
     ctxd::domain::Summary {
         id: ctxd::domain::SummaryId::new(),
         compaction_id: ctxd::domain::CompactionId::new(),

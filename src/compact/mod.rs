@@ -21,12 +21,12 @@ pub enum Prepared {
         tokens_before: Tokens,
         reason: String,
     },
-    Needed(Box<Plan>),
+    Needed(Box<SummaryPlan>),
 }
 
 /// The range a summary will replace, fixed at Prepare so Commit cannot be handed another.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Plan {
+pub struct SummaryPlan {
     pub kind: SummaryKind,
     /// The nodes the summary will cover: the rolled-over summaries', then the new range's.
     pub covers: Vec<NodeId>,
@@ -217,7 +217,7 @@ fn plan(
     input_tokens: Tokens,
     tokens_before: Tokens,
     retained_turns: usize,
-) -> Plan {
+) -> SummaryPlan {
     let hashes: HashMap<NodeId, Hash> = path.all_nodes().map(|n| (n.id, n.hash)).collect();
     let mut source = blake3::Hasher::new();
     for id in &covers {
@@ -232,7 +232,7 @@ fn plan(
         .map(|n| n.id)
         .filter(|id| covered.contains(id))
         .collect();
-    Plan {
+    SummaryPlan {
         kind,
         range: on_path.first().zip(on_path.last()).map(|(a, b)| (*a, *b)),
         rolls_over: rolled.iter().map(|s| s.id).collect(),

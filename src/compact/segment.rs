@@ -2,7 +2,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::{Plan, Prepared, measure, ordered_covers, plan};
+use super::{Prepared, SummaryPlan, measure, ordered_covers, plan};
 use crate::domain::{Budget, Error, Node, NodeContent, NodeId, PathView, Summary, SummaryKind};
 use crate::render::{self, Message};
 use crate::tokens::{Count, Tokens};
@@ -101,7 +101,7 @@ pub fn prepare_segment(
             .unwrap_or(usize::MAX)
     });
     let covers = ordered_covers(covered, &rolled);
-    let mut plan: Plan = plan(
+    let mut plan: SummaryPlan = plan(
         path,
         SummaryKind::Segment,
         covers,

@@ -18,12 +18,12 @@ pub enum Op {
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Plan {
+pub struct History {
     pub ops: Vec<Op>,
     pub warnings: Vec<String>,
 }
 
-impl Plan {
+impl History {
     pub fn nodes(&self) -> usize {
         self.ops
             .iter()

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use base64::Engine as _;
 use serde_json::Value;
 
-use super::{Builder, Plan, arguments};
+use super::{Builder, History, arguments};
 use crate::domain::{Error, MediaSource, Part, Role, ToolCall};
 
 /// One conversational line, parsed.
@@ -29,7 +29,7 @@ struct Entry {
     compact_summary: bool,
 }
 
-pub(super) fn parse(text: &str) -> Result<Plan, Error> {
+pub(super) fn parse(text: &str) -> Result<History, Error> {
     let mut main: Vec<Entry> = Vec::new();
     let mut sidechains: Vec<(String, Vec<Entry>)> = Vec::new();
     // agentId → the tool_use that started it, from the session's progress entries.

@@ -17,7 +17,7 @@ use crate::domain::{
 
 /// The plan an import produces: a history the store writes in one go (kept in the domain, so
 /// the store needs nothing of the importers).
-pub use crate::domain::{Op, Plan};
+pub use crate::domain::{History, Op};
 
 /// The formats a session file may be in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,7 +42,7 @@ pub fn detect(data: &[u8]) -> Source {
 }
 
 /// Parses a whole file into a plan.
-pub fn parse(source: Source, data: &[u8]) -> Result<Plan, Error> {
+pub fn parse(source: Source, data: &[u8]) -> Result<History, Error> {
     let text = std::str::from_utf8(data)
         .map_err(|e| Error::invalid("data", format!("not UTF-8 at byte {}", e.valid_up_to())))?;
     let plan = match source {
@@ -68,7 +68,7 @@ struct Chain {
 /// Builds a plan chain by chain, repairing what the pairing rules would refuse.
 #[derive(Default)]
 struct Builder {
-    plan: Plan,
+    plan: History,
     chains: HashMap<Option<usize>, Chain>,
 }
 
@@ -280,7 +280,7 @@ impl Builder {
 
     /// Closes functions left running at the end (a function must close with its chain answered);
     /// calls left open at the top-level tail stay pending, as the rules allow.
-    fn finish(mut self, line: usize) -> Plan {
+    fn finish(mut self, line: usize) -> History {
         let running: Vec<(Option<usize>, String, usize)> = self
             .chains
             .iter()

@@ -3,10 +3,10 @@
 
 use serde_json::Value;
 
-use super::{Builder, Plan, arguments, string_field};
+use super::{Builder, History, arguments, string_field};
 use crate::domain::{Error, Part, Role, ToolCall};
 
-pub(super) fn parse(text: &str) -> Result<Plan, Error> {
+pub(super) fn parse(text: &str) -> Result<History, Error> {
     let mut b = Builder::default();
     let mut last = 0;
     for (i, raw) in text.lines().enumerate() {

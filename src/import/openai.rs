@@ -3,10 +3,10 @@
 use base64::Engine as _;
 use serde_json::Value;
 
-use super::{Builder, Plan, arguments, string_field};
+use super::{Builder, History, arguments, string_field};
 use crate::domain::{Error, MediaSource, Part, Role, ToolCall};
 
-pub(super) fn parse(text: &str) -> Result<Plan, Error> {
+pub(super) fn parse(text: &str) -> Result<History, Error> {
     let v: Value = serde_json::from_str(text)
         .map_err(|e| Error::invalid(format!("line {}", e.line()), format!("not JSON: {e}")))?;
     let messages = match &v {

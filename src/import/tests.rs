@@ -2,7 +2,7 @@
 
 use super::*;
 
-fn kinds(plan: &Plan) -> Vec<String> {
+fn kinds(plan: &History) -> Vec<String> {
     plan.ops
         .iter()
         .map(|op| match op {
@@ -123,7 +123,7 @@ fn openai_messages_array() {
     );
 }
 
-fn claude_code(files: &[&str]) -> Plan {
+fn claude_code(files: &[&str]) -> History {
     let mut data = Vec::new();
     for file in files {
         let path = format!("{}/testdata/claude-code/{file}", env!("CARGO_MANIFEST_DIR"));

@@ -48,11 +48,11 @@ impl Store {
         answer
             .await
             .map_err(|_| Error::Closed)?
-            .map_err(|e| self.refine(e))
+            .map_err(|e| self.diagnose_full_disk(e))
     }
 
     /// A write that failed on an I/O error while the disk has no room failed for want of space.
-    fn refine(&self, error: Error) -> Error {
+    fn diagnose_full_disk(&self, error: Error) -> Error {
         match error {
             Error::Batch {
                 fault: Fault::Unavailable,

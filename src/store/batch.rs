@@ -1,5 +1,5 @@
 //! The checks an append passes, apart from how rows are stored: a batch reads its targets
-//! through `Tx`, checks each append against the state it found and left them in (head, hashes,
+//! through `AppendTx`, checks each append against the state it found and left them in (head, hashes,
 //! pairing state), and plans the rows it writes; and the fingerprint an idempotent retry must
 //! repeat.
 
@@ -9,7 +9,7 @@ use super::append::{AppendOutcome, AppendRequest, AppendTarget};
 use super::body::Body;
 use super::commit::{KnownBlobs, TargetCache, TargetKey, TargetState};
 use super::rows::NodeRow;
-use super::writes::{Direct, IdempotencyRow, NodeInsert, Pending};
+use super::writes::{BatchRows, CommitterTx, IdempotencyRow, NodeInsert};
 use super::{Error, Result};
 use crate::domain::{
     self, Admit, BranchName, ChainTail, ClosedChain, Hash, NodeContent, NodeId, SessionId,
@@ -18,7 +18,7 @@ use crate::domain::{
 
 /// A write transaction a batch reads its targets in and writes its rows to: the committer's
 /// own connection, or the sqlx writer connection for an import.
-pub(super) trait Tx {
+pub(super) trait AppendTx {
     async fn branch_head(
         &mut self,
         session: SessionId,
@@ -33,12 +33,12 @@ pub(super) trait Tx {
     /// One node of `session`; `field` names the request field in the not-found error.
     async fn node_row(&mut self, session: SessionId, id: NodeId, field: &str) -> Result<NodeRow>;
     async fn ensure_session(&mut self, session: SessionId) -> Result<()>;
-    async fn write(&mut self, pending: &Pending) -> Result<()>;
+    async fn write(&mut self, pending: &BatchRows) -> Result<()>;
 }
 
 /// A target as this batch found or left it.
 #[derive(Clone)]
-pub(super) struct Seen {
+pub(super) struct FoundTarget {
     pub(super) state: TargetState,
     /// A function target closed when it was read.
     pub(super) closed: bool,
@@ -50,12 +50,12 @@ pub(super) struct Batch<'c> {
     targets: &'c TargetCache,
     blobs: &'c KnownBlobs,
     now: i64,
-    pub(super) seen: HashMap<TargetKey, Seen>,
+    pub(super) seen: HashMap<TargetKey, FoundTarget>,
     /// Idempotency records this batch writes.
     keys: HashMap<(SessionId, String), (Hash, AppendOutcome)>,
     /// Functions this batch closes.
     pub(super) closed: HashSet<(SessionId, NodeId)>,
-    pub(super) pending: Pending,
+    pub(super) pending: BatchRows,
 }
 
 static NO_TARGETS: std::sync::LazyLock<TargetCache> = std::sync::LazyLock::new(Default::default);
@@ -70,7 +70,7 @@ impl<'c> Batch<'c> {
             seen: HashMap::new(),
             keys: HashMap::new(),
             closed: HashSet::new(),
-            pending: Pending::default(),
+            pending: BatchRows::default(),
         }
     }
 
@@ -83,7 +83,7 @@ impl<'c> Batch<'c> {
     /// against the state this batch has reached and plans its writes.
     pub(super) async fn append(
         &mut self,
-        tx: &mut Direct<'_>,
+        tx: &mut CommitterTx<'_>,
         request: &mut AppendRequest,
         request_hash: Option<Hash>,
     ) -> Result<AppendOutcome> {
@@ -143,7 +143,7 @@ impl<'c> Batch<'c> {
     /// names node `i` in errors.
     async fn nodes(
         &mut self,
-        tx: &mut impl Tx,
+        tx: &mut impl AppendTx,
         session: SessionId,
         target: &AppendTarget,
         expected_head: Option<Option<NodeId>>,
@@ -267,7 +267,7 @@ impl<'c> Batch<'c> {
         }
         self.seen.insert(
             key,
-            Seen {
+            FoundTarget {
                 state: TargetState {
                     head: head_id,
                     head_hash: parent_hash,
@@ -282,7 +282,7 @@ impl<'c> Batch<'c> {
 
     /// The state of `key` as this batch stands: as it left or found it, else the remembered
     /// state if the stored head is still its head, else read.
-    async fn state(&mut self, tx: &mut impl Tx, key: &TargetKey) -> Result<Seen> {
+    async fn state(&mut self, tx: &mut impl AppendTx, key: &TargetKey) -> Result<FoundTarget> {
         if let Some(seen) = self.seen.get(key) {
             return Ok(seen.clone());
         }
@@ -295,7 +295,7 @@ impl<'c> Batch<'c> {
             Some(state) => state.clone(),
             None => read_state(tx, *session, target, head).await?,
         };
-        let seen = Seen { state, closed };
+        let seen = FoundTarget { state, closed };
         self.seen.insert(key.clone(), seen.clone());
         Ok(seen)
     }
@@ -303,7 +303,7 @@ impl<'c> Batch<'c> {
     /// What a result closing `function` records; its chain must have no pending calls.
     async fn closing_chain(
         &mut self,
-        tx: &mut impl Tx,
+        tx: &mut impl AppendTx,
         session: SessionId,
         function: NodeId,
         field: &str,
@@ -333,7 +333,7 @@ impl<'c> Batch<'c> {
     /// import's run of nodes); returns each node's id and hash.
     pub(super) async fn write(
         &mut self,
-        tx: &mut impl Tx,
+        tx: &mut impl AppendTx,
         session: SessionId,
         target: &AppendTarget,
         nodes: &mut [NodeContent],
@@ -343,7 +343,7 @@ impl<'c> Batch<'c> {
             .nodes(tx, session, target, None, nodes, field_of)
             .await?;
         tx.write(&self.pending).await?;
-        self.pending = Pending::default();
+        self.pending = BatchRows::default();
         Ok(written)
     }
 }
@@ -351,7 +351,7 @@ impl<'c> Batch<'c> {
 /// The state of `target` at the stored `head`: the hashes new nodes chain from and the chain's
 /// pairing state.
 async fn read_state(
-    tx: &mut impl Tx,
+    tx: &mut impl AppendTx,
     session: SessionId,
     target: &AppendTarget,
     head: Option<NodeId>,
@@ -379,7 +379,7 @@ async fn read_state(
 
 /// The pairing state of a chain whose newest node is `head`: its nodes since the latest message.
 async fn chain_tail(
-    tx: &mut impl Tx,
+    tx: &mut impl AppendTx,
     session: SessionId,
     head: Option<NodeId>,
     scope: Option<NodeId>,

@@ -15,11 +15,11 @@ use rusqlite::TransactionBehavior;
 use tokio::sync::{Mutex, mpsc, oneshot};
 
 use super::append::{AppendOutcome, AppendRequest, AppendTarget};
-use super::batch::{Batch, Seen, Tx, request_fingerprint};
+use super::batch::{AppendTx, Batch, FoundTarget, request_fingerprint};
 use super::clock::now_ms;
 use super::fault::{Fault, Quota};
 use super::open::Config;
-use super::writes::Direct;
+use super::writes::CommitterTx;
 use super::{Error, Result};
 use crate::domain::{ChainTail, Hash, NodeId, SessionId};
 
@@ -237,12 +237,12 @@ async fn write_batch(
     fingerprints: &[Option<Hash>],
     targets: &TargetCache,
     blobs: &KnownBlobs,
-) -> Result<Written> {
+) -> Result<CommittedBatch> {
     let now = now_ms();
     // Dropped without COMMIT on any error below, the transaction rolls back (unless SQLite
     // already did).
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    let mut direct = Direct(&tx);
+    let mut direct = CommitterTx(&tx);
     let mut batch = Batch::new(targets, blobs, now);
     let mut outcomes = Vec::with_capacity(requests.len());
     for (request, fingerprint) in requests.iter_mut().zip(fingerprints) {
@@ -254,7 +254,7 @@ async fn write_batch(
     }
     direct.write(&batch.pending).await?;
     tx.commit()?;
-    Ok(Written {
+    Ok(CommittedBatch {
         outcomes,
         seen: batch.seen,
         closed: batch.closed,
@@ -263,14 +263,14 @@ async fn write_batch(
 }
 
 /// A batch written and committed.
-struct Written {
+struct CommittedBatch {
     outcomes: Vec<Result<AppendOutcome>>,
-    seen: HashMap<TargetKey, Seen>,
+    seen: HashMap<TargetKey, FoundTarget>,
     closed: HashSet<(SessionId, NodeId)>,
     blobs: HashSet<Hash>,
 }
 
-impl Written {
+impl CommittedBatch {
     /// What the committed batch found and left is true until something else moves a head.
     fn remember(&self, targets: &mut TargetCache, blobs: &mut KnownBlobs) {
         if targets.0.len() + self.seen.len() > CACHE_TARGETS {

@@ -1,4 +1,4 @@
-//! Writing an imported history (`domain::Plan`) as a new session, in one transaction, through
+//! Writing an imported history (`domain::History`) as a new session, in one transaction, through
 //! the same checks as an append.
 
 use std::collections::BTreeMap;
@@ -16,7 +16,7 @@ impl Store {
         &self,
         tenant: &Tenant,
         metadata: BTreeMap<String, String>,
-        plan: &domain::Plan,
+        plan: &domain::History,
         key: Option<&CreationKey>,
     ) -> Result<Session> {
         let session = SessionId::new();

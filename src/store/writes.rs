@@ -1,5 +1,5 @@
-//! The SQLite writes of a batch: the rows it plans (`Pending`), written by the committer's
-//! prepared one-row statements (`Direct`) or, for an import, by multi-row statements on the sqlx
+//! The SQLite writes of a batch: the rows it plans (`BatchRows`), written by the committer's
+//! prepared one-row statements (`CommitterTx`) or, for an import, by multi-row statements on the sqlx
 //! writer connection.
 
 use std::collections::{HashMap, HashSet};
@@ -8,7 +8,7 @@ use rusqlite::OptionalExtension;
 use sqlx::{QueryBuilder, Sqlite, SqliteConnection};
 
 use super::append::AppendOutcome;
-use super::batch::Tx;
+use super::batch::AppendTx;
 use super::body;
 use super::codec::{CODEC_ZSTD, compress};
 use super::commit::KnownBlobs;
@@ -47,7 +47,7 @@ macro_rules! insert_functions {
 }
 
 /// The sqlx writer connection, in an import's transaction.
-impl Tx for SqliteConnection {
+impl AppendTx for SqliteConnection {
     async fn branch_head(
         &mut self,
         session: SessionId,
@@ -72,7 +72,7 @@ impl Tx for SqliteConnection {
         rows::ensure_session(self, session).await
     }
 
-    async fn write(&mut self, pending: &Pending) -> Result<()> {
+    async fn write(&mut self, pending: &BatchRows) -> Result<()> {
         let mut sql = QueryBuilder::<Sqlite>::new("");
         pending.push_writes(&mut sql);
         sql.build().persistent(false).execute(&mut *self).await?;
@@ -82,13 +82,13 @@ impl Tx for SqliteConnection {
 
 /// The committer's transaction on its own connection. Its statements stay prepared: a batch
 /// repeats the same dozen.
-pub(super) struct Direct<'t>(pub(super) &'t rusqlite::Connection);
+pub(super) struct CommitterTx<'t>(pub(super) &'t rusqlite::Connection);
 
 fn not_found(what: &'static str, id: impl std::fmt::Display) -> Error {
     domain::Error::not_found(what, id).into()
 }
 
-impl Direct<'_> {
+impl CommitterTx<'_> {
     /// The stored record of an idempotency key: the request's fingerprint and the first answer.
     pub(super) fn idempotency_record(
         &self,
@@ -113,7 +113,7 @@ impl Direct<'_> {
     }
 }
 
-impl Tx for Direct<'_> {
+impl AppendTx for CommitterTx<'_> {
     async fn branch_head(
         &mut self,
         session: SessionId,
@@ -186,7 +186,7 @@ impl Tx for Direct<'_> {
     }
 
     /// Row by row: a prepared statement's step costs less than parsing a multi-row one.
-    async fn write(&mut self, pending: &Pending) -> Result<()> {
+    async fn write(&mut self, pending: &BatchRows) -> Result<()> {
         let id = |id: &NodeId| id.as_bytes().to_vec();
         let c = self.0;
         if !pending.blobs.is_empty() {
@@ -303,7 +303,7 @@ pub(super) struct IdempotencyRow {
 /// The rows a batch writes, in the order their references need: blobs, nodes, functions
 /// opened, functions closed, heads, idempotency records.
 #[derive(Default)]
-pub(super) struct Pending {
+pub(super) struct BatchRows {
     blobs: Vec<BlobRow>,
     pub(super) blob_hashes: HashSet<Hash>,
     nodes: Vec<NodeWrite>,
@@ -319,7 +319,7 @@ pub(super) struct Pending {
     pub(super) idempotency: Vec<IdempotencyRow>,
 }
 
-impl Pending {
+impl BatchRows {
     /// Plans a node and the blobs it refers to that are not known to be stored.
     pub(super) fn node(&mut self, known: &KnownBlobs, insert: NodeInsert, content: &NodeContent) {
         let (json, blobs) = body::encode(content);
