@@ -14,7 +14,9 @@ use crate::domain::{
     SessionId, Summary, SummaryId, Tenant,
 };
 use crate::render;
-use crate::store::{self, Applied, CompactionPlan, PathTarget, PlanState, Scoped, Store, now_ms};
+use crate::store::{
+    self, Applied, CompactionPlan, PathTarget, PlanState, Scoped, ScopedPlan, Store, now_ms,
+};
 use crate::summarizer::Summarizer;
 use crate::tokens::{TokenCache, Tokenizer};
 
@@ -69,6 +71,8 @@ pub enum PrepareOutcome {
     Needed {
         plan: Box<CompactionPlan>,
         prepared: Box<SummaryPlan>,
+        /// The stored plan, for the commits and the cancel that may follow.
+        scoped: ScopedPlan,
     },
 }
 
@@ -131,7 +135,7 @@ impl Compactions {
 
     /// Lets `tenant` at compaction `id`: its session, scoped; a plan of another tenant's
     /// session answers exactly what an unknown plan does, after the same single lookup.
-    pub async fn scope(&self, tenant: &Tenant, id: CompactionId) -> Result<Scoped> {
+    pub async fn scope(&self, tenant: &Tenant, id: CompactionId) -> Result<(Scoped, ScopedPlan)> {
         Ok(self.store.scope_compaction(tenant, id).await?)
     }
 
@@ -208,10 +212,11 @@ impl Compactions {
             state: PlanState::Open,
             created_at_ms: now_ms(),
         };
-        self.store.save_plan(&plan).await?;
+        let scoped = self.store.save_plan(session, &plan).await?;
         Ok(PrepareOutcome::Needed {
             plan: Box::new(plan),
             prepared,
+            scoped,
         })
     }
 
@@ -220,12 +225,13 @@ impl Compactions {
     pub async fn commit(
         &self,
         session: Scoped,
-        id: CompactionId,
+        scoped: ScopedPlan,
         text: String,
         model: String,
         keep_open: bool,
     ) -> Result<CommitOutcome> {
-        let plan = self.store.plan(id).await?;
+        let id = scoped.id();
+        let plan = self.store.plan(scoped).await?;
         if plan.session != session.id() {
             return Err(domain::Error::not_found("compaction", id).into());
         }
@@ -286,7 +292,7 @@ impl Compactions {
                     let Some(head) = head else { continue };
                     summary.tokens_before = before;
                     summary.tokens_after = after;
-                    match self.store.apply_summary(id, &summary, head).await? {
+                    match self.store.apply_summary(scoped, &summary, head).await? {
                         Applied::HeadMoved => continue,
                         Applied::Stored => {
                             metrics::counter!("ctxd_summaries_total", "outcome" => "applied")
@@ -323,7 +329,7 @@ impl Compactions {
                 ),
             };
             self.store
-                .reject(id, r, (before, after), &message, keep_open)
+                .reject(scoped, r, (before, after), &message, keep_open)
                 .await?;
             metrics::counter!("ctxd_summaries_total", "outcome" => r.as_str()).increment(1);
             return Ok(outcome(r, before, after, None, message));
@@ -335,7 +341,7 @@ impl Compactions {
     }
 
     /// Closes an open plan without a summary, `reason` being why.
-    pub async fn cancel(&self, id: CompactionId, reason: &str) -> Result<()> {
+    pub async fn cancel(&self, id: ScopedPlan, reason: &str) -> Result<()> {
         self.store.cancel(id, reason).await?;
         metrics::counter!("ctxd_summaries_total", "outcome" => "cancelled").increment(1);
         Ok(())
@@ -380,7 +386,7 @@ impl Compactions {
         };
         let tokenizer = args.tokenizer;
         let instructions = args.instructions.clone();
-        let (plan, prepared) = match self.prepare(session, args).await? {
+        let (plan, prepared, scoped) = match self.prepare(session, args).await? {
             PrepareOutcome::NotNeeded {
                 tokens_before,
                 reason,
@@ -390,11 +396,15 @@ impl Compactions {
                     reason,
                 });
             }
-            PrepareOutcome::Needed { plan, prepared } => (plan, prepared),
+            PrepareOutcome::Needed {
+                plan,
+                prepared,
+                scoped,
+            } => (plan, prepared, scoped),
         };
         let mut guard = CloseOnDrop {
             store: self.store.clone(),
-            plan: Some(plan.id),
+            plan: Some(scoped),
         };
         let model = summarizer.model().to_owned();
         let key = source_key(
@@ -421,7 +431,7 @@ impl Compactions {
                         let message = e.to_string();
                         tracing::warn!(error = %message, "summarizer failed");
                         self.store
-                            .close_plan(plan.id, Reason::Failed, &message)
+                            .close_plan(scoped, Reason::Failed, &message)
                             .await?;
                         metrics::counter!("ctxd_summaries_total", "outcome" => "failed")
                             .increment(1);
@@ -438,7 +448,7 @@ impl Compactions {
             }
         };
         let outcome = self
-            .commit(session, plan.id, text.clone(), model, false)
+            .commit(session, scoped, text.clone(), model, false)
             .await;
         guard.disarm();
         let outcome = outcome?;
@@ -472,7 +482,7 @@ async fn branch_path(store: &Store, session: Scoped, branch: &BranchName) -> Res
 /// before it finished: nothing is written but the event.
 struct CloseOnDrop {
     store: Store,
-    plan: Option<CompactionId>,
+    plan: Option<ScopedPlan>,
 }
 
 impl CloseOnDrop {

@@ -42,7 +42,7 @@ pub(super) fn prepare_response(
             history_budget,
             ..Default::default()
         },
-        PrepareOutcome::Needed { plan, prepared } => pb::PrepareCompactionResponse {
+        PrepareOutcome::Needed { plan, prepared, .. } => pb::PrepareCompactionResponse {
             needed: true,
             ledger: Some(convert::ledger(&prepared.ledger)),
             ledger_text: prepared.ledger.render(

@@ -20,7 +20,7 @@ use crate::domain::{
 use crate::import;
 use crate::limits::Limits;
 use crate::render::{self, Rendered};
-use crate::store::{self, Scoped, Store};
+use crate::store::{self, Scoped, ScopedPlan, Store};
 use crate::summarizer::Summarizer;
 use crate::tokens::{TokenCache, Tokenizer};
 
@@ -56,7 +56,11 @@ impl ContextStoreService {
     }
 
     /// Lets `tenant` at compaction `id`, or answers exactly what an unknown compaction answers.
-    async fn scope_compaction(&self, tenant: &Tenant, id: CompactionId) -> Result<Scoped, Status> {
+    async fn scope_compaction(
+        &self,
+        tenant: &Tenant,
+        id: CompactionId,
+    ) -> Result<(Scoped, ScopedPlan), Status> {
         self.compactions
             .scope(tenant, id)
             .await
@@ -330,7 +334,7 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
             .await
             .map_err(compaction_status)?;
         let plan = match &outcome {
-            PrepareOutcome::Needed { plan, .. } => Some(plan.id),
+            PrepareOutcome::Needed { scoped, .. } => Some(*scoped),
             PrepareOutcome::NotNeeded { .. } => None,
         };
         let response =
@@ -354,10 +358,10 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
         let tenant = tenant_of(&request);
         let r = request.into_inner();
         let id = compaction_id(&r.compaction_id)?;
-        let session = self.scope_compaction(&tenant, id).await?;
+        let (session, plan) = self.scope_compaction(&tenant, id).await?;
         let outcome = self
             .compactions
-            .commit(session, id, r.text, r.model, true)
+            .commit(session, plan, r.text, r.model, true)
             .await
             .map_err(compaction_status)?;
         self.reply(compaction::commit_outcome(outcome))
@@ -371,10 +375,10 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
         let tenant = tenant_of(&request);
         let r = request.into_inner();
         let id = compaction_id(&r.compaction_id)?;
-        self.scope_compaction(&tenant, id).await?;
+        let (_, plan) = self.scope_compaction(&tenant, id).await?;
         let reason = parse::cancel_reason(r.reason);
         self.compactions
-            .cancel(id, &reason)
+            .cancel(plan, &reason)
             .await
             .map_err(compaction_status)?;
         self.reply(pb::CancelCompactionResponse {})

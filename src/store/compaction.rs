@@ -5,7 +5,7 @@ use sqlx::{Row, SqliteConnection};
 
 use super::clock::now_ms;
 use super::rows::{branch_head, ensure_session, id_column, required_uuid, uuid_column};
-use super::{Error, Result, Scoped, Store};
+use super::{Error, Result, Scoped, ScopedPlan, Store};
 use std::sync::Arc;
 
 use crate::domain::{
@@ -243,7 +243,10 @@ async fn load_plan(conn: &mut SqliteConnection, id: CompactionId) -> Result<Comp
 
 impl Store {
     /// Stores a prepared plan and its `prepared` event.
-    pub async fn save_plan(&self, plan: &CompactionPlan) -> Result<()> {
+    pub async fn save_plan(&self, session: Scoped, plan: &CompactionPlan) -> Result<ScopedPlan> {
+        if plan.session != session.id() {
+            return Err(domain::Error::not_found("session", plan.session).into());
+        }
         let b = plan.budget;
         let budget = serde_json::to_string(&[
             b.context_window,
@@ -293,7 +296,7 @@ impl Store {
         )
         .await?;
         tx.commit().await?;
-        Ok(())
+        Ok(ScopedPlan::trusted(plan.id))
     }
 
     /// The tenant whose session compaction `id` belongs to; `None` for an unknown plan. One
@@ -319,7 +322,8 @@ impl Store {
         .transpose()
     }
 
-    pub async fn plan(&self, id: CompactionId) -> Result<CompactionPlan> {
+    pub async fn plan(&self, id: ScopedPlan) -> Result<CompactionPlan> {
+        let id = id.id();
         let mut conn = self.reader.acquire().await?;
         load_plan(&mut conn, id).await
     }
@@ -328,10 +332,11 @@ impl Store {
     /// one transaction with its event and the session's compaction count.
     pub async fn apply_summary(
         &self,
-        plan_id: CompactionId,
+        plan_id: ScopedPlan,
         summary: &Summary,
         expected_head: NodeId,
     ) -> Result<Applied> {
+        let plan_id = plan_id.id();
         let mut tx = self.begin_write().await?;
         let plan = load_plan(&mut tx, plan_id).await?;
         ensure_open(&plan)?;
@@ -389,12 +394,13 @@ impl Store {
     /// (a host may commit a better text); without, it is closed with this event.
     pub async fn reject(
         &self,
-        plan_id: CompactionId,
+        plan_id: ScopedPlan,
         reason: Reason,
         tokens: (u32, u32),
         message: &str,
         keep_open: bool,
     ) -> Result<()> {
+        let plan_id = plan_id.id();
         let (tokens_before, tokens_after) = tokens;
         let mut tx = self.begin_write().await?;
         let plan = load_plan(&mut tx, plan_id).await?;
@@ -421,17 +427,18 @@ impl Store {
     }
 
     /// Closes an open plan at the caller's word.
-    pub async fn cancel(&self, plan_id: CompactionId, message: &str) -> Result<()> {
+    pub async fn cancel(&self, plan_id: ScopedPlan, message: &str) -> Result<()> {
         self.close_plan(plan_id, Reason::Cancelled, message).await
     }
 
     /// Closes an open plan without a summary, recording why.
     pub async fn close_plan(
         &self,
-        plan_id: CompactionId,
+        plan_id: ScopedPlan,
         reason: Reason,
         message: &str,
     ) -> Result<()> {
+        let plan_id = plan_id.id();
         let mut tx = self.begin_write().await?;
         let plan = load_plan(&mut tx, plan_id).await?;
         ensure_open(&plan)?;

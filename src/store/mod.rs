@@ -33,7 +33,7 @@ pub use compaction::{Applied, CompactionPlan, PlanState};
 pub use fault::Fault;
 pub use open::{Config, Store};
 pub use reads::PathTarget;
-pub use scope::Scoped;
+pub use scope::{Scoped, ScopedPlan};
 pub use sessions::CreationKey;
 
 /// Errors of the store: domain errors pass through; database failures stay opaque to clients.

@@ -30,6 +30,22 @@ impl std::fmt::Display for Scoped {
     }
 }
 
+/// A compaction plan of a scoped session: only [`Store::scope_compaction`] and
+/// [`Store::save_plan`] make one, so the plan methods cannot be reached with an unchecked id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ScopedPlan(CompactionId);
+
+impl ScopedPlan {
+    pub fn id(self) -> CompactionId {
+        self.0
+    }
+
+    /// For the store's own use: a plan it just saved for a scoped session.
+    pub(super) fn trusted(id: CompactionId) -> Self {
+        Self(id)
+    }
+}
+
 /// Sessions whose tenant is known: each session's tenant never changes.
 #[derive(Default)]
 pub(super) struct Owners(Mutex<HashMap<SessionId, Tenant>>);
@@ -72,11 +88,15 @@ impl Store {
         }
     }
 
-    /// The session of compaction `id`, scoped to `tenant`: a plan of another tenant's session
+    /// Compaction `id` and its session, scoped to `tenant`: a plan of another tenant's session
     /// answers exactly what an unknown plan does, after the same single lookup.
-    pub async fn scope_compaction(&self, tenant: &Tenant, id: CompactionId) -> Result<Scoped> {
+    pub async fn scope_compaction(
+        &self,
+        tenant: &Tenant,
+        id: CompactionId,
+    ) -> Result<(Scoped, ScopedPlan)> {
         match self.compaction_owner(id).await? {
-            Some((session, owner)) if &owner == tenant => Ok(Scoped(session)),
+            Some((session, owner)) if &owner == tenant => Ok((Scoped(session), ScopedPlan(id))),
             _ => Err(domain::Error::not_found("compaction", id).into()),
         }
     }
