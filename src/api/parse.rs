@@ -1,15 +1,15 @@
 //! Request parsing: prost requests to domain arguments, every failure naming its field.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use tonic::Status;
 
 use super::{convert, domain_status, pb};
 use crate::compaction::PrepareArgs;
-use crate::domain::{BranchName, Budget, CompactionId, Error, Hash, NodeId, SessionId};
+use crate::domain::{BranchName, Budget, CompactionId, Error, NodeId, SessionId};
 use crate::import;
 use crate::render::{self, Callers, Options, Policy};
-use crate::store::{AppendRequest, AppendTarget, CreationKey, PathTarget, Scoped, now_ms};
+use crate::store::{AppendRequest, AppendTarget, PathTarget, Scoped, now_ms};
 use crate::tokens::Tokenizer;
 
 const DEFAULT_PAGE_SIZE: u32 = 50;
@@ -98,34 +98,6 @@ pub(super) fn metadata_keys(metadata: &HashMap<String, String>) -> Result<(), St
         )));
     }
     Ok(())
-}
-
-/// The idempotency key of a session-creating call, with a hash of what the call asks for, so
-/// a key reused for something else is refused rather than answered with the wrong session.
-pub(super) fn creation_key(
-    key: String,
-    request: impl FnOnce(&mut blake3::Hasher),
-) -> Option<CreationKey> {
-    if key.is_empty() {
-        return None;
-    }
-    let mut hasher = blake3::Hasher::new();
-    request(&mut hasher);
-    Some(CreationKey {
-        key,
-        request: Hash(*hasher.finalize().as_bytes()),
-    })
-}
-
-/// Length-prefixed, in key order: distinct maps never hash alike.
-pub(super) fn hash_metadata(hasher: &mut blake3::Hasher, metadata: &BTreeMap<String, String>) {
-    hasher.update(&(metadata.len() as u64).to_le_bytes());
-    for (k, v) in metadata {
-        for s in [k, v] {
-            hasher.update(&(s.len() as u64).to_le_bytes());
-            hasher.update(s.as_bytes());
-        }
-    }
 }
 
 /// A ListSessions request, parsed: the page size and the session the page starts after.

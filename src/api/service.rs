@@ -9,7 +9,7 @@ use tracing::instrument;
 
 use super::parse::{
     self, RenderArgs, append_request, branch_or_main, compaction_id, create_branch_request,
-    creation_key, hash_metadata, log_request, parse, provider_format, render_request, session_id,
+    log_request, parse, provider_format, render_request, session_id,
 };
 use super::reply::{self, Capped};
 use super::{compaction, compaction_status, convert, domain_status, pb, status};
@@ -20,7 +20,7 @@ use crate::domain::{
 use crate::import;
 use crate::limits::Limits;
 use crate::render::{self, Rendered};
-use crate::store::{self, Scoped, ScopedPlan, Store};
+use crate::store::{self, CreationKey, Scoped, ScopedPlan, Store};
 use crate::summarizer::Summarizer;
 use crate::tokens::{TokenCache, Tokenizer};
 
@@ -122,10 +122,7 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
             "send less metadata",
         )?;
         let metadata: BTreeMap<String, String> = metadata.into_iter().collect();
-        let key = creation_key(idempotency_key, |h| {
-            h.update(b"ctxd/create-session/v1");
-            hash_metadata(h, &metadata);
-        });
+        let key = CreationKey::session(idempotency_key, &metadata);
         let session = self
             .store
             .create_session(&tenant, metadata, key.as_ref())
@@ -430,12 +427,7 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
         )?;
         let source = parse::import_source(format, &data)?;
         let metadata: BTreeMap<String, String> = metadata.into_iter().collect();
-        let key = creation_key(idempotency_key, |h| {
-            h.update(b"ctxd/import-session/v1");
-            h.update(&format.to_le_bytes());
-            hash_metadata(h, &metadata);
-            h.update(&data);
-        });
+        let key = CreationKey::import(idempotency_key, format, &metadata, &data);
         let plan = tokio::task::spawn_blocking(move || import::parse(source, &data))
             .await
             .map_err(|_| Status::internal("import failed"))?

@@ -406,29 +406,3 @@ async fn chain_tail(
         since_message.iter().map(|(id, content)| (*id, content)),
     ))
 }
-
-/// What an idempotent retry must repeat exactly: target, expectation, content and pins.
-pub(super) fn request_fingerprint(request: &AppendRequest) -> Hash {
-    let (target, expected, nodes) = (&request.target, request.expected_head, &request.nodes);
-    let mut h = blake3::Hasher::new();
-    match target {
-        AppendTarget::Branch(name) => h.update(b"b").update(name.as_str().as_bytes()),
-        AppendTarget::Function(id) => h.update(b"f").update(id.as_bytes()),
-    };
-    match expected {
-        None => h.update(b"-"),
-        Some(None) => h.update(b"0"),
-        Some(Some(id)) => h.update(b"1").update(id.as_bytes()),
-    };
-    for node in nodes {
-        h.update(&node_hash(None, None, node).0);
-    }
-    // Appends without pins keep the fingerprints they always had.
-    if !request.pinned.is_empty() {
-        h.update(b"p");
-        for i in &request.pinned {
-            h.update(&(*i as u64).to_le_bytes());
-        }
-    }
-    Hash(*h.finalize().as_bytes())
-}

@@ -15,9 +15,10 @@ use rusqlite::TransactionBehavior;
 use tokio::sync::{Mutex, mpsc, oneshot};
 
 use super::append::{AppendOutcome, AppendRequest, AppendTarget};
-use super::batch::{AppendTx, Batch, FoundTarget, request_fingerprint};
+use super::batch::{AppendTx, Batch, FoundTarget};
 use super::clock::now_ms;
 use super::fault::{Fault, Quota};
+use super::idempotency::append_fingerprint;
 use super::open::Config;
 use super::writes::CommitterTx;
 use super::{Error, Result};
@@ -26,7 +27,7 @@ use crate::domain::{ChainTail, Hash, NodeId, SessionId};
 /// One append waiting for the group committer.
 pub(super) struct Job {
     request: AppendRequest,
-    /// With an idempotency key: what a retry must repeat ([`request_fingerprint`]).
+    /// With an idempotency key: what a retry must repeat ([`append_fingerprint`]).
     fingerprint: Option<Hash>,
     reply: oneshot::Sender<Result<AppendOutcome>>,
 }
@@ -42,7 +43,7 @@ impl Job {
         let fingerprint = request
             .idempotency_key
             .as_ref()
-            .map(|_| request_fingerprint(&request));
+            .map(|_| append_fingerprint(&request));
         Self {
             request,
             fingerprint,

@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 
 use super::append::AppendTarget;
 use super::clock::now_ms;
-use super::sessions::{CreationKey, insert_session, keyed_session, remember_key};
+use super::idempotency::CreationKey;
+use super::sessions::{insert_session, keyed_session, remember_key};
 use super::{Error, Result, Scoped, Store, batch, compaction};
 use crate::domain::{self, BranchName, NodeContent, NodeId, Session, SessionId, Tenant};
 

@@ -15,6 +15,7 @@ mod codec;
 mod commit;
 mod compaction;
 mod fault;
+mod idempotency;
 mod import;
 mod open;
 mod pins;
@@ -31,10 +32,10 @@ pub use append::{AppendOutcome, AppendRequest, AppendTarget};
 pub use clock::now_ms;
 pub use compaction::{Applied, CompactionPlan, PlanState};
 pub use fault::Fault;
+pub use idempotency::CreationKey;
 pub use open::{Config, Store};
 pub use reads::PathTarget;
 pub use scope::{Scoped, ScopedPlan};
-pub use sessions::CreationKey;
 
 /// Errors of the store: domain errors pass through; database failures stay opaque to clients.
 /// Free of driver types: a driver's error is classified (`fault`, the backend's own classifier)

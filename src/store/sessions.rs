@@ -8,9 +8,10 @@ use sqlx::{Row, SqliteConnection};
 
 use super::branches::branches;
 use super::clock::now_ms;
+use super::idempotency::CreationKey;
 use super::rows::{hash_column, required_uuid};
 use super::{Error, Result, Scoped, Store};
-use crate::domain::{self, Branch, BranchName, Hash, Session, SessionId, Tenant};
+use crate::domain::{self, Branch, BranchName, Session, SessionId, Tenant};
 
 impl Store {
     /// A new session of `tenant`, with branch `main` and no head; with a `key` already used
@@ -98,13 +99,6 @@ impl Store {
             .flatten();
         Ok((sessions, next))
     }
-}
-
-/// The idempotency key of a write that creates a session, and the hash of what it asked for.
-#[derive(Debug, Clone)]
-pub struct CreationKey {
-    pub key: String,
-    pub request: Hash,
 }
 
 /// The session an earlier call with `key` created; a key used for a different request is
