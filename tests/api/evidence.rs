@@ -39,29 +39,6 @@ async fn try_prepare(
         .map(|r| r.into_inner())
 }
 
-async fn commit(app: &mut TestApp, id: &str, text: &str) -> pb::CompactionOutcome {
-    app.client
-        .commit_summary(pb::CommitSummaryRequest {
-            compaction_id: id.into(),
-            text: text.into(),
-            model: "test-model".into(),
-        })
-        .await
-        .expect("CommitSummary")
-        .into_inner()
-}
-
-async fn listing(app: &mut TestApp, s: &str) -> pb::ListSummariesResponse {
-    app.client
-        .list_summaries(pb::ListSummariesRequest {
-            session_id: s.into(),
-            branch: String::new(),
-        })
-        .await
-        .expect("ListSummaries")
-        .into_inner()
-}
-
 async fn render_at(app: &mut TestApp, s: &str, history: u32) -> pb::RenderResponse {
     app.render(pb::RenderRequest {
         budget: Some(budget(history)),
@@ -167,9 +144,11 @@ async fn the_ledger_is_derived_at_prepare_stored_at_commit_and_rendered_after_th
     assert_eq!(again.ledger, plan.ledger);
     assert_eq!(again.ledger_text, plan.ledger_text);
 
-    let outcome = commit(&mut app, &plan.compaction_id, "Built, one test failed.").await;
+    let outcome = app
+        .commit_summary(&plan.compaction_id, "Built, one test failed.")
+        .await;
     assert!(outcome.applied, "{outcome:?}");
-    let stored = listing(&mut app, &s).await;
+    let stored = app.list_summaries(&s, "").await;
     assert_eq!(stored.summaries[0].ledger, plan.ledger);
     let r = render_at(&mut app, &s, 3000).await;
     let text = text_of(&r.messages[0].parts);
@@ -208,9 +187,11 @@ async fn evidence_survives_any_number_of_rolls() {
             .expect("prepare");
         assert!(plan.needed, "{plan:?}");
         assert_eq!(plan.rolls_over_ids.len(), usize::from(round > 0));
-        let outcome = commit(&mut app, &plan.compaction_id, &format!("Round {round}.")).await;
+        let outcome = app
+            .commit_summary(&plan.compaction_id, &format!("Round {round}."))
+            .await;
         assert!(outcome.applied, "{outcome:?}");
-        let stored = listing(&mut app, &s).await;
+        let stored = app.list_summaries(&s, "").await;
         let newest = stored.summaries.last().expect("a summary");
         let kept = ledger_paths(newest.ledger.as_ref().expect("a ledger"));
         // Every file of every round so far, but those of the turns still retained verbatim.
@@ -275,8 +256,8 @@ async fn a_ledger_over_its_cap_degrades_by_category_and_keeps_every_path() {
     assert!(tokens <= 2000, "{tokens} tokens: {text}");
 }
 
-/// The path-survival measure: on every trace, a segment summary of the oldest ~80% with a short
-/// fixed text, then a render at a 16k history budget. Every file path a tool call of the covered
+/// The path-survival measure: on every trace (and every raw Claude Code session file), a
+/// segment summary of the oldest ~80% with a short fixed text, then a render at a 16k history budget. Every file path a tool call of the covered
 /// range names must appear in the rendered context. Prints the figures README quotes:
 /// `cargo test --test api path_survival -- --nocapture`.
 #[tokio::test]
@@ -297,9 +278,44 @@ async fn path_survival_on_every_trace() {
         "{:<34} {:>6} {:>14} {:>14} {:>7} {:>13}",
         "trace", "paths", "without ledger", "with ledger", "ledger", "after/before"
     );
+    let mut sessions: Vec<(String, String)> = Vec::new();
     for name in &names {
-        let imported = traces::import(&mut app, name).await;
-        let s = imported.session;
+        sessions.push((name.clone(), traces::import(&mut app, name).await.session));
+    }
+    // The raw Claude Code session files too, through ImportSession as a host would send them.
+    let raw = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/claude-code");
+    let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(&raw)
+        .expect("testdata/claude-code")
+        .filter_map(|e| Some(e.ok()?.path()))
+        .filter(|p| {
+            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+            name.ends_with(".jsonl") && !name.contains("-agent-")
+        })
+        .collect();
+    files.sort();
+    for file in files {
+        let data = std::fs::read(&file).expect("a Claude Code session file");
+        let chunk = import_chunk(pb::ImportFormat::ClaudeCodeJsonl as i32, data);
+        let session = app
+            .client
+            .import_session(tokio_stream::iter([chunk]))
+            .await
+            .expect("ImportSession")
+            .into_inner()
+            .session
+            .expect("a session")
+            .session_id;
+        let stem = file
+            .file_stem()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default();
+        sessions.push((
+            format!("claude-code/{}", &stem[..stem.len().min(22)]),
+            session,
+        ));
+    }
+    for (name, s) in &sessions {
+        let s = s.clone();
         let mut log = app.log(&s, "main").await;
         log.reverse();
         let start = log
@@ -329,12 +345,9 @@ async fn path_survival_on_every_trace() {
             continue;
         };
         let expected = named_paths(&log, &plan.covers_ids);
-        let outcome = commit(
-            &mut app,
-            &plan.compaction_id,
-            "The agent worked on the task.",
-        )
-        .await;
+        let outcome = app
+            .commit_summary(&plan.compaction_id, "The agent worked on the task.")
+            .await;
         let r = render_at(&mut app, &s, 16_000).await;
         let texts: Vec<String> = r
             .messages

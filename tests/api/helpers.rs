@@ -333,6 +333,35 @@ impl TestApp {
             .branches
     }
 
+    /// Commits `text` (model `test-model`) as the summary of compaction `id`.
+    pub async fn commit_summary(&mut self, id: &str, text: &str) -> pb::CompactionOutcome {
+        self.client
+            .commit_summary(pb::CommitSummaryRequest {
+                compaction_id: id.into(),
+                text: text.into(),
+                model: "test-model".into(),
+            })
+            .await
+            .expect("CommitSummary")
+            .into_inner()
+    }
+
+    /// The session's summaries and `branch`'s compaction events (`""`: main).
+    pub async fn list_summaries(
+        &mut self,
+        session: &str,
+        branch: &str,
+    ) -> pb::ListSummariesResponse {
+        self.client
+            .list_summaries(pb::ListSummariesRequest {
+                session_id: session.into(),
+                branch: branch.into(),
+            })
+            .await
+            .expect("ListSummaries")
+            .into_inner()
+    }
+
     pub async fn branch(&mut self, session: &str, name: &str) -> pb::Branch {
         self.branches(session)
             .await

@@ -224,15 +224,8 @@ async fn a_pinned_node_shows_verbatim_after_the_summary_that_covers_it() {
     assert!(plan.needed && plan.covers_ids.contains(&rule), "{plan:?}");
     let covers = plan.covers_ids.clone();
     let outcome = app
-        .client
-        .commit_summary(pb::CommitSummaryRequest {
-            compaction_id: plan.compaction_id,
-            text: "Read the plan twice.".into(),
-            model: "m".into(),
-        })
-        .await
-        .expect("CommitSummary")
-        .into_inner();
+        .commit_summary(&plan.compaction_id, "Read the plan twice.")
+        .await;
     assert!(outcome.applied, "{outcome:?}");
     let r = render_under(&mut app, &s, window(2000), None).await;
     let lines = transcript(&r.messages);

@@ -82,29 +82,6 @@ async fn segment(
     plan
 }
 
-async fn commit(app: &mut TestApp, id: &str, text: &str) -> pb::CompactionOutcome {
-    app.client
-        .commit_summary(pb::CommitSummaryRequest {
-            compaction_id: id.into(),
-            text: text.into(),
-            model: "test-model".into(),
-        })
-        .await
-        .expect("CommitSummary")
-        .into_inner()
-}
-
-async fn listing(app: &mut TestApp, s: &str, branch: &str) -> pb::ListSummariesResponse {
-    app.client
-        .list_summaries(pb::ListSummariesRequest {
-            session_id: s.into(),
-            branch: branch.into(),
-        })
-        .await
-        .expect("ListSummaries")
-        .into_inner()
-}
-
 async fn rendered(app: &mut TestApp, s: &str, branch: &str) -> pb::RenderResponse {
     app.render(pb::RenderRequest {
         budget: Some(roomy()),
@@ -152,7 +129,9 @@ async fn a_segment_renders_in_place_and_leaves_the_cached_prefix_byte_identical(
         text_of(&plan.summary_input[0].parts),
         "request 22: look at file 22"
     );
-    let outcome = commit(&mut app, &plan.compaction_id, "Files 22 to 26 are fine.").await;
+    let outcome = app
+        .commit_summary(&plan.compaction_id, "Files 22 to 26 are fine.")
+        .await;
     assert!(outcome.applied, "{outcome:?}");
     assert!(outcome.tokens_after < outcome.tokens_before);
 
@@ -176,7 +155,7 @@ async fn a_segment_renders_in_place_and_leaves_the_cached_prefix_byte_identical(
     assert_eq!(after.messages[start + 1..], before.messages[end..]);
     assert_eq!(after.report.expect("report").summary_ids.len(), 1);
 
-    let audit = listing(&mut app, &s, "main").await;
+    let audit = app.list_summaries(&s, "main").await;
     let record = &audit.summaries[0];
     assert_eq!(record.kind, pb::SummaryKind::Segment as i32);
     assert_eq!((&record.from_node_id, &record.to_node_id), (from, to));
@@ -230,7 +209,7 @@ async fn a_segment_must_be_whole_and_on_the_path_or_nothing_is_stored() {
     let gone = try_segment(&mut app, &s, "side", &side[0], &side[3]).await;
     assert_status(gone, Code::NotFound, "side");
     // None of that stored a plan or an event.
-    let audit = listing(&mut app, &s, "main").await;
+    let audit = app.list_summaries(&s, "main").await;
     assert!(
         audit.summaries.is_empty() && audit.events.is_empty(),
         "{audit:?}"
@@ -246,12 +225,12 @@ async fn disjoint_segments_compose_and_a_rolling_summary_rolls_them_over() {
     let b = segment(&mut app, &s, &t[3][0], &t[3][3]).await;
     // Prepared side by side, committed one after the other: disjoint, so both apply.
     assert!(
-        commit(&mut app, &a.compaction_id, "Turn one: fine.")
+        app.commit_summary(&a.compaction_id, "Turn one: fine.")
             .await
             .applied
     );
     assert!(
-        commit(&mut app, &b.compaction_id, "Turn three: fine.")
+        app.commit_summary(&b.compaction_id, "Turn three: fine.")
             .await
             .applied
     );
@@ -267,7 +246,7 @@ async fn disjoint_segments_compose_and_a_rolling_summary_rolls_them_over() {
     // Turn 0, summary A, turn 2, summary B, turns 4 and 5.
     assert_eq!(summaries, [4, 9], "{lines:#?}");
     assert_eq!(r.report.expect("report").summary_ids.len(), 2);
-    let audit = listing(&mut app, &s, "main").await;
+    let audit = app.list_summaries(&s, "main").await;
     assert!(audit.summaries.iter().all(|s| s.active), "{audit:?}");
 
     // A rolling summary over everything older than the newest two turns takes both in.
@@ -291,12 +270,14 @@ async fn disjoint_segments_compose_and_a_rolling_summary_rolls_them_over() {
     let b_id = &audit.summaries[1].summary_id;
     assert_eq!(rolling.rolls_over_ids, [a_id.clone(), b_id.clone()]);
     assert_eq!(rolling.covers_ids, t[..4].concat());
-    let outcome = commit(&mut app, &rolling.compaction_id, "Turns 0-3: all fine.").await;
+    let outcome = app
+        .commit_summary(&rolling.compaction_id, "Turns 0-3: all fine.")
+        .await;
     assert!(outcome.applied, "{outcome:?}");
     let r = rendered(&mut app, &s, "main").await;
     assert!(is_summary(&r.messages[0]));
     assert_eq!(r.messages.iter().filter(|m| is_summary(m)).count(), 1);
-    let audit = listing(&mut app, &s, "main").await;
+    let audit = app.list_summaries(&s, "main").await;
     let active: Vec<bool> = audit.summaries.iter().map(|s| s.active).collect();
     assert_eq!(active, [false, false, true]);
     assert_eq!(
@@ -313,11 +294,11 @@ async fn overlapping_segments_are_refused_and_a_containing_one_rolls_over() {
     let t = turns(&mut app, &s, 5).await;
     let a = segment(&mut app, &s, &t[1][0], &t[2][3]).await;
     assert!(
-        commit(&mut app, &a.compaction_id, "Turns 1-2.")
+        app.commit_summary(&a.compaction_id, "Turns 1-2.")
             .await
             .applied
     );
-    let a_id = listing(&mut app, &s, "main").await.summaries[0]
+    let a_id = app.list_summaries(&s, "main").await.summaries[0]
         .summary_id
         .clone();
     // Partly over A: refused, naming the summary.
@@ -336,7 +317,7 @@ async fn overlapping_segments_are_refused_and_a_containing_one_rolls_over() {
             .any(|m| text_of(&m.parts).contains("Turns 1-2.")),
         "the rolled-over summary is in the input"
     );
-    let outcome = commit(&mut app, &wider.compaction_id, "Turns 0-3.").await;
+    let outcome = app.commit_summary(&wider.compaction_id, "Turns 0-3.").await;
     assert!(outcome.applied, "{outcome:?}");
     let r = rendered(&mut app, &s, "main").await;
     assert_eq!(r.messages.iter().filter(|m| is_summary(m)).count(), 1);
@@ -352,17 +333,19 @@ async fn a_segment_goes_stale_when_a_summary_over_its_nodes_lands_first() {
     let overlapping = segment(&mut app, &s, &t[2][0], &t[3][3]).await;
     let disjoint = segment(&mut app, &s, &t[4][0], &t[4][3]).await;
     assert!(
-        commit(&mut app, &first.compaction_id, "Turns 1-2.")
+        app.commit_summary(&first.compaction_id, "Turns 1-2.")
             .await
             .applied
     );
-    let stale = commit(&mut app, &overlapping.compaction_id, "Turns 2-3.").await;
+    let stale = app
+        .commit_summary(&overlapping.compaction_id, "Turns 2-3.")
+        .await;
     assert!(!stale.applied);
     assert_eq!(reason(&stale), pb::CompactionReason::Stale);
-    let composed = commit(&mut app, &disjoint.compaction_id, "Turn 4.").await;
+    let composed = app.commit_summary(&disjoint.compaction_id, "Turn 4.").await;
     assert!(composed.applied, "{composed:?}");
     // The audit trail tells all three.
-    let audit = listing(&mut app, &s, "main").await;
+    let audit = app.list_summaries(&s, "main").await;
     assert_eq!(audit.summaries.len(), 2);
     let reasons: Vec<String> = audit
         .events
@@ -389,7 +372,9 @@ async fn a_segment_that_does_not_shrink_the_context_or_is_cancelled_writes_nothi
     let log = app.log(&s, "main").await;
     let (hi, hello) = (&log[log.len() - 1].node_id, &log[log.len() - 2].node_id);
     let plan = segment(&mut app, &s, hi, hello).await;
-    let outcome = commit(&mut app, &plan.compaction_id, &"far longer ".repeat(50)).await;
+    let outcome = app
+        .commit_summary(&plan.compaction_id, &"far longer ".repeat(50))
+        .await;
     assert_eq!(reason(&outcome), pb::CompactionReason::NoGain);
     let plan = segment(&mut app, &s, &t[0][0], &t[0][3]).await;
     app.client
@@ -408,7 +393,7 @@ async fn a_segment_that_does_not_shrink_the_context_or_is_cancelled_writes_nothi
         })
         .await;
     assert_status(refused, Code::FailedPrecondition, "cancelled");
-    assert!(listing(&mut app, &s, "main").await.summaries.is_empty());
+    assert!(app.list_summaries(&s, "main").await.summaries.is_empty());
     assert!(
         rendered(&mut app, &s, "main")
             .await
@@ -433,7 +418,7 @@ async fn a_segment_of_one_branch_stays_off_the_others() {
         .await
         .expect("a segment of side");
     assert!(
-        commit(&mut app, &plan.compaction_id, "Turn 2 on side.")
+        app.commit_summary(&plan.compaction_id, "Turn 2 on side.")
             .await
             .applied
     );
@@ -445,7 +430,7 @@ async fn a_segment_of_one_branch_stays_off_the_others() {
             .any(is_summary)
     );
     assert_eq!(rendered(&mut app, &s, "main").await, main_before);
-    let on_main = listing(&mut app, &s, "main").await;
+    let on_main = app.list_summaries(&s, "main").await;
     assert!(!on_main.summaries[0].applies && !on_main.summaries[0].active);
 }
 
@@ -495,7 +480,7 @@ async fn a_function_call_and_its_result_stay_together_in_a_segment() {
     let plan = segment(&mut app, &s, &ids[0], &tail[0]).await;
     assert_eq!(plan.covers_ids.len(), 6, "{:?}", plan.covers_ids);
     assert!(
-        commit(&mut app, &plan.compaction_id, "Found the loader.")
+        app.commit_summary(&plan.compaction_id, "Found the loader.")
             .await
             .applied
     );

@@ -65,29 +65,6 @@ async fn try_prepare(
         .map(|r| r.into_inner())
 }
 
-async fn commit(app: &mut TestApp, id: &str, text: &str) -> pb::CompactionOutcome {
-    app.client
-        .commit_summary(pb::CommitSummaryRequest {
-            compaction_id: id.into(),
-            text: text.into(),
-            model: "test-model".into(),
-        })
-        .await
-        .expect("CommitSummary")
-        .into_inner()
-}
-
-async fn summaries(app: &mut TestApp, s: &str, branch: &str) -> pb::ListSummariesResponse {
-    app.client
-        .list_summaries(pb::ListSummariesRequest {
-            session_id: s.into(),
-            branch: branch.into(),
-        })
-        .await
-        .expect("ListSummaries")
-        .into_inner()
-}
-
 async fn rendered(app: &mut TestApp, s: &str, branch: &str) -> pb::RenderResponse {
     app.render(pb::RenderRequest {
         budget: Some(budget()),
@@ -164,12 +141,9 @@ async fn a_summary_covers_whole_older_turns_and_shrinks_the_context() {
     assert!(results.iter().all(|m| !m.cleared));
     assert!(text_of(&results[1].parts).starts_with("contents of file 1"));
 
-    let outcome = commit(
-        &mut app,
-        &plan.compaction_id,
-        "Files 0 and 1 were read; both fine.",
-    )
-    .await;
+    let outcome = app
+        .commit_summary(&plan.compaction_id, "Files 0 and 1 were read; both fine.")
+        .await;
     assert!(outcome.applied, "{outcome:?}");
     assert_eq!(reason(&outcome), pb::CompactionReason::Applied);
     assert!(outcome.tokens_after < outcome.tokens_before);
@@ -195,7 +169,7 @@ async fn a_summary_covers_whole_older_turns_and_shrinks_the_context() {
     assert_eq!(app.log(&s, "main").await.len(), 16);
     assert_eq!(app.get_session(&s).await.compaction_count, 1);
 
-    let audit = summaries(&mut app, &s, "main").await;
+    let audit = app.list_summaries(&s, "main").await;
     assert_eq!(audit.summaries.len(), 1);
     let summary = &audit.summaries[0];
     assert!(summary.applies && summary.active);
@@ -224,7 +198,7 @@ async fn summaries_that_do_not_help_write_nothing_and_are_recorded() {
     let before = rendered(&mut app, &s, "main").await;
     let plan = prepare(&mut app, &s, "main").await;
 
-    let empty = commit(&mut app, &plan.compaction_id, "  \n\t ").await;
+    let empty = app.commit_summary(&plan.compaction_id, "  \n\t ").await;
     assert_eq!(reason(&empty), pb::CompactionReason::Empty);
     assert!(!empty.applied);
     assert_eq!(empty.tokens_before, empty.tokens_after);
@@ -232,7 +206,7 @@ async fn summaries_that_do_not_help_write_nothing_and_are_recorded() {
 
     // Longer than what it replaces: no gain.
     let long = big_text(20_000, "a very long summary");
-    let no_gain = commit(&mut app, &plan.compaction_id, &long).await;
+    let no_gain = app.commit_summary(&plan.compaction_id, &long).await;
     assert_eq!(reason(&no_gain), pb::CompactionReason::NoGain);
     assert!(no_gain.tokens_after >= no_gain.tokens_before);
 
@@ -255,7 +229,7 @@ async fn summaries_that_do_not_help_write_nothing_and_are_recorded() {
 
     assert_eq!(rendered(&mut app, &s, "main").await, before);
     assert_eq!(app.get_session(&s).await.compaction_count, 0);
-    let audit = summaries(&mut app, &s, "main").await;
+    let audit = app.list_summaries(&s, "main").await;
     assert!(audit.summaries.is_empty());
     let trail: Vec<(String, i32)> = audit
         .events
@@ -290,7 +264,7 @@ async fn a_history_that_fits_needs_no_summary() {
     assert!(plan.compaction_id.is_empty());
     assert!(plan.reason.contains("fits"), "{}", plan.reason);
     assert!(
-        summaries(&mut app, &s, "main").await.events.is_empty(),
+        app.list_summaries(&s, "main").await.events.is_empty(),
         "no plan stored"
     );
 }
@@ -301,12 +275,9 @@ async fn repeated_compaction_rolls_the_prior_summary_in() {
     let s = app.create_session().await;
     let mut turns = sixteen(&mut app, &s).await;
     let first = prepare(&mut app, &s, "main").await;
-    let applied = commit(
-        &mut app,
-        &first.compaction_id,
-        "First summary: files 0 and 1.",
-    )
-    .await;
+    let applied = app
+        .commit_summary(&first.compaction_id, "First summary: files 0 and 1.")
+        .await;
     assert!(applied.applied);
 
     for t in 4..7 {
@@ -329,10 +300,12 @@ async fn repeated_compaction_rolls_the_prior_summary_in() {
             .all(|id| second.covers_ids.contains(id))
     );
     assert_eq!(second.covers_ids, turns[..5].concat());
-    let rolled = commit(&mut app, &second.compaction_id, "Files 0 to 4 were read.").await;
+    let rolled = app
+        .commit_summary(&second.compaction_id, "Files 0 to 4 were read.")
+        .await;
     assert!(rolled.applied, "{rolled:?}");
 
-    let audit = summaries(&mut app, &s, "main").await;
+    let audit = app.list_summaries(&s, "main").await;
     assert_eq!(audit.summaries.len(), 2, "both stay listed");
     assert!(audit.summaries[0].applies && !audit.summaries[0].active);
     assert!(audit.summaries[1].applies && audit.summaries[1].active);
@@ -353,7 +326,7 @@ async fn branches_see_a_summary_only_if_they_hold_all_it_covers() {
     app.create_branch(&s, "late", &turns[2][3]).await;
     let plan = prepare(&mut app, &s, "main").await;
     assert!(
-        commit(&mut app, &plan.compaction_id, "Files 0 and 1 were read.")
+        app.commit_summary(&plan.compaction_id, "Files 0 and 1 were read.")
             .await
             .applied
     );
@@ -378,7 +351,7 @@ async fn branches_see_a_summary_only_if_they_hold_all_it_covers() {
                 r.total_tokens,
                 "{branch}"
             );
-            let audit = summaries(&mut app, &s, branch).await;
+            let audit = app.list_summaries(&s, branch).await;
             assert_eq!(audit.summaries[0].applies, sees, "{branch}");
             assert_eq!(audit.summaries[0].active, sees, "{branch}");
         }
@@ -398,7 +371,9 @@ async fn agents_keep_appending_while_a_summary_is_written() {
     sixteen(&mut app, &s).await;
     let plan = prepare(&mut app, &s, "main").await;
     let newest = append_turn(&mut app, &s, "main", 4).await;
-    let outcome = commit(&mut app, &plan.compaction_id, "Files 0 and 1 were read.").await;
+    let outcome = app
+        .commit_summary(&plan.compaction_id, "Files 0 and 1 were read.")
+        .await;
     assert!(outcome.applied, "{outcome:?}");
     let r = rendered(&mut app, &s, "main").await;
     assert_eq!(r.head_id, newest[3], "applied on the current head");
@@ -421,7 +396,9 @@ async fn a_branch_reset_during_generation_makes_the_commit_stale() {
     append_turn(&mut app, &s, "main", 7).await;
     let before = rendered(&mut app, &s, "main").await;
 
-    let outcome = commit(&mut app, &plan.compaction_id, "Files 0 and 1 were read.").await;
+    let outcome = app
+        .commit_summary(&plan.compaction_id, "Files 0 and 1 were read.")
+        .await;
     assert!(!outcome.applied);
     assert_eq!(reason(&outcome), pb::CompactionReason::Stale);
     assert_eq!(
@@ -430,7 +407,7 @@ async fn a_branch_reset_during_generation_makes_the_commit_stale() {
         "byte-identical"
     );
     assert_eq!(app.get_session(&s).await.compaction_count, 0);
-    let audit = summaries(&mut app, &s, "main").await;
+    let audit = app.list_summaries(&s, "main").await;
     assert!(audit.summaries.is_empty());
     assert_eq!(
         audit.events.last().expect("an event").reason,
@@ -446,7 +423,7 @@ async fn three_fruitless_commits_on_one_base_stop_prepare_until_the_branch_moves
     let long = big_text(20_000, "too long");
     for _ in 0..3 {
         let plan = prepare(&mut app, &s, "main").await;
-        let outcome = commit(&mut app, &plan.compaction_id, &long).await;
+        let outcome = app.commit_summary(&plan.compaction_id, &long).await;
         assert_eq!(reason(&outcome), pb::CompactionReason::NoGain);
     }
     assert_status(
