@@ -513,6 +513,7 @@ impl ContextStoreService {
 
 /// Nodes as the API shows them, each marked pinned or not.
 fn with_pins(nodes: Vec<crate::domain::Node>, pinned: &[NodeId]) -> Vec<pb::Node> {
+    let pinned: std::collections::HashSet<&NodeId> = pinned.iter().collect();
     nodes
         .into_iter()
         .map(|n| {

@@ -402,26 +402,12 @@ async fn execute(command: Command) -> Result<String> {
             session,
             nodes,
             conn,
-        } => {
-            let req = pb::PinRequest {
-                session_id: session,
-                node_ids: nodes,
-            };
-            let r = call("Pin", connect(&conn).await?.pin(req)).await?;
-            Ok(output(&conn, &r, || show::pinned(&r)))
-        }
+        } => pin(session, nodes, true, &conn).await,
         Command::Unpin {
             session,
             nodes,
             conn,
-        } => {
-            let req = pb::PinRequest {
-                session_id: session,
-                node_ids: nodes,
-            };
-            let r = call("Unpin", connect(&conn).await?.unpin(req)).await?;
-            Ok(output(&conn, &r, || show::pinned(&r)))
-        }
+        } => pin(session, nodes, false, &conn).await,
         Command::Summaries {
             session,
             branch,
@@ -435,6 +421,21 @@ async fn execute(command: Command) -> Result<String> {
             Ok(output(&conn, &r, || show::summaries(&r)))
         }
     }
+}
+
+/// `ctxd pin` and `ctxd unpin`: the session's pinned nodes after the call.
+async fn pin(session: String, nodes: Vec<String>, pin: bool, conn: &Conn) -> Result<String> {
+    let req = pb::PinRequest {
+        session_id: session,
+        node_ids: nodes,
+    };
+    let mut client = connect(conn).await?;
+    let r = if pin {
+        call("Pin", client.pin(req)).await?
+    } else {
+        call("Unpin", client.unpin(req)).await?
+    };
+    Ok(output(conn, &r, || show::pinned(&r)))
 }
 
 /// The model a summary committed with `ctxd compact --text` is recorded under.

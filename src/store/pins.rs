@@ -1,7 +1,5 @@
 //! Pins: events that mark nodes to keep verbatim; a node's latest event is its state.
 
-use std::collections::HashSet;
-
 use sqlx::{Row, SqliteConnection};
 
 use super::clock::now_ms;
@@ -49,12 +47,18 @@ impl Store {
         for (i, id) in nodes.iter().enumerate() {
             node_row(&mut tx, session, *id, &format!("node_ids[{i}]")).await?;
         }
-        let mut now: HashSet<NodeId> = pinned(&mut tx, session).await?.into_iter().collect();
+        // The pins after, in the order `pinned` reads them back: a new pin goes last.
+        let mut after = pinned(&mut tx, session).await?;
         let at = now_ms();
         for id in nodes {
-            let changes = if pin { now.insert(*id) } else { now.remove(id) };
-            if !changes {
+            let was = after.contains(id);
+            if was == pin {
                 continue;
+            }
+            if pin {
+                after.push(*id);
+            } else {
+                after.retain(|p| p != id);
             }
             sqlx::query(
                 "INSERT INTO pins (session_id, node_id, pinned, created_at_ms) VALUES (?, ?, ?, ?)",
@@ -66,7 +70,6 @@ impl Store {
             .execute(&mut *tx)
             .await?;
         }
-        let after = pinned(&mut tx, session).await?;
         tx.commit().await?;
         Ok(after)
     }
