@@ -4,7 +4,6 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
 use super::commit::{Job, Message};
-use super::fault::{self, Fault};
 use super::{Error, Result, Scoped, Store};
 use crate::domain::{BranchName, NodeContent, NodeId};
 
@@ -48,20 +47,6 @@ impl Store {
         answer
             .await
             .map_err(|_| Error::Closed)?
-            .map_err(|e| self.diagnose_full_disk(e))
-    }
-
-    /// A write that failed on an I/O error while the disk has no room failed for want of space.
-    fn diagnose_full_disk(&self, error: Error) -> Error {
-        match error {
-            Error::Batch {
-                fault: Fault::Unavailable,
-                detail,
-            } if fault::no_room(&self.path) => Error::Batch {
-                fault: Fault::Full,
-                detail,
-            },
-            other => other,
-        }
+            .map_err(|e| self.backend.diagnose(e))
     }
 }

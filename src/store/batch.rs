@@ -1,40 +1,19 @@
 //! The checks an append passes, apart from how rows are stored: a batch reads its targets
-//! through `AppendTx`, checks each append against the state it found and left them in (head, hashes,
+//! through the backend's `AppendTx`, checks each append against the state it found and left them in (head, hashes,
 //! pairing state), and plans the rows it writes; and the fingerprint an idempotent retry must
 //! repeat.
 
 use std::collections::{HashMap, HashSet};
 
 use super::append::{AppendOutcome, AppendRequest, AppendTarget};
+use super::backend::AppendTx;
 use super::body::Body;
 use super::commit::{KnownBlobs, TargetCache, TargetKey, TargetState};
-use super::rows::NodeRow;
-use super::writes::{BatchRows, CommitterTx, IdempotencyRow, NodeInsert};
+use super::writes::{BatchRows, IdempotencyRow, NodeInsert};
 use super::{Error, Result};
 use crate::domain::{
-    self, Admit, BranchName, ChainTail, ClosedChain, Hash, NodeContent, NodeId, SessionId,
-    node_hash,
+    self, Admit, ChainTail, ClosedChain, Hash, NodeContent, NodeId, SessionId, node_hash,
 };
-
-/// A write transaction a batch reads its targets in and writes its rows to: the committer's
-/// own connection, or the sqlx writer connection for an import.
-pub(super) trait AppendTx {
-    async fn branch_head(
-        &mut self,
-        session: SessionId,
-        name: &BranchName,
-    ) -> Result<Option<NodeId>>;
-    /// A function's chain head and whether it is closed.
-    async fn function_row(
-        &mut self,
-        session: SessionId,
-        function: NodeId,
-    ) -> Result<(Option<NodeId>, bool)>;
-    /// One node of `session`; `field` names the request field in the not-found error.
-    async fn node_row(&mut self, session: SessionId, id: NodeId, field: &str) -> Result<NodeRow>;
-    async fn ensure_session(&mut self, session: SessionId) -> Result<()>;
-    async fn write(&mut self, pending: &BatchRows) -> Result<()>;
-}
 
 /// A target as this batch found or left it.
 #[derive(Clone)]
@@ -83,7 +62,7 @@ impl<'c> Batch<'c> {
     /// against the state this batch has reached and plans its writes.
     pub(super) async fn append(
         &mut self,
-        tx: &mut CommitterTx<'_>,
+        tx: &mut (impl AppendTx + ?Sized),
         request: &mut AppendRequest,
         request_hash: Option<Hash>,
     ) -> Result<AppendOutcome> {
@@ -91,7 +70,7 @@ impl<'c> Batch<'c> {
         if let (Some(key), Some(hash)) = (&request.idempotency_key, &request_hash) {
             let previous = match self.keys.get(&(session, key.clone())) {
                 Some((stored, outcome)) => Some((*stored, outcome.clone())),
-                None => tx.idempotency_record(session, key)?,
+                None => tx.idempotency_record(session, key).await?,
             };
             if let Some((stored, outcome)) = previous {
                 if stored != *hash {
@@ -143,7 +122,7 @@ impl<'c> Batch<'c> {
     /// names node `i` in errors.
     async fn nodes(
         &mut self,
-        tx: &mut impl AppendTx,
+        tx: &mut (impl AppendTx + ?Sized),
         session: SessionId,
         target: &AppendTarget,
         expected_head: Option<Option<NodeId>>,
@@ -282,7 +261,11 @@ impl<'c> Batch<'c> {
 
     /// The state of `key` as this batch stands: as it left or found it, else the remembered
     /// state if the stored head is still its head, else read.
-    async fn state(&mut self, tx: &mut impl AppendTx, key: &TargetKey) -> Result<FoundTarget> {
+    async fn state(
+        &mut self,
+        tx: &mut (impl AppendTx + ?Sized),
+        key: &TargetKey,
+    ) -> Result<FoundTarget> {
         if let Some(seen) = self.seen.get(key) {
             return Ok(seen.clone());
         }
@@ -303,7 +286,7 @@ impl<'c> Batch<'c> {
     /// What a result closing `function` records; its chain must have no pending calls.
     async fn closing_chain(
         &mut self,
-        tx: &mut impl AppendTx,
+        tx: &mut (impl AppendTx + ?Sized),
         session: SessionId,
         function: NodeId,
         field: &str,
@@ -333,7 +316,7 @@ impl<'c> Batch<'c> {
     /// import's run of nodes); returns each node's id and hash.
     pub(super) async fn write(
         &mut self,
-        tx: &mut impl AppendTx,
+        tx: &mut (impl AppendTx + ?Sized),
         session: SessionId,
         target: &AppendTarget,
         nodes: &mut [NodeContent],
@@ -342,7 +325,7 @@ impl<'c> Batch<'c> {
         let written = self
             .nodes(tx, session, target, None, nodes, field_of)
             .await?;
-        tx.write(&self.pending).await?;
+        tx.write_rows(&self.pending).await?;
         self.pending = BatchRows::default();
         Ok(written)
     }
@@ -351,7 +334,7 @@ impl<'c> Batch<'c> {
 /// The state of `target` at the stored `head`: the hashes new nodes chain from and the chain's
 /// pairing state.
 async fn read_state(
-    tx: &mut impl AppendTx,
+    tx: &mut (impl AppendTx + ?Sized),
     session: SessionId,
     target: &AppendTarget,
     head: Option<NodeId>,
@@ -379,7 +362,7 @@ async fn read_state(
 
 /// The pairing state of a chain whose newest node is `head`: its nodes since the latest message.
 async fn chain_tail(
-    tx: &mut impl AppendTx,
+    tx: &mut (impl AppendTx + ?Sized),
     session: SessionId,
     head: Option<NodeId>,
     scope: Option<NodeId>,

@@ -1,27 +1,20 @@
-//! The group committer: appends queue for a thread of its own, where every one waiting is
-//! checked (`batch`) and written (`writes`) in one transaction, acknowledged after its COMMIT.
+//! The group committer: appends queue for one task, where every one waiting is checked
+//! (`batch`) and written in one transaction of the backend's committer connection, and
+//! acknowledged after its COMMIT: a batch shares one durable commit (one fsync on SQLite).
 //!
-//! The committer owns a synchronous SQLite connection (rusqlite, on the same libsqlite3 as
-//! sqlx) on a thread of its own. A batch is read, checked and written there in one
-//! `BEGIN IMMEDIATE … COMMIT` without a thread hop per statement: an append costs its caller
-//! one wake-up of the committer and one of its own, plus the batch's share of one fsync. Other
-//! writes use the sqlx writer connection; both take the store's write lock first, so they
-//! queue in order instead of sleeping in SQLite's busy handler behind each other.
+//! The backend chooses where the loop runs (SQLite: a thread of its own over a synchronous
+//! connection, so a batch makes no thread hop per statement).
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
 
-use rusqlite::TransactionBehavior;
-use tokio::sync::{Mutex, mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot};
 
 use super::append::{AppendOutcome, AppendRequest, AppendTarget};
-use super::batch::{AppendTx, Batch, FoundTarget};
+use super::backend::CommitterConnection;
+use super::batch::{Batch, FoundTarget};
 use super::clock::now_ms;
-use super::fault::{Fault, Quota};
 use super::idempotency::append_fingerprint;
-use super::open::Config;
-use super::writes::CommitterTx;
-use super::{Error, Result};
+use super::{Error, Fault, Result};
 use crate::domain::{ChainTail, Hash, NodeId, SessionId};
 
 /// One append waiting for the group committer.
@@ -89,52 +82,12 @@ pub(super) struct KnownBlobs(pub(super) HashSet<Hash>);
 /// Blob hashes remembered at most (32 bytes each); past that the set starts over.
 const KNOWN_BLOBS: usize = 200_000;
 
-/// Opens the committer's connection to the migrated database at `path`, with the store's
-/// durability: WAL, `synchronous=FULL`, foreign keys, the busy timeout.
-pub(super) fn connect(
-    path: &std::path::Path,
-    config: &Config,
-) -> rusqlite::Result<rusqlite::Connection> {
-    let conn = rusqlite::Connection::open_with_flags(
-        path,
-        rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )?;
-    // WAL is a property of the file, set when the writer pool opened it.
-    conn.query_row("PRAGMA journal_mode = WAL", [], |_| Ok(()))?;
-    conn.pragma_update(None, "synchronous", "FULL")?;
-    conn.pragma_update(None, "foreign_keys", true)?;
-    conn.busy_timeout(config.busy_timeout)?;
-    // A batch uses about a dozen statements; keep them all prepared.
-    conn.set_prepared_statement_cache_capacity(32);
-    Ok(conn)
-}
-
-/// Starts the group committer on a thread of its own, writing with `conn`; it stops when
-/// told to close or when every sender is gone.
-pub(super) fn spawn(
-    conn: rusqlite::Connection,
-    lock: Arc<Mutex<()>>,
-    quota: Arc<Quota>,
-    inbox: mpsc::Receiver<Message>,
-) -> std::io::Result<()> {
-    // The committer's only waits are its inbox and the write lock: a runtime with no I/O or
-    // timer driver parks the thread on them.
-    let runtime = tokio::runtime::Builder::new_current_thread().build()?;
-    std::thread::Builder::new()
-        .name("ctxd-committer".into())
-        .spawn(move || runtime.block_on(group_committer(conn, lock, quota, inbox)))?;
-    Ok(())
-}
-
 /// Takes appends off the inbox and writes every one waiting in one transaction, then one
-/// COMMIT (one fsync) for all.
-async fn group_committer(
-    conn: rusqlite::Connection,
-    lock: Arc<Mutex<()>>,
-    quota: Arc<Quota>,
+/// COMMIT for all; stops when told to close or when every sender is gone.
+pub(super) async fn group_committer(
+    mut conn: Box<dyn CommitterConnection>,
     mut inbox: mpsc::Receiver<Message>,
 ) {
-    let mut conn = Writer { conn, quota: None };
     let mut targets = TargetCache::default();
     let mut blobs = KnownBlobs::default();
     let mut closing = None;
@@ -163,23 +116,7 @@ async fn group_committer(
             fingerprints.push(job.fingerprint);
             replies.push(job.reply);
         }
-        let written = {
-            let _write = lock.lock().await;
-            match conn.take_quota(&quota) {
-                Ok(()) => {
-                    write_batch(
-                        &mut conn.conn,
-                        &mut requests,
-                        &fingerprints,
-                        &targets,
-                        &blobs,
-                    )
-                    .await
-                }
-                Err(e) => Err(e),
-            }
-        };
-        match written {
+        match write_batch(&mut *conn, &mut requests, &fingerprints, &targets, &blobs).await {
             Ok(done) => {
                 done.remember(&mut targets, &mut blobs);
                 for (reply, outcome) in replies.into_iter().zip(done.outcomes) {
@@ -203,29 +140,9 @@ async fn group_committer(
             }
         }
     }
-    if let Err((_, e)) = conn.conn.close() {
-        tracing::error!(error = %e, "closing the committer's connection failed");
-    }
+    conn.close().await;
     if let Some(reply) = closing {
         let _ = reply.send(());
-    }
-}
-
-/// The committer's connection and the size quota last set on it.
-struct Writer {
-    conn: rusqlite::Connection,
-    quota: Option<Option<u64>>,
-}
-
-impl Writer {
-    /// Sets the store's current quota on the connection if it changed since the last batch.
-    fn take_quota(&mut self, quota: &Quota) -> Result<()> {
-        let wanted = quota.get();
-        if self.quota != Some(wanted) {
-            quota.apply_direct(&self.conn)?;
-            self.quota = Some(wanted);
-        }
-        Ok(())
     }
 }
 
@@ -233,28 +150,38 @@ impl Writer {
 /// the rule it broke (a refused append writes nothing, so the others stay whole). An error
 /// means nothing of the batch was written.
 async fn write_batch(
-    conn: &mut rusqlite::Connection,
+    conn: &mut dyn CommitterConnection,
     requests: &mut [AppendRequest],
     fingerprints: &[Option<Hash>],
     targets: &TargetCache,
     blobs: &KnownBlobs,
 ) -> Result<CommittedBatch> {
-    let now = now_ms();
-    // Dropped without COMMIT on any error below, the transaction rolls back (unless SQLite
-    // already did).
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    let mut direct = CommitterTx(&tx);
-    let mut batch = Batch::new(targets, blobs, now);
+    conn.begin().await?;
+    let written = check_and_write(conn, requests, fingerprints, targets, blobs).await;
+    if written.is_err() {
+        conn.rollback().await;
+    }
+    written
+}
+
+async fn check_and_write(
+    conn: &mut dyn CommitterConnection,
+    requests: &mut [AppendRequest],
+    fingerprints: &[Option<Hash>],
+    targets: &TargetCache,
+    blobs: &KnownBlobs,
+) -> Result<CommittedBatch> {
+    let mut batch = Batch::new(targets, blobs, now_ms());
     let mut outcomes = Vec::with_capacity(requests.len());
     for (request, fingerprint) in requests.iter_mut().zip(fingerprints) {
-        match batch.append(&mut direct, request, *fingerprint).await {
+        match batch.append(conn, request, *fingerprint).await {
             Ok(outcome) => outcomes.push(Ok(outcome)),
             Err(Error::Domain(e)) => outcomes.push(Err(e.into())),
             Err(e) => return Err(e),
         }
     }
-    direct.write(&batch.pending).await?;
-    tx.commit()?;
+    conn.write_rows(&batch.pending).await?;
+    conn.commit().await?;
     Ok(CommittedBatch {
         outcomes,
         seen: batch.seen,

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use super::append::AppendTarget;
 use super::clock::now_ms;
 use super::idempotency::CreationKey;
-use super::sessions::{insert_session, keyed_session, remember_key};
+use super::sessions::{keyed_session, start_session};
 use super::{Error, Result, Scoped, Store, batch, compaction};
 use crate::domain::{self, BranchName, NodeContent, NodeId, Session, SessionId, Tenant};
 
@@ -23,13 +23,12 @@ impl Store {
         let session = SessionId::new();
         let now = now_ms();
         let mut tx = self.begin_write().await?;
-        if let Some(existing) = keyed_session(&mut tx, tenant, key).await? {
+        if let Some(existing) = keyed_session(&mut *tx, tenant, key).await? {
             tx.rollback().await?;
             // Keys are per tenant: the session a key names is the caller's.
             return self.get_session(Scoped::trusted(existing)).await;
         }
-        insert_session(&mut tx, session, tenant, now, &metadata).await?;
-        remember_key(&mut tx, tenant, key, session, now).await?;
+        start_session(&mut *tx, session, tenant, now, &metadata, key).await?;
         let ops = &plan.ops;
         let mut writes = batch::Batch::standalone(now);
         let mut ids: Vec<Option<NodeId>> = vec![None; ops.len()];
@@ -79,7 +78,7 @@ impl Store {
                         .into());
                     };
                     compaction::insert_imported_summary(
-                        &mut tx, session, &top_level, text, base, now,
+                        &mut *tx, session, &top_level, text, base, now,
                     )
                     .await?;
                     i += 1;

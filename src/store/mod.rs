@@ -1,20 +1,17 @@
-//! SQLite persistence: sessions, the node DAG, blobs, branches, functions. The only place with SQL.
-//!
-//! Writes are serialised by the store's write lock, each in `BEGIN IMMEDIATE`, so a
-//! read-then-write transaction never fails half-way on a lock: appends on the group committer's
-//! own connection (`commit`), the rest on one sqlx writer connection. Readers use their own pool
-//! (WAL lets them run beside the writers). An append is acknowledged only after its COMMIT.
+//! Persistence: sessions, the node DAG, blobs, branches, functions, summaries. The store's rules
+//! are written once, here, against the seam in `backend`; each database engine (`sqlite`)
+//! implements that seam with its SQL, connections and migrations. An append is acknowledged
+//! only after its COMMIT.
 
 mod append;
+mod backend;
 mod batch;
 mod body;
 mod branches;
-mod check;
 mod clock;
 mod codec;
 mod commit;
 mod compaction;
-mod fault;
 mod idempotency;
 mod import;
 mod open;
@@ -23,6 +20,7 @@ mod reads;
 mod rows;
 mod scope;
 mod sessions;
+mod sqlite;
 mod writes;
 
 use std::path::PathBuf;
@@ -31,15 +29,14 @@ use crate::domain;
 pub use append::{AppendOutcome, AppendRequest, AppendTarget};
 pub use clock::now_ms;
 pub use compaction::{Applied, CompactionPlan, PlanState};
-pub use fault::Fault;
 pub use idempotency::CreationKey;
 pub use open::{Config, Store};
 pub use reads::PathTarget;
 pub use scope::{Scoped, ScopedPlan};
 
 /// Errors of the store: domain errors pass through; database failures stay opaque to clients.
-/// Free of driver types: a driver's error is classified (`fault`, the backend's own classifier)
-/// where it converts, and only its message is kept, for logs.
+/// Free of driver types: a driver's error is classified by its backend's classifier (a
+/// [`Fault`]) where it converts, and only its message is kept, for logs.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error(transparent)]
@@ -62,3 +59,37 @@ pub enum Error {
 }
 
 type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What kind of failure a write or read met, beyond the domain's own errors: what a caller can
+/// do about it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// The database reached its size limit or its disk is full: writes fail until there is
+    /// room again; reads keep working.
+    Full,
+    /// Another connection or process held the lock past the busy timeout.
+    Busy,
+    /// The database cannot be used right now (read-only, an I/O error, cannot be opened).
+    Unavailable,
+    /// Stored data is damaged.
+    Corrupt,
+    /// The store is shutting down.
+    Closed,
+    /// A defect of ctxd, nothing the caller did.
+    Internal,
+}
+
+impl Error {
+    /// The fault behind this error; `None` for the domain's errors (the caller's mistakes).
+    pub fn fault(&self) -> Option<Fault> {
+        Some(match self {
+            Error::Domain(_) => return None,
+            Error::Database { fault, .. }
+            | Error::Migrate { fault, .. }
+            | Error::Batch { fault, .. } => *fault,
+            Error::Corrupt(_) => Fault::Corrupt,
+            Error::Closed => Fault::Closed,
+            Error::Unusable { .. } => Fault::Unavailable,
+        })
+    }
+}

@@ -4,16 +4,11 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use sqlx::sqlite::SqliteRow;
-use sqlx::{QueryBuilder, Row, Sqlite, SqliteConnection};
-
+use super::backend::{BranchStart, Reads};
 use super::body::Body;
 use super::codec::unpack;
-use super::rows::{
-    NODE_COLUMNS, NodeRow, branch_head, ensure_session, function_row, hash_column, id_column,
-    node_row, node_row_from,
-};
-use super::{Error, Result, Scoped, Store, compaction, pins};
+use super::rows::NodeRow;
+use super::{Error, Result, Scoped, Store, pins};
 use crate::domain::{
     self, BranchName, Expose, Hash, Node, NodeContent, NodeId, PathView, SessionId,
 };
@@ -26,20 +21,20 @@ pub enum PathTarget {
     Function(NodeId),
 }
 
-/// Bound parameters per `IN (…)` list, well under SQLite's limit.
-const IN_CHUNK: usize = 500;
-
 impl Store {
     /// Nodes by id, in the order asked; every id must be a node of `session`.
     pub async fn get_nodes(&self, session: Scoped, ids: &[NodeId]) -> Result<Vec<Node>> {
         let session = session.id();
-        let mut conn = self.reader.acquire().await?;
-        ensure_session(&mut conn, session).await?;
+        let mut conn = self.read().await?;
+        conn.ensure_session(session).await?;
         let mut rows = Vec::with_capacity(ids.len());
         for (i, id) in ids.iter().enumerate() {
-            rows.push(node_row(&mut conn, session, *id, &format!("node_ids[{i}]")).await?);
+            rows.push(
+                conn.node_row(session, *id, &format!("node_ids[{i}]"))
+                    .await?,
+            );
         }
-        hydrate(&mut conn, rows).await
+        hydrate(&mut *conn, rows).await
     }
 
     /// Up to `limit` nodes from `start` following parent links, newest first, and the node the
@@ -51,12 +46,12 @@ impl Store {
         limit: u32,
     ) -> Result<(Vec<Node>, Option<NodeId>)> {
         let session = session.id();
-        let mut conn = self.reader.acquire().await?;
-        ensure_session(&mut conn, session).await?;
-        let Some(start) = resolve_start(&mut conn, session, &start).await? else {
+        let mut conn = self.read().await?;
+        conn.ensure_session(session).await?;
+        let Some(start) = resolve_start(&mut *conn, session, &start).await? else {
             return Ok((Vec::new(), None));
         };
-        let mut rows = ancestors(&mut conn, start, Some(limit)).await?;
+        let mut rows = conn.ancestors(start, Some(limit)).await?;
         rows.reverse();
         let next = rows.last().and_then(|r| r.parent_id);
         let next = if rows.len() == limit as usize {
@@ -64,7 +59,7 @@ impl Store {
         } else {
             None
         };
-        Ok((hydrate(&mut conn, rows).await?, next))
+        Ok((hydrate(&mut *conn, rows).await?, next))
     }
 
     /// Loads what a render of `target` needs: the path from the root, the internal chains of
@@ -72,35 +67,41 @@ impl Store {
     /// keeps those that apply to this path).
     pub async fn load_path(&self, session: Scoped, target: &PathTarget) -> Result<PathView> {
         let session = session.id();
-        let mut conn = self.reader.acquire().await?;
+        let mut conn = self.read().await?;
         let (start, scope, loaded) = match target {
-            PathTarget::Branch(name) => match branch_start(&mut conn, session, name).await? {
-                Some((head, summaries, pinned)) => (head, None, Some((summaries, pinned))),
-                None => return Ok(PathView::default()),
+            PathTarget::Branch(name) => match conn.branch_start(session, name).await? {
+                BranchStart::NoSession => {
+                    return Err(domain::Error::not_found("session", session).into());
+                }
+                BranchStart::NoBranch => {
+                    return Err(domain::Error::not_found("branch", name).into());
+                }
+                BranchStart::Empty => return Ok(PathView::default()),
+                BranchStart::At {
+                    head,
+                    summaries,
+                    pin_events,
+                } => (head, None, Some((summaries, pins::fold(&pin_events)))),
             },
             PathTarget::Node(_) | PathTarget::Function(_) => {
-                ensure_session(&mut conn, session).await?;
-                let Some(start) = resolve_start(&mut conn, session, target).await? else {
+                conn.ensure_session(session).await?;
+                let Some(start) = resolve_start(&mut *conn, session, target).await? else {
                     return Ok(PathView::default());
                 };
                 let scope = match target {
                     PathTarget::Function(function) => Some(*function),
-                    _ => {
-                        node_row(&mut conn, session, start, "node_id")
-                            .await?
-                            .function_id
-                    }
+                    _ => conn.node_row(session, start, "node_id").await?.function_id,
                 };
                 (start, scope, None)
             }
         };
-        let ids = self.path_ids(&mut conn, start).await?;
-        let nodes = self.nodes_by_id(&mut conn, &ids).await?;
+        let ids = self.path_ids(&mut *conn, start).await?;
+        let nodes = self.nodes_by_id(&mut *conn, &ids).await?;
         let mut chains = HashMap::new();
         let mut todo = full_chains(&nodes);
         while let Some((function, head)) = todo.pop() {
-            let rows = chain(&mut conn, head, function).await?;
-            let chain: Vec<Arc<Node>> = hydrate(&mut conn, rows)
+            let rows = conn.chain(head, function).await?;
+            let chain: Vec<Arc<Node>> = hydrate(&mut *conn, rows)
                 .await?
                 .into_iter()
                 .map(Arc::new)
@@ -111,8 +112,8 @@ impl Store {
         let (summaries, pinned) = match loaded {
             Some(loaded) => loaded,
             None => (
-                compaction::summaries(&mut conn, session).await?,
-                pins::pinned(&mut conn, session).await?,
+                conn.summaries(session).await?,
+                pins::fold(&conn.pin_events(session).await?),
             ),
         };
         Ok(PathView {
@@ -127,11 +128,7 @@ impl Store {
     /// The ids of the path ending at `head`, root first. Paths never change (nodes are
     /// immutable), so the path of a head whose recent ancestor was read before is that one's
     /// plus a few ids; only a path never seen walks the whole chain in SQL.
-    async fn path_ids(
-        &self,
-        conn: &mut SqliteConnection,
-        head: NodeId,
-    ) -> Result<Arc<Vec<NodeId>>> {
+    async fn path_ids(&self, conn: &mut dyn Reads, head: NodeId) -> Result<Arc<Vec<NodeId>>> {
         if let Some(path) = self.read_cache().paths.get(&head) {
             return Ok(Arc::clone(path));
         }
@@ -141,13 +138,7 @@ impl Store {
             let cached_parent = self.read_cache().nodes.get(&at).map(|n| n.parent_id);
             let parent = match cached_parent {
                 Some(parent) => parent,
-                None => {
-                    let row = sqlx::query("SELECT parent_id FROM nodes WHERE id = ?")
-                        .bind(at.as_bytes().as_slice())
-                        .fetch_one(&mut *conn)
-                        .await?;
-                    id_column(&row, "parent_id")?
-                }
+                None => conn.parent_of(at).await?,
             };
             let Some(parent) = parent else {
                 suffix.reverse();
@@ -163,21 +154,7 @@ impl Store {
             suffix.push(parent);
             at = parent;
         }
-        let sql = "WITH RECURSIVE walk(id, depth) AS (
-                 SELECT ?1, 0
-                 UNION ALL
-                 SELECT n.parent_id, walk.depth + 1 FROM walk JOIN nodes n ON n.id = walk.id
-                 WHERE n.parent_id IS NOT NULL
-             )
-             SELECT id FROM walk ORDER BY depth DESC";
-        let rows = sqlx::query(sql)
-            .bind(head.as_bytes().as_slice())
-            .fetch_all(&mut *conn)
-            .await?;
-        let path = rows
-            .iter()
-            .map(|row| id_column(row, "id")?.ok_or_else(|| Error::Corrupt("a null id".into())))
-            .collect::<Result<Vec<_>>>()?;
+        let path = conn.path_to(head).await?;
         Ok(self.remember_path(head, None, path))
     }
 
@@ -202,11 +179,7 @@ impl Store {
     }
 
     /// The nodes `ids`, in order: from the cache where read before, the rest in a few queries.
-    async fn nodes_by_id(
-        &self,
-        conn: &mut SqliteConnection,
-        ids: &[NodeId],
-    ) -> Result<Vec<Arc<Node>>> {
+    async fn nodes_by_id(&self, conn: &mut dyn Reads, ids: &[NodeId]) -> Result<Vec<Arc<Node>>> {
         // Take the shared nodes under the lock (an eviction meanwhile loses nothing).
         let found: Vec<Option<Arc<Node>>> = {
             let cache = self.read_cache();
@@ -219,22 +192,8 @@ impl Store {
             .map(|(id, _)| *id)
             .collect();
         let mut fetched_by_id: HashMap<NodeId, Arc<Node>> = HashMap::new();
-        for chunk in missing.chunks(IN_CHUNK) {
-            let mut query = QueryBuilder::<Sqlite>::new(format!(
-                "SELECT {NODE_COLUMNS} FROM nodes n WHERE n.id IN ("
-            ));
-            let mut list = query.separated(", ");
-            for id in chunk {
-                list.push_bind(id.as_bytes().to_vec());
-            }
-            query.push(")");
-            let rows = query
-                .build()
-                .fetch_all(&mut *conn)
-                .await?
-                .iter()
-                .map(node_row_from)
-                .collect::<Result<Vec<_>>>()?;
+        if !missing.is_empty() {
+            let rows = conn.nodes(&missing).await?;
             let fetched: Vec<Arc<Node>> = hydrate(conn, rows)
                 .await?
                 .into_iter()
@@ -303,124 +262,24 @@ impl ReadCache {
     }
 }
 
-/// What a render of a branch starts from: its head, the session's summaries and pins.
-type BranchStart = (NodeId, Vec<domain::Summary>, Vec<NodeId>);
-
-/// A render's common start in one round trip: the head of branch `name` (`None` while it has
-/// none), the session's summaries and its pinned nodes; not-found errors name the session,
-/// then the branch.
-async fn branch_start(
-    conn: &mut SqliteConnection,
-    session: SessionId,
-    name: &BranchName,
-) -> Result<Option<BranchStart>> {
-    let sql = format!(
-        "SELECT 0 AS part, b.name AS branch, b.head_id FROM sessions s
-             LEFT JOIN branches b ON b.session_id = s.id AND b.name = ?2
-         WHERE s.id = ?1;
-         SELECT 1 AS part, {} FROM summaries WHERE session_id = ?1 ORDER BY created_at_ms, id;
-         SELECT 2 AS part, node_id, pinned FROM pins WHERE session_id = ?1 ORDER BY seq",
-        compaction::SUMMARY_COLUMNS
-    );
-    let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
-        .bind(session.as_bytes().as_slice())
-        .bind(name.as_str())
-        .fetch_all(&mut *conn)
-        .await?;
-    let mut rows = rows.iter();
-    let Some(first) = rows
-        .next()
-        .filter(|r| r.try_get::<i64, _>("part").ok() == Some(0))
-    else {
-        return Err(domain::Error::not_found("session", session).into());
-    };
-    if first.try_get::<Option<String>, _>("branch")?.is_none() {
-        return Err(domain::Error::not_found("branch", name).into());
-    }
-    let Some(head) = id_column(first, "head_id")? else {
-        return Ok(None);
-    };
-    let part = |r: &SqliteRow| r.try_get::<i64, _>("part").unwrap_or(-1);
-    let rest: Vec<&SqliteRow> = rows.collect();
-    let summaries = rest
-        .iter()
-        .filter(|r| part(r) == 1)
-        .map(|r| compaction::summary_from(r))
-        .collect::<Result<Vec<_>>>()?;
-    let pinned = pins::fold(rest.iter().filter(|r| part(r) == 2).map(|r| {
-        Ok((
-            id_column(r, "node_id")?,
-            r.try_get::<i64, _>("pinned")? != 0,
-        ))
-    }))?;
-    Ok(Some((head, summaries, pinned)))
-}
-
 /// The node a path or log starts at; `None` for a branch with no head.
 async fn resolve_start(
-    conn: &mut SqliteConnection,
+    conn: &mut dyn Reads,
     session: SessionId,
     target: &PathTarget,
 ) -> Result<Option<NodeId>> {
     Ok(match target {
-        PathTarget::Branch(name) => branch_head(conn, session, name).await?,
-        PathTarget::Node(id) => Some(node_row(conn, session, *id, "node_id").await?.id),
+        PathTarget::Branch(name) => conn.branch_head(session, name).await?,
+        PathTarget::Node(id) => Some(conn.node_row(session, *id, "node_id").await?.id),
         PathTarget::Function(function) => {
-            let (head, _) = function_row(conn, session, *function).await?;
+            let (head, _) = conn.function_row(session, *function).await?;
             Some(head.unwrap_or(*function))
         }
     })
 }
 
-/// `start` and its ancestors, oldest first, at most `limit` of them counted from `start`.
-async fn ancestors(
-    conn: &mut SqliteConnection,
-    start: NodeId,
-    limit: Option<u32>,
-) -> Result<Vec<NodeRow>> {
-    let sql = format!(
-        "WITH RECURSIVE walk(id, depth) AS (
-             SELECT ?1, 0
-             UNION ALL
-             SELECT n.parent_id, walk.depth + 1 FROM walk JOIN nodes n ON n.id = walk.id
-             WHERE n.parent_id IS NOT NULL AND walk.depth + 1 < ?2
-         )
-         SELECT {NODE_COLUMNS} FROM walk JOIN nodes n ON n.id = walk.id ORDER BY walk.depth DESC"
-    );
-    let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
-        .bind(start.as_bytes().as_slice())
-        .bind(limit.map_or(i64::MAX, i64::from))
-        .fetch_all(&mut *conn)
-        .await?;
-    rows.iter().map(node_row_from).collect()
-}
-
-/// The internal chain of `function` ending at `head`, oldest first.
-async fn chain(
-    conn: &mut SqliteConnection,
-    head: NodeId,
-    function: NodeId,
-) -> Result<Vec<NodeRow>> {
-    let sql = format!(
-        "WITH RECURSIVE walk(id, depth) AS (
-             SELECT ?1, 0
-             UNION ALL
-             SELECT p.id, walk.depth + 1 FROM walk
-             JOIN nodes c ON c.id = walk.id JOIN nodes p ON p.id = c.parent_id
-             WHERE p.function_id = ?2
-         )
-         SELECT {NODE_COLUMNS} FROM walk JOIN nodes n ON n.id = walk.id ORDER BY walk.depth DESC"
-    );
-    let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
-        .bind(head.as_bytes().as_slice())
-        .bind(function.as_bytes().as_slice())
-        .fetch_all(&mut *conn)
-        .await?;
-    rows.iter().map(node_row_from).collect()
-}
-
 /// Turns rows into nodes, fetching every referenced blob once.
-async fn hydrate(conn: &mut SqliteConnection, rows: Vec<NodeRow>) -> Result<Vec<Node>> {
+async fn hydrate(conn: &mut dyn Reads, rows: Vec<NodeRow>) -> Result<Vec<Node>> {
     let bodies = rows
         .iter()
         .map(|row| Body::parse(&row.body))
@@ -428,23 +287,10 @@ async fn hydrate(conn: &mut SqliteConnection, rows: Vec<NodeRow>) -> Result<Vec<
     let wanted: HashSet<Hash> = bodies.iter().flat_map(Body::blob_refs).collect();
     let wanted: Vec<Hash> = wanted.into_iter().collect();
     let mut blobs: HashMap<Hash, Vec<u8>> = HashMap::with_capacity(wanted.len());
-    for chunk in wanted.chunks(IN_CHUNK) {
-        let mut query = QueryBuilder::<Sqlite>::new(
-            "SELECT hash, size, codec, data FROM blobs WHERE hash IN (",
-        );
-        let mut list = query.separated(", ");
-        for hash in chunk {
-            list.push_bind(hash.0.to_vec());
-        }
-        query.push(")");
-        for row in query.build().fetch_all(&mut *conn).await? {
-            let size: i64 = row.try_get("size")?;
-            let data = unpack(
-                row.try_get("codec")?,
-                row.try_get("data")?,
-                usize::try_from(size).unwrap_or(0),
-            )?;
-            blobs.insert(hash_column(&row, "hash")?, data);
+    if !wanted.is_empty() {
+        for blob in conn.blobs(&wanted).await? {
+            let size = usize::try_from(blob.size).unwrap_or(0);
+            blobs.insert(blob.hash, unpack(blob.codec, blob.data, size)?);
         }
     }
     rows.into_iter()

@@ -1,12 +1,11 @@
-//! Rows: decoding id, hash and node columns (`NodeRow`), and the one-row lookups (session,
-//! branch head, function, node) whose statements both the sqlx connections and the committer run.
+//! Stored forms every backend shares: node rows (`NodeRow`, decoded from their columns), 16-byte
+//! ids, 32-byte hashes, packed id lists, and the JSON of ledgers, budgets and metadata.
 
-use sqlx::sqlite::SqliteRow;
-use sqlx::{Row, SqliteConnection};
+use std::collections::BTreeMap;
 
 use super::codec::unpack_body;
 use super::{Error, Result};
-use crate::domain::{self, BranchName, Hash, NodeId, SessionId};
+use crate::domain::{Budget, Hash, Ledger, NodeId, SummaryId};
 
 pub(super) struct NodeRow {
     pub(super) id: NodeId,
@@ -17,57 +16,7 @@ pub(super) struct NodeRow {
     pub(super) body: String,
 }
 
-pub(super) const NODE_COLUMNS: &str =
-    "n.id, n.parent_id, n.function_id, n.created_at_ms, n.hash, n.body, n.body_z";
-
-/// A nullable 16-byte id column (any UUID-keyed id).
-pub(super) fn uuid_column(row: &SqliteRow, column: &str) -> Result<Option<[u8; 16]>> {
-    uuid_from(row.try_get(column)?, column)
-}
-
-/// The value of a nullable 16-byte id column, however it was read.
-pub(super) fn uuid_from(bytes: Option<Vec<u8>>, column: &str) -> Result<Option<[u8; 16]>> {
-    bytes
-        .map(|b| {
-            <[u8; 16]>::try_from(b.as_slice())
-                .map_err(|_| Error::Corrupt(format!("{column} is not 16 bytes")))
-        })
-        .transpose()
-}
-
-/// A non-null 16-byte id column.
-pub(super) fn required_uuid(row: &SqliteRow, column: &str) -> Result<[u8; 16]> {
-    uuid_column(row, column)?.ok_or_else(|| Error::Corrupt(format!("{column} is null")))
-}
-
-pub(super) fn id_column(row: &SqliteRow, column: &str) -> Result<Option<NodeId>> {
-    Ok(uuid_column(row, column)?.map(NodeId::from_bytes))
-}
-
-pub(super) fn hash_column(row: &SqliteRow, column: &str) -> Result<Hash> {
-    hash_from(&row.try_get::<Vec<u8>, _>(column)?, column)
-}
-
-/// The value of a 32-byte hash column, however it was read.
-pub(super) fn hash_from(bytes: &[u8], column: &str) -> Result<Hash> {
-    <[u8; 32]>::try_from(bytes)
-        .map(Hash)
-        .map_err(|_| Error::Corrupt(format!("{column} is not 32 bytes")))
-}
-
-pub(super) fn node_row_from(row: &SqliteRow) -> Result<NodeRow> {
-    NodeRow::from_columns(NodeColumns {
-        id: row.try_get("id")?,
-        parent_id: row.try_get("parent_id")?,
-        function_id: row.try_get("function_id")?,
-        created_at_ms: row.try_get("created_at_ms")?,
-        hash: row.try_get("hash")?,
-        body: row.try_get("body")?,
-        body_z: row.try_get("body_z")?,
-    })
-}
-
-/// A node row's columns ([`NODE_COLUMNS`]) as read, by sqlx or by the committer's connection.
+/// A node row's columns as read, by any driver.
 pub(super) struct NodeColumns {
     pub(super) id: Vec<u8>,
     pub(super) parent_id: Option<Vec<u8>>,
@@ -95,72 +44,94 @@ impl NodeRow {
     }
 }
 
-/// The statements both the sqlx connections and the committer's run (`?` binds in order in both).
-pub(super) const SESSION_EXISTS: &str = "SELECT 1 FROM sessions WHERE id = ?";
-pub(super) const BRANCH_HEAD: &str =
-    "SELECT head_id FROM branches WHERE session_id = ? AND name = ?";
-pub(super) const FUNCTION_ROW: &str =
-    "SELECT head_id, closed_by FROM functions WHERE id = ? AND session_id = ?";
-pub(super) const NODE_ROW: &str =
-    "SELECT n.id, n.parent_id, n.function_id, n.created_at_ms, n.hash, n.body,
-    n.body_z FROM nodes n WHERE n.id = ? AND n.session_id = ?";
-
-pub(super) async fn ensure_session(conn: &mut SqliteConnection, session: SessionId) -> Result<()> {
-    sqlx::query(SESSION_EXISTS)
-        .bind(session.as_bytes().as_slice())
-        .fetch_optional(&mut *conn)
-        .await?
-        .ok_or_else(|| domain::Error::not_found("session", session))?;
-    Ok(())
+/// The value of a nullable 16-byte id column (any UUID-keyed id).
+pub(super) fn uuid_from(bytes: Option<Vec<u8>>, column: &str) -> Result<Option<[u8; 16]>> {
+    bytes
+        .map(|b| {
+            <[u8; 16]>::try_from(b.as_slice())
+                .map_err(|_| Error::Corrupt(format!("{column} is not 16 bytes")))
+        })
+        .transpose()
 }
 
-pub(super) async fn branch_head(
-    conn: &mut SqliteConnection,
-    session: SessionId,
-    name: &BranchName,
-) -> Result<Option<NodeId>> {
-    let row = sqlx::query(BRANCH_HEAD)
-        .bind(session.as_bytes().as_slice())
-        .bind(name.as_str())
-        .fetch_optional(&mut *conn)
-        .await?
-        .ok_or_else(|| domain::Error::not_found("branch", name))?;
-    id_column(&row, "head_id")
+/// The value of a 32-byte hash column.
+pub(super) fn hash_from(bytes: &[u8], column: &str) -> Result<Hash> {
+    <[u8; 32]>::try_from(bytes)
+        .map(Hash)
+        .map_err(|_| Error::Corrupt(format!("{column} is not 32 bytes")))
 }
 
-/// A function's chain head and whether it is closed.
-pub(super) async fn function_row(
-    conn: &mut SqliteConnection,
-    session: SessionId,
-    function: NodeId,
-) -> Result<(Option<NodeId>, bool)> {
-    let row = sqlx::query(FUNCTION_ROW)
-        .bind(function.as_bytes().as_slice())
-        .bind(session.as_bytes().as_slice())
-        .fetch_optional(&mut *conn)
-        .await?
-        .ok_or_else(|| domain::Error::not_found("function", function))?;
-    Ok((
-        id_column(&row, "head_id")?,
-        id_column(&row, "closed_by")?.is_some(),
-    ))
+pub(super) fn u32_from(n: i64, column: &str) -> Result<u32> {
+    u32::try_from(n).map_err(|_| Error::Corrupt(format!("{column} out of range")))
 }
 
-/// One node of `session`; `field` names the request field in the not-found error.
-pub(super) async fn node_row(
-    conn: &mut SqliteConnection,
-    session: SessionId,
-    id: NodeId,
-    field: &str,
-) -> Result<NodeRow> {
-    let row = sqlx::query(NODE_ROW)
-        .bind(id.as_bytes().as_slice())
-        .bind(session.as_bytes().as_slice())
-        .fetch_optional(&mut *conn)
-        .await?
-        .ok_or_else(|| domain::Error::NotFound {
-            what: "node",
-            id: format!("{id} ({field})"),
-        })?;
-    node_row_from(&row)
+/// Node ids packed end to end (a summary's or plan's `covers`).
+pub(super) fn pack_ids(ids: &[NodeId]) -> Vec<u8> {
+    ids.iter().flat_map(|id| *id.as_bytes()).collect()
+}
+
+pub(super) fn unpack_ids(bytes: &[u8]) -> Result<Vec<NodeId>> {
+    if !bytes.len().is_multiple_of(16) {
+        return Err(Error::Corrupt("packed ids are not 16-byte aligned".into()));
+    }
+    Ok(bytes
+        .chunks_exact(16)
+        .map(|c| {
+            let mut id = [0u8; 16];
+            id.copy_from_slice(c);
+            NodeId::from_bytes(id)
+        })
+        .collect())
+}
+
+/// Summary ids packed end to end; `None` for none.
+pub(super) fn pack_summaries(ids: &[SummaryId]) -> Option<Vec<u8>> {
+    (!ids.is_empty()).then(|| ids.iter().flat_map(|id| *id.as_bytes()).collect())
+}
+
+pub(super) fn unpack_summaries(bytes: Option<Vec<u8>>) -> Result<Vec<SummaryId>> {
+    Ok(unpack_ids(&bytes.unwrap_or_default())?
+        .into_iter()
+        .map(|id| SummaryId::from_bytes(*id.as_bytes()))
+        .collect())
+}
+
+pub(super) fn ledger_json(ledger: &Ledger) -> String {
+    serde_json::to_string(ledger).expect("a ledger serializes")
+}
+
+pub(super) fn parse_ledger(json: Option<String>) -> Result<Option<Ledger>> {
+    json.map(|j| serde_json::from_str(&j).map_err(|e| Error::Corrupt(format!("ledger: {e}"))))
+        .transpose()
+}
+
+pub(super) fn budget_json(b: &Budget) -> String {
+    serde_json::to_string(&[
+        b.context_window,
+        b.output_reserve,
+        b.system,
+        b.tools,
+        b.schema,
+    ])
+    .expect("numbers serialize")
+}
+
+pub(super) fn parse_budget(json: &str) -> Result<Budget> {
+    let [context_window, output_reserve, system, tools, schema]: [u32; 5] =
+        serde_json::from_str(json).map_err(|e| Error::Corrupt(format!("budget: {e}")))?;
+    Ok(Budget {
+        context_window,
+        output_reserve,
+        system,
+        tools,
+        schema,
+    })
+}
+
+pub(super) fn metadata_json(metadata: &BTreeMap<String, String>) -> String {
+    serde_json::to_string(metadata).expect("a string map serializes")
+}
+
+pub(super) fn parse_metadata(json: &str) -> Result<BTreeMap<String, String>> {
+    serde_json::from_str(json).map_err(|e| Error::Corrupt(format!("session metadata: {e}")))
 }

@@ -1,5 +1,6 @@
-//! Database faults: what a failed SQLite call means for the caller, the size quota of the writer
-//! connection, and keeping that connection usable after a transaction SQLite rolled back itself.
+//! The SQLite backend's fault classifier (what a failed SQLite call means for the caller), the
+//! size quota of the writer connections, and keeping the writer connection usable after a
+//! transaction SQLite rolled back itself.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -8,41 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use sqlx::sqlite::SqlitePoolOptions;
 use sqlx::{Connection, SqliteConnection};
 
-use super::Error;
-
-/// What kind of failure a write or read met, beyond the domain's own errors: what a caller can
-/// do about it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Fault {
-    /// The database reached its size limit or its disk is full: writes fail until there is
-    /// room again; reads keep working.
-    Full,
-    /// Another connection or process held the lock past the busy timeout.
-    Busy,
-    /// The database cannot be used right now (read-only, an I/O error, cannot be opened).
-    Unavailable,
-    /// Stored data is damaged.
-    Corrupt,
-    /// The store is shutting down.
-    Closed,
-    /// A defect of ctxd, nothing the caller did.
-    Internal,
-}
-
-impl Error {
-    /// The fault behind this error; `None` for the domain's errors (the caller's mistakes).
-    pub fn fault(&self) -> Option<Fault> {
-        Some(match self {
-            Error::Domain(_) => return None,
-            Error::Database { fault, .. }
-            | Error::Migrate { fault, .. }
-            | Error::Batch { fault, .. } => *fault,
-            Error::Corrupt(_) => Fault::Corrupt,
-            Error::Closed => Fault::Closed,
-            Error::Unusable { .. } => Fault::Unavailable,
-        })
-    }
-}
+use super::{Error, Fault};
 
 // The SQLite backend's fault classifier: each driver's errors, classified as they convert.
 

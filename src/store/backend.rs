@@ -1,0 +1,319 @@
+//! The seam between the store's rules and a database engine: what a backend implements (its
+//! SQL, its connections, its transactions) and nothing else.
+//!
+//! Everything that decides (tenant scope, idempotency, the append checks and the committer's
+//! memory, the compare-and-swap of a summary on the branch head, the branch and pin rules, the
+//! read cache) is written once, in the store's other modules, against these traits. A backend
+//! answers plain questions ("the head of this branch", "insert this row") and reports what is
+//! missing as `None` or `false`; the not-found and already-exists errors are made here, once.
+//!
+//! The traits are object-safe (`async_trait`): the store holds `Arc<dyn Backend>` and the
+//! engine is chosen when it opens, so no layer above the store is generic over it. A box per
+//! call costs nanoseconds beside a statement's microseconds.
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+
+use super::append::AppendOutcome;
+use super::compaction::{CompactionPlan, PlanState};
+use super::idempotency::CreationKey;
+use super::rows::NodeRow;
+use super::writes::BatchRows;
+use super::{Error, Result};
+use crate::domain::{
+    self, Branch, BranchName, CompactionEvent, CompactionId, EventKind, Hash, NodeId, Reason,
+    SessionId, Summary, SummaryId, Tenant,
+};
+
+/// A database engine under the store.
+#[async_trait]
+pub(super) trait Backend: Send + Sync + 'static {
+    /// A connection for reads, beside any writer.
+    async fn read(&self) -> Result<Box<dyn Reads>>;
+
+    /// A write transaction. Writes are serialisable with each other and with the group
+    /// committer's batches: a transaction reads what it checks and writes in one unit.
+    async fn begin_write(&self) -> Result<Box<dyn WriteTx>>;
+
+    /// A failed write, said more precisely where the engine can (SQLite: an I/O error while
+    /// the disk has no room is a full database).
+    fn diagnose(&self, error: Error) -> Error;
+
+    /// Sets the most bytes the database may take (`None`: no limit) and returns the limit in
+    /// effect.
+    async fn set_max_db_bytes(&self, bytes: Option<u64>) -> Result<u64>;
+
+    /// Closes the connections (after the group committer stopped).
+    async fn close(&self);
+}
+
+/// The one-row lookups every transaction makes: the reader's, a write's and the committer's.
+/// Implementations answer `find_*`; the provided methods make the errors.
+#[async_trait]
+pub(super) trait Lookups: Send {
+    async fn session_exists(&mut self, session: SessionId) -> Result<bool>;
+
+    /// `None`: no such branch; `Some(None)`: a branch with no head.
+    async fn find_branch_head(
+        &mut self,
+        session: SessionId,
+        name: &BranchName,
+    ) -> Result<Option<Option<NodeId>>>;
+
+    /// A function's chain head and whether a result closed it; `None`: no such function.
+    async fn find_function(
+        &mut self,
+        session: SessionId,
+        function: NodeId,
+    ) -> Result<Option<(Option<NodeId>, bool)>>;
+
+    async fn find_node(&mut self, session: SessionId, id: NodeId) -> Result<Option<NodeRow>>;
+
+    /// The stored record of an append's idempotency key: the request's fingerprint and the
+    /// first answer.
+    async fn idempotency_record(
+        &mut self,
+        session: SessionId,
+        key: &str,
+    ) -> Result<Option<(Hash, AppendOutcome)>>;
+
+    async fn ensure_session(&mut self, session: SessionId) -> Result<()> {
+        if self.session_exists(session).await? {
+            Ok(())
+        } else {
+            Err(domain::Error::not_found("session", session).into())
+        }
+    }
+
+    async fn branch_head(
+        &mut self,
+        session: SessionId,
+        name: &BranchName,
+    ) -> Result<Option<NodeId>> {
+        self.find_branch_head(session, name)
+            .await?
+            .ok_or_else(|| domain::Error::not_found("branch", name).into())
+    }
+
+    /// A function's chain head and whether it is closed.
+    async fn function_row(
+        &mut self,
+        session: SessionId,
+        function: NodeId,
+    ) -> Result<(Option<NodeId>, bool)> {
+        self.find_function(session, function)
+            .await?
+            .ok_or_else(|| domain::Error::not_found("function", function).into())
+    }
+
+    /// One node of `session`; `field` names the request field in the not-found error.
+    async fn node_row(&mut self, session: SessionId, id: NodeId, field: &str) -> Result<NodeRow> {
+        self.find_node(session, id).await?.ok_or_else(|| {
+            domain::Error::NotFound {
+                what: "node",
+                id: format!("{id} ({field})"),
+            }
+            .into()
+        })
+    }
+}
+
+/// Reads.
+#[async_trait]
+pub(super) trait Reads: Lookups {
+    async fn session_tenant(&mut self, id: SessionId) -> Result<Option<Tenant>>;
+
+    /// The session a creation key made, and the fingerprint of the request that made it.
+    async fn session_key(
+        &mut self,
+        tenant: &Tenant,
+        key: &str,
+    ) -> Result<Option<(Hash, SessionId)>>;
+
+    async fn session(&mut self, id: SessionId) -> Result<Option<SessionRow>>;
+
+    /// A tenant's sessions, newest first, strictly older than `after`; at most `limit`.
+    async fn sessions(
+        &mut self,
+        tenant: &Tenant,
+        after: Option<SessionId>,
+        limit: u32,
+    ) -> Result<Vec<SessionRow>>;
+
+    /// A session's branches by name, each head with its hash.
+    async fn branches(&mut self, session: SessionId) -> Result<Vec<Branch>>;
+
+    /// Pin events of a session, oldest first: (node, pinned).
+    async fn pin_events(&mut self, session: SessionId) -> Result<Vec<(NodeId, bool)>>;
+
+    /// Every summary of a session, oldest first.
+    async fn summaries(&mut self, session: SessionId) -> Result<Vec<Summary>>;
+
+    /// A render's common start, in as few round trips as the engine allows.
+    async fn branch_start(&mut self, session: SessionId, name: &BranchName) -> Result<BranchStart>;
+
+    async fn parent_of(&mut self, id: NodeId) -> Result<Option<NodeId>>;
+
+    /// The ids of the path ending at `head`, root first.
+    async fn path_to(&mut self, head: NodeId) -> Result<Vec<NodeId>>;
+
+    /// `start` and its ancestors, oldest first, at most `limit` of them counted from `start`.
+    async fn ancestors(&mut self, start: NodeId, limit: Option<u32>) -> Result<Vec<NodeRow>>;
+
+    /// The internal chain of `function` ending at `head`, oldest first.
+    async fn chain(&mut self, head: NodeId, function: NodeId) -> Result<Vec<NodeRow>>;
+
+    /// The nodes of `ids` that exist, in any order.
+    async fn nodes(&mut self, ids: &[NodeId]) -> Result<Vec<NodeRow>>;
+
+    /// The blobs of `hashes` that exist, as stored.
+    async fn blobs(&mut self, hashes: &[Hash]) -> Result<Vec<StoredBlob>>;
+
+    /// The session and tenant of compaction `id`.
+    async fn compaction_owner(&mut self, id: CompactionId) -> Result<Option<(SessionId, Tenant)>>;
+
+    async fn find_plan(&mut self, id: CompactionId) -> Result<Option<CompactionPlan>>;
+
+    /// The audit trail of a session (one branch's, if given), oldest first.
+    async fn events(
+        &mut self,
+        session: SessionId,
+        branch: Option<&BranchName>,
+    ) -> Result<Vec<CompactionEvent>>;
+
+    /// The latest `limit` commit attempts (committed or rejected) on `branch`, newest first:
+    /// their reason and the head their plan was based at.
+    async fn recent_commits(
+        &mut self,
+        session: SessionId,
+        branch: &BranchName,
+        limit: u32,
+    ) -> Result<Vec<(Option<Reason>, Option<NodeId>)>>;
+
+    async fn summarizer_output(&mut self, source: &Hash) -> Result<Option<String>>;
+
+    async fn plan(&mut self, id: CompactionId) -> Result<CompactionPlan> {
+        self.find_plan(id)
+            .await?
+            .ok_or_else(|| domain::Error::not_found("compaction", id).into())
+    }
+}
+
+/// A transaction that writes an append's checked rows: the committer's, or a write's (an
+/// import's runs of nodes).
+#[async_trait]
+pub(super) trait AppendTx: Lookups {
+    async fn write_rows(&mut self, rows: &BatchRows) -> Result<()>;
+}
+
+/// A write transaction. Dropped without [`WriteTx::commit`], it rolls back.
+#[async_trait]
+pub(super) trait WriteTx: Reads + AppendTx {
+    /// A session row and its empty `main` branch.
+    async fn insert_session(
+        &mut self,
+        id: SessionId,
+        tenant: &Tenant,
+        now: i64,
+        metadata: &BTreeMap<String, String>,
+    ) -> Result<()>;
+
+    async fn insert_session_key(
+        &mut self,
+        tenant: &Tenant,
+        key: &CreationKey,
+        session: SessionId,
+        now: i64,
+    ) -> Result<()>;
+
+    /// `false`: a branch of that name exists, nothing was written.
+    async fn insert_branch(
+        &mut self,
+        session: SessionId,
+        name: &BranchName,
+        head: Option<NodeId>,
+        now: i64,
+    ) -> Result<bool>;
+
+    /// `false`: no such branch.
+    async fn delete_branch(&mut self, session: SessionId, name: &BranchName) -> Result<bool>;
+
+    async fn insert_pin(
+        &mut self,
+        session: SessionId,
+        node: NodeId,
+        pinned: bool,
+        now: i64,
+    ) -> Result<()>;
+
+    async fn insert_plan(&mut self, plan: &CompactionPlan) -> Result<()>;
+
+    async fn set_plan_state(&mut self, id: CompactionId, state: PlanState) -> Result<()>;
+
+    async fn insert_summary(&mut self, session: SessionId, summary: &Summary) -> Result<()>;
+
+    /// One more summary in the session's compaction count.
+    async fn count_compaction(&mut self, session: SessionId) -> Result<()>;
+
+    async fn insert_event(&mut self, event: &NewEvent<'_>) -> Result<()>;
+
+    /// Keeps (or replaces) the summarizer's output for a source.
+    async fn save_summarizer_output(&mut self, source: &Hash, text: &str, now: i64) -> Result<()>;
+
+    async fn commit(self: Box<Self>) -> Result<()>;
+
+    async fn rollback(self: Box<Self>) -> Result<()>;
+}
+
+/// The group committer's own transaction on its own connection: begun, checked and written
+/// (`AppendTx`), committed, again and again.
+#[async_trait]
+pub(super) trait CommitterConnection: AppendTx {
+    async fn begin(&mut self) -> Result<()>;
+    async fn commit(&mut self) -> Result<()>;
+    /// Undoes what the open transaction wrote, if the engine has not done so already.
+    async fn rollback(&mut self);
+    async fn close(self: Box<Self>);
+}
+
+/// A session as stored, without its branches.
+pub(super) struct SessionRow {
+    pub(super) id: SessionId,
+    pub(super) created_at_ms: i64,
+    pub(super) metadata: BTreeMap<String, String>,
+    pub(super) compaction_count: u32,
+}
+
+/// A content blob as stored (`codec`: how `data` is packed; `size`: its bytes unpacked).
+pub(super) struct StoredBlob {
+    pub(super) hash: Hash,
+    pub(super) size: i64,
+    pub(super) codec: i64,
+    pub(super) data: Vec<u8>,
+}
+
+/// What a render of a branch starts from.
+pub(super) enum BranchStart {
+    NoSession,
+    NoBranch,
+    /// The branch has no head yet.
+    Empty,
+    At {
+        head: NodeId,
+        summaries: Vec<Summary>,
+        pin_events: Vec<(NodeId, bool)>,
+    },
+}
+
+/// An event of a plan's audit trail, to record.
+pub(super) struct NewEvent<'a> {
+    pub(super) plan: &'a CompactionPlan,
+    pub(super) kind: EventKind,
+    pub(super) reason: Option<Reason>,
+    pub(super) tokens_before: u32,
+    pub(super) tokens_after: u32,
+    pub(super) summary: Option<SummaryId>,
+    pub(super) message: &'a str,
+    pub(super) at: i64,
+}

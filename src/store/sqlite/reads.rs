@@ -1,0 +1,555 @@
+//! The SQL of the store's reads on SQLite (`Lookups`, `Reads`), for a reader's connection and
+//! the writer's transaction alike, and decoding their rows.
+
+use async_trait::async_trait;
+use sqlx::sqlite::SqliteRow;
+use sqlx::{QueryBuilder, Row, Sqlite};
+
+use super::{BRANCH_HEAD, Connection, FUNCTION_ROW, NODE_ROW, SESSION_EXISTS};
+use crate::domain::{
+    Branch, BranchName, CompactionEvent, CompactionId, EventKind, Hash, NodeId, Reason, SessionId,
+    Summary, SummaryId, SummaryKind, Tenant,
+};
+use crate::store::append::AppendOutcome;
+use crate::store::backend::{BranchStart, Lookups, Reads, SessionRow, StoredBlob};
+use crate::store::compaction::{CompactionPlan, PlanState};
+use crate::store::rows::{
+    NodeColumns, NodeRow, hash_from, parse_budget, parse_ledger, parse_metadata, u32_from,
+    unpack_ids, unpack_summaries, uuid_from,
+};
+use crate::store::{Error, Result};
+
+/// Bound parameters per `IN (…)` list, well under SQLite's limit.
+const IN_CHUNK: usize = 500;
+
+const NODE_COLUMNS: &str =
+    "n.id, n.parent_id, n.function_id, n.created_at_ms, n.hash, n.body, n.body_z";
+
+/// The columns [`summary_from`] reads.
+const SUMMARY_COLUMNS: &str = "id, compaction_id, kind, covers, range_from_id, range_to_id, \
+     text, rolls_over, ledger, model, base_head_id, tokens_before, tokens_after, created_at_ms";
+
+#[async_trait]
+impl<C: Connection> Lookups for C {
+    async fn session_exists(&mut self, session: SessionId) -> Result<bool> {
+        Ok(sqlx::query(SESSION_EXISTS)
+            .bind(session.as_bytes().as_slice())
+            .fetch_optional(self.conn())
+            .await?
+            .is_some())
+    }
+
+    async fn find_branch_head(
+        &mut self,
+        session: SessionId,
+        name: &BranchName,
+    ) -> Result<Option<Option<NodeId>>> {
+        let row = sqlx::query(BRANCH_HEAD)
+            .bind(session.as_bytes().as_slice())
+            .bind(name.as_str())
+            .fetch_optional(self.conn())
+            .await?;
+        row.map(|row| id_column(&row, "head_id")).transpose()
+    }
+
+    async fn find_function(
+        &mut self,
+        session: SessionId,
+        function: NodeId,
+    ) -> Result<Option<(Option<NodeId>, bool)>> {
+        let row = sqlx::query(FUNCTION_ROW)
+            .bind(function.as_bytes().as_slice())
+            .bind(session.as_bytes().as_slice())
+            .fetch_optional(self.conn())
+            .await?;
+        row.map(|row| {
+            Ok((
+                id_column(&row, "head_id")?,
+                id_column(&row, "closed_by")?.is_some(),
+            ))
+        })
+        .transpose()
+    }
+
+    async fn find_node(&mut self, session: SessionId, id: NodeId) -> Result<Option<NodeRow>> {
+        let row = sqlx::query(NODE_ROW)
+            .bind(id.as_bytes().as_slice())
+            .bind(session.as_bytes().as_slice())
+            .fetch_optional(self.conn())
+            .await?;
+        row.as_ref().map(node_row_from).transpose()
+    }
+
+    async fn idempotency_record(
+        &mut self,
+        session: SessionId,
+        key: &str,
+    ) -> Result<Option<(Hash, AppendOutcome)>> {
+        let row = sqlx::query(
+            "SELECT request_hash, response FROM idempotency WHERE session_id = ?1 AND key = ?2",
+        )
+        .bind(session.as_bytes().as_slice())
+        .bind(key)
+        .fetch_optional(self.conn())
+        .await?;
+        let Some(row) = row else { return Ok(None) };
+        let response: String = row.try_get("response")?;
+        let outcome = serde_json::from_str(&response)
+            .map_err(|e| Error::Corrupt(format!("idempotency response: {e}")))?;
+        Ok(Some((hash_column(&row, "request_hash")?, outcome)))
+    }
+}
+
+#[async_trait]
+impl<C: Connection> Reads for C {
+    async fn session_tenant(&mut self, id: SessionId) -> Result<Option<Tenant>> {
+        let tenant: Option<String> = sqlx::query_scalar("SELECT tenant FROM sessions WHERE id = ?")
+            .bind(id.as_bytes().as_slice())
+            .fetch_optional(self.conn())
+            .await?;
+        Ok(tenant.map(Tenant::new))
+    }
+
+    async fn session_key(
+        &mut self,
+        tenant: &Tenant,
+        key: &str,
+    ) -> Result<Option<(Hash, SessionId)>> {
+        let row = sqlx::query(
+            "SELECT request_hash, session_id FROM session_keys WHERE tenant = ? AND key = ?",
+        )
+        .bind(tenant.as_str())
+        .bind(key)
+        .fetch_optional(self.conn())
+        .await?;
+        row.map(|row| {
+            Ok((
+                hash_column(&row, "request_hash")?,
+                SessionId::from_bytes(required_uuid(&row, "session_id")?),
+            ))
+        })
+        .transpose()
+    }
+
+    async fn session(&mut self, id: SessionId) -> Result<Option<SessionRow>> {
+        let row = sqlx::query(
+            "SELECT id, created_at_ms, metadata, compaction_count FROM sessions WHERE id = ?",
+        )
+        .bind(id.as_bytes().as_slice())
+        .fetch_optional(self.conn())
+        .await?;
+        row.as_ref().map(session_from).transpose()
+    }
+
+    async fn sessions(
+        &mut self,
+        tenant: &Tenant,
+        after: Option<SessionId>,
+        limit: u32,
+    ) -> Result<Vec<SessionRow>> {
+        let rows = sqlx::query(
+            "SELECT id, created_at_ms, metadata, compaction_count FROM sessions
+             WHERE tenant = ?1 AND (?2 IS NULL OR id < ?2) ORDER BY id DESC LIMIT ?3",
+        )
+        .bind(tenant.as_str())
+        .bind(after.map(|id| id.as_bytes().to_vec()))
+        .bind(i64::from(limit))
+        .fetch_all(self.conn())
+        .await?;
+        rows.iter().map(session_from).collect()
+    }
+
+    async fn branches(&mut self, session: SessionId) -> Result<Vec<Branch>> {
+        let rows = sqlx::query(
+            "SELECT b.name, b.head_id, b.updated_at_ms, n.hash FROM branches b
+             LEFT JOIN nodes n ON n.id = b.head_id
+             WHERE b.session_id = ? ORDER BY b.name",
+        )
+        .bind(session.as_bytes().as_slice())
+        .fetch_all(self.conn())
+        .await?;
+        rows.iter()
+            .map(|row| {
+                let head = match id_column(row, "head_id")? {
+                    Some(id) => Some((id, hash_column(row, "hash")?)),
+                    None => None,
+                };
+                Ok(Branch {
+                    name: BranchName::from_stored(row.try_get("name")?),
+                    head,
+                    updated_at_ms: row.try_get("updated_at_ms")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn pin_events(&mut self, session: SessionId) -> Result<Vec<(NodeId, bool)>> {
+        let rows =
+            sqlx::query("SELECT node_id, pinned FROM pins WHERE session_id = ? ORDER BY seq")
+                .bind(session.as_bytes().as_slice())
+                .fetch_all(self.conn())
+                .await?;
+        rows.iter().map(pin_from).collect()
+    }
+
+    async fn summaries(&mut self, session: SessionId) -> Result<Vec<Summary>> {
+        let sql = format!(
+            "SELECT {SUMMARY_COLUMNS} FROM summaries WHERE session_id = ? \
+             ORDER BY created_at_ms, id"
+        );
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(session.as_bytes().as_slice())
+            .fetch_all(self.conn())
+            .await?;
+        rows.iter().map(summary_from).collect()
+    }
+
+    /// One round trip: the branch, the session's summaries and its pin events.
+    async fn branch_start(&mut self, session: SessionId, name: &BranchName) -> Result<BranchStart> {
+        let sql = format!(
+            "SELECT 0 AS part, b.name AS branch, b.head_id FROM sessions s
+                 LEFT JOIN branches b ON b.session_id = s.id AND b.name = ?2
+             WHERE s.id = ?1;
+             SELECT 1 AS part, {SUMMARY_COLUMNS} FROM summaries WHERE session_id = ?1
+                 ORDER BY created_at_ms, id;
+             SELECT 2 AS part, node_id, pinned FROM pins WHERE session_id = ?1 ORDER BY seq"
+        );
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(session.as_bytes().as_slice())
+            .bind(name.as_str())
+            .fetch_all(self.conn())
+            .await?;
+        let part = |r: &SqliteRow| r.try_get::<i64, _>("part").unwrap_or(-1);
+        let mut rows = rows.iter();
+        let Some(first) = rows.next().filter(|r| part(r) == 0) else {
+            return Ok(BranchStart::NoSession);
+        };
+        if first.try_get::<Option<String>, _>("branch")?.is_none() {
+            return Ok(BranchStart::NoBranch);
+        }
+        let Some(head) = id_column(first, "head_id")? else {
+            return Ok(BranchStart::Empty);
+        };
+        let rest: Vec<&SqliteRow> = rows.collect();
+        Ok(BranchStart::At {
+            head,
+            summaries: rest
+                .iter()
+                .filter(|r| part(r) == 1)
+                .map(|r| summary_from(r))
+                .collect::<Result<_>>()?,
+            pin_events: rest
+                .iter()
+                .filter(|r| part(r) == 2)
+                .map(|r| pin_from(r))
+                .collect::<Result<_>>()?,
+        })
+    }
+
+    async fn parent_of(&mut self, id: NodeId) -> Result<Option<NodeId>> {
+        let row = sqlx::query("SELECT parent_id FROM nodes WHERE id = ?")
+            .bind(id.as_bytes().as_slice())
+            .fetch_one(self.conn())
+            .await?;
+        id_column(&row, "parent_id")
+    }
+
+    async fn path_to(&mut self, head: NodeId) -> Result<Vec<NodeId>> {
+        let rows = sqlx::query(
+            "WITH RECURSIVE walk(id, depth) AS (
+                 SELECT ?1, 0
+                 UNION ALL
+                 SELECT n.parent_id, walk.depth + 1 FROM walk JOIN nodes n ON n.id = walk.id
+                 WHERE n.parent_id IS NOT NULL
+             )
+             SELECT id FROM walk ORDER BY depth DESC",
+        )
+        .bind(head.as_bytes().as_slice())
+        .fetch_all(self.conn())
+        .await?;
+        rows.iter()
+            .map(|row| id_column(row, "id")?.ok_or_else(|| Error::Corrupt("a null id".into())))
+            .collect()
+    }
+
+    async fn ancestors(&mut self, start: NodeId, limit: Option<u32>) -> Result<Vec<NodeRow>> {
+        let sql = format!(
+            "WITH RECURSIVE walk(id, depth) AS (
+                 SELECT ?1, 0
+                 UNION ALL
+                 SELECT n.parent_id, walk.depth + 1 FROM walk JOIN nodes n ON n.id = walk.id
+                 WHERE n.parent_id IS NOT NULL AND walk.depth + 1 < ?2
+             )
+             SELECT {NODE_COLUMNS} FROM walk JOIN nodes n ON n.id = walk.id
+             ORDER BY walk.depth DESC"
+        );
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(start.as_bytes().as_slice())
+            .bind(limit.map_or(i64::MAX, i64::from))
+            .fetch_all(self.conn())
+            .await?;
+        rows.iter().map(node_row_from).collect()
+    }
+
+    async fn chain(&mut self, head: NodeId, function: NodeId) -> Result<Vec<NodeRow>> {
+        let sql = format!(
+            "WITH RECURSIVE walk(id, depth) AS (
+                 SELECT ?1, 0
+                 UNION ALL
+                 SELECT p.id, walk.depth + 1 FROM walk
+                 JOIN nodes c ON c.id = walk.id JOIN nodes p ON p.id = c.parent_id
+                 WHERE p.function_id = ?2
+             )
+             SELECT {NODE_COLUMNS} FROM walk JOIN nodes n ON n.id = walk.id
+             ORDER BY walk.depth DESC"
+        );
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(head.as_bytes().as_slice())
+            .bind(function.as_bytes().as_slice())
+            .fetch_all(self.conn())
+            .await?;
+        rows.iter().map(node_row_from).collect()
+    }
+
+    async fn nodes(&mut self, ids: &[NodeId]) -> Result<Vec<NodeRow>> {
+        let mut found = Vec::with_capacity(ids.len());
+        for chunk in ids.chunks(IN_CHUNK) {
+            let mut query = QueryBuilder::<Sqlite>::new(format!(
+                "SELECT {NODE_COLUMNS} FROM nodes n WHERE n.id IN ("
+            ));
+            let mut list = query.separated(", ");
+            for id in chunk {
+                list.push_bind(id.as_bytes().to_vec());
+            }
+            query.push(")");
+            for row in query.build().fetch_all(self.conn()).await? {
+                found.push(node_row_from(&row)?);
+            }
+        }
+        Ok(found)
+    }
+
+    async fn blobs(&mut self, hashes: &[Hash]) -> Result<Vec<StoredBlob>> {
+        let mut found = Vec::with_capacity(hashes.len());
+        for chunk in hashes.chunks(IN_CHUNK) {
+            let mut query = QueryBuilder::<Sqlite>::new(
+                "SELECT hash, size, codec, data FROM blobs WHERE hash IN (",
+            );
+            let mut list = query.separated(", ");
+            for hash in chunk {
+                list.push_bind(hash.0.to_vec());
+            }
+            query.push(")");
+            for row in query.build().fetch_all(self.conn()).await? {
+                found.push(StoredBlob {
+                    hash: hash_column(&row, "hash")?,
+                    size: row.try_get("size")?,
+                    codec: row.try_get("codec")?,
+                    data: row.try_get("data")?,
+                });
+            }
+        }
+        Ok(found)
+    }
+
+    async fn compaction_owner(&mut self, id: CompactionId) -> Result<Option<(SessionId, Tenant)>> {
+        let row = sqlx::query(
+            "SELECT c.session_id, s.tenant FROM compactions c
+             JOIN sessions s ON s.id = c.session_id WHERE c.id = ?",
+        )
+        .bind(id.as_bytes().as_slice())
+        .fetch_optional(self.conn())
+        .await?;
+        row.map(|row| {
+            Ok((
+                SessionId::from_bytes(required_uuid(&row, "session_id")?),
+                Tenant::new(row.try_get::<String, _>("tenant")?),
+            ))
+        })
+        .transpose()
+    }
+
+    async fn find_plan(&mut self, id: CompactionId) -> Result<Option<CompactionPlan>> {
+        let row = sqlx::query(
+            "SELECT session_id, branch, base_head_id, kind, rolls_over, covers, range_from_id,
+                    range_to_id, ledger, budget, tokenizer, max_tool_result_chars, retain_turns,
+                    instructions, tokens_before, state, created_at_ms
+             FROM compactions WHERE id = ?",
+        )
+        .bind(id.as_bytes().as_slice())
+        .fetch_optional(self.conn())
+        .await?;
+        let Some(row) = row else { return Ok(None) };
+        let state: String = row.try_get("state")?;
+        Ok(Some(CompactionPlan {
+            id,
+            session: SessionId::from_bytes(required_uuid(&row, "session_id")?),
+            branch: BranchName::from_stored(row.try_get("branch")?),
+            base_head: NodeId::from_bytes(required_uuid(&row, "base_head_id")?),
+            kind: kind_column(&row)?,
+            rolls_over: unpack_summaries(row.try_get("rolls_over")?)?,
+            covers: unpack_ids(&row.try_get::<Vec<u8>, _>("covers")?)?,
+            range: range_columns(&row)?,
+            ledger: parse_ledger(row.try_get("ledger")?)?.unwrap_or_default(),
+            budget: parse_budget(&row.try_get::<String, _>("budget")?)?,
+            tokenizer: row.try_get("tokenizer")?,
+            max_tool_result_chars: u32_column(&row, "max_tool_result_chars")?,
+            retain_turns: u32_column(&row, "retain_turns")?,
+            instructions: row.try_get("instructions")?,
+            tokens_before: u32_column(&row, "tokens_before")?,
+            state: PlanState::parse(&state)
+                .ok_or_else(|| Error::Corrupt(format!("compaction state {state:?}")))?,
+            created_at_ms: row.try_get("created_at_ms")?,
+        }))
+    }
+
+    async fn events(
+        &mut self,
+        session: SessionId,
+        branch: Option<&BranchName>,
+    ) -> Result<Vec<CompactionEvent>> {
+        let rows = sqlx::query(
+            "SELECT compaction_id, branch, kind, reason, base_head_id, tokens_before,
+                    tokens_after, summary_id, message, created_at_ms
+             FROM compaction_events WHERE session_id = ?1 AND (?2 IS NULL OR branch = ?2)
+             ORDER BY id",
+        )
+        .bind(session.as_bytes().as_slice())
+        .bind(branch.map(BranchName::as_str))
+        .fetch_all(self.conn())
+        .await?;
+        rows.iter()
+            .map(|row| {
+                let kind: String = row.try_get("kind")?;
+                Ok(CompactionEvent {
+                    compaction_id: CompactionId::from_bytes(required_uuid(row, "compaction_id")?),
+                    branch: row.try_get("branch")?,
+                    kind: EventKind::parse(&kind)
+                        .ok_or_else(|| Error::Corrupt(format!("event kind {kind:?}")))?,
+                    reason: reason_column(row)?,
+                    base_head: id_column(row, "base_head_id")?,
+                    tokens_before: u32_column(row, "tokens_before")?,
+                    tokens_after: u32_column(row, "tokens_after")?,
+                    summary_id: uuid_column(row, "summary_id")?.map(SummaryId::from_bytes),
+                    message: row.try_get("message")?,
+                    created_at_ms: row.try_get("created_at_ms")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn recent_commits(
+        &mut self,
+        session: SessionId,
+        branch: &BranchName,
+        limit: u32,
+    ) -> Result<Vec<(Option<Reason>, Option<NodeId>)>> {
+        let rows = sqlx::query(
+            "SELECT reason, base_head_id FROM compaction_events
+             WHERE session_id = ? AND branch = ? AND kind IN ('committed', 'rejected')
+             ORDER BY id DESC LIMIT ?",
+        )
+        .bind(session.as_bytes().as_slice())
+        .bind(branch.as_str())
+        .bind(i64::from(limit))
+        .fetch_all(self.conn())
+        .await?;
+        rows.iter()
+            .map(|row| Ok((reason_column(row)?, id_column(row, "base_head_id")?)))
+            .collect()
+    }
+
+    async fn summarizer_output(&mut self, source: &Hash) -> Result<Option<String>> {
+        let row = sqlx::query("SELECT text FROM summarizer_outputs WHERE source_key = ?")
+            .bind(source.0.as_slice())
+            .fetch_optional(self.conn())
+            .await?;
+        Ok(row.map(|r| r.try_get("text")).transpose()?)
+    }
+}
+
+// ---------------------------------------------------------------- decoding rows
+
+/// A nullable 16-byte id column (any UUID-keyed id).
+fn uuid_column(row: &SqliteRow, column: &str) -> Result<Option<[u8; 16]>> {
+    uuid_from(row.try_get(column)?, column)
+}
+
+/// A non-null 16-byte id column.
+fn required_uuid(row: &SqliteRow, column: &str) -> Result<[u8; 16]> {
+    uuid_column(row, column)?.ok_or_else(|| Error::Corrupt(format!("{column} is null")))
+}
+
+fn id_column(row: &SqliteRow, column: &str) -> Result<Option<NodeId>> {
+    Ok(uuid_column(row, column)?.map(NodeId::from_bytes))
+}
+
+fn hash_column(row: &SqliteRow, column: &str) -> Result<Hash> {
+    hash_from(&row.try_get::<Vec<u8>, _>(column)?, column)
+}
+
+fn u32_column(row: &SqliteRow, column: &str) -> Result<u32> {
+    u32_from(row.try_get(column)?, column)
+}
+
+fn node_row_from(row: &SqliteRow) -> Result<NodeRow> {
+    NodeRow::from_columns(NodeColumns {
+        id: row.try_get("id")?,
+        parent_id: row.try_get("parent_id")?,
+        function_id: row.try_get("function_id")?,
+        created_at_ms: row.try_get("created_at_ms")?,
+        hash: row.try_get("hash")?,
+        body: row.try_get("body")?,
+        body_z: row.try_get("body_z")?,
+    })
+}
+
+fn session_from(row: &SqliteRow) -> Result<SessionRow> {
+    let compaction_count: i64 = row.try_get("compaction_count")?;
+    Ok(SessionRow {
+        id: SessionId::from_bytes(required_uuid(row, "id")?),
+        created_at_ms: row.try_get("created_at_ms")?,
+        metadata: parse_metadata(&row.try_get::<String, _>("metadata")?)?,
+        compaction_count: u32::try_from(compaction_count).unwrap_or(u32::MAX),
+    })
+}
+
+fn pin_from(row: &SqliteRow) -> Result<(NodeId, bool)> {
+    let node =
+        id_column(row, "node_id")?.ok_or_else(|| Error::Corrupt("a pin without node".into()))?;
+    Ok((node, row.try_get::<i64, _>("pinned")? != 0))
+}
+
+fn kind_column(row: &SqliteRow) -> Result<SummaryKind> {
+    let kind: String = row.try_get("kind")?;
+    SummaryKind::parse(&kind).ok_or_else(|| Error::Corrupt(format!("summary kind {kind:?}")))
+}
+
+fn reason_column(row: &SqliteRow) -> Result<Option<Reason>> {
+    let reason: Option<String> = row.try_get("reason")?;
+    reason
+        .map(|r| Reason::parse(&r).ok_or_else(|| Error::Corrupt(format!("event reason {r:?}"))))
+        .transpose()
+}
+
+fn range_columns(row: &SqliteRow) -> Result<Option<(NodeId, NodeId)>> {
+    Ok(id_column(row, "range_from_id")?.zip(id_column(row, "range_to_id")?))
+}
+
+fn summary_from(row: &SqliteRow) -> Result<Summary> {
+    Ok(Summary {
+        id: SummaryId::from_bytes(required_uuid(row, "id")?),
+        compaction_id: CompactionId::from_bytes(required_uuid(row, "compaction_id")?),
+        kind: kind_column(row)?,
+        covers: unpack_ids(&row.try_get::<Vec<u8>, _>("covers")?)?,
+        range: range_columns(row)?,
+        text: row.try_get("text")?,
+        rolls_over: unpack_summaries(row.try_get("rolls_over")?)?,
+        ledger: parse_ledger(row.try_get("ledger")?)?.map(std::sync::Arc::new),
+        model: row.try_get("model")?,
+        base_head: NodeId::from_bytes(required_uuid(row, "base_head_id")?),
+        tokens_before: u32_column(row, "tokens_before")?,
+        tokens_after: u32_column(row, "tokens_after")?,
+        created_at_ms: row.try_get("created_at_ms")?,
+    })
+}
