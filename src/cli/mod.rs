@@ -11,6 +11,7 @@ use tonic::transport::ServerTlsConfig;
 use tracing_subscriber::EnvFilter;
 
 mod client;
+mod connect;
 mod json;
 mod panel;
 mod show;
