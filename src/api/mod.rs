@@ -52,6 +52,13 @@ pub(crate) fn status(error: store::Error) -> Status {
                  written: retry",
             )
         }
+        Fault::Conflict => {
+            tracing::warn!(%error, "write conflict");
+            Status::aborted(
+                "the write conflicted with a concurrent one and was rolled back; nothing was \
+                 written: retry",
+            )
+        }
         Fault::Unavailable => {
             tracing::error!(%error, "database unavailable");
             Status::unavailable(

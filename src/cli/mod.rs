@@ -44,9 +44,10 @@ enum Command {
         /// Address to listen on; port 0 picks a free port (the bound address is printed).
         #[arg(long, env = "CTXD_LISTEN", default_value = "127.0.0.1:50051")]
         listen: SocketAddr,
-        /// SQLite file, created and migrated on first start.
+        /// The database: a SQLite file (created and migrated on first start), or a
+        /// `postgres://user@host/db` URL (migrated on start; several servers may share it).
         #[arg(long, env = "CTXD_DB", default_value = "ctxd.db")]
-        db: PathBuf,
+        db: String,
         /// Serve Prometheus metrics on this address too (its bound address is printed as a second
         /// line, `ctxd metrics on ADDR`).
         #[arg(long, env = "CTXD_METRICS_LISTEN")]
@@ -68,19 +69,23 @@ enum Command {
 #[derive(Debug, clap::Args)]
 struct StorageArgs {
     /// Milliseconds a write waits (retrying) for a lock another process holds before it is
-    /// refused as UNAVAILABLE.
+    /// refused as UNAVAILABLE; on PostgreSQL, also how long a call waits for a connection.
     #[arg(long, env = "CTXD_BUSY_TIMEOUT_MS", default_value_t = 10_000)]
     busy_timeout_ms: u64,
     /// The most bytes the database may take; past it writes are refused as RESOURCE_EXHAUSTED
     /// while reads keep working.
     #[arg(long, env = "CTXD_MAX_DB_BYTES", value_parser = clap::value_parser!(u64).range(1..))]
     max_db_bytes: Option<u64>,
+    /// Connections to PostgreSQL for reads and writes (the group committer keeps two more).
+    #[arg(long, env = "CTXD_PG_POOL_SIZE", default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..))]
+    pg_pool_size: u32,
 }
 
 impl StorageArgs {
     fn config(&self) -> crate::store::Config {
         crate::store::Config {
             busy_timeout: std::time::Duration::from_millis(self.busy_timeout_ms),
+            pg_pool_size: self.pg_pool_size,
             max_db_bytes: self.max_db_bytes,
         }
     }
@@ -309,13 +314,13 @@ const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
 
 async fn serve(
     listen: SocketAddr,
-    db: PathBuf,
+    db: String,
     metrics_listen: Option<SocketAddr>,
     storage: crate::store::Config,
     options: crate::server::Options,
 ) -> anyhow::Result<()> {
     // Its errors name the file and the problem; nothing has been written to a refused file.
-    let store = Store::open_with(&db, storage).await?;
+    let store = Store::connect(&db, storage).await?;
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("listening on {listen}"))?;
@@ -339,7 +344,7 @@ async fn serve(
     stdout.flush()?;
     tracing::info!(
         %bound,
-        db = %db.display(),
+        db = %crate::store::Database::parse(&db).shown(),
         summarizer = options.summarizer.as_ref().map(Summarizer::model),
         api_keys = options.api_keys.as_ref().map_or(0, ApiKeys::len),
         tls = options.tls.is_some(),

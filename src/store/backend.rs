@@ -153,27 +153,44 @@ pub(super) trait Reads: Lookups {
     /// A render's common start, in as few round trips as the engine allows.
     async fn branch_start(&mut self, session: SessionId, name: &BranchName) -> Result<BranchStart>;
 
-    async fn parent_of(&mut self, id: NodeId) -> Result<Option<NodeId>>;
+    // Reads of a session's nodes and blobs name the session even where the ids alone would
+    // do: an engine that spreads sessions over machines routes every statement by it.
+
+    async fn parent_of(&mut self, session: SessionId, id: NodeId) -> Result<Option<NodeId>>;
 
     /// The ids of the path ending at `head`, root first.
-    async fn path_to(&mut self, head: NodeId) -> Result<Vec<NodeId>>;
+    async fn path_to(&mut self, session: SessionId, head: NodeId) -> Result<Vec<NodeId>>;
 
     /// `start` and its ancestors, oldest first, at most `limit` of them counted from `start`.
-    async fn ancestors(&mut self, start: NodeId, limit: Option<u32>) -> Result<Vec<NodeRow>>;
+    async fn ancestors(
+        &mut self,
+        session: SessionId,
+        start: NodeId,
+        limit: Option<u32>,
+    ) -> Result<Vec<NodeRow>>;
 
     /// The internal chain of `function` ending at `head`, oldest first.
-    async fn chain(&mut self, head: NodeId, function: NodeId) -> Result<Vec<NodeRow>>;
+    async fn chain(
+        &mut self,
+        session: SessionId,
+        head: NodeId,
+        function: NodeId,
+    ) -> Result<Vec<NodeRow>>;
 
     /// The nodes of `ids` that exist, in any order.
-    async fn nodes(&mut self, ids: &[NodeId]) -> Result<Vec<NodeRow>>;
+    async fn nodes(&mut self, session: SessionId, ids: &[NodeId]) -> Result<Vec<NodeRow>>;
 
     /// The blobs of `hashes` that exist, as stored.
-    async fn blobs(&mut self, hashes: &[Hash]) -> Result<Vec<StoredBlob>>;
+    async fn blobs(&mut self, session: SessionId, hashes: &[Hash]) -> Result<Vec<StoredBlob>>;
 
     /// The session and tenant of compaction `id`.
     async fn compaction_owner(&mut self, id: CompactionId) -> Result<Option<(SessionId, Tenant)>>;
 
-    async fn find_plan(&mut self, id: CompactionId) -> Result<Option<CompactionPlan>>;
+    async fn find_plan(
+        &mut self,
+        session: SessionId,
+        id: CompactionId,
+    ) -> Result<Option<CompactionPlan>>;
 
     /// The audit trail of a session (one branch's, if given), oldest first.
     async fn events(
@@ -193,8 +210,8 @@ pub(super) trait Reads: Lookups {
 
     async fn summarizer_output(&mut self, source: &Hash) -> Result<Option<String>>;
 
-    async fn plan(&mut self, id: CompactionId) -> Result<CompactionPlan> {
-        self.find_plan(id)
+    async fn plan(&mut self, session: SessionId, id: CompactionId) -> Result<CompactionPlan> {
+        self.find_plan(session, id)
             .await?
             .ok_or_else(|| domain::Error::not_found("compaction", id).into())
     }
@@ -219,13 +236,15 @@ pub(super) trait WriteTx: Reads + AppendTx {
         metadata: &BTreeMap<String, String>,
     ) -> Result<()>;
 
+    /// `false`: the tenant used the key already (a concurrent creation won), nothing was
+    /// written.
     async fn insert_session_key(
         &mut self,
         tenant: &Tenant,
         key: &CreationKey,
         session: SessionId,
         now: i64,
-    ) -> Result<()>;
+    ) -> Result<bool>;
 
     /// `false`: a branch of that name exists, nothing was written.
     async fn insert_branch(
@@ -249,7 +268,12 @@ pub(super) trait WriteTx: Reads + AppendTx {
 
     async fn insert_plan(&mut self, plan: &CompactionPlan) -> Result<()>;
 
-    async fn set_plan_state(&mut self, id: CompactionId, state: PlanState) -> Result<()>;
+    async fn set_plan_state(
+        &mut self,
+        session: SessionId,
+        id: CompactionId,
+        state: PlanState,
+    ) -> Result<()>;
 
     async fn insert_summary(&mut self, session: SessionId, summary: &Summary) -> Result<()>;
 

@@ -226,7 +226,7 @@ impl<'c> Batch<'c> {
                 Admit::Plain => {}
                 Admit::OpensFunction => self.pending.opened.push((id, session)),
                 Admit::ClosesFunction(function) => {
-                    self.pending.closes.push((id, function));
+                    self.pending.closes.push((session, id, function));
                     self.closed.insert((session, function));
                 }
             }
@@ -241,7 +241,9 @@ impl<'c> Batch<'c> {
                     .insert((session, name.clone()), (new_head, self.now));
             }
             AppendTarget::Function(function) => {
-                self.pending.function_heads.insert(*function, new_head);
+                self.pending
+                    .function_heads
+                    .insert((session, *function), new_head);
             }
         }
         self.seen.insert(

@@ -74,12 +74,13 @@ pub(super) struct TargetCache(pub(super) HashMap<TargetKey, TargetState>);
 /// Targets remembered at most; past that the cache starts over.
 const CACHE_TARGETS: usize = 100_000;
 
-/// Hashes of blobs known to be stored. Blobs are never deleted, so a hash once stored stays
-/// true; a blob not known here is written with `ON CONFLICT DO NOTHING` all the same.
+/// Blobs known to be stored, by session and hash. Blobs are never deleted, so a blob once
+/// stored stays true; a blob not known here is written with `ON CONFLICT DO NOTHING` all the
+/// same.
 #[derive(Default)]
-pub(super) struct KnownBlobs(pub(super) HashSet<Hash>);
+pub(super) struct KnownBlobs(pub(super) HashSet<(SessionId, Hash)>);
 
-/// Blob hashes remembered at most (32 bytes each); past that the set starts over.
+/// Blobs remembered at most (48 bytes each); past that the set starts over.
 const KNOWN_BLOBS: usize = 200_000;
 
 /// Takes appends off the inbox and writes every one waiting in one transaction, then one
@@ -156,13 +157,28 @@ async fn write_batch(
     targets: &TargetCache,
     blobs: &KnownBlobs,
 ) -> Result<CommittedBatch> {
-    conn.begin().await?;
-    let written = check_and_write(conn, requests, fingerprints, targets, blobs).await;
-    if written.is_err() {
-        conn.rollback().await;
+    let mut attempt = 1;
+    loop {
+        conn.begin().await?;
+        let written = check_and_write(conn, requests, fingerprints, targets, blobs).await;
+        if written.is_err() {
+            conn.rollback().await;
+        }
+        match written {
+            // The engine broke a lock cycle with another writer (another replica's batch took
+            // the same branches in another order): nothing was written, so the batch is
+            // checked and written again from what is stored now.
+            Err(e) if e.fault() == Some(Fault::Conflict) && attempt < BATCH_ATTEMPTS => {
+                tracing::warn!(error = %e, attempt, "group commit conflicted; retrying");
+                attempt += 1;
+            }
+            other => return other,
+        }
     }
-    written
 }
+
+/// Tries of a batch that conflicted with another writer.
+const BATCH_ATTEMPTS: u32 = 4;
 
 async fn check_and_write(
     conn: &mut dyn CommitterConnection,
@@ -195,7 +211,7 @@ struct CommittedBatch {
     outcomes: Vec<Result<AppendOutcome>>,
     seen: HashMap<TargetKey, FoundTarget>,
     closed: HashSet<(SessionId, NodeId)>,
-    blobs: HashSet<Hash>,
+    blobs: HashSet<(SessionId, Hash)>,
 }
 
 impl CommittedBatch {

@@ -88,7 +88,7 @@ impl Store {
         })
         .await?;
         tx.commit().await?;
-        Ok(ScopedPlan::trusted(plan.id))
+        Ok(ScopedPlan::trusted(plan.session, plan.id))
     }
 
     /// The tenant whose session compaction `id` belongs to; `None` for an unknown plan. One
@@ -101,7 +101,7 @@ impl Store {
     }
 
     pub async fn plan(&self, id: ScopedPlan) -> Result<CompactionPlan> {
-        self.read().await?.plan(id.id()).await
+        self.read().await?.plan(id.session(), id.id()).await
     }
 
     /// Stores `summary` if the plan is open and the branch head is still `expected_head`, in
@@ -114,13 +114,14 @@ impl Store {
         expected_head: NodeId,
     ) -> Result<Applied> {
         let mut tx = self.begin_write().await?;
-        let plan = tx.plan(plan_id.id()).await?;
+        let plan = tx.plan(plan_id.session(), plan_id.id()).await?;
         ensure_open(&plan)?;
         if tx.branch_head(plan.session, &plan.branch).await? != Some(expected_head) {
             return Ok(Applied::HeadMoved);
         }
         tx.insert_summary(plan.session, summary).await?;
-        tx.set_plan_state(plan.id, PlanState::Applied).await?;
+        tx.set_plan_state(plan.session, plan.id, PlanState::Applied)
+            .await?;
         tx.count_compaction(plan.session).await?;
         tx.insert_event(&NewEvent {
             plan: &plan,
@@ -149,10 +150,11 @@ impl Store {
     ) -> Result<()> {
         let (tokens_before, tokens_after) = tokens;
         let mut tx = self.begin_write().await?;
-        let plan = tx.plan(plan_id.id()).await?;
+        let plan = tx.plan(plan_id.session(), plan_id.id()).await?;
         ensure_open(&plan)?;
         if !keep_open {
-            tx.set_plan_state(plan.id, PlanState::Cancelled).await?;
+            tx.set_plan_state(plan.session, plan.id, PlanState::Cancelled)
+                .await?;
         }
         tx.insert_event(&NewEvent {
             plan: &plan,
@@ -181,9 +183,10 @@ impl Store {
         message: &str,
     ) -> Result<()> {
         let mut tx = self.begin_write().await?;
-        let plan = tx.plan(plan_id.id()).await?;
+        let plan = tx.plan(plan_id.session(), plan_id.id()).await?;
         ensure_open(&plan)?;
-        tx.set_plan_state(plan.id, PlanState::Cancelled).await?;
+        tx.set_plan_state(plan.session, plan.id, PlanState::Cancelled)
+            .await?;
         let kind = if reason == Reason::Cancelled {
             EventKind::Cancelled
         } else {

@@ -28,7 +28,10 @@ impl Store {
             // Keys are per tenant: the session a key names is the caller's.
             return self.get_session(Scoped::trusted(existing)).await;
         }
-        start_session(&mut *tx, session, tenant, now, &metadata, key).await?;
+        if !start_session(&mut *tx, session, tenant, now, &metadata, key).await? {
+            tx.rollback().await?;
+            return self.keyed_after_race(tenant, key).await;
+        }
         let ops = &plan.ops;
         let mut writes = batch::Batch::standalone(now);
         let mut ids: Vec<Option<NodeId>> = vec![None; ops.len()];

@@ -16,6 +16,7 @@ mod idempotency;
 mod import;
 mod open;
 mod pins;
+mod postgres;
 mod reads;
 mod rows;
 mod scope;
@@ -30,7 +31,7 @@ pub use append::{AppendOutcome, AppendRequest, AppendTarget};
 pub use clock::now_ms;
 pub use compaction::{Applied, CompactionPlan, PlanState};
 pub use idempotency::CreationKey;
-pub use open::{Config, Store};
+pub use open::{Config, Database, Store};
 pub use reads::PathTarget;
 pub use scope::{Scoped, ScopedPlan};
 
@@ -69,6 +70,9 @@ pub enum Fault {
     Full,
     /// Another connection or process held the lock past the busy timeout.
     Busy,
+    /// The engine aborted the transaction to resolve a conflict with a concurrent one (a
+    /// deadlock or a serialization failure): nothing was written, and a retry may succeed.
+    Conflict,
     /// The database cannot be used right now (read-only, an I/O error, cannot be opened).
     Unavailable,
     /// Stored data is damaged.

@@ -1,7 +1,7 @@
 //! Opening and closing the store: `Store` (a backend, the group committer's inbox and the
 //! caches the rules keep) and its `Config`.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,7 +10,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::backend::{Backend, Reads, WriteTx};
 use super::commit::Message;
 use super::reads::ReadCache;
-use super::{Result, sqlite};
+use super::{Error, Result, postgres, sqlite};
 
 #[derive(Clone)]
 pub struct Store {
@@ -28,8 +28,10 @@ pub struct Config {
     /// How long a write waits for a lock another connection or process holds before it fails
     /// (retrying meanwhile); the write is then refused, never lost.
     pub busy_timeout: Duration,
-    /// The most bytes the database may take; `None`: as much as the disk holds.
+    /// The most bytes the database may take (SQLite); `None`: as much as the disk holds.
     pub max_db_bytes: Option<u64>,
+    /// Connections to PostgreSQL for reads and writes (the group committer has two more).
+    pub pg_pool_size: u32,
 }
 
 impl Default for Config {
@@ -37,11 +39,37 @@ impl Default for Config {
         Self {
             busy_timeout: BUSY_TIMEOUT,
             max_db_bytes: None,
+            pg_pool_size: 16,
         }
     }
 }
 
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Which database a `--db` value names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Database {
+    Sqlite(PathBuf),
+    Postgres(String),
+}
+
+impl Database {
+    pub fn parse(db: &str) -> Self {
+        if db.starts_with("postgres://") || db.starts_with("postgresql://") {
+            Database::Postgres(db.to_owned())
+        } else {
+            Database::Sqlite(PathBuf::from(db.strip_prefix("sqlite://").unwrap_or(db)))
+        }
+    }
+
+    /// For logs and messages: a URL without its password.
+    pub fn shown(&self) -> String {
+        match self {
+            Database::Sqlite(path) => path.display().to_string(),
+            Database::Postgres(url) => postgres::redact(url),
+        }
+    }
+}
 
 impl Store {
     /// Opens (creating and migrating if needed) the SQLite file at `path`.
@@ -61,6 +89,31 @@ impl Store {
             appends,
             owners: Arc::default(),
         })
+    }
+
+    /// Opens the database `db` names: a `postgres://` (or `postgresql://`) URL, or a SQLite
+    /// file (a path, or `sqlite://path`). Several processes may serve one PostgreSQL database.
+    pub async fn connect(db: &str, config: Config) -> Result<Self> {
+        match Database::parse(db) {
+            Database::Sqlite(path) => Self::open_with(&path, config).await,
+            Database::Postgres(url) => {
+                if config.max_db_bytes.is_some() {
+                    return Err(Error::Unusable {
+                        path: postgres::redact(&url).into(),
+                        problem: "--max-db-bytes limits a SQLite file; on PostgreSQL, limit \
+                                  the database's disk instead"
+                            .into(),
+                    });
+                }
+                let (backend, appends) = postgres::open(&url, &config).await?;
+                Ok(Self {
+                    backend,
+                    cache: Arc::default(),
+                    appends,
+                    owners: Arc::default(),
+                })
+            }
+        }
     }
 
     /// Sets the size limit of the database (`None`: none) for every writer connection from now

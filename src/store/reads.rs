@@ -34,7 +34,7 @@ impl Store {
                     .await?,
             );
         }
-        hydrate(&mut *conn, rows).await
+        hydrate(&mut *conn, session, rows).await
     }
 
     /// Up to `limit` nodes from `start` following parent links, newest first, and the node the
@@ -51,7 +51,7 @@ impl Store {
         let Some(start) = resolve_start(&mut *conn, session, &start).await? else {
             return Ok((Vec::new(), None));
         };
-        let mut rows = conn.ancestors(start, Some(limit)).await?;
+        let mut rows = conn.ancestors(session, start, Some(limit)).await?;
         rows.reverse();
         let next = rows.last().and_then(|r| r.parent_id);
         let next = if rows.len() == limit as usize {
@@ -59,7 +59,7 @@ impl Store {
         } else {
             None
         };
-        Ok((hydrate(&mut *conn, rows).await?, next))
+        Ok((hydrate(&mut *conn, session, rows).await?, next))
     }
 
     /// Loads what a render of `target` needs: the path from the root, the internal chains of
@@ -95,13 +95,13 @@ impl Store {
                 (start, scope, None)
             }
         };
-        let ids = self.path_ids(&mut *conn, start).await?;
-        let nodes = self.nodes_by_id(&mut *conn, &ids).await?;
+        let ids = self.path_ids(&mut *conn, session, start).await?;
+        let nodes = self.nodes_by_id(&mut *conn, session, &ids).await?;
         let mut chains = HashMap::new();
         let mut todo = full_chains(&nodes);
         while let Some((function, head)) = todo.pop() {
-            let rows = conn.chain(head, function).await?;
-            let chain: Vec<Arc<Node>> = hydrate(&mut *conn, rows)
+            let rows = conn.chain(session, head, function).await?;
+            let chain: Vec<Arc<Node>> = hydrate(&mut *conn, session, rows)
                 .await?
                 .into_iter()
                 .map(Arc::new)
@@ -128,7 +128,12 @@ impl Store {
     /// The ids of the path ending at `head`, root first. Paths never change (nodes are
     /// immutable), so the path of a head whose recent ancestor was read before is that one's
     /// plus a few ids; only a path never seen walks the whole chain in SQL.
-    async fn path_ids(&self, conn: &mut dyn Reads, head: NodeId) -> Result<Arc<Vec<NodeId>>> {
+    async fn path_ids(
+        &self,
+        conn: &mut dyn Reads,
+        session: SessionId,
+        head: NodeId,
+    ) -> Result<Arc<Vec<NodeId>>> {
         if let Some(path) = self.read_cache().paths.get(&head) {
             return Ok(Arc::clone(path));
         }
@@ -138,7 +143,7 @@ impl Store {
             let cached_parent = self.read_cache().nodes.get(&at).map(|n| n.parent_id);
             let parent = match cached_parent {
                 Some(parent) => parent,
-                None => conn.parent_of(at).await?,
+                None => conn.parent_of(session, at).await?,
             };
             let Some(parent) = parent else {
                 suffix.reverse();
@@ -154,7 +159,7 @@ impl Store {
             suffix.push(parent);
             at = parent;
         }
-        let path = conn.path_to(head).await?;
+        let path = conn.path_to(session, head).await?;
         Ok(self.remember_path(head, None, path))
     }
 
@@ -179,7 +184,12 @@ impl Store {
     }
 
     /// The nodes `ids`, in order: from the cache where read before, the rest in a few queries.
-    async fn nodes_by_id(&self, conn: &mut dyn Reads, ids: &[NodeId]) -> Result<Vec<Arc<Node>>> {
+    async fn nodes_by_id(
+        &self,
+        conn: &mut dyn Reads,
+        session: SessionId,
+        ids: &[NodeId],
+    ) -> Result<Vec<Arc<Node>>> {
         // Take the shared nodes under the lock (an eviction meanwhile loses nothing).
         let found: Vec<Option<Arc<Node>>> = {
             let cache = self.read_cache();
@@ -193,8 +203,8 @@ impl Store {
             .collect();
         let mut fetched_by_id: HashMap<NodeId, Arc<Node>> = HashMap::new();
         if !missing.is_empty() {
-            let rows = conn.nodes(&missing).await?;
-            let fetched: Vec<Arc<Node>> = hydrate(conn, rows)
+            let rows = conn.nodes(session, &missing).await?;
+            let fetched: Vec<Arc<Node>> = hydrate(conn, session, rows)
                 .await?
                 .into_iter()
                 .map(Arc::new)
@@ -279,7 +289,11 @@ async fn resolve_start(
 }
 
 /// Turns rows into nodes, fetching every referenced blob once.
-async fn hydrate(conn: &mut dyn Reads, rows: Vec<NodeRow>) -> Result<Vec<Node>> {
+async fn hydrate(
+    conn: &mut dyn Reads,
+    session: SessionId,
+    rows: Vec<NodeRow>,
+) -> Result<Vec<Node>> {
     let bodies = rows
         .iter()
         .map(|row| Body::parse(&row.body))
@@ -288,7 +302,7 @@ async fn hydrate(conn: &mut dyn Reads, rows: Vec<NodeRow>) -> Result<Vec<Node>> 
     let wanted: Vec<Hash> = wanted.into_iter().collect();
     let mut blobs: HashMap<Hash, Vec<u8>> = HashMap::with_capacity(wanted.len());
     if !wanted.is_empty() {
-        for blob in conn.blobs(&wanted).await? {
+        for blob in conn.blobs(session, &wanted).await? {
             let size = usize::try_from(blob.size).unwrap_or(0);
             blobs.insert(blob.hash, unpack(blob.codec, blob.data, size)?);
         }

@@ -33,16 +33,21 @@ impl std::fmt::Display for Scoped {
 /// A compaction plan of a scoped session: only [`Store::scope_compaction`] and
 /// [`Store::save_plan`] make one, so the plan methods cannot be reached with an unchecked id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct ScopedPlan(CompactionId);
+pub struct ScopedPlan(SessionId, CompactionId);
 
 impl ScopedPlan {
     pub fn id(self) -> CompactionId {
+        self.1
+    }
+
+    /// The session the plan belongs to.
+    pub fn session(self) -> SessionId {
         self.0
     }
 
     /// For the store's own use: a plan it just saved for a scoped session.
-    pub(super) fn trusted(id: CompactionId) -> Self {
-        Self(id)
+    pub(super) fn trusted(session: SessionId, id: CompactionId) -> Self {
+        Self(session, id)
     }
 }
 
@@ -96,7 +101,9 @@ impl Store {
         id: CompactionId,
     ) -> Result<(Scoped, ScopedPlan)> {
         match self.compaction_owner(id).await? {
-            Some((session, owner)) if &owner == tenant => Ok((Scoped(session), ScopedPlan(id))),
+            Some((session, owner)) if &owner == tenant => {
+                Ok((Scoped(session), ScopedPlan(session, id)))
+            }
             _ => Err(domain::Error::not_found("compaction", id).into()),
         }
     }

@@ -26,7 +26,10 @@ impl Store {
             // Keys are per tenant: the session a key names is the caller's.
             return self.get_session(Scoped::trusted(existing)).await;
         }
-        start_session(&mut *tx, id, tenant, now, &metadata, key).await?;
+        if !start_session(&mut *tx, id, tenant, now, &metadata, key).await? {
+            tx.rollback().await?;
+            return self.keyed_after_race(tenant, key).await;
+        }
         tx.commit().await?;
         self.owners.remember(id, tenant);
         Ok(Session {
@@ -101,7 +104,8 @@ pub(super) async fn keyed_session(
     Ok(Some(session))
 }
 
-/// A new session's rows: the session, its empty `main` branch, and its creation key.
+/// A new session's rows: the session, its empty `main` branch, and its creation key; `false`
+/// when a concurrent creation took the key first (roll back, then read what it made).
 pub(super) async fn start_session(
     tx: &mut dyn WriteTx,
     id: SessionId,
@@ -109,12 +113,30 @@ pub(super) async fn start_session(
     now: i64,
     metadata: &BTreeMap<String, String>,
     key: Option<&CreationKey>,
-) -> Result<()> {
+) -> Result<bool> {
     tx.insert_session(id, tenant, now, metadata).await?;
-    if let Some(key) = key {
-        tx.insert_session_key(tenant, key, id, now).await?;
+    match key {
+        Some(key) => tx.insert_session_key(tenant, key, id, now).await,
+        None => Ok(true),
     }
-    Ok(())
+}
+
+impl Store {
+    /// The session a concurrent creation made with `key`, which it committed before ours
+    /// (another replica on the same database).
+    pub(super) async fn keyed_after_race(
+        &self,
+        tenant: &Tenant,
+        key: Option<&CreationKey>,
+    ) -> Result<Session> {
+        let mut tx = self.begin_write().await?;
+        let existing = keyed_session(&mut *tx, tenant, key).await?;
+        tx.rollback().await?;
+        let existing = existing.ok_or_else(|| {
+            crate::store::Error::Corrupt("a creation key vanished after a conflict".into())
+        })?;
+        self.get_session(Scoped::trusted(existing)).await
+    }
 }
 
 async fn with_branches(conn: &mut dyn Reads, row: SessionRow) -> Result<Session> {

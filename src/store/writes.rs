@@ -26,6 +26,9 @@ pub(super) struct NodeWrite {
 }
 
 pub(super) struct BlobRow {
+    /// Blobs are stored per session where the engine spreads sessions apart (PostgreSQL); an
+    /// engine on one file may store each once for all (SQLite).
+    pub(super) session: SessionId,
     pub(super) hash: Hash,
     pub(super) size: i64,
     pub(super) codec: i64,
@@ -45,15 +48,17 @@ pub(super) struct IdempotencyRow {
 #[derive(Default)]
 pub(super) struct BatchRows {
     pub(super) blobs: Vec<BlobRow>,
-    pub(super) blob_hashes: HashSet<Hash>,
+    pub(super) blob_hashes: HashSet<(SessionId, Hash)>,
     pub(super) nodes: Vec<NodeWrite>,
     /// Functions opened: (call node, session).
     pub(super) opened: Vec<(NodeId, SessionId)>,
-    /// Functions closed, in order (the first result is the record): (result node, function).
-    pub(super) closes: Vec<(NodeId, NodeId)>,
+    /// Functions closed, in order (the first result is the record): (session, result node,
+    /// function).
+    pub(super) closes: Vec<(SessionId, NodeId, NodeId)>,
     /// New heads of branches, with the time they moved.
     pub(super) branch_heads: HashMap<(SessionId, BranchName), (NodeId, i64)>,
-    pub(super) function_heads: HashMap<NodeId, NodeId>,
+    /// New heads of functions: (session, function) → head.
+    pub(super) function_heads: HashMap<(SessionId, NodeId), NodeId>,
     /// Nodes pinned as they are appended: (session, node, time).
     pub(super) pins: Vec<(SessionId, NodeId, i64)>,
     pub(super) idempotency: Vec<IdempotencyRow>,
@@ -64,11 +69,13 @@ impl BatchRows {
     pub(super) fn node(&mut self, known: &KnownBlobs, insert: NodeInsert, content: &NodeContent) {
         let (json, blobs) = body::encode(content);
         for (hash, data) in blobs {
-            if known.0.contains(&hash) || !self.blob_hashes.insert(hash) {
+            let key = (insert.session, hash);
+            if known.0.contains(&key) || !self.blob_hashes.insert(key) {
                 continue;
             }
             let (codec, stored) = compress(data);
             self.blobs.push(BlobRow {
+                session: insert.session,
                 hash,
                 size: i64::try_from(data.len()).unwrap_or(i64::MAX),
                 codec,

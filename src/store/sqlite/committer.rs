@@ -268,7 +268,7 @@ impl AppendTx for Committer {
             c.prepare_cached(concat!(insert_functions!(), "VALUES (?, ?)"))?
                 .execute((id(function), session.as_bytes().as_slice()))?;
         }
-        for (result, function) in &rows.closes {
+        for (_, result, function) in &rows.closes {
             // Another branch may have closed it already; the first result is the record.
             c.prepare_cached(
                 "UPDATE functions SET closed_by = ?1 WHERE id = ?2 AND closed_by IS NULL",
@@ -282,7 +282,7 @@ impl AppendTx for Committer {
             )?
             .execute((id(head), at, session.as_bytes().as_slice(), name.as_str()))?;
         }
-        for (function, head) in &rows.function_heads {
+        for ((_, function), head) in &rows.function_heads {
             c.prepare_cached("UPDATE functions SET head_id = ?1 WHERE id = ?2")?
                 .execute((id(head), id(function)))?;
         }

@@ -66,14 +66,22 @@ fn rusqlite_fault(error: &rusqlite::Error) -> Fault {
     }
 }
 
+/// sqlx serves both backends: a database error is classified by the engine that answered.
 fn sqlx_fault(error: &sqlx::Error) -> Fault {
     match error {
-        sqlx::Error::Database(db) => code_fault(db.code().and_then(|c| c.parse::<i32>().ok())),
+        sqlx::Error::Database(db) => {
+            match db.try_downcast_ref::<sqlx::postgres::PgDatabaseError>() {
+                Some(pg) => crate::store::postgres::classify(pg.code()),
+                None => code_fault(db.code().and_then(|c| c.parse::<i32>().ok())),
+            }
+        }
         // The one writer connection stayed taken past the acquire timeout: writes are queued
         // behind a lock another process holds.
         sqlx::Error::PoolTimedOut => Fault::Busy,
         sqlx::Error::PoolClosed => Fault::Closed,
-        sqlx::Error::Io(_) | sqlx::Error::WorkerCrashed => Fault::Unavailable,
+        sqlx::Error::Io(_) | sqlx::Error::WorkerCrashed | sqlx::Error::Protocol(_) => {
+            Fault::Unavailable
+        }
         _ => Fault::Internal,
     }
 }

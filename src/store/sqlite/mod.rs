@@ -106,7 +106,7 @@ pub(super) async fn open(
         .connect_with(options.clone())
         .await
         .map_err(|e| unusable(e.into()))?;
-    sqlx::migrate!("./migrations")
+    sqlx::migrate!("./migrations/sqlite")
         .run(&writer)
         .await
         .map_err(|e| unusable(e.into()))?;
@@ -135,13 +135,13 @@ pub(super) async fn open(
 #[async_trait]
 impl Backend for SqliteBackend {
     async fn read(&self) -> Result<Box<dyn Reads>> {
-        Ok(Box::new(self.reader.acquire().await?))
+        Ok(Box::new(Conn(self.reader.acquire().await?)))
     }
 
     async fn begin_write(&self) -> Result<Box<dyn WriteTx>> {
         let lock = Arc::clone(&self.write_lock).lock_owned().await;
         let tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
-        Ok(Box::new(Write { tx, _lock: lock }))
+        Ok(Box::new(Conn(Write { tx, _lock: lock })))
     }
 
     /// A write that failed on an I/O error while the disk has no room failed for want of space.
@@ -184,6 +184,16 @@ struct Write {
 /// A sqlx connection the reads run on: a reader's, or the writer's in its transaction.
 trait Connection: Send {
     fn conn(&mut self) -> &mut SqliteConnection;
+}
+
+/// A connection as the store's seam sees it (this backend's, so its impls of the seam's
+/// traits stay apart from another backend's).
+struct Conn<C>(C);
+
+impl<C: Connection> Conn<C> {
+    fn conn(&mut self) -> &mut SqliteConnection {
+        self.0.conn()
+    }
 }
 
 impl Connection for PoolConnection<Sqlite> {

@@ -5,7 +5,7 @@ use async_trait::async_trait;
 use sqlx::sqlite::SqliteRow;
 use sqlx::{QueryBuilder, Row, Sqlite};
 
-use super::{BRANCH_HEAD, Connection, FUNCTION_ROW, NODE_ROW, SESSION_EXISTS};
+use super::{BRANCH_HEAD, Conn, Connection, FUNCTION_ROW, NODE_ROW, SESSION_EXISTS};
 use crate::domain::{
     Branch, BranchName, CompactionEvent, CompactionId, EventKind, Hash, NodeId, Reason, SessionId,
     Summary, SummaryId, SummaryKind, Tenant,
@@ -30,7 +30,7 @@ const SUMMARY_COLUMNS: &str = "id, compaction_id, kind, covers, range_from_id, r
      text, rolls_over, ledger, model, base_head_id, tokens_before, tokens_after, created_at_ms";
 
 #[async_trait]
-impl<C: Connection> Lookups for C {
+impl<C: Connection> Lookups for Conn<C> {
     async fn session_exists(&mut self, session: SessionId) -> Result<bool> {
         Ok(sqlx::query(SESSION_EXISTS)
             .bind(session.as_bytes().as_slice())
@@ -101,7 +101,7 @@ impl<C: Connection> Lookups for C {
 }
 
 #[async_trait]
-impl<C: Connection> Reads for C {
+impl<C: Connection> Reads for Conn<C> {
     async fn session_tenant(&mut self, id: SessionId) -> Result<Option<Tenant>> {
         let tenant: Option<String> = sqlx::query_scalar("SELECT tenant FROM sessions WHERE id = ?")
             .bind(id.as_bytes().as_slice())
@@ -246,7 +246,9 @@ impl<C: Connection> Reads for C {
         })
     }
 
-    async fn parent_of(&mut self, id: NodeId) -> Result<Option<NodeId>> {
+    // One file holds every session: node ids and blob hashes find their rows alone.
+
+    async fn parent_of(&mut self, _session: SessionId, id: NodeId) -> Result<Option<NodeId>> {
         let row = sqlx::query("SELECT parent_id FROM nodes WHERE id = ?")
             .bind(id.as_bytes().as_slice())
             .fetch_one(self.conn())
@@ -254,7 +256,7 @@ impl<C: Connection> Reads for C {
         id_column(&row, "parent_id")
     }
 
-    async fn path_to(&mut self, head: NodeId) -> Result<Vec<NodeId>> {
+    async fn path_to(&mut self, _session: SessionId, head: NodeId) -> Result<Vec<NodeId>> {
         let rows = sqlx::query(
             "WITH RECURSIVE walk(id, depth) AS (
                  SELECT ?1, 0
@@ -272,7 +274,12 @@ impl<C: Connection> Reads for C {
             .collect()
     }
 
-    async fn ancestors(&mut self, start: NodeId, limit: Option<u32>) -> Result<Vec<NodeRow>> {
+    async fn ancestors(
+        &mut self,
+        _session: SessionId,
+        start: NodeId,
+        limit: Option<u32>,
+    ) -> Result<Vec<NodeRow>> {
         let sql = format!(
             "WITH RECURSIVE walk(id, depth) AS (
                  SELECT ?1, 0
@@ -291,7 +298,12 @@ impl<C: Connection> Reads for C {
         rows.iter().map(node_row_from).collect()
     }
 
-    async fn chain(&mut self, head: NodeId, function: NodeId) -> Result<Vec<NodeRow>> {
+    async fn chain(
+        &mut self,
+        _session: SessionId,
+        head: NodeId,
+        function: NodeId,
+    ) -> Result<Vec<NodeRow>> {
         let sql = format!(
             "WITH RECURSIVE walk(id, depth) AS (
                  SELECT ?1, 0
@@ -311,7 +323,7 @@ impl<C: Connection> Reads for C {
         rows.iter().map(node_row_from).collect()
     }
 
-    async fn nodes(&mut self, ids: &[NodeId]) -> Result<Vec<NodeRow>> {
+    async fn nodes(&mut self, _session: SessionId, ids: &[NodeId]) -> Result<Vec<NodeRow>> {
         let mut found = Vec::with_capacity(ids.len());
         for chunk in ids.chunks(IN_CHUNK) {
             let mut query = QueryBuilder::<Sqlite>::new(format!(
@@ -329,7 +341,7 @@ impl<C: Connection> Reads for C {
         Ok(found)
     }
 
-    async fn blobs(&mut self, hashes: &[Hash]) -> Result<Vec<StoredBlob>> {
+    async fn blobs(&mut self, _session: SessionId, hashes: &[Hash]) -> Result<Vec<StoredBlob>> {
         let mut found = Vec::with_capacity(hashes.len());
         for chunk in hashes.chunks(IN_CHUNK) {
             let mut query = QueryBuilder::<Sqlite>::new(
@@ -369,14 +381,19 @@ impl<C: Connection> Reads for C {
         .transpose()
     }
 
-    async fn find_plan(&mut self, id: CompactionId) -> Result<Option<CompactionPlan>> {
+    async fn find_plan(
+        &mut self,
+        session: SessionId,
+        id: CompactionId,
+    ) -> Result<Option<CompactionPlan>> {
         let row = sqlx::query(
             "SELECT session_id, branch, base_head_id, kind, rolls_over, covers, range_from_id,
                     range_to_id, ledger, budget, tokenizer, max_tool_result_chars, retain_turns,
                     instructions, tokens_before, state, created_at_ms
-             FROM compactions WHERE id = ?",
+             FROM compactions WHERE id = ? AND session_id = ?",
         )
         .bind(id.as_bytes().as_slice())
+        .bind(session.as_bytes().as_slice())
         .fetch_optional(self.conn())
         .await?;
         let Some(row) = row else { return Ok(None) };

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use async_trait::async_trait;
 use sqlx::{QueryBuilder, Sqlite};
 
-use super::{Write, blob_stored_once, insert_blobs, insert_functions, insert_nodes};
+use super::{Conn, Write, blob_stored_once, insert_blobs, insert_functions, insert_nodes};
 use crate::domain::{BranchName, CompactionId, Hash, NodeId, SessionId, Summary, Tenant};
 use crate::store::Result;
 use crate::store::backend::{AppendTx, NewEvent, WriteTx};
@@ -24,12 +24,15 @@ fn id(id: NodeId) -> Vec<u8> {
 }
 
 #[async_trait]
-impl AppendTx for Write {
+impl AppendTx for Conn<Write> {
     /// All of it in one multi-statement round trip.
     async fn write_rows(&mut self, rows: &BatchRows) -> Result<()> {
         let mut sql = QueryBuilder::<Sqlite>::new("");
         push_writes(rows, &mut sql);
-        sql.build().persistent(false).execute(&mut *self.tx).await?;
+        sql.build()
+            .persistent(false)
+            .execute(&mut *self.0.tx)
+            .await?;
         Ok(())
     }
 }
@@ -70,7 +73,7 @@ fn push_writes(rows: &BatchRows, sql: &mut QueryBuilder<Sqlite>) {
         });
         sql.push("; ");
     }
-    for (result, function) in &rows.closes {
+    for (_, result, function) in &rows.closes {
         // Another branch may have closed it already; the first result is the record.
         sql.push("UPDATE functions SET closed_by = ")
             .push_bind(id(*result))
@@ -92,8 +95,8 @@ fn push_writes(rows: &BatchRows, sql: &mut QueryBuilder<Sqlite>) {
     let function_heads: Vec<_> = rows.function_heads.iter().collect();
     for chunk in function_heads.chunks(ROWS_PER_STATEMENT) {
         sql.push("UPDATE functions SET head_id = v.column2 FROM (");
-        sql.push_values(chunk, |mut row, (function, head)| {
-            row.push_bind(id(**function)).push_bind(id(**head));
+        sql.push_values(chunk, |mut row, ((_, function), head)| {
+            row.push_bind(id(*function)).push_bind(id(**head));
         });
         sql.push(") AS v WHERE functions.id = v.column1; ");
     }
@@ -123,7 +126,7 @@ fn push_writes(rows: &BatchRows, sql: &mut QueryBuilder<Sqlite>) {
 }
 
 #[async_trait]
-impl WriteTx for Write {
+impl WriteTx for Conn<Write> {
     async fn insert_session(
         &mut self,
         id: SessionId,
@@ -138,13 +141,13 @@ impl WriteTx for Write {
         .bind(tenant.as_str())
         .bind(now)
         .bind(metadata_json(metadata))
-        .execute(&mut *self.tx)
+        .execute(&mut *self.0.tx)
         .await?;
         sqlx::query("INSERT INTO branches (session_id, name, updated_at_ms) VALUES (?, ?, ?)")
             .bind(id.as_bytes().as_slice())
             .bind(BranchName::main().as_str())
             .bind(now)
-            .execute(&mut *self.tx)
+            .execute(&mut *self.0.tx)
             .await?;
         Ok(())
     }
@@ -155,19 +158,19 @@ impl WriteTx for Write {
         key: &CreationKey,
         session: SessionId,
         now: i64,
-    ) -> Result<()> {
-        sqlx::query(
+    ) -> Result<bool> {
+        let inserted = sqlx::query(
             "INSERT INTO session_keys (tenant, key, request_hash, session_id, created_at_ms)
-             VALUES (?, ?, ?, ?, ?)",
+             VALUES (?, ?, ?, ?, ?) ON CONFLICT (tenant, key) DO NOTHING",
         )
         .bind(tenant.as_str())
         .bind(&key.key)
         .bind(key.request.0.as_slice())
         .bind(session.as_bytes().as_slice())
         .bind(now)
-        .execute(&mut *self.tx)
+        .execute(&mut *self.0.tx)
         .await?;
-        Ok(())
+        Ok(inserted.rows_affected() == 1)
     }
 
     async fn insert_branch(
@@ -185,7 +188,7 @@ impl WriteTx for Write {
         .bind(name.as_str())
         .bind(head.map(id))
         .bind(now)
-        .execute(&mut *self.tx)
+        .execute(&mut *self.0.tx)
         .await?;
         Ok(inserted.rows_affected() == 1)
     }
@@ -194,7 +197,7 @@ impl WriteTx for Write {
         let done = sqlx::query("DELETE FROM branches WHERE session_id = ? AND name = ?")
             .bind(session.as_bytes().as_slice())
             .bind(name.as_str())
-            .execute(&mut *self.tx)
+            .execute(&mut *self.0.tx)
             .await?;
         Ok(done.rows_affected() == 1)
     }
@@ -213,7 +216,7 @@ impl WriteTx for Write {
         .bind(node.as_bytes().as_slice())
         .bind(i64::from(pinned))
         .bind(now)
-        .execute(&mut *self.tx)
+        .execute(&mut *self.0.tx)
         .await?;
         Ok(())
     }
@@ -245,16 +248,21 @@ impl WriteTx for Write {
         .bind(plan.range.map(|r| id(r.0)))
         .bind(plan.range.map(|r| id(r.1)))
         .bind(ledger_json(&plan.ledger))
-        .execute(&mut *self.tx)
+        .execute(&mut *self.0.tx)
         .await?;
         Ok(())
     }
 
-    async fn set_plan_state(&mut self, plan: CompactionId, state: PlanState) -> Result<()> {
+    async fn set_plan_state(
+        &mut self,
+        _session: SessionId,
+        plan: CompactionId,
+        state: PlanState,
+    ) -> Result<()> {
         sqlx::query("UPDATE compactions SET state = ? WHERE id = ?")
             .bind(state.as_str())
             .bind(plan.as_bytes().as_slice())
-            .execute(&mut *self.tx)
+            .execute(&mut *self.0.tx)
             .await?;
         Ok(())
     }
@@ -282,7 +290,7 @@ impl WriteTx for Write {
         .bind(summary.range.map(|r| id(r.0)))
         .bind(summary.range.map(|r| id(r.1)))
         .bind(summary.ledger.as_deref().map(ledger_json))
-        .execute(&mut *self.tx)
+        .execute(&mut *self.0.tx)
         .await?;
         Ok(())
     }
@@ -290,7 +298,7 @@ impl WriteTx for Write {
     async fn count_compaction(&mut self, session: SessionId) -> Result<()> {
         sqlx::query("UPDATE sessions SET compaction_count = compaction_count + 1 WHERE id = ?")
             .bind(session.as_bytes().as_slice())
-            .execute(&mut *self.tx)
+            .execute(&mut *self.0.tx)
             .await?;
         Ok(())
     }
@@ -313,7 +321,7 @@ impl WriteTx for Write {
         .bind(event.summary.map(|s| s.as_bytes().to_vec()))
         .bind(event.message)
         .bind(event.at)
-        .execute(&mut *self.tx)
+        .execute(&mut *self.0.tx)
         .await?;
         Ok(())
     }
@@ -326,16 +334,16 @@ impl WriteTx for Write {
         .bind(source.0.as_slice())
         .bind(text)
         .bind(now)
-        .execute(&mut *self.tx)
+        .execute(&mut *self.0.tx)
         .await?;
         Ok(())
     }
 
     async fn commit(self: Box<Self>) -> Result<()> {
-        Ok(self.tx.commit().await?)
+        Ok(self.0.tx.commit().await?)
     }
 
     async fn rollback(self: Box<Self>) -> Result<()> {
-        Ok(self.tx.rollback().await?)
+        Ok(self.0.tx.rollback().await?)
     }
 }

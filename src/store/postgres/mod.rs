@@ -1,0 +1,172 @@
+//! The PostgreSQL backend: connecting (a pool for reads and writes, one for the group
+//! committer), its migrations, and the SQL of every primitive of the store's seam (`reads`,
+//! `writes`, `committer`).
+//!
+//! Several ctxd processes may serve one database: all state is in it. Writes do not take a
+//! process-wide lock as on SQLite; a write transaction locks the rows it reads to decide
+//! (`SELECT … FOR UPDATE`: the branch whose head it checks, the plan it commits, the session
+//! it pins in), so two writers of the same branch or plan, in one process or two, queue on the
+//! row and the second decides on what the first committed. Every statement on a session's
+//! data names the session, so the schema can be distributed by it (docs/scaling.md).
+
+mod committer;
+mod fault;
+mod reads;
+mod writes;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use sqlx::pool::PoolConnection;
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::{PgConnection, Postgres};
+use tokio::sync::mpsc;
+
+use super::backend::{Backend, Reads, WriteTx};
+use super::commit::{MAX_BATCH, Message, group_committer};
+use super::{Config, Error, Result};
+
+pub(super) use fault::classify;
+
+/// Opens the database at `url` (a `postgres://` URL), runs the migrations and starts the group
+/// committer. An unreachable server or a failed migration is [`Error::Unusable`], naming the
+/// server (without its password).
+pub(super) async fn open(
+    url: &str,
+    config: &Config,
+) -> Result<(Arc<dyn Backend>, mpsc::Sender<Message>)> {
+    let shown = redact(url);
+    let unusable = |problem: String| Error::Unusable {
+        path: shown.clone().into(),
+        problem,
+    };
+    let options: PgConnectOptions = url
+        .parse()
+        .map_err(|e| unusable(format!("not a PostgreSQL URL: {e}")))?;
+    let options = options.application_name("ctxd");
+    let pool = |size: u32| {
+        PgPoolOptions::new()
+            .max_connections(size)
+            .acquire_timeout(config.busy_timeout)
+    };
+    let main = pool(config.pg_pool_size)
+        .connect_with(options.clone())
+        .await
+        .map_err(|e| unusable(format!("cannot be reached: {}", fault::message(&e))))?;
+    sqlx::migrate!("./migrations/postgres")
+        .run(&main)
+        .await
+        .map_err(|e| unusable(format!("cannot be migrated: {e}")))?;
+    let (appends, inbox) = mpsc::channel(MAX_BATCH * 4);
+    // The committer's own connections: a batch never waits behind the pool's readers.
+    let batches = pool(2)
+        .connect_with(options)
+        .await
+        .map_err(|e| unusable(format!("cannot be reached: {}", fault::message(&e))))?;
+    tokio::spawn(group_committer(
+        Box::new(Conn(committer::Committer::new(batches.clone()))),
+        inbox,
+    ));
+    let backend = PostgresBackend {
+        pool: main,
+        batches,
+    };
+    Ok((Arc::new(backend), appends))
+}
+
+/// `url` without its password, for messages and logs.
+pub(super) fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    match rest.split_once('@') {
+        Some((userinfo, host)) => match userinfo.split_once(':') {
+            Some((user, _)) => format!("{scheme}://{user}:****@{host}"),
+            None => url.to_owned(),
+        },
+        None => url.to_owned(),
+    }
+}
+
+/// A PostgreSQL database, connected.
+struct PostgresBackend {
+    pool: PgPool,
+    batches: PgPool,
+}
+
+#[async_trait]
+impl Backend for PostgresBackend {
+    async fn read(&self) -> Result<Box<dyn Reads>> {
+        Ok(Box::new(Conn(self.pool.acquire().await?)))
+    }
+
+    async fn begin_write(&self) -> Result<Box<dyn WriteTx>> {
+        Ok(Box::new(Conn(Write {
+            tx: self.pool.begin().await?,
+        })))
+    }
+
+    fn diagnose(&self, error: Error) -> Error {
+        error
+    }
+
+    async fn set_max_db_bytes(&self, _bytes: Option<u64>) -> Result<u64> {
+        Err(crate::domain::Error::FailedPrecondition(
+            "max_db_bytes: a size limit applies to a SQLite file; on PostgreSQL, limit the \
+             database's tablespace or disk instead"
+                .into(),
+        )
+        .into())
+    }
+
+    async fn close(&self) {
+        self.batches.close().await;
+        self.pool.close().await;
+    }
+}
+
+/// A transaction on the pool. Dropped without commit, it rolls back.
+struct Write {
+    tx: sqlx::Transaction<'static, Postgres>,
+}
+
+/// A connection the reads run on: a reader's, a write's or the committer's. In a write, the
+/// rows a decision reads are locked until it ends.
+trait Connection: Send {
+    fn conn(&mut self) -> &mut PgConnection;
+    fn locks(&self) -> bool;
+}
+
+/// A connection as the store's seam sees it (this backend's, so its impls of the seam's
+/// traits stay apart from another backend's).
+struct Conn<C>(C);
+
+impl<C: Connection> Conn<C> {
+    fn conn(&mut self) -> &mut PgConnection {
+        self.0.conn()
+    }
+
+    fn locks(&self) -> bool {
+        self.0.locks()
+    }
+}
+
+impl Connection for PoolConnection<Postgres> {
+    fn conn(&mut self) -> &mut PgConnection {
+        self
+    }
+
+    fn locks(&self) -> bool {
+        false
+    }
+}
+
+impl Connection for Write {
+    fn conn(&mut self) -> &mut PgConnection {
+        &mut self.tx
+    }
+
+    fn locks(&self) -> bool {
+        true
+    }
+}

@@ -1,0 +1,577 @@
+//! The SQL of the store's reads on PostgreSQL (`Lookups`, `Reads`), for a reader's connection,
+//! a write's transaction and the committer's; in the latter two, the one-row lookups a
+//! decision rests on lock their row.
+
+use async_trait::async_trait;
+use sqlx::Row;
+use sqlx::postgres::PgRow;
+
+use super::{Conn, Connection};
+use crate::domain::{
+    Branch, BranchName, CompactionEvent, CompactionId, EventKind, Hash, NodeId, Reason, SessionId,
+    Summary, SummaryId, SummaryKind, Tenant,
+};
+use crate::store::append::AppendOutcome;
+use crate::store::backend::{BranchStart, Lookups, Reads, SessionRow, StoredBlob};
+use crate::store::compaction::{CompactionPlan, PlanState};
+use crate::store::rows::{
+    NodeColumns, NodeRow, hash_from, parse_budget, parse_ledger, parse_metadata, u32_from,
+    unpack_ids, unpack_summaries, uuid_from,
+};
+use crate::store::{Error, Result};
+
+const NODE_COLUMNS: &str =
+    "n.id, n.parent_id, n.function_id, n.created_at_ms, n.hash, n.body, n.body_z";
+
+const SUMMARY_COLUMNS: &str = "id, compaction_id, kind, covers, range_from_id, range_to_id, \
+     text, rolls_over, ledger, model, base_head_id, tokens_before, tokens_after, created_at_ms";
+
+/// `sql`, locking the row it reads when `lock`.
+fn locking(sql: &'static str, lock: bool) -> sqlx::AssertSqlSafe<String> {
+    sqlx::AssertSqlSafe(if lock {
+        format!("{sql} FOR UPDATE")
+    } else {
+        sql.to_owned()
+    })
+}
+
+#[async_trait]
+impl<C: Connection> Lookups for Conn<C> {
+    async fn session_exists(&mut self, session: SessionId) -> Result<bool> {
+        // A write that checks its session locks it against nothing but a delete: a shared lock.
+        let sql = if self.locks() {
+            "SELECT 1 FROM sessions WHERE id = $1 FOR SHARE"
+        } else {
+            "SELECT 1 FROM sessions WHERE id = $1"
+        };
+        Ok(sqlx::query(sql)
+            .bind(session.as_bytes().as_slice())
+            .fetch_optional(self.conn())
+            .await?
+            .is_some())
+    }
+
+    async fn find_branch_head(
+        &mut self,
+        session: SessionId,
+        name: &BranchName,
+    ) -> Result<Option<Option<NodeId>>> {
+        let sql = locking(
+            "SELECT head_id FROM branches WHERE session_id = $1 AND name = $2",
+            self.locks(),
+        );
+        let row = sqlx::query(sql)
+            .bind(session.as_bytes().as_slice())
+            .bind(name.as_str())
+            .fetch_optional(self.conn())
+            .await?;
+        row.map(|row| id_column(&row, "head_id")).transpose()
+    }
+
+    async fn find_function(
+        &mut self,
+        session: SessionId,
+        function: NodeId,
+    ) -> Result<Option<(Option<NodeId>, bool)>> {
+        let sql = locking(
+            "SELECT head_id, closed_by FROM functions WHERE session_id = $1 AND id = $2",
+            self.locks(),
+        );
+        let row = sqlx::query(sql)
+            .bind(session.as_bytes().as_slice())
+            .bind(function.as_bytes().as_slice())
+            .fetch_optional(self.conn())
+            .await?;
+        row.map(|row| {
+            Ok((
+                id_column(&row, "head_id")?,
+                id_column(&row, "closed_by")?.is_some(),
+            ))
+        })
+        .transpose()
+    }
+
+    async fn find_node(&mut self, session: SessionId, id: NodeId) -> Result<Option<NodeRow>> {
+        let row = sqlx::query(
+            "SELECT n.id, n.parent_id, n.function_id, n.created_at_ms, n.hash, n.body, n.body_z
+             FROM nodes n WHERE n.session_id = $1 AND n.id = $2",
+        )
+        .bind(session.as_bytes().as_slice())
+        .bind(id.as_bytes().as_slice())
+        .fetch_optional(self.conn())
+        .await?;
+        row.as_ref().map(node_row_from).transpose()
+    }
+
+    async fn idempotency_record(
+        &mut self,
+        session: SessionId,
+        key: &str,
+    ) -> Result<Option<(Hash, AppendOutcome)>> {
+        let row = sqlx::query(
+            "SELECT request_hash, response FROM idempotency WHERE session_id = $1 AND key = $2",
+        )
+        .bind(session.as_bytes().as_slice())
+        .bind(key)
+        .fetch_optional(self.conn())
+        .await?;
+        let Some(row) = row else { return Ok(None) };
+        let response: String = row.try_get("response")?;
+        let outcome = serde_json::from_str(&response)
+            .map_err(|e| Error::Corrupt(format!("idempotency response: {e}")))?;
+        Ok(Some((hash_column(&row, "request_hash")?, outcome)))
+    }
+}
+
+#[async_trait]
+impl<C: Connection> Reads for Conn<C> {
+    async fn session_tenant(&mut self, id: SessionId) -> Result<Option<Tenant>> {
+        let tenant: Option<String> =
+            sqlx::query_scalar("SELECT tenant FROM sessions WHERE id = $1")
+                .bind(id.as_bytes().as_slice())
+                .fetch_optional(self.conn())
+                .await?;
+        Ok(tenant.map(Tenant::new))
+    }
+
+    async fn session_key(
+        &mut self,
+        tenant: &Tenant,
+        key: &str,
+    ) -> Result<Option<(Hash, SessionId)>> {
+        let row = sqlx::query(
+            "SELECT request_hash, session_id FROM session_keys WHERE tenant = $1 AND key = $2",
+        )
+        .bind(tenant.as_str())
+        .bind(key)
+        .fetch_optional(self.conn())
+        .await?;
+        row.map(|row| {
+            Ok((
+                hash_column(&row, "request_hash")?,
+                SessionId::from_bytes(required_uuid(&row, "session_id")?),
+            ))
+        })
+        .transpose()
+    }
+
+    async fn session(&mut self, id: SessionId) -> Result<Option<SessionRow>> {
+        let row = sqlx::query(
+            "SELECT id, created_at_ms, metadata, compaction_count FROM sessions WHERE id = $1",
+        )
+        .bind(id.as_bytes().as_slice())
+        .fetch_optional(self.conn())
+        .await?;
+        row.as_ref().map(session_from).transpose()
+    }
+
+    async fn sessions(
+        &mut self,
+        tenant: &Tenant,
+        after: Option<SessionId>,
+        limit: u32,
+    ) -> Result<Vec<SessionRow>> {
+        let rows = sqlx::query(
+            "SELECT id, created_at_ms, metadata, compaction_count FROM sessions
+             WHERE tenant = $1 AND ($2::bytea IS NULL OR id < $2) ORDER BY id DESC LIMIT $3",
+        )
+        .bind(tenant.as_str())
+        .bind(after.map(|id| id.as_bytes().to_vec()))
+        .bind(i64::from(limit))
+        .fetch_all(self.conn())
+        .await?;
+        rows.iter().map(session_from).collect()
+    }
+
+    async fn branches(&mut self, session: SessionId) -> Result<Vec<Branch>> {
+        let rows = sqlx::query(
+            "SELECT b.name, b.head_id, b.updated_at_ms, n.hash FROM branches b
+             LEFT JOIN nodes n ON n.session_id = b.session_id AND n.id = b.head_id
+             WHERE b.session_id = $1 ORDER BY b.name COLLATE \"C\"",
+        )
+        .bind(session.as_bytes().as_slice())
+        .fetch_all(self.conn())
+        .await?;
+        rows.iter()
+            .map(|row| {
+                let head = match id_column(row, "head_id")? {
+                    Some(id) => Some((id, hash_column(row, "hash")?)),
+                    None => None,
+                };
+                Ok(Branch {
+                    name: BranchName::from_stored(row.try_get("name")?),
+                    head,
+                    updated_at_ms: row.try_get("updated_at_ms")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn pin_events(&mut self, session: SessionId) -> Result<Vec<(NodeId, bool)>> {
+        let rows =
+            sqlx::query("SELECT node_id, pinned FROM pins WHERE session_id = $1 ORDER BY seq")
+                .bind(session.as_bytes().as_slice())
+                .fetch_all(self.conn())
+                .await?;
+        rows.iter().map(pin_from).collect()
+    }
+
+    async fn summaries(&mut self, session: SessionId) -> Result<Vec<Summary>> {
+        let sql = format!(
+            "SELECT {SUMMARY_COLUMNS} FROM summaries WHERE session_id = $1 \
+             ORDER BY created_at_ms, id"
+        );
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(session.as_bytes().as_slice())
+            .fetch_all(self.conn())
+            .await?;
+        rows.iter().map(summary_from).collect()
+    }
+
+    async fn branch_start(&mut self, session: SessionId, name: &BranchName) -> Result<BranchStart> {
+        let row = sqlx::query(
+            "SELECT b.name AS branch, b.head_id FROM sessions s
+                 LEFT JOIN branches b ON b.session_id = s.id AND b.name = $2
+             WHERE s.id = $1",
+        )
+        .bind(session.as_bytes().as_slice())
+        .bind(name.as_str())
+        .fetch_optional(self.conn())
+        .await?;
+        let Some(row) = row else {
+            return Ok(BranchStart::NoSession);
+        };
+        if row.try_get::<Option<String>, _>("branch")?.is_none() {
+            return Ok(BranchStart::NoBranch);
+        }
+        let Some(head) = id_column(&row, "head_id")? else {
+            return Ok(BranchStart::Empty);
+        };
+        Ok(BranchStart::At {
+            head,
+            summaries: self.summaries(session).await?,
+            pin_events: self.pin_events(session).await?,
+        })
+    }
+
+    async fn parent_of(&mut self, session: SessionId, id: NodeId) -> Result<Option<NodeId>> {
+        let row = sqlx::query("SELECT parent_id FROM nodes WHERE session_id = $1 AND id = $2")
+            .bind(session.as_bytes().as_slice())
+            .bind(id.as_bytes().as_slice())
+            .fetch_one(self.conn())
+            .await?;
+        id_column(&row, "parent_id")
+    }
+
+    async fn path_to(&mut self, session: SessionId, head: NodeId) -> Result<Vec<NodeId>> {
+        let rows = sqlx::query(
+            "WITH RECURSIVE walk(id, depth) AS (
+                 SELECT $2::bytea, 0
+                 UNION ALL
+                 SELECT n.parent_id, walk.depth + 1 FROM walk
+                 JOIN nodes n ON n.session_id = $1 AND n.id = walk.id
+                 WHERE n.parent_id IS NOT NULL
+             )
+             SELECT id FROM walk ORDER BY depth DESC",
+        )
+        .bind(session.as_bytes().as_slice())
+        .bind(head.as_bytes().as_slice())
+        .fetch_all(self.conn())
+        .await?;
+        rows.iter()
+            .map(|row| id_column(row, "id")?.ok_or_else(|| Error::Corrupt("a null id".into())))
+            .collect()
+    }
+
+    async fn ancestors(
+        &mut self,
+        session: SessionId,
+        start: NodeId,
+        limit: Option<u32>,
+    ) -> Result<Vec<NodeRow>> {
+        let sql = format!(
+            "WITH RECURSIVE walk(id, depth) AS (
+                 SELECT $2::bytea, 0::bigint
+                 UNION ALL
+                 SELECT n.parent_id, walk.depth + 1 FROM walk
+                 JOIN nodes n ON n.session_id = $1 AND n.id = walk.id
+                 WHERE n.parent_id IS NOT NULL AND walk.depth + 1 < $3
+             )
+             SELECT {NODE_COLUMNS} FROM walk JOIN nodes n ON n.session_id = $1 AND n.id = walk.id
+             ORDER BY walk.depth DESC"
+        );
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(session.as_bytes().as_slice())
+            .bind(start.as_bytes().as_slice())
+            .bind(limit.map_or(i64::MAX, i64::from))
+            .fetch_all(self.conn())
+            .await?;
+        rows.iter().map(node_row_from).collect()
+    }
+
+    async fn chain(
+        &mut self,
+        session: SessionId,
+        head: NodeId,
+        function: NodeId,
+    ) -> Result<Vec<NodeRow>> {
+        let sql = format!(
+            "WITH RECURSIVE walk(id, depth) AS (
+                 SELECT $2::bytea, 0
+                 UNION ALL
+                 SELECT p.id, walk.depth + 1 FROM walk
+                 JOIN nodes c ON c.session_id = $1 AND c.id = walk.id
+                 JOIN nodes p ON p.session_id = $1 AND p.id = c.parent_id
+                 WHERE p.function_id = $3
+             )
+             SELECT {NODE_COLUMNS} FROM walk JOIN nodes n ON n.session_id = $1 AND n.id = walk.id
+             ORDER BY walk.depth DESC"
+        );
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(session.as_bytes().as_slice())
+            .bind(head.as_bytes().as_slice())
+            .bind(function.as_bytes().as_slice())
+            .fetch_all(self.conn())
+            .await?;
+        rows.iter().map(node_row_from).collect()
+    }
+
+    async fn nodes(&mut self, session: SessionId, ids: &[NodeId]) -> Result<Vec<NodeRow>> {
+        let ids: Vec<Vec<u8>> = ids.iter().map(|id| id.as_bytes().to_vec()).collect();
+        let sql = format!(
+            "SELECT {NODE_COLUMNS} FROM nodes n WHERE n.session_id = $1 AND n.id = ANY($2)"
+        );
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(session.as_bytes().as_slice())
+            .bind(ids)
+            .fetch_all(self.conn())
+            .await?;
+        rows.iter().map(node_row_from).collect()
+    }
+
+    async fn blobs(&mut self, session: SessionId, hashes: &[Hash]) -> Result<Vec<StoredBlob>> {
+        let hashes: Vec<Vec<u8>> = hashes.iter().map(|h| h.0.to_vec()).collect();
+        let rows = sqlx::query(
+            "SELECT hash, size, codec, data FROM blobs WHERE session_id = $1 AND hash = ANY($2)",
+        )
+        .bind(session.as_bytes().as_slice())
+        .bind(hashes)
+        .fetch_all(self.conn())
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(StoredBlob {
+                    hash: hash_column(row, "hash")?,
+                    size: row.try_get("size")?,
+                    codec: row.try_get("codec")?,
+                    data: row.try_get("data")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn compaction_owner(&mut self, id: CompactionId) -> Result<Option<(SessionId, Tenant)>> {
+        let row = sqlx::query("SELECT session_id, tenant FROM compaction_owners WHERE id = $1")
+            .bind(id.as_bytes().as_slice())
+            .fetch_optional(self.conn())
+            .await?;
+        row.map(|row| {
+            Ok((
+                SessionId::from_bytes(required_uuid(&row, "session_id")?),
+                Tenant::new(row.try_get::<String, _>("tenant")?),
+            ))
+        })
+        .transpose()
+    }
+
+    async fn find_plan(
+        &mut self,
+        session: SessionId,
+        id: CompactionId,
+    ) -> Result<Option<CompactionPlan>> {
+        // A write that commits or closes a plan locks it: two replicas committing one plan
+        // take turns, and the second sees it applied.
+        let sql = locking(
+            "SELECT session_id, branch, base_head_id, kind, rolls_over, covers, range_from_id,
+                    range_to_id, ledger, budget, tokenizer, max_tool_result_chars, retain_turns,
+                    instructions, tokens_before, state, created_at_ms
+             FROM compactions WHERE session_id = $1 AND id = $2",
+            self.locks(),
+        );
+        let row = sqlx::query(sql)
+            .bind(session.as_bytes().as_slice())
+            .bind(id.as_bytes().as_slice())
+            .fetch_optional(self.conn())
+            .await?;
+        let Some(row) = row else { return Ok(None) };
+        let state: String = row.try_get("state")?;
+        Ok(Some(CompactionPlan {
+            id,
+            session: SessionId::from_bytes(required_uuid(&row, "session_id")?),
+            branch: BranchName::from_stored(row.try_get("branch")?),
+            base_head: NodeId::from_bytes(required_uuid(&row, "base_head_id")?),
+            kind: kind_column(&row)?,
+            rolls_over: unpack_summaries(row.try_get("rolls_over")?)?,
+            covers: unpack_ids(&row.try_get::<Vec<u8>, _>("covers")?)?,
+            range: range_columns(&row)?,
+            ledger: parse_ledger(row.try_get("ledger")?)?.unwrap_or_default(),
+            budget: parse_budget(&row.try_get::<String, _>("budget")?)?,
+            tokenizer: row.try_get("tokenizer")?,
+            max_tool_result_chars: u32_column(&row, "max_tool_result_chars")?,
+            retain_turns: u32_column(&row, "retain_turns")?,
+            instructions: row.try_get("instructions")?,
+            tokens_before: u32_column(&row, "tokens_before")?,
+            state: PlanState::parse(&state)
+                .ok_or_else(|| Error::Corrupt(format!("compaction state {state:?}")))?,
+            created_at_ms: row.try_get("created_at_ms")?,
+        }))
+    }
+
+    async fn events(
+        &mut self,
+        session: SessionId,
+        branch: Option<&BranchName>,
+    ) -> Result<Vec<CompactionEvent>> {
+        let rows = sqlx::query(
+            "SELECT compaction_id, branch, kind, reason, base_head_id, tokens_before,
+                    tokens_after, summary_id, message, created_at_ms
+             FROM compaction_events WHERE session_id = $1 AND ($2::text IS NULL OR branch = $2)
+             ORDER BY id",
+        )
+        .bind(session.as_bytes().as_slice())
+        .bind(branch.map(BranchName::as_str))
+        .fetch_all(self.conn())
+        .await?;
+        rows.iter()
+            .map(|row| {
+                let kind: String = row.try_get("kind")?;
+                Ok(CompactionEvent {
+                    compaction_id: CompactionId::from_bytes(required_uuid(row, "compaction_id")?),
+                    branch: row.try_get("branch")?,
+                    kind: EventKind::parse(&kind)
+                        .ok_or_else(|| Error::Corrupt(format!("event kind {kind:?}")))?,
+                    reason: reason_column(row)?,
+                    base_head: id_column(row, "base_head_id")?,
+                    tokens_before: u32_column(row, "tokens_before")?,
+                    tokens_after: u32_column(row, "tokens_after")?,
+                    summary_id: uuid_column(row, "summary_id")?.map(SummaryId::from_bytes),
+                    message: row.try_get("message")?,
+                    created_at_ms: row.try_get("created_at_ms")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn recent_commits(
+        &mut self,
+        session: SessionId,
+        branch: &BranchName,
+        limit: u32,
+    ) -> Result<Vec<(Option<Reason>, Option<NodeId>)>> {
+        let rows = sqlx::query(
+            "SELECT reason, base_head_id FROM compaction_events
+             WHERE session_id = $1 AND branch = $2 AND kind IN ('committed', 'rejected')
+             ORDER BY id DESC LIMIT $3",
+        )
+        .bind(session.as_bytes().as_slice())
+        .bind(branch.as_str())
+        .bind(i64::from(limit))
+        .fetch_all(self.conn())
+        .await?;
+        rows.iter()
+            .map(|row| Ok((reason_column(row)?, id_column(row, "base_head_id")?)))
+            .collect()
+    }
+
+    async fn summarizer_output(&mut self, source: &Hash) -> Result<Option<String>> {
+        let row = sqlx::query("SELECT text FROM summarizer_outputs WHERE source_key = $1")
+            .bind(source.0.as_slice())
+            .fetch_optional(self.conn())
+            .await?;
+        Ok(row.map(|r| r.try_get("text")).transpose()?)
+    }
+}
+
+// ---------------------------------------------------------------- decoding rows
+
+fn uuid_column(row: &PgRow, column: &str) -> Result<Option<[u8; 16]>> {
+    uuid_from(row.try_get(column)?, column)
+}
+
+fn required_uuid(row: &PgRow, column: &str) -> Result<[u8; 16]> {
+    uuid_column(row, column)?.ok_or_else(|| Error::Corrupt(format!("{column} is null")))
+}
+
+fn id_column(row: &PgRow, column: &str) -> Result<Option<NodeId>> {
+    Ok(uuid_column(row, column)?.map(NodeId::from_bytes))
+}
+
+fn hash_column(row: &PgRow, column: &str) -> Result<Hash> {
+    hash_from(&row.try_get::<Vec<u8>, _>(column)?, column)
+}
+
+fn u32_column(row: &PgRow, column: &str) -> Result<u32> {
+    u32_from(row.try_get(column)?, column)
+}
+
+fn node_row_from(row: &PgRow) -> Result<NodeRow> {
+    NodeRow::from_columns(NodeColumns {
+        id: row.try_get("id")?,
+        parent_id: row.try_get("parent_id")?,
+        function_id: row.try_get("function_id")?,
+        created_at_ms: row.try_get("created_at_ms")?,
+        hash: row.try_get("hash")?,
+        body: row.try_get("body")?,
+        body_z: row.try_get("body_z")?,
+    })
+}
+
+fn session_from(row: &PgRow) -> Result<SessionRow> {
+    let compaction_count: i64 = row.try_get("compaction_count")?;
+    Ok(SessionRow {
+        id: SessionId::from_bytes(required_uuid(row, "id")?),
+        created_at_ms: row.try_get("created_at_ms")?,
+        metadata: parse_metadata(&row.try_get::<String, _>("metadata")?)?,
+        compaction_count: u32::try_from(compaction_count).unwrap_or(u32::MAX),
+    })
+}
+
+fn pin_from(row: &PgRow) -> Result<(NodeId, bool)> {
+    let node =
+        id_column(row, "node_id")?.ok_or_else(|| Error::Corrupt("a pin without node".into()))?;
+    Ok((node, row.try_get::<i64, _>("pinned")? != 0))
+}
+
+fn kind_column(row: &PgRow) -> Result<SummaryKind> {
+    let kind: String = row.try_get("kind")?;
+    SummaryKind::parse(&kind).ok_or_else(|| Error::Corrupt(format!("summary kind {kind:?}")))
+}
+
+fn reason_column(row: &PgRow) -> Result<Option<Reason>> {
+    let reason: Option<String> = row.try_get("reason")?;
+    reason
+        .map(|r| Reason::parse(&r).ok_or_else(|| Error::Corrupt(format!("event reason {r:?}"))))
+        .transpose()
+}
+
+fn range_columns(row: &PgRow) -> Result<Option<(NodeId, NodeId)>> {
+    Ok(id_column(row, "range_from_id")?.zip(id_column(row, "range_to_id")?))
+}
+
+fn summary_from(row: &PgRow) -> Result<Summary> {
+    Ok(Summary {
+        id: SummaryId::from_bytes(required_uuid(row, "id")?),
+        compaction_id: CompactionId::from_bytes(required_uuid(row, "compaction_id")?),
+        kind: kind_column(row)?,
+        covers: unpack_ids(&row.try_get::<Vec<u8>, _>("covers")?)?,
+        range: range_columns(row)?,
+        text: row.try_get("text")?,
+        rolls_over: unpack_summaries(row.try_get("rolls_over")?)?,
+        ledger: parse_ledger(row.try_get("ledger")?)?.map(std::sync::Arc::new),
+        model: row.try_get("model")?,
+        base_head: NodeId::from_bytes(required_uuid(row, "base_head_id")?),
+        tokens_before: u32_column(row, "tokens_before")?,
+        tokens_after: u32_column(row, "tokens_after")?,
+        created_at_ms: row.try_get("created_at_ms")?,
+    })
+}
