@@ -247,18 +247,18 @@ async fn an_append_builds_on_a_head_moved_since_the_last_append() {
     assert_eq!(rendered.len(), 3, "c is off the branch: {rendered:?}");
 }
 
-/// Another process writing the same file moves a head behind the server's back: the server's
+/// Another process writing the same database moves a head behind the server's back: the server's
 /// next append sees that head and its pairing state, not what it remembered.
 #[tokio::test]
 async fn an_append_sees_what_another_process_appended() {
     use ctxd::domain::{BranchName, NodeContent, Part, Role, SessionId, ToolCall};
-    use ctxd::store::{AppendRequest, AppendTarget, Store};
+    use ctxd::store::{AppendRequest, AppendTarget};
 
     let mut app = spawn_app().await;
     let s = app.create_session().await;
     app.append(&s, vec![user("q"), assistant("a")]).await;
 
-    let other = Store::open(&app.db_path).await.expect("a second store");
+    let other = app.db.open().await;
     let scoped = other
         .scope(
             &ctxd::domain::Tenant::local(),

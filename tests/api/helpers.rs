@@ -1,8 +1,12 @@
-//! The test harness: `spawn_app()` gives each test its own temp dir, SQLite file and
-//! server on 127.0.0.1:0, with a connected client; builders keep the tests readable.
+//! The test harness: `spawn_app()` gives each test its own database (`TestDb`: a SQLite file in
+//! a temp dir, or a fresh schema on the PostgreSQL server `CTXD_TEST_DATABASE_URL` names) and
+//! server on 127.0.0.1:0, with a connected client; builders keep the tests readable. The same
+//! suite runs on either backend.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+
+use sqlx::Connection;
 use std::time::Duration;
 
 use ctxd::api::pb;
@@ -20,47 +24,186 @@ pub type Client = ContextStoreClient<Channel>;
 /// Large enough for a few 1 MiB nodes in one response.
 const MAX_MESSAGE: usize = 64 * 1024 * 1024;
 
-/// One test's world: a temp dir with the SQLite file, a running server and a client.
+/// One test's world: its database, a running server and a client.
 pub struct TestApp {
     /// Deleted when the test ends.
-    _dir: tempfile::TempDir,
-    pub db_path: PathBuf,
+    pub db: TestDb,
     pub addr: SocketAddr,
     pub client: Client,
     server: Option<Server>,
 }
 
-/// Starts a server on a fresh SQLite file in a fresh temp dir.
+/// The PostgreSQL server the suite runs on instead of SQLite files, if one is named.
+pub const DATABASE_URL: &str = "CTXD_TEST_DATABASE_URL";
+
+/// The PostgreSQL server URL in [`DATABASE_URL`], if set.
+pub fn postgres_server() -> Option<String> {
+    std::env::var(DATABASE_URL)
+        .ok()
+        .filter(|url| !url.is_empty())
+}
+
+/// A test's own database: a SQLite file in a fresh temp dir, or, with [`DATABASE_URL`] set, a
+/// fresh schema on that PostgreSQL server (dropped when this is).
+pub struct TestDb {
+    kind: DbKind,
+}
+
+enum DbKind {
+    Sqlite {
+        _dir: tempfile::TempDir,
+        path: PathBuf,
+    },
+    Postgres {
+        server: String,
+        schema: String,
+    },
+}
+
+impl TestDb {
+    /// On the suite's backend.
+    pub async fn new() -> Self {
+        match postgres_server() {
+            Some(server) => Self::postgres(server).await,
+            None => Self::sqlite(),
+        }
+    }
+
+    /// A SQLite file, whatever the suite's backend (for tests of the file itself).
+    pub fn sqlite() -> Self {
+        let dir = tempfile::tempdir().expect("create temp dir");
+        let path = dir.path().join("ctxd.db");
+        Self {
+            kind: DbKind::Sqlite { _dir: dir, path },
+        }
+    }
+
+    /// A fresh schema on the PostgreSQL server at `server`; a server that cannot be reached
+    /// fails the test.
+    pub async fn postgres(server: String) -> Self {
+        let schema = format!("t_{}", uuid::Uuid::now_v7().simple());
+        let mut admin = sqlx::PgConnection::connect(&server)
+            .await
+            .unwrap_or_else(|e| panic!("{DATABASE_URL}={server} cannot be reached: {e}"));
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {schema}")))
+            .execute(&mut admin)
+            .await
+            .expect("create the test's schema");
+        let _ = admin.close().await;
+        Self {
+            kind: DbKind::Postgres { server, schema },
+        }
+    }
+
+    /// What `--db` (or `Store::connect`) takes to open it.
+    pub fn url(&self) -> String {
+        match &self.kind {
+            DbKind::Sqlite { path, .. } => path.display().to_string(),
+            DbKind::Postgres { server, schema } => {
+                let sep = if server.contains('?') { '&' } else { '?' };
+                format!("{server}{sep}options=-c%20search_path%3D{schema}")
+            }
+        }
+    }
+
+    /// The SQLite file, for tests of the file itself; `None` on PostgreSQL.
+    pub fn sqlite_path(&self) -> Option<&Path> {
+        match &self.kind {
+            DbKind::Sqlite { path, .. } => Some(path),
+            DbKind::Postgres { .. } => None,
+        }
+    }
+
+    pub fn is_postgres(&self) -> bool {
+        matches!(self.kind, DbKind::Postgres { .. })
+    }
+
+    pub async fn open(&self) -> Store {
+        Store::connect(&self.url(), ctxd::store::Config::default())
+            .await
+            .expect("open the store")
+    }
+
+    /// The single number `sql` selects, read directly from the database.
+    pub async fn count(&self, sql: &'static str) -> i64 {
+        match &self.kind {
+            DbKind::Sqlite { path, .. } => {
+                let options = sqlx::sqlite::SqliteConnectOptions::new().filename(path);
+                let mut conn = sqlx::SqliteConnection::connect_with(&options)
+                    .await
+                    .expect("open the SQLite file");
+                let n: i64 = sqlx::query_scalar(sql)
+                    .fetch_one(&mut conn)
+                    .await
+                    .expect("count rows");
+                let _ = conn.close().await;
+                n
+            }
+            DbKind::Postgres { .. } => {
+                let mut conn = sqlx::PgConnection::connect(&self.url())
+                    .await
+                    .expect("connect to PostgreSQL");
+                let n: i64 = sqlx::query_scalar(sql)
+                    .fetch_one(&mut conn)
+                    .await
+                    .expect("count rows");
+                let _ = conn.close().await;
+                n
+            }
+        }
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        let DbKind::Postgres { server, schema } = &self.kind else {
+            return;
+        };
+        let (server, schema) = (server.clone(), schema.clone());
+        // Drop runs inside the test's runtime, which cannot be blocked on: a thread of its own.
+        let dropped = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime");
+            runtime.block_on(async move {
+                if let Ok(mut admin) = sqlx::PgConnection::connect(&server).await {
+                    let sql = format!("DROP SCHEMA IF EXISTS {schema} CASCADE");
+                    let _ = sqlx::query(sqlx::AssertSqlSafe(sql))
+                        .execute(&mut admin)
+                        .await;
+                    let _ = admin.close().await;
+                }
+            });
+        });
+        let _ = dropped.join();
+    }
+}
+
+/// Starts a server on a fresh database of the suite's backend.
 pub async fn spawn_app() -> TestApp {
     spawn_app_with(Options::default()).await
 }
 
 /// [`spawn_app`], serving with `options`; a restart serves with the defaults.
 pub async fn spawn_app_with(options: Options) -> TestApp {
-    let dir = tempfile::tempdir().expect("create temp dir");
-    let db_path = dir.path().join("ctxd.db");
-    let server = serve_store(open_store(&db_path).await, options).await;
+    let db = TestDb::new().await;
+    let server = serve_store(db.open().await, options).await;
     let addr = server.addr;
     let client = connect(addr).await;
     TestApp {
-        _dir: dir,
-        db_path,
+        db,
         addr,
         client,
         server: Some(server),
     }
 }
 
-async fn open_store(db_path: &Path) -> Store {
-    Store::open(db_path).await.expect("open the store")
-}
-
-/// A server with `options` over a fresh SQLite file in the temp dir returned with it.
-pub async fn serve_fresh(options: Options) -> (tempfile::TempDir, Server) {
-    let dir = tempfile::tempdir().expect("create temp dir");
-    let store = open_store(&dir.path().join("ctxd.db")).await;
-    let server = serve_store(store, options).await;
-    (dir, server)
+/// A server with `options` over a fresh database, returned with it.
+pub async fn serve_fresh(options: Options) -> (TestDb, Server) {
+    let db = TestDb::new().await;
+    let server = serve_store(db.open().await, options).await;
+    (db, server)
 }
 
 /// A server task on 127.0.0.1:0, from `serve_with`; dropping it stops the server.
@@ -136,10 +279,10 @@ impl TestApp {
         server.stop(Duration::from_secs(10)).await;
     }
 
-    /// Starts a new server on the same SQLite file and reconnects the client.
+    /// Starts a new server on the same database and reconnects the client.
     pub async fn start(&mut self) {
         assert!(self.server.is_none(), "server already running");
-        let store = open_store(&self.db_path).await;
+        let store = self.db.open().await;
         let server = serve_store(store, Options::default()).await;
         self.addr = server.addr;
         self.client = connect(server.addr).await;
@@ -162,16 +305,7 @@ impl TestApp {
     }
 
     async fn count(&self, sql: &'static str) -> i64 {
-        let options = sqlx::sqlite::SqliteConnectOptions::new().filename(&self.db_path);
-        let pool = sqlx::SqlitePool::connect_with(options)
-            .await
-            .expect("open the SQLite file");
-        let n: i64 = sqlx::query_scalar(sql)
-            .fetch_one(&pool)
-            .await
-            .expect("count rows");
-        pool.close().await;
-        n
+        self.db.count(sql).await
     }
 
     // ------------------------------------------------------------ RPC shortcuts

@@ -28,6 +28,7 @@ mod provider_rules;
 #[path = "../common/raw_codec.rs"]
 mod raw_codec;
 mod render;
+mod replicas;
 mod restart;
 mod roundtrip;
 mod segments;

@@ -38,8 +38,8 @@ async fn keyed(addr: SocketAddr, key: &str) -> KeyedClient {
     ContextStoreClient::with_interceptor(channel(addr).await, bearer)
 }
 
-/// A server with two tenants' keys, on 127.0.0.1:0 over a fresh file; stops when dropped.
-async fn two_tenants() -> (tempfile::TempDir, Server) {
+/// A server with two tenants' keys, on 127.0.0.1:0 over a fresh database; stops when dropped.
+async fn two_tenants() -> (TestDb, Server) {
     let keys = tempfile::NamedTempFile::new().expect("keys file");
     std::fs::write(&keys, format!("acme {ACME_KEY}\nglobex {GLOBEX_KEY}\n")).expect("keys");
     serve_fresh(Options {

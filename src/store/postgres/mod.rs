@@ -43,7 +43,17 @@ pub(super) async fn open(
     let options: PgConnectOptions = url
         .parse()
         .map_err(|e| unusable(format!("not a PostgreSQL URL: {e}")))?;
-    let options = options.application_name("ctxd");
+    // Named in pg_stat_activity, unless the URL names it (an operator telling replicas apart).
+    let options = match options.get_application_name() {
+        Some(_) => options,
+        None => options.application_name("ctxd"),
+    };
+    // One connection first: an unreachable server is told at once, where a pool would retry
+    // until its acquire timeout.
+    let probe = <PgConnection as sqlx::Connection>::connect_with(&options)
+        .await
+        .map_err(|e| unusable(format!("cannot be reached: {}", fault::message(&e))))?;
+    let _ = sqlx::Connection::close(probe).await;
     let pool = |size: u32| {
         PgPoolOptions::new()
             .max_connections(size)
