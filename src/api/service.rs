@@ -9,7 +9,7 @@ use tracing::instrument;
 
 use super::parse::{
     self, RenderArgs, append_request, branch_or_main, compaction_id, create_branch_request,
-    log_request, parse, provider_format, render_request, session_id,
+    log_request, parse, provider_format, render_request, reset_branch_request, session_id,
 };
 use super::reply::{self, Capped};
 use super::{compaction, compaction_status, convert, domain_status, pb, status};
@@ -237,6 +237,19 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
         let branch = self
             .store
             .create_branch(session, name, from)
+            .await
+            .map_err(status)?;
+        self.reply(convert::branch(branch))
+    }
+
+    #[instrument(skip_all)]
+    async fn reset_branch(&self, request: Request<pb::ResetBranchRequest>) -> Reply<pb::Branch> {
+        let tenant = tenant_of(&request);
+        let (session, name, to, expected) = reset_branch_request(&request.into_inner())?;
+        let session = self.scope(&tenant, session).await?;
+        let branch = self
+            .store
+            .reset_branch(session, name, to, expected)
             .await
             .map_err(status)?;
         self.reply(convert::branch(branch))

@@ -255,6 +255,15 @@ pub(super) trait WriteTx: Reads + AppendTx {
         now: i64,
     ) -> Result<bool>;
 
+    /// Points branch `name` (which exists) at `head`.
+    async fn set_branch_head(
+        &mut self,
+        session: SessionId,
+        name: &BranchName,
+        head: Option<NodeId>,
+        now: i64,
+    ) -> Result<()>;
+
     /// `false`: no such branch.
     async fn delete_branch(&mut self, session: SessionId, name: &BranchName) -> Result<bool>;
 

@@ -1,8 +1,9 @@
 //! Branches: listing, creating at a top-level node, deleting (the nodes stay).
 
+use super::backend::WriteTx;
 use super::clock::now_ms;
 use super::{Result, Scoped, Store};
-use crate::domain::{self, Branch, BranchName, NodeId};
+use crate::domain::{self, Branch, BranchName, Hash, NodeId, SessionId};
 
 impl Store {
     pub async fn list_branches(&self, session: Scoped) -> Result<Vec<Branch>> {
@@ -24,19 +25,7 @@ impl Store {
         let mut tx = self.begin_write().await?;
         tx.ensure_session(session).await?;
         let head = match from {
-            Some(id) => {
-                let node = tx.node_row(session, id, "from_node_id").await?;
-                if let Some(function) = node.function_id {
-                    return Err(domain::Error::invalid(
-                        "from_node_id",
-                        format!(
-                            "node {id} is inside function {function}; branch at a top-level node"
-                        ),
-                    )
-                    .into());
-                }
-                Some((id, node.hash))
-            }
+            Some(id) => Some((id, top_level(&mut *tx, session, id, "from_node_id").await?)),
             None => None,
         };
         if !tx
@@ -56,6 +45,45 @@ impl Store {
         })
     }
 
+    /// Moves branch `name` to `to` (a top-level node of the session) or to no head; with
+    /// `expected`, only if its head is still that one.
+    pub async fn reset_branch(
+        &self,
+        session: Scoped,
+        name: BranchName,
+        to: Option<NodeId>,
+        expected: Option<Option<NodeId>>,
+    ) -> Result<Branch> {
+        let session = session.id();
+        let now = now_ms();
+        let mut tx = self.begin_write().await?;
+        tx.ensure_session(session).await?;
+        let head = tx.branch_head(session, &name).await?;
+        if let Some(expected) = expected
+            && expected != head
+        {
+            let show = |h: Option<NodeId>| h.map_or_else(|| "none".to_owned(), |id| id.to_string());
+            return Err(domain::Error::Aborted(format!(
+                "expected_head_id: the head is {}, not {}",
+                show(head),
+                show(expected)
+            ))
+            .into());
+        }
+        let to = match to {
+            Some(id) => Some((id, top_level(&mut *tx, session, id, "to_node_id").await?)),
+            None => None,
+        };
+        tx.set_branch_head(session, &name, to.map(|(id, _)| id), now)
+            .await?;
+        tx.commit().await?;
+        Ok(Branch {
+            name,
+            head: to,
+            updated_at_ms: now,
+        })
+    }
+
     /// Removes the ref; the nodes stay.
     pub async fn delete_branch(&self, session: Scoped, name: &BranchName) -> Result<()> {
         let session = session.id();
@@ -66,4 +94,23 @@ impl Store {
         }
         tx.commit().await
     }
+}
+
+/// The hash of `id`, which must be a top-level node of `session` (a branch points at one);
+/// `field` names it in errors.
+async fn top_level(
+    tx: &mut dyn WriteTx,
+    session: SessionId,
+    id: NodeId,
+    field: &str,
+) -> Result<Hash> {
+    let node = tx.node_row(session, id, field).await?;
+    if let Some(function) = node.function_id {
+        return Err(domain::Error::invalid(
+            field,
+            format!("node {id} is inside function {function}; branch at a top-level node"),
+        )
+        .into());
+    }
+    Ok(node.hash)
 }

@@ -172,3 +172,119 @@ async fn equal_histories_have_equal_head_hashes() {
         .await;
     assert_eq!(redo.head_hash, a_hashes[3]);
 }
+
+fn reset_req(session: &str, name: &str, to: &str) -> pb::ResetBranchRequest {
+    pb::ResetBranchRequest {
+        session_id: session.into(),
+        name: name.into(),
+        to_node_id: to.into(),
+        expected_head_id: None,
+    }
+}
+
+/// ResetBranch moves a head back (or to none) without touching a node: the next append hangs
+/// under the new head, with its pairing state, and the nodes it left stay readable.
+#[tokio::test]
+async fn a_reset_moves_the_head_and_keeps_every_node() {
+    let mut app = spawn_app().await;
+    let s = app.create_session().await;
+    let ids = app.append(&s, conversation()).await.node_ids;
+    let before = app.get_nodes(&s, &ids[2..3]).await.remove(0);
+
+    let moved = app
+        .client
+        .reset_branch(pb::ResetBranchRequest {
+            expected_head_id: Some(ids[4].clone()),
+            ..reset_req(&s, "main", &ids[2])
+        })
+        .await
+        .expect("ResetBranch")
+        .into_inner();
+    assert_eq!(
+        (moved.head_id.as_str(), moved.head_hash),
+        (ids[2].as_str(), before.hash)
+    );
+    assert_eq!(
+        transcript(&app.render_branch(&s, "main").await.messages),
+        [
+            "system: You are terse.",
+            "user: Name a prime.",
+            "assistant: 7"
+        ]
+    );
+    let next = app.append(&s, vec![user("Another?")]).await;
+    assert_eq!(app.get_nodes(&s, &next.node_ids).await[0].parent_id, ids[2]);
+    assert_eq!(
+        app.get_nodes(&s, &ids).await.len(),
+        5,
+        "the nodes left stay"
+    );
+
+    // To no head: the branch starts over.
+    let cleared = app
+        .client
+        .reset_branch(reset_req(&s, "main", ""))
+        .await
+        .expect("ResetBranch to none")
+        .into_inner();
+    assert_eq!(
+        (cleared.head_id.as_str(), cleared.head_hash.as_str()),
+        ("", "")
+    );
+    assert!(app.render_branch(&s, "main").await.messages.is_empty());
+    let fresh = app.append(&s, vec![user("again")]).await;
+    assert_eq!(app.get_nodes(&s, &fresh.node_ids).await[0].parent_id, "");
+}
+
+/// A reset whose expected head is stale is ABORTED and moves nothing; bad targets name their
+/// field; an unknown branch is NOT_FOUND.
+#[tokio::test]
+async fn a_reset_checks_its_head_and_its_target() {
+    let mut app = spawn_app().await;
+    let s = app.create_session().await;
+    let ids = app.append(&s, conversation()).await.node_ids;
+
+    let stale = app
+        .client
+        .reset_branch(pb::ResetBranchRequest {
+            expected_head_id: Some(ids[3].clone()),
+            ..reset_req(&s, "main", &ids[1])
+        })
+        .await;
+    assert_status(stale, Code::Aborted, "expected_head_id");
+    assert_eq!(
+        head_of(&mut app.client, &s, "main").await,
+        ids[4],
+        "nothing moved"
+    );
+
+    let unknown = app
+        .client
+        .reset_branch(reset_req(&s, "main", &unknown_id()))
+        .await;
+    assert_status(unknown, Code::NotFound, "to_node_id");
+    let garbage = app.client.reset_branch(reset_req(&s, "main", "nope")).await;
+    assert_status(garbage, Code::InvalidArgument, "to_node_id");
+    let no_branch = app
+        .client
+        .reset_branch(reset_req(&s, "gone", &ids[1]))
+        .await;
+    assert_code(no_branch, Code::NotFound);
+
+    let function = app
+        .append(
+            &s,
+            vec![
+                assistant_calls("", vec![call("f1", "researcher", "{}")]),
+                function_call("f1", "look it up", pb::Expose::Io),
+            ],
+        )
+        .await
+        .head_id;
+    let inner = app
+        .append_in_function(&s, &function, vec![user("inside")])
+        .await
+        .head_id;
+    let inside = app.client.reset_branch(reset_req(&s, "main", &inner)).await;
+    assert_status(inside, Code::InvalidArgument, "to_node_id");
+}

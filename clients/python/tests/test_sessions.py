@@ -149,6 +149,21 @@ def test_branches_fork_without_copying(client: Client, session: Session) -> None
     assert "name" in bad.value.message
 
 
+def test_a_reset_moves_a_head_without_touching_nodes(client: Client, session: Session) -> None:
+    first = client.append_user(session, "one")
+    second = client.append_assistant(session, "two")
+    back = client.reset_branch(session, "main", first.node_id, expected_head_id=second.head_id)
+    assert back.head_id == first.node_id
+    assert [m["content"] for m in client.render(session).messages] == ["one"]
+    with pytest.raises(Conflict):
+        client.reset_branch(session, "main", None, expected_head_id=second.head_id)
+    assert client.reset_branch(session, "main", None).head_id == ""
+    assert [n.id for n in client.log(session, node_id=second.node_id)] == [
+        second.node_id,
+        first.node_id,
+    ]
+
+
 def test_errors_keep_the_servers_status_and_message(client: Client, session: Session) -> None:
     unknown = str(uuid.uuid4())
     with pytest.raises(NotFound) as not_found:

@@ -12,6 +12,9 @@ pub(crate) fn classify(code: &str) -> Fault {
         // deadlock_detected, serialization_failure: the transaction was rolled back for a
         // concurrent one.
         "40P01" | "40001" => Fault::Conflict,
+        // unique_violation: a concurrent writer (another replica) stored the same key first,
+        // e.g. an append's retry racing its original; checked again, the stored one answers.
+        "23505" => Fault::Conflict,
         // lock_not_available.
         "55P03" => Fault::Busy,
         // connection exceptions, admin or crash shutdown, cannot connect now, read-only.

@@ -213,6 +213,23 @@ impl WriteTx for Conn<Write> {
         Ok(inserted.rows_affected() == 1)
     }
 
+    async fn set_branch_head(
+        &mut self,
+        session: SessionId,
+        name: &BranchName,
+        head: Option<NodeId>,
+        now: i64,
+    ) -> Result<()> {
+        sqlx::query("UPDATE branches SET head_id = $1, updated_at_ms = $2 WHERE session_id = $3 AND name = $4")
+            .bind(head.map(id))
+            .bind(now)
+            .bind(sid(session))
+            .bind(name.as_str())
+            .execute(&mut *self.0.tx)
+            .await?;
+        Ok(())
+    }
+
     async fn delete_branch(&mut self, session: SessionId, name: &BranchName) -> Result<bool> {
         let done = sqlx::query("DELETE FROM branches WHERE session_id = $1 AND name = $2")
             .bind(sid(session))

@@ -193,6 +193,25 @@ impl WriteTx for Conn<Write> {
         Ok(inserted.rows_affected() == 1)
     }
 
+    async fn set_branch_head(
+        &mut self,
+        session: SessionId,
+        name: &BranchName,
+        head: Option<NodeId>,
+        now: i64,
+    ) -> Result<()> {
+        sqlx::query(
+            "UPDATE branches SET head_id = ?, updated_at_ms = ? WHERE session_id = ? AND name = ?",
+        )
+        .bind(head.map(id))
+        .bind(now)
+        .bind(session.as_bytes().as_slice())
+        .bind(name.as_str())
+        .execute(&mut *self.0.tx)
+        .await?;
+        Ok(())
+    }
+
     async fn delete_branch(&mut self, session: SessionId, name: &BranchName) -> Result<bool> {
         let done = sqlx::query("DELETE FROM branches WHERE session_id = ? AND name = ?")
             .bind(session.as_bytes().as_slice())

@@ -401,6 +401,24 @@ class Client:
         )
         return Branch.from_pb(self._call("CreateBranch", request))
 
+    def reset_branch(
+        self,
+        session: SessionRef,
+        name: str,
+        to_node_id: str | None,
+        *,
+        expected_head_id: str | None = None,
+    ) -> Branch:
+        """Moves branch `name` to `to_node_id` (a top-level node; None: no head), like
+        `git reset`: no node changes. With `expected_head_id` (`""`: none), only if the head is
+        still that one, else `Conflict`."""
+        request = pb.ResetBranchRequest(
+            session_id=_session_id(session), name=name, to_node_id=to_node_id or ""
+        )
+        if expected_head_id is not None:
+            request.expected_head_id = expected_head_id
+        return Branch.from_pb(self._call("ResetBranch", request))
+
     def log(
         self,
         session: SessionRef,

@@ -227,6 +227,18 @@ class DeleteBranchResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class ResetBranchRequest(_message.Message):
+    __slots__ = ("session_id", "name", "to_node_id", "expected_head_id")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TO_NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_HEAD_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    name: str
+    to_node_id: str
+    expected_head_id: str
+    def __init__(self, session_id: _Optional[str] = ..., name: _Optional[str] = ..., to_node_id: _Optional[str] = ..., expected_head_id: _Optional[str] = ...) -> None: ...
+
 class ContentPart(_message.Message):
     __slots__ = ("text", "media")
     TEXT_FIELD_NUMBER: _ClassVar[int]

@@ -79,6 +79,11 @@ class ContextStoreStub:
                 request_serializer=ctxd_dot_v1_dot_ctxd__pb2.DeleteBranchRequest.SerializeToString,
                 response_deserializer=ctxd_dot_v1_dot_ctxd__pb2.DeleteBranchResponse.FromString,
                 _registered_method=True)
+        self.ResetBranch = channel.unary_unary(
+                '/ctxd.v1.ContextStore/ResetBranch',
+                request_serializer=ctxd_dot_v1_dot_ctxd__pb2.ResetBranchRequest.SerializeToString,
+                response_deserializer=ctxd_dot_v1_dot_ctxd__pb2.Branch.FromString,
+                _registered_method=True)
         self.Render = channel.unary_unary(
                 '/ctxd.v1.ContextStore/Render',
                 request_serializer=ctxd_dot_v1_dot_ctxd__pb2.RenderRequest.SerializeToString,
@@ -189,6 +194,15 @@ class ContextStoreServicer:
 
     def DeleteBranch(self, request, context):
         """Removes the ref, never nodes.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResetBranch(self, request, context):
+        """Moves a branch's head to another top-level node of the session, or to none (as `git reset`
+        does): no node changes, and the nodes it left stay reachable by id and from other
+        branches. With expected_head_id, only if the head is still that one (else ABORTED).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -316,6 +330,11 @@ def add_ContextStoreServicer_to_server(servicer, server):
                     servicer.DeleteBranch,
                     request_deserializer=ctxd_dot_v1_dot_ctxd__pb2.DeleteBranchRequest.FromString,
                     response_serializer=ctxd_dot_v1_dot_ctxd__pb2.DeleteBranchResponse.SerializeToString,
+            ),
+            'ResetBranch': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResetBranch,
+                    request_deserializer=ctxd_dot_v1_dot_ctxd__pb2.ResetBranchRequest.FromString,
+                    response_serializer=ctxd_dot_v1_dot_ctxd__pb2.Branch.SerializeToString,
             ),
             'Render': grpc.unary_unary_rpc_method_handler(
                     servicer.Render,
@@ -611,6 +630,33 @@ class ContextStore:
             '/ctxd.v1.ContextStore/DeleteBranch',
             ctxd_dot_v1_dot_ctxd__pb2.DeleteBranchRequest.SerializeToString,
             ctxd_dot_v1_dot_ctxd__pb2.DeleteBranchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResetBranch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ctxd.v1.ContextStore/ResetBranch',
+            ctxd_dot_v1_dot_ctxd__pb2.ResetBranchRequest.SerializeToString,
+            ctxd_dot_v1_dot_ctxd__pb2.Branch.FromString,
             options,
             channel_credentials,
             insecure,
