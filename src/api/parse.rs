@@ -227,29 +227,25 @@ pub(super) fn create_branch_request(
 
 /// A ResetBranch request, parsed: the session, the branch, the node it moves to, and the head
 /// the caller expects it at.
-pub(super) fn reset_branch_request(
-    request: &pb::ResetBranchRequest,
-) -> Result<
-    (
-        SessionId,
-        BranchName,
-        Option<NodeId>,
-        Option<Option<NodeId>>,
-    ),
-    Status,
-> {
-    Ok((
-        session_id(&request.session_id)?,
-        parse(BranchName::parse("name", &request.name))?,
-        optional_node("to_node_id", &request.to_node_id)?,
-        request
+pub(super) struct ResetArgs {
+    pub(super) session: SessionId,
+    pub(super) name: BranchName,
+    pub(super) to: Option<NodeId>,
+    pub(super) expected: Option<Option<NodeId>>,
+}
+
+pub(super) fn reset_branch_request(request: &pb::ResetBranchRequest) -> Result<ResetArgs, Status> {
+    Ok(ResetArgs {
+        session: session_id(&request.session_id)?,
+        name: parse(BranchName::parse("name", &request.name))?,
+        to: optional_node("to_node_id", &request.to_node_id)?,
+        expected: request
             .expected_head_id
             .as_deref()
             .map(|id| optional_node("expected_head_id", id))
             .transpose()?,
-    ))
+    })
 }
-
 /// An ImportSession's format: the one named, or the one `data` looks like.
 pub(super) fn import_source(format: i32, data: &[u8]) -> Result<import::Source, Status> {
     match pb::ImportFormat::try_from(format) {

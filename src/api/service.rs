@@ -245,11 +245,11 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
     #[instrument(skip_all)]
     async fn reset_branch(&self, request: Request<pb::ResetBranchRequest>) -> Reply<pb::Branch> {
         let tenant = tenant_of(&request);
-        let (session, name, to, expected) = reset_branch_request(&request.into_inner())?;
-        let session = self.scope(&tenant, session).await?;
+        let args = reset_branch_request(&request.into_inner())?;
+        let session = self.scope(&tenant, args.session).await?;
         let branch = self
             .store
-            .reset_branch(session, name, to, expected)
+            .reset_branch(session, args.name, args.to, args.expected)
             .await
             .map_err(status)?;
         self.reply(convert::branch(branch))
