@@ -30,6 +30,15 @@
 //! - **disk**: every trace of `testdata/traces` imported (`ImportSession`), the server stopped
 //!   and the WAL checkpointed; the file's size per byte of the messages' JSON and per byte of
 //!   distinct texts (message contents and tool-call arguments).
+//! - **PostgreSQL**, when `CTXD_BENCH_DATABASE_URL` names a server (`postgres://…`; unset, one
+//!   line says these rows are skipped): the same server code over `Store::connect` in a database
+//!   the run creates there (`ctxd_bench_<uuid>`) and drops at the end. **pg floor**: raw
+//!   durable INSERTs through psycopg (`bench/pg_floor.py`, one ~500-byte row per autocommit
+//!   transaction, the server's `synchronous_commit`), 1 writer and 64 (threads, a connection
+//!   each), before and after the appends; it needs a Python that imports psycopg
+//!   (`target/py/bin/python`, else `python3`), and without one it is skipped in one line.
+//!   **pg append**: the append cases above against it. **pg render**: the heuristic and
+//!   o200k_base renders, cold and warm, against the same case on SQLite.
 //!
 //! Prints one table and the targets, and writes both as JSON to `target/bench/store.json`.
 
@@ -42,7 +51,7 @@ use std::time::{Duration, Instant};
 
 use ctxd::api::pb;
 use ctxd::domain::{BranchName, NodeContent, Part, Role};
-use ctxd::store::{AppendRequest, AppendTarget, Scoped, Store};
+use ctxd::store::{AppendRequest, AppendTarget, Config, Database, Scoped, Store};
 use ctxd::tokens::Tokenizer;
 use pb::context_store_client::ContextStoreClient;
 use serde::Deserialize;
@@ -308,7 +317,31 @@ fn print_table(rows: &[Row]) {
 
 // ---------------------------------------------------------------- the server
 
-/// A running in-process server over one SQLite file.
+/// Where a server's store lives: a SQLite file (`Store::open`) or a PostgreSQL database
+/// (`Store::connect` with a `postgres://` URL, as `ctxd serve --db` does).
+#[derive(Clone)]
+enum Db {
+    Sqlite(PathBuf),
+    Postgres(String),
+}
+
+impl From<&PathBuf> for Db {
+    fn from(path: &PathBuf) -> Self {
+        Db::Sqlite(path.clone())
+    }
+}
+
+impl Db {
+    async fn open(&self) -> Store {
+        match self {
+            Db::Sqlite(path) => Store::open(path).await,
+            Db::Postgres(url) => Store::connect(url, Config::default()).await,
+        }
+        .expect("open the store")
+    }
+}
+
+/// A running in-process server over one database.
 struct Server {
     addr: SocketAddr,
     store: Store,
@@ -317,8 +350,8 @@ struct Server {
 }
 
 impl Server {
-    async fn start(db: &Path) -> Self {
-        let store = Store::open(db).await.expect("open the store");
+    async fn start(db: impl Into<Db>) -> Self {
+        let store = db.into().open().await;
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("local addr");
         let (shutdown, signal) = oneshot::channel::<()>();
@@ -337,7 +370,7 @@ impl Server {
         connect(self.addr).await
     }
 
-    /// Stops serving, then closes the store, which checkpoints the WAL into the file.
+    /// Stops serving, then closes the store (on SQLite this checkpoints the WAL into the file).
     async fn stop(self) {
         let _ = self.shutdown.send(());
         tokio::time::timeout(Duration::from_secs(10), self.handle)
@@ -922,7 +955,7 @@ async fn render(
 /// Returns the server left running, both stats and the last response.
 async fn cold_and_warm(
     mut server: Server,
-    db: &Path,
+    db: &Db,
     session: &str,
     tokenizer: Tokenizer,
     budget: Option<pb::Budget>,
@@ -933,7 +966,7 @@ async fn cold_and_warm(
     while cold.more() {
         drop(client);
         server.stop().await;
-        server = Server::start(db).await;
+        server = Server::start(db.clone()).await;
         client = server.client().await;
         client
             .get_session(pb::GetSessionRequest {
@@ -1050,6 +1083,374 @@ async fn disk(dir: &Path) -> Disk {
     }
 }
 
+// ---------------------------------------------------------------- PostgreSQL
+
+/// A PostgreSQL server URL; when set, the run also measures ctxd on PostgreSQL, in a database
+/// of its own that it creates there and drops at the end.
+const PG_URL_VAR: &str = "CTXD_BENCH_DATABASE_URL";
+/// Render cases on PostgreSQL: what differs from SQLite is loading the path, not counting
+/// tokens, so the heuristic and one BPE tokenizer are enough; a third adds time, not insight.
+const PG_TOKENIZERS: [Tokenizer; 2] = [Tokenizer::Heuristic, Tokenizer::O200kBase];
+/// PostgreSQL's floor: raw INSERTs through psycopg, a script of this repository.
+const PG_FLOOR_SCRIPT: &str = "bench/pg_floor.py";
+/// The writers of PostgreSQL's floor: one, and as many as the most concurrent clients.
+const PG_FLOOR_WRITERS: [usize; 2] = [1, 64];
+
+/// `url` with its database (the path) replaced by `database`, its query kept.
+fn with_database(url: &str, database: &str) -> String {
+    let (base, query) = url
+        .split_once('?')
+        .map_or((url, None), |(b, q)| (b, Some(q)));
+    let authority = base.find("://").map_or(0, |i| i + 3);
+    let end = base[authority..]
+        .find('/')
+        .map_or(base.len(), |i| authority + i);
+    let query = query.map_or(String::new(), |q| format!("?{q}"));
+    format!("{}/{database}{query}", &base[..end])
+}
+
+/// A Python that imports psycopg: the repository's `target/py` venv (where `.ci/run` puts its
+/// Python), else `python3` on the PATH. Err: why the floor is skipped.
+fn floor_python() -> Result<PathBuf, String> {
+    let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/py/bin/python");
+    let python = if venv.exists() {
+        venv
+    } else {
+        PathBuf::from("python3")
+    };
+    let imports = std::process::Command::new(&python)
+        .args(["-c", "import psycopg"])
+        .output();
+    match imports {
+        Ok(out) if out.status.success() => Ok(python),
+        Ok(_) => Err(format!(
+            "{} cannot import psycopg (python3 -m venv target/py && \
+             target/py/bin/pip install 'psycopg[binary]')",
+            python.display()
+        )),
+        Err(e) => Err(format!("cannot run {}: {e}", python.display())),
+    }
+}
+
+/// PostgreSQL's floor at one moment: one writer, and `PG_FLOOR_WRITERS`' last.
+struct PgFloor {
+    one: Floor,
+    many: Floor,
+    /// The script's whole answer (versions, the server's durability settings), for the JSON.
+    raw: serde_json::Value,
+}
+
+/// Runs `PG_FLOOR_SCRIPT` on the database `url` with the sampling plans of the SQLite floor and
+/// the throughput cases, so both backends' floors are sampled alike.
+async fn pg_floor(python: &Path, url: &str, tag: &str) -> PgFloor {
+    let ms = |d: Duration| d.as_millis().to_string();
+    let mut command = std::process::Command::new(python);
+    command
+        .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(PG_FLOOR_SCRIPT))
+        .arg(url)
+        .args(["--tag", tag, "--writers"])
+        .args(PG_FLOOR_WRITERS.map(|w| w.to_string()))
+        .args(["--warmup-iters", &FSYNC_PLAN.warmup_iters.to_string()])
+        .args(["--warmup-ms", &ms(FSYNC_PLAN.warmup_time)])
+        .args(["--min", &FSYNC_PLAN.min.to_string()])
+        .args(["--time-ms", &ms(FSYNC_PLAN.time)])
+        .args(["--max", &FSYNC_PLAN.max.to_string()])
+        .args(["--rate-warmup-ms", &ms(THROUGHPUT_WARMUP)])
+        .args(["--rate-ms", &ms(THROUGHPUT_TIME)]);
+    let out = tokio::task::spawn_blocking(move || command.output())
+        .await
+        .expect("the floor thread")
+        .expect("run the PostgreSQL floor script");
+    assert!(
+        out.status.success(),
+        "{PG_FLOOR_SCRIPT} failed ({}): {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let raw: serde_json::Value = serde_json::from_slice(&out.stdout).expect("the floor's JSON");
+    let floor = |writers: usize| {
+        let r = raw["results"]
+            .as_array()
+            .expect("results")
+            .iter()
+            .find(|r| r["writers"] == writers)
+            .expect("a result per writer count");
+        let us = |key: &str| Duration::from_secs_f64(r[key].as_f64().expect(key) / 1e6);
+        Floor {
+            stats: Stats {
+                n: r["samples"].as_u64().expect("samples") as usize,
+                p50: us("p50_us"),
+                p95: us("p95_us"),
+            },
+            rows_per_s: r["rows_per_s"].as_f64().expect("rows_per_s"),
+        }
+    };
+    PgFloor {
+        one: floor(1),
+        many: floor(PG_FLOOR_WRITERS[1]),
+        raw,
+    }
+}
+
+fn floor_json(f: &Floor) -> serde_json::Value {
+    json!({"p50_us": f.stats.p50.as_secs_f64() * 1e6, "p95_us": f.stats.p95.as_secs_f64() * 1e6,
+           "samples": f.stats.n, "rows_per_s": f.rows_per_s})
+}
+
+/// ctxd on PostgreSQL through the same in-process gRPC server as the SQLite cases, in a fresh
+/// database on the server `server_url` names, dropped at the end; the floor (psycopg) before
+/// and after the appends, as on SQLite. Renders are compared with the same case on SQLite
+/// (`sqlite_renders`). Returns the rows and the JSON's `postgres` object.
+async fn postgres(
+    server_url: &str,
+    trace: &[TraceMessage],
+    texts: &Arc<Texts>,
+    sqlite_renders: &[(usize, Tokenizer, &str, bool, Stats)],
+) -> (Vec<Row>, serde_json::Value) {
+    use sqlx::Connection;
+
+    let start = Instant::now();
+    // Letters, digits and '_' only: safe to write into the SQL below unquoted.
+    let name = format!("ctxd_bench_{}", uuid::Uuid::now_v7().simple());
+    let mut admin = sqlx::PgConnection::connect(server_url)
+        .await
+        .expect("connect to the PostgreSQL server");
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+        .execute(&mut admin)
+        .await
+        .expect("create the bench database");
+    let url = with_database(server_url, &name);
+    let db = Db::Postgres(url.clone());
+    println!(
+        "\nPostgreSQL: database {name} created on {}",
+        Database::parse(server_url).shown()
+    );
+
+    // The render sessions first, so their writes do not disturb the timed appends.
+    let build_start = Instant::now();
+    let server = Server::start(db.clone()).await;
+    let mut builds = Vec::new();
+    for &n in &RENDER_LENGTHS {
+        builds.push(tokio::spawn(build_session(
+            server.addr,
+            turns(cycled(trace, 0, n, "r")),
+        )));
+    }
+    let mut sessions = Vec::new();
+    for build in builds {
+        sessions.push(build.await.expect("a render session"));
+    }
+    server.stop().await;
+    println!(
+        "PostgreSQL render sessions of {RENDER_LENGTHS:?} messages built in {}",
+        show(build_start.elapsed())
+    );
+
+    let python = floor_python();
+    if let Err(why) = &python {
+        println!("PostgreSQL floor skipped: {why}");
+    }
+    let floor_before = match &python {
+        Ok(python) => Some(pg_floor(python, &url, "pf1").await),
+        Err(_) => None,
+    };
+    let server = Server::start(db.clone()).await;
+    let single = append_latency(Writer::grpc(&server).await, texts, "pa").await;
+    let mut levels = Vec::new();
+    for &clients in &CLIENTS {
+        let mut writers = Vec::with_capacity(clients);
+        for _ in 0..clients {
+            writers.push(Writer::grpc(&server).await);
+        }
+        levels.push((clients, throughput(writers, texts, "pt").await));
+    }
+    server.stop().await;
+    let direct = db.open().await;
+    let direct_single = append_latency(Writer::direct(&direct).await, texts, "pd").await;
+    let mut writers = Vec::with_capacity(64);
+    for _ in 0..64 {
+        writers.push(Writer::direct(&direct).await);
+    }
+    let (direct_rate, direct_stats) = throughput(writers, texts, "pdt").await;
+    direct.close().await;
+    let floor_after = match &python {
+        Ok(python) => Some(pg_floor(python, &url, "pf2").await),
+        Err(_) => None,
+    };
+
+    let mut rows = Vec::new();
+    // The means of before and after, as on SQLite: (p50, p95, rows/s, rows/s of many writers).
+    let floor = floor_before
+        .as_ref()
+        .zip(floor_after.as_ref())
+        .map(|(b, a)| {
+            (
+                (b.one.stats.p50 + a.one.stats.p50) / 2,
+                (b.one.stats.p95 + a.one.stats.p95) / 2,
+                (b.one.rows_per_s + a.one.rows_per_s) / 2.0,
+                (b.many.rows_per_s + a.many.rows_per_s) / 2.0,
+            )
+        });
+    let many = PG_FLOOR_WRITERS[1];
+    if let (Some((p50, _, _, many_rate)), Some(before), Some(after)) =
+        (floor, &floor_before, &floor_after)
+    {
+        for (when, f) in [("before", before), ("after", after)] {
+            let mut row = Row::timed(
+                "pg floor",
+                format!("raw INSERT via psycopg, autocommit, 1 writer ({when})"),
+                f.one.stats,
+            )
+            .vs(
+                f.one.stats.p50.as_secs_f64() / p50.as_secs_f64(),
+                "mean floor p50",
+            );
+            row.value = Some((f.one.rows_per_s, "rows/s"));
+            rows.push(row);
+        }
+        for (when, f) in [("before", before), ("after", after)] {
+            let mut row = Row::timed(
+                "pg floor",
+                format!(
+                    "raw INSERT via psycopg, autocommit, {many} writers, 1 connection each \
+                     ({when})"
+                ),
+                f.many.stats,
+            )
+            .vs(f.many.rows_per_s / many_rate, "mean floor rows/s");
+            row.value = Some((f.many.rows_per_s, "rows/s"));
+            rows.push(row);
+        }
+    }
+    // Each row against the floor when there is one; without it, the figures alone.
+    let against = |row: Row, ratio: Option<f64>, to: &str| match ratio {
+        Some(r) => row.vs(r, to),
+        None => row,
+    };
+    let over_p50 = |s: Stats| floor.map(|f| s.p50.as_secs_f64() / f.0.as_secs_f64());
+    let over_rate = |rate: f64| floor.map(|f| rate / f.2);
+    rows.push(against(
+        Row::timed("pg append", "latency, 1 client, 1 node/request", single),
+        over_p50(single),
+        "pg floor p50",
+    ));
+    // Rows that differ from another only by their ratio need the floor.
+    if let Some(f) = floor {
+        rows.push(
+            Row::timed(
+                "pg append",
+                "latency, 1 client, 1 node/request (p95)",
+                single,
+            )
+            .vs(single.p95.as_secs_f64() / f.1.as_secs_f64(), "pg floor p95"),
+        );
+    }
+    for &(clients, (rate, stats)) in &levels {
+        let case = format!("throughput, {clients} concurrent client(s), 1 node/request");
+        let mut row = against(
+            Row::timed("pg append", case.clone(), stats),
+            over_rate(rate),
+            "pg floor rows/s, 1 writer",
+        );
+        row.value = Some((rate, "nodes/s"));
+        rows.push(row);
+        // PostgreSQL takes concurrent writers, unlike SQLite: the same load on its own.
+        if let (true, Some(f)) = (clients == many, floor) {
+            let mut row = Row::timed("pg append", format!("{case} (vs {many} writers)"), stats)
+                .vs(rate / f.3, format!("pg floor rows/s, {many} writers"));
+            row.value = Some((rate, "nodes/s"));
+            rows.push(row);
+        }
+    }
+    rows.push(against(
+        Row::timed("pg diag", "Store::append in process, 1 task", direct_single),
+        over_p50(direct_single),
+        "pg floor p50",
+    ));
+    let mut row = against(
+        Row::timed(
+            "pg diag",
+            "Store::append in process, 64 tasks",
+            direct_stats,
+        ),
+        over_rate(direct_rate),
+        "pg floor rows/s, 1 writer",
+    );
+    row.value = Some((direct_rate, "nodes/s"));
+    rows.push(row);
+
+    let budgets: [(&str, Option<pb::Budget>); 2] =
+        [("unbudgeted", None), ("100k/8k", Some(budget_100k()))];
+    let mut server = Server::start(db.clone()).await;
+    for (&n, session) in RENDER_LENGTHS.iter().zip(&sessions) {
+        for tokenizer in PG_TOKENIZERS {
+            for (budget_name, budget) in &budgets {
+                let (next, cold, warm, last) =
+                    cold_and_warm(server, &db, session, tokenizer, *budget).await;
+                server = next;
+                println!(
+                    "PostgreSQL render {n:>6} messages, {:<11} {budget_name:<10}: {}",
+                    tokenizer.name(),
+                    describe(&last)
+                );
+                for (is_cold, stats) in [(true, cold), (false, warm)] {
+                    let sqlite = sqlite_renders
+                        .iter()
+                        .find(|r| {
+                            r.0 == n && r.1 == tokenizer && r.2 == *budget_name && r.3 == is_cold
+                        })
+                        .expect("the same render on SQLite")
+                        .4;
+                    let warmth = if is_cold { "cold" } else { "warm" };
+                    rows.push(
+                        Row::timed(
+                            "pg render",
+                            format!("{n} msgs, {} {warmth}, {budget_name}", tokenizer.name()),
+                            stats,
+                        )
+                        .vs(
+                            stats.p50.as_secs_f64() / sqlite.p50.as_secs_f64(),
+                            "same on SQLite",
+                        ),
+                    );
+                }
+            }
+        }
+    }
+    server.stop().await;
+
+    sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE {name}")))
+        .execute(&mut admin)
+        .await
+        .expect("drop the bench database");
+    admin.close().await.expect("close the admin connection");
+    let took = start.elapsed();
+    println!(
+        "PostgreSQL: database {name} dropped; the PostgreSQL cases took {}",
+        show(took)
+    );
+
+    let floor_doc = match (&python, &floor_before, &floor_after) {
+        (Ok(python), Some(before), Some(after)) => json!({
+            "what": "raw INSERT of one ~500-byte row per transaction through psycopg (autocommit)",
+            "python": python.display().to_string(),
+            "psycopg": before.raw["psycopg"],
+            "settings": before.raw["settings"],
+            "before": {"1": floor_json(&before.one), many.to_string(): floor_json(&before.many)},
+            "after": {"1": floor_json(&after.one), many.to_string(): floor_json(&after.many)},
+        }),
+        (Err(why), _, _) => json!({"skipped": why}),
+        _ => unreachable!("a floor before and after whenever a python imports psycopg"),
+    };
+    let doc = json!({
+        "server": Database::parse(server_url).shown(),
+        "database": name,
+        "floor": floor_doc,
+        "seconds": took.as_secs_f64(),
+    });
+    (rows, doc)
+}
+
 // ---------------------------------------------------------------- main
 
 fn main() {
@@ -1064,6 +1465,23 @@ async fn bench() {
     let run_start = Instant::now();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     println!("ctxd store benchmark: in-process gRPC server on 127.0.0.1, SQLite in a temp dir");
+    let pg_url = std::env::var(PG_URL_VAR).ok().filter(|url| !url.is_empty());
+    match &pg_url {
+        Some(url) => {
+            assert!(
+                matches!(Database::parse(url), Database::Postgres(_)),
+                "{PG_URL_VAR} must be a postgres:// URL"
+            );
+            println!(
+                "and PostgreSQL, in a database of its own on {} (created, then dropped)",
+                Database::parse(url).shown()
+            );
+        }
+        None => println!(
+            "PostgreSQL rows skipped: {PG_URL_VAR} is not set (a postgres:// server URL, \
+             e.g. postgres://postgres@127.0.0.1:5432/postgres)"
+        ),
+    }
     println!("{cores} cores\n");
 
     // The BPE vocabularies load once per process; a fresh server process would pay this on
@@ -1264,7 +1682,7 @@ async fn bench() {
         for tokenizer in tokenizers {
             for (budget_name, budget) in &budgets {
                 let (next, cold, warm, last) =
-                    cold_and_warm(server, &render_db, session, tokenizer, *budget).await;
+                    cold_and_warm(server, &Db::from(&render_db), session, tokenizer, *budget).await;
                 server = next;
                 println!(
                     "render {n:>6} messages, {:<11} {budget_name:<10}: {}",
@@ -1348,7 +1766,7 @@ async fn bench() {
             for (db, session) in [(&one_db, &one_session), (&many_db, &many_session)] {
                 let server = Server::start(db).await;
                 let (server, cold, warm, _) =
-                    cold_and_warm(server, db, session, tokenizer, *budget).await;
+                    cold_and_warm(server, &Db::from(db), session, tokenizer, *budget).await;
                 server.stop().await;
                 results.push((cold, warm));
             }
@@ -1426,6 +1844,16 @@ async fn bench() {
         }
         rows.push(row);
     }
+
+    // ---- PostgreSQL last, so neither backend's load disturbs the other's cases.
+    let postgres_doc = match &pg_url {
+        Some(url) => {
+            let (mut pg_rows, doc) = postgres(url, &trace, &texts, &renders).await;
+            rows.append(&mut pg_rows);
+            doc
+        }
+        None => json!({"skipped": format!("{PG_URL_VAR} is not set")}),
+    };
 
     println!();
     print_table(&rows);
@@ -1536,6 +1964,7 @@ async fn bench() {
                       "p95_us": floor_after.stats.p95.as_secs_f64() * 1e6,
                       "rows_per_s": floor_after.rows_per_s},
         },
+        "postgres": postgres_doc,
         "vocabulary_init_us": init.iter().map(|(t, d)| (t.name().to_owned(), json!(d.as_secs_f64() * 1e6))).collect::<serde_json::Map<_, _>>(),
         "rows": rows.iter().map(Row::json).collect::<Vec<_>>(),
         "targets": checks.iter().map(|(what, value, detail, target, ok)| json!({
