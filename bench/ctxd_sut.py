@@ -26,6 +26,10 @@ Environment:
   no field for: the server's peak RSS and, with `CTXD_BENCH_METRICS=1`, the server's own time
   per RPC method (from its Prometheus histograms).
 - `CTXD_BENCH_METRICS=1`: also start the server with `--metrics-listen 127.0.0.1:0`.
+- `CTXD_BENCH_DATABASE_URL`: a PostgreSQL server (e.g. `postgres://postgres@127.0.0.1:5432/test`)
+  for the `ctxd-pg` column: the same replay on a fresh database of that server (created with
+  `psql` at open, dropped at close); its disk is the database's size (`pg_database_size`) read
+  before the drop, reported in `$CTXD_BENCH_REPORT` (the harness measures files only).
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -196,15 +201,20 @@ def _scrape_rpc_durations(address: str) -> dict:
 class CtxdSUT(SystemUnderTest):
     name = "ctxd"
 
+    def database(self, workdir: Path) -> str:
+        """What `--db` gets: the SQLite file in the work dir."""
+        self.db = workdir / "ctxd.db"
+        return str(self.db)
+
     def open(self, workdir: Path) -> None:
         super().open(workdir)
-        self.db = workdir / "ctxd.db"
+        db = self.database(workdir)
         self.metrics = os.environ.get("CTXD_BENCH_METRICS") == "1"
         self.server_peak_rss_mb: float | None = None
         self.server_rpc_durations: dict | None = None
         self.log_path = workdir / "ctxd.log"
         self._log = self.log_path.open("w")
-        cmd = [str(server_binary()), "serve", "--listen", "127.0.0.1:0", "--db", str(self.db)]
+        cmd = [str(server_binary()), "serve", "--listen", "127.0.0.1:0", "--db", db]
         if self.metrics:
             cmd += ["--metrics-listen", "127.0.0.1:0"]
         self.process = subprocess.Popen(
@@ -320,13 +330,64 @@ class CtxdSUT(SystemUnderTest):
                 "server_peak_rss_mb": self.server_peak_rss_mb,
                 "server_rpc_durations": self.server_rpc_durations,
                 "health_check_p50_ms": self.health_check_p50_ms,
+                **self.extra_report(),
             }
             Path(report).parent.mkdir(parents=True, exist_ok=True)
             with open(report, "a") as f:
                 f.write(json.dumps(line) + "\n")
 
+    def extra_report(self) -> dict:
+        return {}
+
     def disk_paths(self) -> list[Path]:
         return sorted(p for p in self.workdir.glob("ctxd.db*") if p.is_file())
 
 
-REGISTRY = {"ctxd": CtxdSUT}
+def _psql(server: str, sql: str) -> str:
+    done = subprocess.run(
+        ["psql", server, "-v", "ON_ERROR_STOP=1", "-Atc", sql],
+        capture_output=True,
+        text=True,
+        timeout=STARTUP_SECONDS,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"psql {sql!r}: {done.stderr.strip()}")
+    return done.stdout.strip()
+
+
+class CtxdPostgresSUT(CtxdSUT):
+    """The same column on PostgreSQL: a fresh database per run on $CTXD_BENCH_DATABASE_URL."""
+
+    name = "ctxd-pg"
+
+    def database(self, workdir: Path) -> str:
+        self.server = os.environ.get("CTXD_BENCH_DATABASE_URL", "")
+        if not self.server.startswith(("postgres://", "postgresql://")):
+            raise RuntimeError("ctxd-pg needs CTXD_BENCH_DATABASE_URL=postgres://… (a server)")
+        self.dbname = f"ctxd_peers_{uuid.uuid4().hex}"
+        _psql(self.server, f"CREATE DATABASE {self.dbname}")
+        atexit.register(self._drop)
+        self.pg_bytes: int | None = None
+        base, _, _ = self.server.partition("?")
+        return base.rsplit("/", 1)[0] + "/" + self.dbname
+
+    def close(self) -> None:
+        # Read while the server still holds it: the size of everything it stored.
+        self.pg_bytes = int(_psql(self.server, f"SELECT pg_database_size('{self.dbname}')"))
+        print(f"ctxd-pg database size: {self.pg_bytes / 2**20:.1f} MiB", file=sys.stderr)
+        super().close()
+        self._drop()
+
+    def _drop(self) -> None:
+        if getattr(self, "dbname", None):
+            _psql(self.server, f"DROP DATABASE IF EXISTS {self.dbname} WITH (FORCE)")
+            self.dbname = None
+
+    def extra_report(self) -> dict:
+        return {"pg_database_bytes": getattr(self, "pg_bytes", None)}
+
+    def disk_paths(self) -> list[Path]:
+        return []
+
+
+REGISTRY = {"ctxd": CtxdSUT, "ctxd-pg": CtxdPostgresSUT}
