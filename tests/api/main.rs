@@ -1,5 +1,6 @@
-//! Integration tests of ctxd: a real server on 127.0.0.1:0 over a real SQLite file,
-//! one fresh temp dir per test (see `helpers::spawn_app`).
+//! Integration tests of ctxd: a real server on 127.0.0.1:0 over a real database, one fresh
+//! SQLite file (or, with `CTXD_TEST_DATABASE_URL`, PostgreSQL schema) per test (see
+//! `helpers::spawn_app`); one suite for both backends.
 
 mod auth;
 mod binary;
