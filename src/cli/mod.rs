@@ -321,6 +321,8 @@ async fn serve(
 ) -> anyhow::Result<()> {
     // Its errors name the file and the problem; nothing has been written to a refused file.
     let store = Store::connect(&db, storage).await?;
+    // Watched from before the address line: whoever reads it may signal at once.
+    let shutdown = shutdown_signal();
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("listening on {listen}"))?;
@@ -353,7 +355,7 @@ async fn serve(
     if options.api_keys.is_none() && !bound.ip().to_canonical().is_loopback() {
         tracing::warn!(%bound, "serving without API keys on a non-loopback address");
     }
-    crate::server::serve_with(listener, store.clone(), options, shutdown_signal()).await?;
+    crate::server::serve_with(listener, store.clone(), options, shutdown).await?;
     // Closing waits for connections still in use; after an abandoned grace period one may be
     // held by a call that will never finish. The WAL holds every commit either way.
     if tokio::time::timeout(CLOSE_TIMEOUT, store.close())
@@ -369,26 +371,39 @@ async fn serve(
 }
 
 /// Resolves on SIGINT or SIGTERM.
-async fn shutdown_signal() {
-    let interrupt = tokio::signal::ctrl_c();
+fn shutdown_signal() -> impl Future<Output = ()> {
+    // Registered now, not when first awaited: a SIGTERM sent right after the address line is
+    // printed must stop the server cleanly rather than kill it with the default action.
     #[cfg(unix)]
-    {
-        let mut terminate = match tokio::signal::unix::signal(
-            tokio::signal::unix::SignalKind::terminate(),
-        ) {
-            Ok(signal) => signal,
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot watch SIGTERM; only SIGINT stops the server");
-                let _ = interrupt.await;
-                return;
+    let signals = {
+        use tokio::signal::unix::{SignalKind, signal};
+        (
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::terminate()),
+        )
+    };
+    async move {
+        #[cfg(unix)]
+        match signals {
+            (Ok(mut interrupt), Ok(mut terminate)) => {
+                tokio::select! {
+                    _ = interrupt.recv() => {}
+                    _ = terminate.recv() => {}
+                }
             }
-        };
-        tokio::select! {
-            _ = interrupt => {}
-            _ = terminate.recv() => {}
+            (interrupt, terminate) => {
+                if let Some(e) = [interrupt.err(), terminate.err()]
+                    .into_iter()
+                    .flatten()
+                    .next()
+                {
+                    tracing::warn!(error = %e, "cannot watch SIGTERM; only SIGINT stops the server");
+                }
+                let _ = tokio::signal::ctrl_c().await;
+            }
         }
+        #[cfg(not(unix))]
+        let _ = tokio::signal::ctrl_c().await;
+        tracing::info!("shutting down");
     }
-    #[cfg(not(unix))]
-    let _ = interrupt.await;
-    tracing::info!("shutting down");
 }

@@ -249,3 +249,16 @@ async fn the_drain_keeps_health_answering_not_serving_before_the_listener_closes
         "the Watch stream ended"
     );
 }
+
+/// The signal handlers are in place before the address line is printed: a SIGTERM sent the
+/// moment the line is read stops the server cleanly (exit 0), not by the default action.
+#[tokio::test]
+async fn a_sigterm_right_after_the_address_line_is_a_clean_stop() {
+    for _ in 0..5 {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut daemon = Daemon::start(&dir.path().join("ctxd.db"), &[]).await;
+        daemon.signal("TERM");
+        let (status, _) = daemon.wait_exit(WAIT).await;
+        assert_eq!(status.code(), Some(0), "{status:?}: {}", daemon.stderr());
+    }
+}
