@@ -1088,6 +1088,7 @@ fn request(g: &mut Gen, method: &str) -> Vec<Vec<u8>> {
             policy: g.policy(),
             now_unix_ms: g.i64(),
             format: g.enumeration(3),
+            strict_format: g.chance(0.5),
         }
         .encode_to_vec(),
         "ContextStats" => {

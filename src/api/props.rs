@@ -248,10 +248,19 @@ fn render() -> impl Strategy<Value = pb::RenderRequest> {
         budget(),
         policy(),
         any::<i64>(),
-        enum_value(3),
+        (enum_value(3), any::<bool>()),
     )
         .prop_map(
-            |(session_id, target, tokenizer, callers, budget, policy, now_unix_ms, format)| {
+            |(
+                session_id,
+                target,
+                tokenizer,
+                callers,
+                budget,
+                policy,
+                now_unix_ms,
+                (format, strict_format),
+            )| {
                 pb::RenderRequest {
                     session_id,
                     target,
@@ -261,6 +270,7 @@ fn render() -> impl Strategy<Value = pb::RenderRequest> {
                     policy,
                     now_unix_ms,
                     format,
+                    strict_format,
                 }
             },
         )

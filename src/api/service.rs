@@ -291,6 +291,7 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
         let tenant = tenant_of(&request);
         let r = request.into_inner();
         let format = provider_format(r.format)?;
+        let strict = r.strict_format;
         let (path, rendered) = self.rendered(&tenant, r.into()).await?;
         let (head_id, head_hash) = path
             .nodes
@@ -301,6 +302,27 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
         let messages_json = format
             .map(|f| render::format::document(f, &rendered.messages))
             .unwrap_or_default();
+        let uncarried = format
+            .map(|f| render::format::uncarried(f, &rendered.messages))
+            .unwrap_or_default();
+        if let (true, Some(format), Some(first)) = (strict, format, uncarried.first()) {
+            let node = first
+                .node_id
+                .map_or_else(|| "a summary".to_owned(), |id| format!("node {id}"));
+            return Err(domain_status(crate::domain::Error::invalid(
+                "strict_format",
+                format!(
+                    "{node} part {} ({}) cannot be carried by {}{}",
+                    first.part_index,
+                    first.mime_type,
+                    format.name(),
+                    match uncarried.len() {
+                        1 => String::new(),
+                        n => format!(", nor {} more part(s)", n - 1),
+                    }
+                ),
+            )));
+        }
         self.reply(pb::RenderResponse {
             messages: rendered
                 .messages
@@ -314,6 +336,14 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
             tokenizer: report.tokenizer.clone(),
             report: Some(report),
             messages_json,
+            uncarried: uncarried
+                .into_iter()
+                .map(|u| pb::UncarriedPart {
+                    node_id: u.node_id.map(|id| id.to_string()).unwrap_or_default(),
+                    part_index: u32::try_from(u.part_index).unwrap_or(u32::MAX),
+                    mime_type: u.mime_type,
+                })
+                .collect(),
         })
     }
 

@@ -12,13 +12,74 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use serde_json::{Value, json};
 
 use super::{Message, MessageRole};
-use crate::domain::{MediaSource, Part};
+use crate::domain::{MediaSource, NodeId, Part};
 
 /// A request document format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
     OpenAiChat,
     AnthropicMessages,
+}
+
+impl Format {
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::OpenAiChat => "FORMAT_OPENAI_CHAT",
+            Format::AnthropicMessages => "FORMAT_ANTHROPIC_MESSAGES",
+        }
+    }
+}
+
+/// A media part a document cannot carry where it stands, so it is sent as the text
+/// `[<mime> attachment]` instead.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Uncarried {
+    /// The node the part belongs to (`None` for a message no node makes, e.g. a summary).
+    pub node_id: Option<NodeId>,
+    pub part_index: usize,
+    pub mime_type: String,
+}
+
+/// The parts of `messages` that the document of `format` replaces by a placeholder: media
+/// where the API takes only text (system prompts, OpenAI assistant and tool messages,
+/// Anthropic tool results), and media types the API does not take at all.
+pub fn uncarried(format: Format, messages: &[Message]) -> Vec<Uncarried> {
+    let pairs = Pairs::of(messages);
+    let mut lost = Vec::new();
+    for (i, m) in messages.iter().enumerate() {
+        if m.role == MessageRole::Tool && !pairs.results[i] {
+            continue;
+        }
+        let carries = |mime: &str| match (format, m.role) {
+            (Format::OpenAiChat, MessageRole::User) => openai_carries(mime),
+            (Format::AnthropicMessages, MessageRole::User | MessageRole::Assistant) => {
+                anthropic_carries(mime)
+            }
+            _ => false,
+        };
+        for (k, part) in m.parts.iter().enumerate() {
+            if let Part::Media { mime_type, .. } = part
+                && !carries(mime_type)
+            {
+                lost.push(Uncarried {
+                    node_id: m.node_ids.first().copied(),
+                    part_index: k,
+                    mime_type: mime_type.clone(),
+                });
+            }
+        }
+    }
+    lost
+}
+
+/// Media an OpenAI user message carries as itself.
+fn openai_carries(mime: &str) -> bool {
+    mime.starts_with("image/")
+}
+
+/// Media an Anthropic user or assistant message carries as itself.
+fn anthropic_carries(mime: &str) -> bool {
+    mime.starts_with("image/") || mime == "application/pdf"
 }
 
 /// The document for `format`, as compact JSON.
@@ -98,7 +159,7 @@ fn openai_content(parts: &[Part]) -> Value {
             .iter()
             .map(|p| match p {
                 Part::Text(t) => json!({ "type": "text", "text": t }),
-                Part::Media { mime_type, source } if mime_type.starts_with("image/") => {
+                Part::Media { mime_type, source } if openai_carries(mime_type) => {
                     let url = match source {
                         MediaSource::Url(url) => url.clone(),
                         MediaSource::Data(data) => data_url(mime_type, data),
@@ -171,14 +232,15 @@ fn anthropic_blocks(parts: &[Part]) -> Vec<Value> {
             Part::Text(t) if t.is_empty() => None,
             Part::Text(t) => Some(json!({ "type": "text", "text": t })),
             Part::Media { mime_type, source } => {
-                let kind = if mime_type.starts_with("image/") {
-                    "image"
-                } else if mime_type == "application/pdf" {
-                    "document"
-                } else {
+                if !anthropic_carries(mime_type) {
                     return Some(
                         json!({ "type": "text", "text": format!("[{mime_type} attachment]") }),
                     );
+                }
+                let kind = if mime_type.starts_with("image/") {
+                    "image"
+                } else {
+                    "document"
                 };
                 let source = match source {
                     MediaSource::Url(url) => json!({ "type": "url", "url": url }),

@@ -1,6 +1,7 @@
 //! Rendering of plain paths: roles, tool results, targets and token counts.
 
 use ctxd::api::pb;
+use tonic::Code;
 
 use crate::helpers::*;
 
@@ -154,5 +155,89 @@ async fn token_counts_add_up_for_every_tokenizer() {
     assert_eq!(
         totals[0], totals[1],
         "the default tokenizer is the heuristic"
+    );
+}
+
+/// A provider document that cannot carry a media part where it stands says which: the
+/// response names each part sent as `[<mime> attachment]` text, and `strict_format` refuses the
+/// render naming the node instead.
+#[tokio::test]
+async fn a_format_that_cannot_carry_a_part_names_its_node() {
+    let mut app = spawn_app().await;
+    let s = app.create_session().await;
+    let ids = app
+        .append(
+            &s,
+            vec![
+                message(
+                    pb::Role::User,
+                    vec![
+                        text("what is in these?"),
+                        media_data("image/png", vec![1, 2, 3]),
+                        media_data("application/pdf", vec![4, 5]),
+                        media_data("application/zip", vec![6]),
+                    ],
+                    vec![],
+                ),
+                assistant("a picture, a document and an archive"),
+            ],
+        )
+        .await
+        .node_ids;
+    let request = |format: pb::Format, strict: bool| pb::RenderRequest {
+        format: format as i32,
+        strict_format: strict,
+        ..render_req(&s, Target::Branch("main".into()))
+    };
+    let parts = |r: &pb::RenderResponse| -> Vec<(String, u32, String)> {
+        r.uncarried
+            .iter()
+            .map(|u| (u.node_id.clone(), u.part_index, u.mime_type.clone()))
+            .collect()
+    };
+
+    // OpenAI user messages take images only; Anthropic's take images and PDFs.
+    let openai = app.render(request(pb::Format::OpenaiChat, false)).await;
+    assert_eq!(
+        parts(&openai),
+        [
+            (ids[0].clone(), 2, "application/pdf".to_owned()),
+            (ids[0].clone(), 3, "application/zip".to_owned())
+        ]
+    );
+    assert!(
+        openai
+            .messages_json
+            .contains("[application/zip attachment]")
+    );
+    let anthropic = app
+        .render(request(pb::Format::AnthropicMessages, false))
+        .await;
+    assert_eq!(
+        parts(&anthropic),
+        [(ids[0].clone(), 3, "application/zip".to_owned())]
+    );
+    let neutral = app.render(request(pb::Format::Neutral, true)).await;
+    assert!(
+        neutral.uncarried.is_empty(),
+        "the neutral messages carry everything"
+    );
+
+    let strict = app
+        .try_render(request(pb::Format::AnthropicMessages, true))
+        .await;
+    assert_status(strict, Code::InvalidArgument, "strict_format");
+    let strict = app
+        .try_render(request(pb::Format::OpenaiChat, true))
+        .await
+        .expect_err("refused");
+    assert!(
+        strict
+            .message()
+            .contains(&format!("node {} part 2 (application/pdf)", ids[0]))
+            && strict.message().contains("FORMAT_OPENAI_CHAT")
+            && strict.message().contains("nor 1 more part"),
+        "{}",
+        strict.message()
     );
 }

@@ -202,3 +202,21 @@ def test_context_stats_is_the_report_of_render(client: Client, session: Session)
     assert client.context_stats(session).budget is None
     reactive = client.context_stats(session, budget=100_000, reactive=True)
     assert reactive.microcompact_trigger == "reactive"
+
+
+def test_a_part_the_format_cannot_carry_is_named(client: Client, session: Session) -> None:
+    from ctxd_client import pb
+
+    zip_part = pb.ContentPart(media=pb.Media(mime_type="application/zip", data=b"PK"))
+    node = pb.NodeInput(
+        message=pb.Message(role=pb.ROLE_USER, parts=[pb.ContentPart(text="see"), zip_part])
+    )
+    sent = client.append(session, [node])
+    rendered = client.render(session, format="anthropic")
+    assert [(u.node_id, u.part_index, u.mime_type) for u in rendered.uncarried] == [
+        (sent.node_ids[0], 1, "application/zip")
+    ]
+    with pytest.raises(InvalidArgument) as refused:
+        client.render(session, format="openai", strict_format=True)
+    assert sent.node_ids[0] in refused.value.message
+    assert "strict_format" in refused.value.message

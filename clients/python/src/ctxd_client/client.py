@@ -29,6 +29,7 @@ from .types import (
     Node,
     Outcome,
     RenderResult,
+    UncarriedPart,
     Session,
     Summaries,
     SummaryRecord,
@@ -474,13 +475,17 @@ class Client:
         function_id: str | None = None,
         callers: Callers = "all",
         now_unix_ms: int = 0,
+        strict_format: bool = False,
     ) -> RenderResult:
         """The context of the next model request, fitted to `budget`, with a report.
 
         `budget` is a context window (int) or a dict of the five budget parts; None renders
         everything untouched. `policy` holds `RenderPolicy` fields; `reactive=True` is for a
         provider that just refused the request as too long. The target is `branch` unless
-        `node_id` or `function_id` (a running sub-agent's chain) is given.
+        `node_id` or `function_id` (a running sub-agent's chain) is given. A media part the
+        format cannot carry where it stands is sent as `[<mime> attachment]` text and listed in
+        `uncarried`; with `strict_format=True` the render is refused instead (`InvalidArgument`
+        naming the node).
         """
         request = pb.RenderRequest(
             session_id=_session_id(session),
@@ -489,6 +494,7 @@ class Client:
             policy=self._policy(policy, reactive),
             now_unix_ms=now_unix_ms,
             format=_choice(_FORMATS, format, "format"),
+            strict_format=strict_format,
         )
         self._target(request, branch, node_id, function_id)
         if budget is not None:
@@ -506,6 +512,7 @@ class Client:
             head_hash=r.head_hash,
             total_tokens=r.total_tokens,
             tokenizer=r.tokenizer,
+            uncarried=[UncarriedPart(u.node_id, u.part_index, u.mime_type) for u in r.uncarried],
             raw=r,
         )
 

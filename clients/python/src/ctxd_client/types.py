@@ -363,6 +363,18 @@ class RenderResult:
     total_tokens: int
     tokenizer: str
     raw: pb.RenderResponse = field(repr=False, compare=False)
+    #: Media parts the format sent only as `[<mime> attachment]` text.
+    uncarried: list[UncarriedPart] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class UncarriedPart:
+    """A media part a provider format cannot carry where it stands (`node_id` empty for a
+    summary)."""
+
+    node_id: str
+    part_index: int
+    mime_type: str
 
 
 # ---------------------------------------------------------------- summaries

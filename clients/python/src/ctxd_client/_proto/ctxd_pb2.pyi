@@ -412,7 +412,7 @@ class LogResponse(_message.Message):
     def __init__(self, nodes: _Optional[_Iterable[_Union[Node, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class RenderRequest(_message.Message):
-    __slots__ = ("session_id", "branch", "node_id", "function_id", "tokenizer", "callers", "budget", "policy", "now_unix_ms", "format")
+    __slots__ = ("session_id", "branch", "node_id", "function_id", "tokenizer", "callers", "budget", "policy", "now_unix_ms", "format", "strict_format")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     BRANCH_FIELD_NUMBER: _ClassVar[int]
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -423,6 +423,7 @@ class RenderRequest(_message.Message):
     POLICY_FIELD_NUMBER: _ClassVar[int]
     NOW_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     FORMAT_FIELD_NUMBER: _ClassVar[int]
+    STRICT_FORMAT_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     branch: str
     node_id: str
@@ -433,7 +434,8 @@ class RenderRequest(_message.Message):
     policy: RenderPolicy
     now_unix_ms: int
     format: Format
-    def __init__(self, session_id: _Optional[str] = ..., branch: _Optional[str] = ..., node_id: _Optional[str] = ..., function_id: _Optional[str] = ..., tokenizer: _Optional[str] = ..., callers: _Optional[_Union[Callers, str]] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., policy: _Optional[_Union[RenderPolicy, _Mapping]] = ..., now_unix_ms: _Optional[int] = ..., format: _Optional[_Union[Format, str]] = ...) -> None: ...
+    strict_format: bool
+    def __init__(self, session_id: _Optional[str] = ..., branch: _Optional[str] = ..., node_id: _Optional[str] = ..., function_id: _Optional[str] = ..., tokenizer: _Optional[str] = ..., callers: _Optional[_Union[Callers, str]] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., policy: _Optional[_Union[RenderPolicy, _Mapping]] = ..., now_unix_ms: _Optional[int] = ..., format: _Optional[_Union[Format, str]] = ..., strict_format: _Optional[bool] = ...) -> None: ...
 
 class Budget(_message.Message):
     __slots__ = ("context_window", "output_reserve", "system_tokens", "tools_tokens", "schema_tokens")
@@ -508,7 +510,7 @@ class RenderedMessage(_message.Message):
     def __init__(self, role: _Optional[_Union[Role, str]] = ..., parts: _Optional[_Iterable[_Union[ContentPart, _Mapping]]] = ..., tool_calls: _Optional[_Iterable[_Union[ToolCall, _Mapping]]] = ..., tool_call_id: _Optional[str] = ..., name: _Optional[str] = ..., is_error: _Optional[bool] = ..., node_ids: _Optional[_Iterable[str]] = ..., function_id: _Optional[str] = ..., tokens: _Optional[int] = ..., truncated: _Optional[bool] = ..., cleared: _Optional[bool] = ..., inputs_stubbed: _Optional[int] = ..., pinned: _Optional[bool] = ...) -> None: ...
 
 class RenderResponse(_message.Message):
-    __slots__ = ("messages", "head_id", "head_hash", "total_tokens", "tokenizer", "report", "messages_json")
+    __slots__ = ("messages", "head_id", "head_hash", "total_tokens", "tokenizer", "report", "messages_json", "uncarried")
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     HEAD_ID_FIELD_NUMBER: _ClassVar[int]
     HEAD_HASH_FIELD_NUMBER: _ClassVar[int]
@@ -516,6 +518,7 @@ class RenderResponse(_message.Message):
     TOKENIZER_FIELD_NUMBER: _ClassVar[int]
     REPORT_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_JSON_FIELD_NUMBER: _ClassVar[int]
+    UNCARRIED_FIELD_NUMBER: _ClassVar[int]
     messages: _containers.RepeatedCompositeFieldContainer[RenderedMessage]
     head_id: str
     head_hash: str
@@ -523,7 +526,18 @@ class RenderResponse(_message.Message):
     tokenizer: str
     report: ContextReport
     messages_json: str
-    def __init__(self, messages: _Optional[_Iterable[_Union[RenderedMessage, _Mapping]]] = ..., head_id: _Optional[str] = ..., head_hash: _Optional[str] = ..., total_tokens: _Optional[int] = ..., tokenizer: _Optional[str] = ..., report: _Optional[_Union[ContextReport, _Mapping]] = ..., messages_json: _Optional[str] = ...) -> None: ...
+    uncarried: _containers.RepeatedCompositeFieldContainer[UncarriedPart]
+    def __init__(self, messages: _Optional[_Iterable[_Union[RenderedMessage, _Mapping]]] = ..., head_id: _Optional[str] = ..., head_hash: _Optional[str] = ..., total_tokens: _Optional[int] = ..., tokenizer: _Optional[str] = ..., report: _Optional[_Union[ContextReport, _Mapping]] = ..., messages_json: _Optional[str] = ..., uncarried: _Optional[_Iterable[_Union[UncarriedPart, _Mapping]]] = ...) -> None: ...
+
+class UncarriedPart(_message.Message):
+    __slots__ = ("node_id", "part_index", "mime_type")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    PART_INDEX_FIELD_NUMBER: _ClassVar[int]
+    MIME_TYPE_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    part_index: int
+    mime_type: str
+    def __init__(self, node_id: _Optional[str] = ..., part_index: _Optional[int] = ..., mime_type: _Optional[str] = ...) -> None: ...
 
 class ContextStatsRequest(_message.Message):
     __slots__ = ("session_id", "branch", "node_id", "function_id", "tokenizer", "callers", "budget", "policy", "now_unix_ms")
