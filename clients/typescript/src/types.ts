@@ -48,9 +48,9 @@ const STATUS: Record<FunctionStatus, pb.FunctionStatus> = {
   error: pb.FunctionStatus.FUNCTION_STATUS_ERROR,
 };
 export const FORMATS: Record<Format, pb.Format> = {
-  neutral: pb.Format.FORMAT_NEUTRAL,
   openai: pb.Format.FORMAT_OPENAI_CHAT,
   anthropic: pb.Format.FORMAT_ANTHROPIC_MESSAGES,
+  neutral: pb.Format.FORMAT_NEUTRAL,
 };
 export const CALLERS: Record<Callers, pb.Callers> = {
   all: pb.Callers.CALLERS_ALL,

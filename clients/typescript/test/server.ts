@@ -103,7 +103,7 @@ export class Server {
   async stop(): Promise<void> {
     const p = this.#process;
     if (p.exitCode === null && p.signalCode === null) {
-      const exited = new Promise<number | null>((resolve) => p.once("exit", (code) => resolve(code)));
+      const exited = new Promise<number | string | null>((resolve) => p.once("exit", (code, signal) => resolve(code ?? signal)));
       p.kill("SIGTERM");
       const timer = setTimeout(() => p.kill("SIGKILL"), 20_000);
       const code = await exited;
