@@ -255,6 +255,8 @@ export class Client implements AsyncDisposable {
   #error(error: grpc.ServiceError): CtxdError {
     // Say which server could not be reached: grpc-js's message names only the socket error.
     if (error.code === grpc.status.UNAVAILABLE && !this.#connected) {
+      // grpc-js ends its message with an empty "Resolution note: " when there is none.
+      error.details = (error.details || error.message).replace(/\.? Resolution note: $/, "");
       return fromServiceError(error, `cannot reach ctxd at ${this.address}`);
     }
     if (error.code === grpc.status.UNAUTHENTICATED && !this.#hasKey) {

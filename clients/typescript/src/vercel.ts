@@ -114,7 +114,7 @@ function textParts(text: string): Part[] {
  * node per result of a tool message. A file's `filename` and any `providerOptions` are not
  * stored.
  */
-export function toNodeInputs(messages: ReadonlyArray<ModelMessageLike>): NodeInput[] {
+export function toNodeInputs(messages: ReadonlyArray<ModelMessage | ModelMessageLike>): NodeInput[] {
   const nodes: NodeInput[] = [];
   for (const message of messages) {
     const { role } = message;
