@@ -1,0 +1,671 @@
+// The Client: one grpc-js channel to a ctxd server, an async method per RPC taking plain values,
+// the API key on every call, TLS, a connect deadline, and errors as CtxdError subclasses.
+import { once } from "node:events";
+import { createReadStream, readFileSync } from "node:fs";
+import * as grpc from "@grpc/grpc-js";
+
+import { CtxdError, ctxdError, fromServiceError, UnavailableError } from "./errors";
+import * as pb from "./gen/ctxd/v1/ctxd";
+import { assistantMessage, type Content, type NodeOptions, toolResult, userMessage } from "./nodes";
+import {
+  type Appended,
+  appendedFromPb,
+  type Branch,
+  branchFromPb,
+  type BudgetLike,
+  budgetToPb,
+  CALLERS,
+  type Callers,
+  choice,
+  type Compaction,
+  type ContextReport,
+  type Expose,
+  type Format,
+  type FormatDocuments,
+  FORMATS,
+  type Imported,
+  importedFromPb,
+  IMPORT_FORMATS,
+  type ImportFormat,
+  type Node,
+  nodeFromPb,
+  type NodeInput,
+  nodeInputToPb,
+  type Outcome,
+  outcomeFromPb,
+  type RenderedMessage,
+  renderedFromPb,
+  type RenderPolicy,
+  type RenderResult,
+  type Session,
+  sessionFromPb,
+  sessionId,
+  type SessionRef,
+  type Summaries,
+  summariesFromPb,
+  summaryKind,
+  type ToolCallInput,
+} from "./types";
+
+/** PEM bytes or text given inline, or read from a file by the constructor. */
+export interface TlsOptions {
+  /** The CA to trust (PEM); the system's roots without it. */
+  ca?: string | Uint8Array;
+  caFile?: string;
+  /** A client certificate chain and its key (PEM), for a server that requires mutual TLS. */
+  cert?: string | Uint8Array;
+  certFile?: string;
+  key?: string | Uint8Array;
+  keyFile?: string;
+}
+
+export interface ClientOptions {
+  /** Sent as `authorization: Bearer <key>` with every call (the `raw` stub's too). */
+  apiKey?: string;
+  /** TLS: `true` trusts the system's roots; an object names a CA and a client certificate. An
+   * `https://` address turns it on too. */
+  tls?: boolean | TlsOptions;
+  /** Deadline of each call, in milliseconds. Default: none. */
+  timeoutMs?: number;
+  /** How long the first call waits for a connection before failing with UnavailableError.
+   * Default 10000. A refused connection fails at once. */
+  connectTimeoutMs?: number;
+  /** Extra grpc-js channel options (message size limits, keepalive, ...). */
+  channelOptions?: grpc.ChannelOptions;
+}
+
+/** Where to append, and how. */
+export interface AppendOptions {
+  /** Default `main`; ignored when `functionId` is set. */
+  branch?: string;
+  /** Append to the internal chain of this running function instead. */
+  functionId?: string;
+  /** Compare-and-swap: append only if the target's head is this node (`""`: no head yet). A lost
+   * race throws AbortedError. */
+  expectedHeadId?: string;
+  /** A retry with the same key returns the first answer and writes nothing. */
+  idempotencyKey?: string;
+  /** Pin every node of the batch. */
+  pinned?: boolean;
+}
+
+/** What to render: a branch's head (default `main`), the path ending at a node, or a function's
+ * chain. */
+export interface Target {
+  branch?: string;
+  nodeId?: string;
+  functionId?: string;
+}
+
+export interface StatsOptions extends Target {
+  /** Absent: everything, untouched. */
+  budget?: BudgetLike;
+  /** `heuristic` (the default), `o200k_base`, `cl100k_base`. */
+  tokenizer?: string;
+  policy?: RenderPolicy;
+  /** The provider just refused the request as too long. */
+  reactive?: boolean;
+  callers?: Callers;
+  /** The engine never reads the clock; 0 means the server's now. */
+  nowUnixMs?: number;
+}
+
+export interface RenderOptions<F extends Format> extends StatsOptions {
+  /** Default `openai`. */
+  format?: F;
+}
+
+export interface CompactionOptions {
+  branch?: string;
+  tokenizer?: string;
+  retainTurns?: number;
+  /** For the summarizer; stored with the plan. */
+  instructions?: string;
+  maxToolResultChars?: number;
+  /** A segment summary: exactly these nodes, inclusive. Both or neither. */
+  fromNodeId?: string;
+  toNodeId?: string;
+}
+
+export interface ImportOptions {
+  /** Absent: detected from the first line. */
+  format?: ImportFormat;
+  metadata?: Record<string, string>;
+  /** A retry with the same key returns the session the first import created. */
+  idempotencyKey?: string;
+  /** Bytes per streamed chunk. Default 1 MiB (the server takes up to 16 MiB a chunk). */
+  chunkBytes?: number;
+}
+
+const DEFAULT_CONNECT_TIMEOUT_MS = 10_000;
+
+function pem(inline: string | Uint8Array | undefined, file: string | undefined, what: string): Buffer | null {
+  if (inline !== undefined && file !== undefined) throw new TypeError(`give ${what} or ${what}File, not both`);
+  if (file !== undefined) return readFileSync(file);
+  if (inline === undefined) return null;
+  return typeof inline === "string" ? Buffer.from(inline) : Buffer.from(inline);
+}
+
+/** Adds `authorization: Bearer <key>` to every call, whatever its kind. */
+function bearer(apiKey: string): grpc.Interceptor {
+  // A key travels in an HTTP header: visible ASCII, no spaces.
+  if (!/^[\x21-\x7e]+$/.test(apiKey)) throw new TypeError("apiKey must be non-empty visible ASCII");
+  const value = `Bearer ${apiKey}`;
+  return (options, nextCall) =>
+    new grpc.InterceptingCall(nextCall(options), {
+      start(metadata, listener, next) {
+        metadata.set("authorization", value);
+        next(metadata, listener);
+      },
+    });
+}
+
+type Callback<T> = (error: grpc.ServiceError | null, response: T) => void;
+
+/**
+ * A connection to a ctxd server. Close it with `close()`, or let `await using` do it:
+ *
+ *     await using ctxd = new Client("127.0.0.1:50051");
+ */
+export class Client implements AsyncDisposable {
+  /** The generated grpc-js stub on the same channel (API key included), for anything the
+   * methods here do not cover. */
+  readonly raw: pb.ContextStoreClient;
+  readonly address: string;
+  readonly timeoutMs: number | undefined;
+  readonly connectTimeoutMs: number;
+  #connected = false;
+  #hasKey: boolean;
+
+  constructor(address = "127.0.0.1:50051", options: ClientOptions = {}) {
+    let target = address;
+    let tls = options.tls ?? false;
+    const scheme = /^(https?):\/\//.exec(address);
+    if (scheme) {
+      target = address.slice(scheme[0].length).replace(/\/+$/, "");
+      if (scheme[1] === "https" && tls === false) tls = true;
+      if (scheme[1] === "http" && tls !== false) throw new TypeError("an http:// address with TLS options: use https://");
+    }
+    this.address = target;
+    this.timeoutMs = options.timeoutMs;
+    this.connectTimeoutMs = options.connectTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS;
+    this.#hasKey = options.apiKey !== undefined;
+
+    let credentials: grpc.ChannelCredentials;
+    if (tls === false) {
+      credentials = grpc.credentials.createInsecure();
+    } else {
+      const t = tls === true ? {} : tls;
+      const cert = pem(t.cert, t.certFile, "cert");
+      const key = pem(t.key, t.keyFile, "key");
+      if ((cert === null) !== (key === null)) throw new TypeError("a client cert and its key go together");
+      credentials = grpc.credentials.createSsl(pem(t.ca, t.caFile, "ca"), key, cert);
+    }
+    const interceptors = options.apiKey !== undefined ? [bearer(options.apiKey)] : [];
+    this.raw = new pb.ContextStoreClient(target, credentials, { ...options.channelOptions, interceptors });
+  }
+
+  /** Closes the channel; calls in flight fail. */
+  close(): void {
+    this.raw.close();
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    this.close();
+  }
+
+  // ------------------------------------------------------------ plumbing
+
+  /** Until the channel has once been ready: wait for it, at most `connectTimeoutMs`. A failed
+   * attempt returns at once, so the call itself fails with grpc-js's reason (connection refused,
+   * a TLS handshake the server refused) rather than after the whole timeout. */
+  async #connect(): Promise<void> {
+    if (this.#connected) return;
+    const channel = this.raw.getChannel();
+    const deadline = Date.now() + this.connectTimeoutMs;
+    await new Promise<void>((resolve, reject) => {
+      const step = (): void => {
+        const state = channel.getConnectivityState(true);
+        if (state === grpc.connectivityState.READY) {
+          this.#connected = true;
+          return resolve();
+        }
+        if (state === grpc.connectivityState.TRANSIENT_FAILURE) return resolve();
+        if (state === grpc.connectivityState.SHUTDOWN) {
+          return reject(ctxdError(grpc.status.UNAVAILABLE, `the client of ${this.address} is closed`));
+        }
+        channel.watchConnectivityState(state, deadline, (error) => {
+          if (!error) return step();
+          reject(
+            new UnavailableError(
+              grpc.status.UNAVAILABLE,
+              `cannot reach ctxd at ${this.address}: no connection within ${this.connectTimeoutMs} ms`,
+            ),
+          );
+        });
+      };
+      step();
+    });
+  }
+
+  #callOptions(): Partial<grpc.CallOptions> {
+    return this.timeoutMs === undefined ? {} : { deadline: Date.now() + this.timeoutMs };
+  }
+
+  #error(error: grpc.ServiceError): CtxdError {
+    // Say which server could not be reached: grpc-js's message names only the socket error.
+    if (error.code === grpc.status.UNAVAILABLE && !this.#connected) {
+      // grpc-js ends its message with an empty "Resolution note: " when there is none.
+      error.details = (error.details || error.message).replace(/\.? Resolution note: $/, "");
+      return fromServiceError(error, `cannot reach ctxd at ${this.address}`);
+    }
+    if (error.code === grpc.status.UNAUTHENTICATED && !this.#hasKey) {
+      return fromServiceError(error, "the server wants an API key (new Client(address, { apiKey }))");
+    }
+    return fromServiceError(error);
+  }
+
+  async #call<T>(invoke: (metadata: grpc.Metadata, options: Partial<grpc.CallOptions>, callback: Callback<T>) => unknown): Promise<T> {
+    await this.#connect();
+    return new Promise<T>((resolve, reject) => {
+      invoke(new grpc.Metadata(), this.#callOptions(), (error, response) => {
+        if (error) return reject(this.#error(error));
+        this.#connected = true;
+        resolve(response);
+      });
+    });
+  }
+
+  // ------------------------------------------------------------ sessions
+
+  /** A new session with an empty `main` branch. With `idempotencyKey`, a retry returns the
+   * session the first call created instead of a second one. */
+  async createSession(options: { metadata?: Record<string, string>; idempotencyKey?: string } = {}): Promise<Session> {
+    const request = pb.CreateSessionRequest.fromPartial({ metadata: options.metadata ?? {}, idempotencyKey: options.idempotencyKey ?? "" });
+    return sessionFromPb(await this.#call<pb.Session>((m, o, cb) => this.raw.createSession(request, m, o, cb)));
+  }
+
+  async getSession(session: SessionRef): Promise<Session> {
+    const request = { sessionId: sessionId(session) };
+    return sessionFromPb(await this.#call<pb.Session>((m, o, cb) => this.raw.getSession(request, m, o, cb)));
+  }
+
+  /** One page of sessions, newest first; `nextPageToken` is empty on the last page. */
+  async listSessions(options: { pageSize?: number; pageToken?: string } = {}): Promise<{ sessions: Session[]; nextPageToken: string }> {
+    const request = { pageSize: options.pageSize ?? 0, pageToken: options.pageToken ?? "" };
+    const r = await this.#call<pb.ListSessionsResponse>((m, o, cb) => this.raw.listSessions(request, m, o, cb));
+    return { sessions: r.sessions.map(sessionFromPb), nextPageToken: r.nextPageToken };
+  }
+
+  /** Every session, newest first, following the pages. */
+  async *sessions(pageSize = 0): AsyncGenerator<Session> {
+    let pageToken = "";
+    do {
+      const page = await this.listSessions({ pageSize, pageToken });
+      yield* page.sessions;
+      pageToken = page.nextPageToken;
+    } while (pageToken);
+  }
+
+  // ------------------------------------------------------------ appends and reads
+
+  /** Appends nodes atomically and in order (see AppendOptions for CAS and idempotency). */
+  async append(session: SessionRef, nodes: NodeInput[], options: AppendOptions = {}): Promise<Appended> {
+    const request: pb.AppendRequest = {
+      sessionId: sessionId(session),
+      branch: options.functionId ? "" : (options.branch ?? "main"),
+      functionId: options.functionId ?? "",
+      idempotencyKey: options.idempotencyKey ?? "",
+      nodes: nodes.map((n) => nodeInputToPb(n, options.pinned)),
+    };
+    if (options.expectedHeadId !== undefined) request.expectedHeadId = options.expectedHeadId;
+    return appendedFromPb(await this.#call<pb.AppendResponse>((m, o, cb) => this.raw.append(request, m, o, cb)));
+  }
+
+  async appendUser(session: SessionRef, content: Content, options: AppendOptions = {}): Promise<Appended> {
+    return this.append(session, [userMessage(content)], options);
+  }
+
+  /** An assistant message; until each tool call is answered, nothing else may be appended. */
+  async appendAssistant(session: SessionRef, content: Content, toolCalls: ToolCallInput[] = [], options: AppendOptions = {}): Promise<Appended> {
+    return this.append(session, [assistantMessage(content, toolCalls)], options);
+  }
+
+  /** Answers one pending tool call of the latest assistant message. */
+  async appendToolResult(
+    session: SessionRef,
+    callId: string,
+    content: Content,
+    options: AppendOptions & { isError?: boolean } = {},
+  ): Promise<Appended> {
+    return this.append(session, [toolResult(callId, content, { isError: options.isError })], options);
+  }
+
+  /** The nodes, in the order asked. */
+  async getNodes(session: SessionRef, nodeIds: string[]): Promise<Node[]> {
+    const request = { sessionId: sessionId(session), nodeIds };
+    const r = await this.#call<pb.GetNodesResponse>((m, o, cb) => this.raw.getNodes(request, m, o, cb));
+    return r.nodes.map(nodeFromPb);
+  }
+
+  /** One page of nodes walking parent links from a branch head (default `main`) or `nodeId`,
+   * newest first, like `git log`. */
+  async log(
+    session: SessionRef,
+    options: { branch?: string; nodeId?: string; limit?: number; pageToken?: string } = {},
+  ): Promise<{ nodes: Node[]; nextPageToken: string }> {
+    const request = {
+      sessionId: sessionId(session),
+      branch: options.nodeId ? "" : (options.branch ?? "main"),
+      nodeId: options.nodeId ?? "",
+      limit: options.limit ?? 0,
+      pageToken: options.pageToken ?? "",
+    };
+    const r = await this.#call<pb.LogResponse>((m, o, cb) => this.raw.log(request, m, o, cb));
+    return { nodes: r.nodes.map(nodeFromPb), nextPageToken: r.nextPageToken };
+  }
+
+  // ------------------------------------------------------------ branches
+
+  /** A new branch at `fromNodeId` (absent: a branch with no head). Forking copies nothing. */
+  async createBranch(session: SessionRef, name: string, fromNodeId = ""): Promise<Branch> {
+    const request = { sessionId: sessionId(session), name, fromNodeId };
+    return branchFromPb(await this.#call<pb.Branch>((m, o, cb) => this.raw.createBranch(request, m, o, cb)));
+  }
+
+  async listBranches(session: SessionRef): Promise<Branch[]> {
+    const request = { sessionId: sessionId(session) };
+    const r = await this.#call<pb.ListBranchesResponse>((m, o, cb) => this.raw.listBranches(request, m, o, cb));
+    return r.branches.map(branchFromPb);
+  }
+
+  /** Removes the ref, never nodes. */
+  async deleteBranch(session: SessionRef, name: string): Promise<void> {
+    const request = { sessionId: sessionId(session), name };
+    await this.#call<pb.DeleteBranchResponse>((m, o, cb) => this.raw.deleteBranch(request, m, o, cb));
+  }
+
+  // ------------------------------------------------------------ render
+
+  #statsRequest(session: SessionRef, options: StatsOptions): pb.ContextStatsRequest {
+    let target: pb.ContextStatsRequest["target"];
+    if (options.functionId) target = { $case: "functionId", value: options.functionId };
+    else if (options.nodeId) target = { $case: "nodeId", value: options.nodeId };
+    else target = { $case: "branch", value: options.branch ?? "main" };
+    return {
+      sessionId: sessionId(session),
+      target,
+      tokenizer: options.tokenizer ?? "",
+      callers: choice(CALLERS, options.callers ?? "all", "callers"),
+      budget: options.budget === undefined ? undefined : budgetToPb(options.budget),
+      policy: pb.RenderPolicy.fromPartial({ ...options.policy, ...(options.reactive ? { reactive: true } : {}) }),
+      nowUnixMs: options.nowUnixMs ?? 0,
+    };
+  }
+
+  /** The context of the next model request, fitted to `budget`, in `format` (OpenAI by default),
+   * with a report of what every step did. */
+  async render<F extends Format = "openai">(session: SessionRef, options: RenderOptions<F> = {}): Promise<RenderResult<F>> {
+    const format = (options.format ?? "openai") as F;
+    const request: pb.RenderRequest = { ...this.#statsRequest(session, options), format: choice(FORMATS, format, "format") };
+    const r = await this.#call<pb.RenderResponse>((m, o, cb) => this.raw.render(request, m, o, cb));
+    const rendered = r.messages.map(renderedFromPb);
+    const messages = (format === "neutral" ? rendered : document(r.messagesJson, "Render", "messagesJson")) as FormatDocuments[F];
+    return {
+      format,
+      messages,
+      rendered,
+      report: r.report ?? pb.ContextReport.fromPartial({}),
+      headId: r.headId,
+      headHash: r.headHash,
+      totalTokens: r.totalTokens,
+      tokenizer: r.tokenizer,
+    };
+  }
+
+  /** The report `render` would give, without the messages: for a context panel. */
+  async contextStats(session: SessionRef, options: StatsOptions = {}): Promise<ContextReport> {
+    const request = this.#statsRequest(session, options);
+    return this.#call<pb.ContextReport>((m, o, cb) => this.raw.contextStats(request, m, o, cb));
+  }
+
+  // ------------------------------------------------------------ summaries
+
+  /** Plans a summary that would make the branch fit `budget` and returns what a summarizer should
+   * read, in `format` (OpenAI by default). `needed: false` when the history fits. */
+  async prepareCompaction<F extends Format = "openai">(
+    session: SessionRef,
+    budget: BudgetLike,
+    options: CompactionOptions & { format?: F } = {},
+  ): Promise<Compaction<F>> {
+    const format = (options.format ?? "openai") as F;
+    const request: pb.PrepareCompactionRequest = {
+      sessionId: sessionId(session),
+      branch: options.branch ?? "main",
+      budget: budgetToPb(budget),
+      tokenizer: options.tokenizer ?? "",
+      retainTurns: options.retainTurns ?? 0,
+      instructions: options.instructions ?? "",
+      maxToolResultChars: options.maxToolResultChars ?? 0,
+      format: choice(FORMATS, format, "format"),
+      fromNodeId: options.fromNodeId ?? "",
+      toNodeId: options.toNodeId ?? "",
+    };
+    const r = await this.#call<pb.PrepareCompactionResponse>((m, o, cb) => this.raw.prepareCompaction(request, m, o, cb));
+    const rendered = r.summaryInput.map(renderedFromPb);
+    let summaryInput: FormatDocuments[F] | [];
+    if (format === "neutral") summaryInput = rendered as FormatDocuments[F];
+    else if (r.needed || r.summaryInputJson) summaryInput = document(r.summaryInputJson, "PrepareCompaction", "summaryInputJson") as FormatDocuments[F];
+    else summaryInput = [];
+    return {
+      needed: r.needed,
+      compactionId: r.compactionId,
+      baseHeadId: r.baseHeadId,
+      coversIds: r.coversIds,
+      priorSummaryId: r.priorSummaryId,
+      summaryInput,
+      rendered,
+      tokensBefore: r.tokensBefore,
+      inputTokens: r.inputTokens,
+      reason: r.reason,
+      historyBudget: r.historyBudget,
+      retainedTurns: r.retainedTurns,
+      kind: summaryKind(r.kind),
+      rollsOverIds: r.rollsOverIds,
+      ledger: r.ledger,
+      ledgerText: r.ledgerText,
+    };
+  }
+
+  /** Lays the summary over the prepared range if that strictly shrinks the context. A summary
+   * that would not is an answer (`applied: false`, `reason`), not an error. */
+  async commitSummary(compaction: Compaction | string, text: string, model: string): Promise<Outcome> {
+    const request = { compactionId: compactionId(compaction), text, model };
+    return outcomeFromPb(await this.#call<pb.CompactionOutcome>((m, o, cb) => this.raw.commitSummary(request, m, o, cb)));
+  }
+
+  /** Records that a prepared compaction will not be committed. */
+  async cancelCompaction(compaction: Compaction | string, reason = ""): Promise<void> {
+    const request = { compactionId: compactionId(compaction), reason };
+    await this.#call<pb.CancelCompactionResponse>((m, o, cb) => this.raw.cancelCompaction(request, m, o, cb));
+  }
+
+  /** Prepare, the server's own summarizer, and commit in one call; needs a server started with
+   * `--summarizer-url` (else FailedPreconditionError). */
+  async compact(session: SessionRef, budget: BudgetLike, options: CompactionOptions = {}): Promise<Outcome> {
+    const request: pb.CompactRequest = {
+      sessionId: sessionId(session),
+      branch: options.branch ?? "main",
+      budget: budgetToPb(budget),
+      tokenizer: options.tokenizer ?? "",
+      retainTurns: options.retainTurns ?? 0,
+      instructions: options.instructions ?? "",
+      maxToolResultChars: options.maxToolResultChars ?? 0,
+      fromNodeId: options.fromNodeId ?? "",
+      toNodeId: options.toNodeId ?? "",
+    };
+    return outcomeFromPb(await this.#call<pb.CompactionOutcome>((m, o, cb) => this.raw.compact(request, m, o, cb)));
+  }
+
+  /** Every summary of the session and every compaction event on `branch`: the audit trail. */
+  async listSummaries(session: SessionRef, branch = "main"): Promise<Summaries> {
+    const request = { sessionId: sessionId(session), branch };
+    return summariesFromPb(await this.#call<pb.ListSummariesResponse>((m, o, cb) => this.raw.listSummaries(request, m, o, cb)));
+  }
+
+  /** Pins nodes (never reduced by a render, shown verbatim after a summary); returns every
+   * pinned node of the session, oldest pin first. */
+  async pin(session: SessionRef, nodeIds: string[]): Promise<string[]> {
+    const request = { sessionId: sessionId(session), nodeIds };
+    return (await this.#call<pb.PinResponse>((m, o, cb) => this.raw.pin(request, m, o, cb))).pinnedIds;
+  }
+
+  async unpin(session: SessionRef, nodeIds: string[]): Promise<string[]> {
+    const request = { sessionId: sessionId(session), nodeIds };
+    return (await this.#call<pb.PinResponse>((m, o, cb) => this.raw.unpin(request, m, o, cb))).pinnedIds;
+  }
+
+  // ------------------------------------------------------------ sub-agents
+
+  /**
+   * Runs a sub-agent (function) answering the pending tool call `callId`: appends the
+   * function_call, runs `body` with a handle that appends into the function's own chain, and
+   * appends the function_result with what `body` returns. If `body` throws, the calls it left
+   * unanswered get error results (the server will not close a function over them), the function
+   * closes with status `error`, and the error is rethrown.
+   */
+  async runFunction(
+    session: SessionRef,
+    callId: string,
+    input: string,
+    body: (fn: FunctionHandle) => Promise<string>,
+    options: { expose?: Expose; branch?: string; parentFunctionId?: string } = {},
+  ): Promise<{ functionId: string; result: Appended; output: string }> {
+    const caller: AppendOptions = options.parentFunctionId ? { functionId: options.parentFunctionId } : { branch: options.branch ?? "main" };
+    const opened = await this.append(session, [{ type: "functionCall", callId, input, expose: options.expose ?? "io" }], caller);
+    const fn = new FunctionHandle(this, sessionId(session), opened.nodeId);
+    let output: string;
+    try {
+      output = await body(fn);
+    } catch (error) {
+      const failure = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
+      try {
+        await fn.answerPending(`not run: the sub-agent stopped (${failure})`);
+        await this.append(session, [{ type: "functionResult", callId, output: failure, status: "error" }], caller);
+      } catch (closing) {
+        // The sub-agent's own error is the one that matters: keep it, and say what else failed.
+        if (error instanceof Error) error.message += ` (ctxd: the function call could not be closed: ${String(closing)})`;
+      }
+      throw error;
+    }
+    const result = await this.append(session, [{ type: "functionResult", callId, output, status: "completed" }], caller);
+    return { functionId: opened.nodeId, result, output };
+  }
+
+  // ------------------------------------------------------------ import
+
+  /** Imports a session file (neutral JSONL, a Claude Code session, or an OpenAI `messages`
+   * array) into a new session, streamed in chunks; all or nothing. */
+  async importSession(source: { path: string } | { data: Uint8Array | string }, options: ImportOptions = {}): Promise<Imported> {
+    const chunkBytes = options.chunkBytes ?? 1 << 20;
+    if (!(chunkBytes > 0)) throw new TypeError("chunkBytes must be positive");
+    const chunks: AsyncIterable<Buffer> | Iterable<Buffer> =
+      "path" in source ? createReadStream(source.path, { highWaterMark: chunkBytes }) : slices(Buffer.from(source.data), chunkBytes);
+    await this.#connect();
+    let call!: grpc.ClientWritableStream<pb.ImportChunk>;
+    const answer = new Promise<pb.ImportSessionResponse>((resolve, reject) => {
+      call = this.raw.importSession(new grpc.Metadata(), this.#callOptions(), (error, response) => {
+        if (error) return reject(this.#error(error));
+        this.#connected = true;
+        resolve(response);
+      });
+    });
+    // If the server fails the call early, stop streaming and report its answer.
+    let failed = false;
+    answer.catch(() => {
+      failed = true;
+    });
+    try {
+      let first = true;
+      const head = {
+        format: options.format === undefined ? pb.ImportFormat.IMPORT_FORMAT_UNSPECIFIED : choice(IMPORT_FORMATS, options.format, "format"),
+        metadata: options.metadata ?? {},
+        idempotencyKey: options.idempotencyKey ?? "",
+      };
+      for await (const data of chunks) {
+        if (failed) break;
+        const chunk: pb.ImportChunk = first ? { ...head, data } : { format: 0, metadata: {}, idempotencyKey: "", data };
+        first = false;
+        if (!call.write(chunk)) await Promise.race([once(call, "drain"), answer.catch(() => undefined)]);
+      }
+      if (first && !failed) call.write({ ...head, data: Buffer.alloc(0) });
+    } catch (error) {
+      call.cancel();
+      throw error;
+    }
+    call.end();
+    return importedFromPb(await answer);
+  }
+}
+
+/** A running function's own chain; see `Client.runFunction`. */
+export class FunctionHandle {
+  constructor(
+    readonly client: Client,
+    readonly sessionId: string,
+    /** The function_call node: render its chain with `{ functionId }`. */
+    readonly functionId: string,
+  ) {}
+
+  append(nodes: NodeInput[], options: Omit<AppendOptions, "branch" | "functionId"> = {}): Promise<Appended> {
+    return this.client.append(this.sessionId, nodes, { ...options, functionId: this.functionId });
+  }
+
+  appendUser(content: Content, options: NodeOptions = {}): Promise<Appended> {
+    return this.append([userMessage(content, options)]);
+  }
+
+  appendAssistant(content: Content, toolCalls: ToolCallInput[] = [], options: NodeOptions = {}): Promise<Appended> {
+    return this.append([assistantMessage(content, toolCalls, options)]);
+  }
+
+  appendToolResult(callId: string, content: Content, options: NodeOptions & { isError?: boolean } = {}): Promise<Appended> {
+    return this.append([toolResult(callId, content, options)]);
+  }
+
+  /** A nested sub-agent answering a pending tool call of this function's chain. */
+  runFunction(callId: string, input: string, body: (fn: FunctionHandle) => Promise<string>, options: { expose?: Expose } = {}) {
+    return this.client.runFunction(this.sessionId, callId, input, body, { ...options, parentFunctionId: this.functionId });
+  }
+
+  /** Answers the calls of the chain's latest assistant message that have no result yet. */
+  async answerPending(text: string): Promise<void> {
+    const { rendered } = await this.client.render(this.sessionId, { functionId: this.functionId, callers: "none", format: "neutral" });
+    const answered = new Set<string>();
+    let pending: string[] = [];
+    for (const m of rendered.filter((m: RenderedMessage) => m.functionId === this.functionId).reverse()) {
+      if (m.role === "tool") {
+        answered.add(m.toolCallId);
+        continue;
+      }
+      if (m.role === "assistant") pending = m.toolCalls.map((c) => c.id).filter((id) => !answered.has(id));
+      break;
+    }
+    if (pending.length) await this.append(pending.map((id) => toolResult(id, text, { isError: true })));
+  }
+}
+
+function compactionId(compaction: Compaction | string): string {
+  return typeof compaction === "string" ? compaction : compaction.compactionId;
+}
+
+function* slices(data: Buffer, size: number): Iterable<Buffer> {
+  for (let at = 0; at < data.length; at += size) yield data.subarray(at, at + size);
+}
+
+/** A provider document from its JSON. Empty means a server that predates provider formats:
+ * failing loudly beats handing a model an empty conversation. */
+function document(json: string, rpc: string, field: string): unknown {
+  if (!json) throw ctxdError(grpc.status.UNIMPLEMENTED, `${rpc} answered no ${field}; the server does not support provider formats`);
+  return JSON.parse(json);
+}
