@@ -113,6 +113,9 @@ export interface StatsOptions extends Target {
 export interface RenderOptions<F extends Format> extends StatsOptions {
   /** Default `openai`. */
   format?: F;
+  /** Refuse (InvalidArgumentError naming the node) a render whose document cannot carry a media
+   * part where it stands, instead of sending it as `[<mime> attachment]` text. */
+  strictFormat?: boolean;
 }
 
 export interface CompactionOptions {
@@ -379,6 +382,14 @@ export class Client implements AsyncDisposable {
     return r.branches.map(branchFromPb);
   }
 
+  /** Moves branch `name` to `toNodeId` (a top-level node; `""`: no head), like `git reset`: no node
+   * changes. With `expectedHeadId` (`""`: none), only if the head is still that one, else
+   * AbortedError. */
+  async resetBranch(session: SessionRef, name: string, toNodeId: string, options: { expectedHeadId?: string } = {}): Promise<Branch> {
+    const request = { sessionId: sessionId(session), name, toNodeId, expectedHeadId: options.expectedHeadId };
+    return branchFromPb(await this.#call<pb.Branch>((m, o, cb) => this.raw.resetBranch(request, m, o, cb)));
+  }
+
   /** Removes the ref, never nodes. */
   async deleteBranch(session: SessionRef, name: string): Promise<void> {
     const request = { sessionId: sessionId(session), name };
@@ -407,7 +418,11 @@ export class Client implements AsyncDisposable {
    * with a report of what every step did. */
   async render<F extends Format = "openai">(session: SessionRef, options: RenderOptions<F> = {}): Promise<RenderResult<F>> {
     const format = (options.format ?? "openai") as F;
-    const request: pb.RenderRequest = { ...this.#statsRequest(session, options), format: choice(FORMATS, format, "format") };
+    const request: pb.RenderRequest = {
+      ...this.#statsRequest(session, options),
+      format: choice(FORMATS, format, "format"),
+      strictFormat: options.strictFormat ?? false,
+    };
     const r = await this.#call<pb.RenderResponse>((m, o, cb) => this.raw.render(request, m, o, cb));
     const rendered = r.messages.map(renderedFromPb);
     const messages = (format === "neutral" ? rendered : document(r.messagesJson, "Render", "messagesJson")) as FormatDocuments[F];
@@ -420,6 +435,7 @@ export class Client implements AsyncDisposable {
       headHash: r.headHash,
       totalTokens: r.totalTokens,
       tokenizer: r.tokenizer,
+      uncarried: r.uncarried.map((u) => ({ nodeId: u.nodeId, partIndex: u.partIndex, mimeType: u.mimeType })),
     };
   }
 

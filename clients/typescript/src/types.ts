@@ -483,6 +483,15 @@ export interface RenderResult<F extends Format = Format> {
   headHash: string;
   totalTokens: number;
   tokenizer: string;
+  /** Media parts the format sent only as `[<mime> attachment]` text (`nodeId` empty for a
+   * summary). */
+  uncarried: UncarriedPart[];
+}
+
+export interface UncarriedPart {
+  nodeId: string;
+  partIndex: number;
+  mimeType: string;
 }
 
 // ---------------------------------------------------------------- summaries

@@ -104,6 +104,15 @@ describe("render", () => {
     const blocks = anthropic.messages.messages[0].content;
     assert.ok(Array.isArray(blocks) && blocks[1].type === "document");
     assert.equal(openai.rendered[0].parts[1].type, "media");
+    const [node] = openai.rendered[0].nodeIds;
+    assert.deepEqual(openai.uncarried, [{ nodeId: node, partIndex: 1, mimeType: "application/pdf" }]);
+    assert.deepEqual(anthropic.uncarried, []);
+    // Asked to be strict, the server refuses instead, naming the node.
+    await assert.rejects(ctxd.render(s, { strictFormat: true }), (e: unknown) => {
+      assert.ok(e instanceof InvalidArgumentError);
+      assert.match(e.details, new RegExp(`strict_format: node ${node} part 1 \\(application/pdf\\)`));
+      return true;
+    });
   });
 
   test("bad render input is InvalidArgumentError with the server's message", async () => {

@@ -164,6 +164,17 @@ describe("branches, pins, sub-agents", () => {
     await assert.rejects(ctxd.render(s, { branch: "alt" }), NotFoundError);
   });
 
+  test("reset moves a head without touching nodes, with compare-and-swap", async () => {
+    const s = await ctxd.createSession();
+    const first = await ctxd.appendUser(s, "one");
+    const second = await ctxd.appendAssistant(s, "two");
+    const back = await ctxd.resetBranch(s, "main", first.nodeId, { expectedHeadId: second.headId });
+    assert.equal(back.headId, first.nodeId);
+    await assert.rejects(ctxd.resetBranch(s, "main", "", { expectedHeadId: second.headId }), AbortedError);
+    assert.equal((await ctxd.resetBranch(s, "main", "")).headId, "");
+    assert.equal((await ctxd.getNodes(s, [second.nodeId])).length, 1);
+  });
+
   test("pin and unpin", async () => {
     const s = await ctxd.createSession();
     const rule = await ctxd.append(s, [userMessage("never touch migrations", { pinned: true })]);

@@ -224,6 +224,15 @@ export interface DeleteBranchRequest {
 export interface DeleteBranchResponse {
 }
 
+export interface ResetBranchRequest {
+  sessionId: string;
+  name: string;
+  /** The node the branch points at after: a top-level node of the session. Empty: no head. */
+  toNodeId: string;
+  /** Compare-and-swap: the head the caller saw ("" for none); unset: whatever it is. */
+  expectedHeadId?: string | undefined;
+}
+
 export interface ContentPart {
   part?: { $case: "text"; value: string } | { $case: "media"; value: Media } | undefined;
 }
@@ -389,6 +398,11 @@ export interface RenderRequest {
   nowUnixMs: number;
   /** Also render the messages as a provider's request document, in `messages_json`. */
   format: Format;
+  /**
+   * With `format`: refuse (INVALID_ARGUMENT naming the node) a render whose document cannot
+   * carry a media part where it stands, instead of sending it as `[<mime> attachment]` text.
+   */
+  strictFormat: boolean;
 }
 
 /**
@@ -499,6 +513,19 @@ export interface RenderResponse {
     | undefined;
   /** The messages in the requested provider format (empty for FORMAT_NEUTRAL). */
   messagesJson: string;
+  /** The media parts `messages_json` carries only as `[<mime> attachment]` text. */
+  uncarried: UncarriedPart[];
+}
+
+/**
+ * A media part a provider document cannot carry where it stands (e.g. a zip file, or an image
+ * in an OpenAI tool message).
+ */
+export interface UncarriedPart {
+  /** Empty for a message no node makes (a summary). */
+  nodeId: string;
+  partIndex: number;
+  mimeType: string;
 }
 
 export interface ContextStatsRequest {
@@ -1718,6 +1745,97 @@ export const DeleteBranchResponse: MessageFns<DeleteBranchResponse> = {
   },
   fromPartial<I extends Exact<DeepPartial<DeleteBranchResponse>, I>>(_: I): DeleteBranchResponse {
     const message = createBaseDeleteBranchResponse();
+    return message;
+  },
+};
+
+function createBaseResetBranchRequest(): ResetBranchRequest {
+  return { sessionId: "", name: "", toNodeId: "", expectedHeadId: undefined };
+}
+
+export const ResetBranchRequest: MessageFns<ResetBranchRequest> = {
+  encode(message: ResetBranchRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.sessionId !== "") {
+      writer.uint32(10).string(message.sessionId);
+    }
+    if (message.name !== "") {
+      writer.uint32(18).string(message.name);
+    }
+    if (message.toNodeId !== "") {
+      writer.uint32(26).string(message.toNodeId);
+    }
+    if (message.expectedHeadId !== undefined) {
+      writer.uint32(34).string(message.expectedHeadId);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ResetBranchRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseResetBranchRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.sessionId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.toNodeId = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.expectedHeadId = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create<I extends Exact<DeepPartial<ResetBranchRequest>, I>>(base?: I): ResetBranchRequest {
+    return ResetBranchRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ResetBranchRequest>, I>>(object: I): ResetBranchRequest {
+    const message = createBaseResetBranchRequest();
+    message.sessionId = object.sessionId ?? "";
+    message.name = object.name ?? "";
+    message.toNodeId = object.toNodeId ?? "";
+    message.expectedHeadId = object.expectedHeadId ?? undefined;
     return message;
   },
 };
@@ -3112,6 +3230,7 @@ function createBaseRenderRequest(): RenderRequest {
     policy: undefined,
     nowUnixMs: 0,
     format: 0,
+    strictFormat: false,
   };
 }
 
@@ -3148,6 +3267,9 @@ export const RenderRequest: MessageFns<RenderRequest> = {
     }
     if (message.format !== 0) {
       writer.uint32(80).int32(message.format);
+    }
+    if (message.strictFormat !== false) {
+      writer.uint32(88).bool(message.strictFormat);
     }
     return writer;
   },
@@ -3245,6 +3367,14 @@ export const RenderRequest: MessageFns<RenderRequest> = {
             message.format = reader.int32() as any;
             continue;
           }
+          case 11: {
+            if (tag !== 88) {
+              break;
+            }
+
+            message.strictFormat = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -3293,6 +3423,7 @@ export const RenderRequest: MessageFns<RenderRequest> = {
       : undefined;
     message.nowUnixMs = object.nowUnixMs ?? 0;
     message.format = object.format ?? 0;
+    message.strictFormat = object.strictFormat ?? false;
     return message;
   },
 };
@@ -3814,7 +3945,16 @@ export const RenderedMessage: MessageFns<RenderedMessage> = {
 };
 
 function createBaseRenderResponse(): RenderResponse {
-  return { messages: [], headId: "", headHash: "", totalTokens: 0, tokenizer: "", report: undefined, messagesJson: "" };
+  return {
+    messages: [],
+    headId: "",
+    headHash: "",
+    totalTokens: 0,
+    tokenizer: "",
+    report: undefined,
+    messagesJson: "",
+    uncarried: [],
+  };
 }
 
 export const RenderResponse: MessageFns<RenderResponse> = {
@@ -3839,6 +3979,9 @@ export const RenderResponse: MessageFns<RenderResponse> = {
     }
     if (message.messagesJson !== "") {
       writer.uint32(58).string(message.messagesJson);
+    }
+    for (const v of message.uncarried) {
+      UncarriedPart.encode(v!, writer.uint32(66).fork()).join();
     }
     return writer;
   },
@@ -3912,6 +4055,14 @@ export const RenderResponse: MessageFns<RenderResponse> = {
             message.messagesJson = reader.string();
             continue;
           }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.uncarried.push(UncarriedPart.decode(reader, reader.uint32()));
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -3938,6 +4089,86 @@ export const RenderResponse: MessageFns<RenderResponse> = {
       ? ContextReport.fromPartial(object.report)
       : undefined;
     message.messagesJson = object.messagesJson ?? "";
+    message.uncarried = object.uncarried?.map((e) => UncarriedPart.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBaseUncarriedPart(): UncarriedPart {
+  return { nodeId: "", partIndex: 0, mimeType: "" };
+}
+
+export const UncarriedPart: MessageFns<UncarriedPart> = {
+  encode(message: UncarriedPart, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.nodeId !== "") {
+      writer.uint32(10).string(message.nodeId);
+    }
+    if (message.partIndex !== 0) {
+      writer.uint32(16).uint32(message.partIndex);
+    }
+    if (message.mimeType !== "") {
+      writer.uint32(26).string(message.mimeType);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): UncarriedPart {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseUncarriedPart();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.nodeId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.partIndex = reader.uint32();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.mimeType = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create<I extends Exact<DeepPartial<UncarriedPart>, I>>(base?: I): UncarriedPart {
+    return UncarriedPart.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<UncarriedPart>, I>>(object: I): UncarriedPart {
+    const message = createBaseUncarriedPart();
+    message.nodeId = object.nodeId ?? "";
+    message.partIndex = object.partIndex ?? 0;
+    message.mimeType = object.mimeType ?? "";
     return message;
   },
 };
@@ -7153,6 +7384,20 @@ export const ContextStoreService = {
     responseDeserialize: (value: Buffer): DeleteBranchResponse => DeleteBranchResponse.decode(value),
   },
   /**
+   * Moves a branch's head to another top-level node of the session, or to none (as `git reset`
+   * does): no node changes, and the nodes it left stay reachable by id and from other
+   * branches. With expected_head_id, only if the head is still that one (else ABORTED).
+   */
+  resetBranch: {
+    path: "/ctxd.v1.ContextStore/ResetBranch" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: ResetBranchRequest): Buffer => Buffer.from(ResetBranchRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ResetBranchRequest => ResetBranchRequest.decode(value),
+    responseSerialize: (value: Branch): Buffer => Buffer.from(Branch.encode(value).finish()),
+    responseDeserialize: (value: Buffer): Branch => Branch.decode(value),
+  },
+  /**
    * Renders the visible path as provider-neutral messages, under a token budget if given,
    * with a report of what every step did.
    */
@@ -7293,6 +7538,12 @@ export interface ContextStoreServer extends UntypedServiceImplementation {
   listBranches: handleUnaryCall<ListBranchesRequest, ListBranchesResponse>;
   /** Removes the ref, never nodes. */
   deleteBranch: handleUnaryCall<DeleteBranchRequest, DeleteBranchResponse>;
+  /**
+   * Moves a branch's head to another top-level node of the session, or to none (as `git reset`
+   * does): no node changes, and the nodes it left stay reachable by id and from other
+   * branches. With expected_head_id, only if the head is still that one (else ABORTED).
+   */
+  resetBranch: handleUnaryCall<ResetBranchRequest, Branch>;
   /**
    * Renders the visible path as provider-neutral messages, under a token budget if given,
    * with a report of what every step did.
@@ -7470,6 +7721,26 @@ export interface ContextStoreClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: DeleteBranchResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * Moves a branch's head to another top-level node of the session, or to none (as `git reset`
+   * does): no node changes, and the nodes it left stay reachable by id and from other
+   * branches. With expected_head_id, only if the head is still that one (else ABORTED).
+   */
+  resetBranch(
+    request: ResetBranchRequest,
+    callback: (error: ServiceError | null, response: Branch) => void,
+  ): ClientUnaryCall;
+  resetBranch(
+    request: ResetBranchRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: Branch) => void,
+  ): ClientUnaryCall;
+  resetBranch(
+    request: ResetBranchRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: Branch) => void,
   ): ClientUnaryCall;
   /**
    * Renders the visible path as provider-neutral messages, under a token budget if given,
