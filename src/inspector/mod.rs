@@ -96,6 +96,8 @@ async fn asset(body: &'static str, content_type: &'static str) -> Response {
         header::X_CONTENT_TYPE_OPTIONS,
         HeaderValue::from_static("nosniff"),
     );
+    // Revalidated on every load: an upgraded binary serves its own script, never a cached one.
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     response
 }
 

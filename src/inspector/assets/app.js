@@ -182,6 +182,10 @@ async function sessionsPage(params) {
       h('td', {}, s.branches.map((b) => b.name).join(', ')),
       h('td', { class: 'mono' }, Object.entries(s.metadata).map(([k, v]) => `${k}=${v}`).join(' ')))));
     status.textContent = `${shown.length} of ${state.sessions.length} loaded${state.next ? '' : ' (all)'}`;
+    // A whole id need not be on a loaded page: offer it directly (the server says if it exists).
+    if (!shown.length && /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/.test(q)) {
+      tbody.append(h('tr', {}, h('td', { colspan: 5 }, h('a', { href: `#/s/${enc(q)}` }, `open session ${q}`))));
+    }
     more.hidden = !state.next;
   };
   const load = async () => {
@@ -208,6 +212,20 @@ async function sessionsPage(params) {
 
 // ------------------------------------------------------------------ the DAG
 
+/**
+ * One page of `Log` from `start`: 1,000 nodes, fewer when that answer would be over the server's
+ * response size limit (RESOURCE_EXHAUSTED), as a session of huge tool results can make it.
+ */
+async function logPage(sid, start) {
+  for (let limit = 1000; ; limit = Math.floor(limit / 4)) {
+    try {
+      return await api(`/api/sessions/${enc(sid)}/log?node_id=${enc(start)}&limit=${limit}`);
+    } catch (e) {
+      if (e.code !== 'RESOURCE_EXHAUSTED' || limit <= 1) throw e;
+    }
+  }
+}
+
 /** Every top-level node reachable from a branch head, each branch's path, and lanes. */
 async function loadDag(sid, session) {
   session = session || await api(`/api/sessions/${enc(sid)}`);
@@ -217,7 +235,7 @@ async function loadDag(sid, session) {
     let start = b.head_id;
     // Walks back from the head until the path joins nodes already loaded (a fork point).
     while (start && !nodes.has(start)) {
-      const page = await api(`/api/sessions/${enc(sid)}/log?node_id=${enc(start)}&limit=1000`);
+      const page = await logPage(sid, start);
       let joined = false;
       for (const n of page.nodes) {
         if (nodes.has(n.node_id)) { joined = true; break; }
@@ -271,7 +289,7 @@ async function toggleFunction(dag, call) {
     const chain = [];
     let start = result && result.content.function_result.chain_head_id;
     while (start) {
-      const page = await api(`/api/sessions/${enc(dag.sid)}/log?node_id=${enc(start)}&limit=1000`);
+      const page = await logPage(dag.sid, start);
       chain.push(...page.nodes.filter((n) => n.function_id === call));
       start = page.next_page_token;
     }
