@@ -1079,6 +1079,13 @@ fn request(g: &mut Gen, method: &str) -> Vec<Vec<u8>> {
             name: g.branch(),
         }
         .encode_to_vec(),
+        "ResetBranch" => pb::ResetBranchRequest {
+            session_id: g.id(Kind::Session),
+            name: g.branch(),
+            to_node_id: g.or_empty(0.2, |g| g.id(Kind::Node)),
+            expected_head_id: g.chance(0.5).then(|| g.or_empty(0.3, |g| g.id(Kind::Node))),
+        }
+        .encode_to_vec(),
         "Render" => pb::RenderRequest {
             session_id: g.id(Kind::Session),
             target: g.render_target(),
