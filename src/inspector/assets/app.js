@@ -206,7 +206,7 @@ async function sessionsPage(params) {
   search.addEventListener('input', draw);
   more.addEventListener('click', () => load().catch(showError));
   fill(view(), h('h2', {}, 'Sessions'), h('div', { class: 'toolbar' }, h('label', {}, 'search', search), status),
-    h('table', { id: 'sessions' }, h('thead', {}, h('tr', {}, ['session', 'created', 'nodes', 'branches', 'metadata'].map((t) => h('th', {}, t)))), tbody), more);
+    h('table', { id: 'sessions' }, h('thead', {}, h('tr', {}, ['session', 'created', 'top-level nodes', 'branches', 'metadata'].map((t) => h('th', {}, t)))), tbody), more);
   await load();
 }
 
@@ -386,7 +386,7 @@ async function sessionPage(sid) {
   const v = dagView(dag, { summaries: summaries.summaries, onSelect: (n) => fill(detail, ...nodeDetail(n)) });
   const s = dag.session;
   fill(view(), h('h2', {}, 'Session ', h('span', { class: 'mono' }, sid)),
-    h('p', { class: 'muted', id: 'session-meta' }, `created ${fmtTime(s.created_at_unix_ms)} · ${num(dag.total)} nodes · ${s.branches.length} branch(es) · ${s.compaction_count} compaction(s) · `,
+    h('p', { class: 'muted', id: 'session-meta' }, `created ${fmtTime(s.created_at_unix_ms)} · ${num(dag.total)} top-level nodes · ${s.branches.length} branch(es) · ${s.compaction_count} compaction(s) · `,
       Object.entries(s.metadata).map(([k, val]) => `${k}=${val}`).join(' '), ` · drawn in ${Math.round(performance.now() - t0)} ms`),
     h('div', { class: 'split' }, v.el, detail));
   v.list.repaint();
