@@ -23,6 +23,7 @@ pub mod compact;
 pub mod compaction;
 pub mod domain;
 pub mod import;
+pub mod inspector;
 pub mod limits;
 pub mod metrics;
 pub mod render;

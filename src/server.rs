@@ -2,6 +2,7 @@
 //! API keys and TLS when configured.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
@@ -59,6 +60,9 @@ pub struct Options {
     pub api_keys: Option<ApiKeys>,
     /// TLS, mutual when it has a client CA (see [`crate::tls::server`]). Without it, plaintext.
     pub tls: Option<ServerTlsConfig>,
+    /// The web inspector's listener (`--http`): its read-only JSON API calls this server's
+    /// service in process, behind the same keys. Plain HTTP; stops when `serve_with` returns.
+    pub http: Option<TcpListener>,
 }
 
 /// A graceful shutdown: at the signal health turns NOT_SERVING and new calls are refused with
@@ -98,8 +102,19 @@ pub async fn serve_with(
         shutdown: timing,
         api_keys,
         tls,
+        http,
     } = options;
     let service = ContextStoreService::new(store, summarizer).with_limits(limits);
+    let api_keys = api_keys.map(Arc::new);
+    // Aborted when this function returns (the guard drops), with the gRPC server.
+    let _inspector = http.map(|listener| {
+        let served = crate::inspector::serve(listener, service.clone(), api_keys.clone());
+        AbortOnDrop(tokio::spawn(async move {
+            if let Err(e) = served.await {
+                tracing::error!(error = %e, "the inspector's HTTP server failed");
+            }
+        }))
+    });
     // The request limit is enforced (as RESOURCE_EXHAUSTED) by `Admission`; replies are
     // measured before they are sent. tonic's own checks stay as a backstop.
     let service = ContextStoreServer::new(service)
@@ -135,7 +150,7 @@ pub async fn serve_with(
         .http2_max_pending_accept_reset_streams(Some(limits.max_concurrent_requests.max(20)))
         // Metering outside authentication, so refused requests are counted too.
         .layer(MeterLayer)
-        .layer(AuthLayer::new(api_keys))
+        .layer(AuthLayer::shared(api_keys))
         // Inside the meter, so it counts the code the caller gets.
         .layer(FramingLayer)
         .add_service(health_service)
@@ -198,3 +213,12 @@ async fn drain(
 
 /// The names health reports on: the server as a whole, and the ContextStore service.
 const SERVICES: [&str; 2] = ["", <ContextStoreServer as NamedService>::NAME];
+
+/// A task that ends when this is dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}

@@ -159,6 +159,11 @@ impl AuthLayer {
             keys: keys.map(Arc::new),
         }
     }
+
+    /// Keys shared with another way in (the inspector's HTTP server).
+    pub fn shared(keys: Option<Arc<ApiKeys>>) -> Self {
+        Self { keys }
+    }
 }
 
 impl<S> tower::Layer<S> for AuthLayer {
@@ -206,16 +211,7 @@ fn authenticate<B>(keys: Option<&ApiKeys>, request: &mut http::Request<B>) -> Re
     let tenant = match keys {
         None => Some(Tenant::local()),
         Some(_) if path.starts_with(EXEMPT_PREFIX) => None,
-        Some(keys) => {
-            let tenant = match presented_key(request.headers()) {
-                Ok(key) => keys.tenant_of(key).ok_or(Refusal::Invalid),
-                Err(refusal) => Err(refusal),
-            };
-            Some(tenant.map_err(|refusal| {
-                tracing::debug!(rpc = path, reason = refusal.reason(), "refused a request");
-                refusal.status()
-            })?)
-        }
+        Some(keys) => Some(keyed_tenant(keys, request.headers(), path)?),
     };
     // Handlers get the tenant, never the credential: nothing past here can log it.
     request.headers_mut().remove(AUTHORIZATION);
@@ -223,6 +219,32 @@ fn authenticate<B>(keys: Option<&ApiKeys>, request: &mut http::Request<B>) -> Re
         request.extensions_mut().insert(tenant);
     }
     Ok(())
+}
+
+/// The tenant of the one `authorization: Bearer <key>` header among `headers`, or the
+/// UNAUTHENTICATED status saying why not; `what` (the RPC or URL path) is only logged.
+fn keyed_tenant(keys: &ApiKeys, headers: &http::HeaderMap, what: &str) -> Result<Tenant, Status> {
+    let tenant = match presented_key(headers) {
+        Ok(key) => keys.tenant_of(key).ok_or(Refusal::Invalid),
+        Err(refusal) => Err(refusal),
+    };
+    tenant.map_err(|refusal| {
+        tracing::debug!(rpc = what, reason = refusal.reason(), "refused a request");
+        refusal.status()
+    })
+}
+
+/// The tenant an HTTP request of the inspector (`serve --http`) acts for: the same keys, header
+/// and refusals as every RPC, so the two ways in cannot disagree on who a caller is.
+pub(crate) fn http_tenant(
+    keys: Option<&ApiKeys>,
+    headers: &http::HeaderMap,
+    path: &str,
+) -> Result<Tenant, Status> {
+    match keys {
+        None => Ok(Tenant::local()),
+        Some(keys) => keyed_tenant(keys, headers, path),
+    }
 }
 
 enum Refusal {

@@ -5,6 +5,7 @@ mod codec;
 mod compaction;
 mod convert;
 mod framing;
+pub mod json;
 mod parse;
 #[cfg(test)]
 mod props;

@@ -11,8 +11,8 @@ use serde_json::Value;
 
 pub use super::connect::Conn;
 use super::connect::{call, connect};
-use super::json::ToJson;
 use super::{panel, show};
+use crate::api::json::ToJson;
 use crate::api::pb;
 
 /// Bytes per `ImportChunk`.

@@ -12,7 +12,6 @@ use tracing_subscriber::EnvFilter;
 
 mod client;
 mod connect;
-mod json;
 mod panel;
 mod show;
 
@@ -52,6 +51,10 @@ enum Command {
         /// line, `ctxd metrics on ADDR`).
         #[arg(long, env = "CTXD_METRICS_LISTEN")]
         metrics_listen: Option<SocketAddr>,
+        /// Serve the read-only web inspector and its JSON API (`/api/…`) on this address too,
+        /// behind the same API keys (its bound address is printed as `ctxd http on ADDR`).
+        #[arg(long, env = "CTXD_HTTP", value_name = "ADDR")]
+        http: Option<SocketAddr>,
         #[command(flatten)]
         storage: StorageArgs,
         #[command(flatten)]
@@ -221,6 +224,7 @@ impl SecurityArgs {
     fn build(
         self,
         listen: SocketAddr,
+        http: Option<SocketAddr>,
     ) -> anyhow::Result<(Option<ApiKeys>, Option<ServerTlsConfig>)> {
         let keys = self
             .api_keys_file
@@ -232,6 +236,17 @@ impl SecurityArgs {
                 "refusing to listen on {listen} without API keys: anyone who can reach it could \
                  read and write every session; give --api-keys-file FILE, or --insecure-no-auth \
                  to serve it open anyway"
+            );
+        }
+        if let Some(http) = http
+            && keys.is_none()
+            && !self.insecure_no_auth
+            && !http.ip().to_canonical().is_loopback()
+        {
+            anyhow::bail!(
+                "refusing to serve the inspector on {http} without API keys: anyone who can \
+                 reach it could read every session; give --api-keys-file FILE, or \
+                 --insecure-no-auth to serve it open anyway"
             );
         }
         let tls = match (&self.tls_cert, &self.tls_key) {
@@ -278,12 +293,13 @@ pub fn main() -> anyhow::Result<()> {
             listen,
             db,
             metrics_listen,
+            http,
             storage,
             summarizer,
             limits,
             security,
         } => {
-            let served = security.build(listen).and_then(|(api_keys, tls)| {
+            let served = security.build(listen, http).and_then(|(api_keys, tls)| {
                 let (limits, shutdown) = limits.build();
                 let options = crate::server::Options {
                     summarizer: summarizer.build()?,
@@ -291,8 +307,14 @@ pub fn main() -> anyhow::Result<()> {
                     shutdown,
                     api_keys,
                     tls,
+                    http: None,
                 };
-                runtime.block_on(serve(listen, db, metrics_listen, storage.config(), options))
+                let addrs = Addrs {
+                    listen,
+                    metrics: metrics_listen,
+                    http,
+                };
+                runtime.block_on(serve(addrs, db, storage.config(), options))
             });
             // Calls abandoned after the grace period end here, without holding up the exit.
             runtime.shutdown_timeout(RUNTIME_SHUTDOWN);
@@ -312,13 +334,24 @@ const RUNTIME_SHUTDOWN: Duration = Duration::from_secs(1);
 /// How long closing the database (which checkpoints the WAL) may take at exit.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
 
-async fn serve(
+/// The addresses `ctxd serve` listens on.
+struct Addrs {
     listen: SocketAddr,
+    metrics: Option<SocketAddr>,
+    http: Option<SocketAddr>,
+}
+
+async fn serve(
+    addrs: Addrs,
     db: String,
-    metrics_listen: Option<SocketAddr>,
     storage: crate::store::Config,
-    options: crate::server::Options,
+    mut options: crate::server::Options,
 ) -> anyhow::Result<()> {
+    let Addrs {
+        listen,
+        metrics: metrics_listen,
+        http,
+    } = addrs;
     // Its errors name the file and the problem; nothing has been written to a refused file.
     let store = Store::connect(&db, storage).await?;
     // Watched from before the address line: whoever reads it may signal at once.
@@ -327,7 +360,8 @@ async fn serve(
         .await
         .with_context(|| format!("listening on {listen}"))?;
     let bound = listener.local_addr()?;
-    // The one line on stdout: scripts and tests read the bound address from it.
+    // The first line on stdout: scripts and tests read the bound address from it (and those
+    // of metrics and the inspector from the lines after it).
     let mut stdout = std::io::stdout();
     writeln!(stdout, "ctxd listening on {bound}")?;
     if let Some(addr) = metrics_listen {
@@ -342,6 +376,13 @@ async fn serve(
             handle,
             std::future::pending(),
         ));
+    }
+    if let Some(addr) = http {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("listening for the inspector on {addr}"))?;
+        writeln!(stdout, "ctxd http on {}", listener.local_addr()?)?;
+        options.http = Some(listener);
     }
     stdout.flush()?;
     tracing::info!(

@@ -21,6 +21,7 @@ mod held;
 mod helpers;
 mod idempotency;
 mod import;
+mod inspector;
 mod limits;
 mod pairing;
 mod pins;

@@ -1,4 +1,5 @@
-//! `--json`: the responses as JSON, field names as in the proto, every field present.
+//! The responses as JSON (the CLI's `--json`, the inspector's `/api`): field names as in the
+//! proto, every field present.
 //!
 //! Enums print as their proto names (`ROLE_USER`), bytes as standard base64, and maps with
 //! sorted keys, so the output is stable for scripts.
@@ -180,6 +181,12 @@ impl ToJson for pb::LogResponse {
             "nodes": self.nodes.to_json(),
             "next_page_token": self.next_page_token,
         })
+    }
+}
+
+impl ToJson for pb::GetNodesResponse {
+    fn to_json(&self) -> Value {
+        json!({ "nodes": self.nodes.to_json() })
     }
 }
 
