@@ -64,6 +64,16 @@ enum Command {
         #[command(flatten)]
         security: SecurityArgs,
     },
+    /// Copies a SQLite database, consistent at one moment, while a server keeps writing to it
+    /// (`VACUUM INTO`); restore by starting `ctxd serve --db` on the copy.
+    Backup {
+        /// The SQLite file to copy.
+        #[arg(long, env = "CTXD_DB", default_value = "ctxd.db")]
+        db: String,
+        /// The new file to write; it must not exist.
+        #[arg(long, value_name = "FILE")]
+        to: PathBuf,
+    },
     #[command(flatten)]
     Client(client::Command),
 }
@@ -325,6 +335,20 @@ pub fn main() -> anyhow::Result<()> {
             }
             Ok(())
         }
+        Command::Backup { db, to } => match runtime.block_on(crate::store::backup(&db, &to)) {
+            Ok(bytes) => {
+                writeln!(
+                    std::io::stdout(),
+                    "ctxd backup of {db}: {} ({bytes} bytes)",
+                    to.display()
+                )?;
+                Ok(())
+            }
+            Err(e) => {
+                let _ = writeln!(std::io::stderr(), "ctxd: {e}");
+                std::process::exit(1);
+            }
+        },
         Command::Client(command) => client::run(&runtime, command),
     }
 }

@@ -35,6 +35,18 @@ pub use open::{Config, Database, Store};
 pub use reads::PathTarget;
 pub use scope::{Scoped, ScopedPlan};
 
+/// Copies the database `db` names to the new file `to`, consistent at one moment, while servers
+/// keep writing to it; returns the copy's size. SQLite only: PostgreSQL has `pg_dump`.
+pub async fn backup(db: &str, to: &std::path::Path) -> Result<u64> {
+    match Database::parse(db) {
+        Database::Sqlite(path) => sqlite::backup::copy(&path, to).await,
+        Database::Postgres(url) => Err(Error::Unusable {
+            path: postgres::redact(&url).into(),
+            problem: "is PostgreSQL: back it up with pg_dump (or the server's own backups)".into(),
+        }),
+    }
+}
+
 /// Errors of the store: domain errors pass through; database failures stay opaque to clients.
 /// Free of driver types: a driver's error is classified by its backend's classifier (a
 /// [`Fault`]) where it converts, and only its message is kept, for logs.

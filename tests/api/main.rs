@@ -3,6 +3,7 @@
 //! `helpers::spawn_app`); one suite for both backends.
 
 mod auth;
+mod backup;
 mod binary;
 mod branches;
 mod budget;

@@ -7,6 +7,7 @@
 //! own connection, the rest on one sqlx writer connection. Readers use their own pool (WAL lets
 //! them run beside the writers).
 
+pub(super) mod backup;
 mod check;
 mod committer;
 mod fault;
