@@ -30,4 +30,15 @@ impl Error {
             id: id.to_string(),
         }
     }
+
+    /// A compare-and-swap on a head that is `head`, not the `expected` one.
+    pub fn head_moved(head: Option<super::NodeId>, expected: Option<super::NodeId>) -> Self {
+        let show =
+            |h: Option<super::NodeId>| h.map_or_else(|| "none".to_owned(), |id| id.to_string());
+        Self::Aborted(format!(
+            "expected_head_id: the head is {}, not {}",
+            show(head),
+            show(expected)
+        ))
+    }
 }

@@ -165,13 +165,7 @@ impl<'c> Batch<'c> {
         if let Some(expected) = expected_head
             && expected != head
         {
-            let show = |h: Option<NodeId>| h.map_or_else(|| "none".to_owned(), |id| id.to_string());
-            return Err(domain::Error::Aborted(format!(
-                "expected_head_id: the head is {}, not {}",
-                show(head),
-                show(expected)
-            ))
-            .into());
+            return Err(domain::Error::head_moved(head, expected).into());
         }
         let mut parent = match scope {
             None => head,

@@ -62,13 +62,7 @@ impl Store {
         if let Some(expected) = expected
             && expected != head
         {
-            let show = |h: Option<NodeId>| h.map_or_else(|| "none".to_owned(), |id| id.to_string());
-            return Err(domain::Error::Aborted(format!(
-                "expected_head_id: the head is {}, not {}",
-                show(head),
-                show(expected)
-            ))
-            .into());
+            return Err(domain::Error::head_moved(head, expected).into());
         }
         let to = match to {
             Some(id) => Some((id, top_level(&mut *tx, session, id, "to_node_id").await?)),

@@ -12,6 +12,7 @@ mod clock;
 mod codec;
 mod commit;
 mod compaction;
+mod decode;
 mod idempotency;
 mod import;
 mod open;

@@ -83,12 +83,17 @@ impl Store {
     /// anything writes to it.
     pub async fn open_with(path: &Path, config: Config) -> Result<Self> {
         let (backend, appends) = sqlite::open(path, &config).await?;
-        Ok(Self {
+        Ok(Self::over(backend, appends))
+    }
+
+    /// The store over an opened backend whose group committer takes `appends`.
+    fn over(backend: Arc<dyn Backend>, appends: mpsc::Sender<Message>) -> Self {
+        Self {
             backend,
             cache: Arc::default(),
             appends,
             owners: Arc::default(),
-        })
+        }
     }
 
     /// Opens the database `db` names: a `postgres://` (or `postgresql://`) URL, or a SQLite
@@ -106,12 +111,7 @@ impl Store {
                     });
                 }
                 let (backend, appends) = postgres::open(&url, &config).await?;
-                Ok(Self {
-                    backend,
-                    cache: Arc::default(),
-                    appends,
-                    owners: Arc::default(),
-                })
+                Ok(Self::over(backend, appends))
             }
         }
     }

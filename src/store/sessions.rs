@@ -86,7 +86,7 @@ impl Store {
 /// The session an earlier call with `key` created; a key used for a different request is
 /// refused.
 pub(super) async fn keyed_session(
-    tx: &mut dyn WriteTx,
+    tx: &mut dyn Reads,
     tenant: &Tenant,
     key: Option<&CreationKey>,
 ) -> Result<Option<SessionId>> {
@@ -129,9 +129,7 @@ impl Store {
         tenant: &Tenant,
         key: Option<&CreationKey>,
     ) -> Result<Session> {
-        let mut tx = self.begin_write().await?;
-        let existing = keyed_session(&mut *tx, tenant, key).await?;
-        tx.rollback().await?;
+        let existing = keyed_session(&mut *self.read().await?, tenant, key).await?;
         let existing = existing.ok_or_else(|| {
             crate::store::Error::Corrupt("a creation key vanished after a conflict".into())
         })?;

@@ -8,23 +8,18 @@ use sqlx::postgres::PgRow;
 
 use super::{Conn, Connection};
 use crate::domain::{
-    Branch, BranchName, CompactionEvent, CompactionId, EventKind, Hash, NodeId, Reason, SessionId,
-    Summary, SummaryId, SummaryKind, Tenant,
+    Branch, BranchName, CompactionEvent, CompactionId, Hash, NodeId, Reason, SessionId, Summary,
+    Tenant,
 };
 use crate::store::append::AppendOutcome;
 use crate::store::backend::{BranchStart, Lookups, Reads, SessionRow, StoredBlob};
-use crate::store::compaction::{CompactionPlan, PlanState};
-use crate::store::rows::{
-    NodeColumns, NodeRow, hash_from, parse_budget, parse_ledger, parse_metadata, u32_from,
-    unpack_ids, unpack_summaries, uuid_from,
-};
+use crate::store::compaction::CompactionPlan;
+use crate::store::decode::{self, Columns, SUMMARY_COLUMNS};
+use crate::store::rows::NodeRow;
 use crate::store::{Error, Result};
 
 const NODE_COLUMNS: &str =
     "n.id, n.parent_id, n.function_id, n.created_at_ms, n.hash, n.body, n.body_z";
-
-const SUMMARY_COLUMNS: &str = "id, compaction_id, kind, covers, range_from_id, range_to_id, \
-     text, rolls_over, ledger, model, base_head_id, tokens_before, tokens_after, created_at_ms";
 
 /// `sql`, locking the row it reads when `lock`.
 fn locking(sql: &'static str, lock: bool) -> sqlx::AssertSqlSafe<String> {
@@ -65,7 +60,7 @@ impl<C: Connection> Lookups for Conn<C> {
             .bind(name.as_str())
             .fetch_optional(self.conn())
             .await?;
-        row.map(|row| id_column(&row, "head_id")).transpose()
+        row.map(|row| decode::node_id(&row, "head_id")).transpose()
     }
 
     async fn find_function(
@@ -84,8 +79,8 @@ impl<C: Connection> Lookups for Conn<C> {
             .await?;
         row.map(|row| {
             Ok((
-                id_column(&row, "head_id")?,
-                id_column(&row, "closed_by")?.is_some(),
+                decode::node_id(&row, "head_id")?,
+                decode::node_id(&row, "closed_by")?.is_some(),
             ))
         })
         .transpose()
@@ -100,7 +95,7 @@ impl<C: Connection> Lookups for Conn<C> {
         .bind(id.as_bytes().as_slice())
         .fetch_optional(self.conn())
         .await?;
-        row.as_ref().map(node_row_from).transpose()
+        row.as_ref().map(decode::node).transpose()
     }
 
     async fn idempotency_record(
@@ -119,7 +114,7 @@ impl<C: Connection> Lookups for Conn<C> {
         let response: String = row.try_get("response")?;
         let outcome = serde_json::from_str(&response)
             .map_err(|e| Error::Corrupt(format!("idempotency response: {e}")))?;
-        Ok(Some((hash_column(&row, "request_hash")?, outcome)))
+        Ok(Some((decode::hash(&row, "request_hash")?, outcome)))
     }
 }
 
@@ -148,8 +143,8 @@ impl<C: Connection> Reads for Conn<C> {
         .await?;
         row.map(|row| {
             Ok((
-                hash_column(&row, "request_hash")?,
-                SessionId::from_bytes(required_uuid(&row, "session_id")?),
+                decode::hash(&row, "request_hash")?,
+                SessionId::from_bytes(decode::req_uuid(&row, "session_id")?),
             ))
         })
         .transpose()
@@ -162,7 +157,7 @@ impl<C: Connection> Reads for Conn<C> {
         .bind(id.as_bytes().as_slice())
         .fetch_optional(self.conn())
         .await?;
-        row.as_ref().map(session_from).transpose()
+        row.as_ref().map(decode::session).transpose()
     }
 
     async fn sessions(
@@ -180,7 +175,7 @@ impl<C: Connection> Reads for Conn<C> {
         .bind(i64::from(limit))
         .fetch_all(self.conn())
         .await?;
-        rows.iter().map(session_from).collect()
+        rows.iter().map(decode::session).collect()
     }
 
     async fn branches(&mut self, session: SessionId) -> Result<Vec<Branch>> {
@@ -192,19 +187,7 @@ impl<C: Connection> Reads for Conn<C> {
         .bind(session.as_bytes().as_slice())
         .fetch_all(self.conn())
         .await?;
-        rows.iter()
-            .map(|row| {
-                let head = match id_column(row, "head_id")? {
-                    Some(id) => Some((id, hash_column(row, "hash")?)),
-                    None => None,
-                };
-                Ok(Branch {
-                    name: BranchName::from_stored(row.try_get("name")?),
-                    head,
-                    updated_at_ms: row.try_get("updated_at_ms")?,
-                })
-            })
-            .collect()
+        rows.iter().map(decode::branch).collect()
     }
 
     async fn pin_events(&mut self, session: SessionId) -> Result<Vec<(NodeId, bool)>> {
@@ -213,7 +196,7 @@ impl<C: Connection> Reads for Conn<C> {
                 .bind(session.as_bytes().as_slice())
                 .fetch_all(self.conn())
                 .await?;
-        rows.iter().map(pin_from).collect()
+        rows.iter().map(decode::pin).collect()
     }
 
     async fn summaries(&mut self, session: SessionId) -> Result<Vec<Summary>> {
@@ -225,7 +208,7 @@ impl<C: Connection> Reads for Conn<C> {
             .bind(session.as_bytes().as_slice())
             .fetch_all(self.conn())
             .await?;
-        rows.iter().map(summary_from).collect()
+        rows.iter().map(decode::summary).collect()
     }
 
     async fn branch_start(&mut self, session: SessionId, name: &BranchName) -> Result<BranchStart> {
@@ -244,7 +227,7 @@ impl<C: Connection> Reads for Conn<C> {
         if row.try_get::<Option<String>, _>("branch")?.is_none() {
             return Ok(BranchStart::NoBranch);
         }
-        let Some(head) = id_column(&row, "head_id")? else {
+        let Some(head) = decode::node_id(&row, "head_id")? else {
             return Ok(BranchStart::Empty);
         };
         Ok(BranchStart::At {
@@ -260,7 +243,7 @@ impl<C: Connection> Reads for Conn<C> {
             .bind(id.as_bytes().as_slice())
             .fetch_one(self.conn())
             .await?;
-        id_column(&row, "parent_id")
+        decode::node_id(&row, "parent_id")
     }
 
     async fn path_to(&mut self, session: SessionId, head: NodeId) -> Result<Vec<NodeId>> {
@@ -279,7 +262,9 @@ impl<C: Connection> Reads for Conn<C> {
         .fetch_all(self.conn())
         .await?;
         rows.iter()
-            .map(|row| id_column(row, "id")?.ok_or_else(|| Error::Corrupt("a null id".into())))
+            .map(|row| {
+                decode::node_id(row, "id")?.ok_or_else(|| Error::Corrupt("a null id".into()))
+            })
             .collect()
     }
 
@@ -306,7 +291,7 @@ impl<C: Connection> Reads for Conn<C> {
             .bind(limit.map_or(i64::MAX, i64::from))
             .fetch_all(self.conn())
             .await?;
-        rows.iter().map(node_row_from).collect()
+        rows.iter().map(decode::node).collect()
     }
 
     async fn chain(
@@ -333,7 +318,7 @@ impl<C: Connection> Reads for Conn<C> {
             .bind(function.as_bytes().as_slice())
             .fetch_all(self.conn())
             .await?;
-        rows.iter().map(node_row_from).collect()
+        rows.iter().map(decode::node).collect()
     }
 
     async fn nodes(&mut self, session: SessionId, ids: &[NodeId]) -> Result<Vec<NodeRow>> {
@@ -346,7 +331,7 @@ impl<C: Connection> Reads for Conn<C> {
             .bind(ids)
             .fetch_all(self.conn())
             .await?;
-        rows.iter().map(node_row_from).collect()
+        rows.iter().map(decode::node).collect()
     }
 
     async fn blobs(&mut self, session: SessionId, hashes: &[Hash]) -> Result<Vec<StoredBlob>> {
@@ -361,7 +346,7 @@ impl<C: Connection> Reads for Conn<C> {
         rows.iter()
             .map(|row| {
                 Ok(StoredBlob {
-                    hash: hash_column(row, "hash")?,
+                    hash: decode::hash(row, "hash")?,
                     size: row.try_get("size")?,
                     codec: row.try_get("codec")?,
                     data: row.try_get("data")?,
@@ -377,7 +362,7 @@ impl<C: Connection> Reads for Conn<C> {
             .await?;
         row.map(|row| {
             Ok((
-                SessionId::from_bytes(required_uuid(&row, "session_id")?),
+                SessionId::from_bytes(decode::req_uuid(&row, "session_id")?),
                 Tenant::new(row.try_get::<String, _>("tenant")?),
             ))
         })
@@ -403,28 +388,7 @@ impl<C: Connection> Reads for Conn<C> {
             .bind(id.as_bytes().as_slice())
             .fetch_optional(self.conn())
             .await?;
-        let Some(row) = row else { return Ok(None) };
-        let state: String = row.try_get("state")?;
-        Ok(Some(CompactionPlan {
-            id,
-            session: SessionId::from_bytes(required_uuid(&row, "session_id")?),
-            branch: BranchName::from_stored(row.try_get("branch")?),
-            base_head: NodeId::from_bytes(required_uuid(&row, "base_head_id")?),
-            kind: kind_column(&row)?,
-            rolls_over: unpack_summaries(row.try_get("rolls_over")?)?,
-            covers: unpack_ids(&row.try_get::<Vec<u8>, _>("covers")?)?,
-            range: range_columns(&row)?,
-            ledger: parse_ledger(row.try_get("ledger")?)?.unwrap_or_default(),
-            budget: parse_budget(&row.try_get::<String, _>("budget")?)?,
-            tokenizer: row.try_get("tokenizer")?,
-            max_tool_result_chars: u32_column(&row, "max_tool_result_chars")?,
-            retain_turns: u32_column(&row, "retain_turns")?,
-            instructions: row.try_get("instructions")?,
-            tokens_before: u32_column(&row, "tokens_before")?,
-            state: PlanState::parse(&state)
-                .ok_or_else(|| Error::Corrupt(format!("compaction state {state:?}")))?,
-            created_at_ms: row.try_get("created_at_ms")?,
-        }))
+        row.map(|row| decode::plan(id, &row)).transpose()
     }
 
     async fn events(
@@ -442,24 +406,7 @@ impl<C: Connection> Reads for Conn<C> {
         .bind(branch.map(BranchName::as_str))
         .fetch_all(self.conn())
         .await?;
-        rows.iter()
-            .map(|row| {
-                let kind: String = row.try_get("kind")?;
-                Ok(CompactionEvent {
-                    compaction_id: CompactionId::from_bytes(required_uuid(row, "compaction_id")?),
-                    branch: row.try_get("branch")?,
-                    kind: EventKind::parse(&kind)
-                        .ok_or_else(|| Error::Corrupt(format!("event kind {kind:?}")))?,
-                    reason: reason_column(row)?,
-                    base_head: id_column(row, "base_head_id")?,
-                    tokens_before: u32_column(row, "tokens_before")?,
-                    tokens_after: u32_column(row, "tokens_after")?,
-                    summary_id: uuid_column(row, "summary_id")?.map(SummaryId::from_bytes),
-                    message: row.try_get("message")?,
-                    created_at_ms: row.try_get("created_at_ms")?,
-                })
-            })
-            .collect()
+        rows.iter().map(decode::event).collect()
     }
 
     async fn recent_commits(
@@ -479,7 +426,7 @@ impl<C: Connection> Reads for Conn<C> {
         .fetch_all(self.conn())
         .await?;
         rows.iter()
-            .map(|row| Ok((reason_column(row)?, id_column(row, "base_head_id")?)))
+            .map(|row| Ok((decode::reason(row)?, decode::node_id(row, "base_head_id")?)))
             .collect()
     }
 
@@ -492,86 +439,18 @@ impl<C: Connection> Reads for Conn<C> {
     }
 }
 
-// ---------------------------------------------------------------- decoding rows
+// ---------------------------------------------------------------- columns
 
-fn uuid_column(row: &PgRow, column: &str) -> Result<Option<[u8; 16]>> {
-    uuid_from(row.try_get(column)?, column)
-}
+impl Columns for PgRow {
+    fn bytes(&self, column: &str) -> Result<Option<Vec<u8>>> {
+        Ok(self.try_get(column)?)
+    }
 
-fn required_uuid(row: &PgRow, column: &str) -> Result<[u8; 16]> {
-    uuid_column(row, column)?.ok_or_else(|| Error::Corrupt(format!("{column} is null")))
-}
+    fn text(&self, column: &str) -> Result<Option<String>> {
+        Ok(self.try_get(column)?)
+    }
 
-fn id_column(row: &PgRow, column: &str) -> Result<Option<NodeId>> {
-    Ok(uuid_column(row, column)?.map(NodeId::from_bytes))
-}
-
-fn hash_column(row: &PgRow, column: &str) -> Result<Hash> {
-    hash_from(&row.try_get::<Vec<u8>, _>(column)?, column)
-}
-
-fn u32_column(row: &PgRow, column: &str) -> Result<u32> {
-    u32_from(row.try_get(column)?, column)
-}
-
-fn node_row_from(row: &PgRow) -> Result<NodeRow> {
-    NodeRow::from_columns(NodeColumns {
-        id: row.try_get("id")?,
-        parent_id: row.try_get("parent_id")?,
-        function_id: row.try_get("function_id")?,
-        created_at_ms: row.try_get("created_at_ms")?,
-        hash: row.try_get("hash")?,
-        body: row.try_get("body")?,
-        body_z: row.try_get("body_z")?,
-    })
-}
-
-fn session_from(row: &PgRow) -> Result<SessionRow> {
-    let compaction_count: i64 = row.try_get("compaction_count")?;
-    Ok(SessionRow {
-        id: SessionId::from_bytes(required_uuid(row, "id")?),
-        created_at_ms: row.try_get("created_at_ms")?,
-        metadata: parse_metadata(&row.try_get::<String, _>("metadata")?)?,
-        compaction_count: u32::try_from(compaction_count).unwrap_or(u32::MAX),
-    })
-}
-
-fn pin_from(row: &PgRow) -> Result<(NodeId, bool)> {
-    let node =
-        id_column(row, "node_id")?.ok_or_else(|| Error::Corrupt("a pin without node".into()))?;
-    Ok((node, row.try_get::<i64, _>("pinned")? != 0))
-}
-
-fn kind_column(row: &PgRow) -> Result<SummaryKind> {
-    let kind: String = row.try_get("kind")?;
-    SummaryKind::parse(&kind).ok_or_else(|| Error::Corrupt(format!("summary kind {kind:?}")))
-}
-
-fn reason_column(row: &PgRow) -> Result<Option<Reason>> {
-    let reason: Option<String> = row.try_get("reason")?;
-    reason
-        .map(|r| Reason::parse(&r).ok_or_else(|| Error::Corrupt(format!("event reason {r:?}"))))
-        .transpose()
-}
-
-fn range_columns(row: &PgRow) -> Result<Option<(NodeId, NodeId)>> {
-    Ok(id_column(row, "range_from_id")?.zip(id_column(row, "range_to_id")?))
-}
-
-fn summary_from(row: &PgRow) -> Result<Summary> {
-    Ok(Summary {
-        id: SummaryId::from_bytes(required_uuid(row, "id")?),
-        compaction_id: CompactionId::from_bytes(required_uuid(row, "compaction_id")?),
-        kind: kind_column(row)?,
-        covers: unpack_ids(&row.try_get::<Vec<u8>, _>("covers")?)?,
-        range: range_columns(row)?,
-        text: row.try_get("text")?,
-        rolls_over: unpack_summaries(row.try_get("rolls_over")?)?,
-        ledger: parse_ledger(row.try_get("ledger")?)?.map(std::sync::Arc::new),
-        model: row.try_get("model")?,
-        base_head: NodeId::from_bytes(required_uuid(row, "base_head_id")?),
-        tokens_before: u32_column(row, "tokens_before")?,
-        tokens_after: u32_column(row, "tokens_after")?,
-        created_at_ms: row.try_get("created_at_ms")?,
-    })
+    fn int(&self, column: &str) -> Result<Option<i64>> {
+        Ok(self.try_get(column)?)
+    }
 }

@@ -7,16 +7,14 @@ use sqlx::{QueryBuilder, Row, Sqlite};
 
 use super::{BRANCH_HEAD, Conn, Connection, FUNCTION_ROW, NODE_ROW, SESSION_EXISTS};
 use crate::domain::{
-    Branch, BranchName, CompactionEvent, CompactionId, EventKind, Hash, NodeId, Reason, SessionId,
-    Summary, SummaryId, SummaryKind, Tenant,
+    Branch, BranchName, CompactionEvent, CompactionId, Hash, NodeId, Reason, SessionId, Summary,
+    Tenant,
 };
 use crate::store::append::AppendOutcome;
 use crate::store::backend::{BranchStart, Lookups, Reads, SessionRow, StoredBlob};
-use crate::store::compaction::{CompactionPlan, PlanState};
-use crate::store::rows::{
-    NodeColumns, NodeRow, hash_from, parse_budget, parse_ledger, parse_metadata, u32_from,
-    unpack_ids, unpack_summaries, uuid_from,
-};
+use crate::store::compaction::CompactionPlan;
+use crate::store::decode::{self, Columns, SUMMARY_COLUMNS};
+use crate::store::rows::NodeRow;
 use crate::store::{Error, Result};
 
 /// Bound parameters per `IN (…)` list, well under SQLite's limit.
@@ -24,10 +22,6 @@ const IN_CHUNK: usize = 500;
 
 const NODE_COLUMNS: &str =
     "n.id, n.parent_id, n.function_id, n.created_at_ms, n.hash, n.body, n.body_z";
-
-/// The columns [`summary_from`] reads.
-const SUMMARY_COLUMNS: &str = "id, compaction_id, kind, covers, range_from_id, range_to_id, \
-     text, rolls_over, ledger, model, base_head_id, tokens_before, tokens_after, created_at_ms";
 
 #[async_trait]
 impl<C: Connection> Lookups for Conn<C> {
@@ -49,7 +43,7 @@ impl<C: Connection> Lookups for Conn<C> {
             .bind(name.as_str())
             .fetch_optional(self.conn())
             .await?;
-        row.map(|row| id_column(&row, "head_id")).transpose()
+        row.map(|row| decode::node_id(&row, "head_id")).transpose()
     }
 
     async fn find_function(
@@ -64,8 +58,8 @@ impl<C: Connection> Lookups for Conn<C> {
             .await?;
         row.map(|row| {
             Ok((
-                id_column(&row, "head_id")?,
-                id_column(&row, "closed_by")?.is_some(),
+                decode::node_id(&row, "head_id")?,
+                decode::node_id(&row, "closed_by")?.is_some(),
             ))
         })
         .transpose()
@@ -77,7 +71,7 @@ impl<C: Connection> Lookups for Conn<C> {
             .bind(session.as_bytes().as_slice())
             .fetch_optional(self.conn())
             .await?;
-        row.as_ref().map(node_row_from).transpose()
+        row.as_ref().map(decode::node).transpose()
     }
 
     async fn idempotency_record(
@@ -96,7 +90,7 @@ impl<C: Connection> Lookups for Conn<C> {
         let response: String = row.try_get("response")?;
         let outcome = serde_json::from_str(&response)
             .map_err(|e| Error::Corrupt(format!("idempotency response: {e}")))?;
-        Ok(Some((hash_column(&row, "request_hash")?, outcome)))
+        Ok(Some((decode::hash(&row, "request_hash")?, outcome)))
     }
 }
 
@@ -124,8 +118,8 @@ impl<C: Connection> Reads for Conn<C> {
         .await?;
         row.map(|row| {
             Ok((
-                hash_column(&row, "request_hash")?,
-                SessionId::from_bytes(required_uuid(&row, "session_id")?),
+                decode::hash(&row, "request_hash")?,
+                SessionId::from_bytes(decode::req_uuid(&row, "session_id")?),
             ))
         })
         .transpose()
@@ -138,7 +132,7 @@ impl<C: Connection> Reads for Conn<C> {
         .bind(id.as_bytes().as_slice())
         .fetch_optional(self.conn())
         .await?;
-        row.as_ref().map(session_from).transpose()
+        row.as_ref().map(decode::session).transpose()
     }
 
     async fn sessions(
@@ -156,7 +150,7 @@ impl<C: Connection> Reads for Conn<C> {
         .bind(i64::from(limit))
         .fetch_all(self.conn())
         .await?;
-        rows.iter().map(session_from).collect()
+        rows.iter().map(decode::session).collect()
     }
 
     async fn branches(&mut self, session: SessionId) -> Result<Vec<Branch>> {
@@ -168,19 +162,7 @@ impl<C: Connection> Reads for Conn<C> {
         .bind(session.as_bytes().as_slice())
         .fetch_all(self.conn())
         .await?;
-        rows.iter()
-            .map(|row| {
-                let head = match id_column(row, "head_id")? {
-                    Some(id) => Some((id, hash_column(row, "hash")?)),
-                    None => None,
-                };
-                Ok(Branch {
-                    name: BranchName::from_stored(row.try_get("name")?),
-                    head,
-                    updated_at_ms: row.try_get("updated_at_ms")?,
-                })
-            })
-            .collect()
+        rows.iter().map(decode::branch).collect()
     }
 
     async fn pin_events(&mut self, session: SessionId) -> Result<Vec<(NodeId, bool)>> {
@@ -189,7 +171,7 @@ impl<C: Connection> Reads for Conn<C> {
                 .bind(session.as_bytes().as_slice())
                 .fetch_all(self.conn())
                 .await?;
-        rows.iter().map(pin_from).collect()
+        rows.iter().map(decode::pin).collect()
     }
 
     async fn summaries(&mut self, session: SessionId) -> Result<Vec<Summary>> {
@@ -201,7 +183,7 @@ impl<C: Connection> Reads for Conn<C> {
             .bind(session.as_bytes().as_slice())
             .fetch_all(self.conn())
             .await?;
-        rows.iter().map(summary_from).collect()
+        rows.iter().map(decode::summary).collect()
     }
 
     /// One round trip: the branch, the session's summaries and its pin events.
@@ -227,7 +209,7 @@ impl<C: Connection> Reads for Conn<C> {
         if first.try_get::<Option<String>, _>("branch")?.is_none() {
             return Ok(BranchStart::NoBranch);
         }
-        let Some(head) = id_column(first, "head_id")? else {
+        let Some(head) = decode::node_id(first, "head_id")? else {
             return Ok(BranchStart::Empty);
         };
         let rest: Vec<&SqliteRow> = rows.collect();
@@ -236,12 +218,12 @@ impl<C: Connection> Reads for Conn<C> {
             summaries: rest
                 .iter()
                 .filter(|r| part(r) == 1)
-                .map(|r| summary_from(r))
+                .map(|r| decode::summary(*r))
                 .collect::<Result<_>>()?,
             pin_events: rest
                 .iter()
                 .filter(|r| part(r) == 2)
-                .map(|r| pin_from(r))
+                .map(|r| decode::pin(*r))
                 .collect::<Result<_>>()?,
         })
     }
@@ -253,7 +235,7 @@ impl<C: Connection> Reads for Conn<C> {
             .bind(id.as_bytes().as_slice())
             .fetch_one(self.conn())
             .await?;
-        id_column(&row, "parent_id")
+        decode::node_id(&row, "parent_id")
     }
 
     async fn path_to(&mut self, _session: SessionId, head: NodeId) -> Result<Vec<NodeId>> {
@@ -270,7 +252,9 @@ impl<C: Connection> Reads for Conn<C> {
         .fetch_all(self.conn())
         .await?;
         rows.iter()
-            .map(|row| id_column(row, "id")?.ok_or_else(|| Error::Corrupt("a null id".into())))
+            .map(|row| {
+                decode::node_id(row, "id")?.ok_or_else(|| Error::Corrupt("a null id".into()))
+            })
             .collect()
     }
 
@@ -295,7 +279,7 @@ impl<C: Connection> Reads for Conn<C> {
             .bind(limit.map_or(i64::MAX, i64::from))
             .fetch_all(self.conn())
             .await?;
-        rows.iter().map(node_row_from).collect()
+        rows.iter().map(decode::node).collect()
     }
 
     async fn chain(
@@ -320,7 +304,7 @@ impl<C: Connection> Reads for Conn<C> {
             .bind(function.as_bytes().as_slice())
             .fetch_all(self.conn())
             .await?;
-        rows.iter().map(node_row_from).collect()
+        rows.iter().map(decode::node).collect()
     }
 
     async fn nodes(&mut self, _session: SessionId, ids: &[NodeId]) -> Result<Vec<NodeRow>> {
@@ -335,7 +319,7 @@ impl<C: Connection> Reads for Conn<C> {
             }
             query.push(")");
             for row in query.build().fetch_all(self.conn()).await? {
-                found.push(node_row_from(&row)?);
+                found.push(decode::node(&row)?);
             }
         }
         Ok(found)
@@ -354,7 +338,7 @@ impl<C: Connection> Reads for Conn<C> {
             query.push(")");
             for row in query.build().fetch_all(self.conn()).await? {
                 found.push(StoredBlob {
-                    hash: hash_column(&row, "hash")?,
+                    hash: decode::hash(&row, "hash")?,
                     size: row.try_get("size")?,
                     codec: row.try_get("codec")?,
                     data: row.try_get("data")?,
@@ -374,7 +358,7 @@ impl<C: Connection> Reads for Conn<C> {
         .await?;
         row.map(|row| {
             Ok((
-                SessionId::from_bytes(required_uuid(&row, "session_id")?),
+                SessionId::from_bytes(decode::req_uuid(&row, "session_id")?),
                 Tenant::new(row.try_get::<String, _>("tenant")?),
             ))
         })
@@ -396,28 +380,7 @@ impl<C: Connection> Reads for Conn<C> {
         .bind(session.as_bytes().as_slice())
         .fetch_optional(self.conn())
         .await?;
-        let Some(row) = row else { return Ok(None) };
-        let state: String = row.try_get("state")?;
-        Ok(Some(CompactionPlan {
-            id,
-            session: SessionId::from_bytes(required_uuid(&row, "session_id")?),
-            branch: BranchName::from_stored(row.try_get("branch")?),
-            base_head: NodeId::from_bytes(required_uuid(&row, "base_head_id")?),
-            kind: kind_column(&row)?,
-            rolls_over: unpack_summaries(row.try_get("rolls_over")?)?,
-            covers: unpack_ids(&row.try_get::<Vec<u8>, _>("covers")?)?,
-            range: range_columns(&row)?,
-            ledger: parse_ledger(row.try_get("ledger")?)?.unwrap_or_default(),
-            budget: parse_budget(&row.try_get::<String, _>("budget")?)?,
-            tokenizer: row.try_get("tokenizer")?,
-            max_tool_result_chars: u32_column(&row, "max_tool_result_chars")?,
-            retain_turns: u32_column(&row, "retain_turns")?,
-            instructions: row.try_get("instructions")?,
-            tokens_before: u32_column(&row, "tokens_before")?,
-            state: PlanState::parse(&state)
-                .ok_or_else(|| Error::Corrupt(format!("compaction state {state:?}")))?,
-            created_at_ms: row.try_get("created_at_ms")?,
-        }))
+        row.map(|row| decode::plan(id, &row)).transpose()
     }
 
     async fn events(
@@ -435,24 +398,7 @@ impl<C: Connection> Reads for Conn<C> {
         .bind(branch.map(BranchName::as_str))
         .fetch_all(self.conn())
         .await?;
-        rows.iter()
-            .map(|row| {
-                let kind: String = row.try_get("kind")?;
-                Ok(CompactionEvent {
-                    compaction_id: CompactionId::from_bytes(required_uuid(row, "compaction_id")?),
-                    branch: row.try_get("branch")?,
-                    kind: EventKind::parse(&kind)
-                        .ok_or_else(|| Error::Corrupt(format!("event kind {kind:?}")))?,
-                    reason: reason_column(row)?,
-                    base_head: id_column(row, "base_head_id")?,
-                    tokens_before: u32_column(row, "tokens_before")?,
-                    tokens_after: u32_column(row, "tokens_after")?,
-                    summary_id: uuid_column(row, "summary_id")?.map(SummaryId::from_bytes),
-                    message: row.try_get("message")?,
-                    created_at_ms: row.try_get("created_at_ms")?,
-                })
-            })
-            .collect()
+        rows.iter().map(decode::event).collect()
     }
 
     async fn recent_commits(
@@ -472,7 +418,7 @@ impl<C: Connection> Reads for Conn<C> {
         .fetch_all(self.conn())
         .await?;
         rows.iter()
-            .map(|row| Ok((reason_column(row)?, id_column(row, "base_head_id")?)))
+            .map(|row| Ok((decode::reason(row)?, decode::node_id(row, "base_head_id")?)))
             .collect()
     }
 
@@ -485,88 +431,18 @@ impl<C: Connection> Reads for Conn<C> {
     }
 }
 
-// ---------------------------------------------------------------- decoding rows
+// ---------------------------------------------------------------- columns
 
-/// A nullable 16-byte id column (any UUID-keyed id).
-fn uuid_column(row: &SqliteRow, column: &str) -> Result<Option<[u8; 16]>> {
-    uuid_from(row.try_get(column)?, column)
-}
+impl Columns for SqliteRow {
+    fn bytes(&self, column: &str) -> Result<Option<Vec<u8>>> {
+        Ok(self.try_get(column)?)
+    }
 
-/// A non-null 16-byte id column.
-fn required_uuid(row: &SqliteRow, column: &str) -> Result<[u8; 16]> {
-    uuid_column(row, column)?.ok_or_else(|| Error::Corrupt(format!("{column} is null")))
-}
+    fn text(&self, column: &str) -> Result<Option<String>> {
+        Ok(self.try_get(column)?)
+    }
 
-fn id_column(row: &SqliteRow, column: &str) -> Result<Option<NodeId>> {
-    Ok(uuid_column(row, column)?.map(NodeId::from_bytes))
-}
-
-fn hash_column(row: &SqliteRow, column: &str) -> Result<Hash> {
-    hash_from(&row.try_get::<Vec<u8>, _>(column)?, column)
-}
-
-fn u32_column(row: &SqliteRow, column: &str) -> Result<u32> {
-    u32_from(row.try_get(column)?, column)
-}
-
-fn node_row_from(row: &SqliteRow) -> Result<NodeRow> {
-    NodeRow::from_columns(NodeColumns {
-        id: row.try_get("id")?,
-        parent_id: row.try_get("parent_id")?,
-        function_id: row.try_get("function_id")?,
-        created_at_ms: row.try_get("created_at_ms")?,
-        hash: row.try_get("hash")?,
-        body: row.try_get("body")?,
-        body_z: row.try_get("body_z")?,
-    })
-}
-
-fn session_from(row: &SqliteRow) -> Result<SessionRow> {
-    let compaction_count: i64 = row.try_get("compaction_count")?;
-    Ok(SessionRow {
-        id: SessionId::from_bytes(required_uuid(row, "id")?),
-        created_at_ms: row.try_get("created_at_ms")?,
-        metadata: parse_metadata(&row.try_get::<String, _>("metadata")?)?,
-        compaction_count: u32::try_from(compaction_count).unwrap_or(u32::MAX),
-    })
-}
-
-fn pin_from(row: &SqliteRow) -> Result<(NodeId, bool)> {
-    let node =
-        id_column(row, "node_id")?.ok_or_else(|| Error::Corrupt("a pin without node".into()))?;
-    Ok((node, row.try_get::<i64, _>("pinned")? != 0))
-}
-
-fn kind_column(row: &SqliteRow) -> Result<SummaryKind> {
-    let kind: String = row.try_get("kind")?;
-    SummaryKind::parse(&kind).ok_or_else(|| Error::Corrupt(format!("summary kind {kind:?}")))
-}
-
-fn reason_column(row: &SqliteRow) -> Result<Option<Reason>> {
-    let reason: Option<String> = row.try_get("reason")?;
-    reason
-        .map(|r| Reason::parse(&r).ok_or_else(|| Error::Corrupt(format!("event reason {r:?}"))))
-        .transpose()
-}
-
-fn range_columns(row: &SqliteRow) -> Result<Option<(NodeId, NodeId)>> {
-    Ok(id_column(row, "range_from_id")?.zip(id_column(row, "range_to_id")?))
-}
-
-fn summary_from(row: &SqliteRow) -> Result<Summary> {
-    Ok(Summary {
-        id: SummaryId::from_bytes(required_uuid(row, "id")?),
-        compaction_id: CompactionId::from_bytes(required_uuid(row, "compaction_id")?),
-        kind: kind_column(row)?,
-        covers: unpack_ids(&row.try_get::<Vec<u8>, _>("covers")?)?,
-        range: range_columns(row)?,
-        text: row.try_get("text")?,
-        rolls_over: unpack_summaries(row.try_get("rolls_over")?)?,
-        ledger: parse_ledger(row.try_get("ledger")?)?.map(std::sync::Arc::new),
-        model: row.try_get("model")?,
-        base_head: NodeId::from_bytes(required_uuid(row, "base_head_id")?),
-        tokens_before: u32_column(row, "tokens_before")?,
-        tokens_after: u32_column(row, "tokens_after")?,
-        created_at_ms: row.try_get("created_at_ms")?,
-    })
+    fn int(&self, column: &str) -> Result<Option<i64>> {
+        Ok(self.try_get(column)?)
+    }
 }

@@ -1,0 +1,181 @@
+//! Decoding the store's rows once for every backend: a backend reads a column as bytes, text
+//! or an integer (`Columns`, its only part), and these turn columns into ids, hashes, nodes,
+//! sessions, branches, pins, summaries, plans and events.
+
+use super::backend::SessionRow;
+use super::compaction::{CompactionPlan, PlanState};
+use super::rows::{
+    NodeColumns, NodeRow, hash_from, parse_budget, parse_ledger, parse_metadata, u32_from,
+    unpack_ids, unpack_summaries, uuid_from,
+};
+use super::{Error, Result};
+use crate::domain::{
+    Branch, BranchName, CompactionEvent, CompactionId, EventKind, Hash, NodeId, Reason, SessionId,
+    Summary, SummaryId, SummaryKind,
+};
+
+/// A result row, as its driver reads a column (`None`: NULL).
+pub(super) trait Columns {
+    fn bytes(&self, column: &str) -> Result<Option<Vec<u8>>>;
+    fn text(&self, column: &str) -> Result<Option<String>>;
+    fn int(&self, column: &str) -> Result<Option<i64>>;
+}
+
+fn null(column: &str) -> Error {
+    Error::Corrupt(format!("{column} is null"))
+}
+
+pub(super) fn req_bytes(row: &impl Columns, column: &str) -> Result<Vec<u8>> {
+    row.bytes(column)?.ok_or_else(|| null(column))
+}
+
+pub(super) fn req_text(row: &impl Columns, column: &str) -> Result<String> {
+    row.text(column)?.ok_or_else(|| null(column))
+}
+
+pub(super) fn req_int(row: &impl Columns, column: &str) -> Result<i64> {
+    row.int(column)?.ok_or_else(|| null(column))
+}
+
+/// A nullable 16-byte id column (any UUID-keyed id).
+pub(super) fn uuid(row: &impl Columns, column: &str) -> Result<Option<[u8; 16]>> {
+    uuid_from(row.bytes(column)?, column)
+}
+
+/// A non-null 16-byte id column.
+pub(super) fn req_uuid(row: &impl Columns, column: &str) -> Result<[u8; 16]> {
+    uuid(row, column)?.ok_or_else(|| null(column))
+}
+
+pub(super) fn node_id(row: &impl Columns, column: &str) -> Result<Option<NodeId>> {
+    Ok(uuid(row, column)?.map(NodeId::from_bytes))
+}
+
+pub(super) fn hash(row: &impl Columns, column: &str) -> Result<Hash> {
+    hash_from(&req_bytes(row, column)?, column)
+}
+
+fn u32_of(row: &impl Columns, column: &str) -> Result<u32> {
+    u32_from(req_int(row, column)?, column)
+}
+
+/// A node row: `id, parent_id, function_id, created_at_ms, hash, body, body_z`.
+pub(super) fn node(row: &impl Columns) -> Result<NodeRow> {
+    NodeRow::from_columns(NodeColumns {
+        id: req_bytes(row, "id")?,
+        parent_id: row.bytes("parent_id")?,
+        function_id: row.bytes("function_id")?,
+        created_at_ms: req_int(row, "created_at_ms")?,
+        hash: req_bytes(row, "hash")?,
+        body: req_text(row, "body")?,
+        body_z: row.bytes("body_z")?,
+    })
+}
+
+/// `id, created_at_ms, metadata, compaction_count`.
+pub(super) fn session(row: &impl Columns) -> Result<SessionRow> {
+    Ok(SessionRow {
+        id: SessionId::from_bytes(req_uuid(row, "id")?),
+        created_at_ms: req_int(row, "created_at_ms")?,
+        metadata: parse_metadata(&req_text(row, "metadata")?)?,
+        compaction_count: u32::try_from(req_int(row, "compaction_count")?).unwrap_or(u32::MAX),
+    })
+}
+
+/// `name, head_id, updated_at_ms` and the head's `hash`.
+pub(super) fn branch(row: &impl Columns) -> Result<Branch> {
+    let head = match node_id(row, "head_id")? {
+        Some(id) => Some((id, hash(row, "hash")?)),
+        None => None,
+    };
+    Ok(Branch {
+        name: BranchName::from_stored(req_text(row, "name")?),
+        head,
+        updated_at_ms: req_int(row, "updated_at_ms")?,
+    })
+}
+
+/// `node_id, pinned`.
+pub(super) fn pin(row: &impl Columns) -> Result<(NodeId, bool)> {
+    let node = node_id(row, "node_id")?.ok_or_else(|| null("node_id"))?;
+    Ok((node, req_int(row, "pinned")? != 0))
+}
+
+fn kind(row: &impl Columns) -> Result<SummaryKind> {
+    let kind = req_text(row, "kind")?;
+    SummaryKind::parse(&kind).ok_or_else(|| Error::Corrupt(format!("summary kind {kind:?}")))
+}
+
+pub(super) fn reason(row: &impl Columns) -> Result<Option<Reason>> {
+    row.text("reason")?
+        .map(|r| Reason::parse(&r).ok_or_else(|| Error::Corrupt(format!("event reason {r:?}"))))
+        .transpose()
+}
+
+fn range(row: &impl Columns) -> Result<Option<(NodeId, NodeId)>> {
+    Ok(node_id(row, "range_from_id")?.zip(node_id(row, "range_to_id")?))
+}
+
+/// The columns [`summary`] reads.
+pub(super) const SUMMARY_COLUMNS: &str = "id, compaction_id, kind, covers, range_from_id, \
+     range_to_id, text, rolls_over, ledger, model, base_head_id, tokens_before, tokens_after, \
+     created_at_ms";
+
+pub(super) fn summary(row: &impl Columns) -> Result<Summary> {
+    Ok(Summary {
+        id: SummaryId::from_bytes(req_uuid(row, "id")?),
+        compaction_id: CompactionId::from_bytes(req_uuid(row, "compaction_id")?),
+        kind: kind(row)?,
+        covers: unpack_ids(&req_bytes(row, "covers")?)?,
+        range: range(row)?,
+        text: req_text(row, "text")?,
+        rolls_over: unpack_summaries(row.bytes("rolls_over")?)?,
+        ledger: parse_ledger(row.text("ledger")?)?.map(std::sync::Arc::new),
+        model: req_text(row, "model")?,
+        base_head: NodeId::from_bytes(req_uuid(row, "base_head_id")?),
+        tokens_before: u32_of(row, "tokens_before")?,
+        tokens_after: u32_of(row, "tokens_after")?,
+        created_at_ms: req_int(row, "created_at_ms")?,
+    })
+}
+
+pub(super) fn plan(id: CompactionId, row: &impl Columns) -> Result<CompactionPlan> {
+    let state = req_text(row, "state")?;
+    Ok(CompactionPlan {
+        id,
+        session: SessionId::from_bytes(req_uuid(row, "session_id")?),
+        branch: BranchName::from_stored(req_text(row, "branch")?),
+        base_head: NodeId::from_bytes(req_uuid(row, "base_head_id")?),
+        kind: kind(row)?,
+        rolls_over: unpack_summaries(row.bytes("rolls_over")?)?,
+        covers: unpack_ids(&req_bytes(row, "covers")?)?,
+        range: range(row)?,
+        ledger: parse_ledger(row.text("ledger")?)?.unwrap_or_default(),
+        budget: parse_budget(&req_text(row, "budget")?)?,
+        tokenizer: req_text(row, "tokenizer")?,
+        max_tool_result_chars: u32_of(row, "max_tool_result_chars")?,
+        retain_turns: u32_of(row, "retain_turns")?,
+        instructions: req_text(row, "instructions")?,
+        tokens_before: u32_of(row, "tokens_before")?,
+        state: PlanState::parse(&state)
+            .ok_or_else(|| Error::Corrupt(format!("compaction state {state:?}")))?,
+        created_at_ms: req_int(row, "created_at_ms")?,
+    })
+}
+
+pub(super) fn event(row: &impl Columns) -> Result<CompactionEvent> {
+    let kind = req_text(row, "kind")?;
+    Ok(CompactionEvent {
+        compaction_id: CompactionId::from_bytes(req_uuid(row, "compaction_id")?),
+        branch: req_text(row, "branch")?,
+        kind: EventKind::parse(&kind)
+            .ok_or_else(|| Error::Corrupt(format!("event kind {kind:?}")))?,
+        reason: reason(row)?,
+        base_head: node_id(row, "base_head_id")?,
+        tokens_before: u32_of(row, "tokens_before")?,
+        tokens_after: u32_of(row, "tokens_after")?,
+        summary_id: uuid(row, "summary_id")?.map(SummaryId::from_bytes),
+        message: req_text(row, "message")?,
+        created_at_ms: req_int(row, "created_at_ms")?,
+    })
+}
