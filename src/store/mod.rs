@@ -13,6 +13,7 @@ mod codec;
 mod commit;
 mod compaction;
 mod decode;
+mod driver;
 mod idempotency;
 mod import;
 mod open;

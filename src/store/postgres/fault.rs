@@ -25,11 +25,3 @@ pub(crate) fn classify(code: &str) -> Fault {
         _ => Fault::Internal,
     }
 }
-
-/// PostgreSQL's own words for a failure, without sqlx's wrapping.
-pub(super) fn message(error: &sqlx::Error) -> String {
-    match error {
-        sqlx::Error::Database(db) => db.message().to_owned(),
-        other => other.to_string(),
-    }
-}

@@ -52,7 +52,7 @@ pub(super) async fn open(
     // until its acquire timeout.
     let probe = <PgConnection as sqlx::Connection>::connect_with(&options)
         .await
-        .map_err(|e| unusable(format!("cannot be reached: {}", fault::message(&e))))?;
+        .map_err(|e| unusable(format!("cannot be reached: {}", super::driver::message(&e))))?;
     let _ = sqlx::Connection::close(probe).await;
     let pool = |size: u32| {
         PgPoolOptions::new()
@@ -62,7 +62,7 @@ pub(super) async fn open(
     let main = pool(config.pg_pool_size)
         .connect_with(options.clone())
         .await
-        .map_err(|e| unusable(format!("cannot be reached: {}", fault::message(&e))))?;
+        .map_err(|e| unusable(format!("cannot be reached: {}", super::driver::message(&e))))?;
     sqlx::migrate!("./migrations/postgres")
         .run(&main)
         .await
@@ -72,7 +72,7 @@ pub(super) async fn open(
     let batches = pool(2)
         .connect_with(options)
         .await
-        .map_err(|e| unusable(format!("cannot be reached: {}", fault::message(&e))))?;
+        .map_err(|e| unusable(format!("cannot be reached: {}", super::driver::message(&e))))?;
     tokio::spawn(group_committer(
         Box::new(Conn(committer::Committer::new(batches.clone()))),
         inbox,

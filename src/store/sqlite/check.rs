@@ -228,7 +228,12 @@ pub(super) async fn quick_check(path: &Path, wal: bool) -> Result<(), Error> {
         .max_connections(1)
         .connect_with(options)
         .await
-        .map_err(|e| unusable(path, format!("cannot be opened: {}", sqlite_message(&e))))?;
+        .map_err(|e| {
+            unusable(
+                path,
+                format!("cannot be opened: {}", crate::store::driver::message(&e)),
+            )
+        })?;
     let rows: Result<Vec<String>, sqlx::Error> = sqlx::query_scalar("PRAGMA quick_check")
         .fetch_all(&pool)
         .await;
@@ -241,15 +246,7 @@ pub(super) async fn quick_check(path: &Path, wal: bool) -> Result<(), Error> {
             rows.len(),
             if rows.len() == 1 { "" } else { "s" }
         ))),
-        Err(e) => Err(failed(sqlite_message(&e))),
-    }
-}
-
-/// SQLite's own words for a failure, without sqlx's wrapping.
-pub(super) fn sqlite_message(error: &sqlx::Error) -> String {
-    match error {
-        sqlx::Error::Database(db) => db.message().to_owned(),
-        other => other.to_string(),
+        Err(e) => Err(failed(crate::store::driver::message(&e))),
     }
 }
 

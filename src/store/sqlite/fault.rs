@@ -11,16 +11,8 @@ use sqlx::{Connection, SqliteConnection};
 
 use super::{Error, Fault};
 
-// The SQLite backend's fault classifier: each driver's errors, classified as they convert.
-
-impl From<sqlx::Error> for Error {
-    fn from(error: sqlx::Error) -> Self {
-        Error::Database {
-            fault: sqlx_fault(&error),
-            detail: super::check::sqlite_message(&error),
-        }
-    }
-}
+// The SQLite backend's fault classifier: SQLite result codes (through sqlx, in
+// `store::driver`, or through the committer's rusqlite connection, here) as faults.
 
 /// A failure on the group committer's connection.
 impl From<rusqlite::Error> for Error {
@@ -32,24 +24,8 @@ impl From<rusqlite::Error> for Error {
     }
 }
 
-impl From<sqlx::migrate::MigrateError> for Error {
-    fn from(error: sqlx::migrate::MigrateError) -> Self {
-        use sqlx::migrate::MigrateError::{Execute, ExecuteMigration};
-        match &error {
-            Execute(e) | ExecuteMigration(e, _) => Error::Migrate {
-                fault: sqlx_fault(e),
-                detail: super::check::sqlite_message(e),
-            },
-            _ => Error::Migrate {
-                fault: Fault::Internal,
-                detail: error.to_string(),
-            },
-        }
-    }
-}
-
 /// The fault a SQLite result code stands for: the extended code's low byte is the primary one.
-fn code_fault(code: Option<i32>) -> Fault {
+pub(in crate::store) fn code_fault(code: Option<i32>) -> Fault {
     match code.map(|c| c & 0xff) {
         Some(SQLITE_FULL) => Fault::Full,
         Some(SQLITE_BUSY | SQLITE_LOCKED) => Fault::Busy,
@@ -62,26 +38,6 @@ fn code_fault(code: Option<i32>) -> Fault {
 fn rusqlite_fault(error: &rusqlite::Error) -> Fault {
     match error {
         rusqlite::Error::SqliteFailure(e, _) => code_fault(Some(e.extended_code)),
-        _ => Fault::Internal,
-    }
-}
-
-/// sqlx serves both backends: a database error is classified by the engine that answered.
-fn sqlx_fault(error: &sqlx::Error) -> Fault {
-    match error {
-        sqlx::Error::Database(db) => {
-            match db.try_downcast_ref::<sqlx::postgres::PgDatabaseError>() {
-                Some(pg) => crate::store::postgres::classify(pg.code()),
-                None => code_fault(db.code().and_then(|c| c.parse::<i32>().ok())),
-            }
-        }
-        // The one writer connection stayed taken past the acquire timeout: writes are queued
-        // behind a lock another process holds.
-        sqlx::Error::PoolTimedOut => Fault::Busy,
-        sqlx::Error::PoolClosed => Fault::Closed,
-        sqlx::Error::Io(_) | sqlx::Error::WorkerCrashed | sqlx::Error::Protocol(_) => {
-            Fault::Unavailable
-        }
         _ => Fault::Internal,
     }
 }

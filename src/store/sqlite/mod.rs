@@ -10,7 +10,7 @@
 pub(super) mod backup;
 mod check;
 mod committer;
-mod fault;
+pub(super) mod fault;
 mod reads;
 mod writes;
 
