@@ -26,6 +26,7 @@ leave behind stay in the session, reachable from nothing.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
 import uuid
@@ -458,3 +459,31 @@ def rendered_text(message: pb.RenderedMessage, marker: str) -> str:
         for p in message.parts
         if p.WhichOneof("part") == "text" and not p.text.startswith(marker)
     )
+
+
+def open_log(
+    framework: str,
+    session_id: str,
+    client: Client | None,
+    codec: Codec,
+    *,
+    address: str,
+    api_key: str | None,
+    branch: str,
+) -> tuple[Client, bool, ItemLog]:
+    """An adapter's log of `framework`'s session `session_id`: the client (its own unless one is
+    passed, hence the flag), and the ctxd session named by `{framework}.session_id` metadata and
+    a creation key derived from the id, so every process using the id lands on one session."""
+    if not isinstance(session_id, str) or not session_id:
+        raise ValueError("session_id must be a non-empty string")
+    owns = client is None
+    client = client or Client(address, api_key=api_key, timeout=30)
+    digest = hashlib.sha256(session_id.encode()).hexdigest()
+    log = ItemLog(
+        client,
+        codec,
+        metadata={f"{framework.replace('-', '_')}.session_id": session_id},
+        idempotency_key=f"{framework}/{digest}",
+        branch=branch,
+    )
+    return client, owns, log

@@ -16,7 +16,6 @@ node alone does not give back exactly (ids, metadata, content blocks) also carri
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -32,7 +31,7 @@ from langchain_core.messages import (
     messages_from_dict,
 )
 
-from ._itemlog import ItemLog, Piece, take_text
+from ._itemlog import Piece, open_log, take_text
 from ._proto import ctxd_pb2 as pb
 from .client import Client
 
@@ -41,7 +40,6 @@ __all__ = ["MARKER", "CtxdChatMessageHistory"]
 MARKER = "ctxd:langchain-message "
 """The start of a text part holding a message's `message_to_dict` JSON."""
 
-METADATA_KEY = "langchain.session_id"
 
 _ROLES = {"human": pb.ROLE_USER, "system": pb.ROLE_SYSTEM}
 
@@ -148,19 +146,10 @@ class CtxdChatMessageHistory(BaseChatMessageHistory):
         api_key: str | None = None,
         branch: str = "main",
     ) -> None:
-        if not isinstance(session_id, str) or not session_id:
-            raise ValueError("session_id must be a non-empty string")
-        self.session_id = session_id
-        self._owns_client = client is None
-        self.client = client or Client(address, api_key=api_key, timeout=30)
-        digest = hashlib.sha256(session_id.encode()).hexdigest()
-        self._log = ItemLog(
-            self.client,
-            _Codec(),
-            metadata={METADATA_KEY: session_id},
-            idempotency_key=f"langchain/{digest}",
-            branch=branch,
+        self.client, self._owns_client, self._log = open_log(
+            "langchain", session_id, client, _Codec(), address=address, api_key=api_key, branch=branch
         )
+        self.session_id = session_id
 
     @property
     def ctxd_session_id(self) -> str:

@@ -18,13 +18,12 @@ is the item's JSON after `MARKER`. `get_items` gives every item back exactly as 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 from typing import Any
 
 from agents.memory.session_settings import SessionSettings, resolve_session_limit
 
-from ._itemlog import ItemLog, Piece, rendered_text, take_text
+from ._itemlog import Piece, open_log, rendered_text, take_text
 from ._proto import ctxd_pb2 as pb
 from .client import Client
 from .types import BudgetLike
@@ -34,8 +33,6 @@ __all__ = ["MARKER", "CtxdSession"]
 MARKER = "ctxd:openai-agents-item "
 """The start of a text part holding an item's JSON (with references to the node's own texts)."""
 
-METADATA_KEY = "openai_agents.session_id"
-"""The ctxd session's metadata key holding the SDK's session id."""
 
 _ROLES = {
     "system": pb.ROLE_SYSTEM,
@@ -161,22 +158,14 @@ class CtxdSession:
         tokenizer: str = "heuristic",
         session_settings: SessionSettings | None = None,
     ) -> None:
-        if not isinstance(session_id, str) or not session_id:
-            raise ValueError("session_id must be a non-empty string")
+        self.client, self._owns_client, self._log = open_log(
+            "openai-agents", session_id, client, _Codec(), address=address, api_key=api_key,
+            branch=branch,
+        )
         self.session_id = session_id
         self.session_settings = session_settings
         self.render_budget = render_budget
         self.tokenizer = tokenizer
-        self._owns_client = client is None
-        self.client = client or Client(address, api_key=api_key, timeout=30)
-        digest = hashlib.sha256(session_id.encode()).hexdigest()
-        self._log = ItemLog(
-            self.client,
-            _Codec(),
-            metadata={METADATA_KEY: session_id},
-            idempotency_key=f"openai-agents/{digest}",
-            branch=branch,
-        )
 
     @property
     def ctxd_session_id(self) -> str:
