@@ -80,6 +80,7 @@ fn refusing_endpoint() -> SocketAddr {
 struct Method {
     name: String,
     client_streaming: bool,
+    server_streaming: bool,
 }
 
 /// Every RPC of `ctxd.v1.ContextStore`, read from the compiled-in descriptor so a new RPC is
@@ -97,6 +98,7 @@ fn methods() -> Vec<Method> {
         .map(|m| Method {
             name: m.name().to_owned(),
             client_streaming: m.client_streaming(),
+            server_streaming: m.server_streaming(),
         })
         .collect();
     assert!(
@@ -125,6 +127,10 @@ async fn call(channel: &Channel, method: &Method, messages: Vec<Vec<u8>>) -> Ans
             grpc.client_streaming(tonic::Request::new(stream), path, RawCodec),
         )
         .await
+    } else if method.server_streaming {
+        // A stream may never end (Watch): its first messages, or its status, are the answer.
+        let body = messages.into_iter().next().unwrap_or_default();
+        return server_streaming(&mut grpc, path, body).await;
     } else {
         let body = messages.into_iter().next().unwrap_or_default();
         tokio::time::timeout(
@@ -139,6 +145,33 @@ async fn call(channel: &Channel, method: &Method, messages: Vec<Vec<u8>>) -> Ans
             "no answer within {REQUEST_TIMEOUT:?}"
         ))),
     }
+}
+
+/// A server-streaming call: its status, or its first few messages concatenated once it has sent
+/// them, ended, or gone quiet for a moment (a watch waits for changes).
+async fn server_streaming(
+    grpc: &mut tonic::client::Grpc<Channel>,
+    path: http::uri::PathAndQuery,
+    body: Vec<u8>,
+) -> Answer {
+    let started = tokio::time::timeout(
+        REQUEST_TIMEOUT,
+        grpc.server_streaming(tonic::Request::new(body), path, RawCodec),
+    )
+    .await
+    .map_err(|_| {
+        tonic::Status::deadline_exceeded(format!("no answer within {REQUEST_TIMEOUT:?}"))
+    })??;
+    let mut stream = started.into_inner();
+    let mut out = Vec::new();
+    for _ in 0..4 {
+        match tokio::time::timeout(Duration::from_millis(200), stream.message()).await {
+            Ok(Ok(Some(message))) => out.extend(message),
+            Ok(Ok(None)) | Err(_) => break,
+            Ok(Err(status)) => return Err(status),
+        }
+    }
+    Ok(out)
 }
 
 /// Sends `body` as the raw HTTP/2 body of a gRPC call (in `pieces` DATA frames) on its own
@@ -1165,6 +1198,38 @@ fn request(g: &mut Gen, method: &str) -> Vec<Vec<u8>> {
             node_ids: (0..g.below(4)).map(|_| g.id(Kind::Node)).collect(),
         }
         .encode_to_vec(),
+        "DeleteSession" => pb::DeleteSessionRequest {
+            // Mostly ids never seen: deleting the pool's sessions would starve the other RPCs.
+            session_id: if g.chance(0.1) {
+                g.id(Kind::Session)
+            } else {
+                g.string()
+            },
+        }
+        .encode_to_vec(),
+        "ExportSession" => pb::ExportSessionRequest {
+            session_id: g.id(Kind::Session),
+            format: g.enumeration(4),
+            branch: g.or_empty(0.5, Gen::branch),
+        }
+        .encode_to_vec(),
+        "Watch" => pb::WatchRequest {
+            session_id: g.id(Kind::Session),
+            branch: g.or_empty(0.5, Gen::branch),
+            after_cursor: g.or_empty(0.7, Gen::string),
+            after_node_id: g.or_empty(0.8, |g| g.id(Kind::Node)),
+        }
+        .encode_to_vec(),
+        // Never a path the fuzzer could write over: relative (refused), or in a missing directory.
+        "BackupDatabase" => pb::BackupDatabaseRequest {
+            to: match g.below(3) {
+                0 => g.string().trim_start_matches('/').to_owned(),
+                1 => format!("/nonexistent-ctxd-fuzz/{}.db", g.uuid()),
+                _ => String::new(),
+            },
+        }
+        .encode_to_vec(),
+        "CollectGarbage" => pb::CollectGarbageRequest {}.encode_to_vec(),
         "ImportSession" => {
             let (format, data) = g.import_data();
             let metadata = g.metadata();

@@ -4,13 +4,16 @@ pub mod auth;
 mod codec;
 mod compaction;
 mod convert;
+mod export;
 mod framing;
+mod lifecycle;
 pub mod json;
 mod parse;
 #[cfg(test)]
 mod props;
 mod reply;
 mod service;
+mod watch;
 
 pub use framing::FramingLayer;
 pub use service::ContextStoreService;

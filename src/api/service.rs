@@ -29,11 +29,11 @@ const MAX_IMPORT_BYTES: usize = 512 * 1024 * 1024;
 
 #[derive(Clone)]
 pub struct ContextStoreService {
-    store: Store,
+    pub(super) store: Store,
     /// Token counts, shared by every render and by the compaction workflow.
-    tokens: Arc<TokenCache>,
-    compactions: Compactions,
-    limits: Limits,
+    pub(super) tokens: Arc<TokenCache>,
+    pub(super) compactions: Compactions,
+    pub(super) limits: Limits,
 }
 
 impl ContextStoreService {
@@ -51,7 +51,7 @@ impl ContextStoreService {
 
     /// Lets `tenant` at `session`, or answers exactly what an unknown session answers (the
     /// store's check, `Store::scope`): the only way to the store's session methods.
-    async fn scope(&self, tenant: &Tenant, session: SessionId) -> Result<Scoped, Status> {
+    pub(super) async fn scope(&self, tenant: &Tenant, session: SessionId) -> Result<Scoped, Status> {
         self.store.scope(tenant, session).await.map_err(status)
     }
 
@@ -93,7 +93,7 @@ impl ContextStoreService {
 
 /// The tenant the request acts for, as the authentication layer set it; without API keys,
 /// every caller is the one local tenant.
-fn tenant_of<T>(request: &Request<T>) -> Tenant {
+pub(super) fn tenant_of<T>(request: &Request<T>) -> Tenant {
     request
         .extensions()
         .get::<Tenant>()
@@ -101,7 +101,7 @@ fn tenant_of<T>(request: &Request<T>) -> Tenant {
         .unwrap_or_else(Tenant::local)
 }
 
-type Reply<T> = Result<Response<T>, Status>;
+pub(super) type Reply<T> = Result<Response<T>, Status>;
 
 #[tonic::async_trait]
 impl pb::context_store_server::ContextStore for ContextStoreService {
@@ -508,6 +508,47 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
         // The session is written: the reply must go out, so warnings make room if need be.
         reply::fit_warnings(&mut response, self.limits.max_response_bytes);
         self.reply(response)
+    }
+
+    #[instrument(skip_all)]
+    async fn delete_session(
+        &self,
+        request: Request<pb::DeleteSessionRequest>,
+    ) -> Reply<pb::DeleteSessionResponse> {
+        self.delete(request).await
+    }
+
+    type ExportSessionStream = super::export::ExportStream;
+
+    #[instrument(skip_all)]
+    async fn export_session(
+        &self,
+        request: Request<pb::ExportSessionRequest>,
+    ) -> Reply<Self::ExportSessionStream> {
+        self.export(request).await
+    }
+
+    type WatchStream = super::watch::WatchStream;
+
+    #[instrument(skip_all)]
+    async fn watch(&self, request: Request<pb::WatchRequest>) -> Reply<Self::WatchStream> {
+        self.follow(request).await
+    }
+
+    #[instrument(skip_all)]
+    async fn backup_database(
+        &self,
+        request: Request<pb::BackupDatabaseRequest>,
+    ) -> Reply<pb::BackupDatabaseResponse> {
+        self.backup(request).await
+    }
+
+    #[instrument(skip_all)]
+    async fn collect_garbage(
+        &self,
+        request: Request<pb::CollectGarbageRequest>,
+    ) -> Reply<pb::CollectGarbageResponse> {
+        self.collect(request).await
     }
 
     #[instrument(skip_all)]

@@ -119,6 +119,7 @@ pub fn import(r: &pb::ImportSessionResponse) -> String {
         pb::ImportFormat::NeutralJsonl => "neutral",
         pb::ImportFormat::ClaudeCodeJsonl => "claude-code",
         pb::ImportFormat::OpenaiMessages => "openai",
+        pb::ImportFormat::CtxdJsonl => "ctxd",
         pb::ImportFormat::Unspecified => "?",
     });
     let id = r.session.as_ref().map_or("?", |s| s.session_id.as_str());
