@@ -92,6 +92,19 @@ impl CommitOutcome {
     pub fn applied(&self) -> bool {
         self.reason == Reason::Applied
     }
+
+    /// The answer to a commit of a plan whose session was deleted while it was open.
+    pub fn session_deleted(compaction: CompactionId) -> Self {
+        Self {
+            compaction,
+            reason: Reason::Stale,
+            tokens_before: 0,
+            tokens_after: 0,
+            summary: None,
+            message: "the session was deleted while the compaction was open; nothing was written"
+                .into(),
+        }
+    }
 }
 
 /// What `Compact` did: nothing (the branch fits), or a plan and how it ended (applied, rejected,
@@ -223,6 +236,27 @@ impl Compactions {
     /// Judges `text` against the plan on the branch's current head and stores it if it helps.
     /// With `keep_open`, a rejected plan takes another commit (a host may try a better text).
     pub async fn commit(
+        &self,
+        session: Scoped,
+        scoped: ScopedPlan,
+        text: String,
+        model: String,
+        keep_open: bool,
+    ) -> Result<CommitOutcome> {
+        let committed = self
+            .commit_plan(session, scoped, text, model, keep_open)
+            .await;
+        // The session was deleted under the plan (by a caller, or retention): the compaction
+        // ends stale, as when its range left the branch.
+        if let Err(Error::Store(store::Error::Domain(domain::Error::NotFound { .. }))) = committed
+            && self.store.plan_tombstone(scoped.id()).await?.is_some()
+        {
+            return Ok(CommitOutcome::session_deleted(scoped.id()));
+        }
+        committed
+    }
+
+    async fn commit_plan(
         &self,
         session: Scoped,
         scoped: ScopedPlan,

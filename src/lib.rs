@@ -27,6 +27,7 @@ pub mod inspector;
 pub mod limits;
 pub mod metrics;
 pub mod render;
+pub mod retention;
 pub mod server;
 pub mod store;
 pub mod summarizer;

@@ -58,6 +58,31 @@ fn describe() {
         "writes refused because the database reached --max-db-bytes or its disk is full"
     );
     describe_counter!("ctxd_imported_sessions_total", "sessions imported");
+    describe_counter!(
+        "ctxd_deleted_sessions_total",
+        "sessions deleted, by who: request or retention"
+    );
+    describe_counter!(
+        "ctxd_deleted_nodes_total",
+        "nodes removed with deleted sessions"
+    );
+    describe_counter!(
+        "ctxd_reclaimed_blob_bytes_total",
+        "bytes of content blobs no session referred to any more, removed"
+    );
+    describe_counter!(
+        "ctxd_retention_batches_total",
+        "batches the retention policy ran (--retain-idle-days)"
+    );
+    metrics::describe_gauge!("ctxd_sessions", "live sessions, as last counted");
+    metrics::describe_gauge!(
+        "ctxd_database_bytes",
+        "the database's size, as last measured"
+    );
+    metrics::describe_gauge!(
+        "ctxd_database_free_bytes",
+        "free pages of deleted rows that later writes reuse (SQLite), as last measured"
+    );
 }
 
 /// Serves the metrics text on `listener` (any path) until `shutdown` resolves.

@@ -63,6 +63,8 @@ pub struct Options {
     /// The web inspector's listener (`--http`): its read-only JSON API calls this server's
     /// service in process, behind the same keys. Plain HTTP; stops when `serve_with` returns.
     pub http: Option<TcpListener>,
+    /// Deletes idle sessions in the background (`--retain-idle-days`); stops with the server.
+    pub retention: Option<crate::retention::Retention>,
 }
 
 /// A graceful shutdown: at the signal health turns NOT_SERVING and new calls are refused with
@@ -103,7 +105,10 @@ pub async fn serve_with(
         api_keys,
         tls,
         http,
+        retention,
     } = options;
+    let _retention = retention
+        .map(|policy| AbortOnDrop(tokio::spawn(crate::retention::run(store.clone(), policy))));
     let service = ContextStoreService::new(store, summarizer).with_limits(limits);
     let api_keys = api_keys.map(Arc::new);
     // Aborted when this function returns (the guard drops), with the gRPC server.

@@ -19,8 +19,20 @@ const EXEMPT_PREFIX: &str = "/grpc.health.v1.Health/";
 
 /// The configured keys, each kept only as its BLAKE3 hash with the tenant it stands for.
 pub struct ApiKeys {
-    keys: Vec<(blake3::Hash, Tenant)>,
+    keys: Vec<(blake3::Hash, Key)>,
 }
+
+/// Who a key stands for.
+#[derive(Clone)]
+struct Key {
+    tenant: Tenant,
+    admin: bool,
+}
+
+/// Marks a request whose caller may run the store-wide RPCs (BackupDatabase, CollectGarbage):
+/// its key's line says `admin`, or the server has no keys (every caller is trusted alike).
+#[derive(Debug, Clone, Copy)]
+pub struct Admin;
 
 /// Why a keys file was refused. Never contains a key.
 #[derive(Debug, thiserror::Error)]
@@ -41,8 +53,8 @@ pub enum KeysFileError {
 }
 
 impl ApiKeys {
-    /// Reads a keys file: one `tenant key` a line; blank lines and lines starting with `#` are
-    /// ignored. A tenant may have several keys (to rotate them); a key belongs to one line only.
+    /// Reads a keys file: one `tenant key` a line, or `tenant key admin` for a key that may also
+    /// run the store-wide RPCs; blank lines and lines starting with `#` are ignored. A tenant may have several keys (to rotate them); a key belongs to one line only.
     pub fn load(path: &Path) -> Result<Self, KeysFileError> {
         let text = std::fs::read_to_string(path).map_err(|error| KeysFileError::Read {
             path: path.to_owned(),
@@ -61,7 +73,7 @@ impl ApiKeys {
     }
 
     fn parse(text: &str) -> Result<Self, ParseError> {
-        let mut keys: Vec<(blake3::Hash, Tenant)> = Vec::new();
+        let mut keys: Vec<(blake3::Hash, Key)> = Vec::new();
         let mut lines_of_keys = Vec::new();
         for (index, line) in text.lines().enumerate() {
             let number = index + 1;
@@ -74,12 +86,22 @@ impl ApiKeys {
                 problem,
             };
             let fields: Vec<&str> = trimmed.split_whitespace().collect();
-            let [tenant, key] = fields[..] else {
-                let found = match fields.len() {
-                    1 => "one field".to_owned(),
-                    n => format!("{n} fields"),
-                };
-                return Err(problem(format!("expected `tenant key`, found {found}")));
+            let (tenant, key, admin) = match fields[..] {
+                [tenant, key] => (tenant, key, false),
+                [tenant, key, "admin"] => (tenant, key, true),
+                // Not echoed: a stray field may be a key.
+                [_, _, _] => {
+                    return Err(problem("the third field may only be `admin`".to_owned()));
+                }
+                _ => {
+                    let found = match fields.len() {
+                        1 => "one field".to_owned(),
+                        n => format!("{n} fields"),
+                    };
+                    return Err(problem(format!(
+                        "expected `tenant key` or `tenant key admin`, found {found}"
+                    )));
+                }
             };
             // A key travels in an HTTP header, which carries visible ASCII only.
             if !key.bytes().all(|b| b.is_ascii_graphic()) {
@@ -97,7 +119,13 @@ impl ApiKeys {
                     lines_of_keys[i]
                 )));
             }
-            keys.push((hash, Tenant::new(tenant)));
+            keys.push((
+                hash,
+                Key {
+                    tenant: Tenant::new(tenant),
+                    admin,
+                },
+            ));
             lines_of_keys.push(number);
         }
         if keys.is_empty() {
@@ -118,12 +146,12 @@ impl ApiKeys {
     /// The tenant whose key `presented` is. Compares hashes (`blake3::Hash`'s `==` is
     /// constant-time) with every configured key, with no early exit, so the time taken says
     /// nothing about how close a guess came.
-    fn tenant_of(&self, presented: &str) -> Option<Tenant> {
+    fn key_of(&self, presented: &str) -> Option<Key> {
         let hash = blake3::hash(presented.as_bytes());
         let mut found = None;
-        for (key, tenant) in &self.keys {
+        for (key, who) in &self.keys {
             if *key == hash {
-                found = Some(tenant);
+                found = Some(who);
             }
         }
         found.cloned()
@@ -208,24 +236,30 @@ where
 
 fn authenticate<B>(keys: Option<&ApiKeys>, request: &mut http::Request<B>) -> Result<(), Status> {
     let path = request.uri().path();
-    let tenant = match keys {
-        None => Some(Tenant::local()),
+    let key = match keys {
+        None => Some(Key {
+            tenant: Tenant::local(),
+            admin: true,
+        }),
         Some(_) if path.starts_with(EXEMPT_PREFIX) => None,
-        Some(keys) => Some(keyed_tenant(keys, request.headers(), path)?),
+        Some(keys) => Some(keyed(keys, request.headers(), path)?),
     };
     // Handlers get the tenant, never the credential: nothing past here can log it.
     request.headers_mut().remove(AUTHORIZATION);
-    if let Some(tenant) = tenant {
-        request.extensions_mut().insert(tenant);
+    if let Some(key) = key {
+        request.extensions_mut().insert(key.tenant);
+        if key.admin {
+            request.extensions_mut().insert(Admin);
+        }
     }
     Ok(())
 }
 
 /// The tenant of the one `authorization: Bearer <key>` header among `headers`, or the
 /// UNAUTHENTICATED status saying why not; `what` (the RPC or URL path) is only logged.
-fn keyed_tenant(keys: &ApiKeys, headers: &http::HeaderMap, what: &str) -> Result<Tenant, Status> {
+fn keyed(keys: &ApiKeys, headers: &http::HeaderMap, what: &str) -> Result<Key, Status> {
     let tenant = match presented_key(headers) {
-        Ok(key) => keys.tenant_of(key).ok_or(Refusal::Invalid),
+        Ok(key) => keys.key_of(key).ok_or(Refusal::Invalid),
         Err(refusal) => Err(refusal),
     };
     tenant.map_err(|refusal| {
@@ -243,7 +277,7 @@ pub(crate) fn http_tenant(
 ) -> Result<Tenant, Status> {
     match keys {
         None => Ok(Tenant::local()),
-        Some(keys) => keyed_tenant(keys, headers, path),
+        Some(keys) => keyed(keys, headers, path).map(|key| key.tenant),
     }
 }
 
@@ -306,15 +340,20 @@ mod tests {
     #[test]
     fn parses_tenants_and_keys_skipping_blanks_and_comments() {
         let keys = ApiKeys::parse(
-            "# ops keys\n\nacme   k-acme-1\n  # rotated in March\nacme\tk-acme-2\nglobex k-globex\n",
+            "# ops keys\n\nacme   k-acme-1\n  # rotated in March\nacme\tk-acme-2\nglobex k-globex\nops k-ops admin\n",
         )
         .expect("valid file");
-        assert_eq!(keys.len(), 3);
-        assert_eq!(keys.tenant_of("k-acme-1"), Some(Tenant::new("acme")));
-        assert_eq!(keys.tenant_of("k-acme-2"), Some(Tenant::new("acme")));
-        assert_eq!(keys.tenant_of("k-globex"), Some(Tenant::new("globex")));
-        assert_eq!(keys.tenant_of("k-globe"), None);
-        assert_eq!(keys.tenant_of(""), None);
+        let tenant_of = |key: &str| {
+            keys.key_of(key)
+                .map(|k| (k.tenant.as_str().to_owned(), k.admin))
+        };
+        assert_eq!(keys.len(), 4);
+        assert_eq!(tenant_of("k-acme-1"), Some(("acme".into(), false)));
+        assert_eq!(tenant_of("k-acme-2"), Some(("acme".into(), false)));
+        assert_eq!(tenant_of("k-globex"), Some(("globex".into(), false)));
+        assert_eq!(tenant_of("k-ops"), Some(("ops".into(), true)));
+        assert_eq!(tenant_of("k-globe"), None);
+        assert_eq!(tenant_of(""), None);
     }
 
     #[test]
@@ -326,7 +365,12 @@ mod tests {
 
         let (line, problem) = line_error("# c\nacme k1 extra-secret\n");
         assert_eq!(line, 2);
-        assert!(problem.contains("found 3 fields"), "{problem}");
+        assert!(problem.contains("may only be `admin`"), "{problem}");
+        assert!(!problem.contains("extra-secret"), "{problem}");
+
+        let (line, problem) = line_error("acme k1 admin more-secret\n");
+        assert_eq!(line, 1);
+        assert!(problem.contains("found 4 fields"), "{problem}");
         assert!(!problem.contains("extra-secret"), "{problem}");
 
         let (line, problem) = line_error("acme dup-secret\nglobex k2\nglobex dup-secret\n");

@@ -415,6 +415,46 @@ impl ToJson for pb::PinResponse {
     }
 }
 
+impl ToJson for pb::Tombstone {
+    fn to_json(&self) -> Value {
+        json!({
+            "session_id": self.session_id,
+            "deleted_by": self.deleted_by,
+            "deleted_at_unix_ms": self.deleted_at_unix_ms,
+            "nodes": self.nodes,
+            "branches": self.branches,
+            "summaries": self.summaries,
+        })
+    }
+}
+
+impl ToJson for pb::DeleteSessionResponse {
+    fn to_json(&self) -> Value {
+        json!({
+            "tombstone": self.tombstone.to_json(),
+            "already_deleted": self.already_deleted,
+        })
+    }
+}
+
+impl ToJson for pb::BackupDatabaseResponse {
+    fn to_json(&self) -> Value {
+        json!({ "path": self.path, "bytes": self.bytes, "took_ms": self.took_ms })
+    }
+}
+
+impl ToJson for pb::CollectGarbageResponse {
+    fn to_json(&self) -> Value {
+        json!({
+            "sessions": self.sessions,
+            "tombstones": self.tombstones,
+            "database_bytes": self.database_bytes,
+            "free_bytes": self.free_bytes,
+            "released_bytes": self.released_bytes,
+        })
+    }
+}
+
 impl ToJson for pb::CompactionEvent {
     fn to_json(&self) -> Value {
         json!({

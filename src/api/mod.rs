@@ -6,8 +6,8 @@ mod compaction;
 mod convert;
 mod export;
 mod framing;
-mod lifecycle;
 pub mod json;
+pub(crate) mod lifecycle;
 mod parse;
 #[cfg(test)]
 mod props;

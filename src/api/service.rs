@@ -51,7 +51,11 @@ impl ContextStoreService {
 
     /// Lets `tenant` at `session`, or answers exactly what an unknown session answers (the
     /// store's check, `Store::scope`): the only way to the store's session methods.
-    pub(super) async fn scope(&self, tenant: &Tenant, session: SessionId) -> Result<Scoped, Status> {
+    pub(super) async fn scope(
+        &self,
+        tenant: &Tenant,
+        session: SessionId,
+    ) -> Result<Scoped, Status> {
         self.store.scope(tenant, session).await.map_err(status)
     }
 
@@ -65,6 +69,19 @@ impl ContextStoreService {
             .scope(tenant, id)
             .await
             .map_err(compaction_status)
+    }
+
+    /// The stale outcome of compaction `id` of `tenant`, when its session was deleted while the
+    /// plan was open (a live plan, or another tenant's, answers `None`).
+    async fn deleted_plan(
+        &self,
+        tenant: &Tenant,
+        id: CompactionId,
+    ) -> Result<Option<crate::compaction::CommitOutcome>, Status> {
+        let found = self.store.plan_tombstone(id).await.map_err(status)?;
+        Ok(found
+            .filter(|t| &t.tenant == tenant)
+            .map(|_| crate::compaction::CommitOutcome::session_deleted(id)))
     }
 
     /// The part and response size limits (`Limits::max_part_bytes`, `max_response_bytes`).
@@ -398,7 +415,13 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
         let tenant = tenant_of(&request);
         let r = request.into_inner();
         let id = compaction_id(&r.compaction_id)?;
-        let (session, plan) = self.scope_compaction(&tenant, id).await?;
+        let (session, plan) = match self.scope_compaction(&tenant, id).await {
+            Ok(scoped) => scoped,
+            Err(unknown) => match self.deleted_plan(&tenant, id).await? {
+                Some(outcome) => return self.reply(compaction::commit_outcome(outcome)),
+                None => return Err(unknown),
+            },
+        };
         let outcome = self
             .compactions
             .commit(session, plan, r.text, r.model, true)
@@ -415,7 +438,14 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
         let tenant = tenant_of(&request);
         let r = request.into_inner();
         let id = compaction_id(&r.compaction_id)?;
-        let (_, plan) = self.scope_compaction(&tenant, id).await?;
+        let (_, plan) = match self.scope_compaction(&tenant, id).await {
+            Ok(scoped) => scoped,
+            // Its session is gone, and the plan with it: there is nothing left to cancel.
+            Err(unknown) => match self.deleted_plan(&tenant, id).await? {
+                Some(_) => return self.reply(pb::CancelCompactionResponse {}),
+                None => return Err(unknown),
+            },
+        };
         let reason = parse::cancel_reason(r.reason);
         self.compactions
             .cancel(plan, &reason)

@@ -63,6 +63,18 @@ pub enum RenderFormat {
 }
 
 #[derive(Debug, Subcommand)]
+pub enum SessionsAction {
+    /// Deletes sessions for good (nodes, branches, summaries, and blobs no other session
+    /// shares), leaving a tombstone each; deleting one again shows its tombstone.
+    Rm {
+        #[arg(required = true, num_args = 1..)]
+        sessions: Vec<String>,
+        #[command(flatten)]
+        conn: Conn,
+    },
+}
+
+#[derive(Debug, Subcommand)]
 pub enum Command {
     /// Imports a session file into a new session.
     Import {
@@ -80,11 +92,28 @@ pub enum Command {
         #[command(flatten)]
         conn: Conn,
     },
-    /// Lists sessions, newest first.
+    /// Lists sessions, newest first; `ctxd sessions rm ID…` deletes sessions.
     Sessions {
+        #[command(subcommand)]
+        action: Option<SessionsAction>,
         /// Sessions to show at most.
         #[arg(long, default_value_t = 50)]
         limit: u32,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Asks the server to copy its SQLite database, consistent at one moment, into a new file
+    /// on the server's machine while it serves (BackupDatabase; needs an admin key).
+    RemoteBackup {
+        /// An absolute path on the server's machine; it must not exist.
+        #[arg(long, value_name = "PATH")]
+        to: String,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Gives the space of deleted sessions back to the system and shows the store's size
+    /// (needs an admin key).
+    Gc {
         #[command(flatten)]
         conn: Conn,
     },
@@ -242,7 +271,35 @@ async fn execute(command: Command) -> Result<String> {
             meta,
             conn,
         } => import(&files, format, meta, &conn).await,
-        Command::Sessions { limit, conn } => sessions(limit, &conn).await,
+        Command::Sessions {
+            action: Some(SessionsAction::Rm { sessions, conn }),
+            ..
+        } => remove(sessions, &conn).await,
+        Command::Sessions {
+            action: None,
+            limit,
+            conn,
+        } => sessions(limit, &conn).await,
+        Command::RemoteBackup { to, conn } => {
+            let req = pb::BackupDatabaseRequest { to };
+            let r = call("BackupDatabase", connect(&conn).await?.backup_database(req)).await?;
+            Ok(output(&conn, &r, || {
+                format!(
+                    "backed up to {} ({} bytes, {} ms)\n",
+                    r.path, r.bytes, r.took_ms
+                )
+            }))
+        }
+        Command::Gc { conn } => {
+            let r = call(
+                "CollectGarbage",
+                connect(&conn)
+                    .await?
+                    .collect_garbage(pb::CollectGarbageRequest {}),
+            )
+            .await?;
+            Ok(output(&conn, &r, || show::garbage(&r)))
+        }
         Command::Log {
             session,
             branch,
@@ -516,6 +573,19 @@ async fn sessions(limit: u32, conn: &Conn) -> Result<String> {
     Ok(output(conn, &all, || {
         show::sessions(&all.sessions, !all.next_page_token.is_empty())
     }))
+}
+
+/// `ctxd sessions rm`: each session in turn; the first failure stops it, naming the session.
+async fn remove(sessions: Vec<String>, conn: &Conn) -> Result<String> {
+    let mut client = connect(conn).await?;
+    let mut done = Vec::new();
+    for session in sessions {
+        let req = pb::DeleteSessionRequest {
+            session_id: session,
+        };
+        done.push(call("DeleteSession", client.delete_session(req)).await?);
+    }
+    Ok(output(conn, &done, || show::deleted(&done)))
 }
 
 async fn log(mut req: pb::LogRequest, limit: u32, conn: &Conn) -> Result<String> {

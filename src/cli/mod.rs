@@ -92,9 +92,25 @@ struct StorageArgs {
     /// Connections to PostgreSQL for reads and writes (the group committer keeps two more).
     #[arg(long, env = "CTXD_PG_POOL_SIZE", default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..))]
     pg_pool_size: u32,
+    /// Deletes sessions no branch of which moved for this many days, in the background (at
+    /// start, then hourly), at most --retention-batch at a time; each batch is logged and
+    /// counted in `ctxd_retention_batches_total`. Off by default.
+    #[arg(long, env = "CTXD_RETAIN_IDLE_DAYS", value_parser = clap::value_parser!(u32).range(1..))]
+    retain_idle_days: Option<u32>,
+    /// Sessions the retention policy deletes per batch.
+    #[arg(long, env = "CTXD_RETENTION_BATCH", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
+    retention_batch: u32,
 }
 
 impl StorageArgs {
+    fn retention(&self) -> Option<crate::retention::Retention> {
+        self.retain_idle_days
+            .map(|days| crate::retention::Retention {
+                batch: self.retention_batch,
+                ..crate::retention::Retention::idle_days(days)
+            })
+    }
+
     fn config(&self) -> crate::store::Config {
         crate::store::Config {
             busy_timeout: std::time::Duration::from_millis(self.busy_timeout_ms),
@@ -318,6 +334,7 @@ pub fn main() -> anyhow::Result<()> {
                     api_keys,
                     tls,
                     http: None,
+                    retention: storage.retention(),
                 };
                 let addrs = Addrs {
                     listen,

@@ -338,6 +338,40 @@ pub fn pinned(r: &pb::PinResponse) -> String {
     out
 }
 
+/// `ctxd sessions rm`: one line a session.
+pub fn deleted(done: &[pb::DeleteSessionResponse]) -> String {
+    let mut out = String::new();
+    for r in done {
+        let Some(t) = &r.tombstone else { continue };
+        let what = if r.already_deleted {
+            "was already deleted"
+        } else {
+            "deleted"
+        };
+        let _ = writeln!(
+            out,
+            "session {} {what}: {} nodes, {} branches, {} summaries (by {:?} at {})",
+            t.session_id,
+            t.nodes,
+            t.branches,
+            t.summaries,
+            t.deleted_by,
+            time(t.deleted_at_unix_ms),
+        );
+    }
+    out
+}
+
+/// `ctxd gc`.
+pub fn garbage(r: &pb::CollectGarbageResponse) -> String {
+    format!(
+        "{} sessions, {} tombstones
+database {} bytes, {} free for reuse; {} bytes given back
+",
+        r.sessions, r.tombstones, r.database_bytes, r.free_bytes, r.released_bytes
+    )
+}
+
 /// A summary kind without its `SUMMARY_KIND_` prefix, in lower case.
 pub fn kind(value: i32) -> String {
     pb::SummaryKind::try_from(value).map_or_else(

@@ -21,3 +21,22 @@ pub struct Branch {
     pub head: Option<(NodeId, Hash)>,
     pub updated_at_ms: i64,
 }
+
+/// What is left of a deleted session, for the audit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tombstone {
+    pub session: SessionId,
+    /// The tenant the session belonged to.
+    pub tenant: super::Tenant,
+    /// The tenant whose key deleted it, or [`Tombstone::RETENTION`].
+    pub deleted_by: String,
+    pub deleted_at_ms: i64,
+    pub nodes: u64,
+    pub branches: u32,
+    pub summaries: u32,
+}
+
+impl Tombstone {
+    /// `deleted_by` of a session the retention policy deleted.
+    pub const RETENTION: &'static str = "retention";
+}

@@ -23,7 +23,7 @@ use super::writes::BatchRows;
 use super::{Error, Result};
 use crate::domain::{
     self, Branch, BranchName, CompactionEvent, CompactionId, EventKind, Hash, NodeId, Reason,
-    SessionId, Summary, SummaryId, Tenant,
+    SessionId, Summary, SummaryId, Tenant, Tombstone,
 };
 
 /// A database engine under the store.
@@ -36,6 +36,12 @@ pub(super) trait Backend: Send + Sync + 'static {
     /// committer's batches: a transaction reads what it checks and writes in one unit.
     async fn begin_write(&self) -> Result<Box<dyn WriteTx>>;
 
+    /// A write transaction for a session's deletion, which removes children and parents
+    /// alike (SQLite's skips foreign-key checks, which would scan the nodes once per node).
+    async fn begin_delete(&self) -> Result<Box<dyn WriteTx>> {
+        self.begin_write().await
+    }
+
     /// A failed write, said more precisely where the engine can (SQLite: an I/O error while
     /// the disk has no room is a full database).
     fn diagnose(&self, error: Error) -> Error;
@@ -44,8 +50,28 @@ pub(super) trait Backend: Send + Sync + 'static {
     /// effect.
     async fn set_max_db_bytes(&self, bytes: Option<u64>) -> Result<u64>;
 
+    /// Copies the database, consistent at one moment, to the new file `to`; returns its size.
+    async fn backup(&self, to: &std::path::Path) -> Result<u64>;
+
+    /// The database's size and its free space.
+    async fn footprint(&self) -> Result<Footprint>;
+
+    /// Gives the free space of deleted rows back to the operating system where the engine can
+    /// do it without stopping writers (SQLite in incremental auto-vacuum mode; PostgreSQL's
+    /// autovacuum does it by itself).
+    async fn release_free_space(&self) -> Result<()>;
+
     /// Closes the connections (after the group committer stopped).
     async fn close(&self);
+}
+
+/// How big the database is, in bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Footprint {
+    pub bytes: u64,
+    /// Pages of deleted rows that later writes reuse (SQLite's free list; 0 on PostgreSQL,
+    /// which does not say cheaply).
+    pub free_bytes: u64,
 }
 
 /// The one-row lookups every transaction makes: the reader's, a write's and the committer's.
@@ -210,6 +236,17 @@ pub(super) trait Reads: Lookups {
 
     async fn summarizer_output(&mut self, source: &Hash) -> Result<Option<String>>;
 
+    async fn tombstone(&mut self, session: SessionId) -> Result<Option<Tombstone>>;
+
+    /// The tombstone of the session a plan belonged to when a deletion found it open.
+    async fn plan_tombstone(&mut self, id: CompactionId) -> Result<Option<Tombstone>>;
+
+    /// Sessions with no branch moved since `before_ms` (and created before it), oldest first.
+    async fn idle_sessions(&mut self, before_ms: i64, limit: u32) -> Result<Vec<SessionId>>;
+
+    /// Live sessions and tombstones.
+    async fn session_counts(&mut self) -> Result<(u64, u64)>;
+
     async fn plan(&mut self, session: SessionId, id: CompactionId) -> Result<CompactionPlan> {
         self.find_plan(session, id)
             .await?
@@ -291,6 +328,16 @@ pub(super) trait WriteTx: Reads + AppendTx {
 
     async fn insert_event(&mut self, event: &NewEvent<'_>) -> Result<()>;
 
+    /// The tenant of `session`, locked against concurrent writes to it until the transaction
+    /// ends; `None` for an unknown session.
+    async fn lock_session(&mut self, session: SessionId) -> Result<Option<Tenant>>;
+
+    /// Removes every row of `session` (nodes, branches, functions, summaries, plans, events,
+    /// pins, idempotency records and creation keys, and the blobs no other session refers to),
+    /// records `tombstone` (its counts filled from what was removed) and the plans it found
+    /// open, and returns the tombstone as recorded.
+    async fn delete_session(&mut self, tombstone: Tombstone) -> Result<Deleted>;
+
     /// Keeps (or replaces) the summarizer's output for a source.
     async fn save_summarizer_output(&mut self, source: &Hash, text: &str, now: i64) -> Result<()>;
 
@@ -349,4 +396,12 @@ pub(super) struct NewEvent<'a> {
     pub(super) summary: Option<SummaryId>,
     pub(super) message: &'a str,
     pub(super) at: i64,
+}
+
+/// What a deletion removed.
+#[derive(Debug, Clone)]
+pub(super) struct Deleted {
+    pub(super) tombstone: Tombstone,
+    pub(super) blobs: u64,
+    pub(super) blob_bytes: u64,
 }

@@ -74,7 +74,8 @@ pub(super) struct TargetCache(pub(super) HashMap<TargetKey, TargetState>);
 /// Targets remembered at most; past that the cache starts over.
 const CACHE_TARGETS: usize = 100_000;
 
-/// Blobs known to be stored, by session and hash. Blobs are never deleted, so a blob once
+/// Blobs known to be stored, by session and hash. A blob goes only when the last session
+/// referring to it is deleted, and a deleted session takes no more appends, so a pair once
 /// stored stays true; a blob not known here is written with `ON CONFLICT DO NOTHING` all the
 /// same.
 #[derive(Default)]

@@ -11,7 +11,7 @@ use super::rows::{
 use super::{Error, Result};
 use crate::domain::{
     Branch, BranchName, CompactionEvent, CompactionId, EventKind, Hash, NodeId, Reason, SessionId,
-    Summary, SummaryId, SummaryKind,
+    Summary, SummaryId, SummaryKind, Tenant, Tombstone,
 };
 
 /// A result row, as its driver reads a column (`None`: NULL).
@@ -177,5 +177,21 @@ pub(super) fn event(row: &impl Columns) -> Result<CompactionEvent> {
         summary_id: uuid(row, "summary_id")?.map(SummaryId::from_bytes),
         message: req_text(row, "message")?,
         created_at_ms: req_int(row, "created_at_ms")?,
+    })
+}
+
+/// Columns: session_id, tenant, deleted_by, deleted_at_ms, nodes, branches, summaries.
+pub(super) const TOMBSTONE_COLUMNS: &str =
+    "t.session_id, t.tenant, t.deleted_by, t.deleted_at_ms, t.nodes, t.branches, t.summaries";
+
+pub(super) fn tombstone(row: &impl Columns) -> Result<Tombstone> {
+    Ok(Tombstone {
+        session: SessionId::from_bytes(req_uuid(row, "session_id")?),
+        tenant: Tenant::new(req_text(row, "tenant")?),
+        deleted_by: req_text(row, "deleted_by")?,
+        deleted_at_ms: req_int(row, "deleted_at_ms")?,
+        nodes: u64::try_from(req_int(row, "nodes")?).unwrap_or(0),
+        branches: u32_of(row, "branches")?,
+        summaries: u32_of(row, "summaries")?,
     })
 }

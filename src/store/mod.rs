@@ -16,6 +16,7 @@ mod decode;
 mod driver;
 mod idempotency;
 mod import;
+mod lifecycle;
 mod open;
 mod pins;
 mod postgres;
@@ -30,9 +31,11 @@ use std::path::PathBuf;
 
 use crate::domain;
 pub use append::{AppendOutcome, AppendRequest, AppendTarget};
+pub use backend::Footprint;
 pub use clock::now_ms;
 pub use compaction::{Applied, CompactionPlan, PlanState};
 pub use idempotency::CreationKey;
+pub use lifecycle::Deletion;
 pub use open::{Config, Database, Store};
 pub use reads::PathTarget;
 pub use scope::{Scoped, ScopedPlan};
@@ -46,6 +49,13 @@ pub async fn backup(db: &str, to: &std::path::Path) -> Result<u64> {
             path: postgres::redact(&url).into(),
             problem: "is PostgreSQL: back it up with pg_dump (or the server's own backups)".into(),
         }),
+    }
+}
+
+impl Store {
+    /// Copies this store's database to the new file `to` while it serves (as [`backup`]).
+    pub async fn backup_to(&self, to: &std::path::Path) -> Result<u64> {
+        self.backend.backup(to).await
     }
 }
 

@@ -240,7 +240,7 @@ const CACHED_PATHS: usize = 4096;
 const CACHED_NODE_BYTES: usize = 256 * 1024 * 1024;
 
 /// Decoded nodes and the paths through them. Both are immutable in the store, so nothing here
-/// is ever stale; it is only bounded.
+/// is ever stale; it is only bounded, and emptied when a session is deleted.
 #[derive(Default)]
 pub(super) struct ReadCache {
     nodes: HashMap<NodeId, Arc<Node>>,
@@ -249,6 +249,10 @@ pub(super) struct ReadCache {
 }
 
 impl ReadCache {
+    pub(super) fn clear(&mut self) {
+        *self = Self::default();
+    }
+
     fn insert_node(&mut self, node: Arc<Node>) {
         let bytes = 256
             + node

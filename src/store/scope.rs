@@ -51,7 +51,8 @@ impl ScopedPlan {
     }
 }
 
-/// Sessions whose tenant is known: each session's tenant never changes.
+/// Sessions whose tenant is known: a session's tenant never changes, and a deleted session is
+/// forgotten.
 #[derive(Default)]
 pub(super) struct Owners(Mutex<HashMap<SessionId, Tenant>>);
 
@@ -65,6 +66,11 @@ impl Owners {
             owners.clear();
         }
         owners.insert(session, tenant.clone());
+    }
+
+    /// A deleted session's owner is no longer known.
+    pub(super) fn forget(&self, session: SessionId) {
+        self.0.lock().expect("owners lock").remove(&session);
     }
 
     fn knows(&self, session: SessionId, tenant: &Tenant) -> bool {

@@ -154,6 +154,30 @@ impl TestDb {
     }
 }
 
+impl TestDb {
+    /// Runs `sql` (a write, say to age a session) directly on the database.
+    pub async fn execute(&self, sql: &str) {
+        let sql = sqlx::AssertSqlSafe(sql.to_owned());
+        match &self.kind {
+            DbKind::Sqlite { path, .. } => {
+                let options = sqlx::sqlite::SqliteConnectOptions::new().filename(path);
+                let mut conn = sqlx::SqliteConnection::connect_with(&options)
+                    .await
+                    .expect("open the SQLite file");
+                sqlx::query(sql).execute(&mut conn).await.expect("execute");
+                let _ = conn.close().await;
+            }
+            DbKind::Postgres { .. } => {
+                let mut conn = sqlx::PgConnection::connect(&self.url())
+                    .await
+                    .expect("connect to PostgreSQL");
+                sqlx::query(sql).execute(&mut conn).await.expect("execute");
+                let _ = conn.close().await;
+            }
+        }
+    }
+}
+
 impl Drop for TestDb {
     fn drop(&mut self) {
         let DbKind::Postgres { server, schema } = &self.kind else {

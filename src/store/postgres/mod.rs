@@ -22,7 +22,7 @@ use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::{PgConnection, Postgres};
 use tokio::sync::mpsc;
 
-use super::backend::{Backend, Reads, WriteTx};
+use super::backend::{Backend, Footprint, Reads, WriteTx};
 use super::commit::{MAX_BATCH, Message, group_committer};
 use super::{Config, Error, Result};
 
@@ -127,6 +127,30 @@ impl Backend for PostgresBackend {
                 .into(),
         )
         .into())
+    }
+
+    async fn backup(&self, _to: &std::path::Path) -> Result<u64> {
+        Err(crate::domain::Error::FailedPrecondition(
+            "to: the database is PostgreSQL: back it up with pg_dump (or the server's own \
+             backups)"
+                .into(),
+        )
+        .into())
+    }
+
+    async fn footprint(&self) -> Result<Footprint> {
+        let bytes: i64 = sqlx::query_scalar("SELECT pg_database_size(current_database())")
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(Footprint {
+            bytes: u64::try_from(bytes).unwrap_or(0),
+            free_bytes: 0,
+        })
+    }
+
+    /// PostgreSQL's autovacuum reclaims deleted rows by itself.
+    async fn release_free_space(&self) -> Result<()> {
+        Ok(())
     }
 
     async fn close(&self) {

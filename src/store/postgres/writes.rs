@@ -8,9 +8,11 @@ use async_trait::async_trait;
 use sqlx::{Postgres, QueryBuilder};
 
 use super::{Conn, Connection, Write};
-use crate::domain::{BranchName, CompactionId, Hash, NodeId, SessionId, Summary, Tenant};
+use crate::domain::{
+    BranchName, CompactionId, Hash, NodeId, SessionId, Summary, Tenant, Tombstone,
+};
 use crate::store::Result;
-use crate::store::backend::{AppendTx, NewEvent, WriteTx};
+use crate::store::backend::{AppendTx, Deleted, NewEvent, WriteTx};
 use crate::store::compaction::{CompactionPlan, PlanState};
 use crate::store::idempotency::CreationKey;
 use crate::store::rows::{budget_json, ledger_json, metadata_json, pack_ids, pack_summaries};
@@ -370,6 +372,78 @@ impl WriteTx for Conn<Write> {
         .execute(&mut *self.0.tx)
         .await?;
         Ok(())
+    }
+
+    async fn lock_session(&mut self, session: SessionId) -> Result<Option<Tenant>> {
+        // An append locks the session FOR SHARE: this waits for those in flight, and those
+        // after it find no session.
+        let tenant: Option<String> =
+            sqlx::query_scalar("SELECT tenant FROM sessions WHERE id = $1 FOR UPDATE")
+                .bind(sid(session))
+                .fetch_optional(self.conn())
+                .await?;
+        Ok(tenant.map(Tenant::new))
+    }
+
+    async fn delete_session(&mut self, mut tombstone: Tombstone) -> Result<Deleted> {
+        let session = sid(tombstone.session);
+        let (nodes, branches, summaries, blobs, blob_bytes): (i64, i64, i64, i64, i64) =
+            sqlx::query_as(
+                "SELECT (SELECT count(*) FROM nodes WHERE session_id = $1),
+                        (SELECT count(*) FROM branches WHERE session_id = $1),
+                        (SELECT count(*) FROM summaries WHERE session_id = $1),
+                        (SELECT count(*) FROM blobs WHERE session_id = $1),
+                        (SELECT coalesce(sum(size), 0)::BIGINT FROM blobs WHERE session_id = $1)",
+            )
+            .bind(&session)
+            .fetch_one(self.conn())
+            .await?;
+        tombstone.nodes = u64::try_from(nodes).unwrap_or(0);
+        tombstone.branches = u32::try_from(branches).unwrap_or(u32::MAX);
+        tombstone.summaries = u32::try_from(summaries).unwrap_or(u32::MAX);
+        // Referring rows before the rows they refer to.
+        for statement in [
+            "INSERT INTO tombstone_plans (compaction_id, session_id)
+             SELECT id, session_id FROM compactions WHERE session_id = $1 AND state = 'open'",
+            // The server summarizer's outputs of this session's summaries are its content too.
+            "DELETE FROM summarizer_outputs
+             WHERE text IN (SELECT text FROM summaries WHERE session_id = $1)",
+            "DELETE FROM summaries WHERE session_id = $1",
+            "DELETE FROM compaction_events WHERE session_id = $1",
+            "DELETE FROM compactions WHERE session_id = $1",
+            "DELETE FROM compaction_owners WHERE session_id = $1",
+            "DELETE FROM pins WHERE session_id = $1",
+            "DELETE FROM idempotency WHERE session_id = $1",
+            "DELETE FROM branches WHERE session_id = $1",
+            "DELETE FROM functions WHERE session_id = $1",
+            "DELETE FROM session_keys WHERE session_id = $1",
+            "DELETE FROM nodes WHERE session_id = $1",
+            "DELETE FROM blobs WHERE session_id = $1",
+            "DELETE FROM sessions WHERE id = $1",
+        ] {
+            sqlx::query(statement)
+                .bind(&session)
+                .execute(self.conn())
+                .await?;
+        }
+        sqlx::query(
+            "INSERT INTO tombstones (session_id, tenant, deleted_by, deleted_at_ms, nodes,
+             branches, summaries) VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        )
+        .bind(&session)
+        .bind(tombstone.tenant.as_str())
+        .bind(&tombstone.deleted_by)
+        .bind(tombstone.deleted_at_ms)
+        .bind(nodes)
+        .bind(i32::try_from(branches).unwrap_or(i32::MAX))
+        .bind(i32::try_from(summaries).unwrap_or(i32::MAX))
+        .execute(self.conn())
+        .await?;
+        Ok(Deleted {
+            tombstone,
+            blobs: u64::try_from(blobs).unwrap_or(0),
+            blob_bytes: u64::try_from(blob_bytes).unwrap_or(0),
+        })
     }
 
     async fn save_summarizer_output(&mut self, source: &Hash, text: &str, now: i64) -> Result<()> {

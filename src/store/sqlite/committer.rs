@@ -15,8 +15,8 @@ use tokio::sync::{Mutex, OwnedMutexGuard, mpsc};
 
 use super::fault::Quota;
 use super::{
-    BRANCH_HEAD, Config, FUNCTION_ROW, NODE_ROW, SESSION_EXISTS, blob_stored_once, insert_blobs,
-    insert_functions, insert_nodes,
+    BRANCH_HEAD, Config, FUNCTION_ROW, NODE_ROW, SESSION_EXISTS, blob_ref_once, blob_stored_once,
+    insert_blob_refs, insert_blobs, insert_functions, insert_nodes,
 };
 use crate::domain::{BranchName, Hash, NodeId, SessionId};
 use crate::store::append::AppendOutcome;
@@ -237,6 +237,11 @@ impl AppendTx for Committer {
                 "VALUES (?, ?, ?, ?)",
                 blob_stored_once!()
             ))?;
+            let mut refer = c.prepare_cached(concat!(
+                insert_blob_refs!(),
+                "VALUES (?, ?)",
+                blob_ref_once!()
+            ))?;
             for blob in &rows.blobs {
                 insert.execute((
                     blob.hash.0.as_slice(),
@@ -244,6 +249,7 @@ impl AppendTx for Committer {
                     blob.codec,
                     blob.data.as_slice(),
                 ))?;
+                refer.execute((blob.session.as_bytes().as_slice(), blob.hash.0.as_slice()))?;
             }
         }
         let mut insert = c.prepare_cached(concat!(

@@ -20,12 +20,13 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use sqlx::pool::PoolConnection;
 use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+    SqliteAutoVacuum, SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
+    SqliteSynchronous,
 };
 use sqlx::{Sqlite, SqliteConnection};
 use tokio::sync::mpsc;
 
-use super::backend::{Backend, Reads, WriteTx};
+use super::backend::{Backend, Footprint, Reads, WriteTx};
 use super::commit::{MAX_BATCH, Message};
 use super::{Config, Error, Fault, Result};
 use fault::Quota;
@@ -53,6 +54,18 @@ macro_rules! blob_stored_once {
         " ON CONFLICT (hash) DO NOTHING"
     };
 }
+// Which sessions refer to a blob: the committer writes one row per session and blob it stores,
+// and the row's trigger counts it in `blobs.refs`.
+macro_rules! insert_blob_refs {
+    () => {
+        "INSERT INTO blob_refs (session_id, hash) "
+    };
+}
+macro_rules! blob_ref_once {
+    () => {
+        " ON CONFLICT (session_id, hash) DO NOTHING"
+    };
+}
 macro_rules! insert_nodes {
     () => {
         "INSERT INTO nodes (id, session_id, parent_id, function_id, kind, created_at_ms, hash, \
@@ -64,11 +77,15 @@ macro_rules! insert_functions {
         "INSERT INTO functions (id, session_id) "
     };
 }
-use {blob_stored_once, insert_blobs, insert_functions, insert_nodes};
+use {
+    blob_ref_once, blob_stored_once, insert_blob_refs, insert_blobs, insert_functions, insert_nodes,
+};
 
 /// A SQLite database file, open.
 pub(super) struct SqliteBackend {
     writer: SqlitePool,
+    /// One connection that writes without foreign-key checks, for deletions only.
+    deleter: SqlitePool,
     reader: SqlitePool,
     /// Taken by every write, on the committer's connection or the writer pool's, so that one
     /// waits here in turn rather than in SQLite's busy handler (which sleeps and is unfair).
@@ -98,6 +115,9 @@ pub(super) async fn open(
         .journal_mode(SqliteJournalMode::Wal)
         .synchronous(SqliteSynchronous::Full)
         .foreign_keys(true)
+        // A new file gives the pages of deleted sessions back to the system on request
+        // (`CollectGarbage`); an older file keeps reusing them for new rows.
+        .auto_vacuum(SqliteAutoVacuum::Incremental)
         .busy_timeout(config.busy_timeout);
     let quota = Arc::new(Quota::new(config.max_db_bytes));
     // A local file needs no liveness ping before each use, and each would cost a round
@@ -109,6 +129,15 @@ pub(super) async fn open(
         .map_err(|e| unusable(e.into()))?;
     sqlx::migrate!("./migrations/sqlite")
         .run(&writer)
+        .await
+        .map_err(|e| unusable(e.into()))?;
+    backfill_blob_refs(&writer).await.map_err(|e| unusable(e))?;
+    // Deletions write without foreign-key checks: SQLite would look for each removed node's
+    // children by a full scan (nodes have no index by parent), and a deletion removes every
+    // row of its session, children with parents.
+    let deleter = fault::writer_pool(Arc::clone(&quota))
+        .test_before_acquire(false)
+        .connect_with(options.clone().foreign_keys(false))
         .await
         .map_err(|e| unusable(e.into()))?;
     let reader = SqlitePoolOptions::new()
@@ -125,6 +154,7 @@ pub(super) async fn open(
         .map_err(|e| check::unusable(path, format!("cannot start the committer: {e}")))?;
     let backend = SqliteBackend {
         writer,
+        deleter,
         reader,
         write_lock,
         path: path.to_path_buf(),
@@ -142,6 +172,12 @@ impl Backend for SqliteBackend {
     async fn begin_write(&self) -> Result<Box<dyn WriteTx>> {
         let lock = Arc::clone(&self.write_lock).lock_owned().await;
         let tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
+        Ok(Box::new(Conn(Write { tx, _lock: lock })))
+    }
+
+    async fn begin_delete(&self) -> Result<Box<dyn WriteTx>> {
+        let lock = Arc::clone(&self.write_lock).lock_owned().await;
+        let tx = self.deleter.begin_with("BEGIN IMMEDIATE").await?;
         Ok(Box::new(Conn(Write { tx, _lock: lock })))
     }
 
@@ -167,9 +203,59 @@ impl Backend for SqliteBackend {
         Ok(self.quota.apply(&mut conn).await?)
     }
 
+    async fn backup(&self, to: &Path) -> Result<u64> {
+        backup::copy(&self.path, to).await
+    }
+
+    async fn footprint(&self) -> Result<Footprint> {
+        let mut conn = self.reader.acquire().await?;
+        let (pages, free, page_size): (i64, i64, i64) = sqlx::query_as(
+            "SELECT (SELECT page_count FROM pragma_page_count()),
+                    (SELECT freelist_count FROM pragma_freelist_count()),
+                    (SELECT page_size FROM pragma_page_size())",
+        )
+        .fetch_one(&mut *conn)
+        .await?;
+        let bytes = |pages: i64| u64::try_from(pages.saturating_mul(page_size)).unwrap_or(0);
+        let wal = std::fs::metadata(wal_path(&self.path)).map_or(0, |m| m.len());
+        Ok(Footprint {
+            bytes: bytes(pages) + wal,
+            free_bytes: bytes(free),
+        })
+    }
+
+    /// Frees the free list's pages in steps, each a short write, so appends wait for one step
+    /// at most; then truncates the WAL if no reader holds it.
+    async fn release_free_space(&self) -> Result<()> {
+        const PAGES_PER_STEP: i64 = 4096;
+        loop {
+            let _lock = self.write_lock.lock().await;
+            let mut conn = self.writer.acquire().await?;
+            let (mode, free): (i64, i64) = sqlx::query_as(
+                "SELECT (SELECT auto_vacuum FROM pragma_auto_vacuum()),
+                        (SELECT freelist_count FROM pragma_freelist_count())",
+            )
+            .fetch_one(&mut *conn)
+            .await?;
+            // 2: incremental; a file made before it was the default keeps its free pages.
+            if mode != 2 || free == 0 {
+                sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
+                    .execute(&mut *conn)
+                    .await?;
+                return Ok(());
+            }
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "PRAGMA incremental_vacuum({PAGES_PER_STEP})"
+            )))
+            .execute(&mut *conn)
+            .await?;
+        }
+    }
+
     /// The last connection to close checkpoints the WAL.
     async fn close(&self) {
         self.reader.close().await;
+        self.deleter.close().await;
         self.writer.close().await;
     }
 }
@@ -207,4 +293,57 @@ impl Connection for Write {
     fn conn(&mut self) -> &mut SqliteConnection {
         &mut self.tx
     }
+}
+
+/// The WAL file beside database `path`.
+fn wal_path(path: &Path) -> PathBuf {
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    PathBuf::from(wal)
+}
+
+/// Counts the blobs stored before blobs were counted (migration 0008): the sessions referring
+/// to each are in node bodies, some compressed, so this reads them here, once, in one
+/// transaction. A file whose blobs are counted, or that has none, costs one query.
+async fn backfill_blob_refs(writer: &SqlitePool) -> Result<()> {
+    let uncounted: Option<i64> = sqlx::query_scalar("SELECT 1 FROM blobs WHERE refs = 0 LIMIT 1")
+        .fetch_optional(writer)
+        .await?;
+    if uncounted.is_none() {
+        return Ok(());
+    }
+    let mut tx = writer.begin_with("BEGIN IMMEDIATE").await?;
+    let mut after = 0_i64;
+    loop {
+        let rows = sqlx::query(
+            "SELECT rowid, id, session_id, parent_id, function_id, created_at_ms, hash, body,
+             body_z FROM nodes WHERE rowid > ? ORDER BY rowid LIMIT 1000",
+        )
+        .bind(after)
+        .fetch_all(&mut *tx)
+        .await?;
+        let Some(last) = rows.last() else { break };
+        after = sqlx::Row::try_get(last, "rowid")?;
+        for row in &rows {
+            let session: Vec<u8> = sqlx::Row::try_get(row, "session_id")?;
+            let node = super::decode::node(row)?;
+            for hash in super::body::Body::parse(&node.body)?.blob_refs() {
+                sqlx::query(concat!(
+                    insert_blob_refs!(),
+                    "VALUES (?, ?)",
+                    blob_ref_once!()
+                ))
+                .bind(&session)
+                .bind(hash.0.as_slice())
+                .execute(&mut *tx)
+                .await?;
+            }
+        }
+    }
+    // A blob no node refers to (its import rolled back after it was written, say) has none.
+    sqlx::query("DELETE FROM blobs WHERE refs = 0")
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(())
 }

@@ -8,12 +8,12 @@ use sqlx::{QueryBuilder, Row, Sqlite};
 use super::{BRANCH_HEAD, Conn, Connection, FUNCTION_ROW, NODE_ROW, SESSION_EXISTS};
 use crate::domain::{
     Branch, BranchName, CompactionEvent, CompactionId, Hash, NodeId, Reason, SessionId, Summary,
-    Tenant,
+    Tenant, Tombstone,
 };
 use crate::store::append::AppendOutcome;
 use crate::store::backend::{BranchStart, Lookups, Reads, SessionRow, StoredBlob};
 use crate::store::compaction::CompactionPlan;
-use crate::store::decode::{self, Columns, SUMMARY_COLUMNS};
+use crate::store::decode::{self, Columns, SUMMARY_COLUMNS, TOMBSTONE_COLUMNS};
 use crate::store::rows::NodeRow;
 use crate::store::{Error, Result};
 
@@ -428,6 +428,54 @@ impl<C: Connection> Reads for Conn<C> {
             .fetch_optional(self.conn())
             .await?;
         Ok(row.map(|r| r.try_get("text")).transpose()?)
+    }
+
+    async fn tombstone(&mut self, session: SessionId) -> Result<Option<Tombstone>> {
+        let sql = format!("SELECT {TOMBSTONE_COLUMNS} FROM tombstones t WHERE t.session_id = ?");
+        let row = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(session.as_bytes().as_slice())
+            .fetch_optional(self.conn())
+            .await?;
+        row.as_ref().map(decode::tombstone).transpose()
+    }
+
+    async fn plan_tombstone(&mut self, id: CompactionId) -> Result<Option<Tombstone>> {
+        let sql = format!(
+            "SELECT {TOMBSTONE_COLUMNS} FROM tombstone_plans p
+             JOIN tombstones t ON t.session_id = p.session_id WHERE p.compaction_id = ?"
+        );
+        let row = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(id.as_bytes().as_slice())
+            .fetch_optional(self.conn())
+            .await?;
+        row.as_ref().map(decode::tombstone).transpose()
+    }
+
+    async fn idle_sessions(&mut self, before_ms: i64, limit: u32) -> Result<Vec<SessionId>> {
+        let rows = sqlx::query(
+            "SELECT s.id FROM sessions s WHERE s.created_at_ms < ?1 AND NOT EXISTS
+               (SELECT 1 FROM branches b WHERE b.session_id = s.id AND b.updated_at_ms >= ?1)
+             ORDER BY s.id LIMIT ?2",
+        )
+        .bind(before_ms)
+        .bind(i64::from(limit))
+        .fetch_all(self.conn())
+        .await?;
+        rows.iter()
+            .map(|row| Ok(SessionId::from_bytes(decode::req_uuid(row, "id")?)))
+            .collect()
+    }
+
+    async fn session_counts(&mut self) -> Result<(u64, u64)> {
+        let (sessions, tombstones): (i64, i64) = sqlx::query_as(
+            "SELECT (SELECT count(*) FROM sessions), (SELECT count(*) FROM tombstones)",
+        )
+        .fetch_one(self.conn())
+        .await?;
+        Ok((
+            u64::try_from(sessions).unwrap_or(0),
+            u64::try_from(tombstones).unwrap_or(0),
+        ))
     }
 }
 

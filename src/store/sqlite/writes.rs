@@ -6,10 +6,15 @@ use std::collections::BTreeMap;
 use async_trait::async_trait;
 use sqlx::{QueryBuilder, Sqlite};
 
-use super::{Conn, Write, blob_stored_once, insert_blobs, insert_functions, insert_nodes};
-use crate::domain::{BranchName, CompactionId, Hash, NodeId, SessionId, Summary, Tenant};
+use super::{
+    Conn, Write, blob_ref_once, blob_stored_once, insert_blob_refs, insert_blobs, insert_functions,
+    insert_nodes,
+};
+use crate::domain::{
+    BranchName, CompactionId, Hash, NodeId, SessionId, Summary, Tenant, Tombstone,
+};
 use crate::store::Result;
-use crate::store::backend::{AppendTx, NewEvent, WriteTx};
+use crate::store::backend::{AppendTx, Deleted, NewEvent, Reads, WriteTx};
 use crate::store::compaction::{CompactionPlan, PlanState};
 use crate::store::idempotency::CreationKey;
 use crate::store::rows::{budget_json, ledger_json, metadata_json, pack_ids, pack_summaries};
@@ -48,6 +53,12 @@ fn push_writes(rows: &BatchRows, sql: &mut QueryBuilder<Sqlite>) {
                 .push_bind(blob.data.clone());
         });
         sql.push(concat!(blob_stored_once!(), "; "));
+        sql.push(insert_blob_refs!());
+        sql.push_values(chunk, |mut row, blob| {
+            row.push_bind(blob.session.as_bytes().to_vec())
+                .push_bind(blob.hash.0.to_vec());
+        });
+        sql.push(concat!(blob_ref_once!(), "; "));
     }
     for chunk in rows.nodes.chunks(ROWS_PER_STATEMENT) {
         sql.push(insert_nodes!());
@@ -343,6 +354,78 @@ impl WriteTx for Conn<Write> {
         .execute(&mut *self.0.tx)
         .await?;
         Ok(())
+    }
+
+    async fn lock_session(&mut self, session: SessionId) -> Result<Option<Tenant>> {
+        // The store's write lock, held by this transaction, is the lock.
+        self.session_tenant(session).await
+    }
+
+    async fn delete_session(&mut self, mut tombstone: Tombstone) -> Result<Deleted> {
+        let sid = tombstone.session.as_bytes().to_vec();
+        let (nodes, branches, summaries): (i64, i64, i64) = sqlx::query_as(
+            "SELECT (SELECT count(*) FROM nodes WHERE session_id = ?1),
+                    (SELECT count(*) FROM branches WHERE session_id = ?1),
+                    (SELECT count(*) FROM summaries WHERE session_id = ?1)",
+        )
+        .bind(&sid)
+        .fetch_one(&mut *self.0.tx)
+        .await?;
+        // Blobs only this session refers to go with it (the `blob_refs_release` trigger).
+        let (blobs, blob_bytes): (i64, i64) = sqlx::query_as(
+            "SELECT count(*), coalesce(sum(b.size), 0) FROM blob_refs r
+             JOIN blobs b ON b.hash = r.hash WHERE r.session_id = ? AND b.refs <= 1",
+        )
+        .bind(&sid)
+        .fetch_one(&mut *self.0.tx)
+        .await?;
+        tombstone.nodes = u64::try_from(nodes).unwrap_or(0);
+        tombstone.branches = u32::try_from(branches).unwrap_or(u32::MAX);
+        tombstone.summaries = u32::try_from(summaries).unwrap_or(u32::MAX);
+        // Children before parents, though this connection does not check foreign keys: on a
+        // deletion SQLite would look for each removed node's children by a full scan of the
+        // nodes, which have no index by parent.
+        for statement in [
+            "INSERT INTO tombstone_plans (compaction_id, session_id)
+             SELECT id, session_id FROM compactions WHERE session_id = ?1 AND state = 'open'",
+            // The server summarizer's outputs of this session's summaries are its content too.
+            "DELETE FROM summarizer_outputs
+             WHERE text IN (SELECT text FROM summaries WHERE session_id = ?1)",
+            "DELETE FROM summaries WHERE session_id = ?1",
+            "DELETE FROM compaction_events WHERE session_id = ?1",
+            "DELETE FROM compactions WHERE session_id = ?1",
+            "DELETE FROM pins WHERE session_id = ?1",
+            "DELETE FROM idempotency WHERE session_id = ?1",
+            "DELETE FROM branches WHERE session_id = ?1",
+            "DELETE FROM functions WHERE id IN (SELECT id FROM nodes WHERE session_id = ?1)",
+            "DELETE FROM session_keys WHERE session_id = ?1",
+            "DELETE FROM nodes WHERE session_id = ?1",
+            "DELETE FROM blob_refs WHERE session_id = ?1",
+            "DELETE FROM sessions WHERE id = ?1",
+        ] {
+            sqlx::query(statement)
+                .bind(&sid)
+                .execute(&mut *self.0.tx)
+                .await?;
+        }
+        sqlx::query(
+            "INSERT INTO tombstones (session_id, tenant, deleted_by, deleted_at_ms, nodes,
+             branches, summaries) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(&sid)
+        .bind(tombstone.tenant.as_str())
+        .bind(&tombstone.deleted_by)
+        .bind(tombstone.deleted_at_ms)
+        .bind(nodes)
+        .bind(branches)
+        .bind(summaries)
+        .execute(&mut *self.0.tx)
+        .await?;
+        Ok(Deleted {
+            tombstone,
+            blobs: u64::try_from(blobs).unwrap_or(0),
+            blob_bytes: u64::try_from(blob_bytes).unwrap_or(0),
+        })
     }
 
     async fn save_summarizer_output(&mut self, source: &Hash, text: &str, now: i64) -> Result<()> {
