@@ -11,8 +11,8 @@ CREATE TABLE tombstones (
     deleted_by    TEXT   NOT NULL,
     deleted_at_ms BIGINT NOT NULL,
     nodes         BIGINT NOT NULL,
-    branches      INT    NOT NULL,
-    summaries     INT    NOT NULL
+    branches      BIGINT NOT NULL,
+    summaries     BIGINT NOT NULL
 );
 
 -- The plans a deletion found open, so their commit is answered as stale, not as unknown

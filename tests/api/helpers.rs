@@ -917,3 +917,27 @@ pub fn transcript(messages: &[pb::RenderedMessage]) -> Vec<String> {
         })
         .collect()
 }
+
+// ---------------------------------------------------------------- API keys
+
+pub type KeyedClient =
+    ContextStoreClient<tonic::service::interceptor::InterceptedService<Channel, Bearer>>;
+
+/// Sends `authorization: Bearer <key>` with every call.
+#[derive(Clone)]
+pub struct Bearer(tonic::metadata::MetadataValue<tonic::metadata::Ascii>);
+
+impl tonic::service::Interceptor for Bearer {
+    fn call(&mut self, mut request: tonic::Request<()>) -> Result<tonic::Request<()>, Status> {
+        request
+            .metadata_mut()
+            .insert("authorization", self.0.clone());
+        Ok(request)
+    }
+}
+
+/// A client that presents `key`.
+pub async fn keyed_client(addr: SocketAddr, key: &str) -> KeyedClient {
+    let bearer = Bearer(format!("Bearer {key}").parse().expect("ASCII"));
+    ContextStoreClient::with_interceptor(channel(addr).await, bearer)
+}

@@ -23,6 +23,7 @@ mod helpers;
 mod idempotency;
 mod import;
 mod inspector;
+mod lifecycle;
 mod limits;
 mod pairing;
 mod pins;

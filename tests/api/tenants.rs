@@ -1,16 +1,10 @@
 //! Tenants: with API keys, every session belongs to the key's tenant, and another tenant's ids
 //! answer exactly like ids that do not exist, without a byte of the owner's data.
 
-use std::net::SocketAddr;
-
 use ctxd::api::auth::ApiKeys;
 use ctxd::api::pb;
 use ctxd::server::Options;
-use pb::context_store_client::ContextStoreClient;
-use tonic::metadata::{Ascii, MetadataValue};
-use tonic::service::interceptor::InterceptedService;
-use tonic::transport::Channel;
-use tonic::{Code, Request, Status};
+use tonic::{Code, Status};
 
 use crate::helpers::*;
 
@@ -18,25 +12,6 @@ const ACME_KEY: &str = "acme-6f1d0c2b9e8a4c31";
 const GLOBEX_KEY: &str = "globex-0a7e55d3c1b24f96";
 /// In every piece of acme's data, so any leak of it shows.
 const SECRET: &str = "acme-confidential-7c1e";
-
-type KeyedClient = ContextStoreClient<InterceptedService<Channel, Bearer>>;
-
-#[derive(Clone)]
-struct Bearer(MetadataValue<Ascii>);
-
-impl tonic::service::Interceptor for Bearer {
-    fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
-        request
-            .metadata_mut()
-            .insert("authorization", self.0.clone());
-        Ok(request)
-    }
-}
-
-async fn keyed(addr: SocketAddr, key: &str) -> KeyedClient {
-    let bearer = Bearer(format!("Bearer {key}").parse().expect("ASCII"));
-    ContextStoreClient::with_interceptor(channel(addr).await, bearer)
-}
 
 /// A server with two tenants' keys, on 127.0.0.1:0 over a fresh database; stops when dropped.
 async fn two_tenants() -> (TestDb, Server) {
@@ -275,8 +250,8 @@ fn normalized(status: &Status, ids: &Ids) -> (Code, String, Vec<u8>) {
 #[tokio::test]
 async fn another_tenants_ids_answer_like_unknown_ones_and_leak_nothing() {
     let (_dir, server) = two_tenants().await;
-    let mut acme = keyed(server.addr, ACME_KEY).await;
-    let mut globex = keyed(server.addr, GLOBEX_KEY).await;
+    let mut acme = keyed_client(server.addr, ACME_KEY).await;
+    let mut globex = keyed_client(server.addr, GLOBEX_KEY).await;
     let ids = acme_data(&mut acme).await;
     let own = globex
         .create_session(pb::CreateSessionRequest::default())
@@ -360,8 +335,8 @@ async fn another_tenants_ids_answer_like_unknown_ones_and_leak_nothing() {
 #[tokio::test]
 async fn each_tenant_lists_and_reads_only_its_own_sessions() {
     let (_dir, server) = two_tenants().await;
-    let mut acme = keyed(server.addr, ACME_KEY).await;
-    let mut globex = keyed(server.addr, GLOBEX_KEY).await;
+    let mut acme = keyed_client(server.addr, ACME_KEY).await;
+    let mut globex = keyed_client(server.addr, GLOBEX_KEY).await;
     let mut mine = Vec::new();
     for i in 0..5 {
         for (client, owner) in [(&mut acme, "acme"), (&mut globex, "globex")] {

@@ -435,8 +435,8 @@ impl WriteTx for Conn<Write> {
         .bind(&tombstone.deleted_by)
         .bind(tombstone.deleted_at_ms)
         .bind(nodes)
-        .bind(i32::try_from(branches).unwrap_or(i32::MAX))
-        .bind(i32::try_from(summaries).unwrap_or(i32::MAX))
+        .bind(branches)
+        .bind(summaries)
         .execute(self.conn())
         .await?;
         Ok(Deleted {

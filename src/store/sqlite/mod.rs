@@ -115,23 +115,23 @@ pub(super) async fn open(
         .journal_mode(SqliteJournalMode::Wal)
         .synchronous(SqliteSynchronous::Full)
         .foreign_keys(true)
-        // A new file gives the pages of deleted sessions back to the system on request
-        // (`CollectGarbage`); an older file keeps reusing them for new rows.
-        .auto_vacuum(SqliteAutoVacuum::Incremental)
         .busy_timeout(config.busy_timeout);
     let quota = Arc::new(Quota::new(config.max_db_bytes));
     // A local file needs no liveness ping before each use, and each would cost a round
     // trip to the connection's thread.
+    // A new file gives the pages of deleted sessions back to the system on request
+    // (`CollectGarbage`); an older file keeps reusing them for new rows. Set by the writer,
+    // which creates the file; a reader's connection is read-only.
     let writer = fault::writer_pool(Arc::clone(&quota))
         .test_before_acquire(false)
-        .connect_with(options.clone())
+        .connect_with(options.clone().auto_vacuum(SqliteAutoVacuum::Incremental))
         .await
         .map_err(|e| unusable(e.into()))?;
     sqlx::migrate!("./migrations/sqlite")
         .run(&writer)
         .await
         .map_err(|e| unusable(e.into()))?;
-    backfill_blob_refs(&writer).await.map_err(|e| unusable(e))?;
+    backfill_blob_refs(&writer).await.map_err(&unusable)?;
     // Deletions write without foreign-key checks: SQLite would look for each removed node's
     // children by a full scan (nodes have no index by parent), and a deletion removes every
     // row of its session, children with parents.
