@@ -232,7 +232,7 @@ async fn a_deleted_session_leaves_only_its_tombstone_and_shared_blobs_stay() {
         .into_iter()
         .map(|s| s.session_id)
         .collect();
-    assert_eq!(listed, [keep.clone()]);
+    assert_eq!(listed, std::slice::from_ref(&keep));
 
     // Deleting it again answers the same tombstone and changes nothing.
     let again = delete(&mut app.client, &gone)
