@@ -1,6 +1,9 @@
 //! Kill -9 under load: `ctxd serve` killed at a random moment while 8 clients append to 16
-//! sessions, restarted on the same file, cycle after cycle. Nothing acknowledged is lost, no
-//! idempotency key is applied twice, and the SQLite file stays consistent.
+//! sessions and one more creates, fills and deletes scratch sessions (sharing content with the
+//! others) and backs the database up, restarted on the same file, cycle after cycle. Nothing
+//! acknowledged is lost, no idempotency key is applied twice, no acknowledged deletion comes
+//! back, no shared blob goes with a deleted session, every acknowledged backup is whole, and
+//! the SQLite file stays consistent.
 //!
 //! `CTXD_CRASH_CYCLES` sets the number of kills (default 20); `CTXD_CRASH_SEED` replays the
 //! random choices (kill delays, sessions, shapes) of a failed run, whose seed it prints.
@@ -61,6 +64,29 @@ async fn assert_file_consistent(db: &Path, cycle: usize) {
         "cycle {cycle}: {} dangling references",
         dangling.len()
     );
+    // Every blob counted by exactly the sessions referring to it, none left unreferenced.
+    for (sql, what) in [
+        (
+            "SELECT COUNT(*) FROM blobs b
+             WHERE b.refs <> (SELECT COUNT(*) FROM blob_refs r WHERE r.hash = b.hash)",
+            "blobs counted wrong",
+        ),
+        (
+            "SELECT COUNT(*) FROM blobs WHERE refs <= 0",
+            "blobs no session refers to",
+        ),
+        (
+            "SELECT COUNT(*) FROM blob_refs r
+             WHERE NOT EXISTS (SELECT 1 FROM sessions s WHERE s.id = r.session_id)",
+            "blob references of deleted sessions",
+        ),
+    ] {
+        let n: i64 = sqlx::query_scalar(sql)
+            .fetch_one(&mut conn)
+            .await
+            .expect("count");
+        assert_eq!(n, 0, "cycle {cycle}: {what}");
+    }
     conn.close().await.expect("close");
 }
 
@@ -172,6 +198,109 @@ async fn appender(
         }
     }
     unreachable!("the loop ends at the first failure")
+}
+
+/// What the lifecycle worker saw before the server died.
+#[derive(Default)]
+struct Scratch {
+    /// Sessions whose deletion was acknowledged.
+    deleted: Vec<String>,
+    /// Creation keys of scratch sessions whose deletion was not (yet) acknowledged.
+    pending: Vec<String>,
+    /// Backups acknowledged, not yet checked.
+    backups: Vec<std::path::PathBuf>,
+    backups_checked: usize,
+}
+
+/// Creates a scratch session (with a creation key, so one cut off can be found again), fills
+/// it with content the appenders also write, deletes it, and every third time backs the
+/// database up; until the first failure.
+async fn lifecycle_worker(addr: SocketAddr, backups: std::path::PathBuf, cycle: usize) -> Scratch {
+    let mut client = connect(addr).await;
+    let mut scratch = Scratch::default();
+    for i in 0.. {
+        let key = format!("scratch-c{cycle}-{i}");
+        scratch.pending.push(key.clone());
+        let Ok(created) = client
+            .create_session(pb::CreateSessionRequest {
+                idempotency_key: key,
+                ..Default::default()
+            })
+            .await
+        else {
+            return scratch;
+        };
+        let session = created.into_inner().session_id;
+        let filled = client
+            .append(append_req(
+                &session,
+                vec![
+                    user(&format!("scratch {cycle} {i}")),
+                    assistant(&shared_output()),
+                ],
+            ))
+            .await;
+        if filled.is_err() || delete_session(&mut client, &session).await.is_err() {
+            return scratch;
+        }
+        scratch.pending.pop();
+        scratch.deleted.push(session);
+        if i % 3 == 0 {
+            let to = backups.join(format!("c{cycle}-{i}.db"));
+            let request = pb::BackupDatabaseRequest {
+                to: to.to_str().expect("UTF-8").into(),
+            };
+            if client.backup_database(request).await.is_err() {
+                return scratch;
+            }
+            scratch.backups.push(to);
+        }
+    }
+    unreachable!("the loop ends at the first failure")
+}
+
+async fn delete_session(
+    client: &mut Client,
+    session: &str,
+) -> Result<pb::DeleteSessionResponse, Status> {
+    client
+        .delete_session(pb::DeleteSessionRequest {
+            session_id: session.into(),
+        })
+        .await
+        .map(tonic::Response::into_inner)
+}
+
+/// Scratch sessions a kill cut off are found by their creation keys and deleted now; every
+/// acknowledged deletion is still one; every acknowledged backup is a whole database.
+async fn settle_scratch(client: &mut Client, scratch: &mut Scratch, cycle: usize) {
+    for key in scratch.pending.drain(..) {
+        let session = client
+            .create_session(pb::CreateSessionRequest {
+                idempotency_key: key,
+                ..Default::default()
+            })
+            .await
+            .expect("the scratch session, created or found by its key")
+            .into_inner()
+            .session_id;
+        delete_session(client, &session)
+            .await
+            .unwrap_or_else(|e| panic!("cycle {cycle}: deleting a cut-off scratch session: {e:?}"));
+        scratch.deleted.push(session);
+    }
+    for session in &scratch.deleted {
+        let again = delete_session(client, session)
+            .await
+            .unwrap_or_else(|e| panic!("cycle {cycle}: the tombstone of {session}: {e:?}"));
+        assert!(again.already_deleted, "cycle {cycle}: {session} came back");
+        let gone = client.get_session(get_session_req(session)).await;
+        assert_eq!(gone.map(|_| ()).map_err(|s| s.code()), Err(Code::NotFound));
+    }
+    for backup in scratch.backups.drain(..) {
+        assert_file_consistent(&backup, cycle).await;
+        scratch.backups_checked += 1;
+    }
 }
 
 /// Everything acknowledged so far, and the state that must hold after every restart.
@@ -348,6 +477,9 @@ async fn kill_9_under_load_loses_and_duplicates_nothing() {
 
     let dir = tempfile::tempdir().expect("temp dir");
     let db = dir.path().join("ctxd.db");
+    let backups = dir.path().join("backups");
+    std::fs::create_dir(&backups).expect("the backups directory");
+    let mut scratch = Scratch::default();
     let started = Instant::now();
     let mut model = Model::default();
     let mut unknown: Vec<Keyed> = Vec::new();
@@ -412,6 +544,7 @@ async fn kill_9_under_load_loses_and_duplicates_nothing() {
                 .into_inner();
             assert_eq!(again, acked.response, "cycle {cycle}: {}", acked.append.key);
         }
+        settle_scratch(&mut client, &mut scratch, cycle).await;
         verify(&mut client, &model, &db, cycle).await;
         if cycle == cycles {
             daemon.kill().await;
@@ -427,6 +560,7 @@ async fn kill_9_under_load_loses_and_duplicates_nothing() {
                 tokio::spawn(appender(daemon.addr, sessions, cycle, worker, seed))
             })
             .collect();
+        let lifecycle = tokio::spawn(lifecycle_worker(daemon.addr, backups.clone(), cycle));
         tokio::time::sleep(delay).await;
         let killed_at = Instant::now();
         daemon.kill().await;
@@ -445,14 +579,28 @@ async fn kill_9_under_load_loses_and_duplicates_nothing() {
             );
             unknown.push(append);
         }
+        let cut = tokio::time::timeout(WAIT, lifecycle)
+            .await
+            .expect("the lifecycle worker notices the kill")
+            .expect("lifecycle task");
+        scratch.deleted.extend(cut.deleted);
+        scratch.pending.extend(cut.pending);
+        scratch.backups.extend(cut.backups);
     }
 
     println!(
         "{cycles} kills in {:?}: {} appends acknowledged ({} nodes), {retried} retried after a \
-         kill, of which {committed_unanswered} had committed unanswered",
+         kill, of which {committed_unanswered} had committed unanswered; {} scratch sessions \
+         deleted, {} backups checked",
         started.elapsed(),
         model.acked.len(),
         model.acked_nodes(None),
+        scratch.deleted.len(),
+        scratch.backups_checked,
+    );
+    assert!(
+        !scratch.deleted.is_empty() && scratch.backups_checked > 0,
+        "deletions and backups ran between kills"
     );
     assert_file_consistent(&db, cycles + 1).await;
     assert!(

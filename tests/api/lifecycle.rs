@@ -605,3 +605,62 @@ fn message_parts(input: pb::NodeInput) -> Option<Vec<pb::ContentPart>> {
         _ => None,
     }
 }
+
+/// A real full disk: the server runs in a mount namespace of its own (`unshare`, no privilege
+/// needed) where the backup's directory is a 64 KiB tmpfs, smaller than the database.
+#[tokio::test]
+async fn a_backup_onto_a_full_disk_is_refused_whole_and_the_server_serves_on() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("ctxd.db");
+    let small = dir.path().join("small");
+    std::fs::create_dir(&small).expect("the tmpfs mount point");
+    let daemon = crate::daemon::Serve::new(&db)
+        .through([
+            "unshare".as_ref(),
+            "-rm".as_ref(),
+            "sh".as_ref(),
+            "-c".as_ref(),
+            r#"mount -t tmpfs -o size=64k tmpfs "$0" && exec "$@""#.as_ref(),
+            small.as_os_str(),
+        ])
+        .start()
+        .await;
+    let mut client = connect(daemon.addr).await;
+    let session = new_session(&mut client).await;
+    for i in 0..12 {
+        let request = append_req(
+            &session,
+            vec![user(&big_text(20_000, &format!("fill {i}")))],
+        );
+        client.append(request).await.expect("Append");
+    }
+    let to = small.join("backup.db");
+    let request = || pb::BackupDatabaseRequest {
+        to: to.to_str().expect("UTF-8").into(),
+    };
+    let full = client.backup_database(request()).await;
+    assert_status(full, Code::ResourceExhausted, "to");
+    let again = client
+        .backup_database(request())
+        .await
+        .expect_err("still full");
+    // Not "exists": the failed copy left nothing under the name.
+    assert_eq!(again.code(), Code::ResourceExhausted, "{again:?}");
+    assert!(again.message().contains("disk is full"), "{again:?}");
+
+    // The server is unaffected: it appends, and backs up where there is room.
+    client
+        .append(append_req(&session, vec![user("after the full disk")]))
+        .await
+        .expect("Append after a failed backup");
+    let roomy = dir.path().join("backup.db");
+    let done = client
+        .backup_database(pb::BackupDatabaseRequest {
+            to: roomy.to_str().expect("UTF-8").into(),
+        })
+        .await
+        .expect("BackupDatabase with room")
+        .into_inner();
+    assert!(done.bytes > 64 * 1024, "{done:?}");
+    daemon.stop().await;
+}
