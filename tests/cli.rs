@@ -658,6 +658,33 @@ fn summaries_and_compact_without_a_summarizer() {
 }
 
 #[test]
+fn sessions_rm_deletes_and_gc_reports() {
+    let server = Server::start();
+    let a = server.import_trace();
+    let b = server.import_trace();
+
+    let out = server.ok(&["sessions", "rm", &a]);
+    assert!(out.starts_with(&format!("session {a} deleted: ")), "{out}");
+    assert!(out.contains(&format!("{TRACE_MESSAGES} nodes")), "{out}");
+    let listed = server.ok(&["sessions"]);
+    assert!(listed.starts_with(&b) && !listed.contains(&a), "{listed}");
+    let again = server.json(&["sessions", "rm", &a]);
+    assert_eq!(again[0]["already_deleted"], true, "{again}");
+    assert_eq!(again[0]["tombstone"]["session_id"], a.as_str(), "{again}");
+    assert_fails(
+        &server.run(&["sessions", "rm", &uuid::Uuid::now_v7().to_string()]),
+        &["DeleteSession failed: NOT_FOUND", "session"],
+    );
+
+    let gc = server.json(&["gc"]);
+    assert_eq!(
+        (gc["sessions"].as_u64(), gc["tombstones"].as_u64()),
+        (Some(1), Some(1))
+    );
+    assert!(gc["database_bytes"].as_u64().is_some_and(|n| n > 0), "{gc}");
+}
+
+#[test]
 fn a_bad_session_id_fails_naming_session_id() {
     let server = Server::start();
     for args in [

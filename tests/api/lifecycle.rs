@@ -664,3 +664,87 @@ async fn a_backup_onto_a_full_disk_is_refused_whole_and_the_server_serves_on() {
     assert!(done.bytes > 64 * 1024, "{done:?}");
     daemon.stop().await;
 }
+
+/// A file written before blobs were counted: opening it counts every blob from the node bodies
+/// (compressed ones too), so a deletion then keeps what another session shares.
+#[tokio::test]
+async fn blobs_stored_before_counting_are_counted_when_the_file_opens() {
+    let db = TestDb::sqlite();
+    let shared = big_text(50_000, "long enough to be stored compressed");
+    // Long arguments: the node body itself is stored compressed.
+    let args = serde_json::json!({ "path": big_text(5000, "a long path") }).to_string();
+    let (keep, gone) = {
+        let server = serve_store(db.open().await, Options::default()).await;
+        let mut client = connect(server.addr).await;
+        let mut sessions = Vec::new();
+        for name in ["keep", "gone"] {
+            let session = new_session(&mut client).await;
+            let request = append_req(
+                &session,
+                vec![
+                    user(name),
+                    assistant_calls("", vec![call("r", "read_file", &args)]),
+                    tool_result("r", &shared),
+                ],
+            );
+            client.append(request).await.expect("Append");
+            sessions.push(session);
+        }
+        server.stop(Duration::from_secs(10)).await;
+        (sessions[0].clone(), sessions[1].clone())
+    };
+    let counted = db.count("SELECT COUNT(*) FROM blob_refs").await;
+    // As an older file has it: no references, nothing counted (the trigger that would take
+    // the blobs along set aside meanwhile).
+    {
+        use sqlx::Connection;
+        let path = db.sqlite_path().expect("a SQLite file");
+        let options = sqlx::sqlite::SqliteConnectOptions::new().filename(path);
+        let mut conn = sqlx::SqliteConnection::connect_with(&options)
+            .await
+            .expect("open the file");
+        let trigger: String = sqlx::query_scalar(
+            "SELECT sql FROM sqlite_master WHERE type = 'trigger' AND name = 'blob_refs_release'",
+        )
+        .fetch_one(&mut conn)
+        .await
+        .expect("the trigger");
+        for sql in [
+            "DROP TRIGGER blob_refs_release",
+            "DELETE FROM blob_refs",
+            "UPDATE blobs SET refs = 0",
+            trigger.as_str(),
+        ] {
+            sqlx::query(sqlx::AssertSqlSafe(sql.to_owned()))
+                .execute(&mut conn)
+                .await
+                .expect("make the file look older");
+        }
+        conn.close().await.expect("close");
+    }
+    let blobs = db.count("SELECT COUNT(*) FROM blobs").await;
+    assert!(blobs > 0);
+    assert_eq!(
+        db.count("SELECT COUNT(*) FROM blobs WHERE refs = 0").await,
+        blobs
+    );
+
+    let server = serve_store(db.open().await, Options::default()).await;
+    assert_eq!(db.count("SELECT COUNT(*) FROM blob_refs").await, counted);
+    assert_eq!(
+        db.count(
+            "SELECT COUNT(*) FROM blobs b
+             WHERE b.refs <> (SELECT COUNT(*) FROM blob_refs r WHERE r.hash = b.hash)"
+        )
+        .await,
+        0
+    );
+    let mut client = connect(server.addr).await;
+    delete(&mut client, &gone).await.expect("DeleteSession");
+    let log = client.log(log_req(&keep)).await.expect("Log").into_inner();
+    let result = log.nodes[0].content.clone().and_then(|c| match c.kind? {
+        pb::node_input::Kind::ToolResult(r) => Some(text_of(&r.parts)),
+        _ => None,
+    });
+    assert_eq!(result.as_deref(), Some(shared.as_str()));
+}
