@@ -12,6 +12,9 @@ use tonic::Code;
 
 use crate::helpers::*;
 
+/// An export's data, and its first chunk's heads and warnings.
+type Exported = (Vec<u8>, Vec<pb::Branch>, Vec<String>);
+
 /// Exports `session` as `format` (branch `branch`); the data, and the first chunk's heads and
 /// warnings.
 async fn export(
@@ -19,7 +22,7 @@ async fn export(
     session: &str,
     format: pb::ExportFormat,
     branch: &str,
-) -> Result<(Vec<u8>, Vec<pb::Branch>, Vec<String>), tonic::Status> {
+) -> Result<Exported, tonic::Status> {
     let mut stream = client
         .export_session(pb::ExportSessionRequest {
             session_id: session.into(),
@@ -492,7 +495,7 @@ async fn bad_requests_name_the_field_and_unknown_ids_are_not_found() {
     let mut app = spawn_app().await;
     let s = app.create_session().await;
     app.append(&s, vec![user("hi")]).await;
-    let err = |r: Result<(Vec<u8>, Vec<pb::Branch>, Vec<String>), tonic::Status>| r.map(|_| ());
+    let err = |r: Result<Exported, tonic::Status>| r.map(|_| ());
     assert_status(
         err(export(
             &mut app.client,
