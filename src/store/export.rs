@@ -73,7 +73,7 @@ impl Store {
         let summaries = conn.summaries(id).await?;
         let pinned = pins::fold(&conn.pin_events(id).await?);
         let mut kept_summaries: Vec<Summary> = Vec::new();
-        for summary in summaries {
+        for mut summary in summaries {
             let nodes_known = summary.covers.iter().all(|n| walk.done.contains(n))
                 && summary
                     .range
@@ -83,6 +83,13 @@ impl Store {
                 .iter()
                 .all(|r| kept_summaries.iter().any(|s| s.id == *r));
             if nodes_known && rolled_known && !summary.covers.is_empty() {
+                // The head it was prepared on may be on a branch deleted since; it is only a
+                // record (renders never read it), so the last node it covers stands in.
+                if !walk.done.contains(&summary.base_head)
+                    && let Some(&last) = summary.covers.last()
+                {
+                    summary.base_head = last;
+                }
                 kept_summaries.push(summary);
             } else {
                 walk.warnings.push(format!(
