@@ -22,6 +22,7 @@ pub mod cli;
 pub mod compact;
 pub mod compaction;
 pub mod domain;
+pub mod export;
 pub mod import;
 pub mod inspector;
 pub mod limits;

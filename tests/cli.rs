@@ -395,6 +395,44 @@ fn import_takes_a_claude_code_session_with_its_sub_agent() {
 }
 
 #[test]
+fn export_then_import_through_the_binary() {
+    let server = Server::start();
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/claude-code");
+    let main = format!("{dir}/258c7280-ae70-4798-800f-63464d01a85d.jsonl");
+    let agent = format!("{dir}/258c7280-agent-a881341.jsonl");
+    let v = server.json(&["import", &main, &agent]);
+    let id = v["session"]["session_id"]
+        .as_str()
+        .expect("session id")
+        .to_owned();
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let file = tmp.path().join("session.ctxd.jsonl");
+    let file = file.to_str().expect("UTF-8 path");
+    let out = server.ok(&["export", &id, "--out", file]);
+    assert!(out.starts_with("exported "), "{out}");
+    // An existing file is not overwritten.
+    assert_fails(&server.run(&["export", &id, "--out", file]), &["creating"]);
+    let copy = server.json(&["import", file]);
+    assert_eq!(copy["format"], "IMPORT_FORMAT_CTXD_JSONL", "{copy}");
+    assert_eq!(copy["functions"], 1, "{copy}");
+    assert_eq!(copy["summaries"], 1, "{copy}");
+    // One branch to stdout, what it leaves out on stderr.
+    let out = server.run(&["export", &id, "--format", "openai"]);
+    assert!(out.status.success());
+    let doc: Value = serde_json::from_slice(&out.stdout).expect("a JSON array");
+    assert!(doc.as_array().is_some_and(|a| !a.is_empty()));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("ctxd: warning:") && stderr.contains("summar"),
+        "{stderr}"
+    );
+    assert_fails(
+        &server.run(&["export", &id, "--branch", "nope", "--format", "claude-code"]),
+        &["NOT_FOUND", "branch"],
+    );
+}
+
+#[test]
 fn sessions_log_and_branch() {
     let server = Server::start();
     let a = server.import_trace();

@@ -253,9 +253,7 @@ pub(super) fn import_source(format: i32, data: &[u8]) -> Result<import::Source, 
         Ok(pb::ImportFormat::NeutralJsonl) => Ok(import::Source::NeutralJsonl),
         Ok(pb::ImportFormat::ClaudeCodeJsonl) => Ok(import::Source::ClaudeCodeJsonl),
         Ok(pb::ImportFormat::OpenaiMessages) => Ok(import::Source::OpenAiMessages),
-        Ok(pb::ImportFormat::CtxdJsonl) => Err(Status::unimplemented(
-            "format: ctxd JSONL import is not built yet",
-        )),
+        Ok(pb::ImportFormat::CtxdJsonl) => Ok(import::Source::CtxdJsonl),
         Err(_) => Err(domain_status(Error::invalid(
             "format",
             format!("unknown value {format}"),

@@ -501,10 +501,23 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
         let source = parse::import_source(format, &data)?;
         let metadata: BTreeMap<String, String> = metadata.into_iter().collect();
         let key = CreationKey::import(idempotency_key, format, &metadata, &data);
-        let plan = tokio::task::spawn_blocking(move || import::parse(source, &data))
+        let mut plan = tokio::task::spawn_blocking(move || import::parse(source, &data))
             .await
             .map_err(|_| Status::internal("import failed"))?
             .map_err(domain_status)?;
+        // The file's own metadata (ctxd JSONL carries it) under the request's.
+        let mut metadata = metadata;
+        if !plan.metadata.is_empty() {
+            for (k, v) in std::mem::take(&mut plan.metadata) {
+                metadata.entry(k).or_insert(v);
+            }
+            let merged: HashMap<String, String> = metadata.clone().into_iter().collect();
+            self.reply_fits(
+                reply::new_session_len(&merged) + reply::WARNINGS_NOTE_BYTES,
+                "data",
+                "the file's metadata is too large for the reply",
+            )?;
+        }
         let max_part = self.limits.max_part_bytes;
         for op in &plan.ops {
             if let import::Op::Node { content, line, .. } = op {
@@ -531,6 +544,7 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
                 import::Source::NeutralJsonl => pb::ImportFormat::NeutralJsonl,
                 import::Source::ClaudeCodeJsonl => pb::ImportFormat::ClaudeCodeJsonl,
                 import::Source::OpenAiMessages => pb::ImportFormat::OpenaiMessages,
+                import::Source::CtxdJsonl => pb::ImportFormat::CtxdJsonl,
             }
             .into(),
             warnings: plan.warnings,

@@ -10,7 +10,7 @@ use clap::{Args, Subcommand, ValueEnum};
 use serde_json::Value;
 
 pub use super::connect::Conn;
-use super::connect::{call, connect};
+use super::connect::{call, connect, failure};
 use super::{panel, show};
 use crate::api::json::ToJson;
 use crate::api::pb;
@@ -53,6 +53,14 @@ pub enum ImportFormat {
     Neutral,
     ClaudeCode,
     Openai,
+    Ctxd,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum ExportFormat {
+    Ctxd,
+    Openai,
+    ClaudeCode,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -78,7 +86,8 @@ pub enum SessionsAction {
 pub enum Command {
     /// Imports a session file into a new session.
     Import {
-        /// The file: neutral JSONL, a Claude Code session, or an OpenAI messages array. A
+        /// The file: neutral JSONL, a Claude Code session, an OpenAI messages array, or a ctxd
+        /// export (`ctxd export`), which becomes a session with all its branches. A
         /// Claude Code session may be followed by its sub-agents' transcripts, which become
         /// functions under the calls that started them.
         #[arg(required = true, num_args = 1..)]
@@ -89,6 +98,23 @@ pub enum Command {
         /// Session metadata, repeatable.
         #[arg(long = "meta", value_name = "KEY=VALUE", value_parser = key_value)]
         meta: Vec<(String, String)>,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Exports a session: every branch, function chain, summary and pin as ctxd JSONL (which
+    /// `ctxd import` reads back), or one branch as an OpenAI messages array or a Claude Code
+    /// session file. What a one-branch format cannot carry is printed as warnings on stderr.
+    Export {
+        /// The session id.
+        session: String,
+        #[arg(long, value_enum, default_value = "ctxd")]
+        format: ExportFormat,
+        /// The branch the one-branch formats export; default `main`.
+        #[arg(long)]
+        branch: Option<String>,
+        /// Write to this file (created; it must not exist) instead of stdout.
+        #[arg(long, value_name = "FILE")]
+        out: Option<std::path::PathBuf>,
         #[command(flatten)]
         conn: Conn,
     },
@@ -271,6 +297,13 @@ async fn execute(command: Command) -> Result<String> {
             meta,
             conn,
         } => import(&files, format, meta, &conn).await,
+        Command::Export {
+            session,
+            format,
+            branch,
+            out,
+            conn,
+        } => export(session, format, branch, out.as_deref(), &conn).await,
         Command::Sessions {
             action: Some(SessionsAction::Rm { sessions, conn }),
             ..
@@ -507,6 +540,7 @@ async fn import(
         Some(ImportFormat::Neutral) => pb::ImportFormat::NeutralJsonl,
         Some(ImportFormat::ClaudeCode) => pb::ImportFormat::ClaudeCodeJsonl,
         Some(ImportFormat::Openai) => pb::ImportFormat::OpenaiMessages,
+        Some(ImportFormat::Ctxd) => pb::ImportFormat::CtxdJsonl,
     };
     let mut client = connect(conn).await?;
     let progress = progress_bar(data.len(), conn.json);
@@ -515,6 +549,75 @@ async fn import(
     progress.finish_and_clear();
     let r = r?;
     Ok(output(conn, &r, || show::import(&r)))
+}
+
+async fn export(
+    session: String,
+    format: ExportFormat,
+    branch: Option<String>,
+    out: Option<&std::path::Path>,
+    conn: &Conn,
+) -> Result<String> {
+    let format = match format {
+        ExportFormat::Ctxd => pb::ExportFormat::CtxdJsonl,
+        ExportFormat::Openai => pb::ExportFormat::OpenaiMessages,
+        ExportFormat::ClaudeCode => pb::ExportFormat::ClaudeCodeJsonl,
+    };
+    let mut client = connect(conn).await?;
+    let req = pb::ExportSessionRequest {
+        session_id: session,
+        format: format as i32,
+        branch: branch.unwrap_or_default(),
+    };
+    let mut stream = call("ExportSession", client.export_session(req)).await?;
+    let mut sink: Box<dyn Write> = match out {
+        Some(path) => Box::new(std::io::BufWriter::new(
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(path)
+                .map_err(|e| Failure(format!("creating {}: {e}", path.display())))?,
+        )),
+        None => Box::new(std::io::stdout().lock()),
+    };
+    let written = copy_chunks(&mut stream, &mut *sink).await;
+    let written = written.and_then(|n| {
+        sink.flush()
+            .map_err(|e| Failure(format!("writing the export: {e}")))
+            .map(|()| n)
+    });
+    drop(sink);
+    match (written, out) {
+        (Ok(n), Some(path)) => Ok(format!("exported {} bytes to {}\n", n, path.display())),
+        (Ok(_), None) => Ok(String::new()),
+        (Err(e), Some(path)) => {
+            // Half an export is no export.
+            let _ = std::fs::remove_file(path);
+            Err(e)
+        }
+        (Err(e), None) => Err(e),
+    }
+}
+
+/// Writes every chunk's data to `sink` and the first chunk's warnings to stderr; the bytes.
+async fn copy_chunks(
+    stream: &mut tonic::Streaming<pb::ExportChunk>,
+    sink: &mut dyn Write,
+) -> Result<usize> {
+    let mut written = 0;
+    while let Some(chunk) = stream
+        .message()
+        .await
+        .map_err(|s| failure("ExportSession", &s))?
+    {
+        for w in &chunk.warnings {
+            let _ = writeln!(std::io::stderr(), "ctxd: warning: {w}");
+        }
+        sink.write_all(&chunk.data)
+            .map_err(|e| Failure(format!("writing the export: {e}")))?;
+        written += chunk.data.len();
+    }
+    Ok(written)
 }
 
 /// The file as a stream of chunks, the first carrying the format and metadata; the bar

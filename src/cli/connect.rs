@@ -117,15 +117,21 @@ pub(super) async fn call<T>(
     rpc: &str,
     future: impl Future<Output = std::result::Result<tonic::Response<T>, Status>>,
 ) -> Result<T> {
-    future.await.map(tonic::Response::into_inner).map_err(|s| {
-        let message = s.message().split_whitespace().collect::<Vec<_>>().join(" ");
-        let mut line = format!("{rpc} failed: {}", code_name(s.code()));
-        if !message.is_empty() {
-            line.push_str(": ");
-            line.push_str(&message);
-        }
-        Failure(line)
-    })
+    future
+        .await
+        .map(tonic::Response::into_inner)
+        .map_err(|s| failure(rpc, &s))
+}
+
+/// A failed call (or a stream that failed midway) as the one line a command prints.
+pub(super) fn failure(rpc: &str, s: &Status) -> Failure {
+    let message = s.message().split_whitespace().collect::<Vec<_>>().join(" ");
+    let mut line = format!("{rpc} failed: {}", code_name(s.code()));
+    if !message.is_empty() {
+        line.push_str(": ");
+        line.push_str(&message);
+    }
+    Failure(line)
 }
 
 /// An error and its sources, `a: b: c`, each said once.

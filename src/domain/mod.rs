@@ -15,7 +15,7 @@ mod tenant;
 pub use budget::Budget;
 pub use error::Error;
 pub use hash::{Hash, blob_hash, node_hash};
-pub use history::{History, Op};
+pub use history::{History, ImportedOverlay, Op, Snapshot};
 pub use ids::{BranchName, NodeId, SessionId};
 pub use ledger::{Command, ErrorLine, FileUse, FunctionUse, Ledger, normalize, paths_in};
 pub use node::{

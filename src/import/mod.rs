@@ -1,11 +1,12 @@
-//! Importers: session files (neutral JSONL, Claude Code JSONL, OpenAI messages) parsed into a
-//! plan of nodes and summaries the store writes in one transaction. Pure: no I/O.
+//! Importers: session files (neutral JSONL, Claude Code JSONL, OpenAI messages, ctxd JSONL)
+//! parsed into a plan of nodes and summaries the store writes in one transaction. Pure: no I/O.
 //!
 //! Malformed input is an error naming the line (or array index) and field. What is well formed
 //! but breaks the pairing rules (a result for no pending call, a message while calls are
 //! pending) is repaired and reported as a warning, so real transcripts import whole.
 
 mod claude_code;
+mod ctxd;
 mod neutral;
 mod openai;
 
@@ -25,6 +26,8 @@ pub enum Source {
     NeutralJsonl,
     ClaudeCodeJsonl,
     OpenAiMessages,
+    /// ctxd's own export (`crate::export`): a whole session.
+    CtxdJsonl,
 }
 
 /// Guesses the format from the first non-blank character and line.
@@ -36,6 +39,7 @@ pub fn detect(data: &[u8]) -> Source {
     }
     let first = trimmed.lines().next().unwrap_or_default();
     match serde_json::from_str::<serde_json::Value>(first) {
+        Ok(v) if v.get("ctxd").is_some() => Source::CtxdJsonl,
         Ok(v) if v.get("type").is_some() && v.get("role").is_none() => Source::ClaudeCodeJsonl,
         _ => Source::NeutralJsonl,
     }
@@ -49,6 +53,7 @@ pub fn parse(source: Source, data: &[u8]) -> Result<History, Error> {
         Source::NeutralJsonl => neutral::parse(text)?,
         Source::ClaudeCodeJsonl => claude_code::parse(text)?,
         Source::OpenAiMessages => openai::parse(text)?,
+        Source::CtxdJsonl => ctxd::parse(text)?,
     };
     if plan.ops.is_empty() {
         return Err(Error::invalid("data", "holds no message"));

@@ -6,7 +6,8 @@ fn kinds(plan: &History) -> Vec<String> {
     plan.ops
         .iter()
         .map(|op| match op {
-            Op::Summary { .. } => "summary".to_owned(),
+            Op::Summary { .. } | Op::Overlay { .. } => "summary".to_owned(),
+            Op::Fork { .. } | Op::Pin { .. } | Op::Branch { .. } => "ref".to_owned(),
             Op::Node { scope, content, .. } => {
                 let kind = match content {
                     NodeContent::Message { role, .. } => role.as_str().to_owned(),

@@ -265,28 +265,9 @@ pub(super) async fn insert_imported_summary(
     base_head: NodeId,
     now: i64,
 ) -> Result<SummaryId> {
-    let plan = CompactionPlan {
-        id: CompactionId::new(),
-        session,
-        branch: BranchName::main(),
-        base_head,
-        kind: SummaryKind::Rolling,
-        rolls_over: Vec::new(),
-        covers: covers.to_vec(),
-        range: None,
-        ledger: Ledger::default(),
-        budget: Budget::default(),
-        tokenizer: "heuristic".to_owned(),
-        max_tool_result_chars: 0,
-        retain_turns: 0,
-        instructions: "imported".to_owned(),
-        tokens_before: 0,
-        state: PlanState::Applied,
-        created_at_ms: now,
-    };
     let summary = Summary {
         id: SummaryId::new(),
-        compaction_id: plan.id,
+        compaction_id: CompactionId::new(),
         kind: SummaryKind::Rolling,
         covers: covers.to_vec(),
         range: None,
@@ -299,21 +280,51 @@ pub(super) async fn insert_imported_summary(
         tokens_after: 0,
         created_at_ms: now,
     };
+    insert_applied_summary(tx, session, &summary, now).await?;
+    Ok(summary.id)
+}
+
+/// Records `summary` (whose compaction id is new) as applied on `main`: its plan, the summary,
+/// its event and the session's count; an import's summaries come with no plan of their own.
+pub(super) async fn insert_applied_summary(
+    tx: &mut dyn WriteTx,
+    session: SessionId,
+    summary: &Summary,
+    now: i64,
+) -> Result<()> {
+    let plan = CompactionPlan {
+        id: summary.compaction_id,
+        session,
+        branch: BranchName::main(),
+        base_head: summary.base_head,
+        kind: summary.kind,
+        rolls_over: summary.rolls_over.clone(),
+        covers: summary.covers.clone(),
+        range: summary.range,
+        ledger: summary.ledger.as_deref().cloned().unwrap_or_default(),
+        budget: Budget::default(),
+        tokenizer: "heuristic".to_owned(),
+        max_tool_result_chars: 0,
+        retain_turns: 0,
+        instructions: "imported".to_owned(),
+        tokens_before: summary.tokens_before,
+        state: PlanState::Applied,
+        created_at_ms: now,
+    };
     tx.insert_plan(&plan).await?;
-    tx.insert_summary(session, &summary).await?;
+    tx.insert_summary(session, summary).await?;
     tx.count_compaction(session).await?;
     tx.insert_event(&NewEvent {
         plan: &plan,
         kind: EventKind::Committed,
         reason: Some(Reason::Applied),
-        tokens_before: 0,
-        tokens_after: 0,
+        tokens_before: summary.tokens_before,
+        tokens_after: summary.tokens_after,
         summary: Some(summary.id),
         message: "imported with the session",
         at: now,
     })
-    .await?;
-    Ok(summary.id)
+    .await
 }
 
 /// The plan must still take commits.

@@ -14,6 +14,7 @@ mod commit;
 mod compaction;
 mod decode;
 mod driver;
+mod export;
 mod idempotency;
 mod import;
 mod lifecycle;

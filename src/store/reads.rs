@@ -128,7 +128,7 @@ impl Store {
     /// The ids of the path ending at `head`, root first. Paths never change (nodes are
     /// immutable), so the path of a head whose recent ancestor was read before is that one's
     /// plus a few ids; only a path never seen walks the whole chain in SQL.
-    async fn path_ids(
+    pub(super) async fn path_ids(
         &self,
         conn: &mut dyn Reads,
         session: SessionId,
@@ -184,7 +184,7 @@ impl Store {
     }
 
     /// The nodes `ids`, in order: from the cache where read before, the rest in a few queries.
-    async fn nodes_by_id(
+    pub(super) async fn nodes_by_id(
         &self,
         conn: &mut dyn Reads,
         session: SessionId,
@@ -293,7 +293,7 @@ async fn resolve_start(
 }
 
 /// Turns rows into nodes, fetching every referenced blob once.
-async fn hydrate(
+pub(super) async fn hydrate(
     conn: &mut dyn Reads,
     session: SessionId,
     rows: Vec<NodeRow>,

@@ -15,6 +15,7 @@ mod crash;
 mod daemon;
 mod deadlines;
 mod evidence;
+mod export;
 mod faults;
 mod functions;
 mod golden;

@@ -1012,7 +1012,7 @@ fn real_traces_keep_every_path() {
             .into_iter()
             .filter_map(|op| match op {
                 crate::domain::Op::Node { content, .. } => Some(node(content)),
-                crate::domain::Op::Summary { .. } => None,
+                _ => None,
             })
             .collect();
         let l = Ledger::derive(&nodes);
@@ -1044,7 +1044,7 @@ fn swe_pydicom_trace() {
         .into_iter()
         .filter_map(|op| match op {
             crate::domain::Op::Node { content, .. } => Some(node(content)),
-            crate::domain::Op::Summary { .. } => None,
+            _ => None,
         })
         .collect();
     let l = Ledger::derive(&nodes);

@@ -1,0 +1,160 @@
+//! One branch as an OpenAI chat-completions `messages` array (what `import::openai` reads).
+//!
+//! A function shows as its call and result only: the result is the `tool` message answering
+//! the call, its chain is left out. Summaries are not applied (the raw history is exported).
+//! The format has no place for other branches, summaries, pins, a tool result's error flag,
+//! media in tool results, or a function's chain and `expose`; each one met is a warning.
+
+use std::collections::HashSet;
+
+use base64::Engine as _;
+use serde_json::{Value, json};
+
+use super::{Branch, Export};
+use crate::domain::{MediaSource, NodeContent, Part, Snapshot};
+
+pub(super) fn export<'a>(snapshot: &'a Snapshot, branch: Branch<'a>) -> Export<'a> {
+    let mut warnings = branch.left_out(snapshot);
+    let mut messages: Vec<Value> = Vec::new();
+    let (mut errors, mut tool_media, mut url_media, mut chains) = (0, 0, 0, 0);
+    // Calls of the latest assistant message not yet answered.
+    let mut open: HashSet<&str> = HashSet::new();
+    for node in &branch.path {
+        match &node.content {
+            NodeContent::Message {
+                role,
+                parts,
+                tool_calls,
+            } => {
+                url_media += parts
+                    .iter()
+                    .filter(|p| {
+                        matches!(
+                            p,
+                            Part::Media {
+                                source: MediaSource::Url(_),
+                                ..
+                            }
+                        )
+                    })
+                    .count();
+                let mut m = json!({ "role": role.as_str(), "content": content(parts) });
+                if !tool_calls.is_empty() {
+                    m["tool_calls"] = tool_calls
+                        .iter()
+                        .map(|c| call(&c.call_id, &c.name, &c.arguments_json))
+                        .collect();
+                }
+                open = tool_calls.iter().map(|c| c.call_id.as_str()).collect();
+                messages.push(m);
+            }
+            NodeContent::ToolResult {
+                call_id,
+                parts,
+                is_error,
+                ..
+            } => {
+                errors += usize::from(*is_error);
+                tool_media += parts
+                    .iter()
+                    .filter(|p| matches!(p, Part::Media { .. }))
+                    .count();
+                open.remove(call_id.as_str());
+                messages.push(json!({
+                    "role": "tool",
+                    "tool_call_id": call_id,
+                    "content": Part::text_of(parts),
+                }));
+            }
+            NodeContent::FunctionCall {
+                call_id,
+                name,
+                input,
+                ..
+            } => {
+                chains += usize::from(branch.chains.contains_key(&node.id));
+                // A function started by no call of the model gets one, so its result pairs.
+                if !open.remove(call_id.as_str()) {
+                    let arguments = json!({ "input": input }).to_string();
+                    messages.push(json!({
+                        "role": "assistant",
+                        "content": Value::Null,
+                        "tool_calls": [call(call_id, name, &arguments)],
+                    }));
+                    open.clear();
+                }
+            }
+            NodeContent::FunctionResult(result) => {
+                messages.push(json!({
+                    "role": "tool",
+                    "tool_call_id": result.call_id,
+                    "content": result.output,
+                }));
+            }
+        }
+    }
+    if errors > 0 {
+        warnings.push(format!(
+            "{errors} tool results were errors; a `tool` message has no error flag"
+        ));
+    }
+    if tool_media > 0 {
+        warnings.push(format!(
+            "{tool_media} media parts of tool results are left out (a `tool` message is text)"
+        ));
+    }
+    if url_media > 0 {
+        warnings.push(format!(
+            "{url_media} media parts by URL are written as `image_url` parts (their MIME type is lost)"
+        ));
+    }
+    if chains > 0 {
+        warnings.push(format!(
+            "{chains} function chains are left out: a function shows as its call and result"
+        ));
+    }
+    let last = messages.len();
+    let pieces = std::iter::once("[\n".to_owned())
+        .chain(messages.into_iter().enumerate().map(move |(i, m)| {
+            let mut text = m.to_string();
+            text.push_str(if i + 1 < last { ",\n" } else { "\n" });
+            text
+        }))
+        .chain(std::iter::once("]\n".to_owned()));
+    Export {
+        warnings,
+        pieces: Box::new(pieces),
+    }
+}
+
+fn call(id: &str, name: &str, arguments: &str) -> Value {
+    json!({
+        "id": id,
+        "type": "function",
+        "function": { "name": name, "arguments": arguments },
+    })
+}
+
+/// A single text as a string (the common form); anything else as an array of parts.
+fn content(parts: &[Part]) -> Value {
+    match parts {
+        [] => Value::Null,
+        [Part::Text(text)] => Value::String(text.clone()),
+        parts => parts
+            .iter()
+            .map(|p| match p {
+                Part::Text(text) => json!({ "type": "text", "text": text }),
+                Part::Media { mime_type, source } => {
+                    let url = match source {
+                        MediaSource::Data(data) => format!(
+                            "data:{mime_type};base64,{}",
+                            base64::engine::general_purpose::STANDARD.encode(data)
+                        ),
+                        MediaSource::Url(url) => url.clone(),
+                    };
+                    json!({ "type": "image_url", "image_url": { "url": url } })
+                }
+            })
+            .collect(),
+    }
+}
