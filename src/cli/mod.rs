@@ -187,6 +187,7 @@ impl LimitsArgs {
             max_part_bytes: size(self.max_part_bytes),
             max_response_bytes: size(self.max_response_bytes),
             max_concurrent_requests: size(self.max_concurrent_requests),
+            watch_fall_behind: Limits::DEFAULT_WATCH_FALL_BEHIND,
         };
         let shutdown = Shutdown {
             drain: Duration::from_millis(self.shutdown_drain_ms),

@@ -184,7 +184,7 @@ impl Store {
     }
 
     /// The nodes `ids`, in order: from the cache where read before, the rest in a few queries.
-    async fn nodes_by_id(
+    pub(super) async fn nodes_by_id(
         &self,
         conn: &mut dyn Reads,
         session: SessionId,
@@ -289,7 +289,7 @@ async fn resolve_start(
 }
 
 /// Turns rows into nodes, fetching every referenced blob once.
-async fn hydrate(
+pub(super) async fn hydrate(
     conn: &mut dyn Reads,
     session: SessionId,
     rows: Vec<NodeRow>,
