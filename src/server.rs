@@ -137,7 +137,14 @@ pub async fn serve_with(
         .expect("the compiled-in descriptors are valid");
     let admission = Admission::new(&limits);
     let (began, grace_starts) = oneshot::channel();
-    let signal = drain(shutdown, health, admission.clone(), watchers, timing.drain, began);
+    let signal = drain(
+        shutdown,
+        health,
+        admission.clone(),
+        watchers,
+        timing.drain,
+        began,
+    );
     // Health is not admitted through the limits: an orchestrator must always see the truth.
     let mut builder = Server::builder();
     if let Some(tls) = tls {

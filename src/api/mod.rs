@@ -6,8 +6,8 @@ mod compaction;
 mod convert;
 mod export;
 mod framing;
-mod lifecycle;
 pub mod json;
+mod lifecycle;
 mod parse;
 #[cfg(test)]
 mod props;

@@ -54,7 +54,11 @@ impl ContextStoreService {
 
     /// Lets `tenant` at `session`, or answers exactly what an unknown session answers (the
     /// store's check, `Store::scope`): the only way to the store's session methods.
-    pub(super) async fn scope(&self, tenant: &Tenant, session: SessionId) -> Result<Scoped, Status> {
+    pub(super) async fn scope(
+        &self,
+        tenant: &Tenant,
+        session: SessionId,
+    ) -> Result<Scoped, Status> {
         self.store.scope(tenant, session).await.map_err(status)
     }
 

@@ -107,7 +107,9 @@ impl ContextStoreService {
                 (position, branches)
             }
             (None, Some(node)) => {
-                let name = branch.as_ref().expect("checked above: after_node_id needs a branch");
+                let name = branch
+                    .as_ref()
+                    .expect("checked above: after_node_id needs a branch");
                 self.store
                     .watch_after_node(scoped, name, node)
                     .await
@@ -182,7 +184,10 @@ impl Follower {
                 Ok(step) => step,
                 Err(e) => return Some(status(e)),
             };
-            let pinned = if changes.iter().any(|(c, _)| matches!(c, Change::Node { .. })) {
+            let pinned = if changes
+                .iter()
+                .any(|(c, _)| matches!(c, Change::Node { .. }))
+            {
                 match self.store.pinned(self.session).await {
                     Ok(pinned) => pinned,
                     Err(e) => return Some(status(e)),
@@ -289,7 +294,10 @@ fn event(change: Change, cursor: String, pinned: &[NodeId]) -> pb::WatchEvent {
             node.pinned = is_pinned;
             (branch.map(|b| b.to_string()), Event::Node(node))
         }
-        Change::HeadMoved(b) => (Some(b.name.to_string()), Event::HeadMoved(convert::branch(b))),
+        Change::HeadMoved(b) => (
+            Some(b.name.to_string()),
+            Event::HeadMoved(convert::branch(b)),
+        ),
         Change::BranchCreated(b) => (
             Some(b.name.to_string()),
             Event::BranchCreated(convert::branch(b)),
@@ -302,7 +310,10 @@ fn event(change: Change, cursor: String, pinned: &[NodeId]) -> pb::WatchEvent {
                 ..pb::Branch::default()
             }),
         ),
-        Change::Compaction(e) => (Some(e.branch.clone()), Event::Compaction(super::compaction::event(e))),
+        Change::Compaction(e) => (
+            Some(e.branch.clone()),
+            Event::Compaction(super::compaction::event(e)),
+        ),
     };
     pb::WatchEvent {
         cursor,
@@ -391,7 +402,8 @@ fn decode(text: &str, session: SessionId, branch: Option<&BranchName>) -> Result
         ..Position::default()
     };
     for (name, head) in &form.heads {
-        let name = BranchName::parse("after_cursor", name).map_err(|_| bad("names a bad branch"))?;
+        let name =
+            BranchName::parse("after_cursor", name).map_err(|_| bad("names a bad branch"))?;
         if branch.is_some_and(|b| *b != name) {
             return Err(bad("names a branch this watch does not follow"));
         }

@@ -11,8 +11,8 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::append::{AppendOutcome, AppendRequest, AppendTarget};
 use super::backend::CommitterConnection;
-use super::changes::Changes;
 use super::batch::{Batch, FoundTarget};
+use super::changes::Changes;
 use super::clock::now_ms;
 use super::idempotency::append_fingerprint;
 use super::{Error, Fault, Result};

@@ -109,9 +109,7 @@ impl Store {
         };
         conn.node_row(session, after, "after_node_id").await?;
         let on_branch = match current.head {
-            Some((head, _)) => {
-                head == after || conn.path_to(session, head).await?.contains(&after)
-            }
+            Some((head, _)) => head == after || conn.path_to(session, head).await?.contains(&after),
             None => false,
         };
         if !on_branch {
@@ -300,7 +298,9 @@ impl Walk<'_> {
                     .count();
                 let base = shared.checked_sub(1).map(|i| new_path[i]);
                 let head = match base {
-                    Some(id) => Some((id, self.conn.node_row(self.session, id, "head").await?.hash)),
+                    Some(id) => {
+                        Some((id, self.conn.node_row(self.session, id, "head").await?.hash))
+                    }
                     None => None,
                 };
                 self.position.heads.insert(b.name.clone(), base);

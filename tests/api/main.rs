@@ -42,3 +42,4 @@ mod summarizer;
 mod tenants;
 mod traces;
 mod validation;
+mod watch;
