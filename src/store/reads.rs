@@ -128,7 +128,7 @@ impl Store {
     /// The ids of the path ending at `head`, root first. Paths never change (nodes are
     /// immutable), so the path of a head whose recent ancestor was read before is that one's
     /// plus a few ids; only a path never seen walks the whole chain in SQL.
-    async fn path_ids(
+    pub(super) async fn path_ids(
         &self,
         conn: &mut dyn Reads,
         session: SessionId,

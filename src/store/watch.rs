@@ -287,13 +287,13 @@ impl Walk<'_> {
                 // Not an append: the branch was reset. Report the move to the last node both
                 // paths share, then the nodes after it, so the watcher's view stays a chain.
                 let old_path = match old {
-                    Some(old) => self.conn.path_to(self.session, old).await?,
-                    None => Vec::new(),
+                    Some(old) => self.store.path_ids(self.conn, self.session, old).await?,
+                    None => Default::default(),
                 };
-                let new_path = self.conn.path_to(self.session, new).await?;
+                let new_path = self.store.path_ids(self.conn, self.session, new).await?;
                 let shared = old_path
                     .iter()
-                    .zip(&new_path)
+                    .zip(new_path.iter())
                     .take_while(|(a, b)| a == b)
                     .count();
                 let base = shared.checked_sub(1).map(|i| new_path[i]);
@@ -309,7 +309,7 @@ impl Walk<'_> {
                     head,
                     updated_at_ms: b.updated_at_ms,
                 }));
-                new_path[shared..].to_vec()
+                new_path[shared..].iter().take(self.max).copied().collect()
             }
         };
         self.report(Some(&b.name), None, &ids).await
@@ -333,15 +333,23 @@ impl Walk<'_> {
             {
                 return Ok(Some(ids[i + 1..].to_vec()));
             }
-            self.conn.path_to(self.session, new).await?
+            // Far behind (a resume after a long disconnect): the path's ids, from the read
+            // cache after the first step, so catching up page by page reads them once.
+            let path = self.store.path_ids(self.conn, self.session, new).await?;
+            return Ok(self.after(&path, old));
         };
-        Ok(match old {
-            None => Some(ids),
-            Some(old) => ids
-                .iter()
-                .position(|id| *id == old)
-                .map(|i| ids[i + 1..].to_vec()),
-        })
+        Ok(self.after(&ids, old))
+    }
+
+    /// The ids of `path` after `old` (all when `None`), as many as one step reports at most;
+    /// `None` when `old` is not on it.
+    fn after(&self, path: &[NodeId], old: Option<NodeId>) -> Option<Vec<NodeId>> {
+        let from = match old {
+            None => 0,
+            Some(old) => path.iter().position(|id| *id == old)? + 1,
+        };
+        // Each id is at least one change, so a step never reports more than `max` of them.
+        Some(path[from..].iter().take(self.max).copied().collect())
     }
 
     /// Reports the nodes `ids` of `branch` (or, with `branch` `None`, of `function`'s chain),

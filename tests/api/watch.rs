@@ -547,3 +547,33 @@ async fn watch_streams_end_at_shutdown_with_their_cursor() {
     assert_eq!(status.code(), Code::Unavailable, "{}", status.message());
     assert!(status.message().contains(&cursor), "{}", status.message());
 }
+
+#[tokio::test]
+async fn watch_resumed_far_behind_catches_up_page_by_page() {
+    const NODES: usize = 600;
+    let mut app = spawn_app().await;
+    let s = app.create_session().await;
+    let mut stream = watch(&mut app.client.clone(), watch_req(&s, "main")).await;
+    let (_, cursor) = started(&mut stream).await;
+    drop(stream);
+    for batch in 0..NODES / 100 {
+        let nodes = (0..100)
+            .map(|i| user(&format!("node {batch}.{i}")))
+            .collect();
+        app.append(&s, nodes).await;
+    }
+    let mut resumed = watch(
+        &mut app.client.clone(),
+        pb::WatchRequest {
+            after_cursor: cursor,
+            ..watch_req(&s, "main")
+        },
+    )
+    .await;
+    started(&mut resumed).await;
+    let mut seen = Vec::new();
+    while seen.len() < NODES {
+        seen.push(node_of(&next(&mut resumed).await).node_id.clone());
+    }
+    assert_eq!(seen, chain(&mut app, &s, "main").await);
+}
