@@ -97,8 +97,8 @@ impl ContextStoreService {
         let scoped = self.scope(&tenant, session).await?;
         // Before the state is read: a commit after that read wakes the task.
         let signal = self.store.watch_signal();
-        let (position, branches) = match (cursor, after_node) {
-            (Some(position), _) => {
+        let (position, branches) = match (cursor, after_node, branch.as_ref()) {
+            (Some(position), _, _) => {
                 let branches = self
                     .store
                     .watch_resume(scoped, branch.as_ref(), &position)
@@ -106,16 +106,13 @@ impl ContextStoreService {
                     .map_err(status)?;
                 (position, branches)
             }
-            (None, Some(node)) => {
-                let name = branch
-                    .as_ref()
-                    .expect("checked above: after_node_id needs a branch");
-                self.store
-                    .watch_after_node(scoped, name, node)
-                    .await
-                    .map_err(status)?
-            }
-            (None, None) => self
+            // A node without a branch was refused above.
+            (None, Some(node), Some(name)) => self
+                .store
+                .watch_after_node(scoped, name, node)
+                .await
+                .map_err(status)?,
+            (None, _, _) => self
                 .store
                 .watch_start(scoped, branch.as_ref())
                 .await
@@ -182,7 +179,7 @@ impl Follower {
                 .await
             {
                 Ok(step) => step,
-                Err(e) => return Some(status(e)),
+                Err(e) => return Some(self.failed(e)),
             };
             let pinned = if changes
                 .iter()
@@ -190,7 +187,7 @@ impl Follower {
             {
                 match self.store.pinned(self.session).await {
                     Ok(pinned) => pinned,
-                    Err(e) => return Some(status(e)),
+                    Err(e) => return Some(self.failed(e)),
                 }
             } else {
                 Vec::new()
@@ -245,6 +242,22 @@ impl Follower {
                 () = self.events.closed() => return false,
             }
         }
+    }
+
+    /// A read failed: its status, with the cursor to resume from unless the session is gone.
+    fn failed(&self, error: crate::store::Error) -> Status {
+        let status = status(error);
+        if status.code() == tonic::Code::NotFound {
+            return status;
+        }
+        Status::new(
+            status.code(),
+            format!(
+                "{}; resume with after_cursor {}",
+                status.message(),
+                self.cursor
+            ),
+        )
     }
 
     fn stopping(&self) -> Status {
