@@ -8,6 +8,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body::{Body as HttpBody, Frame};
@@ -34,6 +35,9 @@ pub struct Limits {
     pub max_response_bytes: usize,
     /// Calls served at once; past it a call is refused at once, not queued.
     pub max_concurrent_requests: usize,
+    /// How long a Watch stream may stay full (its client reads nothing) before it is ended
+    /// with RESOURCE_EXHAUSTED and the cursor to resume from.
+    pub watch_fall_behind: Duration,
 }
 
 impl Limits {
@@ -44,6 +48,7 @@ impl Limits {
     /// is also what the `ctxd` command line accepts.
     pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 64 * MIB;
     pub const DEFAULT_MAX_CONCURRENT_REQUESTS: usize = 512;
+    pub const DEFAULT_WATCH_FALL_BEHIND: Duration = Duration::from_secs(30);
 }
 
 impl Default for Limits {
@@ -53,6 +58,7 @@ impl Default for Limits {
             max_part_bytes: Self::DEFAULT_MAX_PART_BYTES,
             max_response_bytes: Self::DEFAULT_MAX_RESPONSE_BYTES,
             max_concurrent_requests: Self::DEFAULT_MAX_CONCURRENT_REQUESTS,
+            watch_fall_behind: Self::DEFAULT_WATCH_FALL_BEHIND,
         }
     }
 }

@@ -14,7 +14,7 @@ use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 
 use crate::api::auth::{ApiKeys, AuthLayer};
-use crate::api::{ContextStoreService, FramingLayer, pb};
+use crate::api::{ContextStoreService, FramingLayer, Watchers, pb};
 use crate::limits::{Admission, Limits};
 use crate::metrics::MeterLayer;
 use crate::store::Store;
@@ -110,6 +110,7 @@ pub async fn serve_with(
     let _retention = retention
         .map(|policy| AbortOnDrop(tokio::spawn(crate::retention::run(store.clone(), policy))));
     let service = ContextStoreService::new(store, summarizer).with_limits(limits);
+    let watchers = service.watchers();
     let api_keys = api_keys.map(Arc::new);
     // Aborted when this function returns (the guard drops), with the gRPC server.
     let _inspector = http.map(|listener| {
@@ -141,7 +142,14 @@ pub async fn serve_with(
         .expect("the compiled-in descriptors are valid");
     let admission = Admission::new(&limits);
     let (began, grace_starts) = oneshot::channel();
-    let signal = drain(shutdown, health, admission.clone(), timing.drain, began);
+    let signal = drain(
+        shutdown,
+        health,
+        admission.clone(),
+        watchers,
+        timing.drain,
+        began,
+    );
     // Health is not admitted through the limits: an orchestrator must always see the truth.
     let mut builder = Server::builder();
     if let Some(tls) = tls {
@@ -193,12 +201,15 @@ async fn drain(
     shutdown: impl Future<Output = ()>,
     mut health: HealthReporter,
     admission: Admission,
+    watchers: Watchers,
     drain: Duration,
     began: oneshot::Sender<()>,
 ) {
     shutdown.await;
     let _ = began.send(());
     admission.drain();
+    // Watch streams never finish by themselves; each ends now with the cursor to resume from.
+    watchers.stop();
     for service in SERVICES {
         health
             .set_service_status(service, ServingStatus::NotServing)

@@ -154,7 +154,7 @@ pub(super) fn summaries_response(listing: SummaryListing) -> pb::ListSummariesRe
     }
 }
 
-fn event(e: CompactionEvent) -> pb::CompactionEvent {
+pub(super) fn event(e: CompactionEvent) -> pb::CompactionEvent {
     pb::CompactionEvent {
         compaction_id: e.compaction_id.to_string(),
         branch: e.branch,

@@ -472,6 +472,24 @@ impl ToJson for pb::CompactionEvent {
     }
 }
 
+/// One line of `ctxd watch --json`: the cursor, the branch and the event under its name.
+impl ToJson for pb::WatchEvent {
+    fn to_json(&self) -> Value {
+        use pb::watch_event::Event;
+        let (name, value) = match &self.event {
+            Some(Event::Started(s)) => ("started", json!({ "branches": s.branches.to_json() })),
+            Some(Event::Node(n)) => ("node", n.to_json()),
+            Some(Event::HeadMoved(b)) => ("head_moved", b.to_json()),
+            Some(Event::BranchCreated(b)) => ("branch_created", b.to_json()),
+            Some(Event::BranchDeleted(b)) => ("branch_deleted", b.to_json()),
+            Some(Event::Compaction(c)) => ("compaction", c.to_json()),
+            Some(Event::Deleted(t)) => ("deleted", t.to_json()),
+            None => ("unknown", Value::Null),
+        };
+        json!({ "cursor": self.cursor, "branch": self.branch, name: value })
+    }
+}
+
 impl ToJson for pb::ListSummariesResponse {
     fn to_json(&self) -> Value {
         json!({

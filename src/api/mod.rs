@@ -17,6 +17,7 @@ mod watch;
 
 pub use framing::FramingLayer;
 pub use service::ContextStoreService;
+pub use watch::Watchers;
 
 /// Code generated from `proto/ctxd/v1/ctxd.proto`.
 #[allow(clippy::all, clippy::pedantic)]

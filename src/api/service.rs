@@ -34,6 +34,8 @@ pub struct ContextStoreService {
     pub(super) tokens: Arc<TokenCache>,
     pub(super) compactions: Compactions,
     pub(super) limits: Limits,
+    /// Ended at shutdown.
+    pub(super) watchers: super::watch::Watchers,
 }
 
 impl ContextStoreService {
@@ -46,6 +48,7 @@ impl ContextStoreService {
             tokens,
             compactions,
             limits: Limits::default(),
+            watchers: super::watch::Watchers::default(),
         }
     }
 

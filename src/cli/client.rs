@@ -248,6 +248,20 @@ pub enum Command {
         conn: Conn,
     },
     /// Lists a session's summaries and compaction events.
+    /// Follows a session (or one branch) as it changes, one line per event, until Ctrl-C;
+    /// then prints the cursor to resume from (`--after`) on stderr.
+    Watch {
+        /// The session id.
+        session: String,
+        /// Follow this branch only; default every branch.
+        #[arg(long)]
+        branch: Option<String>,
+        /// Resume right after the event whose cursor this is.
+        #[arg(long, value_name = "CURSOR")]
+        after: Option<String>,
+        #[command(flatten)]
+        conn: Conn,
+    },
     Summaries {
         /// The session id.
         session: String,
@@ -438,6 +452,20 @@ async fn execute(command: Command) -> Result<String> {
             nodes,
             conn,
         } => pin(session, nodes, false, &conn).await,
+        Command::Watch {
+            session,
+            branch,
+            after,
+            conn,
+        } => {
+            let req = pb::WatchRequest {
+                session_id: session,
+                branch: branch.unwrap_or_default(),
+                after_cursor: after.unwrap_or_default(),
+                after_node_id: String::new(),
+            };
+            watch(req, &conn).await.map(|()| String::new())
+        }
         Command::Summaries {
             session,
             branch,
@@ -689,6 +717,45 @@ async fn remove(sessions: Vec<String>, conn: &Conn) -> Result<String> {
         done.push(call("DeleteSession", client.delete_session(req)).await?);
     }
     Ok(output(conn, &done, || show::deleted(&done)))
+}
+
+/// Prints each event as it comes (a line of text, or of JSON) until Ctrl-C, the stream's
+/// end, or a closed stdout; a stream that ends with an error fails with it.
+async fn watch(req: pb::WatchRequest, conn: &Conn) -> Result<()> {
+    let mut stream = call("Watch", connect(conn).await?.watch(req)).await?;
+    let mut cursor = String::new();
+    let interrupted = tokio::signal::ctrl_c();
+    tokio::pin!(interrupted);
+    loop {
+        let event = tokio::select! {
+            event = stream.message() => event,
+            _ = &mut interrupted => break,
+        };
+        let event = match event {
+            Ok(Some(event)) => event,
+            Ok(None) => break,
+            Err(status) => {
+                return call::<()>("Watch", std::future::ready(Err(status))).await;
+            }
+        };
+        let line = if conn.json {
+            event.to_json().to_string()
+        } else {
+            show::watch_event(&event)
+        };
+        cursor.clone_from(&event.cursor);
+        let mut stdout = std::io::stdout().lock();
+        match writeln!(stdout, "{line}").and_then(|()| stdout.flush()) {
+            Ok(()) => {}
+            // `ctxd watch … | head` closing the pipe is the end, not a failure.
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(()),
+            Err(e) => return Err(Failure(format!("writing the output: {e}"))),
+        }
+    }
+    if !cursor.is_empty() {
+        let _ = writeln!(std::io::stderr(), "resume with --after {cursor}");
+    }
+    Ok(())
 }
 
 async fn log(mut req: pb::LogRequest, limit: u32, conn: &Conn) -> Result<String> {

@@ -192,6 +192,11 @@ struct LimitsArgs {
     /// abandoned and the process exits.
     #[arg(long, env = "CTXD_SHUTDOWN_GRACE_SECS", default_value_t = 30)]
     shutdown_grace_secs: u64,
+    /// How long a Watch stream may stay full (its client reads nothing) before it is ended
+    /// with RESOURCE_EXHAUSTED and the cursor to resume from.
+    #[arg(long, env = "CTXD_WATCH_FALL_BEHIND_SECS", default_value_t = 30,
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    watch_fall_behind_secs: u64,
 }
 
 impl LimitsArgs {
@@ -203,6 +208,7 @@ impl LimitsArgs {
             max_part_bytes: size(self.max_part_bytes),
             max_response_bytes: size(self.max_response_bytes),
             max_concurrent_requests: size(self.max_concurrent_requests),
+            watch_fall_behind: Duration::from_secs(self.watch_fall_behind_secs),
         };
         let shutdown = Shutdown {
             drain: Duration::from_millis(self.shutdown_drain_ms),

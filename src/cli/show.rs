@@ -170,9 +170,24 @@ pub fn sessions(sessions: &[pb::Session], more: bool) -> String {
 
 /// One line per node: id, what it is, who, short text.
 pub fn log(nodes: &[pb::Node], more: bool) -> String {
-    use pb::node_input::Kind;
     let mut out = String::new();
     for n in nodes {
+        out.push_str(&node_line(n));
+        out.push('\n');
+    }
+    if nodes.is_empty() {
+        out.push_str("no nodes\n");
+    }
+    if more {
+        out.push_str("… older nodes (raise --limit)\n");
+    }
+    out
+}
+
+/// A node on one line: id, who, scope and pin marks, the text shortened.
+fn node_line(n: &pb::Node) -> String {
+    use pb::node_input::Kind;
+    {
         let (who, text) = match n.content.as_ref().and_then(|c| c.kind.as_ref()) {
             Some(Kind::Message(m)) => (
                 role(m.role).to_string(),
@@ -202,21 +217,50 @@ pub fn log(nodes: &[pb::Node], more: bool) -> String {
             "[fn] "
         };
         let pin = if n.pinned { "[pinned] " } else { "" };
-        let _ = writeln!(
-            out,
+        format!(
             "{}  {:<18} {scope}{pin}{}",
             n.node_id,
             short(&who, 18),
             short(&text, TEXT_WIDTH)
-        );
+        )
     }
-    if nodes.is_empty() {
-        out.push_str("no nodes\n");
-    }
-    if more {
-        out.push_str("… older nodes (raise --limit)\n");
-    }
-    out
+}
+
+/// A watch event on one line, after its branch (`-` for a function's chain).
+pub fn watch_event(e: &pb::WatchEvent) -> String {
+    use pb::watch_event::Event;
+    let at = |b: &pb::Branch| {
+        if b.head_id.is_empty() {
+            "no head".to_owned()
+        } else {
+            b.head_id.clone()
+        }
+    };
+    let branch = if e.branch.is_empty() { "-" } else { &e.branch };
+    let what = match &e.event {
+        Some(Event::Started(s)) => {
+            let branches: Vec<String> = s
+                .branches
+                .iter()
+                .map(|b| format!("{} at {}", b.name, at(b)))
+                .collect();
+            return format!("watching {}", branches.join(", "));
+        }
+        Some(Event::Node(n)) => node_line(n),
+        Some(Event::HeadMoved(b)) => format!("head moved to {}", at(b)),
+        Some(Event::BranchCreated(b)) => format!("branch created at {}", at(b)),
+        Some(Event::BranchDeleted(_)) => "branch deleted".to_owned(),
+        Some(Event::Compaction(c)) => format!(
+            "compaction {} {}  {} → {} tokens",
+            c.kind,
+            reason(c.reason),
+            num(c.tokens_before),
+            num(c.tokens_after)
+        ),
+        Some(Event::Deleted(_)) => "session deleted".to_owned(),
+        None => "?".to_owned(),
+    };
+    format!("{branch:<12} {what}")
 }
 
 /// The neutral messages readably, then what the render did.

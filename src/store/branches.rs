@@ -38,6 +38,7 @@ impl Store {
             .into());
         }
         tx.commit().await?;
+        self.changes.touched(session);
         Ok(Branch {
             name,
             head,
@@ -71,6 +72,7 @@ impl Store {
         tx.set_branch_head(session, &name, to.map(|(id, _)| id), now)
             .await?;
         tx.commit().await?;
+        self.changes.touched(session);
         Ok(Branch {
             name,
             head: to,
@@ -86,7 +88,9 @@ impl Store {
         if !tx.delete_branch(session, name).await? {
             return Err(domain::Error::not_found("branch", name).into());
         }
-        tx.commit().await
+        tx.commit().await?;
+        self.changes.touched(session);
+        Ok(())
     }
 }
 

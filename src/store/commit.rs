@@ -12,6 +12,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::append::{AppendOutcome, AppendRequest, AppendTarget};
 use super::backend::CommitterConnection;
 use super::batch::{Batch, FoundTarget};
+use super::changes::Changes;
 use super::clock::now_ms;
 use super::idempotency::append_fingerprint;
 use super::{Error, Fault, Result};
@@ -89,6 +90,7 @@ const KNOWN_BLOBS: usize = 200_000;
 pub(super) async fn group_committer(
     mut conn: Box<dyn CommitterConnection>,
     mut inbox: mpsc::Receiver<Message>,
+    changes: Changes,
 ) {
     let mut targets = TargetCache::default();
     let mut blobs = KnownBlobs::default();
@@ -121,6 +123,11 @@ pub(super) async fn group_committer(
         match write_batch(&mut *conn, &mut requests, &fingerprints, &targets, &blobs).await {
             Ok(done) => {
                 done.remember(&mut targets, &mut blobs);
+                // After the COMMIT: a watcher woken now reads the batch.
+                let sessions: HashSet<SessionId> = done.seen.keys().map(|key| key.0).collect();
+                for session in sessions {
+                    changes.touched(session);
+                }
                 for (reply, outcome) in replies.into_iter().zip(done.outcomes) {
                     // The caller may have gone (cancelled); its append is durable all the
                     // same, and a retry with its idempotency key returns this answer.

@@ -88,6 +88,7 @@ impl Store {
         })
         .await?;
         tx.commit().await?;
+        self.changes.touched(plan.session);
         Ok(ScopedPlan::trusted(plan.session, plan.id))
     }
 
@@ -135,6 +136,7 @@ impl Store {
         })
         .await?;
         tx.commit().await?;
+        self.changes.touched(plan.session);
         Ok(Applied::Stored)
     }
 
@@ -167,7 +169,9 @@ impl Store {
             at: now_ms(),
         })
         .await?;
-        tx.commit().await
+        tx.commit().await?;
+        self.changes.touched(plan.session);
+        Ok(())
     }
 
     /// Closes an open plan at the caller's word.
@@ -203,7 +207,9 @@ impl Store {
             at: now_ms(),
         })
         .await?;
-        tx.commit().await
+        tx.commit().await?;
+        self.changes.touched(plan.session);
+        Ok(())
     }
 
     pub async fn summaries(&self, session: Scoped) -> Result<Vec<Summary>> {

@@ -83,6 +83,7 @@ impl Store {
                     .await?;
                 tx.commit().await?;
                 self.forget(session);
+                self.changes.touched(session);
                 Ok(Some(Deletion {
                     tombstone,
                     already_deleted: false,
@@ -111,6 +112,11 @@ impl Store {
     /// while the plan was open. The caller checks the tombstone's tenant.
     pub async fn plan_tombstone(&self, id: CompactionId) -> Result<Option<Tombstone>> {
         self.read().await?.plan_tombstone(id).await
+    }
+
+    /// The tombstone of `session`, if it was deleted. The caller checks its tenant.
+    pub async fn tombstone(&self, session: SessionId) -> Result<Option<Tombstone>> {
+        self.read().await?.tombstone(session).await
     }
 
     /// Up to `limit` sessions no branch of which moved since `idle_since_ms`, oldest first.

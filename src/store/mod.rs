@@ -8,6 +8,7 @@ mod backend;
 mod batch;
 mod body;
 mod branches;
+mod changes;
 mod clock;
 mod codec;
 mod commit;
@@ -26,6 +27,7 @@ mod rows;
 mod scope;
 mod sessions;
 mod sqlite;
+mod watch;
 mod writes;
 
 use std::path::PathBuf;
@@ -40,6 +42,7 @@ pub use lifecycle::Deletion;
 pub use open::{Config, Database, Store};
 pub use reads::PathTarget;
 pub use scope::{Scoped, ScopedPlan};
+pub use watch::{Change, Position};
 
 /// Copies the database `db` names to the new file `to`, consistent at one moment, while servers
 /// keep writing to it; returns the copy's size. SQLite only: PostgreSQL has `pg_dump`.

@@ -8,6 +8,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
 use super::backend::{Backend, Reads, WriteTx};
+use super::changes::Changes;
 use super::commit::Message;
 use super::reads::ReadCache;
 use super::{Error, Result, postgres, sqlite};
@@ -20,6 +21,8 @@ pub struct Store {
     pub(super) appends: mpsc::Sender<Message>,
     /// Sessions whose tenant a scope check (or their creation) established.
     pub(super) owners: super::scope::SharedOwners,
+    /// Signalled after every committed write, with its session: watchers wake on it.
+    pub(super) changes: Changes,
 }
 
 /// How the store opens its database: `ctxd serve`'s flags.
@@ -82,17 +85,19 @@ impl Store {
     /// [`Error::Unusable`](super::Error::Unusable), naming the file and the problem, before
     /// anything writes to it.
     pub async fn open_with(path: &Path, config: Config) -> Result<Self> {
-        let (backend, appends) = sqlite::open(path, &config).await?;
-        Ok(Self::over(backend, appends))
+        let changes = Changes::new();
+        let (backend, appends) = sqlite::open(path, &config, changes.clone()).await?;
+        Ok(Self::over(backend, appends, changes))
     }
 
     /// The store over an opened backend whose group committer takes `appends`.
-    fn over(backend: Arc<dyn Backend>, appends: mpsc::Sender<Message>) -> Self {
+    fn over(backend: Arc<dyn Backend>, appends: mpsc::Sender<Message>, changes: Changes) -> Self {
         Self {
             backend,
             cache: Arc::default(),
             appends,
             owners: Arc::default(),
+            changes,
         }
     }
 
@@ -110,8 +115,9 @@ impl Store {
                             .into(),
                     });
                 }
-                let (backend, appends) = postgres::open(&url, &config).await?;
-                Ok(Self::over(backend, appends))
+                let changes = Changes::new();
+                let (backend, appends) = postgres::open(&url, &config, changes.clone()).await?;
+                Ok(Self::over(backend, appends, changes))
             }
         }
     }

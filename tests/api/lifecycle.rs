@@ -748,3 +748,42 @@ async fn blobs_stored_before_counting_are_counted_when_the_file_opens() {
     });
     assert_eq!(result.as_deref(), Some(shared.as_str()));
 }
+
+/// A watcher of a session that is deleted gets its tombstone as the last event.
+#[tokio::test]
+async fn a_watcher_of_a_deleted_session_gets_its_tombstone_and_the_stream_ends() {
+    let mut app = spawn_app().await;
+    let session = app.create_session().await;
+    app.append(&session, vec![user("watched")]).await;
+    let mut stream = app
+        .client
+        .watch(pb::WatchRequest {
+            session_id: session.clone(),
+            ..Default::default()
+        })
+        .await
+        .expect("Watch")
+        .into_inner();
+    let next = async |stream: &mut tonic::Streaming<pb::WatchEvent>| {
+        tokio::time::timeout(Duration::from_secs(10), stream.message())
+            .await
+            .expect("an event in time")
+            .expect("no error")
+    };
+    let started = next(&mut stream).await.expect("started");
+    assert!(matches!(
+        started.event,
+        Some(pb::watch_event::Event::Started(_))
+    ));
+    let deleted = delete(&mut app.client, &session)
+        .await
+        .expect("DeleteSession");
+    let last = next(&mut stream).await.expect("the tombstone");
+    match last.event {
+        Some(pb::watch_event::Event::Deleted(tombstone)) => {
+            assert_eq!(Some(tombstone), deleted.tombstone);
+        }
+        other => panic!("expected the tombstone, got {other:?}"),
+    }
+    assert!(next(&mut stream).await.is_none(), "the stream ends");
+}

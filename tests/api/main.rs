@@ -44,3 +44,4 @@ mod summarizer;
 mod tenants;
 mod traces;
 mod validation;
+mod watch;

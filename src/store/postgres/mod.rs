@@ -23,6 +23,7 @@ use sqlx::{PgConnection, Postgres};
 use tokio::sync::mpsc;
 
 use super::backend::{Backend, Footprint, Reads, WriteTx};
+use super::changes::Changes;
 use super::commit::{MAX_BATCH, Message, group_committer};
 use super::{Config, Error, Result};
 
@@ -34,6 +35,7 @@ pub(super) use fault::classify;
 pub(super) async fn open(
     url: &str,
     config: &Config,
+    changes: Changes,
 ) -> Result<(Arc<dyn Backend>, mpsc::Sender<Message>)> {
     let shown = redact(url);
     let unusable = |problem: String| Error::Unusable {
@@ -76,6 +78,7 @@ pub(super) async fn open(
     tokio::spawn(group_committer(
         Box::new(Conn(committer::Committer::new(batches.clone()))),
         inbox,
+        changes,
     ));
     let backend = PostgresBackend {
         pool: main,

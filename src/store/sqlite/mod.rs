@@ -27,6 +27,7 @@ use sqlx::{Sqlite, SqliteConnection};
 use tokio::sync::mpsc;
 
 use super::backend::{Backend, Footprint, Reads, WriteTx};
+use super::changes::Changes;
 use super::commit::{MAX_BATCH, Message};
 use super::{Config, Error, Fault, Result};
 use fault::Quota;
@@ -101,6 +102,7 @@ pub(super) struct SqliteBackend {
 pub(super) async fn open(
     path: &Path,
     config: &Config,
+    changes: Changes,
 ) -> Result<(Arc<dyn Backend>, mpsc::Sender<Message>)> {
     if let check::Found::Database { wal } = check::before_open(path)? {
         check::quick_check(path, wal).await?;
@@ -150,7 +152,7 @@ pub(super) async fn open(
     let write_lock = Arc::new(tokio::sync::Mutex::new(()));
     let (appends, inbox) = mpsc::channel(MAX_BATCH * 4);
     let conn = committer::Committer::new(conn, Arc::clone(&write_lock), Arc::clone(&quota));
-    committer::spawn(conn, inbox)
+    committer::spawn(conn, inbox, changes)
         .map_err(|e| check::unusable(path, format!("cannot start the committer: {e}")))?;
     let backend = SqliteBackend {
         writer,
