@@ -79,6 +79,14 @@ class ImportFormat(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     IMPORT_FORMAT_NEUTRAL_JSONL: _ClassVar[ImportFormat]
     IMPORT_FORMAT_CLAUDE_CODE_JSONL: _ClassVar[ImportFormat]
     IMPORT_FORMAT_OPENAI_MESSAGES: _ClassVar[ImportFormat]
+    IMPORT_FORMAT_CTXD_JSONL: _ClassVar[ImportFormat]
+
+class ExportFormat(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    EXPORT_FORMAT_UNSPECIFIED: _ClassVar[ExportFormat]
+    EXPORT_FORMAT_CTXD_JSONL: _ClassVar[ExportFormat]
+    EXPORT_FORMAT_OPENAI_MESSAGES: _ClassVar[ExportFormat]
+    EXPORT_FORMAT_CLAUDE_CODE_JSONL: _ClassVar[ExportFormat]
 FORMAT_UNSPECIFIED: Format
 FORMAT_NEUTRAL: Format
 FORMAT_OPENAI_CHAT: Format
@@ -122,6 +130,11 @@ IMPORT_FORMAT_UNSPECIFIED: ImportFormat
 IMPORT_FORMAT_NEUTRAL_JSONL: ImportFormat
 IMPORT_FORMAT_CLAUDE_CODE_JSONL: ImportFormat
 IMPORT_FORMAT_OPENAI_MESSAGES: ImportFormat
+IMPORT_FORMAT_CTXD_JSONL: ImportFormat
+EXPORT_FORMAT_UNSPECIFIED: ExportFormat
+EXPORT_FORMAT_CTXD_JSONL: ExportFormat
+EXPORT_FORMAT_OPENAI_MESSAGES: ExportFormat
+EXPORT_FORMAT_CLAUDE_CODE_JSONL: ExportFormat
 
 class Session(_message.Message):
     __slots__ = ("session_id", "created_at_unix_ms", "metadata", "compaction_count", "branches")
@@ -951,3 +964,127 @@ class ImportSessionResponse(_message.Message):
     format: ImportFormat
     warnings: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, session: _Optional[_Union[Session, _Mapping]] = ..., nodes: _Optional[int] = ..., functions: _Optional[int] = ..., summaries: _Optional[int] = ..., format: _Optional[_Union[ImportFormat, str]] = ..., warnings: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class DeleteSessionRequest(_message.Message):
+    __slots__ = ("session_id",)
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    def __init__(self, session_id: _Optional[str] = ...) -> None: ...
+
+class DeleteSessionResponse(_message.Message):
+    __slots__ = ("tombstone", "already_deleted")
+    TOMBSTONE_FIELD_NUMBER: _ClassVar[int]
+    ALREADY_DELETED_FIELD_NUMBER: _ClassVar[int]
+    tombstone: Tombstone
+    already_deleted: bool
+    def __init__(self, tombstone: _Optional[_Union[Tombstone, _Mapping]] = ..., already_deleted: _Optional[bool] = ...) -> None: ...
+
+class Tombstone(_message.Message):
+    __slots__ = ("session_id", "deleted_by", "deleted_at_unix_ms", "nodes", "branches", "summaries")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    DELETED_BY_FIELD_NUMBER: _ClassVar[int]
+    DELETED_AT_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    BRANCHES_FIELD_NUMBER: _ClassVar[int]
+    SUMMARIES_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    deleted_by: str
+    deleted_at_unix_ms: int
+    nodes: int
+    branches: int
+    summaries: int
+    def __init__(self, session_id: _Optional[str] = ..., deleted_by: _Optional[str] = ..., deleted_at_unix_ms: _Optional[int] = ..., nodes: _Optional[int] = ..., branches: _Optional[int] = ..., summaries: _Optional[int] = ...) -> None: ...
+
+class ExportSessionRequest(_message.Message):
+    __slots__ = ("session_id", "format", "branch")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    FORMAT_FIELD_NUMBER: _ClassVar[int]
+    BRANCH_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    format: ExportFormat
+    branch: str
+    def __init__(self, session_id: _Optional[str] = ..., format: _Optional[_Union[ExportFormat, str]] = ..., branch: _Optional[str] = ...) -> None: ...
+
+class ExportChunk(_message.Message):
+    __slots__ = ("data", "branches", "warnings")
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    BRANCHES_FIELD_NUMBER: _ClassVar[int]
+    WARNINGS_FIELD_NUMBER: _ClassVar[int]
+    data: bytes
+    branches: _containers.RepeatedCompositeFieldContainer[Branch]
+    warnings: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, data: _Optional[bytes] = ..., branches: _Optional[_Iterable[_Union[Branch, _Mapping]]] = ..., warnings: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class WatchRequest(_message.Message):
+    __slots__ = ("session_id", "branch", "after_cursor", "after_node_id")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    BRANCH_FIELD_NUMBER: _ClassVar[int]
+    AFTER_CURSOR_FIELD_NUMBER: _ClassVar[int]
+    AFTER_NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    branch: str
+    after_cursor: str
+    after_node_id: str
+    def __init__(self, session_id: _Optional[str] = ..., branch: _Optional[str] = ..., after_cursor: _Optional[str] = ..., after_node_id: _Optional[str] = ...) -> None: ...
+
+class WatchEvent(_message.Message):
+    __slots__ = ("cursor", "branch", "started", "node", "head_moved", "branch_created", "branch_deleted", "compaction", "deleted")
+    CURSOR_FIELD_NUMBER: _ClassVar[int]
+    BRANCH_FIELD_NUMBER: _ClassVar[int]
+    STARTED_FIELD_NUMBER: _ClassVar[int]
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    HEAD_MOVED_FIELD_NUMBER: _ClassVar[int]
+    BRANCH_CREATED_FIELD_NUMBER: _ClassVar[int]
+    BRANCH_DELETED_FIELD_NUMBER: _ClassVar[int]
+    COMPACTION_FIELD_NUMBER: _ClassVar[int]
+    DELETED_FIELD_NUMBER: _ClassVar[int]
+    cursor: str
+    branch: str
+    started: WatchStarted
+    node: Node
+    head_moved: Branch
+    branch_created: Branch
+    branch_deleted: Branch
+    compaction: CompactionEvent
+    deleted: Tombstone
+    def __init__(self, cursor: _Optional[str] = ..., branch: _Optional[str] = ..., started: _Optional[_Union[WatchStarted, _Mapping]] = ..., node: _Optional[_Union[Node, _Mapping]] = ..., head_moved: _Optional[_Union[Branch, _Mapping]] = ..., branch_created: _Optional[_Union[Branch, _Mapping]] = ..., branch_deleted: _Optional[_Union[Branch, _Mapping]] = ..., compaction: _Optional[_Union[CompactionEvent, _Mapping]] = ..., deleted: _Optional[_Union[Tombstone, _Mapping]] = ...) -> None: ...
+
+class WatchStarted(_message.Message):
+    __slots__ = ("branches",)
+    BRANCHES_FIELD_NUMBER: _ClassVar[int]
+    branches: _containers.RepeatedCompositeFieldContainer[Branch]
+    def __init__(self, branches: _Optional[_Iterable[_Union[Branch, _Mapping]]] = ...) -> None: ...
+
+class BackupDatabaseRequest(_message.Message):
+    __slots__ = ("to",)
+    TO_FIELD_NUMBER: _ClassVar[int]
+    to: str
+    def __init__(self, to: _Optional[str] = ...) -> None: ...
+
+class BackupDatabaseResponse(_message.Message):
+    __slots__ = ("path", "bytes", "took_ms")
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    TOOK_MS_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    bytes: int
+    took_ms: int
+    def __init__(self, path: _Optional[str] = ..., bytes: _Optional[int] = ..., took_ms: _Optional[int] = ...) -> None: ...
+
+class CollectGarbageRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class CollectGarbageResponse(_message.Message):
+    __slots__ = ("sessions", "tombstones", "database_bytes", "free_bytes", "released_bytes")
+    SESSIONS_FIELD_NUMBER: _ClassVar[int]
+    TOMBSTONES_FIELD_NUMBER: _ClassVar[int]
+    DATABASE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    FREE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    RELEASED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    sessions: int
+    tombstones: int
+    database_bytes: int
+    free_bytes: int
+    released_bytes: int
+    def __init__(self, sessions: _Optional[int] = ..., tombstones: _Optional[int] = ..., database_bytes: _Optional[int] = ..., free_bytes: _Optional[int] = ..., released_bytes: _Optional[int] = ...) -> None: ...

@@ -134,6 +134,31 @@ class ContextStoreStub:
                 request_serializer=ctxd_dot_v1_dot_ctxd__pb2.ImportChunk.SerializeToString,
                 response_deserializer=ctxd_dot_v1_dot_ctxd__pb2.ImportSessionResponse.FromString,
                 _registered_method=True)
+        self.DeleteSession = channel.unary_unary(
+                '/ctxd.v1.ContextStore/DeleteSession',
+                request_serializer=ctxd_dot_v1_dot_ctxd__pb2.DeleteSessionRequest.SerializeToString,
+                response_deserializer=ctxd_dot_v1_dot_ctxd__pb2.DeleteSessionResponse.FromString,
+                _registered_method=True)
+        self.ExportSession = channel.unary_stream(
+                '/ctxd.v1.ContextStore/ExportSession',
+                request_serializer=ctxd_dot_v1_dot_ctxd__pb2.ExportSessionRequest.SerializeToString,
+                response_deserializer=ctxd_dot_v1_dot_ctxd__pb2.ExportChunk.FromString,
+                _registered_method=True)
+        self.Watch = channel.unary_stream(
+                '/ctxd.v1.ContextStore/Watch',
+                request_serializer=ctxd_dot_v1_dot_ctxd__pb2.WatchRequest.SerializeToString,
+                response_deserializer=ctxd_dot_v1_dot_ctxd__pb2.WatchEvent.FromString,
+                _registered_method=True)
+        self.BackupDatabase = channel.unary_unary(
+                '/ctxd.v1.ContextStore/BackupDatabase',
+                request_serializer=ctxd_dot_v1_dot_ctxd__pb2.BackupDatabaseRequest.SerializeToString,
+                response_deserializer=ctxd_dot_v1_dot_ctxd__pb2.BackupDatabaseResponse.FromString,
+                _registered_method=True)
+        self.CollectGarbage = channel.unary_unary(
+                '/ctxd.v1.ContextStore/CollectGarbage',
+                request_serializer=ctxd_dot_v1_dot_ctxd__pb2.CollectGarbageRequest.SerializeToString,
+                response_deserializer=ctxd_dot_v1_dot_ctxd__pb2.CollectGarbageResponse.FromString,
+                _registered_method=True)
 
 
 class ContextStoreServicer:
@@ -283,6 +308,53 @@ class ContextStoreServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DeleteSession(self, request, context):
+        """Deletes a session for good, in one transaction: its nodes, branches, summaries, plans,
+        pins and events, and every content blob no other session refers to. A tombstone (who,
+        when, how many nodes) stays for the audit. Deleting it again answers the same tombstone;
+        another tenant's session, or an id never seen, is NOT_FOUND. A compaction open on it ends
+        STALE.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ExportSession(self, request, context):
+        """Streams a session out at one consistent head: every branch, function chain, summary and
+        pin as ctxd JSONL (which ImportSession reads back into an equivalent session), or one
+        branch as an OpenAI chat `messages` array or a Claude Code-style JSONL.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Watch(self, request, context):
+        """Follows a session, or one branch, as it changes: new nodes, head moves, branches created
+        and deleted, summaries committed or refused, in commit order per branch. Every event
+        carries a cursor to resume from after a disconnect, with no gap and no duplicate. A
+        watcher that stops reading is ended with RESOURCE_EXHAUSTED, never buffered without bound.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def BackupDatabase(self, request, context):
+        """Admin (a key marked `admin`, or any caller of a server without keys): copies the SQLite
+        database online, consistent at one moment, into a new file on the server's machine.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CollectGarbage(self, request, context):
+        """Admin: gives the space deleted sessions left back to the operating system (SQLite reuses
+        it for new rows meanwhile; PostgreSQL's autovacuum does it by itself) and reports the
+        store's size.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ContextStoreServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -385,6 +457,31 @@ def add_ContextStoreServicer_to_server(servicer, server):
                     servicer.ImportSession,
                     request_deserializer=ctxd_dot_v1_dot_ctxd__pb2.ImportChunk.FromString,
                     response_serializer=ctxd_dot_v1_dot_ctxd__pb2.ImportSessionResponse.SerializeToString,
+            ),
+            'DeleteSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteSession,
+                    request_deserializer=ctxd_dot_v1_dot_ctxd__pb2.DeleteSessionRequest.FromString,
+                    response_serializer=ctxd_dot_v1_dot_ctxd__pb2.DeleteSessionResponse.SerializeToString,
+            ),
+            'ExportSession': grpc.unary_stream_rpc_method_handler(
+                    servicer.ExportSession,
+                    request_deserializer=ctxd_dot_v1_dot_ctxd__pb2.ExportSessionRequest.FromString,
+                    response_serializer=ctxd_dot_v1_dot_ctxd__pb2.ExportChunk.SerializeToString,
+            ),
+            'Watch': grpc.unary_stream_rpc_method_handler(
+                    servicer.Watch,
+                    request_deserializer=ctxd_dot_v1_dot_ctxd__pb2.WatchRequest.FromString,
+                    response_serializer=ctxd_dot_v1_dot_ctxd__pb2.WatchEvent.SerializeToString,
+            ),
+            'BackupDatabase': grpc.unary_unary_rpc_method_handler(
+                    servicer.BackupDatabase,
+                    request_deserializer=ctxd_dot_v1_dot_ctxd__pb2.BackupDatabaseRequest.FromString,
+                    response_serializer=ctxd_dot_v1_dot_ctxd__pb2.BackupDatabaseResponse.SerializeToString,
+            ),
+            'CollectGarbage': grpc.unary_unary_rpc_method_handler(
+                    servicer.CollectGarbage,
+                    request_deserializer=ctxd_dot_v1_dot_ctxd__pb2.CollectGarbageRequest.FromString,
+                    response_serializer=ctxd_dot_v1_dot_ctxd__pb2.CollectGarbageResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -927,6 +1024,141 @@ class ContextStore:
             '/ctxd.v1.ContextStore/ImportSession',
             ctxd_dot_v1_dot_ctxd__pb2.ImportChunk.SerializeToString,
             ctxd_dot_v1_dot_ctxd__pb2.ImportSessionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ctxd.v1.ContextStore/DeleteSession',
+            ctxd_dot_v1_dot_ctxd__pb2.DeleteSessionRequest.SerializeToString,
+            ctxd_dot_v1_dot_ctxd__pb2.DeleteSessionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ExportSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/ctxd.v1.ContextStore/ExportSession',
+            ctxd_dot_v1_dot_ctxd__pb2.ExportSessionRequest.SerializeToString,
+            ctxd_dot_v1_dot_ctxd__pb2.ExportChunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Watch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/ctxd.v1.ContextStore/Watch',
+            ctxd_dot_v1_dot_ctxd__pb2.WatchRequest.SerializeToString,
+            ctxd_dot_v1_dot_ctxd__pb2.WatchEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def BackupDatabase(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ctxd.v1.ContextStore/BackupDatabase',
+            ctxd_dot_v1_dot_ctxd__pb2.BackupDatabaseRequest.SerializeToString,
+            ctxd_dot_v1_dot_ctxd__pb2.BackupDatabaseResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CollectGarbage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ctxd.v1.ContextStore/CollectGarbage',
+            ctxd_dot_v1_dot_ctxd__pb2.CollectGarbageRequest.SerializeToString,
+            ctxd_dot_v1_dot_ctxd__pb2.CollectGarbageResponse.FromString,
             options,
             channel_credentials,
             insecure,

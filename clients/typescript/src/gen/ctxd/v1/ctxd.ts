@@ -11,9 +11,11 @@ import {
   type ChannelCredentials,
   Client,
   type ClientOptions,
+  type ClientReadableStream,
   type ClientUnaryCall,
   type ClientWritableStream,
   type handleClientStreamingCall,
+  type handleServerStreamingCall,
   type handleUnaryCall,
   makeGenericClientConstructor,
   type Metadata,
@@ -145,6 +147,26 @@ export enum ImportFormat {
   IMPORT_FORMAT_CLAUDE_CODE_JSONL = 2,
   /** IMPORT_FORMAT_OPENAI_MESSAGES - An OpenAI chat-completions `messages` array. */
   IMPORT_FORMAT_OPENAI_MESSAGES = 3,
+  /**
+   * IMPORT_FORMAT_CTXD_JSONL - The whole session as ExportSession writes it (EXPORT_FORMAT_CTXD_JSONL): every branch,
+   * function chain, summary and pin.
+   */
+  IMPORT_FORMAT_CTXD_JSONL = 4,
+  UNRECOGNIZED = -1,
+}
+
+export enum ExportFormat {
+  /** EXPORT_FORMAT_UNSPECIFIED - ctxd JSONL. */
+  EXPORT_FORMAT_UNSPECIFIED = 0,
+  /**
+   * EXPORT_FORMAT_CTXD_JSONL - The whole session, every record a line: a header, then nodes (parents before children),
+   * branches, summaries and pins. ImportSession reads it back (IMPORT_FORMAT_CTXD_JSONL).
+   */
+  EXPORT_FORMAT_CTXD_JSONL = 1,
+  /** EXPORT_FORMAT_OPENAI_MESSAGES - One branch as an OpenAI chat-completions `messages` array. */
+  EXPORT_FORMAT_OPENAI_MESSAGES = 2,
+  /** EXPORT_FORMAT_CLAUDE_CODE_JSONL - One branch as a Claude Code-style session file. */
+  EXPORT_FORMAT_CLAUDE_CODE_JSONL = 3,
   UNRECOGNIZED = -1,
 }
 
@@ -838,6 +860,115 @@ export interface ImportSessionResponse {
   format: ImportFormat;
   /** What the importer had to repair (a call without a result closed as an error, say). */
   warnings: string[];
+}
+
+export interface DeleteSessionRequest {
+  sessionId: string;
+}
+
+export interface DeleteSessionResponse {
+  tombstone?:
+    | Tombstone
+    | undefined;
+  /** The session had been deleted before this call; nothing changed. */
+  alreadyDeleted: boolean;
+}
+
+/** What is left of a deleted session, for the audit. */
+export interface Tombstone {
+  sessionId: string;
+  /** The tenant whose key deleted it ("" on a server without keys), or "retention". */
+  deletedBy: string;
+  deletedAtUnixMs: number;
+  /** Nodes the session held. */
+  nodes: number;
+  branches: number;
+  summaries: number;
+}
+
+export interface ExportSessionRequest {
+  sessionId: string;
+  format: ExportFormat;
+  /** The branch the one-branch formats export; default `main`. Ignored by ctxd JSONL. */
+  branch: string;
+}
+
+/** The export is the concatenation of every chunk's `data`. */
+export interface ExportChunk {
+  data: Buffer;
+  /** First chunk only: the heads the export is consistent at, and what a format could not carry. */
+  branches: Branch[];
+  warnings: string[];
+}
+
+export interface WatchRequest {
+  sessionId: string;
+  /** Follow this branch only; empty follows every branch. */
+  branch: string;
+  /** Resume right after the event whose `cursor` this is. */
+  afterCursor: string;
+  /** Resume a one-branch watch after this node of the branch (the last node received). */
+  afterNodeId: string;
+}
+
+export interface WatchEvent {
+  /** Pass as `after_cursor` to resume right after this event. */
+  cursor: string;
+  /** The branch the event is about; empty for a node of a function's chain and for `deleted`. */
+  branch: string;
+  event?:
+    | //
+    /** The first event: the branches as the watch starts (or resumes). */
+    { $case: "started"; value: WatchStarted }
+    | //
+    /** A node appended to the branch, or to a function's chain (`node.function_id`). */
+    { $case: "node"; value: Node }
+    | //
+    /** The branch's head moved other than by an append (ResetBranch): `branch_head` is new. */
+    { $case: "headMoved"; value: Branch }
+    | { $case: "branchCreated"; value: Branch }
+    | { $case: "branchDeleted"; value: Branch }
+    | //
+    /**
+     * A summary committed or refused (`kind` "committed" or "rejected"), or a plan prepared
+     * or cancelled.
+     */
+    { $case: "compaction"; value: CompactionEvent }
+    | //
+    /** The session was deleted; the stream ends. */
+    { $case: "deleted"; value: Tombstone }
+    | undefined;
+}
+
+export interface WatchStarted {
+  branches: Branch[];
+}
+
+export interface BackupDatabaseRequest {
+  /** A path on the server's machine; it must not exist. */
+  to: string;
+}
+
+export interface BackupDatabaseResponse {
+  path: string;
+  bytes: number;
+  tookMs: number;
+}
+
+export interface CollectGarbageRequest {
+}
+
+export interface CollectGarbageResponse {
+  sessions: number;
+  tombstones: number;
+  /**
+   * The database's size after the call, and how much of it is free pages that writes will
+   * reuse (SQLite).
+   */
+  databaseBytes: number;
+  freeBytes: number;
+  /** Given back to the operating system by this call. */
+  releasedBytes: number;
 }
 
 function createBaseSession(): Session {
@@ -7289,6 +7420,1019 @@ export const ImportSessionResponse: MessageFns<ImportSessionResponse> = {
   },
 };
 
+function createBaseDeleteSessionRequest(): DeleteSessionRequest {
+  return { sessionId: "" };
+}
+
+export const DeleteSessionRequest: MessageFns<DeleteSessionRequest> = {
+  encode(message: DeleteSessionRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.sessionId !== "") {
+      writer.uint32(10).string(message.sessionId);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): DeleteSessionRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseDeleteSessionRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.sessionId = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create<I extends Exact<DeepPartial<DeleteSessionRequest>, I>>(base?: I): DeleteSessionRequest {
+    return DeleteSessionRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<DeleteSessionRequest>, I>>(object: I): DeleteSessionRequest {
+    const message = createBaseDeleteSessionRequest();
+    message.sessionId = object.sessionId ?? "";
+    return message;
+  },
+};
+
+function createBaseDeleteSessionResponse(): DeleteSessionResponse {
+  return { tombstone: undefined, alreadyDeleted: false };
+}
+
+export const DeleteSessionResponse: MessageFns<DeleteSessionResponse> = {
+  encode(message: DeleteSessionResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.tombstone !== undefined) {
+      Tombstone.encode(message.tombstone, writer.uint32(10).fork()).join();
+    }
+    if (message.alreadyDeleted !== false) {
+      writer.uint32(16).bool(message.alreadyDeleted);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): DeleteSessionResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseDeleteSessionResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.tombstone = Tombstone.decode(reader, reader.uint32());
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.alreadyDeleted = reader.bool();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create<I extends Exact<DeepPartial<DeleteSessionResponse>, I>>(base?: I): DeleteSessionResponse {
+    return DeleteSessionResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<DeleteSessionResponse>, I>>(object: I): DeleteSessionResponse {
+    const message = createBaseDeleteSessionResponse();
+    message.tombstone = (object.tombstone !== undefined && object.tombstone !== null)
+      ? Tombstone.fromPartial(object.tombstone)
+      : undefined;
+    message.alreadyDeleted = object.alreadyDeleted ?? false;
+    return message;
+  },
+};
+
+function createBaseTombstone(): Tombstone {
+  return { sessionId: "", deletedBy: "", deletedAtUnixMs: 0, nodes: 0, branches: 0, summaries: 0 };
+}
+
+export const Tombstone: MessageFns<Tombstone> = {
+  encode(message: Tombstone, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.sessionId !== "") {
+      writer.uint32(10).string(message.sessionId);
+    }
+    if (message.deletedBy !== "") {
+      writer.uint32(18).string(message.deletedBy);
+    }
+    if (message.deletedAtUnixMs !== 0) {
+      writer.uint32(24).int64(message.deletedAtUnixMs);
+    }
+    if (message.nodes !== 0) {
+      writer.uint32(32).uint64(message.nodes);
+    }
+    if (message.branches !== 0) {
+      writer.uint32(40).uint32(message.branches);
+    }
+    if (message.summaries !== 0) {
+      writer.uint32(48).uint32(message.summaries);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): Tombstone {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseTombstone();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.sessionId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.deletedBy = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.deletedAtUnixMs = longToNumber(reader.int64());
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.nodes = longToNumber(reader.uint64());
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.branches = reader.uint32();
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.summaries = reader.uint32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create<I extends Exact<DeepPartial<Tombstone>, I>>(base?: I): Tombstone {
+    return Tombstone.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<Tombstone>, I>>(object: I): Tombstone {
+    const message = createBaseTombstone();
+    message.sessionId = object.sessionId ?? "";
+    message.deletedBy = object.deletedBy ?? "";
+    message.deletedAtUnixMs = object.deletedAtUnixMs ?? 0;
+    message.nodes = object.nodes ?? 0;
+    message.branches = object.branches ?? 0;
+    message.summaries = object.summaries ?? 0;
+    return message;
+  },
+};
+
+function createBaseExportSessionRequest(): ExportSessionRequest {
+  return { sessionId: "", format: 0, branch: "" };
+}
+
+export const ExportSessionRequest: MessageFns<ExportSessionRequest> = {
+  encode(message: ExportSessionRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.sessionId !== "") {
+      writer.uint32(10).string(message.sessionId);
+    }
+    if (message.format !== 0) {
+      writer.uint32(16).int32(message.format);
+    }
+    if (message.branch !== "") {
+      writer.uint32(26).string(message.branch);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ExportSessionRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseExportSessionRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.sessionId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.format = reader.int32() as any;
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.branch = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create<I extends Exact<DeepPartial<ExportSessionRequest>, I>>(base?: I): ExportSessionRequest {
+    return ExportSessionRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ExportSessionRequest>, I>>(object: I): ExportSessionRequest {
+    const message = createBaseExportSessionRequest();
+    message.sessionId = object.sessionId ?? "";
+    message.format = object.format ?? 0;
+    message.branch = object.branch ?? "";
+    return message;
+  },
+};
+
+function createBaseExportChunk(): ExportChunk {
+  return { data: Buffer.alloc(0), branches: [], warnings: [] };
+}
+
+export const ExportChunk: MessageFns<ExportChunk> = {
+  encode(message: ExportChunk, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.data.length !== 0) {
+      writer.uint32(10).bytes(message.data);
+    }
+    for (const v of message.branches) {
+      Branch.encode(v!, writer.uint32(18).fork()).join();
+    }
+    for (const v of message.warnings) {
+      writer.uint32(26).string(v!);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ExportChunk {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseExportChunk();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.data = Buffer.from(reader.bytes());
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.branches.push(Branch.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.warnings.push(reader.string());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create<I extends Exact<DeepPartial<ExportChunk>, I>>(base?: I): ExportChunk {
+    return ExportChunk.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ExportChunk>, I>>(object: I): ExportChunk {
+    const message = createBaseExportChunk();
+    message.data = object.data ?? Buffer.alloc(0);
+    message.branches = object.branches?.map((e) => Branch.fromPartial(e)) || [];
+    message.warnings = object.warnings?.map((e) => e) || [];
+    return message;
+  },
+};
+
+function createBaseWatchRequest(): WatchRequest {
+  return { sessionId: "", branch: "", afterCursor: "", afterNodeId: "" };
+}
+
+export const WatchRequest: MessageFns<WatchRequest> = {
+  encode(message: WatchRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.sessionId !== "") {
+      writer.uint32(10).string(message.sessionId);
+    }
+    if (message.branch !== "") {
+      writer.uint32(18).string(message.branch);
+    }
+    if (message.afterCursor !== "") {
+      writer.uint32(26).string(message.afterCursor);
+    }
+    if (message.afterNodeId !== "") {
+      writer.uint32(34).string(message.afterNodeId);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): WatchRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseWatchRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.sessionId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.branch = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.afterCursor = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.afterNodeId = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create<I extends Exact<DeepPartial<WatchRequest>, I>>(base?: I): WatchRequest {
+    return WatchRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<WatchRequest>, I>>(object: I): WatchRequest {
+    const message = createBaseWatchRequest();
+    message.sessionId = object.sessionId ?? "";
+    message.branch = object.branch ?? "";
+    message.afterCursor = object.afterCursor ?? "";
+    message.afterNodeId = object.afterNodeId ?? "";
+    return message;
+  },
+};
+
+function createBaseWatchEvent(): WatchEvent {
+  return { cursor: "", branch: "", event: undefined };
+}
+
+export const WatchEvent: MessageFns<WatchEvent> = {
+  encode(message: WatchEvent, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.cursor !== "") {
+      writer.uint32(10).string(message.cursor);
+    }
+    if (message.branch !== "") {
+      writer.uint32(18).string(message.branch);
+    }
+    switch (message.event?.$case) {
+      case "started":
+        WatchStarted.encode(message.event.value, writer.uint32(26).fork()).join();
+        break;
+      case "node":
+        Node.encode(message.event.value, writer.uint32(34).fork()).join();
+        break;
+      case "headMoved":
+        Branch.encode(message.event.value, writer.uint32(42).fork()).join();
+        break;
+      case "branchCreated":
+        Branch.encode(message.event.value, writer.uint32(50).fork()).join();
+        break;
+      case "branchDeleted":
+        Branch.encode(message.event.value, writer.uint32(58).fork()).join();
+        break;
+      case "compaction":
+        CompactionEvent.encode(message.event.value, writer.uint32(66).fork()).join();
+        break;
+      case "deleted":
+        Tombstone.encode(message.event.value, writer.uint32(74).fork()).join();
+        break;
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): WatchEvent {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseWatchEvent();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.cursor = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.branch = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.event = { $case: "started", value: WatchStarted.decode(reader, reader.uint32()) };
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.event = { $case: "node", value: Node.decode(reader, reader.uint32()) };
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.event = { $case: "headMoved", value: Branch.decode(reader, reader.uint32()) };
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.event = { $case: "branchCreated", value: Branch.decode(reader, reader.uint32()) };
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.event = { $case: "branchDeleted", value: Branch.decode(reader, reader.uint32()) };
+            continue;
+          }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.event = { $case: "compaction", value: CompactionEvent.decode(reader, reader.uint32()) };
+            continue;
+          }
+          case 9: {
+            if (tag !== 74) {
+              break;
+            }
+
+            message.event = { $case: "deleted", value: Tombstone.decode(reader, reader.uint32()) };
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create<I extends Exact<DeepPartial<WatchEvent>, I>>(base?: I): WatchEvent {
+    return WatchEvent.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<WatchEvent>, I>>(object: I): WatchEvent {
+    const message = createBaseWatchEvent();
+    message.cursor = object.cursor ?? "";
+    message.branch = object.branch ?? "";
+    switch (object.event?.$case) {
+      case "started": {
+        if (object.event?.value !== undefined && object.event?.value !== null) {
+          message.event = { $case: "started", value: WatchStarted.fromPartial(object.event.value) };
+        }
+        break;
+      }
+      case "node": {
+        if (object.event?.value !== undefined && object.event?.value !== null) {
+          message.event = { $case: "node", value: Node.fromPartial(object.event.value) };
+        }
+        break;
+      }
+      case "headMoved": {
+        if (object.event?.value !== undefined && object.event?.value !== null) {
+          message.event = { $case: "headMoved", value: Branch.fromPartial(object.event.value) };
+        }
+        break;
+      }
+      case "branchCreated": {
+        if (object.event?.value !== undefined && object.event?.value !== null) {
+          message.event = { $case: "branchCreated", value: Branch.fromPartial(object.event.value) };
+        }
+        break;
+      }
+      case "branchDeleted": {
+        if (object.event?.value !== undefined && object.event?.value !== null) {
+          message.event = { $case: "branchDeleted", value: Branch.fromPartial(object.event.value) };
+        }
+        break;
+      }
+      case "compaction": {
+        if (object.event?.value !== undefined && object.event?.value !== null) {
+          message.event = { $case: "compaction", value: CompactionEvent.fromPartial(object.event.value) };
+        }
+        break;
+      }
+      case "deleted": {
+        if (object.event?.value !== undefined && object.event?.value !== null) {
+          message.event = { $case: "deleted", value: Tombstone.fromPartial(object.event.value) };
+        }
+        break;
+      }
+    }
+    return message;
+  },
+};
+
+function createBaseWatchStarted(): WatchStarted {
+  return { branches: [] };
+}
+
+export const WatchStarted: MessageFns<WatchStarted> = {
+  encode(message: WatchStarted, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.branches) {
+      Branch.encode(v!, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): WatchStarted {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseWatchStarted();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.branches.push(Branch.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create<I extends Exact<DeepPartial<WatchStarted>, I>>(base?: I): WatchStarted {
+    return WatchStarted.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<WatchStarted>, I>>(object: I): WatchStarted {
+    const message = createBaseWatchStarted();
+    message.branches = object.branches?.map((e) => Branch.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBaseBackupDatabaseRequest(): BackupDatabaseRequest {
+  return { to: "" };
+}
+
+export const BackupDatabaseRequest: MessageFns<BackupDatabaseRequest> = {
+  encode(message: BackupDatabaseRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.to !== "") {
+      writer.uint32(10).string(message.to);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): BackupDatabaseRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseBackupDatabaseRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.to = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create<I extends Exact<DeepPartial<BackupDatabaseRequest>, I>>(base?: I): BackupDatabaseRequest {
+    return BackupDatabaseRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<BackupDatabaseRequest>, I>>(object: I): BackupDatabaseRequest {
+    const message = createBaseBackupDatabaseRequest();
+    message.to = object.to ?? "";
+    return message;
+  },
+};
+
+function createBaseBackupDatabaseResponse(): BackupDatabaseResponse {
+  return { path: "", bytes: 0, tookMs: 0 };
+}
+
+export const BackupDatabaseResponse: MessageFns<BackupDatabaseResponse> = {
+  encode(message: BackupDatabaseResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.path !== "") {
+      writer.uint32(10).string(message.path);
+    }
+    if (message.bytes !== 0) {
+      writer.uint32(16).uint64(message.bytes);
+    }
+    if (message.tookMs !== 0) {
+      writer.uint32(24).int64(message.tookMs);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): BackupDatabaseResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseBackupDatabaseResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.path = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.bytes = longToNumber(reader.uint64());
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.tookMs = longToNumber(reader.int64());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create<I extends Exact<DeepPartial<BackupDatabaseResponse>, I>>(base?: I): BackupDatabaseResponse {
+    return BackupDatabaseResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<BackupDatabaseResponse>, I>>(object: I): BackupDatabaseResponse {
+    const message = createBaseBackupDatabaseResponse();
+    message.path = object.path ?? "";
+    message.bytes = object.bytes ?? 0;
+    message.tookMs = object.tookMs ?? 0;
+    return message;
+  },
+};
+
+function createBaseCollectGarbageRequest(): CollectGarbageRequest {
+  return {};
+}
+
+export const CollectGarbageRequest: MessageFns<CollectGarbageRequest> = {
+  encode(_: CollectGarbageRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): CollectGarbageRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseCollectGarbageRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create<I extends Exact<DeepPartial<CollectGarbageRequest>, I>>(base?: I): CollectGarbageRequest {
+    return CollectGarbageRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<CollectGarbageRequest>, I>>(_: I): CollectGarbageRequest {
+    const message = createBaseCollectGarbageRequest();
+    return message;
+  },
+};
+
+function createBaseCollectGarbageResponse(): CollectGarbageResponse {
+  return { sessions: 0, tombstones: 0, databaseBytes: 0, freeBytes: 0, releasedBytes: 0 };
+}
+
+export const CollectGarbageResponse: MessageFns<CollectGarbageResponse> = {
+  encode(message: CollectGarbageResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.sessions !== 0) {
+      writer.uint32(8).uint64(message.sessions);
+    }
+    if (message.tombstones !== 0) {
+      writer.uint32(16).uint64(message.tombstones);
+    }
+    if (message.databaseBytes !== 0) {
+      writer.uint32(24).uint64(message.databaseBytes);
+    }
+    if (message.freeBytes !== 0) {
+      writer.uint32(32).uint64(message.freeBytes);
+    }
+    if (message.releasedBytes !== 0) {
+      writer.uint32(40).uint64(message.releasedBytes);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): CollectGarbageResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseCollectGarbageResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.sessions = longToNumber(reader.uint64());
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.tombstones = longToNumber(reader.uint64());
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.databaseBytes = longToNumber(reader.uint64());
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.freeBytes = longToNumber(reader.uint64());
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.releasedBytes = longToNumber(reader.uint64());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create<I extends Exact<DeepPartial<CollectGarbageResponse>, I>>(base?: I): CollectGarbageResponse {
+    return CollectGarbageResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<CollectGarbageResponse>, I>>(object: I): CollectGarbageResponse {
+    const message = createBaseCollectGarbageResponse();
+    message.sessions = object.sessions ?? 0;
+    message.tombstones = object.tombstones ?? 0;
+    message.databaseBytes = object.databaseBytes ?? 0;
+    message.freeBytes = object.freeBytes ?? 0;
+    message.releasedBytes = object.releasedBytes ?? 0;
+    return message;
+  },
+};
+
 export type ContextStoreService = typeof ContextStoreService;
 export const ContextStoreService = {
   /** A new session has one branch, `main`, with no head. */
@@ -7518,6 +8662,83 @@ export const ContextStoreService = {
       Buffer.from(ImportSessionResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): ImportSessionResponse => ImportSessionResponse.decode(value),
   },
+  /**
+   * Deletes a session for good, in one transaction: its nodes, branches, summaries, plans,
+   * pins and events, and every content blob no other session refers to. A tombstone (who,
+   * when, how many nodes) stays for the audit. Deleting it again answers the same tombstone;
+   * another tenant's session, or an id never seen, is NOT_FOUND. A compaction open on it ends
+   * STALE.
+   */
+  deleteSession: {
+    path: "/ctxd.v1.ContextStore/DeleteSession" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: DeleteSessionRequest): Buffer => Buffer.from(DeleteSessionRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): DeleteSessionRequest => DeleteSessionRequest.decode(value),
+    responseSerialize: (value: DeleteSessionResponse): Buffer =>
+      Buffer.from(DeleteSessionResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): DeleteSessionResponse => DeleteSessionResponse.decode(value),
+  },
+  /**
+   * Streams a session out at one consistent head: every branch, function chain, summary and
+   * pin as ctxd JSONL (which ImportSession reads back into an equivalent session), or one
+   * branch as an OpenAI chat `messages` array or a Claude Code-style JSONL.
+   */
+  exportSession: {
+    path: "/ctxd.v1.ContextStore/ExportSession" as const,
+    requestStream: false as const,
+    responseStream: true as const,
+    requestSerialize: (value: ExportSessionRequest): Buffer => Buffer.from(ExportSessionRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ExportSessionRequest => ExportSessionRequest.decode(value),
+    responseSerialize: (value: ExportChunk): Buffer => Buffer.from(ExportChunk.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ExportChunk => ExportChunk.decode(value),
+  },
+  /**
+   * Follows a session, or one branch, as it changes: new nodes, head moves, branches created
+   * and deleted, summaries committed or refused, in commit order per branch. Every event
+   * carries a cursor to resume from after a disconnect, with no gap and no duplicate. A
+   * watcher that stops reading is ended with RESOURCE_EXHAUSTED, never buffered without bound.
+   */
+  watch: {
+    path: "/ctxd.v1.ContextStore/Watch" as const,
+    requestStream: false as const,
+    responseStream: true as const,
+    requestSerialize: (value: WatchRequest): Buffer => Buffer.from(WatchRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): WatchRequest => WatchRequest.decode(value),
+    responseSerialize: (value: WatchEvent): Buffer => Buffer.from(WatchEvent.encode(value).finish()),
+    responseDeserialize: (value: Buffer): WatchEvent => WatchEvent.decode(value),
+  },
+  /**
+   * Admin (a key marked `admin`, or any caller of a server without keys): copies the SQLite
+   * database online, consistent at one moment, into a new file on the server's machine.
+   */
+  backupDatabase: {
+    path: "/ctxd.v1.ContextStore/BackupDatabase" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: BackupDatabaseRequest): Buffer =>
+      Buffer.from(BackupDatabaseRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): BackupDatabaseRequest => BackupDatabaseRequest.decode(value),
+    responseSerialize: (value: BackupDatabaseResponse): Buffer =>
+      Buffer.from(BackupDatabaseResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): BackupDatabaseResponse => BackupDatabaseResponse.decode(value),
+  },
+  /**
+   * Admin: gives the space deleted sessions left back to the operating system (SQLite reuses
+   * it for new rows meanwhile; PostgreSQL's autovacuum does it by itself) and reports the
+   * store's size.
+   */
+  collectGarbage: {
+    path: "/ctxd.v1.ContextStore/CollectGarbage" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: CollectGarbageRequest): Buffer =>
+      Buffer.from(CollectGarbageRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): CollectGarbageRequest => CollectGarbageRequest.decode(value),
+    responseSerialize: (value: CollectGarbageResponse): Buffer =>
+      Buffer.from(CollectGarbageResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): CollectGarbageResponse => CollectGarbageResponse.decode(value),
+  },
 } as const;
 
 export interface ContextStoreServer extends UntypedServiceImplementation {
@@ -7579,6 +8800,38 @@ export interface ContextStoreServer extends UntypedServiceImplementation {
    * a malformed file names the line and field and leaves nothing behind.
    */
   importSession: handleClientStreamingCall<ImportChunk, ImportSessionResponse>;
+  /**
+   * Deletes a session for good, in one transaction: its nodes, branches, summaries, plans,
+   * pins and events, and every content blob no other session refers to. A tombstone (who,
+   * when, how many nodes) stays for the audit. Deleting it again answers the same tombstone;
+   * another tenant's session, or an id never seen, is NOT_FOUND. A compaction open on it ends
+   * STALE.
+   */
+  deleteSession: handleUnaryCall<DeleteSessionRequest, DeleteSessionResponse>;
+  /**
+   * Streams a session out at one consistent head: every branch, function chain, summary and
+   * pin as ctxd JSONL (which ImportSession reads back into an equivalent session), or one
+   * branch as an OpenAI chat `messages` array or a Claude Code-style JSONL.
+   */
+  exportSession: handleServerStreamingCall<ExportSessionRequest, ExportChunk>;
+  /**
+   * Follows a session, or one branch, as it changes: new nodes, head moves, branches created
+   * and deleted, summaries committed or refused, in commit order per branch. Every event
+   * carries a cursor to resume from after a disconnect, with no gap and no duplicate. A
+   * watcher that stops reading is ended with RESOURCE_EXHAUSTED, never buffered without bound.
+   */
+  watch: handleServerStreamingCall<WatchRequest, WatchEvent>;
+  /**
+   * Admin (a key marked `admin`, or any caller of a server without keys): copies the SQLite
+   * database online, consistent at one moment, into a new file on the server's machine.
+   */
+  backupDatabase: handleUnaryCall<BackupDatabaseRequest, BackupDatabaseResponse>;
+  /**
+   * Admin: gives the space deleted sessions left back to the operating system (SQLite reuses
+   * it for new rows meanwhile; PostgreSQL's autovacuum does it by itself) and reports the
+   * store's size.
+   */
+  collectGarbage: handleUnaryCall<CollectGarbageRequest, CollectGarbageResponse>;
 }
 
 export interface ContextStoreClient extends Client {
@@ -7912,6 +9165,86 @@ export interface ContextStoreClient extends Client {
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: ImportSessionResponse) => void,
   ): ClientWritableStream<ImportChunk>;
+  /**
+   * Deletes a session for good, in one transaction: its nodes, branches, summaries, plans,
+   * pins and events, and every content blob no other session refers to. A tombstone (who,
+   * when, how many nodes) stays for the audit. Deleting it again answers the same tombstone;
+   * another tenant's session, or an id never seen, is NOT_FOUND. A compaction open on it ends
+   * STALE.
+   */
+  deleteSession(
+    request: DeleteSessionRequest,
+    callback: (error: ServiceError | null, response: DeleteSessionResponse) => void,
+  ): ClientUnaryCall;
+  deleteSession(
+    request: DeleteSessionRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: DeleteSessionResponse) => void,
+  ): ClientUnaryCall;
+  deleteSession(
+    request: DeleteSessionRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: DeleteSessionResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * Streams a session out at one consistent head: every branch, function chain, summary and
+   * pin as ctxd JSONL (which ImportSession reads back into an equivalent session), or one
+   * branch as an OpenAI chat `messages` array or a Claude Code-style JSONL.
+   */
+  exportSession(request: ExportSessionRequest, options?: Partial<CallOptions>): ClientReadableStream<ExportChunk>;
+  exportSession(
+    request: ExportSessionRequest,
+    metadata?: Metadata,
+    options?: Partial<CallOptions>,
+  ): ClientReadableStream<ExportChunk>;
+  /**
+   * Follows a session, or one branch, as it changes: new nodes, head moves, branches created
+   * and deleted, summaries committed or refused, in commit order per branch. Every event
+   * carries a cursor to resume from after a disconnect, with no gap and no duplicate. A
+   * watcher that stops reading is ended with RESOURCE_EXHAUSTED, never buffered without bound.
+   */
+  watch(request: WatchRequest, options?: Partial<CallOptions>): ClientReadableStream<WatchEvent>;
+  watch(request: WatchRequest, metadata?: Metadata, options?: Partial<CallOptions>): ClientReadableStream<WatchEvent>;
+  /**
+   * Admin (a key marked `admin`, or any caller of a server without keys): copies the SQLite
+   * database online, consistent at one moment, into a new file on the server's machine.
+   */
+  backupDatabase(
+    request: BackupDatabaseRequest,
+    callback: (error: ServiceError | null, response: BackupDatabaseResponse) => void,
+  ): ClientUnaryCall;
+  backupDatabase(
+    request: BackupDatabaseRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: BackupDatabaseResponse) => void,
+  ): ClientUnaryCall;
+  backupDatabase(
+    request: BackupDatabaseRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: BackupDatabaseResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * Admin: gives the space deleted sessions left back to the operating system (SQLite reuses
+   * it for new rows meanwhile; PostgreSQL's autovacuum does it by itself) and reports the
+   * store's size.
+   */
+  collectGarbage(
+    request: CollectGarbageRequest,
+    callback: (error: ServiceError | null, response: CollectGarbageResponse) => void,
+  ): ClientUnaryCall;
+  collectGarbage(
+    request: CollectGarbageRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: CollectGarbageResponse) => void,
+  ): ClientUnaryCall;
+  collectGarbage(
+    request: CollectGarbageRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: CollectGarbageResponse) => void,
+  ): ClientUnaryCall;
 }
 
 export const ContextStoreClient = makeGenericClientConstructor(
