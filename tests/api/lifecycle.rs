@@ -268,13 +268,7 @@ async fn deleting_unknown_malformed_or_another_tenants_session_is_refused() {
         "session_id",
     );
 
-    let keys = tempfile::NamedTempFile::new().expect("keys file");
-    std::fs::write(&keys, "acme key-acme\nglobex key-globex\n").expect("keys");
-    let (_db, server) = serve_fresh(Options {
-        api_keys: Some(ApiKeys::load(keys.path()).expect("keys")),
-        ..Options::default()
-    })
-    .await;
+    let (_keys, _db, server) = serve_with_keys("acme key-acme\nglobex key-globex\n").await;
     let mut acme = keyed_client(server.addr, "key-acme").await;
     let mut globex = keyed_client(server.addr, "key-globex").await;
     let session = acme
@@ -516,13 +510,7 @@ async fn collect_garbage_reports_the_store_and_gives_freed_pages_back() {
 
 #[tokio::test]
 async fn backup_database_is_for_admin_keys_and_names_its_bad_targets() {
-    let keys = tempfile::NamedTempFile::new().expect("keys file");
-    std::fs::write(&keys, "acme key-acme\nops key-ops admin\n").expect("keys");
-    let (db, server) = serve_fresh(Options {
-        api_keys: Some(ApiKeys::load(keys.path()).expect("keys")),
-        ..Options::default()
-    })
-    .await;
+    let (keys, db, server) = serve_with_keys("acme key-acme\nops key-ops admin\n").await;
     let mut acme = keyed_client(server.addr, "key-acme").await;
     let mut ops = keyed_client(server.addr, "key-ops").await;
     let session = acme
@@ -786,4 +774,16 @@ async fn a_watcher_of_a_deleted_session_gets_its_tombstone_and_the_stream_ends()
         other => panic!("expected the tombstone, got {other:?}"),
     }
     assert!(next(&mut stream).await.is_none(), "the stream ends");
+}
+
+/// A server over a fresh database with the keys file `lines`, returned with it.
+async fn serve_with_keys(lines: &str) -> (tempfile::NamedTempFile, TestDb, Server) {
+    let keys = tempfile::NamedTempFile::new().expect("keys file");
+    std::fs::write(&keys, lines).expect("keys");
+    let (db, server) = serve_fresh(Options {
+        api_keys: Some(ApiKeys::load(keys.path()).expect("keys")),
+        ..Options::default()
+    })
+    .await;
+    (keys, db, server)
 }
