@@ -9,7 +9,9 @@
 //! - [`store`]: SQLite, the only place with SQL.
 //! - [`compaction`]: the compaction workflow over the store (prepare, commit, `Compact`), in
 //!   domain types.
+//! - [`workflow`]: what both front doors run over the store and the engine (load and render).
 //! - [`api`]: the tonic service, the only place with prost types.
+//! - [`gateway`]: the model gateway, a front door for agents that speak a provider's HTTP API.
 //! - [`summarizer`]: the server's own summarizer over an OpenAI-compatible endpoint.
 //! - [`metrics`]: Prometheus metrics and their endpoint.
 //! - [`limits`]: admission: request size, concurrency limit and load shedding, draining.
@@ -23,6 +25,7 @@ pub mod compact;
 pub mod compaction;
 pub mod domain;
 pub mod export;
+pub mod gateway;
 pub mod import;
 pub mod inspector;
 pub mod limits;
@@ -34,3 +37,4 @@ pub mod store;
 pub mod summarizer;
 pub mod tls;
 pub mod tokens;
+pub mod workflow;

@@ -65,6 +65,10 @@ pub struct Options {
     pub http: Option<TcpListener>,
     /// Deletes idle sessions in the background (`--retain-idle-days`); stops with the server.
     pub retention: Option<crate::retention::Retention>,
+    /// The model gateway (`--gateway`): records and forwards provider API calls, over this
+    /// server's store and behind the same keys (sent as `x-ctxd-api-key`); stops when
+    /// `serve_with` returns.
+    pub gateway: Option<crate::gateway::Gateway>,
 }
 
 /// A graceful shutdown: at the signal health turns NOT_SERVING and new calls are refused with
@@ -106,6 +110,7 @@ pub async fn serve_with(
         tls,
         http,
         retention,
+        gateway,
     } = options;
     let _retention = retention
         .map(|policy| AbortOnDrop(tokio::spawn(crate::retention::run(store.clone(), policy))));
@@ -118,6 +123,19 @@ pub async fn serve_with(
         AbortOnDrop(tokio::spawn(async move {
             if let Err(e) = served.await {
                 tracing::error!(error = %e, "the inspector's HTTP server failed");
+            }
+        }))
+    });
+    let _gateway = gateway.map(|gateway| {
+        let served = crate::gateway::serve(
+            gateway,
+            service.workflows(),
+            api_keys.clone(),
+            limits.max_part_bytes,
+        );
+        AbortOnDrop(tokio::spawn(async move {
+            if let Err(e) = served.await {
+                tracing::error!(error = %e, "the model gateway failed");
             }
         }))
     });

@@ -281,6 +281,40 @@ pub(crate) fn http_tenant(
     }
 }
 
+/// The header that carries ctxd's own key through the model gateway, where `authorization`
+/// and `x-api-key` carry the client's provider credentials.
+pub const GATEWAY_KEY_HEADER: &str = "x-ctxd-api-key";
+
+/// The tenant a model gateway request acts for: with keys, the one key in `x-ctxd-api-key`
+/// (the bare key, or `Bearer <key>`); the refusal says why not.
+pub(crate) fn gateway_tenant(
+    keys: Option<&ApiKeys>,
+    headers: &http::HeaderMap,
+) -> Result<Tenant, &'static str> {
+    let Some(keys) = keys else {
+        return Ok(Tenant::local());
+    };
+    let mut values = headers.get_all(GATEWAY_KEY_HEADER).iter();
+    let value = values
+        .next()
+        .ok_or("missing ctxd API key: send the header `x-ctxd-api-key: <key>`")?;
+    let malformed = "malformed x-ctxd-api-key header: expected one key";
+    if values.next().is_some() {
+        return Err(malformed);
+    }
+    let value = value.to_str().map_err(|_| malformed)?.trim();
+    let key = match value.split_once(' ') {
+        Some((scheme, key)) if scheme.eq_ignore_ascii_case("bearer") => key.trim(),
+        _ => value,
+    };
+    if key.is_empty() || key.contains(char::is_whitespace) {
+        return Err(malformed);
+    }
+    keys.key_of(key)
+        .map(|k| k.tenant)
+        .ok_or("invalid ctxd API key (x-ctxd-api-key)")
+}
+
 enum Refusal {
     Missing,
     Malformed,

@@ -14,15 +14,14 @@ use super::parse::{
 use super::reply::{self, Capped};
 use super::{compaction, compaction_status, convert, domain_status, pb, status};
 use crate::compaction::{Compactions, PrepareArgs, PrepareOutcome};
-use crate::domain::{
-    BranchName, CompactionId, Error, NodeContent, NodeId, Part, PathView, SessionId, Tenant,
-};
+use crate::domain::{BranchName, CompactionId, Error, NodeId, PathView, SessionId, Tenant};
 use crate::import;
 use crate::limits::Limits;
 use crate::render::{self, Rendered};
 use crate::store::{self, CreationKey, Scoped, ScopedPlan, Store};
 use crate::summarizer::Summarizer;
-use crate::tokens::{TokenCache, Tokenizer};
+use crate::tokens::TokenCache;
+use crate::workflow::Workflows;
 
 /// The largest session file an import takes; it is parsed in memory.
 const MAX_IMPORT_BYTES: usize = 512 * 1024 * 1024;
@@ -669,64 +668,26 @@ impl ContextStoreService {
     ) -> Result<(PathView, Rendered), Status> {
         let (session, target, tokenizer, options) = render_request(args)?;
         let session = self.scope(tenant, session).await?;
-        let path = self
-            .store
-            .load_path(session, &target)
+        self.workflows()
+            .render(session, &target, tokenizer, options)
             .await
-            .map_err(status)?;
-        let cache = Arc::clone(&self.tokens);
-        let inline = tokenizer == Tokenizer::Heuristic && text_bytes(&path) <= INLINE_RENDER;
-        let work = move || {
-            let rendered = render::render(&path, &options, &cache.counter(tokenizer));
-            (path, rendered)
-        };
-        // Counting real BPE tokens over a long path is CPU work: keep it off the I/O threads.
-        // A short path counted by the heuristic renders in less time than the hand-off costs.
-        let rendered = if inline {
-            work()
-        } else {
-            tokio::task::spawn_blocking(work).await.map_err(|e| {
-                tracing::error!(error = %e, "render task failed");
-                Status::internal("render failed")
-            })?
-        };
-        metrics::counter!("ctxd_renders_total", "tokenizer" => tokenizer.name()).increment(1);
-        metrics::counter!("ctxd_rendered_tokens_total", "tokenizer" => tokenizer.name())
-            .increment(u64::from(rendered.1.report.total_tokens));
-        Ok(rendered)
+            .map_err(workflow_status)
+    }
+
+    /// The workflows this service runs, for the other front doors (the gateway) to share.
+    pub fn workflows(&self) -> Workflows {
+        Workflows::new(self.store.clone(), Arc::clone(&self.tokens))
+    }
+
+    /// The size limits this service applies.
+    pub fn limits(&self) -> Limits {
+        self.limits
     }
 }
 
-/// Bytes of text a render may copy and count on an I/O thread (tens of microseconds).
-const INLINE_RENDER: usize = 256 * 1024;
-
-/// The text a render of `path` copies and counts: every node it may show.
-fn text_bytes(path: &PathView) -> usize {
-    let parts = |parts: &[Part]| -> usize {
-        parts
-            .iter()
-            .map(|p| match p {
-                Part::Text(t) => t.len(),
-                Part::Media { .. } => 0,
-            })
-            .sum()
-    };
-    path.all_nodes()
-        .map(|n| match &n.content {
-            NodeContent::Message {
-                parts: p,
-                tool_calls,
-                ..
-            } => {
-                parts(p)
-                    + tool_calls
-                        .iter()
-                        .map(|c| c.arguments_json.len())
-                        .sum::<usize>()
-            }
-            NodeContent::ToolResult { parts: p, .. } => parts(p),
-            NodeContent::FunctionCall { input, .. } => input.len(),
-            NodeContent::FunctionResult(result) => result.output.len(),
-        })
-        .sum()
+fn workflow_status(e: crate::workflow::Error) -> Status {
+    match e {
+        crate::workflow::Error::Store(e) => status(e),
+        crate::workflow::Error::Render => Status::internal("render failed"),
+    }
 }

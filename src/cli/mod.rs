@@ -56,6 +56,8 @@ enum Command {
         #[arg(long, env = "CTXD_HTTP", value_name = "ADDR")]
         http: Option<SocketAddr>,
         #[command(flatten)]
+        gateway: Box<GatewayArgs>,
+        #[command(flatten)]
         storage: StorageArgs,
         #[command(flatten)]
         summarizer: SummarizerArgs,
@@ -76,6 +78,37 @@ enum Command {
     },
     #[command(flatten)]
     Client(client::Command),
+}
+
+/// The model gateway: agents that speak a provider's HTTP API point their base URL here.
+#[derive(Debug, clap::Args)]
+struct GatewayArgs {
+    /// Serve the model gateway on this address too (Anthropic Messages and OpenAI chat
+    /// completions, recorded as sessions and forwarded with ctxd's render; its bound address is
+    /// printed as `ctxd gateway on ADDR`).
+    #[arg(long, env = "CTXD_GATEWAY", value_name = "ADDR")]
+    gateway: Option<SocketAddr>,
+    /// Where the gateway forwards Anthropic calls.
+    #[arg(
+        long,
+        env = "CTXD_ANTHROPIC_UPSTREAM",
+        value_name = "URL",
+        default_value = "https://api.anthropic.com"
+    )]
+    anthropic_upstream: String,
+    /// Where the gateway forwards OpenAI calls.
+    #[arg(
+        long,
+        env = "CTXD_OPENAI_UPSTREAM",
+        value_name = "URL",
+        default_value = "https://api.openai.com"
+    )]
+    openai_upstream: String,
+    /// What the gateway forwards: `stepped` (ctxd's render of the branch) or `passthrough`
+    /// (the client's request as it came, still recorded); a request's `x-ctxd-policy` header
+    /// overrides it.
+    #[arg(long, env = "CTXD_GATEWAY_POLICY", default_value = "stepped", value_parser = ["stepped", "passthrough"])]
+    gateway_policy: String,
 }
 
 /// How the database is used when another process holds it or the disk fills up.
@@ -257,6 +290,7 @@ impl SecurityArgs {
         self,
         listen: SocketAddr,
         http: Option<SocketAddr>,
+        gateway: Option<SocketAddr>,
     ) -> anyhow::Result<(Option<ApiKeys>, Option<ServerTlsConfig>)> {
         let keys = self
             .api_keys_file
@@ -279,6 +313,18 @@ impl SecurityArgs {
                 "refusing to serve the inspector on {http} without API keys: anyone who can \
                  reach it could read every session; give --api-keys-file FILE, or \
                  --insecure-no-auth to serve it open anyway"
+            );
+        }
+        if let Some(gateway) = gateway
+            && keys.is_none()
+            && !self.insecure_no_auth
+            && !gateway.ip().to_canonical().is_loopback()
+        {
+            anyhow::bail!(
+                "refusing to serve the gateway on {gateway} without API keys: anyone who can \
+                 reach it could read every session and spend the provider credentials sent \
+                 through it; give --api-keys-file FILE, or --insecure-no-auth to serve it open \
+                 anyway"
             );
         }
         let tls = match (&self.tls_cert, &self.tls_key) {
@@ -326,29 +372,35 @@ pub fn main() -> anyhow::Result<()> {
             db,
             metrics_listen,
             http,
+            gateway,
             storage,
             summarizer,
             limits,
             security,
         } => {
-            let served = security.build(listen, http).and_then(|(api_keys, tls)| {
-                let (limits, shutdown) = limits.build();
-                let options = crate::server::Options {
-                    summarizer: summarizer.build()?,
-                    limits,
-                    shutdown,
-                    api_keys,
-                    tls,
-                    http: None,
-                    retention: storage.retention(),
-                };
-                let addrs = Addrs {
-                    listen,
-                    metrics: metrics_listen,
-                    http,
-                };
-                runtime.block_on(serve(addrs, db, storage.config(), options))
-            });
+            let served =
+                security
+                    .build(listen, http, gateway.gateway)
+                    .and_then(|(api_keys, tls)| {
+                        let (limits, shutdown) = limits.build();
+                        let options = crate::server::Options {
+                            summarizer: summarizer.build()?,
+                            limits,
+                            shutdown,
+                            api_keys,
+                            tls,
+                            http: None,
+                            retention: storage.retention(),
+                            gateway: None,
+                        };
+                        let addrs = Addrs {
+                            listen,
+                            metrics: metrics_listen,
+                            http,
+                            gateway,
+                        };
+                        runtime.block_on(serve(addrs, db, storage.config(), options))
+                    });
             // Calls abandoned after the grace period end here, without holding up the exit.
             runtime.shutdown_timeout(RUNTIME_SHUTDOWN);
             if let Err(e) = served {
@@ -386,6 +438,7 @@ struct Addrs {
     listen: SocketAddr,
     metrics: Option<SocketAddr>,
     http: Option<SocketAddr>,
+    gateway: Box<GatewayArgs>,
 }
 
 async fn serve(
@@ -398,6 +451,7 @@ async fn serve(
         listen,
         metrics: metrics_listen,
         http,
+        gateway,
     } = addrs;
     // Its errors name the file and the problem; nothing has been written to a refused file.
     let store = Store::connect(&db, storage).await?;
@@ -430,6 +484,20 @@ async fn serve(
             .with_context(|| format!("listening for the inspector on {addr}"))?;
         writeln!(stdout, "ctxd http on {}", listener.local_addr()?)?;
         options.http = Some(listener);
+    }
+    if let Some(addr) = gateway.gateway {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("listening for the gateway on {addr}"))?;
+        writeln!(stdout, "ctxd gateway on {}", listener.local_addr()?)?;
+        let mut g = crate::gateway::Gateway::new(
+            listener,
+            gateway.anthropic_upstream,
+            gateway.openai_upstream,
+        );
+        g.policy =
+            crate::gateway::GatewayPolicy::parse(&gateway.gateway_policy).unwrap_or_default();
+        options.gateway = Some(g);
     }
     stdout.flush()?;
     tracing::info!(

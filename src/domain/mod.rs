@@ -11,6 +11,7 @@ mod pairing;
 mod session;
 mod summary;
 mod tenant;
+mod usage;
 
 pub use budget::Budget;
 pub use error::Error;
@@ -28,3 +29,4 @@ pub use summary::{
     CompactionEvent, CompactionId, EventKind, Reason, Summary, SummaryId, SummaryKind,
 };
 pub use tenant::Tenant;
+pub use usage::{GatewayCall, GatewayUsage, ProviderUsage};

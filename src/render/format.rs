@@ -30,6 +30,34 @@ impl Format {
     }
 }
 
+/// The MIME type of a content block of the Anthropic Messages API that ctxd keeps as it came
+/// (thinking with its signature, server tool use and its results, documents, citations, any
+/// type it does not know): its canonical JSON, given back as that block by the Anthropic
+/// document and left out of other formats.
+pub const ANTHROPIC_BLOCK: &str = "application/vnd.ctxd.anthropic-block+json";
+/// The same for a content part of OpenAI chat completions (audio, files, any part but text).
+pub const OPENAI_PART: &str = "application/vnd.ctxd.openai-part+json";
+
+/// The `type` of a kept Anthropic block that holds a message's own fields beside `role` and
+/// `content` (such as a per-turn `output_config`): given back on the message, not as a block.
+pub const MESSAGE_FIELDS: &str = "ctxd_message_fields";
+
+/// Whether `mime` is a provider's opaque block (see [`ANTHROPIC_BLOCK`]).
+pub fn is_opaque(mime: &str) -> bool {
+    mime == ANTHROPIC_BLOCK || mime == OPENAI_PART
+}
+
+/// The stored JSON of an opaque block of `mime`, if `part` is one.
+fn opaque(part: &Part, mime: &str) -> Option<Value> {
+    match part {
+        Part::Media {
+            mime_type,
+            source: MediaSource::Data(data),
+        } if mime_type == mime => serde_json::from_slice(data).ok(),
+        _ => None,
+    }
+}
+
 /// A media part a document cannot carry where it stands, so it is sent as the text
 /// `[<mime> attachment]` instead.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,6 +87,7 @@ pub fn uncarried(format: Format, messages: &[Message]) -> Vec<Uncarried> {
         };
         for (k, part) in m.parts.iter().enumerate() {
             if let Part::Media { mime_type, .. } = part
+                && !is_opaque(mime_type)
                 && !carries(mime_type)
             {
                 lost.push(Uncarried {
@@ -127,9 +156,10 @@ impl<'a> Pairs<'a> {
 fn text_of(parts: &[Part]) -> String {
     parts
         .iter()
-        .map(|p| match p {
-            Part::Text(t) => t.clone(),
-            Part::Media { mime_type, .. } => format!("[{mime_type} attachment]"),
+        .filter_map(|p| match p {
+            Part::Text(t) => Some(t.clone()),
+            Part::Media { mime_type, .. } if is_opaque(mime_type) => None,
+            Part::Media { mime_type, .. } => Some(format!("[{mime_type} attachment]")),
         })
         .collect::<Vec<_>>()
         .join("\n")
@@ -151,14 +181,23 @@ fn arguments_object(arguments: &str) -> Value {
 // ---------------------------------------------------------------- OpenAI
 
 fn openai_content(parts: &[Part]) -> Value {
-    if parts.iter().all(|p| matches!(p, Part::Text(_))) {
+    let foreign =
+        |p: &Part| matches!(p, Part::Media { mime_type, .. } if mime_type == ANTHROPIC_BLOCK);
+    if parts
+        .iter()
+        .all(|p| matches!(p, Part::Text(_)) || foreign(p))
+    {
         return Value::String(text_of(parts));
     }
     Value::Array(
         parts
             .iter()
+            .filter(|p| !foreign(p))
             .map(|p| match p {
                 Part::Text(t) => json!({ "type": "text", "text": t }),
+                Part::Media { mime_type, .. } if mime_type == OPENAI_PART => {
+                    opaque(p, OPENAI_PART).unwrap_or(Value::Null)
+                }
                 Part::Media { mime_type, source } if openai_carries(mime_type) => {
                     let url = match source {
                         MediaSource::Url(url) => url.clone(),
@@ -231,6 +270,10 @@ fn anthropic_blocks(parts: &[Part]) -> Vec<Value> {
         .filter_map(|p| match p {
             Part::Text(t) if t.is_empty() => None,
             Part::Text(t) => Some(json!({ "type": "text", "text": t })),
+            Part::Media { mime_type, .. } if mime_type == ANTHROPIC_BLOCK => {
+                opaque(p, ANTHROPIC_BLOCK).filter(|b| !is_message_fields(b))
+            }
+            Part::Media { mime_type, .. } if mime_type == OPENAI_PART => None,
             Part::Media { mime_type, source } => {
                 if !anthropic_carries(mime_type) {
                     return Some(
@@ -256,24 +299,69 @@ fn anthropic_blocks(parts: &[Part]) -> Vec<Value> {
         .collect()
 }
 
+fn is_message_fields(block: &Value) -> bool {
+    block.get("type").and_then(Value::as_str) == Some(MESSAGE_FIELDS)
+}
+
+/// The message-level fields kept among `parts` (see [`MESSAGE_FIELDS`]).
+fn message_fields(parts: &[Part]) -> Vec<(String, Value)> {
+    parts
+        .iter()
+        .filter_map(|p| opaque(p, ANTHROPIC_BLOCK))
+        .filter(is_message_fields)
+        .filter_map(|b| match b {
+            Value::Object(map) => Some(map.into_iter().filter(|(k, _)| k != "type")),
+            _ => None,
+        })
+        .flatten()
+        .collect()
+}
+
+/// A tool result's content: one string when it is text alone (as clients send it), else its
+/// blocks, so images and kept blocks reach the model as themselves.
+fn anthropic_result_content(parts: &[Part]) -> Value {
+    if parts.iter().all(|p| matches!(p, Part::Text(_))) {
+        return Value::String(text_of(parts));
+    }
+    Value::Array(anthropic_blocks(parts))
+}
+
 /// A Messages API request body's `{system, messages}` (`system` only when there is one): roles alternate, every `tool_use` is
 /// answered by a `tool_result` in the next user message, consecutive results share one message.
 pub fn anthropic_messages(messages: &[Message]) -> Value {
+    anthropic_document(messages, false).0
+}
+
+/// [`anthropic_messages`], and for each document message the indexes of the rendered messages
+/// it holds (several when consecutive results and user text share one), for callers that
+/// place markers on what they sent. With `system_messages`, system and developer messages
+/// stay in place as `system` messages (the Messages API takes them mid-conversation in a beta
+/// that agents use), with the message-level fields they were stored with.
+pub fn anthropic_document(messages: &[Message], system_messages: bool) -> (Value, Vec<Vec<usize>>) {
     let pairs = Pairs::of(messages);
     // Leading system and developer messages are the system prompt; later ones (rare) are kept
     // in place as marked user text, since the API has no mid-conversation system role.
-    let leading = messages
-        .iter()
-        .take_while(|m| matches!(m.role, MessageRole::System | MessageRole::Developer))
-        .count();
+    let leading = if system_messages {
+        0
+    } else {
+        messages
+            .iter()
+            .take_while(|m| matches!(m.role, MessageRole::System | MessageRole::Developer))
+            .count()
+    };
     let system = messages[..leading]
         .iter()
         .map(|m| text_of(&m.parts))
         .collect::<Vec<_>>()
         .join("\n\n");
     let mut out: Vec<(&'static str, Vec<Value>)> = Vec::new();
+    let mut sources: Vec<Vec<usize>> = Vec::new();
+    let mut fields: Vec<Vec<(String, Value)>> = Vec::new();
     for (i, m) in messages.iter().enumerate().skip(leading) {
         let (role, blocks) = match m.role {
+            MessageRole::System | MessageRole::Developer if system_messages => {
+                ("system", anthropic_blocks(&m.parts))
+            }
             MessageRole::System | MessageRole::Developer => (
                 "user",
                 vec![json!({ "type": "text", "text": format!("[system] {}", text_of(&m.parts)) })],
@@ -301,7 +389,7 @@ pub fn anthropic_messages(messages: &[Message]) -> Value {
                 let mut block = json!({
                     "type": "tool_result",
                     "tool_use_id": m.tool_call_id.as_deref().unwrap_or_default(),
-                    "content": text_of(&m.parts),
+                    "content": anthropic_result_content(&m.parts),
                 });
                 if m.is_error {
                     block["is_error"] = Value::Bool(true);
@@ -312,9 +400,26 @@ pub fn anthropic_messages(messages: &[Message]) -> Value {
         if blocks.is_empty() {
             continue;
         }
+        let own = if system_messages {
+            message_fields(&m.parts)
+        } else {
+            Vec::new()
+        };
         match out.last_mut() {
-            Some((last, existing)) if *last == role => existing.extend(blocks),
-            _ => out.push((role, blocks)),
+            Some((last, existing)) if *last == role && role != "system" => {
+                existing.extend(blocks);
+                if let Some(s) = sources.last_mut() {
+                    s.push(i);
+                }
+                if let Some(f) = fields.last_mut() {
+                    f.extend(own);
+                }
+            }
+            _ => {
+                out.push((role, blocks));
+                sources.push(vec![i]);
+                fields.push(own);
+            }
         }
     }
     // The API wants the conversation to open with the user.
@@ -326,15 +431,25 @@ pub fn anthropic_messages(messages: &[Message]) -> Value {
                 vec![json!({ "type": "text", "text": "[earlier conversation omitted]" })],
             ),
         );
+        sources.insert(0, Vec::new());
+        fields.insert(0, Vec::new());
     }
     let messages: Vec<Value> = out
         .into_iter()
-        .map(|(role, content)| json!({ "role": role, "content": content }))
+        .zip(fields)
+        .map(|((role, content), fields)| {
+            let mut message = json!({ "role": role, "content": content });
+            for (k, v) in fields {
+                message[k] = v;
+            }
+            message
+        })
         .collect();
     // An empty system prompt is left out rather than sent as "".
-    if system.is_empty() {
+    let document = if system.is_empty() {
         json!({ "messages": messages })
     } else {
         json!({ "system": system, "messages": messages })
-    }
+    };
+    (document, sources)
 }

@@ -338,6 +338,11 @@ pub fn message_breakdown(message: &Message, counter: &dyn Count) -> Breakdown {
     for part in &message.parts {
         text = text.saturating_add(match part {
             Part::Text(t) => counter.count(t),
+            // A kept provider block (thinking, a server tool's result) is text the model reads.
+            Part::Media {
+                mime_type,
+                source: crate::domain::MediaSource::Data(data),
+            } if format::is_opaque(mime_type) => counter.count(&String::from_utf8_lossy(data)),
             Part::Media { .. } => MEDIA_TOKENS,
         });
     }

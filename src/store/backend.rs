@@ -247,6 +247,13 @@ pub(super) trait Reads: Lookups {
     /// Live sessions and tombstones.
     async fn session_counts(&mut self) -> Result<(u64, u64)>;
 
+    /// The top-level node of `session` whose hash is `hash` (the gateway finds a resent
+    /// history's stored prefix by it).
+    async fn node_by_hash(&mut self, session: SessionId, hash: &Hash) -> Result<Option<NodeId>>;
+
+    /// The gateway's calls of `session`, added up.
+    async fn gateway_usage(&mut self, session: SessionId) -> Result<domain::GatewayUsage>;
+
     async fn plan(&mut self, session: SessionId, id: CompactionId) -> Result<CompactionPlan> {
         self.find_plan(session, id)
             .await?
@@ -282,6 +289,13 @@ pub(super) trait WriteTx: Reads + AppendTx {
         session: SessionId,
         now: i64,
     ) -> Result<bool>;
+
+    /// Records one call the gateway forwarded for `session`.
+    async fn insert_gateway_call(
+        &mut self,
+        session: SessionId,
+        call: &domain::GatewayCall,
+    ) -> Result<()>;
 
     /// `false`: a branch of that name exists, nothing was written.
     async fn insert_branch(

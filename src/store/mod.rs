@@ -16,6 +16,7 @@ mod compaction;
 mod decode;
 mod driver;
 mod export;
+mod gateway;
 mod idempotency;
 mod import;
 mod lifecycle;

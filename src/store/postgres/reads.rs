@@ -8,8 +8,8 @@ use sqlx::postgres::PgRow;
 
 use super::{Conn, Connection};
 use crate::domain::{
-    Branch, BranchName, CompactionEvent, CompactionId, Hash, NodeId, Reason, SessionId, Summary,
-    Tenant, Tombstone,
+    Branch, BranchName, CompactionEvent, CompactionId, GatewayUsage, Hash, NodeId, ProviderUsage,
+    Reason, SessionId, Summary, Tenant, Tombstone,
 };
 use crate::store::append::AppendOutcome;
 use crate::store::backend::{BranchStart, Lookups, Reads, SessionRow, StoredBlob};
@@ -484,6 +484,50 @@ impl<C: Connection> Reads for Conn<C> {
             u64::try_from(sessions).unwrap_or(0),
             u64::try_from(tombstones).unwrap_or(0),
         ))
+    }
+
+    async fn node_by_hash(&mut self, session: SessionId, hash: &Hash) -> Result<Option<NodeId>> {
+        let id: Option<Vec<u8>> = sqlx::query_scalar(
+            "SELECT id FROM nodes WHERE session_id = $1 AND hash = $2 AND function_id IS NULL
+             LIMIT 1",
+        )
+        .bind(session.as_bytes().as_slice())
+        .bind(hash.0.as_slice())
+        .fetch_optional(self.conn())
+        .await?;
+        id.map(|bytes| {
+            <[u8; 16]>::try_from(bytes.as_slice())
+                .map(NodeId::from_bytes)
+                .map_err(|_| Error::Corrupt("node id: not 16 bytes".into()))
+        })
+        .transpose()
+    }
+
+    async fn gateway_usage(&mut self, session: SessionId) -> Result<GatewayUsage> {
+        let row = sqlx::query(
+            "SELECT count(*) AS calls, sum(client_tokens) AS client, sum(forwarded_tokens) AS forwarded,
+                    sum(input_tokens) AS input, sum(cache_read_tokens) AS cache_read,
+                    sum(cache_write_tokens) AS cache_write, sum(output_tokens) AS output
+             FROM gateway_calls WHERE session_id = $1",
+        )
+        .bind(session.as_bytes().as_slice())
+        .fetch_one(self.conn())
+        .await?;
+        let n = |column: &str| -> Result<u64> {
+            let value: Option<i64> = row.try_get(column)?;
+            Ok(value.and_then(|v| u64::try_from(v).ok()).unwrap_or(0))
+        };
+        Ok(GatewayUsage {
+            calls: n("calls")?,
+            client_tokens: n("client")?,
+            forwarded_tokens: n("forwarded")?,
+            usage: ProviderUsage {
+                input: n("input")?,
+                cache_read: n("cache_read")?,
+                cache_write: n("cache_write")?,
+                output: n("output")?,
+            },
+        })
     }
 }
 

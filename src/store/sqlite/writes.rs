@@ -184,6 +184,34 @@ impl WriteTx for Conn<Write> {
         Ok(inserted.rows_affected() == 1)
     }
 
+    async fn insert_gateway_call(
+        &mut self,
+        session: SessionId,
+        call: &crate::domain::GatewayCall,
+    ) -> Result<()> {
+        let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        sqlx::query(
+            "INSERT INTO gateway_calls (session_id, id, at_ms, api, model, client_tokens,
+                 forwarded_tokens, input_tokens, cache_read_tokens, cache_write_tokens,
+                 output_tokens)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(session.as_bytes().as_slice())
+        .bind(uuid::Uuid::now_v7().as_bytes().as_slice().to_vec())
+        .bind(call.at_ms)
+        .bind(call.api.as_str())
+        .bind(call.model.as_str())
+        .bind(n(call.client_tokens))
+        .bind(n(call.forwarded_tokens))
+        .bind(n(call.usage.input))
+        .bind(n(call.usage.cache_read))
+        .bind(n(call.usage.cache_write))
+        .bind(n(call.usage.output))
+        .execute(&mut *self.0.tx)
+        .await?;
+        Ok(())
+    }
+
     async fn insert_branch(
         &mut self,
         session: SessionId,
@@ -395,6 +423,7 @@ impl WriteTx for Conn<Write> {
             "DELETE FROM compaction_events WHERE session_id = ?1",
             "DELETE FROM compactions WHERE session_id = ?1",
             "DELETE FROM pins WHERE session_id = ?1",
+            "DELETE FROM gateway_calls WHERE session_id = ?1",
             "DELETE FROM idempotency WHERE session_id = ?1",
             "DELETE FROM branches WHERE session_id = ?1",
             "DELETE FROM functions WHERE id IN (SELECT id FROM nodes WHERE session_id = ?1)",

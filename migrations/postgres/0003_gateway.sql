@@ -1,0 +1,20 @@
+-- The model gateway: a resent history is found by the hash of its newest stored message, so
+-- top-level nodes are indexed by (session, hash); and every call it forwarded records what the
+-- client sent, what went upstream and what the provider reported using (keyed by session
+-- first, like every table of a session's data).
+CREATE INDEX nodes_session_hash ON nodes (session_id, hash) WHERE function_id IS NULL;
+
+CREATE TABLE gateway_calls (
+    session_id         BYTEA  NOT NULL REFERENCES sessions (id),
+    id                 BYTEA  NOT NULL,
+    at_ms              BIGINT NOT NULL,
+    api                TEXT   NOT NULL,
+    model              TEXT   NOT NULL,
+    client_tokens      BIGINT NOT NULL,
+    forwarded_tokens   BIGINT NOT NULL,
+    input_tokens       BIGINT NOT NULL,
+    cache_read_tokens  BIGINT NOT NULL,
+    cache_write_tokens BIGINT NOT NULL,
+    output_tokens      BIGINT NOT NULL,
+    PRIMARY KEY (session_id, id)
+);

@@ -1,0 +1,567 @@
+//! The Anthropic Messages API as the gateway reads and writes it: a request's messages as
+//! nodes, an answer (whole or streamed) as the assistant node it appends, the rendered branch
+//! as the `messages` it forwards (with the client's cache markers), and the API's error shape.
+//!
+//! Blocks ctxd does not reduce (thinking and its signature, redacted thinking, server tool use
+//! and its results, documents, citations, compaction blocks, any type it does not know) are
+//! kept as their canonical JSON (`render::format::ANTHROPIC_BLOCK`) and given back as such.
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use serde_json::{Value, json};
+
+use super::conversation::{Conversation, Item, Refusal, estimate, fill_result_names, item_chars};
+use super::json::{canonical_arguments, canonical_block};
+use super::sse;
+use crate::domain::{MediaSource, NodeContent, Part, ProviderUsage, Role, ToolCall};
+use crate::render::format::{ANTHROPIC_BLOCK, MESSAGE_FIELDS, anthropic_document};
+use crate::render::{Message, Reduction};
+
+/// Cache breakpoints one request may carry.
+pub const MAX_MARKERS: usize = 4;
+
+/// Reads a Messages API request body.
+pub fn read(body: &Value) -> Result<Conversation, Refusal> {
+    let Some(obj) = body.as_object() else {
+        return Err(Refusal::invalid("body", "must be a JSON object"));
+    };
+    let model = match obj.get("model") {
+        Some(Value::String(m)) => m.clone(),
+        _ => return Err(Refusal::invalid("model", "must be a string")),
+    };
+    let Some(Value::Array(messages)) = obj.get("messages") else {
+        return Err(Refusal::invalid("messages", "must be an array of messages"));
+    };
+    let mut conv = Conversation {
+        model,
+        stream: obj.get("stream").and_then(Value::as_bool).unwrap_or(false),
+        output_reserve: obj
+            .get("max_tokens")
+            .and_then(Value::as_u64)
+            .map_or(4096, |n| u32::try_from(n).unwrap_or(u32::MAX)),
+        ..Conversation::default()
+    };
+    let system = match obj.get("system") {
+        None | Some(Value::Null) => String::new(),
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(blocks)) => {
+            conv.fixed_markers += blocks
+                .iter()
+                .filter(|b| b.get("cache_control").is_some())
+                .count();
+            blocks
+                .iter()
+                .filter_map(|b| b.get("text").and_then(Value::as_str))
+                .collect::<Vec<_>>()
+                .join("\n")
+        }
+        Some(_) => {
+            return Err(Refusal::invalid(
+                "system",
+                "must be a string or an array of blocks",
+            ));
+        }
+    };
+    conv.system_tokens = u32::try_from(estimate(system.len())).unwrap_or(u32::MAX);
+    if let Some(Value::Array(tools)) = obj.get("tools") {
+        conv.fixed_markers += tools
+            .iter()
+            .filter(|t| t.get("cache_control").is_some())
+            .count();
+        let chars = tools.iter().map(|t| t.to_string().len()).sum::<usize>();
+        conv.tools_tokens = u32::try_from(estimate(chars)).unwrap_or(u32::MAX);
+    }
+    conv.client_session = obj
+        .get("metadata")
+        .and_then(|m| m.get("user_id"))
+        .and_then(Value::as_str)
+        .and_then(claude_code_session);
+    for (i, message) in messages.iter().enumerate() {
+        read_message(&mut conv, i, message)?;
+    }
+    fill_result_names(&mut conv.items);
+    let first_user = conv
+        .items
+        .iter()
+        .find_map(|item| match &item.content {
+            NodeContent::Message {
+                role: Role::User,
+                parts,
+                ..
+            } => Some(Part::text_of(parts)),
+            _ => None,
+        })
+        .unwrap_or_default();
+    conv.opening = format!("{system}\n\n{first_user}");
+    conv.client_tokens = conv
+        .items
+        .iter()
+        .map(|i| estimate(item_chars(&i.content)) + 4)
+        .sum();
+    Ok(conv)
+}
+
+/// Claude Code's session id in `metadata.user_id`: a JSON string with `session_id`, or the
+/// older `user_<hash>_account_<uuid>_session_<uuid>` form.
+fn claude_code_session(user_id: &str) -> Option<String> {
+    if let Ok(Value::Object(map)) = serde_json::from_str::<Value>(user_id) {
+        return map
+            .get("session_id")
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned);
+    }
+    user_id
+        .rsplit_once("_session_")
+        .map(|(_, id)| id.to_owned())
+        .filter(|id| !id.is_empty())
+}
+
+fn read_message(conv: &mut Conversation, i: usize, message: &Value) -> Result<(), Refusal> {
+    let at = format!("messages[{i}]");
+    let Some(obj) = message.as_object() else {
+        return Err(Refusal::invalid(at, "must be an object"));
+    };
+    let role = match obj.get("role").and_then(Value::as_str) {
+        Some("user") => Role::User,
+        Some("assistant") => Role::Assistant,
+        // Mid-conversation system messages: a beta Claude Code uses for per-turn instructions.
+        Some("system") => Role::System,
+        _ => {
+            return Err(Refusal::invalid(
+                format!("{at}.role"),
+                "must be \"user\", \"assistant\" or \"system\"",
+            ));
+        }
+    };
+    // The message's own fields beside role and content (Claude Code's per-turn
+    // `output_config`): kept with it, and given back on it.
+    let extra: serde_json::Map<String, Value> = obj
+        .iter()
+        .filter(|(k, _)| *k != "role" && *k != "content")
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let envelope = (!extra.is_empty()).then(|| {
+        let mut fields = extra;
+        fields.insert("type".to_owned(), Value::String(MESSAGE_FIELDS.to_owned()));
+        kept(&Value::Object(fields))
+    });
+    let blocks: Vec<Value> = match obj.get("content") {
+        Some(Value::String(s)) => vec![json!({"type": "text", "text": s})],
+        Some(Value::Array(blocks)) => blocks.clone(),
+        _ => {
+            return Err(Refusal::invalid(
+                format!("{at}.content"),
+                "must be a string or an array of content blocks",
+            ));
+        }
+    };
+    for (j, block) in blocks.iter().enumerate() {
+        if block.get("type").and_then(Value::as_str).is_none() {
+            return Err(Refusal::invalid(
+                format!("{at}.content[{j}].type"),
+                "must be a string",
+            ));
+        }
+    }
+    if let Some(marker) = blocks.iter().rev().find_map(|b| b.get("cache_control")) {
+        conv.markers.push((i, marker.clone()));
+    }
+    match role {
+        Role::Assistant => {
+            let content = match (assistant(&blocks)?, envelope) {
+                (
+                    Some(NodeContent::Message {
+                        role,
+                        mut parts,
+                        tool_calls,
+                    }),
+                    Some(e),
+                ) => {
+                    parts.insert(0, e);
+                    Some(NodeContent::Message {
+                        role,
+                        parts,
+                        tool_calls,
+                    })
+                }
+                (content, None) => content,
+                (_, Some(_)) => {
+                    return Err(Refusal::Unrecordable("message fields on an empty message"));
+                }
+            };
+            if let Some(content) = content {
+                conv.items.push(Item {
+                    content,
+                    message: i,
+                });
+            }
+        }
+        _ => {
+            let mut parts: Vec<Part> = envelope.into_iter().collect();
+            let fields = parts.len();
+            for block in &blocks {
+                if block.get("type").and_then(Value::as_str) == Some("tool_result") {
+                    if role != Role::User || parts.len() > fields {
+                        return Err(Refusal::Unrecordable("content before tool results"));
+                    }
+                    conv.items.push(Item {
+                        content: tool_result(block)?,
+                        message: i,
+                    });
+                } else if let Some(part) = part(block) {
+                    parts.push(part);
+                }
+            }
+            if parts.len() > fields {
+                conv.items.push(Item {
+                    content: NodeContent::Message {
+                        role,
+                        parts,
+                        tool_calls: Vec::new(),
+                    },
+                    message: i,
+                });
+            } else if fields > 0 {
+                return Err(Refusal::Unrecordable(
+                    "message fields on a message of results only",
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A block as a content part: plain text as text, a base64 or URL image as media, anything
+/// else kept whole. Empty text is left out (clients and the API drop it alike).
+fn part(block: &Value) -> Option<Part> {
+    let obj = block.as_object()?;
+    let plain = |allowed: &[&str]| obj.keys().all(|k| allowed.contains(&k.as_str()));
+    match obj.get("type").and_then(Value::as_str) {
+        Some("text") if plain(&["type", "text", "cache_control"]) => {
+            let text = obj.get("text").and_then(Value::as_str)?;
+            (!text.is_empty()).then(|| Part::Text(text.to_owned()))
+        }
+        Some("image") if plain(&["type", "source", "cache_control"]) => {
+            image(obj.get("source")?).or_else(|| Some(kept(block)))
+        }
+        _ => Some(kept(block)),
+    }
+}
+
+fn image(source: &Value) -> Option<Part> {
+    match source.get("type").and_then(Value::as_str)? {
+        "base64" if source.as_object()?.len() == 3 => {
+            let mime = source.get("media_type")?.as_str()?;
+            let data = BASE64.decode(source.get("data")?.as_str()?).ok()?;
+            // Only where encoding it again gives back the very string the client sent.
+            (BASE64.encode(&data) == source.get("data")?.as_str()?).then(|| Part::Media {
+                mime_type: mime.to_owned(),
+                source: MediaSource::Data(data),
+            })
+        }
+        "url" if source.as_object()?.len() == 2 => Some(Part::Media {
+            mime_type: "image/*".to_owned(),
+            source: MediaSource::Url(source.get("url")?.as_str()?.to_owned()),
+        }),
+        _ => None,
+    }
+}
+
+fn kept(block: &Value) -> Part {
+    Part::Media {
+        mime_type: ANTHROPIC_BLOCK.to_owned(),
+        source: MediaSource::Data(canonical_block(block).into_bytes()),
+    }
+}
+
+fn tool_result(block: &Value) -> Result<NodeContent, Refusal> {
+    let call_id = block
+        .get("tool_use_id")
+        .and_then(Value::as_str)
+        .ok_or(Refusal::Unrecordable("tool_result without tool_use_id"))?;
+    let known = [
+        "type",
+        "tool_use_id",
+        "content",
+        "is_error",
+        "cache_control",
+    ];
+    if block
+        .as_object()
+        .is_some_and(|o| o.keys().any(|k| !known.contains(&k.as_str())))
+    {
+        return Err(Refusal::Unrecordable("tool_result with unknown fields"));
+    }
+    let parts = match block.get("content") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::String(s)) if s.is_empty() => Vec::new(),
+        Some(Value::String(s)) => vec![Part::Text(s.clone())],
+        Some(Value::Array(blocks)) => blocks.iter().filter_map(part).collect(),
+        Some(_) => return Err(Refusal::Unrecordable("tool_result content of another type")),
+    };
+    Ok(NodeContent::ToolResult {
+        call_id: call_id.to_owned(),
+        name: String::new(),
+        parts,
+        is_error: block
+            .get("is_error")
+            .and_then(Value::as_bool)
+            .unwrap_or(false),
+    })
+}
+
+/// An assistant message's blocks as its node: text and kept blocks as parts in order, then
+/// the tool calls. The same function reads a resent message and an answer, so both hash
+/// alike. `None`: nothing to record (an empty message).
+pub fn assistant(blocks: &[Value]) -> Result<Option<NodeContent>, Refusal> {
+    let mut parts = Vec::new();
+    let mut tool_calls = Vec::new();
+    for block in blocks {
+        if block.get("type").and_then(Value::as_str) == Some("tool_use") {
+            let (Some(id), Some(name)) = (
+                block.get("id").and_then(Value::as_str),
+                block.get("name").and_then(Value::as_str),
+            ) else {
+                return Err(Refusal::Unrecordable("tool_use without id or name"));
+            };
+            let input = block.get("input").cloned().unwrap_or_else(|| json!({}));
+            tool_calls.push(ToolCall {
+                call_id: id.to_owned(),
+                name: name.to_owned(),
+                arguments_json: canonical_arguments(&input.to_string()),
+            });
+        } else if let Some(p) = part(block) {
+            if !tool_calls.is_empty() {
+                // The node keeps parts before calls; this order could not be given back.
+                return Err(Refusal::Unrecordable("content after tool use"));
+            }
+            parts.push(p);
+        }
+    }
+    if parts.is_empty() && tool_calls.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(NodeContent::Message {
+        role: Role::Assistant,
+        parts,
+        tool_calls,
+    }))
+}
+
+/// The `messages` the gateway forwards: the rendered branch as the API takes it, with the
+/// client's cache markers on the messages they were on when those go unchanged, else on the
+/// newest message of the unchanged prefix; never more than the API allows.
+pub fn messages(
+    rendered: &[Message],
+    conv: &Conversation,
+    item_nodes: &[crate::domain::NodeId],
+) -> Value {
+    let (document, sources) = anthropic_document(rendered, true);
+    let mut out = match document.get("messages") {
+        Some(Value::Array(m)) => m.clone(),
+        _ => Vec::new(),
+    };
+    let changed = |m: &Message| {
+        m.reduction != Reduction::None || m.stubbed_inputs > 0 || m.summary_id.is_some()
+    };
+    let unchanged: Vec<bool> = sources
+        .iter()
+        .map(|s| !s.is_empty() && s.iter().all(|&k| !changed(&rendered[k])))
+        .collect();
+    let prefix_end = unchanged.iter().take_while(|u| **u).count();
+    let mut placed: Vec<(usize, Value)> = Vec::new();
+    for (message, marker) in &conv.markers {
+        let Some(node) = conv
+            .items
+            .iter()
+            .zip(item_nodes)
+            .rev()
+            .find(|(item, _)| item.message == *message)
+            .map(|(_, id)| *id)
+        else {
+            continue;
+        };
+        let at = sources
+            .iter()
+            .position(|s| s.iter().any(|&k| rendered[k].node_ids.contains(&node)));
+        let target = match at {
+            Some(j) if unchanged[j] => Some(j),
+            Some(j) => (prefix_end > 0).then(|| (prefix_end - 1).min(j)),
+            None => (prefix_end > 0).then(|| prefix_end - 1),
+        };
+        if let Some(j) = target
+            && !placed.iter().any(|(k, _)| *k == j)
+        {
+            placed.push((j, marker.clone()));
+        }
+    }
+    let room = MAX_MARKERS.saturating_sub(conv.fixed_markers);
+    placed.sort_by_key(|(j, _)| *j);
+    let skip = placed.len().saturating_sub(room);
+    for (j, marker) in placed.into_iter().skip(skip) {
+        if let Some(Value::Array(blocks)) = out[j].get_mut("content")
+            && let Some(Value::Object(last)) = blocks.last_mut()
+        {
+            last.insert("cache_control".to_owned(), marker);
+        }
+    }
+    Value::Array(out)
+}
+
+/// The API's error body.
+pub fn error(kind: &str, message: &str) -> Value {
+    json!({"type": "error", "error": {"type": kind, "message": message}})
+}
+
+/// Reads `usage` as the API reports it.
+fn usage(u: &Value, into: &mut ProviderUsage) {
+    let n = |k: &str| u.get(k).and_then(Value::as_u64);
+    if let Some(v) = n("input_tokens") {
+        into.input = v;
+    }
+    if let Some(v) = n("cache_read_input_tokens") {
+        into.cache_read = v;
+    }
+    if let Some(v) = n("cache_creation_input_tokens") {
+        into.cache_write = v;
+    }
+    if let Some(v) = n("output_tokens") {
+        into.output = v;
+    }
+}
+
+/// The answer, assembled from what the upstream sends as it is relayed.
+#[derive(Debug, Default)]
+pub struct Answer {
+    stream: bool,
+    body: Vec<u8>,
+    sse: sse::Parser,
+    blocks: Vec<Value>,
+    partial: Vec<String>,
+    usage: ProviderUsage,
+    stopped: bool,
+    failed: bool,
+}
+
+impl Answer {
+    pub fn new(stream: bool) -> Self {
+        Self {
+            stream,
+            ..Self::default()
+        }
+    }
+
+    pub fn feed(&mut self, bytes: &[u8]) {
+        if !self.stream {
+            self.body.extend_from_slice(bytes);
+            return;
+        }
+        for event in self.sse.feed(bytes) {
+            let Ok(data) = serde_json::from_str::<Value>(&event.data) else {
+                continue;
+            };
+            self.event(&data);
+        }
+    }
+
+    fn event(&mut self, data: &Value) {
+        let index = data
+            .get("index")
+            .and_then(Value::as_u64)
+            .and_then(|i| usize::try_from(i).ok());
+        match data.get("type").and_then(Value::as_str).unwrap_or_default() {
+            "message_start" => {
+                if let Some(u) = data.get("message").and_then(|m| m.get("usage")) {
+                    usage(u, &mut self.usage);
+                }
+            }
+            "content_block_start" => {
+                if let (Some(i), Some(block)) = (index, data.get("content_block")) {
+                    if self.blocks.len() <= i {
+                        self.blocks.resize(i + 1, Value::Null);
+                        self.partial.resize(i + 1, String::new());
+                    }
+                    self.blocks[i] = block.clone();
+                }
+            }
+            "content_block_delta" => {
+                let (Some(i), Some(delta)) = (index, data.get("delta")) else {
+                    return;
+                };
+                let Some(Value::Object(block)) = self.blocks.get_mut(i) else {
+                    return;
+                };
+                let append = |block: &mut serde_json::Map<String, Value>, key: &str, s: &str| {
+                    let old = block.get(key).and_then(Value::as_str).unwrap_or_default();
+                    let joined = format!("{old}{s}");
+                    block.insert(key.to_owned(), Value::String(joined));
+                };
+                let s = |k: &str| delta.get(k).and_then(Value::as_str).unwrap_or_default();
+                match delta
+                    .get("type")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                {
+                    "text_delta" => append(block, "text", s("text")),
+                    "thinking_delta" => append(block, "thinking", s("thinking")),
+                    "signature_delta" => append(block, "signature", s("signature")),
+                    "input_json_delta" => self.partial[i].push_str(s("partial_json")),
+                    "citations_delta" => {
+                        if let Some(c) = delta.get("citation") {
+                            match block.get_mut("citations") {
+                                Some(Value::Array(list)) => list.push(c.clone()),
+                                _ => {
+                                    block.insert("citations".into(), json!([c]));
+                                }
+                            }
+                        }
+                    }
+                    // A delta of a kind not known here: the block cannot be given back whole.
+                    _ => self.failed = true,
+                }
+            }
+            "content_block_stop" => {
+                if let Some(i) = index
+                    && let Some(partial) = self.partial.get(i)
+                    && !partial.is_empty()
+                {
+                    match serde_json::from_str::<Value>(partial) {
+                        Ok(input) => self.blocks[i]["input"] = input,
+                        Err(_) => self.failed = true,
+                    }
+                }
+            }
+            "message_delta" => {
+                if let Some(u) = data.get("usage") {
+                    usage(u, &mut self.usage);
+                }
+            }
+            "message_stop" => self.stopped = true,
+            "error" => self.failed = true,
+            _ => {}
+        }
+    }
+
+    /// The assistant node to append and the usage, once the answer is whole; `None` for an
+    /// answer cut short, an error, or one that is not a message.
+    pub fn finish(self) -> Option<(Option<NodeContent>, ProviderUsage)> {
+        if self.stream {
+            if !self.stopped || self.failed {
+                return None;
+            }
+            let content = assistant(&self.blocks).ok()?;
+            return Some((content, self.usage));
+        }
+        let body: Value = serde_json::from_slice(&self.body).ok()?;
+        if body.get("type").and_then(Value::as_str) != Some("message") {
+            return None;
+        }
+        let mut u = ProviderUsage::default();
+        if let Some(v) = body.get("usage") {
+            usage(v, &mut u);
+        }
+        let blocks = body.get("content")?.as_array()?;
+        Some((assistant(blocks).ok()?, u))
+    }
+}

@@ -1,0 +1,117 @@
+//! A provider request as the gateway records it: the messages as node contents in order, and
+//! what the forwarding needs (model, stream, budget parts, cache markers).
+
+use serde_json::Value;
+
+use crate::domain::{NodeContent, Part, ToolCall};
+
+/// One node the request's messages make, and the client message it came from.
+#[derive(Debug, Clone)]
+pub struct Item {
+    pub content: NodeContent,
+    pub message: usize,
+}
+
+/// A request read for recording.
+#[derive(Debug, Clone, Default)]
+pub struct Conversation {
+    pub items: Vec<Item>,
+    /// The system prompt and the first user message: a conversation's identity when nothing
+    /// else names its session.
+    pub opening: String,
+    /// The agent's own session id (Claude Code sends one in `metadata.user_id`).
+    pub client_session: Option<String>,
+    pub stream: bool,
+    pub model: String,
+    /// Tokens the answer may take (`max_tokens`).
+    pub output_reserve: u32,
+    /// Estimated tokens of the system prompt and of the tool definitions.
+    pub system_tokens: u32,
+    pub tools_tokens: u32,
+    /// Estimated tokens of the messages as the client sent them.
+    pub client_tokens: u64,
+    /// Prompt-cache markers on messages: (client message index, the marker as sent).
+    pub markers: Vec<(usize, Value)>,
+    /// Markers outside the messages (system, tools), which count toward the provider's limit.
+    pub fixed_markers: usize,
+}
+
+/// Why a request is not recorded: a 400 for what is not a request of the endpoint, or a
+/// reason to forward it untouched.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    Invalid { field: String, message: String },
+    Unrecordable(&'static str),
+}
+
+impl Refusal {
+    pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Refusal::Invalid {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// Tokens of `text` as the gateway estimates them (four characters a token, rounded up): the
+/// same count for what the client sent and what went upstream.
+pub fn estimate(chars: usize) -> u64 {
+    chars.div_ceil(4) as u64
+}
+
+/// Fills each tool result's name from the call it answers, as the store does, so the hashes
+/// computed here are those the store computes.
+pub fn fill_result_names(items: &mut [Item]) {
+    let mut names: std::collections::HashMap<String, String> = std::collections::HashMap::new();
+    for item in items.iter_mut() {
+        match &mut item.content {
+            NodeContent::Message { tool_calls, .. } => {
+                for ToolCall { call_id, name, .. } in tool_calls.iter() {
+                    names.insert(call_id.clone(), name.clone());
+                }
+            }
+            NodeContent::ToolResult { call_id, name, .. } if name.is_empty() => {
+                if let Some(n) = names.get(call_id) {
+                    name.clone_from(n);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The characters of an item as the model reads them.
+pub fn item_chars(content: &NodeContent) -> usize {
+    let parts = |parts: &[Part]| -> usize {
+        parts
+            .iter()
+            .map(|p| match p {
+                Part::Text(t) => t.len(),
+                Part::Media {
+                    source: crate::domain::MediaSource::Data(d),
+                    ..
+                } => d.len(),
+                Part::Media {
+                    source: crate::domain::MediaSource::Url(u),
+                    ..
+                } => u.len(),
+            })
+            .sum()
+    };
+    match content {
+        NodeContent::Message {
+            parts: p,
+            tool_calls,
+            ..
+        } => {
+            parts(p)
+                + tool_calls
+                    .iter()
+                    .map(|c| c.name.len() + c.arguments_json.len())
+                    .sum::<usize>()
+        }
+        NodeContent::ToolResult { parts: p, .. } => parts(p),
+        NodeContent::FunctionCall { input, .. } => input.len(),
+        NodeContent::FunctionResult(r) => r.output.len(),
+    }
+}

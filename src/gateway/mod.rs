@@ -1,0 +1,842 @@
+//! The model gateway (`ctxd serve --gateway ADDR`): a third front door, beside gRPC and the
+//! inspector, for agents that only speak a provider's HTTP API (Anthropic Messages, OpenAI chat
+//! completions). Each call is recorded as a session (`record`), forwarded with ctxd's render of
+//! its branch in place of the client's `messages` (every other field byte-identical), and
+//! answered exactly as the provider answered, relayed as it arrives; the assembled answer is
+//! appended once it is whole. A request it cannot record is forwarded as it came (fail open);
+//! ctxd's own keys guard it (fail closed); provider credentials pass through, never kept.
+
+mod anthropic;
+mod conversation;
+mod json;
+mod openai;
+mod record;
+mod sse;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use serde_json::Value;
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+
+use crate::api::auth::{ApiKeys, gateway_tenant};
+use crate::domain::{
+    self, Budget, GatewayCall, Hash, Node, NodeContent, NodeId, Part, PathView, ProviderUsage,
+    Tenant, node_hash,
+};
+use crate::render::{self, Message, Policy};
+use crate::store::{self, AppendRequest, AppendTarget, PathTarget, Scoped, now_ms};
+use crate::tokens::Tokenizer;
+use crate::workflow::Workflows;
+use conversation::{Conversation, Refusal, estimate};
+use record::{Recorded, Unrecorded};
+
+/// The gateway's listener and where it forwards.
+pub struct Gateway {
+    pub listener: TcpListener,
+    /// Base URLs without `/v1`, e.g. `https://api.anthropic.com`.
+    pub anthropic_upstream: String,
+    pub openai_upstream: String,
+    pub policy: GatewayPolicy,
+}
+
+impl Gateway {
+    pub fn new(
+        listener: TcpListener,
+        anthropic_upstream: impl Into<String>,
+        openai_upstream: impl Into<String>,
+    ) -> Self {
+        Self {
+            listener,
+            anthropic_upstream: anthropic_upstream.into(),
+            openai_upstream: openai_upstream.into(),
+            policy: GatewayPolicy::default(),
+        }
+    }
+}
+
+/// What the gateway forwards.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum GatewayPolicy {
+    /// ctxd's render of the branch under the gateway's policy (old tool output cleared in
+    /// steps, old inputs stubbed, never a result of the newest turns cut).
+    #[default]
+    Stepped,
+    /// The client's body as it came (still recorded).
+    Passthrough,
+}
+
+impl GatewayPolicy {
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "stepped" => Some(Self::Stepped),
+            "passthrough" => Some(Self::Passthrough),
+            _ => None,
+        }
+    }
+}
+
+/// The default render policy of the gateway: the stepped default, except that what arrived
+/// since the last step is never capped (an agent edits files by quoting what it just read).
+pub fn policy() -> Policy {
+    Policy {
+        recent_tool_result_chars: usize::MAX,
+        ..Policy::default()
+    }
+}
+
+/// The largest request body the gateway reads (a long session resent whole, with images).
+const MAX_BODY_BYTES: usize = 256 * 1024 * 1024;
+
+/// Headers never forwarded either way: hop-by-hop ones, those the HTTP stack sets, ctxd's own.
+/// `accept-encoding` too: the gateway reads the answer it relays, so it asks for it plain.
+const DROPPED: &[&str] = &[
+    "host",
+    "content-length",
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authorization",
+    "transfer-encoding",
+    "te",
+    "trailer",
+    "upgrade",
+    "accept-encoding",
+];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Api {
+    Anthropic,
+    OpenAi,
+}
+
+impl Api {
+    fn name(self) -> &'static str {
+        match self {
+            Api::Anthropic => "anthropic",
+            Api::OpenAi => "openai",
+        }
+    }
+
+    fn read(self, body: &Value) -> Result<Conversation, Refusal> {
+        match self {
+            Api::Anthropic => anthropic::read(body),
+            Api::OpenAi => openai::read(body),
+        }
+    }
+
+    /// An error answer in the API's own shape.
+    fn error(self, status: StatusCode, kind: &str, message: &str, param: Option<&str>) -> Response {
+        let body = match self {
+            Api::Anthropic => anthropic::error(kind, message),
+            Api::OpenAi => openai::error(kind, message, param),
+        };
+        let mut response = (status, body.to_string()).into_response();
+        response.headers_mut().insert(
+            axum::http::header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        response
+    }
+
+    fn invalid(self, field: &str, message: &str) -> Response {
+        let text = format!("{field}: {message}");
+        self.error(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            &text,
+            Some(field),
+        )
+    }
+}
+
+#[derive(Clone)]
+struct App {
+    workflows: Workflows,
+    keys: Option<Arc<ApiKeys>>,
+    http: reqwest::Client,
+    anthropic: Arc<str>,
+    openai: Arc<str>,
+    policy: GatewayPolicy,
+    max_part_bytes: usize,
+}
+
+/// Serves the gateway on its listener until the task is dropped. A call in flight when it is
+/// dropped appends nothing of its answer.
+pub async fn serve(
+    gateway: Gateway,
+    workflows: Workflows,
+    keys: Option<Arc<ApiKeys>>,
+    max_part_bytes: usize,
+) -> std::io::Result<()> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let http = reqwest::Client::builder()
+        .build()
+        .map_err(std::io::Error::other)?;
+    let trim = |s: &str| -> Arc<str> { Arc::from(s.trim_end_matches('/')) };
+    let app = App {
+        workflows,
+        keys,
+        http,
+        anthropic: trim(&gateway.anthropic_upstream),
+        openai: trim(&gateway.openai_upstream),
+        policy: gateway.policy,
+        max_part_bytes,
+    };
+    let router = Router::new()
+        .route("/v1/messages", post(messages))
+        .route("/v1/messages/count_tokens", post(count_tokens))
+        .route("/v1/chat/completions", post(chat_completions))
+        .fallback(other)
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(app);
+    axum::serve(gateway.listener, router).await
+}
+
+async fn messages(State(app): State<App>, uri: Uri, headers: HeaderMap, body: Bytes) -> Response {
+    app.handle(Api::Anthropic, uri, headers, body).await
+}
+
+async fn chat_completions(
+    State(app): State<App>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    app.handle(Api::OpenAi, uri, headers, body).await
+}
+
+/// Any other request: forwarded unchanged, to the Anthropic upstream when it carries
+/// Anthropic's headers, else to OpenAI's. Only `/v1/` paths are served.
+async fn other(
+    State(app): State<App>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let api = if headers.contains_key("anthropic-version") || headers.contains_key("x-api-key") {
+        Api::Anthropic
+    } else {
+        Api::OpenAi
+    };
+    if !uri.path().starts_with("/v1/") {
+        return api.error(
+            StatusCode::NOT_FOUND,
+            "not_found_error",
+            "the ctxd gateway serves /v1/ paths only",
+            None,
+        );
+    }
+    if let Err(response) = app.tenant(api, &headers) {
+        return response;
+    }
+    count(api, "forwarded");
+    app.forward(api, method, &uri, &headers, body, None).await
+}
+
+/// `count_tokens` answers for the context the gateway would forward: the stored branch with
+/// the request's new messages after it, rendered; nothing is recorded.
+async fn count_tokens(
+    State(app): State<App>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let api = Api::Anthropic;
+    let tenant = match app.tenant(api, &headers) {
+        Ok(t) => t,
+        Err(response) => return response,
+    };
+    let value: Value = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(e) => return api.invalid("body", &format!("not JSON: {e}")),
+    };
+    let conv = match api.read(&value) {
+        Ok(conv) => with_client_session(conv, &headers),
+        Err(Refusal::Invalid { field, message }) => return api.invalid(&field, &message),
+        Err(Refusal::Unrecordable(reason)) => {
+            passthrough(reason);
+            return app
+                .forward(api, Method::POST, &uri, &headers, body, None)
+                .await;
+        }
+    };
+    let policy = match request_policy(app.policy, &headers) {
+        Ok(p) => p,
+        Err(()) => return api.invalid("x-ctxd-policy", "must be \"stepped\" or \"passthrough\""),
+    };
+    if policy == GatewayPolicy::Passthrough {
+        return app
+            .forward(api, Method::POST, &uri, &headers, body, None)
+            .await;
+    }
+    let named = match session_header(&headers) {
+        Ok(n) => n,
+        Err(()) => return api.invalid("x-ctxd-session", "must be visible ASCII"),
+    };
+    let forwarded = app
+        .counted_body(&tenant, named.as_deref(), &conv, &body)
+        .await;
+    let body = forwarded.map_or(body, Bytes::from);
+    app.forward(api, Method::POST, &uri, &headers, body, None)
+        .await
+}
+
+impl App {
+    /// The caller's tenant, or the refusal in the API's shape.
+    #[allow(clippy::result_large_err)]
+    fn tenant(&self, api: Api, headers: &HeaderMap) -> Result<Tenant, Response> {
+        gateway_tenant(self.keys.as_deref(), headers).map_err(|reason| {
+            count(api, "unauthenticated");
+            api.error(
+                StatusCode::UNAUTHORIZED,
+                "authentication_error",
+                reason,
+                None,
+            )
+        })
+    }
+
+    async fn handle(&self, api: Api, uri: Uri, headers: HeaderMap, body: Bytes) -> Response {
+        let tenant = match self.tenant(api, &headers) {
+            Ok(t) => t,
+            Err(response) => return response,
+        };
+        let value: Value = match serde_json::from_slice(&body) {
+            Ok(v) => v,
+            Err(e) => {
+                count(api, "invalid");
+                return api.invalid("body", &format!("not JSON: {e}"));
+            }
+        };
+        let policy = match request_policy(self.policy, &headers) {
+            Ok(p) => p,
+            Err(()) => {
+                count(api, "invalid");
+                return api.invalid("x-ctxd-policy", "must be \"stepped\" or \"passthrough\"");
+            }
+        };
+        let named = match session_header(&headers) {
+            Ok(n) => n,
+            Err(()) => {
+                count(api, "invalid");
+                return api.invalid("x-ctxd-session", "must be visible ASCII and not empty");
+            }
+        };
+        let conv = match api.read(&value) {
+            Ok(conv) => with_client_session(conv, &headers),
+            Err(Refusal::Invalid { field, message }) => {
+                count(api, "invalid");
+                return api.invalid(&field, &message);
+            }
+            Err(Refusal::Unrecordable(reason)) => {
+                passthrough(reason);
+                count(api, "passthrough");
+                return self
+                    .forward(api, Method::POST, &uri, &headers, body, None)
+                    .await;
+            }
+        };
+        let recorded = match record::record(
+            &self.workflows.store,
+            &tenant,
+            named.as_deref(),
+            &conv,
+            self.max_part_bytes,
+        )
+        .await
+        {
+            Ok(r) => r,
+            Err(Unrecorded(reason)) => {
+                passthrough(reason);
+                count(api, "passthrough");
+                return self
+                    .forward(api, Method::POST, &uri, &headers, body, None)
+                    .await;
+            }
+        };
+        let (outgoing, forwarded_tokens) = match policy {
+            GatewayPolicy::Passthrough => (body, conv.client_tokens),
+            GatewayPolicy::Stepped => {
+                match self.rendered_body(api, &conv, &recorded, &body).await {
+                    Ok((bytes, tokens)) => (Bytes::from(bytes), tokens),
+                    Err(reason) => {
+                        passthrough(reason);
+                        (body, conv.client_tokens)
+                    }
+                }
+            }
+        };
+        count(api, "recorded");
+        metrics::counter!("ctxd_gateway_tokens_total", "kind" => "client")
+            .increment(conv.client_tokens);
+        metrics::counter!("ctxd_gateway_tokens_total", "kind" => "forwarded")
+            .increment(forwarded_tokens);
+        let sink = Sink {
+            workflows: self.workflows.clone(),
+            api,
+            stream: conv.stream,
+            model: conv.model.clone(),
+            client_tokens: conv.client_tokens,
+            forwarded_tokens,
+            recorded,
+        };
+        self.forward(api, Method::POST, &uri, &headers, outgoing, Some(sink))
+            .await
+    }
+
+    /// The body to forward: the client's, with `messages` replaced by the branch's render.
+    async fn rendered_body(
+        &self,
+        api: Api,
+        conv: &Conversation,
+        recorded: &Recorded,
+        body: &[u8],
+    ) -> Result<(Vec<u8>, u64), &'static str> {
+        let options = render_options(conv).ok_or("a budget that leaves the history nothing")?;
+        let (path, rendered) = self
+            .workflows
+            .render(
+                recorded.session,
+                &PathTarget::Branch(recorded.branch.clone()),
+                Tokenizer::Heuristic,
+                options,
+            )
+            .await
+            .map_err(|e| {
+                tracing::warn!(error = %e, "gateway: render failed");
+                "render"
+            })?;
+        let messages = self.document(api, conv, &path, &rendered.messages);
+        let tokens = forwarded_tokens(&rendered.messages);
+        let body = json::replace_field(body, "messages", &messages.to_string())
+            .ok_or("a body that is not an object")?;
+        Ok((body, tokens))
+    }
+
+    fn document(
+        &self,
+        api: Api,
+        conv: &Conversation,
+        path: &PathView,
+        rendered: &[Message],
+    ) -> Value {
+        match api {
+            Api::Anthropic => {
+                // Item i is the path's node i when the path is exactly the request's history.
+                let nodes: Vec<NodeId> = if path.nodes.len() == conv.items.len() {
+                    path.nodes.iter().map(|n| n.id).collect()
+                } else {
+                    Vec::new()
+                };
+                anthropic::messages(rendered, conv, &nodes)
+            }
+            Api::OpenAi => openai::messages(rendered),
+        }
+    }
+
+    /// The count_tokens body: what the next request's forwarded body would be.
+    async fn counted_body(
+        &self,
+        tenant: &Tenant,
+        named: Option<&str>,
+        conv: &Conversation,
+        body: &[u8],
+    ) -> Option<Vec<u8>> {
+        let store = &self.workflows.store;
+        let (mut path, stored) = match record::peek(store, tenant, named, conv).await {
+            Some((session, Some((k, node)))) => (
+                store
+                    .load_path(session, &PathTarget::Node(node))
+                    .await
+                    .ok()?,
+                k + 1,
+            ),
+            _ => (PathView::default(), 0),
+        };
+        let now = now_ms();
+        let mut parent: Option<(NodeId, Hash)> = path.nodes.last().map(|n| (n.id, n.hash));
+        for item in &conv.items[stored..] {
+            let hash = node_hash(parent.as_ref().map(|p| &p.1), None, &item.content);
+            let node = Node {
+                id: NodeId::new(),
+                parent_id: parent.map(|p| p.0),
+                function_id: None,
+                content: item.content.clone(),
+                created_at_ms: now,
+                hash,
+            };
+            parent = Some((node.id, hash));
+            path.nodes.push(Arc::new(node));
+        }
+        let options = render_options(conv)?;
+        let (path, rendered) = self
+            .workflows
+            .render_path(path, Tokenizer::Heuristic, options)
+            .await
+            .ok()?;
+        let messages = self.document(Api::Anthropic, conv, &path, &rendered.messages);
+        json::replace_field(body, "messages", &messages.to_string())
+    }
+
+    /// Sends `body` upstream and relays the answer as it arrives; with a `sink`, the answer is
+    /// assembled on the way and appended once whole.
+    async fn forward(
+        &self,
+        api: Api,
+        method: Method,
+        uri: &Uri,
+        headers: &HeaderMap,
+        body: Bytes,
+        sink: Option<Sink>,
+    ) -> Response {
+        let base = match api {
+            Api::Anthropic => &self.anthropic,
+            Api::OpenAi => &self.openai,
+        };
+        let path = uri.path_and_query().map_or("/", |p| p.as_str());
+        let url = format!("{base}{path}");
+        let mut request = self.http.request(method, &url).body(body);
+        for (name, value) in headers {
+            if forwarded(name) {
+                request = request.header(name, value);
+            }
+        }
+        let upstream = match request.send().await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(api = api.name(), error = %without_url(&e), "gateway: the upstream cannot be reached");
+                count(api, "upstream_unreachable");
+                return api.error(
+                    StatusCode::BAD_GATEWAY,
+                    match api {
+                        Api::Anthropic => "api_error",
+                        Api::OpenAi => "upstream_error",
+                    },
+                    &format!(
+                        "the ctxd gateway could not reach the upstream: {}",
+                        without_url(&e)
+                    ),
+                    None,
+                );
+            }
+        };
+        let status = upstream.status();
+        let mut response = Response::builder().status(status);
+        if let Some(h) = response.headers_mut() {
+            for (name, value) in upstream.headers() {
+                if forwarded(name) || name == "content-length" {
+                    h.append(name, value.clone());
+                }
+            }
+            if let Some(sink) = &sink {
+                let id = sink.recorded.session.id().to_string();
+                if let Ok(v) = HeaderValue::from_str(&id) {
+                    h.insert("x-ctxd-session-id", v);
+                }
+                if let Ok(v) = HeaderValue::from_str(sink.recorded.branch.as_str()) {
+                    h.insert("x-ctxd-branch", v);
+                }
+            }
+        }
+        let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(16);
+        tokio::spawn(relay(upstream, tx, sink.filter(|_| status.is_success())));
+        let body = Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx));
+        response.body(body).unwrap_or_else(|_| {
+            api.error(
+                StatusCode::BAD_GATEWAY,
+                "api_error",
+                "the upstream's answer could not be relayed",
+                None,
+            )
+        })
+    }
+}
+
+/// The render options of a request: its model's window, its answer's reserve, its system
+/// prompt and tools; `None` when they leave the history nothing.
+fn render_options(conv: &Conversation) -> Option<render::Options> {
+    let budget = Budget {
+        context_window: context_window(&conv.model),
+        output_reserve: conv.output_reserve,
+        system: conv.system_tokens,
+        tools: conv.tools_tokens,
+        schema: 0,
+    };
+    budget.history().ok()?;
+    Some(render::Options {
+        callers: render::Callers::All,
+        budget: Some(budget),
+        policy: policy(),
+        now_ms: now_ms(),
+    })
+}
+
+/// The context window of a model, by its name's family (the smallest current window of the
+/// family, so the budget never promises more than the model has).
+fn context_window(model: &str) -> u32 {
+    let m = model.to_ascii_lowercase();
+    if m.starts_with("claude") {
+        200_000
+    } else if m.starts_with("gpt-4.1") {
+        1_000_000
+    } else if m.starts_with("gpt-5") {
+        272_000
+    } else if m.starts_with("o1") || m.starts_with("o3") || m.starts_with("o4") {
+        200_000
+    } else {
+        128_000
+    }
+}
+
+/// Tokens of the forwarded messages, counted as the client's are.
+fn forwarded_tokens(messages: &[Message]) -> u64 {
+    messages
+        .iter()
+        .map(|m| {
+            let parts: usize = m
+                .parts
+                .iter()
+                .map(|p| match p {
+                    Part::Text(t) => t.len(),
+                    Part::Media {
+                        source: domain::MediaSource::Data(d),
+                        ..
+                    } => d.len(),
+                    Part::Media {
+                        source: domain::MediaSource::Url(u),
+                        ..
+                    } => u.len(),
+                })
+                .sum();
+            let calls: usize = m
+                .tool_calls
+                .iter()
+                .map(|c| c.name.len() + c.arguments_json.len())
+                .sum();
+            estimate(parts + calls) + 4
+        })
+        .sum()
+}
+
+fn forwarded(name: &HeaderName) -> bool {
+    let n = name.as_str();
+    !DROPPED.contains(&n) && !n.starts_with("x-ctxd-")
+}
+
+/// A transport error without its URL, which may carry credentials in a query.
+fn without_url(e: &reqwest::Error) -> String {
+    let mut e = e.to_string();
+    if let Some(i) = e.find(" for url") {
+        e.truncate(i);
+    }
+    e
+}
+
+fn request_policy(default: GatewayPolicy, headers: &HeaderMap) -> Result<GatewayPolicy, ()> {
+    match headers.get("x-ctxd-policy") {
+        None => Ok(default),
+        Some(v) => v
+            .to_str()
+            .ok()
+            .and_then(|s| GatewayPolicy::parse(s.trim()))
+            .ok_or(()),
+    }
+}
+
+fn session_header(headers: &HeaderMap) -> Result<Option<String>, ()> {
+    match headers.get("x-ctxd-session") {
+        None => Ok(None),
+        Some(v) => {
+            let s = v.to_str().map_err(|_| ())?.trim();
+            if s.is_empty() {
+                return Err(());
+            }
+            Ok(Some(s.to_owned()))
+        }
+    }
+}
+
+/// Claude Code names its session in a header too; `metadata.user_id` wins when both are there.
+fn with_client_session(mut conv: Conversation, headers: &HeaderMap) -> Conversation {
+    if conv.client_session.is_none() {
+        conv.client_session = headers
+            .get("x-claude-code-session-id")
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned);
+    }
+    conv
+}
+
+fn count(api: Api, outcome: &'static str) {
+    metrics::counter!("ctxd_gateway_requests_total", "api" => api.name(), "outcome" => outcome)
+        .increment(1);
+}
+
+fn passthrough(reason: &'static str) {
+    tracing::info!(reason, "gateway: forwarding a request unchanged");
+    metrics::counter!("ctxd_gateway_passthrough_total", "reason" => reason).increment(1);
+}
+
+/// Where an answer goes once whole.
+struct Sink {
+    workflows: Workflows,
+    api: Api,
+    stream: bool,
+    model: String,
+    client_tokens: u64,
+    forwarded_tokens: u64,
+    recorded: Recorded,
+}
+
+enum Assembly {
+    Anthropic(anthropic::Answer),
+    OpenAi(openai::Answer),
+}
+
+impl Assembly {
+    fn feed(&mut self, bytes: &[u8]) {
+        match self {
+            Assembly::Anthropic(a) => a.feed(bytes),
+            Assembly::OpenAi(a) => a.feed(bytes),
+        }
+    }
+
+    fn finish(self) -> Option<(Option<NodeContent>, ProviderUsage)> {
+        match self {
+            Assembly::Anthropic(a) => a.finish(),
+            Assembly::OpenAi(a) => a.finish(),
+        }
+    }
+}
+
+/// Relays the upstream's body to the client chunk by chunk. A client that goes away ends the
+/// relay and drops the upstream call; a cut upstream cuts the client's answer too; only a
+/// whole answer is appended.
+async fn relay(
+    mut upstream: reqwest::Response,
+    tx: mpsc::Sender<Result<Bytes, std::io::Error>>,
+    sink: Option<Sink>,
+) {
+    let mut assembly = sink.as_ref().map(|s| match s.api {
+        Api::Anthropic => Assembly::Anthropic(anthropic::Answer::new(s.stream)),
+        Api::OpenAi => Assembly::OpenAi(openai::Answer::new(s.stream)),
+    });
+    loop {
+        match upstream.chunk().await {
+            Ok(Some(bytes)) => {
+                if let Some(a) = assembly.as_mut() {
+                    a.feed(&bytes);
+                }
+                if tx.send(Ok(bytes)).await.is_err() {
+                    tracing::debug!("gateway: the client went away; the upstream call is dropped");
+                    return;
+                }
+            }
+            Ok(None) => break,
+            Err(e) => {
+                tracing::warn!(error = %without_url(&e), "gateway: the upstream's answer was cut");
+                let _ = tx
+                    .send(Err(std::io::Error::other("the upstream's answer was cut")))
+                    .await;
+                return;
+            }
+        }
+    }
+    drop(tx);
+    if let (Some(sink), Some(assembly)) = (sink, assembly) {
+        match assembly.finish() {
+            Some((content, usage)) => sink.answered(content, usage).await,
+            None => tracing::info!("gateway: an answer that is not whole is not recorded"),
+        }
+    }
+}
+
+impl Sink {
+    async fn answered(self, content: Option<NodeContent>, usage: ProviderUsage) {
+        let store = &self.workflows.store;
+        let session = self.recorded.session;
+        if let Some(content) = content {
+            append_answer(store, session, &self.recorded, content).await;
+        }
+        for (kind, n) in [
+            ("upstream_input", usage.input),
+            ("cache_read", usage.cache_read),
+            ("cache_write", usage.cache_write),
+            ("output", usage.output),
+        ] {
+            metrics::counter!("ctxd_gateway_tokens_total", "kind" => kind).increment(n);
+        }
+        let call = GatewayCall {
+            at_ms: now_ms(),
+            api: self.api.name().to_owned(),
+            model: self.model,
+            client_tokens: self.client_tokens,
+            forwarded_tokens: self.forwarded_tokens,
+            usage,
+        };
+        if let Err(e) = store.record_gateway_call(session, &call).await {
+            tracing::warn!(error = %e, "gateway: the call's usage was not recorded");
+        }
+    }
+}
+
+/// Appends the answer after the request's history. When the branch moved meanwhile (the
+/// client's next request, carrying this answer, came first), the answer is already stored, or
+/// it goes on a branch of its own at the request's head.
+async fn append_answer(
+    store: &store::Store,
+    session: Scoped,
+    recorded: &Recorded,
+    content: NodeContent,
+) {
+    let append = |branch: domain::BranchName, content: NodeContent| AppendRequest {
+        session,
+        target: AppendTarget::Branch(branch),
+        expected_head: Some(recorded.head),
+        idempotency_key: None,
+        nodes: vec![content],
+        pinned: Vec::new(),
+    };
+    match store
+        .append(append(recorded.branch.clone(), content.clone()))
+        .await
+    {
+        Ok(_) => {}
+        Err(store::Error::Domain(domain::Error::Aborted(_))) => {
+            let parent = match recorded.head {
+                Some(head) => match store.get_nodes(session, &[head]).await {
+                    Ok(nodes) => nodes.first().map(|n| n.hash),
+                    Err(_) => return,
+                },
+                None => None,
+            };
+            let hash = node_hash(parent.as_ref(), None, &content);
+            if matches!(store.node_by_hash(session, &hash).await, Ok(Some(_))) {
+                return;
+            }
+            let name = format!("gw-{}", &hash.to_hex()[..12]);
+            let Ok(name) = domain::BranchName::parse("branch", &name) else {
+                return;
+            };
+            let forked = store
+                .create_branch(session, name.clone(), recorded.head)
+                .await;
+            if forked.is_ok()
+                && let Err(e) = store.append(append(name, content)).await
+            {
+                tracing::warn!(error = %e, "gateway: the answer was not recorded");
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "gateway: the answer was not recorded"),
+    }
+}

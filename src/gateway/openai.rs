@@ -1,0 +1,361 @@
+//! OpenAI chat completions as the gateway reads and writes them: a request's messages as nodes
+//! (system and developer messages included, since they are messages there), an answer (whole
+//! or streamed chunks) as the assistant node it appends, the rendered branch as the `messages`
+//! it forwards, and the API's error shape. Content parts other than text are kept whole
+//! (`render::format::OPENAI_PART`).
+
+use serde_json::{Value, json};
+
+use super::conversation::{Conversation, Item, Refusal, estimate, fill_result_names, item_chars};
+use super::json::{canonical_arguments, canonical_block};
+use super::sse;
+use crate::domain::{MediaSource, NodeContent, Part, ProviderUsage, Role, ToolCall};
+use crate::render::Message;
+use crate::render::format::{OPENAI_PART, openai_chat};
+
+/// Reads a chat-completions request body.
+pub fn read(body: &Value) -> Result<Conversation, Refusal> {
+    let Some(obj) = body.as_object() else {
+        return Err(Refusal::invalid("body", "must be a JSON object"));
+    };
+    let model = match obj.get("model") {
+        Some(Value::String(m)) => m.clone(),
+        _ => return Err(Refusal::invalid("model", "must be a string")),
+    };
+    let Some(Value::Array(messages)) = obj.get("messages") else {
+        return Err(Refusal::invalid("messages", "must be an array of messages"));
+    };
+    if obj.get("n").and_then(Value::as_u64).is_some_and(|n| n > 1) {
+        // Several answers to one request: none of them is the conversation's next message.
+        return Err(Refusal::Unrecordable("n over 1"));
+    }
+    let mut conv = Conversation {
+        model,
+        stream: obj.get("stream").and_then(Value::as_bool).unwrap_or(false),
+        output_reserve: obj
+            .get("max_completion_tokens")
+            .or_else(|| obj.get("max_tokens"))
+            .and_then(Value::as_u64)
+            .map_or(4096, |n| u32::try_from(n).unwrap_or(u32::MAX)),
+        ..Conversation::default()
+    };
+    if let Some(Value::Array(tools)) = obj.get("tools") {
+        let chars = tools.iter().map(|t| t.to_string().len()).sum::<usize>();
+        conv.tools_tokens = u32::try_from(estimate(chars)).unwrap_or(u32::MAX);
+    }
+    for (i, message) in messages.iter().enumerate() {
+        read_message(&mut conv, i, message)?;
+    }
+    fill_result_names(&mut conv.items);
+    let text = |role: Role| {
+        conv.items.iter().find_map(|item| match &item.content {
+            NodeContent::Message { role: r, parts, .. } if *r == role => Some(Part::text_of(parts)),
+            _ => None,
+        })
+    };
+    let system = text(Role::System)
+        .or_else(|| text(Role::Developer))
+        .unwrap_or_default();
+    conv.opening = format!("{system}\n\n{}", text(Role::User).unwrap_or_default());
+    conv.client_tokens = conv
+        .items
+        .iter()
+        .map(|i| estimate(item_chars(&i.content)) + 4)
+        .sum();
+    Ok(conv)
+}
+
+fn read_message(conv: &mut Conversation, i: usize, message: &Value) -> Result<(), Refusal> {
+    let at = format!("messages[{i}]");
+    let Some(obj) = message.as_object() else {
+        return Err(Refusal::invalid(at, "must be an object"));
+    };
+    let role = obj.get("role").and_then(Value::as_str).unwrap_or_default();
+    let content = obj.get("content");
+    if !matches!(
+        content,
+        None | Some(Value::Null | Value::String(_) | Value::Array(_))
+    ) {
+        return Err(Refusal::invalid(
+            format!("{at}.content"),
+            "must be a string, an array of content parts or null",
+        ));
+    }
+    // Fields a client may send back as the API gave them, empty; anything else set is a shape
+    // the gateway does not record.
+    let benign = [
+        "role",
+        "content",
+        "name",
+        "tool_calls",
+        "tool_call_id",
+        "refusal",
+        "annotations",
+        "audio",
+        "function_call",
+    ];
+    for (k, v) in obj {
+        if !benign.contains(&k.as_str()) && !v.is_null() {
+            return Err(Refusal::Unrecordable("a message field it does not know"));
+        }
+    }
+    for k in ["audio", "function_call", "refusal"] {
+        if obj.get(k).is_some_and(|v| !v.is_null()) {
+            return Err(Refusal::Unrecordable("a message field it does not know"));
+        }
+    }
+    let item = match role {
+        "system" | "developer" | "user" => {
+            let role = match role {
+                "system" => Role::System,
+                "developer" => Role::Developer,
+                _ => Role::User,
+            };
+            let parts = parts(content);
+            if parts.is_empty() {
+                return Ok(());
+            }
+            NodeContent::Message {
+                role,
+                parts,
+                tool_calls: Vec::new(),
+            }
+        }
+        "assistant" => match assistant(content, obj.get("tool_calls"))? {
+            Some(content) => content,
+            None => return Ok(()),
+        },
+        "tool" => {
+            let call_id = obj
+                .get("tool_call_id")
+                .and_then(Value::as_str)
+                .ok_or_else(|| {
+                    Refusal::invalid(format!("{at}.tool_call_id"), "must be a string")
+                })?;
+            NodeContent::ToolResult {
+                call_id: call_id.to_owned(),
+                name: String::new(),
+                parts: parts(content),
+                is_error: false,
+            }
+        }
+        "function" => return Err(Refusal::Unrecordable("a legacy function message")),
+        _ => {
+            return Err(Refusal::invalid(
+                format!("{at}.role"),
+                "must be \"system\", \"developer\", \"user\", \"assistant\" or \"tool\"",
+            ));
+        }
+    };
+    conv.items.push(Item {
+        content: item,
+        message: i,
+    });
+    Ok(())
+}
+
+/// Content as parts: a string as text, text parts as text, any other part kept whole.
+fn parts(content: Option<&Value>) -> Vec<Part> {
+    match content {
+        Some(Value::String(s)) if !s.is_empty() => vec![Part::Text(s.clone())],
+        Some(Value::Array(items)) => items
+            .iter()
+            .filter_map(|p| {
+                let plain = p
+                    .as_object()
+                    .is_some_and(|o| o.keys().all(|k| k == "type" || k == "text"));
+                match (
+                    p.get("type").and_then(Value::as_str),
+                    p.get("text").and_then(Value::as_str),
+                ) {
+                    (Some("text"), Some("")) if plain => None,
+                    (Some("text"), Some(t)) if plain => Some(Part::Text(t.to_owned())),
+                    _ => Some(Part::Media {
+                        mime_type: OPENAI_PART.to_owned(),
+                        source: MediaSource::Data(canonical_block(p).into_bytes()),
+                    }),
+                }
+            })
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// An assistant message as its node; the same function reads a resent message and an answer.
+fn assistant(
+    content: Option<&Value>,
+    calls: Option<&Value>,
+) -> Result<Option<NodeContent>, Refusal> {
+    let parts = parts(content);
+    let mut tool_calls = Vec::new();
+    if let Some(Value::Array(calls)) = calls {
+        for call in calls {
+            let f = call.get("function");
+            let (Some(id), Some(name), Some(arguments)) = (
+                call.get("id").and_then(Value::as_str),
+                f.and_then(|f| f.get("name")).and_then(Value::as_str),
+                f.and_then(|f| f.get("arguments")).and_then(Value::as_str),
+            ) else {
+                return Err(Refusal::Unrecordable("a tool call of another kind"));
+            };
+            tool_calls.push(ToolCall {
+                call_id: id.to_owned(),
+                name: name.to_owned(),
+                arguments_json: canonical_arguments(arguments),
+            });
+        }
+    }
+    if parts.is_empty() && tool_calls.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(NodeContent::Message {
+        role: Role::Assistant,
+        parts,
+        tool_calls,
+    }))
+}
+
+/// The `messages` the gateway forwards.
+pub fn messages(rendered: &[Message]) -> Value {
+    openai_chat(rendered)
+}
+
+/// The API's error body.
+pub fn error(kind: &str, message: &str, param: Option<&str>) -> Value {
+    json!({"error": {"message": message, "type": kind, "param": param, "code": null}})
+}
+
+fn usage(u: &Value) -> ProviderUsage {
+    let n = |v: Option<&Value>| v.and_then(Value::as_u64).unwrap_or(0);
+    let prompt = n(u.get("prompt_tokens"));
+    let cached = n(u
+        .get("prompt_tokens_details")
+        .and_then(|d| d.get("cached_tokens")));
+    ProviderUsage {
+        // OpenAI counts cached tokens inside the prompt; they are a cache read, the rest is
+        // written to its cache as it is read (no separate price), so counted as input.
+        input: prompt.saturating_sub(cached),
+        cache_read: cached,
+        cache_write: 0,
+        output: n(u.get("completion_tokens")),
+    }
+}
+
+/// The answer, assembled from what the upstream sends as it is relayed.
+#[derive(Debug, Default)]
+pub struct Answer {
+    stream: bool,
+    body: Vec<u8>,
+    sse: sse::Parser,
+    content: String,
+    /// By index: id, name, arguments.
+    calls: Vec<(String, String, String)>,
+    usage: ProviderUsage,
+    finished: bool,
+    done: bool,
+    failed: bool,
+}
+
+impl Answer {
+    pub fn new(stream: bool) -> Self {
+        Self {
+            stream,
+            ..Self::default()
+        }
+    }
+
+    pub fn feed(&mut self, bytes: &[u8]) {
+        if !self.stream {
+            self.body.extend_from_slice(bytes);
+            return;
+        }
+        for event in self.sse.feed(bytes) {
+            if event.data == "[DONE]" {
+                self.done = true;
+                continue;
+            }
+            let Ok(chunk) = serde_json::from_str::<Value>(&event.data) else {
+                continue;
+            };
+            self.chunk(&chunk);
+        }
+    }
+
+    fn chunk(&mut self, chunk: &Value) {
+        if chunk.get("error").is_some() {
+            self.failed = true;
+        }
+        if let Some(u) = chunk.get("usage").filter(|u| u.is_object()) {
+            self.usage = usage(u);
+        }
+        let Some(Value::Array(choices)) = chunk.get("choices") else {
+            return;
+        };
+        for choice in choices {
+            if choice.get("index").and_then(Value::as_u64).unwrap_or(0) != 0 {
+                continue;
+            }
+            if choice.get("finish_reason").is_some_and(|f| !f.is_null()) {
+                self.finished = true;
+            }
+            let Some(delta) = choice.get("delta") else {
+                continue;
+            };
+            if let Some(text) = delta.get("content").and_then(Value::as_str) {
+                self.content.push_str(text);
+            }
+            if delta.get("refusal").is_some_and(|r| !r.is_null()) {
+                self.failed = true;
+            }
+            if let Some(Value::Array(calls)) = delta.get("tool_calls") {
+                for call in calls {
+                    let i = call
+                        .get("index")
+                        .and_then(Value::as_u64)
+                        .and_then(|i| usize::try_from(i).ok())
+                        .unwrap_or(0);
+                    if self.calls.len() <= i {
+                        self.calls.resize(i + 1, Default::default());
+                    }
+                    let slot = &mut self.calls[i];
+                    if let Some(id) = call.get("id").and_then(Value::as_str) {
+                        slot.0 = id.to_owned();
+                    }
+                    let f = call.get("function");
+                    if let Some(name) = f.and_then(|f| f.get("name")).and_then(Value::as_str) {
+                        slot.1.push_str(name);
+                    }
+                    if let Some(a) = f.and_then(|f| f.get("arguments")).and_then(Value::as_str) {
+                        slot.2.push_str(a);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The assistant node to append and the usage, once the answer is whole.
+    pub fn finish(self) -> Option<(Option<NodeContent>, ProviderUsage)> {
+        if self.stream {
+            if !(self.done && self.finished) || self.failed {
+                return None;
+            }
+            let content = (!self.content.is_empty()).then(|| Value::String(self.content.clone()));
+            let calls: Vec<Value> = self
+                .calls
+                .iter()
+                .map(|(id, name, args)| json!({"id": id, "type": "function", "function": {"name": name, "arguments": args}}))
+                .collect();
+            let calls = (!calls.is_empty()).then_some(Value::Array(calls));
+            let node = assistant(content.as_ref(), calls.as_ref()).ok()?;
+            return Some((node, self.usage));
+        }
+        let body: Value = serde_json::from_slice(&self.body).ok()?;
+        let message = body.get("choices")?.get(0)?.get("message")?;
+        if message.get("refusal").is_some_and(|r| !r.is_null()) {
+            return None;
+        }
+        let u = body.get("usage").map(usage).unwrap_or_default();
+        let node = assistant(message.get("content"), message.get("tool_calls")).ok()?;
+        Some((node, u))
+    }
+}

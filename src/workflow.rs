@@ -1,0 +1,108 @@
+//! The workflows both front doors run over the store and the engine, in domain types: gRPC
+//! (`api`) and the model gateway (`gateway`) call these, so a path is loaded and rendered one
+//! way whoever asks.
+
+use std::sync::Arc;
+
+use crate::domain::{NodeContent, Part, PathView};
+use crate::render::{self, Rendered};
+use crate::store::{self, PathTarget, Scoped, Store};
+use crate::tokens::{TokenCache, Tokenizer};
+
+/// Why a workflow failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Store(#[from] store::Error),
+    /// The render's worker thread failed (a bug, logged where it happened).
+    #[error("render failed")]
+    Render,
+}
+
+/// The store and the token counts every render shares.
+#[derive(Clone)]
+pub struct Workflows {
+    pub store: Store,
+    pub tokens: Arc<TokenCache>,
+}
+
+impl Workflows {
+    pub fn new(store: Store, tokens: Arc<TokenCache>) -> Self {
+        Self { store, tokens }
+    }
+
+    /// Loads `target` of `session` and renders it.
+    pub async fn render(
+        &self,
+        session: Scoped,
+        target: &PathTarget,
+        tokenizer: Tokenizer,
+        options: render::Options,
+    ) -> Result<(PathView, Rendered), Error> {
+        let path = self.store.load_path(session, target).await?;
+        self.render_path(path, tokenizer, options).await
+    }
+
+    /// Renders a path already loaded (or extended in memory, to see what a render would be).
+    pub async fn render_path(
+        &self,
+        path: PathView,
+        tokenizer: Tokenizer,
+        options: render::Options,
+    ) -> Result<(PathView, Rendered), Error> {
+        let cache = Arc::clone(&self.tokens);
+        let inline = tokenizer == Tokenizer::Heuristic && text_bytes(&path) <= INLINE_RENDER;
+        let work = move || {
+            let rendered = render::render(&path, &options, &cache.counter(tokenizer));
+            (path, rendered)
+        };
+        // Counting real BPE tokens over a long path is CPU work: keep it off the I/O threads.
+        // A short path counted by the heuristic renders in less time than the hand-off costs.
+        let rendered = if inline {
+            work()
+        } else {
+            tokio::task::spawn_blocking(work).await.map_err(|e| {
+                tracing::error!(error = %e, "render task failed");
+                Error::Render
+            })?
+        };
+        metrics::counter!("ctxd_renders_total", "tokenizer" => tokenizer.name()).increment(1);
+        metrics::counter!("ctxd_rendered_tokens_total", "tokenizer" => tokenizer.name())
+            .increment(u64::from(rendered.1.report.total_tokens));
+        Ok(rendered)
+    }
+}
+
+/// Bytes of text a render may copy and count on an I/O thread (tens of microseconds).
+const INLINE_RENDER: usize = 256 * 1024;
+
+/// The text a render of `path` copies and counts: every node it may show.
+fn text_bytes(path: &PathView) -> usize {
+    let parts = |parts: &[Part]| -> usize {
+        parts
+            .iter()
+            .map(|p| match p {
+                Part::Text(t) => t.len(),
+                Part::Media { .. } => 0,
+            })
+            .sum()
+    };
+    path.all_nodes()
+        .map(|n| match &n.content {
+            NodeContent::Message {
+                parts: p,
+                tool_calls,
+                ..
+            } => {
+                parts(p)
+                    + tool_calls
+                        .iter()
+                        .map(|c| c.arguments_json.len())
+                        .sum::<usize>()
+            }
+            NodeContent::ToolResult { parts: p, .. } => parts(p),
+            NodeContent::FunctionCall { input, .. } => input.len(),
+            NodeContent::FunctionResult(result) => result.output.len(),
+        })
+        .sum()
+}
