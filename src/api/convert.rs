@@ -200,7 +200,21 @@ pub fn session(s: Session) -> pb::Session {
         metadata: s.metadata.into_iter().collect(),
         compaction_count: s.compaction_count,
         branches: s.branches.into_iter().map(branch).collect(),
+        gateway: None,
     }
+}
+
+/// A session's gateway usage; `None` for a session the gateway never served.
+pub fn gateway_usage(u: crate::domain::GatewayUsage) -> Option<pb::GatewayUsage> {
+    (u.calls > 0).then_some(pb::GatewayUsage {
+        calls: u.calls,
+        client_tokens: u.client_tokens,
+        forwarded_tokens: u.forwarded_tokens,
+        input_tokens: u.usage.input,
+        cache_read_tokens: u.usage.cache_read,
+        cache_write_tokens: u.usage.cache_write,
+        output_tokens: u.usage.output,
+    })
 }
 
 pub fn branch(b: Branch) -> pb::Branch {

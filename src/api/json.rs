@@ -39,6 +39,15 @@ impl ToJson for pb::Session {
             "metadata": self.metadata,
             "compaction_count": self.compaction_count,
             "branches": self.branches.to_json(),
+            "gateway": self.gateway.as_ref().map(|g| json!({
+                "calls": g.calls,
+                "client_tokens": g.client_tokens,
+                "forwarded_tokens": g.forwarded_tokens,
+                "input_tokens": g.input_tokens,
+                "cache_read_tokens": g.cache_read_tokens,
+                "cache_write_tokens": g.cache_write_tokens,
+                "output_tokens": g.output_tokens,
+            })),
         })
     }
 }

@@ -104,6 +104,7 @@ pub(super) fn new_session_len(metadata: &std::collections::HashMap<String, Strin
             updated_at_unix_ms: i64::MAX,
             ..Default::default()
         }],
+        gateway: None,
     }
     .encoded_len();
     rest + hash_map::encoded_len(string::encoded_len, string::encoded_len, 3, metadata)

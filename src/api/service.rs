@@ -156,7 +156,10 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
         let id = session_id(&request.into_inner().session_id)?;
         let id = self.scope(&tenant, id).await?;
         let session = self.store.get_session(id).await.map_err(status)?;
-        self.reply(convert::session(session))
+        let usage = self.store.gateway_usage(id).await.map_err(status)?;
+        let mut session = convert::session(session);
+        session.gateway = convert::gateway_usage(usage);
+        self.reply(session)
     }
 
     #[instrument(skip_all)]

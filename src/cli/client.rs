@@ -403,8 +403,21 @@ async fn execute(command: Command) -> Result<String> {
                 budget: budget.budget(),
                 ..Default::default()
             };
-            let r = call("ContextStats", connect(&conn).await?.context_stats(req)).await?;
-            Ok(output(&conn, &r, || panel::picture(&target, &r)))
+            let session_id = req.session_id.clone();
+            let mut client = connect(&conn).await?;
+            let r = call("ContextStats", client.context_stats(req)).await?;
+            let session = call(
+                "GetSession",
+                client.get_session(pb::GetSessionRequest { session_id }),
+            )
+            .await?;
+            Ok(output(&conn, &r, || {
+                let mut picture = panel::picture(&target, &r);
+                if let Some(g) = &session.gateway {
+                    picture.push_str(&panel::gateway(g));
+                }
+                picture
+            }))
         }
         Command::Compact {
             session,

@@ -388,8 +388,19 @@ async function sessionPage(sid) {
   fill(view(), h('h2', {}, 'Session ', h('span', { class: 'mono' }, sid)),
     h('p', { class: 'muted', id: 'session-meta' }, `created ${fmtTime(s.created_at_unix_ms)} · ${num(dag.total)} top-level nodes · ${s.branches.length} branch(es) · ${s.compaction_count} compaction(s) · `,
       Object.entries(s.metadata).map(([k, val]) => `${k}=${val}`).join(' '), ` · drawn in ${Math.round(performance.now() - t0)} ms`),
+    gatewayLine(s.gateway),
     h('div', { class: 'split' }, v.el, detail));
   v.list.repaint();
+}
+
+/** What the model gateway forwarded for a session it recorded (none for other sessions). */
+function gatewayLine(g) {
+  if (!g) return null;
+  const input = g.input_tokens + g.cache_read_tokens + g.cache_write_tokens;
+  const pct = (a, b) => (b ? `${Math.round((100 * a) / b)}%` : '–');
+  return h('p', { class: 'muted', id: 'gateway-usage' },
+    `gateway: ${num(g.calls)} call(s) · client sent ${num(g.client_tokens)} tokens · forwarded ${num(g.forwarded_tokens)} (${pct(g.forwarded_tokens, g.client_tokens)}) · `
+    + `provider input ${num(input)}: ${num(g.cache_read_tokens)} cache reads (${pct(g.cache_read_tokens, input)}), ${num(g.cache_write_tokens)} cache writes, ${num(g.input_tokens)} uncached · output ${num(g.output_tokens)}`);
 }
 
 // ------------------------------------------------------------------ render

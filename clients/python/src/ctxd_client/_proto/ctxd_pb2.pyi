@@ -137,7 +137,7 @@ EXPORT_FORMAT_OPENAI_MESSAGES: ExportFormat
 EXPORT_FORMAT_CLAUDE_CODE_JSONL: ExportFormat
 
 class Session(_message.Message):
-    __slots__ = ("session_id", "created_at_unix_ms", "metadata", "compaction_count", "branches")
+    __slots__ = ("session_id", "created_at_unix_ms", "metadata", "compaction_count", "branches", "gateway")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -150,12 +150,32 @@ class Session(_message.Message):
     METADATA_FIELD_NUMBER: _ClassVar[int]
     COMPACTION_COUNT_FIELD_NUMBER: _ClassVar[int]
     BRANCHES_FIELD_NUMBER: _ClassVar[int]
+    GATEWAY_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     created_at_unix_ms: int
     metadata: _containers.ScalarMap[str, str]
     compaction_count: int
     branches: _containers.RepeatedCompositeFieldContainer[Branch]
-    def __init__(self, session_id: _Optional[str] = ..., created_at_unix_ms: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ..., compaction_count: _Optional[int] = ..., branches: _Optional[_Iterable[_Union[Branch, _Mapping]]] = ...) -> None: ...
+    gateway: GatewayUsage
+    def __init__(self, session_id: _Optional[str] = ..., created_at_unix_ms: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ..., compaction_count: _Optional[int] = ..., branches: _Optional[_Iterable[_Union[Branch, _Mapping]]] = ..., gateway: _Optional[_Union[GatewayUsage, _Mapping]] = ...) -> None: ...
+
+class GatewayUsage(_message.Message):
+    __slots__ = ("calls", "client_tokens", "forwarded_tokens", "input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens")
+    CALLS_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    FORWARDED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    CACHE_READ_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    CACHE_WRITE_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    calls: int
+    client_tokens: int
+    forwarded_tokens: int
+    input_tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+    output_tokens: int
+    def __init__(self, calls: _Optional[int] = ..., client_tokens: _Optional[int] = ..., forwarded_tokens: _Optional[int] = ..., input_tokens: _Optional[int] = ..., cache_read_tokens: _Optional[int] = ..., cache_write_tokens: _Optional[int] = ..., output_tokens: _Optional[int] = ...) -> None: ...
 
 class CreateSessionRequest(_message.Message):
     __slots__ = ("metadata", "idempotency_key")

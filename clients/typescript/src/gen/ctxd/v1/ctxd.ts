@@ -176,11 +176,31 @@ export interface Session {
   metadata: { [key: string]: string };
   compactionCount: number;
   branches: Branch[];
+  /**
+   * What the model gateway forwarded for this session, added up over its calls; set by
+   * GetSession only (empty elsewhere, and for a session the gateway never served).
+   */
+  gateway?: GatewayUsage | undefined;
 }
 
 export interface Session_MetadataEntry {
   key: string;
   value: string;
+}
+
+/**
+ * The model gateway's calls of a session: the tokens of the messages its clients sent and of
+ * those it forwarded (both estimated at four characters a token), and the usage the provider
+ * reported (input excludes what its prompt cache read or wrote).
+ */
+export interface GatewayUsage {
+  calls: number;
+  clientTokens: number;
+  forwardedTokens: number;
+  inputTokens: number;
+  cacheReadTokens: number;
+  cacheWriteTokens: number;
+  outputTokens: number;
 }
 
 export interface CreateSessionRequest {
@@ -972,7 +992,7 @@ export interface CollectGarbageResponse {
 }
 
 function createBaseSession(): Session {
-  return { sessionId: "", createdAtUnixMs: 0, metadata: {}, compactionCount: 0, branches: [] };
+  return { sessionId: "", createdAtUnixMs: 0, metadata: {}, compactionCount: 0, branches: [], gateway: undefined };
 }
 
 export const Session: MessageFns<Session> = {
@@ -991,6 +1011,9 @@ export const Session: MessageFns<Session> = {
     }
     for (const v of message.branches) {
       Branch.encode(v!, writer.uint32(42).fork()).join();
+    }
+    if (message.gateway !== undefined) {
+      GatewayUsage.encode(message.gateway, writer.uint32(50).fork()).join();
     }
     return writer;
   },
@@ -1051,6 +1074,14 @@ export const Session: MessageFns<Session> = {
             message.branches.push(Branch.decode(reader, reader.uint32()));
             continue;
           }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.gateway = GatewayUsage.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1081,6 +1112,9 @@ export const Session: MessageFns<Session> = {
     );
     message.compactionCount = object.compactionCount ?? 0;
     message.branches = object.branches?.map((e) => Branch.fromPartial(e)) || [];
+    message.gateway = (object.gateway !== undefined && object.gateway !== null)
+      ? GatewayUsage.fromPartial(object.gateway)
+      : undefined;
     return message;
   },
 };
@@ -1148,6 +1182,141 @@ export const Session_MetadataEntry: MessageFns<Session_MetadataEntry> = {
     const message = createBaseSession_MetadataEntry();
     message.key = object.key ?? "";
     message.value = object.value ?? "";
+    return message;
+  },
+};
+
+function createBaseGatewayUsage(): GatewayUsage {
+  return {
+    calls: 0,
+    clientTokens: 0,
+    forwardedTokens: 0,
+    inputTokens: 0,
+    cacheReadTokens: 0,
+    cacheWriteTokens: 0,
+    outputTokens: 0,
+  };
+}
+
+export const GatewayUsage: MessageFns<GatewayUsage> = {
+  encode(message: GatewayUsage, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.calls !== 0) {
+      writer.uint32(8).uint64(message.calls);
+    }
+    if (message.clientTokens !== 0) {
+      writer.uint32(16).uint64(message.clientTokens);
+    }
+    if (message.forwardedTokens !== 0) {
+      writer.uint32(24).uint64(message.forwardedTokens);
+    }
+    if (message.inputTokens !== 0) {
+      writer.uint32(32).uint64(message.inputTokens);
+    }
+    if (message.cacheReadTokens !== 0) {
+      writer.uint32(40).uint64(message.cacheReadTokens);
+    }
+    if (message.cacheWriteTokens !== 0) {
+      writer.uint32(48).uint64(message.cacheWriteTokens);
+    }
+    if (message.outputTokens !== 0) {
+      writer.uint32(56).uint64(message.outputTokens);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GatewayUsage {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGatewayUsage();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.calls = longToNumber(reader.uint64());
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.clientTokens = longToNumber(reader.uint64());
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.forwardedTokens = longToNumber(reader.uint64());
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.inputTokens = longToNumber(reader.uint64());
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.cacheReadTokens = longToNumber(reader.uint64());
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.cacheWriteTokens = longToNumber(reader.uint64());
+            continue;
+          }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.outputTokens = longToNumber(reader.uint64());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create<I extends Exact<DeepPartial<GatewayUsage>, I>>(base?: I): GatewayUsage {
+    return GatewayUsage.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<GatewayUsage>, I>>(object: I): GatewayUsage {
+    const message = createBaseGatewayUsage();
+    message.calls = object.calls ?? 0;
+    message.clientTokens = object.clientTokens ?? 0;
+    message.forwardedTokens = object.forwardedTokens ?? 0;
+    message.inputTokens = object.inputTokens ?? 0;
+    message.cacheReadTokens = object.cacheReadTokens ?? 0;
+    message.cacheWriteTokens = object.cacheWriteTokens ?? 0;
+    message.outputTokens = object.outputTokens ?? 0;
     return message;
   },
 };
