@@ -1,8 +1,9 @@
 -- The model gateway: a resent history is found by the hash of its newest stored message, so
--- top-level nodes are indexed by (session, hash); and every call it forwarded records what the
+-- nodes are indexed by (session, hash) (a hash names one position of one chain: it covers the
+-- enclosing function's hash too); and every call it forwarded records what the
 -- client sent, what went upstream and what the provider reported using (keyed by session
 -- first, like every table of a session's data).
-CREATE INDEX nodes_session_hash ON nodes (session_id, hash) WHERE function_id IS NULL;
+CREATE INDEX nodes_session_hash ON nodes (session_id, hash);
 
 CREATE TABLE gateway_calls (
     session_id         BYTEA  NOT NULL REFERENCES sessions (id),

@@ -400,15 +400,18 @@ impl App {
         recorded: &Recorded,
         body: &[u8],
     ) -> Result<(Vec<u8>, u64), &'static str> {
-        let options = render_options(conv).ok_or("a budget that leaves the history nothing")?;
+        let mut options = render_options(conv).ok_or("a budget that leaves the history nothing")?;
+        let target = match recorded.function {
+            // A sub-agent sees its own conversation, as its client sent it.
+            Some((id, _)) => {
+                options.callers = render::Callers::None;
+                PathTarget::Function(id)
+            }
+            None => PathTarget::Branch(recorded.branch.clone()),
+        };
         let (path, rendered) = self
             .workflows
-            .render(
-                recorded.session,
-                &PathTarget::Branch(recorded.branch.clone()),
-                Tokenizer::Heuristic,
-                options,
-            )
+            .render(recorded.session, &target, Tokenizer::Heuristic, options)
             .await
             .map_err(|e| {
                 tracing::warn!(error = %e, "gateway: render failed");
@@ -430,9 +433,17 @@ impl App {
     ) -> Value {
         match api {
             Api::Anthropic => {
-                // Item i is the path's node i when the path is exactly the request's history.
-                let nodes: Vec<NodeId> = if path.nodes.len() == conv.items.len() {
-                    path.nodes.iter().map(|n| n.id).collect()
+                // Item i is node i of the request's chain when the chain is exactly the
+                // request's history (a function's chain hangs under its callers' path).
+                let scope = path.nodes.last().and_then(|n| n.function_id);
+                let nodes: Vec<NodeId> = path
+                    .nodes
+                    .iter()
+                    .filter(|n| n.function_id == scope)
+                    .map(|n| n.id)
+                    .collect();
+                let nodes = if nodes.len() == conv.items.len() {
+                    nodes
                 } else {
                     Vec::new()
                 };
@@ -543,6 +554,11 @@ impl App {
                 }
                 if let Ok(v) = HeaderValue::from_str(sink.recorded.branch.as_str()) {
                     h.insert("x-ctxd-branch", v);
+                }
+                if let Some((function, _)) = sink.recorded.function
+                    && let Ok(v) = HeaderValue::from_str(&function.to_string())
+                {
+                    h.insert("x-ctxd-function-id", v);
                 }
             }
         }
@@ -792,36 +808,42 @@ impl Sink {
 
 /// Appends the answer after the request's history. When the branch moved meanwhile (the
 /// client's next request, carrying this answer, came first), the answer is already stored, or
-/// it goes on a branch of its own at the request's head.
+/// it goes on a branch of its own at the request's head (a function's chain cannot fork: there
+/// it is left out).
 async fn append_answer(
     store: &store::Store,
     session: Scoped,
     recorded: &Recorded,
     content: NodeContent,
 ) {
-    let append = |branch: domain::BranchName, content: NodeContent| AppendRequest {
+    let append = |target: AppendTarget, content: NodeContent| AppendRequest {
         session,
-        target: AppendTarget::Branch(branch),
+        target,
         expected_head: Some(recorded.head),
         idempotency_key: None,
         nodes: vec![content],
         pinned: Vec::new(),
     };
     match store
-        .append(append(recorded.branch.clone(), content.clone()))
+        .append(append(recorded.target(), content.clone()))
         .await
     {
         Ok(_) => {}
         Err(store::Error::Domain(domain::Error::Aborted(_))) => {
+            let scope = recorded.function.map(|(_, hash)| hash);
             let parent = match recorded.head {
                 Some(head) => match store.get_nodes(session, &[head]).await {
                     Ok(nodes) => nodes.first().map(|n| n.hash),
                     Err(_) => return,
                 },
-                None => None,
+                None => scope,
             };
-            let hash = node_hash(parent.as_ref(), None, &content);
+            let hash = node_hash(parent.as_ref(), scope.as_ref(), &content);
             if matches!(store.node_by_hash(session, &hash).await, Ok(Some(_))) {
+                return;
+            }
+            if recorded.function.is_some() {
+                tracing::info!("gateway: a sub-agent's chain moved on; its answer is not recorded");
                 return;
             }
             let name = format!("gw-{}", &hash.to_hex()[..12]);
@@ -832,7 +854,9 @@ async fn append_answer(
                 .create_branch(session, name.clone(), recorded.head)
                 .await;
             if forked.is_ok()
-                && let Err(e) = store.append(append(name, content)).await
+                && let Err(e) = store
+                    .append(append(AppendTarget::Branch(name), content))
+                    .await
             {
                 tracing::warn!(error = %e, "gateway: the answer was not recorded");
             }

@@ -8,15 +8,27 @@ use super::conversation::Conversation;
 use crate::domain::{
     self, BranchName, Hash, NodeContent, NodeId, Part, SessionId, Tenant, node_hash,
 };
-use crate::store::{self, AppendRequest, AppendTarget, Scoped, Store};
+use crate::store::{self, AppendRequest, AppendTarget, PathTarget, Scoped, Store};
 
-/// Where a recorded request went: the branch and its head after the request's messages (what
-/// the answer is appended to).
+/// Where a recorded request went: the branch (and, for a sub-agent's conversation, the
+/// function whose chain holds it) and the head after the request's messages, which the answer
+/// is appended to.
 #[derive(Debug, Clone)]
 pub struct Recorded {
     pub session: Scoped,
     pub branch: BranchName,
+    /// The function (sub-agent) whose chain the request is, and its call node's hash.
+    pub function: Option<(NodeId, Hash)>,
     pub head: Option<NodeId>,
+}
+
+impl Recorded {
+    pub fn target(&self) -> AppendTarget {
+        match self.function {
+            Some((id, _)) => AppendTarget::Function(id),
+            None => AppendTarget::Branch(self.branch.clone()),
+        }
+    }
 }
 
 /// Why a request was not recorded; it is forwarded as it came.
@@ -26,9 +38,24 @@ pub struct Unrecorded(pub &'static str);
 /// The session key stored in a gateway session's metadata.
 pub const KEY_METADATA: &str = "ctxd.gateway.key";
 
+/// The tools agents start a sub-agent with (Claude Code's, old and new): a conversation that
+/// opens with the prompt of a pending call of one is that call's function.
+const AGENT_TOOLS: [&str; 2] = ["Task", "Agent"];
+
+/// Said by a step that lost a race with another request: match again.
+const RETRY: &str = "sessions kept changing";
+
 /// How many times a request is matched again when another request moved its branch between
 /// the match and the append.
 const ATTEMPTS: usize = 4;
+
+/// What to append where.
+struct Plan {
+    branch: BranchName,
+    function: Option<(NodeId, Hash)>,
+    expected: Option<NodeId>,
+    rest: Vec<NodeContent>,
+}
 
 /// Records `conv` for `tenant`: finds or makes its session, appends what it does not hold.
 pub async fn record(
@@ -50,7 +77,7 @@ pub async fn record(
     if contents.is_empty() {
         return Err(Unrecorded("no messages"));
     }
-    let hashes = chain_hashes(&contents);
+    let hashes = chain_hashes(&contents, None);
     let opening = opening_key(&conv.opening);
     let key = match named {
         Some(name) => match SessionId::parse("x-ctxd-session", name) {
@@ -63,22 +90,31 @@ pub async fn record(
         },
     };
     let mut session = open(store, tenant, &key).await?;
-    for attempt in 0.. {
-        let stored = stored_prefix(store, session, &hashes).await?;
-        let (branch, expected) = match stored {
-            Some(k) => {
-                let node = k.1;
-                (at_node(store, session, node, &hashes).await?, Some(node))
-            }
+    let mut own_session = false;
+    for _ in 0..ATTEMPTS {
+        let plan = match stored_prefix(store, session, &hashes).await? {
+            Some((k, node)) => extend(store, session, node, &contents, k + 1).await?,
             None => {
                 let branches = store.list_branches(session).await.map_err(store_error)?;
                 if branches.iter().all(|b| b.head.is_none())
-                    && let Some(main) = branches.iter().find(|b| b.name == BranchName::main())
+                    && branches.iter().any(|b| b.name == BranchName::main())
                 {
-                    (main.name.clone(), None)
+                    Plan {
+                        branch: BranchName::main(),
+                        function: None,
+                        expected: None,
+                        rest: contents.clone(),
+                    }
+                } else if let Some(plan) = match subagent(store, session, &contents).await {
+                    Err(Unrecorded(RETRY)) => continue,
+                    other => other?,
+                } {
+                    plan
+                } else if own_session {
+                    return Err(Unrecorded("sessions kept changing"));
                 } else {
-                    // A conversation that shares nothing with this session (a sub-agent's own,
-                    // under its parent's session id): a session of its own, never a fork.
+                    // A conversation that shares nothing with this session and starts no
+                    // sub-agent of it: a session of its own, never a fork.
                     let own = match &key {
                         Key::Session(id) => Key::Named(format!("{id}/{opening}")),
                         Key::Named(name) if name.starts_with("opening:") => {
@@ -89,27 +125,28 @@ pub async fn record(
                         Key::Named(name) => Key::Named(format!("{name}/{opening}")),
                     };
                     session = open(store, tenant, &own).await?;
-                    if attempt + 1 >= ATTEMPTS {
-                        return Err(Unrecorded("sessions kept changing"));
-                    }
+                    own_session = true;
                     continue;
                 }
             }
         };
-        let done = stored.map_or(0, |(k, _)| k + 1);
-        if done == contents.len() {
+        if plan.rest.is_empty() {
             return Ok(Recorded {
                 session,
-                branch,
-                head: expected,
+                branch: plan.branch,
+                function: plan.function,
+                head: plan.expected,
             });
         }
         let request = AppendRequest {
             session,
-            target: AppendTarget::Branch(branch.clone()),
-            expected_head: Some(expected),
+            target: match plan.function {
+                Some((id, _)) => AppendTarget::Function(id),
+                None => AppendTarget::Branch(plan.branch.clone()),
+            },
+            expected_head: Some(plan.expected),
             idempotency_key: None,
-            nodes: contents[done..].to_vec(),
+            nodes: plan.rest,
             pinned: Vec::new(),
         };
         match store.append(request).await {
@@ -119,13 +156,12 @@ pub async fn record(
                     .increment(outcome.node_ids.len() as u64);
                 return Ok(Recorded {
                     session,
-                    branch,
+                    branch: plan.branch,
+                    function: plan.function,
                     head,
                 });
             }
-            Err(store::Error::Domain(domain::Error::Aborted(_))) if attempt + 1 < ATTEMPTS => {
-                continue;
-            }
+            Err(store::Error::Domain(domain::Error::Aborted(_))) => continue,
             Err(store::Error::Domain(
                 domain::Error::InvalidArgument { .. } | domain::Error::FailedPrecondition(_),
             )) => return Err(Unrecorded("pairing")),
@@ -133,6 +169,321 @@ pub async fn record(
         }
     }
     Err(Unrecorded("sessions kept changing"))
+}
+
+/// Where the request's history goes after its stored prefix ends at `node` (`done` items
+/// matched by hash). The branches through `node` are read on: a sub-agent's call and result
+/// are stored as a function (its call node, then its result), which the client resends as a
+/// tool result, so the stored path and the request are compared node by node from there. The
+/// request extends the branch that holds most of it; where it leaves a branch before its head,
+/// a new branch forks at the last shared node, named after the request's history so a retry
+/// finds the same one.
+async fn extend(
+    store: &Store,
+    session: Scoped,
+    node: NodeId,
+    contents: &[NodeContent],
+    done: usize,
+) -> Result<Plan, Unrecorded> {
+    let branches = store.list_branches(session).await.map_err(store_error)?;
+    let mut order: Vec<&domain::Branch> = branches.iter().filter(|b| b.head.is_some()).collect();
+    order.sort_by_key(|b| (b.name != BranchName::main(), b.name.as_str().to_owned()));
+    // (items matched, stored node reached, at the branch's head, branch, functions open there)
+    let mut best: Option<(usize, NodeId, bool, BranchName, Vec<(String, NodeId)>)> = None;
+    for branch in order {
+        let path = store
+            .load_path(session, &PathTarget::Branch(branch.name.clone()))
+            .await
+            .map_err(store_error)?;
+        let Some(pos) = path.nodes.iter().position(|n| n.id == node) else {
+            continue;
+        };
+        let (matched, at) = walk(&path.nodes[pos..], &contents[done..]);
+        let reached = path.nodes[pos + at].id;
+        let at_head = pos + at + 1 == path.nodes.len();
+        let better = best
+            .as_ref()
+            .is_none_or(|b| (done + matched, at_head) > (b.0, b.2));
+        if better {
+            let open = open_functions(&path.nodes[..=pos + at]);
+            best = Some((done + matched, reached, at_head, branch.name.clone(), open));
+        }
+    }
+    let (matched, reached, at_head, branch, open) =
+        best.unwrap_or((done, node, false, BranchName::main(), Vec::new()));
+    let rest: Vec<NodeContent> = contents[matched..]
+        .iter()
+        .map(|c| as_function_result(c, &open))
+        .collect();
+    let branch = if at_head {
+        branch
+    } else {
+        let hashes = chain_hashes(contents, None);
+        fork(store, session, reached, &branches, &hashes).await?
+    };
+    Ok(Plan {
+        branch,
+        function: None,
+        expected: Some(reached),
+        rest,
+    })
+}
+
+/// How far `client` follows `stored` (which starts at the last node both share): the client
+/// items matched and the index in `stored` of the last stored node matched. A sub-agent's
+/// call node is passed over when the client answers its call in the same group, and its
+/// result matches the client's tool result of the same call and text.
+fn walk(stored: &[std::sync::Arc<domain::Node>], client: &[NodeContent]) -> (usize, usize) {
+    let (mut i, mut j) = (0, 0);
+    while i < client.len() && j + 1 < stored.len() {
+        let next = &stored[j + 1].content;
+        let same = match (next, &client[i]) {
+            (NodeContent::FunctionCall { call_id, .. }, _) => {
+                // Passed over when a result of this call follows in the client's group.
+                if answers_later(client, i, call_id) {
+                    j += 1;
+                    continue;
+                }
+                false
+            }
+            (NodeContent::FunctionResult(r), c) => result_matches(r, c),
+            (s, c) => s == c,
+        };
+        if !same {
+            break;
+        }
+        i += 1;
+        j += 1;
+    }
+    (i, j)
+}
+
+/// Whether the client's items from `i` on answer `call_id` before the next message.
+fn answers_later(client: &[NodeContent], i: usize, call_id: &str) -> bool {
+    client[i..]
+        .iter()
+        .take_while(|c| !matches!(c, NodeContent::Message { .. }))
+        .any(|c| matches!(c, NodeContent::ToolResult { call_id: id, .. } if id == call_id))
+}
+
+fn result_matches(stored: &domain::FunctionResult, client: &NodeContent) -> bool {
+    match client {
+        NodeContent::ToolResult {
+            call_id,
+            parts,
+            is_error,
+            ..
+        } => {
+            *call_id == stored.call_id
+                && parts.iter().all(|p| matches!(p, Part::Text(_)))
+                && Part::text_of(parts) == stored.output
+                && *is_error == (stored.status == domain::FunctionStatus::Error)
+        }
+        _ => false,
+    }
+}
+
+/// The sub-agent calls started and not yet closed since the path's latest message: call id
+/// and function.
+fn open_functions(path: &[std::sync::Arc<domain::Node>]) -> Vec<(String, NodeId)> {
+    let start = path
+        .iter()
+        .rposition(|n| matches!(n.content, NodeContent::Message { .. }))
+        .unwrap_or(0);
+    let mut open = Vec::new();
+    for n in &path[start..] {
+        match &n.content {
+            NodeContent::FunctionCall { call_id, .. } => open.push((call_id.clone(), n.id)),
+            NodeContent::FunctionResult(r) => open.retain(|(c, _)| *c != r.call_id),
+            _ => {}
+        }
+    }
+    open
+}
+
+/// A tool result that answers a call a sub-agent's function took up closes that function.
+fn as_function_result(content: &NodeContent, open: &[(String, NodeId)]) -> NodeContent {
+    match content {
+        NodeContent::ToolResult {
+            call_id,
+            parts,
+            is_error,
+            ..
+        } if open.iter().any(|(c, _)| c == call_id)
+            && parts.iter().all(|p| matches!(p, Part::Text(_))) =>
+        {
+            NodeContent::FunctionResult(domain::FunctionResult {
+                call_id: call_id.clone(),
+                output: Part::text_of(parts),
+                status: if *is_error {
+                    domain::FunctionStatus::Error
+                } else {
+                    domain::FunctionStatus::Completed
+                },
+                chain: None,
+            })
+        }
+        other => other.clone(),
+    }
+}
+
+/// A conversation that shares nothing with the session's: when it opens with the prompt of a
+/// sub-agent call of the session (pending, or already taken up by a function), it is that
+/// call's function, and goes on its chain.
+async fn subagent(
+    store: &Store,
+    session: Scoped,
+    contents: &[NodeContent],
+) -> Result<Option<Plan>, Unrecorded> {
+    let Some(NodeContent::Message {
+        role: domain::Role::User,
+        parts,
+        ..
+    }) = contents.first()
+    else {
+        return Ok(None);
+    };
+    let opens_with = |prompt: &str| {
+        !prompt.is_empty()
+            && (Part::text_of(parts) == prompt
+                || parts
+                    .iter()
+                    .any(|p| matches!(p, Part::Text(t) if t == prompt)))
+    };
+    let branches = store.list_branches(session).await.map_err(store_error)?;
+    let mut order: Vec<&domain::Branch> = branches.iter().filter(|b| b.head.is_some()).collect();
+    order.sort_by_key(|b| (b.name != BranchName::main(), b.name.as_str().to_owned()));
+    let mut pending: Option<(BranchName, NodeId, NodeContent)> = None;
+    for branch in order {
+        let path = store
+            .load_path(session, &PathTarget::Branch(branch.name.clone()))
+            .await
+            .map_err(store_error)?;
+        // A function already started for this prompt: the conversation goes on in its chain.
+        for n in &path.nodes {
+            if let NodeContent::FunctionCall { name, input, .. } = &n.content
+                && AGENT_TOOLS.contains(&name.as_str())
+                && opens_with(input)
+            {
+                return in_function(store, session, branch.name.clone(), n, contents)
+                    .await
+                    .map(Some);
+            }
+        }
+        if pending.is_some() {
+            continue;
+        }
+        // A pending call of the latest assistant message with this prompt.
+        let Some(a) = path
+            .nodes
+            .iter()
+            .rposition(|n| matches!(n.content, NodeContent::Message { .. }))
+        else {
+            continue;
+        };
+        let NodeContent::Message {
+            role: domain::Role::Assistant,
+            tool_calls,
+            ..
+        } = &path.nodes[a].content
+        else {
+            continue;
+        };
+        let answered = |id: &str| {
+            path.nodes[a + 1..].iter().any(|n| match &n.content {
+                NodeContent::ToolResult { call_id, .. }
+                | NodeContent::FunctionCall { call_id, .. } => call_id == id,
+                NodeContent::FunctionResult(r) => r.call_id == id,
+                NodeContent::Message { .. } => false,
+            })
+        };
+        for call in tool_calls {
+            let prompt = serde_json::from_str::<serde_json::Value>(&call.arguments_json)
+                .ok()
+                .and_then(|v| v.get("prompt").and_then(|p| p.as_str()).map(str::to_owned));
+            if AGENT_TOOLS.contains(&call.name.as_str())
+                && let Some(prompt) = prompt
+                && opens_with(&prompt)
+                && !answered(&call.call_id)
+            {
+                let head = path.nodes.last().map(|n| n.id).unwrap_or(path.nodes[a].id);
+                let node = NodeContent::FunctionCall {
+                    call_id: call.call_id.clone(),
+                    name: call.name.clone(),
+                    input: prompt,
+                    expose: domain::Expose::Io,
+                };
+                pending = Some((branch.name.clone(), head, node));
+                break;
+            }
+        }
+    }
+    let Some((branch, head, call)) = pending else {
+        return Ok(None);
+    };
+    let started = store
+        .append(AppendRequest {
+            session,
+            target: AppendTarget::Branch(branch.clone()),
+            expected_head: Some(Some(head)),
+            idempotency_key: None,
+            nodes: vec![call],
+            pinned: Vec::new(),
+        })
+        .await;
+    let function = match started {
+        Ok(outcome) => {
+            NodeId::parse("head_id", &outcome.head_id).map_err(|_| Unrecorded("store"))?
+        }
+        // Another request moved the branch: match again.
+        Err(store::Error::Domain(domain::Error::Aborted(_))) => return Err(Unrecorded(RETRY)),
+        Err(store::Error::Domain(_)) => return Ok(None),
+        Err(e) => return Err(store_error(e)),
+    };
+    let node = store
+        .get_nodes(session, &[function])
+        .await
+        .map_err(store_error)?;
+    let Some(node) = node.first() else {
+        return Err(Unrecorded("store"));
+    };
+    Ok(Some(Plan {
+        branch,
+        function: Some((function, node.hash)),
+        expected: None,
+        rest: contents.to_vec(),
+    }))
+}
+
+/// A sub-agent's request whose function exists: what its chain holds of it, and the rest.
+async fn in_function(
+    store: &Store,
+    session: Scoped,
+    branch: BranchName,
+    call: &domain::Node,
+    contents: &[NodeContent],
+) -> Result<Plan, Unrecorded> {
+    let hashes = chain_hashes(contents, Some(&call.hash));
+    let path = store
+        .load_path(session, &PathTarget::Function(call.id))
+        .await
+        .map_err(store_error)?;
+    let head = path
+        .nodes
+        .last()
+        .filter(|n| n.function_id == Some(call.id))
+        .map(|n| n.id);
+    let stored = stored_prefix(store, session, &hashes).await?;
+    let done = stored.map_or(0, |(k, _)| k + 1);
+    if stored.map(|(_, n)| n) != head {
+        return Err(Unrecorded("a sub-agent's history that left its chain"));
+    }
+    Ok(Plan {
+        branch,
+        function: Some((call.id, call.hash)),
+        expected: head,
+        rest: contents[done..].to_vec(),
+    })
 }
 
 /// How a request names its session.
@@ -164,12 +515,13 @@ pub fn opening_key(opening: &str) -> String {
     blake3::hash(opening.as_bytes()).to_hex()[..32].to_owned()
 }
 
-/// The hash each node would have as a chain from the root: `hashes[i]` covers items 0..=i.
-pub fn chain_hashes(contents: &[NodeContent]) -> Vec<Hash> {
+/// The hash each node would have as a chain from the root (or, in a function, from its call
+/// node `scope`): `hashes[i]` covers items 0..=i.
+pub fn chain_hashes(contents: &[NodeContent], scope: Option<&Hash>) -> Vec<Hash> {
     let mut out: Vec<Hash> = Vec::with_capacity(contents.len());
     for content in contents {
-        let parent = out.last();
-        out.push(node_hash(parent, None, content));
+        let parent = out.last().or(scope);
+        out.push(node_hash(parent, scope, content));
     }
     out
 }
@@ -218,23 +570,15 @@ async fn stored_prefix(
     Ok(Some(found))
 }
 
-/// The branch to extend from `node`: one whose head it is (`main` first), else a new branch
-/// forked there, named after the request's history so a retry finds the same one.
-async fn at_node(
+/// A new branch at `node`, named after the request's history (`hashes`) so a retry of the same
+/// request finds it.
+async fn fork(
     store: &Store,
     session: Scoped,
     node: NodeId,
+    branches: &[domain::Branch],
     hashes: &[Hash],
 ) -> Result<BranchName, Unrecorded> {
-    let branches = store.list_branches(session).await.map_err(store_error)?;
-    let mut at: Vec<&domain::Branch> = branches
-        .iter()
-        .filter(|b| b.head.is_some_and(|(h, _)| h == node))
-        .collect();
-    at.sort_by_key(|b| (b.name != BranchName::main(), b.name.as_str().to_owned()));
-    if let Some(b) = at.first() {
-        return Ok(b.name.clone());
-    }
     let last = hashes.last().map(Hash::to_hex).unwrap_or_default();
     for n in 1..10 {
         let name = match n {
@@ -297,7 +641,7 @@ pub async fn peek(
     conv: &Conversation,
 ) -> Option<(Scoped, Option<(usize, NodeId)>)> {
     let contents: Vec<NodeContent> = conv.items.iter().map(|i| i.content.clone()).collect();
-    let hashes = chain_hashes(&contents);
+    let hashes = chain_hashes(&contents, None);
     let opening = opening_key(&conv.opening);
     let find = |name: String| async move {
         let metadata = BTreeMap::from([(KEY_METADATA.to_owned(), name.clone())]);

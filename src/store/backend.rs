@@ -247,8 +247,8 @@ pub(super) trait Reads: Lookups {
     /// Live sessions and tombstones.
     async fn session_counts(&mut self) -> Result<(u64, u64)>;
 
-    /// The top-level node of `session` whose hash is `hash` (the gateway finds a resent
-    /// history's stored prefix by it).
+    /// The node of `session` whose hash is `hash` (the gateway finds a resent history's stored
+    /// prefix by it; a hash covers the enclosing function's, so it names one chain's node).
     async fn node_by_hash(&mut self, session: SessionId, hash: &Hash) -> Result<Option<NodeId>>;
 
     /// The gateway's calls of `session`, added up.

@@ -35,8 +35,8 @@ impl Store {
         Ok(Scoped::trusted(id))
     }
 
-    /// The top-level node of `session` with hash `hash`, if one is stored. A node's hash covers
-    /// its whole history, so equal hashes are equal paths from the root.
+    /// The node of `session` with hash `hash`, if one is stored. A node's hash covers its whole
+    /// history and its enclosing function, so equal hashes are equal paths from the root.
     pub async fn node_by_hash(&self, session: Scoped, hash: &Hash) -> Result<Option<NodeId>> {
         self.read().await?.node_by_hash(session.id(), hash).await
     }

@@ -488,7 +488,7 @@ impl<C: Connection> Reads for Conn<C> {
 
     async fn node_by_hash(&mut self, session: SessionId, hash: &Hash) -> Result<Option<NodeId>> {
         let id: Option<Vec<u8>> = sqlx::query_scalar(
-            "SELECT id FROM nodes WHERE session_id = $1 AND hash = $2 AND function_id IS NULL
+            "SELECT id FROM nodes WHERE session_id = $1 AND hash = $2
              LIMIT 1",
         )
         .bind(session.as_bytes().as_slice())

@@ -480,7 +480,7 @@ impl<C: Connection> Reads for Conn<C> {
 
     async fn node_by_hash(&mut self, session: SessionId, hash: &Hash) -> Result<Option<NodeId>> {
         let id: Option<Vec<u8>> = sqlx::query_scalar(
-            "SELECT id FROM nodes WHERE session_id = ? AND hash = ? AND function_id IS NULL
+            "SELECT id FROM nodes WHERE session_id = ? AND hash = ?
              LIMIT 1",
         )
         .bind(session.as_bytes().as_slice())
