@@ -188,8 +188,7 @@ async fn extend(
     let branches = store.list_branches(session).await.map_err(store_error)?;
     let mut order: Vec<&domain::Branch> = branches.iter().filter(|b| b.head.is_some()).collect();
     order.sort_by_key(|b| (b.name != BranchName::main(), b.name.as_str().to_owned()));
-    // (items matched, stored node reached, at the branch's head, branch, functions open there)
-    let mut best: Option<(usize, NodeId, bool, BranchName, Vec<(String, NodeId)>)> = None;
+    let mut best: Option<Reach> = None;
     for branch in order {
         let path = store
             .load_path(session, &PathTarget::Branch(branch.name.clone()))
@@ -228,6 +227,10 @@ async fn extend(
         rest,
     })
 }
+
+/// How far a request follows one branch: items matched, the stored node reached, whether that
+/// is the branch's head, the branch, and the sub-agent calls open there.
+type Reach = (usize, NodeId, bool, BranchName, Vec<(String, NodeId)>);
 
 /// How far `client` follows `stored` (which starts at the last node both share): the client
 /// items matched and the index in `stored` of the last stored node matched. A sub-agent's
