@@ -185,6 +185,7 @@ mod tests {
                 updated_at_unix_ms: 1_700_000_000_000,
                 ..Default::default()
             }],
+            gateway: None,
         };
         let bound = new_session_len(&metadata);
         assert!(bound >= real.encoded_len() && bound < real.encoded_len() + 32);

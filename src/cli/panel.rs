@@ -236,6 +236,51 @@ fn budget_line(budget: u32, scale: u32) -> String {
     format!("{}┤", "─".repeat(at - 1))
 }
 
+/// What the model gateway forwarded for the session, and what the provider reported: the
+/// lines `ctxd context` adds for a session the gateway recorded.
+pub fn gateway(g: &pb::GatewayUsage) -> String {
+    let mut out = String::new();
+    let share = |part: u64, whole: u64| {
+        if whole == 0 {
+            0.0
+        } else {
+            part as f64 / whole as f64
+        }
+    };
+    let _ = writeln!(out, "\ngateway: {} call(s)", num(g.calls));
+    let _ = writeln!(
+        out,
+        "  messages sent by the client {:>12} tokens (estimated)",
+        num(g.client_tokens)
+    );
+    let _ = writeln!(
+        out,
+        "  messages forwarded          {:>12} tokens ({:.2}× what the client sent)",
+        num(g.forwarded_tokens),
+        share(g.forwarded_tokens, g.client_tokens)
+    );
+    let input = g.input_tokens + g.cache_read_tokens + g.cache_write_tokens;
+    let weighted = g.input_tokens as f64
+        + 0.1 * g.cache_read_tokens as f64
+        + 1.25 * g.cache_write_tokens as f64;
+    let _ = writeln!(
+        out,
+        "  provider input              {:>12} tokens: {} uncached, {} cache reads ({:.0}%), {} cache writes",
+        num(input),
+        num(g.input_tokens),
+        num(g.cache_read_tokens),
+        100.0 * share(g.cache_read_tokens, input),
+        num(g.cache_write_tokens)
+    );
+    let _ = writeln!(
+        out,
+        "  cache-weighted input        {:>12.0} (reads 0.1×, writes 1.25×); output {} tokens",
+        weighted,
+        num(g.output_tokens)
+    );
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -326,49 +371,4 @@ mod tests {
         assert_eq!(bar(50, 100), "█".repeat(WIDTH / 2));
         assert_eq!(bar(1, 1_000_000), "▏");
     }
-}
-
-/// What the model gateway forwarded for the session, and what the provider reported: the
-/// lines `ctxd context` adds for a session the gateway recorded.
-pub fn gateway(g: &pb::GatewayUsage) -> String {
-    let mut out = String::new();
-    let share = |part: u64, whole: u64| {
-        if whole == 0 {
-            0.0
-        } else {
-            part as f64 / whole as f64
-        }
-    };
-    let _ = writeln!(out, "\ngateway: {} call(s)", num(g.calls));
-    let _ = writeln!(
-        out,
-        "  messages sent by the client {:>12} tokens (estimated)",
-        num(g.client_tokens)
-    );
-    let _ = writeln!(
-        out,
-        "  messages forwarded          {:>12} tokens ({:.2}× what the client sent)",
-        num(g.forwarded_tokens),
-        share(g.forwarded_tokens, g.client_tokens)
-    );
-    let input = g.input_tokens + g.cache_read_tokens + g.cache_write_tokens;
-    let weighted = g.input_tokens as f64
-        + 0.1 * g.cache_read_tokens as f64
-        + 1.25 * g.cache_write_tokens as f64;
-    let _ = writeln!(
-        out,
-        "  provider input              {:>12} tokens: {} uncached, {} cache reads ({:.0}%), {} cache writes",
-        num(input),
-        num(g.input_tokens),
-        num(g.cache_read_tokens),
-        100.0 * share(g.cache_read_tokens, input),
-        num(g.cache_write_tokens)
-    );
-    let _ = writeln!(
-        out,
-        "  cache-weighted input        {:>12.0} (reads 0.1×, writes 1.25×); output {} tokens",
-        weighted,
-        num(g.output_tokens)
-    );
-    out
 }

@@ -452,6 +452,11 @@ impl Answer {
         }
     }
 
+    /// A streamed answer's terminal event has arrived (never for a whole body).
+    pub fn complete(&self) -> bool {
+        self.stream && self.stopped
+    }
+
     pub fn feed(&mut self, bytes: &[u8]) {
         if !self.stream {
             self.body.extend_from_slice(bytes);

@@ -407,7 +407,10 @@ impl App {
                 options.callers = render::Callers::None;
                 PathTarget::Function(id)
             }
-            None => PathTarget::Branch(recorded.branch.clone()),
+            None => match (recorded.behind, recorded.head) {
+                (true, Some(head)) => PathTarget::Node(head),
+                _ => PathTarget::Branch(recorded.branch.clone()),
+            },
         };
         let (path, rendered) = self
             .workflows
@@ -733,11 +736,21 @@ impl Assembly {
             Assembly::OpenAi(a) => a.finish(),
         }
     }
+
+    /// A streamed answer's terminal event has arrived.
+    fn complete(&self) -> bool {
+        match self {
+            Assembly::Anthropic(a) => a.complete(),
+            Assembly::OpenAi(a) => a.complete(),
+        }
+    }
 }
 
 /// Relays the upstream's body to the client chunk by chunk. A client that goes away ends the
 /// relay and drops the upstream call; a cut upstream cuts the client's answer too; only a
-/// whole answer is appended.
+/// whole answer is appended. The chunk that ends a recorded answer (its terminal event; for a
+/// whole JSON body, the last chunk) is held until the answer is appended, so a client that has
+/// the whole answer finds it in the session, and its next request never races the append.
 async fn relay(
     mut upstream: reqwest::Response,
     tx: mpsc::Sender<Result<Bytes, std::io::Error>>,
@@ -747,20 +760,40 @@ async fn relay(
         Api::Anthropic => Assembly::Anthropic(anthropic::Answer::new(s.stream)),
         Api::OpenAi => Assembly::OpenAi(openai::Answer::new(s.stream)),
     });
+    let streamed = sink.as_ref().is_none_or(|s| s.stream);
+    let mut held: Vec<Bytes> = Vec::new();
     loop {
         match upstream.chunk().await {
             Ok(Some(bytes)) => {
-                if let Some(a) = assembly.as_mut() {
-                    a.feed(&bytes);
-                }
-                if tx.send(Ok(bytes)).await.is_err() {
-                    tracing::debug!("gateway: the client went away; the upstream call is dropped");
-                    return;
+                let Some(a) = assembly.as_mut() else {
+                    if tx.send(Ok(bytes)).await.is_err() {
+                        return gone();
+                    }
+                    continue;
+                };
+                a.feed(&bytes);
+                let out = if streamed {
+                    if a.complete() || !held.is_empty() {
+                        held.push(bytes);
+                        continue;
+                    }
+                    vec![bytes]
+                } else {
+                    // A whole body ends with its last chunk: keep one chunk back.
+                    std::mem::replace(&mut held, vec![bytes])
+                };
+                for b in out {
+                    if tx.send(Ok(b)).await.is_err() {
+                        return gone();
+                    }
                 }
             }
             Ok(None) => break,
             Err(e) => {
                 tracing::warn!(error = %without_url(&e), "gateway: the upstream's answer was cut");
+                for b in held {
+                    let _ = tx.send(Ok(b)).await;
+                }
                 let _ = tx
                     .send(Err(std::io::Error::other("the upstream's answer was cut")))
                     .await;
@@ -768,22 +801,44 @@ async fn relay(
             }
         }
     }
-    drop(tx);
-    if let (Some(sink), Some(assembly)) = (sink, assembly) {
-        match assembly.finish() {
-            Some((content, usage)) => sink.answered(content, usage).await,
-            None => tracing::info!("gateway: an answer that is not whole is not recorded"),
+    let answer = match (&sink, assembly) {
+        (Some(_), Some(assembly)) => assembly.finish(),
+        _ => None,
+    };
+    if let (Some(sink), Some((Some(content), _))) = (&sink, &answer) {
+        sink.append(content.clone()).await;
+    }
+    for b in held {
+        if tx.send(Ok(b)).await.is_err() {
+            break;
         }
+    }
+    drop(tx);
+    match (sink, answer) {
+        (Some(sink), Some((_, usage))) => sink.usage(usage).await,
+        (Some(_), None) => tracing::info!("gateway: an answer that is not whole is not recorded"),
+        _ => {}
     }
 }
 
+fn gone() {
+    tracing::debug!("gateway: the client went away; the upstream call is dropped");
+}
+
 impl Sink {
-    async fn answered(self, content: Option<NodeContent>, usage: ProviderUsage) {
+    async fn append(&self, content: NodeContent) {
+        append_answer(
+            &self.workflows.store,
+            self.recorded.session,
+            &self.recorded,
+            content,
+        )
+        .await;
+    }
+
+    async fn usage(self, usage: ProviderUsage) {
         let store = &self.workflows.store;
         let session = self.recorded.session;
-        if let Some(content) = content {
-            append_answer(store, session, &self.recorded, content).await;
-        }
         for (kind, n) in [
             ("upstream_input", usage.input),
             ("cache_read", usage.cache_read),
@@ -824,21 +879,25 @@ async fn append_answer(
         nodes: vec![content],
         pinned: Vec::new(),
     };
+    let scope = recorded.function.map(|(_, hash)| hash);
+    let parent = match recorded.head {
+        Some(head) => match store.get_nodes(session, &[head]).await {
+            Ok(nodes) => nodes.first().map(|n| n.hash),
+            Err(_) => return,
+        },
+        None => scope,
+    };
+    // The same answer after the same history is stored already (a retry answered alike).
+    let hash = node_hash(parent.as_ref(), scope.as_ref(), &content);
+    if matches!(store.node_by_hash(session, &hash).await, Ok(Some(_))) {
+        return;
+    }
     match store
         .append(append(recorded.target(), content.clone()))
         .await
     {
         Ok(_) => {}
         Err(store::Error::Domain(domain::Error::Aborted(_))) => {
-            let scope = recorded.function.map(|(_, hash)| hash);
-            let parent = match recorded.head {
-                Some(head) => match store.get_nodes(session, &[head]).await {
-                    Ok(nodes) => nodes.first().map(|n| n.hash),
-                    Err(_) => return,
-                },
-                None => scope,
-            };
-            let hash = node_hash(parent.as_ref(), scope.as_ref(), &content);
             if matches!(store.node_by_hash(session, &hash).await, Ok(Some(_))) {
                 return;
             }

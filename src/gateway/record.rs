@@ -20,6 +20,9 @@ pub struct Recorded {
     /// The function (sub-agent) whose chain the request is, and its call node's hash.
     pub function: Option<(NodeId, Hash)>,
     pub head: Option<NodeId>,
+    /// The request ends before the branch's head (a retry of a call answered already): it is
+    /// rendered at `head`, and its answer goes after `head`.
+    pub behind: bool,
 }
 
 impl Recorded {
@@ -55,6 +58,7 @@ struct Plan {
     function: Option<(NodeId, Hash)>,
     expected: Option<NodeId>,
     rest: Vec<NodeContent>,
+    behind: bool,
 }
 
 /// Records `conv` for `tenant`: finds or makes its session, appends what it does not hold.
@@ -104,6 +108,7 @@ pub async fn record(
                         function: None,
                         expected: None,
                         rest: contents.clone(),
+                        behind: false,
                     }
                 } else if let Some(plan) = match subagent(store, session, &contents).await {
                     Err(Unrecorded(RETRY)) => continue,
@@ -136,6 +141,7 @@ pub async fn record(
                 branch: plan.branch,
                 function: plan.function,
                 head: plan.expected,
+                behind: plan.behind,
             });
         }
         let request = AppendRequest {
@@ -159,6 +165,7 @@ pub async fn record(
                     branch: plan.branch,
                     function: plan.function,
                     head,
+                    behind: false,
                 });
             }
             Err(store::Error::Domain(domain::Error::Aborted(_))) => continue,
@@ -208,13 +215,18 @@ async fn extend(
             best = Some((done + matched, reached, at_head, branch.name.clone(), open));
         }
     }
+    let on_branch = best.is_some();
     let (matched, reached, at_head, branch, open) =
         best.unwrap_or((done, node, false, BranchName::main(), Vec::new()));
     let rest: Vec<NodeContent> = contents[matched..]
         .iter()
         .map(|c| as_function_result(c, &open))
         .collect();
-    let branch = if at_head {
+    // A history a branch holds all of, and more (a retry of a call already answered), appends
+    // nothing and forks nothing: it renders at its own last node, and an answer equal to the
+    // stored one is found there (a different one forks then).
+    let behind = !at_head && rest.is_empty() && on_branch;
+    let branch = if at_head || behind {
         branch
     } else {
         let hashes = chain_hashes(contents, None);
@@ -225,6 +237,7 @@ async fn extend(
         function: None,
         expected: Some(reached),
         rest,
+        behind,
     })
 }
 
@@ -455,6 +468,7 @@ async fn subagent(
         function: Some((function, node.hash)),
         expected: None,
         rest: contents.to_vec(),
+        behind: false,
     }))
 }
 
@@ -486,6 +500,7 @@ async fn in_function(
         function: Some((call.id, call.hash)),
         expected: head,
         rest: contents[done..].to_vec(),
+        behind: false,
     })
 }
 

@@ -1,5 +1,5 @@
-//! Provider request documents: rendered messages as OpenAI chat completions or Anthropic
-//! Messages API JSON, valid under each API's pairing rules.
+//! Provider request documents: rendered messages as OpenAI chat completions, OpenAI Responses
+//! `input` items or Anthropic Messages API JSON, valid under each API's pairing rules.
 //!
 //! Both APIs reject a tool call without its result, so a call still pending (at the tail, or a
 //! caller's call into the function being rendered) is left out of these documents, and so is a
@@ -37,14 +37,25 @@ impl Format {
 pub const ANTHROPIC_BLOCK: &str = "application/vnd.ctxd.anthropic-block+json";
 /// The same for a content part of OpenAI chat completions (audio, files, any part but text).
 pub const OPENAI_PART: &str = "application/vnd.ctxd.openai-part+json";
+/// The same for the OpenAI Responses API: a whole `input` item (reasoning with its encrypted
+/// content, an assistant message with its id and annotations, a server tool's call, any type
+/// ctxd does not know) or a content part other than plain `input_text` (images, files).
+pub const RESPONSES_ITEM: &str = "application/vnd.ctxd.responses-item+json";
 
 /// The `type` of a kept Anthropic block that holds a message's own fields beside `role` and
 /// `content` (such as a per-turn `output_config`): given back on the message, not as a block.
 pub const MESSAGE_FIELDS: &str = "ctxd_message_fields";
 
+/// The `type` of a kept Responses item that holds what an item stored as a call, a result or
+/// a message's content had beside it (`id`, `status`, its `type`, whether its content was a
+/// string or its output an array), and, for a call, where in its run the call stood:
+/// `{"type": ITEM_FIELDS, "call_id"?: .., "item": {..}, "form"?: "string" | "array"}`. Given
+/// back on the item it belongs to, never as an item of its own.
+pub const ITEM_FIELDS: &str = "ctxd_item_fields";
+
 /// Whether `mime` is a provider's opaque block (see [`ANTHROPIC_BLOCK`]).
 pub fn is_opaque(mime: &str) -> bool {
-    mime == ANTHROPIC_BLOCK || mime == OPENAI_PART
+    mime == ANTHROPIC_BLOCK || mime == OPENAI_PART || mime == RESPONSES_ITEM
 }
 
 /// The stored JSON of an opaque block of `mime`, if `part` is one.
@@ -181,8 +192,9 @@ fn arguments_object(arguments: &str) -> Value {
 // ---------------------------------------------------------------- OpenAI
 
 fn openai_content(parts: &[Part]) -> Value {
-    let foreign =
-        |p: &Part| matches!(p, Part::Media { mime_type, .. } if mime_type == ANTHROPIC_BLOCK);
+    let foreign = |p: &Part| {
+        matches!(p, Part::Media { mime_type, .. } if mime_type == ANTHROPIC_BLOCK || mime_type == RESPONSES_ITEM)
+    };
     if parts
         .iter()
         .all(|p| matches!(p, Part::Text(_)) || foreign(p))
@@ -273,7 +285,9 @@ fn anthropic_blocks(parts: &[Part]) -> Vec<Value> {
             Part::Media { mime_type, .. } if mime_type == ANTHROPIC_BLOCK => {
                 opaque(p, ANTHROPIC_BLOCK).filter(|b| !is_message_fields(b))
             }
-            Part::Media { mime_type, .. } if mime_type == OPENAI_PART => None,
+            Part::Media { mime_type, .. } if mime_type == OPENAI_PART || mime_type == RESPONSES_ITEM => {
+                None
+            }
             Part::Media { mime_type, source } => {
                 if !anthropic_carries(mime_type) {
                     return Some(
@@ -320,7 +334,13 @@ fn message_fields(parts: &[Part]) -> Vec<(String, Value)> {
 /// A tool result's content: one string when it is text alone (as clients send it), else its
 /// blocks, so images and kept blocks reach the model as themselves.
 fn anthropic_result_content(parts: &[Part]) -> Value {
-    if parts.iter().all(|p| matches!(p, Part::Text(_))) {
+    let foreign = |p: &Part| {
+        matches!(p, Part::Media { mime_type, .. } if mime_type == OPENAI_PART || mime_type == RESPONSES_ITEM)
+    };
+    if parts
+        .iter()
+        .all(|p| matches!(p, Part::Text(_)) || foreign(p))
+    {
         return Value::String(text_of(parts));
     }
     Value::Array(anthropic_blocks(parts))

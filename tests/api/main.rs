@@ -16,8 +16,12 @@ mod daemon;
 mod deadlines;
 mod evidence;
 mod export;
+#[path = "../common/fake_provider.rs"]
+mod fake_provider;
 mod faults;
 mod functions;
+mod gateway;
+mod gateway_clients;
 mod golden;
 mod held;
 mod helpers;

@@ -1,0 +1,1300 @@
+//! A scripted fake model provider on 127.0.0.1:0: the Anthropic Messages API
+//! (`POST /v1/messages`, streamed or not, and `POST /v1/messages/count_tokens`) and OpenAI chat
+//! completions (`POST /v1/chat/completions`, streamed or not). Any other path answers 404 (JSON).
+//!
+//! A test scripts the answers: [`FakeProvider::script`] queues [`Reply`] values, taken in order
+//! by `/v1/messages` and `/v1/chat/completions` calls (count_tokens takes none); when the queue is
+//! empty the default reply ([`FakeProvider::set_default`], `Reply::text("fake answer")` at
+//! first) answers. Every request is recorded ([`FakeProvider::requests`]) with what was sent back.
+//!
+//! Answers imitate the providers' wire formats: the SSE events of Anthropic (`event:` and `data:`
+//! lines, each event closed by a blank line) in this order: `message_start`, `ping`, then per
+//! content block `content_block_start`, its deltas (`text_delta`, `input_json_delta`,
+//! `thinking_delta` then `signature_delta`; none for `redacted_thinking`),
+//! `content_block_stop`; then `message_delta` (stop_reason, usage.output_tokens) and
+//! `message_stop`. OpenAI: `data: {chunk}` lines (the first carries the role, then content and
+//! tool_calls deltas, then one with `finish_reason`, then the usage chunk when
+//! `stream_options.include_usage`), closed by `data: [DONE]`. Text and tool arguments are sent in
+//! up to three deltas each.
+//!
+//! Usage, a provider prefix cache imitated (the same rule on both APIs):
+//! - tokens of a JSON value = ceil(chars of its compact serialisation / 4), with every
+//!   `cache_control` key removed first (at any depth); an absent field counts 0;
+//! - a request's prompt = `tools` + `system` + each message (Anthropic), or `tools` + each message
+//!   (OpenAI, where the system prompt is a message), counted separately and summed;
+//! - the cache is keyed by (API, model, system, tools), compared as JSON values without
+//!   `cache_control` keys; every `/v1/messages` or `/v1/chat/completions` request answered
+//!   with a message (not a scripted error) stores all prefixes of its messages under its key;
+//! - `p` = the longest prefix of this request's messages (compared as JSON values, ignoring
+//!   `cache_control` keys and key order) equal to a prefix of an earlier request's under the
+//!   same key; cached = tokens(tools) + tokens(system) + tokens of those `p` messages when an
+//!   earlier request under the key exists at all (the key itself being equal means tools and
+//!   system were seen), else 0;
+//! - Anthropic: `cache_read_input_tokens` = cached, `cache_creation_input_tokens` = prompt -
+//!   cached, `input_tokens` = 0 (every prompt token is either read from or written to the cache);
+//!   OpenAI: `prompt_tokens` = prompt, `prompt_tokens_details.cached_tokens` = cached;
+//! - output tokens = the sum over the answer's blocks of ceil(chars / 4) of its text, thinking
+//!   (plus signature) or compact input JSON, at least 1;
+//! - count_tokens answers `{"input_tokens": prompt}` and stores nothing.
+//!
+//! Self-contained (axum, tokio, tokio-stream, serde_json, bytes only) so a bench can include it
+//! with `#[path = "../tests/common/fake_provider.rs"] mod fake_provider;`. Nothing sleeps unless a
+//! reply is scripted with a delay.
+
+#![allow(dead_code)]
+
+use std::collections::{HashSet, VecDeque};
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
+use axum::response::Response;
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio::sync::{Notify, mpsc};
+use tokio::task::JoinHandle;
+
+/// The largest request body the fake reads.
+const MAX_BODY: usize = 256 * 1024 * 1024;
+
+/// What the default reply says.
+pub const DEFAULT_TEXT: &str = "fake answer";
+
+// ---------------------------------------------------------------- replies
+
+/// One content block of an answer.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Block {
+    Text(String),
+    /// A tool call; `id` is the Anthropic `tool_use` id (OpenAI: the `tool_calls[].id`).
+    ToolUse {
+        id: String,
+        name: String,
+        input: Value,
+    },
+    Thinking {
+        thinking: String,
+        signature: String,
+    },
+    RedactedThinking(String),
+}
+
+#[derive(Clone, Debug)]
+enum Kind {
+    Answer(Vec<Block>),
+    Error { status: u16, body: String },
+}
+
+/// A scripted answer. Build one with [`Reply::text`], [`Reply::tool_use`],
+/// [`Reply::thinking`], [`Reply::error`]..., then adjust it with [`Reply::delayed`],
+/// [`Reply::cut_after`], [`Reply::paused_after`], [`Reply::header`], [`Reply::stop_reason`].
+#[derive(Clone, Debug)]
+pub struct Reply {
+    kind: Kind,
+    stop_reason: Option<String>,
+    delay: Duration,
+    cut_after: Option<usize>,
+    pause: Option<(usize, Gate)>,
+    headers: Vec<(String, String)>,
+}
+
+impl Reply {
+    fn of(kind: Kind) -> Self {
+        Self {
+            kind,
+            stop_reason: None,
+            delay: Duration::ZERO,
+            cut_after: None,
+            pause: None,
+            headers: Vec::new(),
+        }
+    }
+
+    /// An answer of `blocks`.
+    pub fn blocks(blocks: Vec<Block>) -> Self {
+        Self::of(Kind::Answer(blocks))
+    }
+
+    /// A text answer.
+    pub fn text(text: impl Into<String>) -> Self {
+        Self::blocks(vec![Block::Text(text.into())])
+    }
+
+    /// A call of tool `name` with `input`; its id is `toolu_fake_<n>` (OpenAI: `call_fake_<n>`),
+    /// `n` a number unique in this provider.
+    pub fn tool_use(name: impl Into<String>, input: Value) -> Self {
+        Self::tool_use_id("", name, input)
+    }
+
+    /// A call with the id `id` (used as is on both APIs; empty: generated).
+    pub fn tool_use_id(id: impl Into<String>, name: impl Into<String>, input: Value) -> Self {
+        Self::blocks(vec![Block::ToolUse {
+            id: id.into(),
+            name: name.into(),
+            input,
+        }])
+    }
+
+    /// Text, then a tool call.
+    pub fn text_and_tool_use(
+        text: impl Into<String>,
+        name: impl Into<String>,
+        input: Value,
+    ) -> Self {
+        Self::blocks(vec![
+            Block::Text(text.into()),
+            Block::ToolUse {
+                id: String::new(),
+                name: name.into(),
+                input,
+            },
+        ])
+    }
+
+    /// A thinking block with its signature, followed by `then`'s blocks (text or tool use).
+    pub fn thinking(
+        thinking: impl Into<String>,
+        signature: impl Into<String>,
+        then: Reply,
+    ) -> Self {
+        let mut blocks = vec![Block::Thinking {
+            thinking: thinking.into(),
+            signature: signature.into(),
+        }];
+        if let Kind::Answer(rest) = then.kind {
+            blocks.extend(rest);
+        }
+        Self {
+            kind: Kind::Answer(blocks),
+            ..then
+        }
+    }
+
+    /// An error answer: `status` with `body` sent as is (content-type application/json).
+    pub fn error(status: u16, body: impl Into<String>) -> Self {
+        Self::of(Kind::Error {
+            status,
+            body: body.into(),
+        })
+    }
+
+    /// An Anthropic-shaped error: `{"type":"error","error":{"type":<kind>,"message":<message>}}`.
+    pub fn anthropic_error(status: u16, kind: &str, message: &str) -> Self {
+        let body = json!({"type": "error", "error": {"type": kind, "message": message}});
+        Self::error(status, body.to_string())
+    }
+
+    /// An OpenAI-shaped error: `{"error":{"message","type","param":null,"code":null}}`.
+    pub fn openai_error(status: u16, kind: &str, message: &str) -> Self {
+        let body =
+            json!({"error": {"message": message, "type": kind, "param": null, "code": null}});
+        Self::error(status, body.to_string())
+    }
+
+    /// Waits `delay` before answering anything (status and headers included).
+    pub fn delayed(mut self, delay: Duration) -> Self {
+        self.delay = delay;
+        self
+    }
+
+    /// Streamed: sends the first `events` SSE events (Anthropic: `message_start` is 1, `ping` 2,
+    /// the first `content_block_start` 3, its first delta 4...; OpenAI: the role chunk is 1)
+    /// and then breaks the connection without ending the chunked body. Not streamed: sends the
+    /// first half of the JSON body and breaks the connection.
+    pub fn cut_after(mut self, events: usize) -> Self {
+        self.cut_after = Some(events);
+        self
+    }
+
+    /// Streamed: after the first `events` events the stream waits until the returned gate is
+    /// opened (headers and those events are sent at once), then sends the rest.
+    pub fn paused_after(mut self, events: usize) -> (Self, Gate) {
+        let gate = Gate::default();
+        self.pause = Some((events, gate.clone()));
+        (self, gate)
+    }
+
+    /// An extra response header.
+    pub fn header(mut self, name: &str, value: &str) -> Self {
+        self.headers.push((name.into(), value.into()));
+        self
+    }
+
+    /// The stop reason (Anthropic `stop_reason`, OpenAI `finish_reason`) instead of the derived
+    /// one (`tool_use`/`tool_calls` when the answer calls a tool, else `end_turn`/`stop`).
+    pub fn stop_reason(mut self, reason: &str) -> Self {
+        self.stop_reason = Some(reason.into());
+        self
+    }
+}
+
+/// Holds a paused stream ([`Reply::paused_after`]) until [`Gate::open`].
+#[derive(Clone, Debug, Default)]
+pub struct Gate(Arc<Notify>);
+
+impl Gate {
+    pub fn open(&self) {
+        self.0.notify_one();
+    }
+}
+
+// ---------------------------------------------------------------- records
+
+/// One request as the fake received it, and what it sent back.
+#[derive(Clone, Debug)]
+pub struct Recorded {
+    pub method: Method,
+    /// The path, without the query.
+    pub path: String,
+    pub query: Option<String>,
+    pub headers: HeaderMap,
+    /// The body parsed as JSON; `Value::Null` when it is not JSON.
+    pub body: Value,
+    pub raw: Bytes,
+    /// The status answered.
+    pub status: u16,
+    /// Everything the fake meant to send in the response body (a cut stream: only what it sent
+    /// before the cut; a paused one: all of it, whether the gate was opened or not).
+    pub response: Bytes,
+    /// The usage reported (`Value::Null` for errors and 404s).
+    pub usage: Value,
+}
+
+impl Recorded {
+    /// A header's value as text.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
+    /// The `messages` of the body (empty when absent).
+    pub fn messages(&self) -> Vec<Value> {
+        self.body["messages"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// The response body as text.
+    pub fn response_text(&self) -> String {
+        String::from_utf8_lossy(&self.response).into_owned()
+    }
+}
+
+// ---------------------------------------------------------------- the server
+
+struct Inner {
+    queue: VecDeque<Reply>,
+    default: Reply,
+    requests: Vec<Recorded>,
+    /// Hashes of (cache key, message prefix), for every prefix of every answered request.
+    prefixes: HashSet<u64>,
+    /// Hashes of the cache keys seen.
+    keys: HashSet<u64>,
+    /// Counters for ids.
+    next_id: u64,
+}
+
+type Shared = Arc<Mutex<Inner>>;
+
+fn lock(shared: &Shared) -> MutexGuard<'_, Inner> {
+    shared.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The fake provider; stops when dropped.
+pub struct FakeProvider {
+    addr: SocketAddr,
+    shared: Shared,
+    task: JoinHandle<()>,
+}
+
+impl Drop for FakeProvider {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl FakeProvider {
+    /// Serves on 127.0.0.1:0; the listener is bound when this returns.
+    pub async fn start() -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind the fake provider");
+        let addr = listener.local_addr().expect("local addr");
+        let shared: Shared = Arc::new(Mutex::new(Inner {
+            queue: VecDeque::new(),
+            default: Reply::text(DEFAULT_TEXT),
+            requests: Vec::new(),
+            prefixes: HashSet::new(),
+            keys: HashSet::new(),
+            next_id: 0,
+        }));
+        let app = Router::new().fallback(handle).with_state(shared.clone());
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Self { addr, shared, task }
+    }
+
+    /// The base URL, without `/v1`: `http://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Queues `reply` for the next answer.
+    pub fn script(&self, reply: Reply) {
+        lock(&self.shared).queue.push_back(reply);
+    }
+
+    /// Queues each of `replies`, in order.
+    pub fn script_all(&self, replies: impl IntoIterator<Item = Reply>) {
+        lock(&self.shared).queue.extend(replies);
+    }
+
+    /// The replies still queued.
+    pub fn pending(&self) -> usize {
+        lock(&self.shared).queue.len()
+    }
+
+    /// The reply given when the queue is empty.
+    pub fn set_default(&self, reply: Reply) {
+        lock(&self.shared).default = reply;
+    }
+
+    /// Every request so far, in arrival order.
+    pub fn requests(&self) -> Vec<Recorded> {
+        lock(&self.shared).requests.clone()
+    }
+
+    pub fn request_count(&self) -> usize {
+        lock(&self.shared).requests.len()
+    }
+
+    /// The latest request; panics when there is none.
+    pub fn last_request(&self) -> Recorded {
+        lock(&self.shared)
+            .requests
+            .last()
+            .cloned()
+            .expect("the fake provider received a request")
+    }
+
+    /// Forgets the requests recorded (the cache stays).
+    pub fn clear_requests(&self) {
+        lock(&self.shared).requests.clear();
+    }
+
+    /// Forgets what the imitated prefix cache holds.
+    pub fn clear_cache(&self) {
+        let mut inner = lock(&self.shared);
+        inner.prefixes.clear();
+        inner.keys.clear();
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Api {
+    Anthropic,
+    OpenAi,
+}
+
+async fn handle(State(shared): State<Shared>, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    let raw = axum::body::to_bytes(body, MAX_BODY)
+        .await
+        .unwrap_or_default();
+    let body: Value = serde_json::from_slice(&raw).unwrap_or(Value::Null);
+    let path = parts.uri.path().to_owned();
+    let mut record = Recorded {
+        method: parts.method.clone(),
+        path: path.clone(),
+        query: parts.uri.query().map(str::to_owned),
+        headers: parts.headers,
+        body,
+        raw,
+        status: 0,
+        response: Bytes::new(),
+        usage: Value::Null,
+    };
+    let post = parts.method == Method::POST;
+    let api = match path.as_str() {
+        "/v1/messages" if post => Some(Api::Anthropic),
+        "/v1/chat/completions" if post => Some(Api::OpenAi),
+        _ => None,
+    };
+    if post && path == "/v1/messages/count_tokens" {
+        return count_tokens(&shared, record);
+    }
+    let Some(api) = api else {
+        let body = json!({
+            "type": "error",
+            "error": {"type": "not_found_error", "message": format!("no route for {} {path}", parts.method)},
+        });
+        return finish(&shared, record, 404, body.to_string());
+    };
+    if !record.body["messages"].is_array() {
+        let body = match api {
+            Api::Anthropic => json!({
+                "type": "error",
+                "error": {"type": "invalid_request_error", "message": "messages: Field required"},
+            }),
+            Api::OpenAi => json!({
+                "error": {"message": "messages: Field required", "type": "invalid_request_error", "param": "messages", "code": null},
+            }),
+        };
+        return finish(&shared, record, 400, body.to_string());
+    }
+    let (reply, usage, id, tool_base) = {
+        let mut inner = lock(&shared);
+        let reply = match inner.queue.pop_front() {
+            Some(reply) => reply,
+            None => inner.default.clone(),
+        };
+        let answered = matches!(reply.kind, Kind::Answer(_));
+        let (prompt, cached) = prompt_tokens(&mut inner, api, &record.body, answered);
+        inner.next_id += 1;
+        let id = inner.next_id;
+        let tools = match &reply.kind {
+            Kind::Answer(blocks) => blocks
+                .iter()
+                .filter(|b| matches!(b, Block::ToolUse { id, .. } if id.is_empty()))
+                .count() as u64,
+            Kind::Error { .. } => 0,
+        };
+        let tool_base = inner.next_id;
+        inner.next_id += tools;
+        (reply, (prompt, cached), id, tool_base)
+    };
+    if !reply.delay.is_zero() {
+        tokio::time::sleep(reply.delay).await;
+    }
+    let Kind::Answer(blocks) = &reply.kind else {
+        let Kind::Error { status, body } = &reply.kind else {
+            unreachable!()
+        };
+        let response = finish(&shared, record, *status, body.clone());
+        return with_headers(response, &reply.headers);
+    };
+    // Generated tool ids.
+    let mut n = tool_base;
+    let blocks: Vec<Block> = blocks
+        .iter()
+        .map(|b| match b {
+            Block::ToolUse { id, name, input } if id.is_empty() => {
+                n += 1;
+                let prefix = if api == Api::Anthropic {
+                    "toolu_fake_"
+                } else {
+                    "call_fake_"
+                };
+                Block::ToolUse {
+                    id: format!("{prefix}{n}"),
+                    name: name.clone(),
+                    input: input.clone(),
+                }
+            }
+            other => other.clone(),
+        })
+        .collect();
+    let model = record.body["model"]
+        .as_str()
+        .unwrap_or("fake-model")
+        .to_owned();
+    let stream = record.body["stream"].as_bool().unwrap_or(false);
+    let include_usage = record.body["stream_options"]["include_usage"]
+        .as_bool()
+        .unwrap_or(false);
+    let answer = Answer {
+        id,
+        model,
+        blocks,
+        stop_reason: reply.stop_reason.clone(),
+        prompt: usage.0,
+        cached: usage.1,
+    };
+    let (usage_value, events) = match api {
+        Api::Anthropic => (
+            answer.anthropic_usage(),
+            if stream {
+                answer.anthropic_events()
+            } else {
+                vec![answer.anthropic_json().to_string().into_bytes()]
+            },
+        ),
+        Api::OpenAi => (
+            answer.openai_usage(),
+            if stream {
+                answer.openai_events(include_usage)
+            } else {
+                vec![answer.openai_json().to_string().into_bytes()]
+            },
+        ),
+    };
+    record.usage = usage_value;
+    let content_type = if stream {
+        "text/event-stream"
+    } else {
+        "application/json"
+    };
+    let response = send(&shared, record, events, stream, &reply);
+    let mut response = with_headers(response, &reply.headers);
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    if stream {
+        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    }
+    if let Ok(value) = HeaderValue::from_str(&format!("req_fake_{id}")) {
+        headers.insert("request-id", value);
+    }
+    response
+}
+
+/// Records the request and answers `events` (a stream's events, or one JSON body), honouring
+/// the reply's cut and pause.
+fn send(
+    shared: &Shared,
+    mut record: Recorded,
+    events: Vec<Vec<u8>>,
+    stream: bool,
+    reply: &Reply,
+) -> Response {
+    record.status = 200;
+    let mut chunks: Vec<Bytes> = events.into_iter().map(Bytes::from).collect();
+    let cut = match (reply.cut_after, stream) {
+        (None, _) => false,
+        (Some(n), true) => {
+            chunks.truncate(n);
+            true
+        }
+        (Some(_), false) => {
+            let whole = chunks.concat();
+            chunks = vec![Bytes::copy_from_slice(&whole[..whole.len() / 2])];
+            true
+        }
+    };
+    record.response = Bytes::from(chunks.concat());
+    lock(shared).requests.push(record);
+    let pause = reply.pause.clone().filter(|_| stream);
+    let body = if !cut && pause.is_none() && !stream {
+        Body::from(chunks.into_iter().next().unwrap_or_default())
+    } else if let Some((at, gate)) = pause {
+        let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(chunks.len() + 1);
+        tokio::spawn(async move {
+            for (i, chunk) in chunks.into_iter().enumerate() {
+                if i == at {
+                    gate.0.notified().await;
+                }
+                if tx.send(Ok(chunk)).await.is_err() {
+                    return;
+                }
+            }
+        });
+        Body::from_stream(Ending::new(
+            tokio_stream::wrappers::ReceiverStream::new(rx),
+            cut,
+        ))
+    } else {
+        let items: Vec<Result<Bytes, std::io::Error>> = chunks.into_iter().map(Ok).collect();
+        Body::from_stream(Ending::new(tokio_stream::iter(items), cut))
+    };
+    let mut response = Response::new(body);
+    *response.status_mut() = StatusCode::OK;
+    response
+}
+
+/// A body stream that, when `cut`, ends in an error instead of its end: the connection breaks
+/// without the chunked body's last chunk. Before the error it answers `Pending` once (waking
+/// itself at once), so the server writes out everything sent so far first: the client gets
+/// every byte before the cut.
+struct Ending<S> {
+    inner: S,
+    cut: bool,
+    flushed: bool,
+    done: bool,
+}
+
+impl<S> Ending<S> {
+    fn new(inner: S, cut: bool) -> Self {
+        Self {
+            inner,
+            cut,
+            flushed: false,
+            done: false,
+        }
+    }
+}
+
+impl<S> tokio_stream::Stream for Ending<S>
+where
+    S: tokio_stream::Stream<Item = Result<Bytes, std::io::Error>> + Unpin,
+{
+    type Item = Result<Bytes, std::io::Error>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        if this.done {
+            return Poll::Ready(None);
+        }
+        match Pin::new(&mut this.inner).poll_next(cx) {
+            Poll::Ready(None) if this.cut => {
+                if !this.flushed {
+                    this.flushed = true;
+                    cx.waker().wake_by_ref();
+                    return Poll::Pending;
+                }
+                this.done = true;
+                Poll::Ready(Some(Err(std::io::Error::other(
+                    "the fake provider cut the stream",
+                ))))
+            }
+            other => other,
+        }
+    }
+}
+
+/// Records the request and answers `status` with a JSON `body`.
+fn finish(shared: &Shared, mut record: Recorded, status: u16, body: String) -> Response {
+    record.status = status;
+    record.response = Bytes::from(body.clone());
+    lock(shared).requests.push(record);
+    let mut response = Response::new(Body::from(body));
+    *response.status_mut() =
+        StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+fn with_headers(mut response: Response, headers: &[(String, String)]) -> Response {
+    for (name, value) in headers {
+        if let (Ok(name), Ok(value)) = (
+            HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_str(value),
+        ) {
+            response.headers_mut().insert(name, value);
+        }
+    }
+    response
+}
+
+fn count_tokens(shared: &Shared, record: Recorded) -> Response {
+    if !record.body["messages"].is_array() {
+        let body = json!({
+            "type": "error",
+            "error": {"type": "invalid_request_error", "message": "messages: Field required"},
+        });
+        return finish(shared, record, 400, body.to_string());
+    }
+    let prompt = {
+        let mut inner = lock(shared);
+        prompt_tokens(&mut inner, Api::Anthropic, &record.body, false).0
+    };
+    finish(
+        shared,
+        record,
+        200,
+        json!({"input_tokens": prompt}).to_string(),
+    )
+}
+
+// ---------------------------------------------------------------- tokens and the cache
+
+/// `value` without `cache_control` keys, at any depth.
+fn strip_cache_control(value: &Value) -> Value {
+    match value {
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .filter(|(k, _)| k.as_str() != "cache_control")
+                .map(|(k, v)| (k.clone(), strip_cache_control(v)))
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.iter().map(strip_cache_control).collect()),
+        other => other.clone(),
+    }
+}
+
+/// ceil(chars of the compact serialisation / 4), `cache_control` keys removed; null: 0.
+pub fn tokens_of(value: &Value) -> u64 {
+    if value.is_null() {
+        return 0;
+    }
+    let chars = strip_cache_control(value).to_string().chars().count() as u64;
+    chars.div_ceil(4)
+}
+
+fn text_tokens(s: &str) -> u64 {
+    (s.chars().count() as u64).div_ceil(4)
+}
+
+/// A canonical serialisation (keys sorted, `cache_control` removed), for hashing.
+fn canonical(value: &Value, out: &mut String) {
+    match value {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().filter(|k| *k != "cache_control").collect();
+            keys.sort();
+            out.push('{');
+            for (i, k) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String(k.clone()).to_string());
+                out.push(':');
+                canonical(&map[k], out);
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (i, v) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                canonical(v, out);
+            }
+            out.push(']');
+        }
+        other => out.push_str(&other.to_string()),
+    }
+}
+
+fn hash_value(seed: u64, value: &Value) -> u64 {
+    let mut s = String::new();
+    canonical(value, &mut s);
+    let mut h = DefaultHasher::new();
+    seed.hash(&mut h);
+    s.hash(&mut h);
+    h.finish()
+}
+
+/// (prompt tokens, cached tokens) of `body` under the rule in the module's docs; with
+/// `remember`, stores the request's prefixes.
+fn prompt_tokens(inner: &mut Inner, api: Api, body: &Value, remember: bool) -> (u64, u64) {
+    let system = if api == Api::Anthropic {
+        &body["system"]
+    } else {
+        &Value::Null
+    };
+    let tools = &body["tools"];
+    let messages: &[Value] = body["messages"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or(&[]);
+    let head = tokens_of(tools) + tokens_of(system);
+    let each: Vec<u64> = messages.iter().map(tokens_of).collect();
+    let prompt = head + each.iter().sum::<u64>();
+
+    let api_tag = match api {
+        Api::Anthropic => "anthropic",
+        Api::OpenAi => "openai",
+    };
+    let key = hash_value(
+        0,
+        &json!([
+            api_tag,
+            body["model"],
+            strip_cache_control(system),
+            strip_cache_control(tools)
+        ]),
+    );
+    let known = inner.keys.contains(&key);
+    let mut chain = key;
+    let mut hashes = Vec::with_capacity(messages.len());
+    let mut shared_prefix = 0;
+    let mut still_shared = known;
+    for (i, m) in messages.iter().enumerate() {
+        chain = hash_value(chain, m);
+        hashes.push(chain);
+        if still_shared && inner.prefixes.contains(&chain) {
+            shared_prefix = i + 1;
+        } else {
+            still_shared = false;
+        }
+    }
+    let cached = if known {
+        head + each[..shared_prefix].iter().sum::<u64>()
+    } else {
+        0
+    };
+    if remember {
+        inner.keys.insert(key);
+        inner.prefixes.extend(hashes);
+    }
+    (prompt, cached)
+}
+
+// ---------------------------------------------------------------- answers
+
+struct Answer {
+    id: u64,
+    model: String,
+    blocks: Vec<Block>,
+    stop_reason: Option<String>,
+    prompt: u64,
+    cached: u64,
+}
+
+fn sse(event: &str, data: &Value) -> Vec<u8> {
+    format!("event: {event}\ndata: {data}\n\n").into_bytes()
+}
+
+fn data_line(data: &Value) -> Vec<u8> {
+    format!("data: {data}\n\n").into_bytes()
+}
+
+/// `s` in up to three pieces, split on character boundaries (one empty piece for "").
+fn pieces(s: &str) -> Vec<String> {
+    let chars: Vec<char> = s.chars().collect();
+    if chars.is_empty() {
+        return vec![String::new()];
+    }
+    let size = chars.len().div_ceil(3);
+    chars.chunks(size).map(|c| c.iter().collect()).collect()
+}
+
+impl Answer {
+    fn calls_tool(&self) -> bool {
+        self.blocks
+            .iter()
+            .any(|b| matches!(b, Block::ToolUse { .. }))
+    }
+
+    fn output_tokens(&self) -> u64 {
+        let n: u64 = self
+            .blocks
+            .iter()
+            .map(|b| match b {
+                Block::Text(t) => text_tokens(t),
+                Block::ToolUse { input, .. } => tokens_of(input),
+                Block::Thinking {
+                    thinking,
+                    signature,
+                } => text_tokens(thinking) + text_tokens(signature),
+                Block::RedactedThinking(data) => text_tokens(data),
+            })
+            .sum();
+        n.max(1)
+    }
+
+    // ------------------------------------------------ Anthropic
+
+    fn message_id(&self) -> String {
+        format!("msg_fake_{}", self.id)
+    }
+
+    fn anthropic_stop(&self) -> String {
+        self.stop_reason.clone().unwrap_or_else(|| {
+            if self.calls_tool() {
+                "tool_use"
+            } else {
+                "end_turn"
+            }
+            .into()
+        })
+    }
+
+    fn anthropic_usage(&self) -> Value {
+        json!({
+            "input_tokens": 0,
+            "cache_creation_input_tokens": self.prompt - self.cached,
+            "cache_read_input_tokens": self.cached,
+            "output_tokens": self.output_tokens(),
+        })
+    }
+
+    fn anthropic_block(block: &Block) -> Value {
+        match block {
+            Block::Text(text) => json!({"type": "text", "text": text}),
+            Block::ToolUse { id, name, input } => {
+                json!({"type": "tool_use", "id": id, "name": name, "input": input})
+            }
+            Block::Thinking {
+                thinking,
+                signature,
+            } => json!({"type": "thinking", "thinking": thinking, "signature": signature}),
+            Block::RedactedThinking(data) => json!({"type": "redacted_thinking", "data": data}),
+        }
+    }
+
+    fn anthropic_json(&self) -> Value {
+        json!({
+            "id": self.message_id(),
+            "type": "message",
+            "role": "assistant",
+            "model": self.model,
+            "content": self.blocks.iter().map(Self::anthropic_block).collect::<Vec<_>>(),
+            "stop_reason": self.anthropic_stop(),
+            "stop_sequence": null,
+            "usage": self.anthropic_usage(),
+        })
+    }
+
+    fn anthropic_events(&self) -> Vec<Vec<u8>> {
+        let mut start_usage = self.anthropic_usage();
+        start_usage["output_tokens"] = json!(1);
+        let mut events = vec![
+            sse(
+                "message_start",
+                &json!({"type": "message_start", "message": {
+                    "id": self.message_id(),
+                    "type": "message",
+                    "role": "assistant",
+                    "model": self.model,
+                    "content": [],
+                    "stop_reason": null,
+                    "stop_sequence": null,
+                    "usage": start_usage,
+                }}),
+            ),
+            sse("ping", &json!({"type": "ping"})),
+        ];
+        for (index, block) in self.blocks.iter().enumerate() {
+            let start = match block {
+                Block::Text(_) => json!({"type": "text", "text": ""}),
+                Block::ToolUse { id, name, .. } => {
+                    json!({"type": "tool_use", "id": id, "name": name, "input": {}})
+                }
+                Block::Thinking { .. } => json!({"type": "thinking", "thinking": ""}),
+                Block::RedactedThinking(data) => {
+                    json!({"type": "redacted_thinking", "data": data})
+                }
+            };
+            events.push(sse(
+                "content_block_start",
+                &json!({"type": "content_block_start", "index": index, "content_block": start}),
+            ));
+            let deltas: Vec<Value> = match block {
+                Block::Text(text) => pieces(text)
+                    .into_iter()
+                    .map(|p| json!({"type": "text_delta", "text": p}))
+                    .collect(),
+                Block::ToolUse { input, .. } => pieces(&input.to_string())
+                    .into_iter()
+                    .map(|p| json!({"type": "input_json_delta", "partial_json": p}))
+                    .collect(),
+                Block::Thinking {
+                    thinking,
+                    signature,
+                } => pieces(thinking)
+                    .into_iter()
+                    .map(|p| json!({"type": "thinking_delta", "thinking": p}))
+                    .chain(std::iter::once(
+                        json!({"type": "signature_delta", "signature": signature}),
+                    ))
+                    .collect(),
+                Block::RedactedThinking(_) => Vec::new(),
+            };
+            for delta in deltas {
+                events.push(sse(
+                    "content_block_delta",
+                    &json!({"type": "content_block_delta", "index": index, "delta": delta}),
+                ));
+            }
+            events.push(sse(
+                "content_block_stop",
+                &json!({"type": "content_block_stop", "index": index}),
+            ));
+        }
+        events.push(sse(
+            "message_delta",
+            &json!({
+                "type": "message_delta",
+                "delta": {"stop_reason": self.anthropic_stop(), "stop_sequence": null},
+                "usage": {"output_tokens": self.output_tokens()},
+            }),
+        ));
+        events.push(sse("message_stop", &json!({"type": "message_stop"})));
+        events
+    }
+
+    // ------------------------------------------------ OpenAI
+
+    fn completion_id(&self) -> String {
+        format!("chatcmpl-fake-{}", self.id)
+    }
+
+    fn openai_stop(&self) -> String {
+        self.stop_reason.clone().unwrap_or_else(|| {
+            if self.calls_tool() {
+                "tool_calls"
+            } else {
+                "stop"
+            }
+            .into()
+        })
+    }
+
+    fn openai_usage(&self) -> Value {
+        let completion = self.output_tokens();
+        json!({
+            "prompt_tokens": self.prompt,
+            "completion_tokens": completion,
+            "total_tokens": self.prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": self.cached},
+        })
+    }
+
+    fn openai_text(&self) -> Option<String> {
+        let texts: Vec<&str> = self
+            .blocks
+            .iter()
+            .filter_map(|b| match b {
+                Block::Text(t) => Some(t.as_str()),
+                _ => None,
+            })
+            .collect();
+        (!texts.is_empty()).then(|| texts.concat())
+    }
+
+    fn openai_calls(&self) -> Vec<(&str, &str, String)> {
+        self.blocks
+            .iter()
+            .filter_map(|b| match b {
+                Block::ToolUse { id, name, input } => {
+                    Some((id.as_str(), name.as_str(), input.to_string()))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn openai_json(&self) -> Value {
+        let mut message = json!({"role": "assistant", "content": self.openai_text()});
+        let calls = self.openai_calls();
+        if !calls.is_empty() {
+            message["tool_calls"] = calls
+                .iter()
+                .map(|(id, name, arguments)| {
+                    json!({"id": id, "type": "function", "function": {"name": name, "arguments": arguments}})
+                })
+                .collect();
+        }
+        json!({
+            "id": self.completion_id(),
+            "object": "chat.completion",
+            "created": 1_700_000_000,
+            "model": self.model,
+            "choices": [{"index": 0, "message": message, "logprobs": null, "finish_reason": self.openai_stop()}],
+            "usage": self.openai_usage(),
+        })
+    }
+
+    fn openai_events(&self, include_usage: bool) -> Vec<Vec<u8>> {
+        let chunk = |delta: Value, finish: Value| {
+            let mut c = json!({
+                "id": self.completion_id(),
+                "object": "chat.completion.chunk",
+                "created": 1_700_000_000,
+                "model": self.model,
+                "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}],
+            });
+            if include_usage {
+                c["usage"] = Value::Null;
+            }
+            data_line(&c)
+        };
+        let mut events = vec![chunk(
+            json!({"role": "assistant", "content": ""}),
+            Value::Null,
+        )];
+        if let Some(text) = self.openai_text() {
+            for p in pieces(&text) {
+                events.push(chunk(json!({"content": p}), Value::Null));
+            }
+        }
+        for (index, (id, name, arguments)) in self.openai_calls().into_iter().enumerate() {
+            events.push(chunk(
+                json!({"tool_calls": [{"index": index, "id": id, "type": "function", "function": {"name": name, "arguments": ""}}]}),
+                Value::Null,
+            ));
+            for p in pieces(&arguments) {
+                events.push(chunk(
+                    json!({"tool_calls": [{"index": index, "function": {"arguments": p}}]}),
+                    Value::Null,
+                ));
+            }
+        }
+        events.push(chunk(json!({}), json!(self.openai_stop())));
+        if include_usage {
+            events.push(data_line(&json!({
+                "id": self.completion_id(),
+                "object": "chat.completion.chunk",
+                "created": 1_700_000_000,
+                "model": self.model,
+                "choices": [],
+                "usage": self.openai_usage(),
+            })));
+        }
+        events.push(b"data: [DONE]\n\n".to_vec());
+        events
+    }
+}
+
+// ---------------------------------------------------------------- reading SSE
+
+/// One server-sent event: its `event:` name (empty when absent) and `data:` (lines joined by
+/// `\n`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SseEvent {
+    pub event: String,
+    pub data: String,
+}
+
+/// The complete events of an SSE body (a trailing incomplete event is left out).
+pub fn parse_sse(body: &[u8]) -> Vec<SseEvent> {
+    let text = String::from_utf8_lossy(body).replace("\r\n", "\n");
+    let mut events = Vec::new();
+    let mut rest = text.as_str();
+    while let Some(end) = rest.find("\n\n") {
+        let (block, tail) = rest.split_at(end);
+        rest = &tail[2..];
+        let mut event = String::new();
+        let mut data: Vec<&str> = Vec::new();
+        for line in block.lines() {
+            if let Some(v) = line.strip_prefix("event:") {
+                event = v.trim_start().to_owned();
+            } else if let Some(v) = line.strip_prefix("data:") {
+                data.push(v.strip_prefix(' ').unwrap_or(v));
+            }
+        }
+        if !event.is_empty() || !data.is_empty() {
+            events.push(SseEvent {
+                event,
+                data: data.join("\n"),
+            });
+        }
+    }
+    events
+}
+
+/// The Anthropic message an SSE body builds (content blocks accumulated from their deltas,
+/// stop_reason and usage), as the non-streamed JSON would be; `None` without `message_stop`.
+pub fn anthropic_message_of_sse(body: &[u8]) -> Option<Value> {
+    let mut message = Value::Null;
+    let mut partial: Vec<String> = Vec::new();
+    let mut stopped = false;
+    for event in parse_sse(body) {
+        let Ok(data) = serde_json::from_str::<Value>(&event.data) else {
+            continue;
+        };
+        match data["type"].as_str().unwrap_or_default() {
+            "message_start" => message = data["message"].clone(),
+            "content_block_start" => {
+                let index = data["index"].as_u64()? as usize;
+                let content = message["content"].as_array_mut()?;
+                content.resize(index + 1, Value::Null);
+                content[index] = data["content_block"].clone();
+                partial.resize(index + 1, String::new());
+            }
+            "content_block_delta" => {
+                let index = data["index"].as_u64()? as usize;
+                let block = message["content"].get_mut(index)?;
+                let delta = &data["delta"];
+                match delta["type"].as_str().unwrap_or_default() {
+                    "text_delta" => append_str(block, "text", delta["text"].as_str()?),
+                    "thinking_delta" => append_str(block, "thinking", delta["thinking"].as_str()?),
+                    "signature_delta" => {
+                        append_str(block, "signature", delta["signature"].as_str()?)
+                    }
+                    "input_json_delta" => partial[index].push_str(delta["partial_json"].as_str()?),
+                    _ => {}
+                }
+            }
+            "content_block_stop" => {
+                let index = data["index"].as_u64()? as usize;
+                if !partial[index].is_empty() {
+                    message["content"][index]["input"] =
+                        serde_json::from_str(&partial[index]).ok()?;
+                }
+            }
+            "message_delta" => {
+                for (k, v) in data["delta"].as_object()? {
+                    message[k] = v.clone();
+                }
+                for (k, v) in data["usage"].as_object()? {
+                    message["usage"][k] = v.clone();
+                }
+            }
+            "message_stop" => stopped = true,
+            _ => {}
+        }
+    }
+    stopped.then_some(message)
+}
+
+fn append_str(block: &mut Value, key: &str, piece: &str) {
+    let mut s = block[key].as_str().unwrap_or_default().to_owned();
+    s.push_str(piece);
+    block[key] = Value::String(s);
+}
+
+/// The OpenAI assistant message a streamed body builds (`content`, `tool_calls` with their
+/// arguments joined) and the finish_reason; `None` without `data: [DONE]`.
+pub fn openai_message_of_sse(body: &[u8]) -> Option<(Value, String)> {
+    let mut content: Option<String> = None;
+    let mut calls: Vec<Value> = Vec::new();
+    let mut finish = String::new();
+    let mut done = false;
+    for event in parse_sse(body) {
+        if event.data == "[DONE]" {
+            done = true;
+            continue;
+        }
+        let Ok(chunk) = serde_json::from_str::<Value>(&event.data) else {
+            continue;
+        };
+        let Some(choice) = chunk["choices"].get(0) else {
+            continue;
+        };
+        if let Some(f) = choice["finish_reason"].as_str() {
+            finish = f.to_owned();
+        }
+        let delta = &choice["delta"];
+        if let Some(piece) = delta["content"].as_str() {
+            content.get_or_insert_with(String::new).push_str(piece);
+        }
+        for call in delta["tool_calls"].as_array().into_iter().flatten() {
+            let index = call["index"].as_u64()? as usize;
+            if calls.len() <= index {
+                calls.resize(
+                    index + 1,
+                    json!({"id": "", "type": "function", "function": {"name": "", "arguments": ""}}),
+                );
+            }
+            if let Some(id) = call["id"].as_str() {
+                calls[index]["id"] = json!(id);
+            }
+            if let Some(name) = call["function"]["name"].as_str() {
+                calls[index]["function"]["name"] = json!(name);
+            }
+            if let Some(piece) = call["function"]["arguments"].as_str() {
+                let mut args = calls[index]["function"]["arguments"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned();
+                args.push_str(piece);
+                calls[index]["function"]["arguments"] = json!(args);
+            }
+        }
+    }
+    if !done {
+        return None;
+    }
+    let content = content.filter(|c| !c.is_empty());
+    let mut message = json!({"role": "assistant", "content": content});
+    if !calls.is_empty() {
+        message["tool_calls"] = Value::Array(calls);
+    }
+    Some((message, finish))
+}
