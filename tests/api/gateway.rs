@@ -1758,3 +1758,160 @@ async fn gateway_provider_key_is_forwarded_and_never_stored() {
         assert!(!found, "{} holds the provider key", file.display());
     }
 }
+
+// ---------------------------------------------------------------- sub-agents
+
+/// Claude Code's session id as its `metadata.user_id` carries it.
+fn claude_code_metadata(session: &str) -> Value {
+    json!({"user_id": json!({"device_id": "d", "account_uuid": "", "session_id": session}).to_string()})
+}
+
+#[tokio::test]
+async fn gateway_sub_agent_conversation_is_its_calls_function() {
+    let mut gw = start().await;
+    let client_session = "6f1c2a34-0000-4000-8000-000000000001";
+    let prompt = "Find where the config is loaded and report the file.";
+    let task =
+        json!({"description": "find config", "prompt": prompt, "subagent_type": "general-purpose"});
+    let with_session = |mut body: Value| {
+        body["metadata"] = claude_code_metadata(client_session);
+        body
+    };
+
+    // The parent asks; the model starts a sub-agent.
+    gw.fake
+        .script(Reply::tool_use_id("toolu_agent", "Agent", task.clone()));
+    let u1 = user_msg("Where is the config loaded?");
+    let first = gw
+        .messages(&with_session(anthropic(json!([u1]))))
+        .await
+        .ok();
+    let (session, branch) = (first.session(), first.branch());
+    gw.answered(&session, &branch, 2).await;
+
+    // The sub-agent's own conversation, under the same client session, opens with the prompt.
+    gw.fake
+        .script(Reply::text("It is loaded in src/config.rs."));
+    let sub = with_session(anthropic(json!([{"role": "user", "content": [
+        {"type": "text", "text": "<system-reminder>context</system-reminder>"},
+        {"type": "text", "text": prompt},
+    ]}])));
+    let answer = gw.messages(&sub).await.ok();
+    assert_eq!(
+        answer.session(),
+        session,
+        "recorded in the parent's session"
+    );
+    assert_eq!(answer.branch(), branch);
+    let function = answer
+        .header("x-ctxd-function-id")
+        .expect("the sub-agent's function is named");
+    assert_eq!(
+        gw.last_upstream().messages().len(),
+        1,
+        "the sub-agent's upstream request is its own conversation, not its parent's"
+    );
+    // Its next call resends its conversation: only what is new is appended, in the chain.
+    gw.fake.script(Reply::text("Confirmed."));
+    let sub_again = with_session(anthropic(json!([
+        sub["messages"][0],
+        assistant_msg("It is loaded in src/config.rs."),
+        user_msg("Are you sure?"),
+    ])));
+    let again = gw.messages(&sub_again).await.ok();
+    assert_eq!(
+        again.header("x-ctxd-function-id").as_deref(),
+        Some(function.as_str())
+    );
+
+    // The parent gets the sub-agent's result and goes on.
+    gw.fake
+        .script(Reply::text("The config is loaded in src/config.rs."));
+    let call = json!({"role": "assistant", "content": [
+        {"type": "tool_use", "id": "toolu_agent", "name": "Agent", "input": task},
+    ]});
+    let result = json!({"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "toolu_agent", "content": "Confirmed."},
+    ]});
+    let third = gw
+        .messages(&with_session(anthropic(json!([u1, call, result]))))
+        .await
+        .ok();
+    assert_eq!(
+        (third.session(), third.branch()),
+        (session.clone(), branch.clone())
+    );
+    let upstream = gw.last_upstream().messages();
+    assert_eq!(upstream.len(), 3, "{upstream:?}");
+    assert_eq!(upstream[1]["content"][0]["id"], "toolu_agent");
+    assert_eq!(upstream[2]["content"][0]["tool_use_id"], "toolu_agent");
+    assert_eq!(upstream[2]["content"][0]["content"], "Confirmed.");
+
+    // Resent once more with a new message: one branch, nothing forked, nothing twice.
+    gw.fake.script(Reply::text("Done."));
+    let fourth = gw
+        .messages(&with_session(anthropic(json!([
+            u1,
+            call,
+            result,
+            assistant_msg("The config is loaded in src/config.rs."),
+            user_msg("Thanks."),
+        ]))))
+        .await
+        .ok();
+    assert_eq!(fourth.branch(), branch);
+    let branches = gw.app.branches(&session).await;
+    assert_eq!(branches.len(), 1, "no fork: {branches:?}");
+    let kinds: Vec<String> = gw
+        .app
+        .log(&session, &branch)
+        .await
+        .iter()
+        .rev()
+        .map(|n| {
+            use pb::node_input::Kind;
+            match n.content.as_ref().and_then(|c| c.kind.as_ref()) {
+                Some(Kind::FunctionCall(f)) => format!("function_call[{}]", f.call_id),
+                Some(Kind::FunctionResult(r)) => {
+                    format!("function_result[{}]: {}", r.call_id, r.output)
+                }
+                _ => describe(n),
+            }
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "user: Where is the config loaded?",
+            "assistant:  -> toolu_agent",
+            "function_call[toolu_agent]",
+            "function_result[toolu_agent]: Confirmed.",
+            "assistant: The config is loaded in src/config.rs.",
+            "user: Thanks.",
+            "assistant: Done.",
+        ]
+    );
+    // The function's chain is the sub-agent's conversation.
+    let chain = gw
+        .app
+        .client
+        .render(pb::RenderRequest {
+            session_id: session.clone(),
+            target: Some(pb::render_request::Target::FunctionId(function)),
+            callers: pb::Callers::None as i32,
+            ..Default::default()
+        })
+        .await
+        .expect("render the function")
+        .into_inner();
+    let roles: Vec<i32> = chain.messages.iter().map(|m| m.role).collect();
+    assert_eq!(
+        roles,
+        [
+            pb::Role::User as i32,
+            pb::Role::Assistant as i32,
+            pb::Role::User as i32,
+            pb::Role::Assistant as i32
+        ]
+    );
+}
