@@ -570,3 +570,186 @@ impl Answer {
         Some((assistant(blocks).ok()?, u))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(messages: Value) -> Conversation {
+        read(&json!({"model": "claude-x", "max_tokens": 100, "messages": messages}))
+            .expect("a request")
+    }
+
+    fn contents(conv: &Conversation) -> Vec<NodeContent> {
+        conv.items.iter().map(|i| i.content.clone()).collect()
+    }
+
+    #[test]
+    fn identity_ignores_the_forms_clients_change_between_calls() {
+        let a = request(json!([
+            {"role": "user", "content": "read it"},
+            {"role": "assistant", "content": [
+                {"type": "tool_use", "id": "t1", "name": "Read", "input": {"path": "a", "limit": 2}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "x"}]},
+        ]));
+        let b = request(json!([
+            {"role": "user", "content": [{"type": "text", "text": "read it",
+                                           "cache_control": {"type": "ephemeral"}}]},
+            {"role": "assistant", "content": [
+                {"type": "tool_use", "name": "Read", "id": "t1", "input": {"limit": 2, "path": "a"}}]},
+            {"role": "user", "content": [{"tool_use_id": "t1", "type": "tool_result",
+                                           "content": [{"type": "text", "text": "x"}],
+                                           "cache_control": {"type": "ephemeral"}}]},
+        ]));
+        assert_eq!(contents(&a), contents(&b));
+        assert_eq!(b.markers.len(), 2, "markers are kept aside, per message");
+        // The tool result takes its call's name, as the store would.
+        assert!(
+            matches!(&a.items[2].content, NodeContent::ToolResult { name, .. } if name == "Read")
+        );
+    }
+
+    #[test]
+    fn kept_blocks_and_message_fields_come_back_as_they_came() {
+        let thinking = json!({"type": "thinking", "thinking": "", "signature": "c2ln+/="});
+        let conv = request(json!([
+            {"role": "user", "content": "hi"},
+            {"role": "system", "content": "be brief", "output_config": {"effort": "low"}},
+            {"role": "assistant", "content": [thinking, {"type": "text", "text": "hello"}]},
+        ]));
+        let messages: Vec<Message> = conv
+            .items
+            .iter()
+            .map(|i| match &i.content {
+                NodeContent::Message {
+                    role,
+                    parts,
+                    tool_calls,
+                } => Message {
+                    role: match role {
+                        Role::User => crate::render::MessageRole::User,
+                        Role::Assistant => crate::render::MessageRole::Assistant,
+                        _ => crate::render::MessageRole::System,
+                    },
+                    parts: parts.clone(),
+                    tool_calls: tool_calls.clone(),
+                    tool_call_id: None,
+                    name: None,
+                    is_error: false,
+                    node_ids: Vec::new(),
+                    function_id: None,
+                    reduction: Reduction::None,
+                    stubbed_inputs: 0,
+                    at_ms: None,
+                    summary_id: None,
+                    pinned: false,
+                    pinned_under: None,
+                    hidden: Vec::new(),
+                },
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        let out = messages_for_test(&messages, &conv);
+        assert_eq!(
+            out,
+            json!([
+                {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+                {"role": "system", "content": [{"type": "text", "text": "be brief"}],
+                 "output_config": {"effort": "low"}},
+                {"role": "assistant", "content": [thinking, {"type": "text", "text": "hello"}]},
+            ])
+        );
+    }
+
+    fn messages_for_test(rendered: &[Message], conv: &Conversation) -> Value {
+        messages(rendered, conv, &[])
+    }
+
+    #[test]
+    fn a_streamed_answer_is_the_node_its_resend_reads_as() {
+        let events = [
+            json!({"type": "message_start", "message": {"usage": {"input_tokens": 3,
+                "cache_read_input_tokens": 10, "cache_creation_input_tokens": 5}}}),
+            json!({"type": "content_block_start", "index": 0,
+                   "content_block": {"type": "thinking", "thinking": "", "signature": ""}}),
+            json!({"type": "content_block_delta", "index": 0,
+                   "delta": {"type": "thinking_delta", "thinking": "plan"}}),
+            json!({"type": "content_block_delta", "index": 0,
+                   "delta": {"type": "signature_delta", "signature": "sig"}}),
+            json!({"type": "content_block_stop", "index": 0}),
+            json!({"type": "content_block_start", "index": 1,
+                   "content_block": {"type": "tool_use", "id": "t9", "name": "Bash", "input": {}}}),
+            json!({"type": "content_block_delta", "index": 1,
+                   "delta": {"type": "input_json_delta", "partial_json": "{\"command\": "}}),
+            json!({"type": "content_block_delta", "index": 1,
+                   "delta": {"type": "input_json_delta", "partial_json": "\"ls\"}"}}),
+            json!({"type": "content_block_stop", "index": 1}),
+            json!({"type": "message_delta", "usage": {"output_tokens": 7}}),
+            json!({"type": "message_stop"}),
+        ];
+        let mut answer = Answer::new(true);
+        for e in &events {
+            // Split each event across two chunks, as a network may.
+            let text = format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap_or(""));
+            let (a, b) = text.split_at(text.len() / 2);
+            answer.feed(a.as_bytes());
+            answer.feed(b.as_bytes());
+        }
+        assert!(answer.complete());
+        let (node, usage) = answer.finish().expect("a whole answer");
+        let resent = request(json!([
+            {"role": "user", "content": "go"},
+            {"role": "assistant", "content": [
+                {"type": "thinking", "thinking": "plan", "signature": "sig"},
+                {"type": "tool_use", "id": "t9", "name": "Bash", "input": {"command": "ls"}}]},
+        ]));
+        assert_eq!(node.as_ref(), Some(&resent.items[1].content));
+        assert_eq!(
+            usage,
+            ProviderUsage {
+                input: 3,
+                cache_read: 10,
+                cache_write: 5,
+                output: 7
+            }
+        );
+    }
+
+    #[test]
+    fn an_answer_cut_short_or_failed_is_not_whole() {
+        let mut cut = Answer::new(true);
+        cut.feed(b"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{}}\n\n");
+        assert!(cut.finish().is_none());
+        let mut failed = Answer::new(true);
+        failed.feed(
+            b"data: {\"type\":\"error\",\"error\":{}}\n\ndata: {\"type\":\"message_stop\"}\n\n",
+        );
+        assert!(failed.finish().is_none());
+    }
+
+    #[test]
+    fn bad_requests_name_their_field() {
+        let err = |body: Value| match read(&body) {
+            Err(Refusal::Invalid { field, .. }) => field,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(err(json!([])), "body");
+        assert_eq!(err(json!({"messages": []})), "model");
+        assert_eq!(err(json!({"model": "m"})), "messages");
+        assert_eq!(
+            err(json!({"model": "m", "messages": [{"role": "bot", "content": "x"}]})),
+            "messages[0].role"
+        );
+        assert_eq!(
+            err(json!({"model": "m", "messages": [{"role": "user", "content": 3}]})),
+            "messages[0].content"
+        );
+        assert!(matches!(
+            read(
+                &json!({"model": "m", "messages": [{"role": "user", "content": [
+                {"type": "text", "text": "x"}, {"type": "tool_result", "tool_use_id": "t"}]}]})
+            ),
+            Err(Refusal::Unrecordable("content before tool results"))
+        ));
+    }
+}
