@@ -274,3 +274,88 @@ async fn the_binary_serves_prometheus_metrics() {
     drop(client);
     daemon.stop().await;
 }
+
+/// One HTTP/1.1 POST to `addr` on a fresh connection; the whole response as text.
+async fn post(addr: std::net::SocketAddr, path: &str, body: &str) -> String {
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nHost: ctxd\r\nContent-Type: application/json\r\n\
+         anthropic-version: 2023-06-01\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    tokio::task::spawn_blocking(move || {
+        use std::io::{Read, Write};
+        let mut stream = std::net::TcpStream::connect(addr).expect("connect to the gateway");
+        stream.write_all(request.as_bytes()).expect("send");
+        let mut response = String::new();
+        stream.read_to_string(&mut response).expect("read");
+        response
+    })
+    .await
+    .expect("post")
+}
+
+#[tokio::test]
+async fn the_binary_serves_the_gateway() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("ctxd.db");
+    // An upstream nothing listens on: bound, read, released.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let upstream = format!("http://{}", dead.local_addr().expect("addr"));
+    drop(dead);
+    let daemon = Serve::new(&db)
+        .args([
+            "--metrics-listen",
+            "127.0.0.1:0",
+            "--gateway",
+            "127.0.0.1:0",
+            "--anthropic-upstream",
+            &upstream,
+        ])
+        .start()
+        .await;
+    let gateway = daemon.gateway.expect("`ctxd gateway on ADDR` on stdout");
+
+    let bad = post(gateway, "/v1/messages", "{not json").await;
+    assert!(bad.starts_with("HTTP/1.1 400"), "{bad}");
+    assert!(bad.contains(r#""type":"invalid_request_error""#), "{bad}");
+    assert!(bad.contains(r#""message":"body: not JSON"#), "{bad}");
+
+    let body =
+        r#"{"model":"claude-x","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}"#;
+    let unreachable = post(gateway, "/v1/messages", body).await;
+    assert!(unreachable.starts_with("HTTP/1.1 502"), "{unreachable}");
+    assert!(
+        unreachable.contains(r#""type":"api_error""#),
+        "{unreachable}"
+    );
+
+    let scrape = daemon.scrape().await;
+    for line in [
+        r#"ctxd_gateway_requests_total{api="anthropic",outcome="invalid"} 1"#,
+        r#"ctxd_gateway_requests_total{api="anthropic",outcome="upstream_unreachable"} 1"#,
+    ] {
+        assert!(scrape.contains(line), "{line} in\n{scrape}");
+    }
+    daemon.stop().await;
+}
+
+#[tokio::test]
+async fn a_non_loopback_gateway_needs_api_keys() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let out = crate::daemon::ctxd()
+        .args(["serve", "--listen", "127.0.0.1:0", "--db"])
+        .arg(dir.path().join("ctxd.db"))
+        .args(["--gateway", "0.0.0.0:0"])
+        .output()
+        .expect("run ctxd");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("refusing to serve the gateway on 0.0.0.0:0 without API keys"),
+        "{stderr}"
+    );
+    assert!(
+        !dir.path().join("ctxd.db").exists(),
+        "refused before the database is opened"
+    );
+}

@@ -108,10 +108,10 @@ impl Serve {
         command
     }
 
-    fn expects_metrics(&self) -> bool {
+    fn expects(&self, flag: &str) -> bool {
         self.args
             .iter()
-            .any(|a| a.to_string_lossy().starts_with("--metrics-listen"))
+            .any(|a| a.to_string_lossy().starts_with(flag))
     }
 
     /// Spawns the server and waits for its address line (and the metrics line, if asked for).
@@ -133,7 +133,9 @@ impl Serve {
             .spawn()
             .expect("spawn ctxd");
         let stdout = child.stdout.take().expect("stdout");
-        let lines = if self.expects_metrics() { 2 } else { 1 };
+        // The address line, then one per further listener in the order `serve` prints them.
+        let (metrics, gateway) = (self.expects("--metrics-listen"), self.expects("--gateway"));
+        let lines = 1 + usize::from(metrics) + usize::from(gateway);
         let read = tokio::task::spawn_blocking(move || {
             let mut reader = BufReader::new(stdout);
             let mut read = Vec::new();
@@ -149,6 +151,7 @@ impl Serve {
             child: Some(child),
             addr: SocketAddr::from(([127, 0, 0, 1], 0)),
             metrics: None,
+            gateway: None,
             stdout: None,
             stderr: self.stderr,
         };
@@ -167,9 +170,20 @@ impl Serve {
                 .unwrap_or_else(|| panic!("stdout line {line:?}; stderr: {}", daemon.stderr()))
         };
         let addr = address(&lines[0], "ctxd listening on ");
-        let metrics = lines.get(1).map(|l| address(l, "ctxd metrics on "));
+        let mut rest = lines[1..].iter();
+        let metrics = if metrics {
+            rest.next().map(|l| address(l, "ctxd metrics on "))
+        } else {
+            None
+        };
+        let gateway = if gateway {
+            rest.next().map(|l| address(l, "ctxd gateway on "))
+        } else {
+            None
+        };
         daemon.addr = addr;
         daemon.metrics = metrics;
+        daemon.gateway = gateway;
         daemon.stdout = Some(stdout);
         daemon
     }
@@ -182,6 +196,8 @@ pub struct Daemon {
     pub addr: SocketAddr,
     /// The metrics endpoint's, with `--metrics-listen`.
     pub metrics: Option<SocketAddr>,
+    /// The model gateway's, with `--gateway`.
+    pub gateway: Option<SocketAddr>,
     /// Held open, so the server never writes into a closed pipe.
     stdout: Option<BufReader<ChildStdout>>,
     stderr: PathBuf,
