@@ -1915,3 +1915,48 @@ async fn gateway_sub_agent_conversation_is_its_calls_function() {
         ]
     );
 }
+
+#[tokio::test]
+async fn gateway_usage_is_recorded_per_session() {
+    let mut gw = start().await;
+    let u1 = user_msg("Count to three.");
+    let first = gw.messages(&anthropic(json!([u1]))).await.ok();
+    let (session, branch) = (first.session(), first.branch());
+    gw.answered(&session, &branch, 2).await;
+    let second = gw
+        .messages(&anthropic_stream(json!([
+            u1,
+            assistant_msg(DEFAULT_TEXT),
+            user_msg("Now to four.")
+        ])))
+        .await
+        .ok();
+    assert_eq!(second.session(), session);
+    gw.answered(&session, &branch, 4).await;
+    // The usage row is written after the answer: read until both calls are in.
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    let usage = loop {
+        let s = gw.app.get_session(&session).await;
+        if let Some(g) = s.gateway.filter(|g| g.calls == 2) {
+            break g;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "two calls recorded");
+        tokio::task::yield_now().await;
+    };
+    let reported: u64 = gw
+        .fake
+        .requests()
+        .iter()
+        .map(|r| r.usage["cache_read_input_tokens"].as_u64().unwrap_or(0))
+        .sum();
+    assert_eq!(
+        usage.cache_read_tokens, reported,
+        "the provider's own report"
+    );
+    assert!(
+        usage.cache_read_tokens > 0,
+        "the second call read the first's prefix"
+    );
+    assert!(usage.client_tokens > 0 && usage.forwarded_tokens > 0);
+    assert!(usage.output_tokens > 0);
+}
