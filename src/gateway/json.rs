@@ -52,13 +52,19 @@ pub fn replace_field(body: &[u8], field: &str, value: &str) -> Option<Vec<u8>> {
 }
 
 /// `value` with object keys sorted and no spacing (serde_json's map is ordered by key), and
-/// `cache_control` removed from the top-level object: a marker a client moves from call to
-/// call is not part of what a block says.
+/// from the top-level object `cache_control` removed (a marker a client moves from call to call
+/// is not part of what a block says) and members that are `null` (a client that resends an item
+/// may add `"content": null` where the provider sent no such member: absent and null alike).
 pub fn canonical_block(value: &Value) -> String {
     match value {
-        Value::Object(map) if map.contains_key("cache_control") => {
-            let mut map = map.clone();
-            map.remove("cache_control");
+        Value::Object(map)
+            if map.contains_key("cache_control") || map.values().any(Value::is_null) =>
+        {
+            let map: serde_json::Map<String, Value> = map
+                .iter()
+                .filter(|(k, v)| *k != "cache_control" && !v.is_null())
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
             canonical(&Value::Object(map))
         }
         _ => canonical(value),
@@ -117,7 +123,7 @@ mod tests {
     fn canonical_ignores_order_spacing_and_markers() {
         let a: Value = serde_json::from_str(r#"{"b": 1, "a": {"y": 2, "x": 1}}"#).unwrap();
         let b: Value = serde_json::from_str(
-            r#"{"a":{"x":1,"y":2},"b":1,"cache_control":{"type":"ephemeral"}}"#,
+            r#"{"a":{"x":1,"y":2},"b":1,"cache_control":{"type":"ephemeral"},"content":null}"#,
         )
         .unwrap();
         assert_eq!(canonical_block(&a), canonical_block(&b));

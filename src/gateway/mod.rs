@@ -1,6 +1,6 @@
 //! The model gateway (`ctxd serve --gateway ADDR`): a third front door, beside gRPC and the
 //! inspector, for agents that only speak a provider's HTTP API (Anthropic Messages, OpenAI chat
-//! completions). Each call is recorded as a session (`record`), forwarded with ctxd's render of
+//! completions and Responses). Each call is recorded as a session (`record`), forwarded with ctxd's render of
 //! its branch in place of the client's `messages` (every other field byte-identical), and
 //! answered exactly as the provider answered, relayed as it arrives; the assembled answer is
 //! appended once it is whole. A request it cannot record is forwarded as it came (fail open);
@@ -11,6 +11,7 @@ mod conversation;
 mod json;
 mod openai;
 mod record;
+mod responses;
 mod sse;
 
 use std::sync::Arc;
@@ -114,6 +115,8 @@ const DROPPED: &[&str] = &[
 enum Api {
     Anthropic,
     OpenAi,
+    /// OpenAI's Responses API (`/v1/responses`), forwarded to the OpenAI upstream.
+    Responses,
 }
 
 impl Api {
@@ -121,6 +124,15 @@ impl Api {
         match self {
             Api::Anthropic => "anthropic",
             Api::OpenAi => "openai",
+            Api::Responses => "responses",
+        }
+    }
+
+    /// The body field that holds the conversation, replaced by the render.
+    fn field(self) -> &'static str {
+        match self {
+            Api::Anthropic | Api::OpenAi => "messages",
+            Api::Responses => "input",
         }
     }
 
@@ -128,6 +140,7 @@ impl Api {
         match self {
             Api::Anthropic => anthropic::read(body),
             Api::OpenAi => openai::read(body),
+            Api::Responses => responses::read(body),
         }
     }
 
@@ -136,6 +149,7 @@ impl Api {
         let body = match self {
             Api::Anthropic => anthropic::error(kind, message),
             Api::OpenAi => openai::error(kind, message, param),
+            Api::Responses => responses::error(kind, message, param),
         };
         let mut response = (status, body.to_string()).into_response();
         response.headers_mut().insert(
@@ -193,6 +207,7 @@ pub async fn serve(
         .route("/v1/messages", post(messages))
         .route("/v1/messages/count_tokens", post(count_tokens))
         .route("/v1/chat/completions", post(chat_completions))
+        .route("/v1/responses", post(responses_api))
         .fallback(other)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(app);
@@ -210,6 +225,15 @@ async fn chat_completions(
     body: Bytes,
 ) -> Response {
     app.handle(Api::OpenAi, uri, headers, body).await
+}
+
+async fn responses_api(
+    State(app): State<App>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    app.handle(Api::Responses, uri, headers, body).await
 }
 
 /// Any other request: forwarded unchanged, to the Anthropic upstream when it carries
@@ -422,7 +446,7 @@ impl App {
             })?;
         let messages = self.document(api, conv, &path, &rendered.messages);
         let tokens = forwarded_tokens(&rendered.messages);
-        let body = json::replace_field(body, "messages", &messages.to_string())
+        let body = json::replace_field(body, api.field(), &messages.to_string())
             .ok_or("a body that is not an object")?;
         Ok((body, tokens))
     }
@@ -453,6 +477,7 @@ impl App {
                 anthropic::messages(rendered, conv, &nodes)
             }
             Api::OpenAi => openai::messages(rendered),
+            Api::Responses => responses::input(rendered),
         }
     }
 
@@ -513,7 +538,7 @@ impl App {
     ) -> Response {
         let base = match api {
             Api::Anthropic => &self.anthropic,
-            Api::OpenAi => &self.openai,
+            Api::OpenAi | Api::Responses => &self.openai,
         };
         let path = uri.path_and_query().map_or("/", |p| p.as_str());
         let url = format!("{base}{path}");
@@ -532,7 +557,7 @@ impl App {
                     StatusCode::BAD_GATEWAY,
                     match api {
                         Api::Anthropic => "api_error",
-                        Api::OpenAi => "upstream_error",
+                        Api::OpenAi | Api::Responses => "upstream_error",
                     },
                     &format!(
                         "the ctxd gateway could not reach the upstream: {}",
@@ -720,6 +745,7 @@ struct Sink {
 enum Assembly {
     Anthropic(anthropic::Answer),
     OpenAi(openai::Answer),
+    Responses(responses::Answer),
 }
 
 impl Assembly {
@@ -727,6 +753,7 @@ impl Assembly {
         match self {
             Assembly::Anthropic(a) => a.feed(bytes),
             Assembly::OpenAi(a) => a.feed(bytes),
+            Assembly::Responses(a) => a.feed(bytes),
         }
     }
 
@@ -734,6 +761,7 @@ impl Assembly {
         match self {
             Assembly::Anthropic(a) => a.finish(),
             Assembly::OpenAi(a) => a.finish(),
+            Assembly::Responses(a) => a.finish(),
         }
     }
 
@@ -742,6 +770,7 @@ impl Assembly {
         match self {
             Assembly::Anthropic(a) => a.complete(),
             Assembly::OpenAi(a) => a.complete(),
+            Assembly::Responses(a) => a.complete(),
         }
     }
 }
@@ -759,6 +788,7 @@ async fn relay(
     let mut assembly = sink.as_ref().map(|s| match s.api {
         Api::Anthropic => Assembly::Anthropic(anthropic::Answer::new(s.stream)),
         Api::OpenAi => Assembly::OpenAi(openai::Answer::new(s.stream)),
+        Api::Responses => Assembly::Responses(responses::Answer::new(s.stream)),
     });
     let streamed = sink.as_ref().is_none_or(|s| s.stream);
     let mut held: Vec<Bytes> = Vec::new();

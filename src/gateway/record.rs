@@ -89,7 +89,7 @@ pub async fn record(
             _ => Key::Named(name.to_owned()),
         },
         None => match &conv.client_session {
-            Some(id) => Key::Named(format!("claude-code:{id}")),
+            Some(id) => Key::Named(format!("agent:{id}")),
             None => Key::Named(format!("opening:{opening}")),
         },
     };
@@ -684,7 +684,7 @@ pub async fn peek(
             Err(_) => name.to_owned(),
         },
         None => match &conv.client_session {
-            Some(id) => format!("claude-code:{id}"),
+            Some(id) => format!("agent:{id}"),
             None => format!("opening:{opening}"),
         },
     };
