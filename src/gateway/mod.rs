@@ -1,7 +1,8 @@
 //! The model gateway (`ctxd serve --gateway ADDR`): a third front door, beside gRPC and the
 //! inspector, for agents that only speak a provider's HTTP API (Anthropic Messages, OpenAI chat
-//! completions and Responses). Each call is recorded as a session (`record`), forwarded with ctxd's render of
-//! its branch in place of the client's `messages` (every other field byte-identical), and
+//! completions and Responses). Each call is recorded as a session (`record`), forwarded with
+//! ctxd's render of its branch in place of the client's `messages` or `input` (every other
+//! field byte-identical), and
 //! answered exactly as the provider answered, relayed as it arrives; the assembled answer is
 //! appended once it is whole. A request it cannot record is forwarded as it came (fail open);
 //! ctxd's own keys guard it (fail closed); provider credentials pass through, never kept.
