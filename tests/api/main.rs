@@ -22,6 +22,7 @@ mod faults;
 mod functions;
 mod gateway;
 mod gateway_clients;
+mod gateway_codex;
 mod golden;
 mod held;
 mod helpers;

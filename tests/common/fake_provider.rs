@@ -1,11 +1,13 @@
 //! A scripted fake model provider on 127.0.0.1:0: the Anthropic Messages API
-//! (`POST /v1/messages`, streamed or not, and `POST /v1/messages/count_tokens`) and OpenAI chat
-//! completions (`POST /v1/chat/completions`, streamed or not). Any other path answers 404 (JSON).
+//! (`POST /v1/messages`, streamed or not, and `POST /v1/messages/count_tokens`), OpenAI chat
+//! completions (`POST /v1/chat/completions`, streamed or not) and the OpenAI Responses API
+//! (`POST /v1/responses`, streamed or not). Any other path answers 404 (JSON).
 //!
 //! A test scripts the answers: [`FakeProvider::script`] queues [`Reply`] values, taken in order
-//! by `/v1/messages` and `/v1/chat/completions` calls (count_tokens takes none); when the queue is
-//! empty the default reply ([`FakeProvider::set_default`], `Reply::text("fake answer")` at
-//! first) answers. Every request is recorded ([`FakeProvider::requests`]) with what was sent back.
+//! by `/v1/messages`, `/v1/chat/completions` and `/v1/responses` calls (count_tokens takes
+//! none); when the queue is empty the default reply ([`FakeProvider::set_default`],
+//! `Reply::text("fake answer")` at first) answers. Every request is recorded
+//! ([`FakeProvider::requests`]) with what was sent back.
 //!
 //! Answers imitate the providers' wire formats: the SSE events of Anthropic (`event:` and `data:`
 //! lines, each event closed by a blank line) in this order: `message_start`, `ping`, then per
@@ -14,17 +16,34 @@
 //! `content_block_stop`; then `message_delta` (stop_reason, usage.output_tokens) and
 //! `message_stop`. OpenAI: `data: {chunk}` lines (the first carries the role, then content and
 //! tool_calls deltas, then one with `finish_reason`, then the usage chunk when
-//! `stream_options.include_usage`), closed by `data: [DONE]`. Text and tool arguments are sent in
-//! up to three deltas each.
+//! `stream_options.include_usage`), closed by `data: [DONE]`. Responses: `event:` and `data:`
+//! lines, each data a JSON object with its `type` and a `sequence_number` counting from 0:
+//! `response.created`, `response.in_progress`, then per output item `response.output_item.added`,
+//! its parts and deltas (a message: `response.content_part.added`, `response.output_text.delta`,
+//! `response.output_text.done`, `response.content_part.done`; a function call:
+//! `response.function_call_arguments.delta` and `.done`; reasoning with a summary:
+//! `response.reasoning_summary_part.added`, `response.reasoning_summary_text.delta` and `.done`,
+//! `response.reasoning_summary_part.done`), `response.output_item.done`; then
+//! `response.completed` (`response.incomplete` when a stop reason is scripted) with the whole
+//! response, `output` and `usage` included. Text and tool arguments are sent in up to three
+//! deltas each.
 //!
-//! Usage, a provider prefix cache imitated (the same rule on both APIs):
+//! Blocks as Responses output items: text is an assistant `message` item (one `output_text`
+//! part), a tool call a `function_call` item (`call_id` the block's id, `arguments` its compact
+//! JSON), thinking a `reasoning` item (the thinking its one `summary_text`, none when empty; the
+//! signature its `encrypted_content`), redacted thinking a `reasoning` item with no summary and
+//! the data as `encrypted_content`. Item ids are `msg_fake_<n>_<i>`, `fc_fake_<n>_<i>` and
+//! `rs_fake_<n>_<i>` (`n` the answer's number, `i` the item's index).
+//!
+//! Usage, a provider prefix cache imitated (the same rule on every API):
 //! - tokens of a JSON value = ceil(chars of its compact serialisation / 4), with every
 //!   `cache_control` key removed first (at any depth); an absent field counts 0;
 //! - a request's prompt = `tools` + `system` + each message (Anthropic), or `tools` + each message
-//!   (OpenAI, where the system prompt is a message), counted separately and summed;
-//! - the cache is keyed by (API, model, system, tools), compared as JSON values without
-//!   `cache_control` keys; every `/v1/messages` or `/v1/chat/completions` request answered
-//!   with a message (not a scripted error) stores all prefixes of its messages under its key;
+//!   (OpenAI, where the system prompt is a message), or `tools` + `instructions` + each `input`
+//!   item (Responses; a string `input` is one user message), counted separately and summed;
+//! - the cache is keyed by (API, model, system or instructions, tools), compared as JSON values
+//!   without `cache_control` keys; every model request answered with a message (not a scripted
+//!   error or failure) stores all prefixes of its messages (input items) under its key;
 //! - `p` = the longest prefix of this request's messages (compared as JSON values, ignoring
 //!   `cache_control` keys and key order) equal to a prefix of an earlier request's under the
 //!   same key; cached = tokens(tools) + tokens(system) + tokens of those `p` messages when an
@@ -33,6 +52,8 @@
 //! - Anthropic: `cache_read_input_tokens` = cached, `cache_creation_input_tokens` = prompt -
 //!   cached, `input_tokens` = 0 (every prompt token is either read from or written to the cache);
 //!   OpenAI: `prompt_tokens` = prompt, `prompt_tokens_details.cached_tokens` = cached;
+//!   Responses: `input_tokens` = prompt, `input_tokens_details.cached_tokens` = cached,
+//!   `output_tokens_details.reasoning_tokens` = the thinking's share of the output tokens;
 //! - output tokens = the sum over the answer's blocks of ceil(chars / 4) of its text, thinking
 //!   (plus signature) or compact input JSON, at least 1;
 //! - count_tokens answers `{"input_tokens": prompt}` and stores nothing.
@@ -89,7 +110,15 @@ pub enum Block {
 #[derive(Clone, Debug)]
 enum Kind {
     Answer(Vec<Block>),
-    Error { status: u16, body: String },
+    Error {
+        status: u16,
+        body: String,
+    },
+    /// A Responses stream that ends in `response.failed`.
+    Failed {
+        code: String,
+        message: String,
+    },
 }
 
 /// A scripted answer. Build one with [`Reply::text`], [`Reply::tool_use`],
@@ -198,6 +227,17 @@ impl Reply {
         Self::error(status, body.to_string())
     }
 
+    /// Responses, streamed: a 200 stream of `response.created`, `response.in_progress` and
+    /// `response.failed` (its response's `error` is `{"code": code, "message": message}`), as
+    /// the API reports a failure after the stream began. Not streamed, or on another API: a 500
+    /// error of that API's shape with `message`.
+    pub fn responses_failed(code: &str, message: &str) -> Self {
+        Self::of(Kind::Failed {
+            code: code.into(),
+            message: message.into(),
+        })
+    }
+
     /// Waits `delay` before answering anything (status and headers included).
     pub fn delayed(mut self, delay: Duration) -> Self {
         self.delay = delay;
@@ -205,7 +245,9 @@ impl Reply {
     }
 
     /// Streamed: sends the first `events` SSE events (Anthropic: `message_start` is 1, `ping` 2,
-    /// the first `content_block_start` 3, its first delta 4...; OpenAI: the role chunk is 1)
+    /// the first `content_block_start` 3, its first delta 4...; OpenAI: the role chunk is 1;
+    /// Responses: `response.created` is 1, `response.in_progress` 2, the first
+    /// `response.output_item.added` 3...)
     /// and then breaks the connection without ending the chunked body. Not streamed: sends the
     /// first half of the JSON body and breaks the connection.
     pub fn cut_after(mut self, events: usize) -> Self {
@@ -229,6 +271,8 @@ impl Reply {
 
     /// The stop reason (Anthropic `stop_reason`, OpenAI `finish_reason`) instead of the derived
     /// one (`tool_use`/`tool_calls` when the answer calls a tool, else `end_turn`/`stop`).
+    /// Responses: the answer is `incomplete`, `incomplete_details.reason` the reason (e.g.
+    /// `max_output_tokens`), the stream ending in `response.incomplete`.
     pub fn stop_reason(mut self, reason: &str) -> Self {
         self.stop_reason = Some(reason.into());
         self
@@ -279,6 +323,16 @@ impl Recorded {
             .as_array()
             .cloned()
             .unwrap_or_default()
+    }
+
+    /// The `input` items of a Responses body (a string `input` is one user message; empty when
+    /// absent).
+    pub fn input(&self) -> Vec<Value> {
+        match &self.body["input"] {
+            Value::Array(items) => items.clone(),
+            Value::String(text) => vec![json!({"role": "user", "content": text})],
+            _ => Vec::new(),
+        }
     }
 
     /// The response body as text.
@@ -406,6 +460,7 @@ impl FakeProvider {
 enum Api {
     Anthropic,
     OpenAi,
+    Responses,
 }
 
 async fn handle(State(shared): State<Shared>, request: Request) -> Response {
@@ -430,6 +485,7 @@ async fn handle(State(shared): State<Shared>, request: Request) -> Response {
     let api = match path.as_str() {
         "/v1/messages" if post => Some(Api::Anthropic),
         "/v1/chat/completions" if post => Some(Api::OpenAi),
+        "/v1/responses" if post => Some(Api::Responses),
         _ => None,
     };
     if post && path == "/v1/messages/count_tokens" {
@@ -442,7 +498,11 @@ async fn handle(State(shared): State<Shared>, request: Request) -> Response {
         });
         return finish(&shared, record, 404, body.to_string());
     };
-    if !record.body["messages"].is_array() {
+    let well_formed = match api {
+        Api::Responses => record.body["input"].is_array() || record.body["input"].is_string(),
+        _ => record.body["messages"].is_array(),
+    };
+    if !well_formed {
         let body = match api {
             Api::Anthropic => json!({
                 "type": "error",
@@ -450,6 +510,9 @@ async fn handle(State(shared): State<Shared>, request: Request) -> Response {
             }),
             Api::OpenAi => json!({
                 "error": {"message": "messages: Field required", "type": "invalid_request_error", "param": "messages", "code": null},
+            }),
+            Api::Responses => json!({
+                "error": {"message": "input: must be a string or an array of input items", "type": "invalid_request_error", "param": "input", "code": null},
             }),
         };
         return finish(&shared, record, 400, body.to_string());
@@ -469,7 +532,7 @@ async fn handle(State(shared): State<Shared>, request: Request) -> Response {
                 .iter()
                 .filter(|b| matches!(b, Block::ToolUse { id, .. } if id.is_empty()))
                 .count() as u64,
-            Kind::Error { .. } => 0,
+            Kind::Error { .. } | Kind::Failed { .. } => 0,
         };
         let tool_base = inner.next_id;
         inner.next_id += tools;
@@ -478,12 +541,37 @@ async fn handle(State(shared): State<Shared>, request: Request) -> Response {
     if !reply.delay.is_zero() {
         tokio::time::sleep(reply.delay).await;
     }
-    let Kind::Answer(blocks) = &reply.kind else {
-        let Kind::Error { status, body } = &reply.kind else {
-            unreachable!()
-        };
-        let response = finish(&shared, record, *status, body.clone());
-        return with_headers(response, &reply.headers);
+    let stream = record.body["stream"].as_bool().unwrap_or(false);
+    let blocks = match &reply.kind {
+        Kind::Answer(blocks) => blocks,
+        Kind::Error { status, body } => {
+            let response = finish(&shared, record, *status, body.clone());
+            return with_headers(response, &reply.headers);
+        }
+        Kind::Failed { code, message } => {
+            let response = if api == Api::Responses && stream {
+                let events = responses_failed_events(id, &record.body["model"], code, message);
+                let mut response = send(&shared, record, events, true, &reply);
+                let headers = response.headers_mut();
+                headers.insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("text/event-stream"),
+                );
+                headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+                response
+            } else {
+                let body = match api {
+                    Api::Anthropic => {
+                        json!({"type": "error", "error": {"type": "api_error", "message": message}})
+                    }
+                    Api::OpenAi | Api::Responses => {
+                        json!({"error": {"message": message, "type": "server_error", "param": null, "code": code}})
+                    }
+                };
+                finish(&shared, record, 500, body.to_string())
+            };
+            return with_headers(response, &reply.headers);
+        }
     };
     // Generated tool ids.
     let mut n = tool_base;
@@ -510,7 +598,6 @@ async fn handle(State(shared): State<Shared>, request: Request) -> Response {
         .as_str()
         .unwrap_or("fake-model")
         .to_owned();
-    let stream = record.body["stream"].as_bool().unwrap_or(false);
     let include_usage = record.body["stream_options"]["include_usage"]
         .as_bool()
         .unwrap_or(false);
@@ -537,6 +624,14 @@ async fn handle(State(shared): State<Shared>, request: Request) -> Response {
                 answer.openai_events(include_usage)
             } else {
                 vec![answer.openai_json().to_string().into_bytes()]
+            },
+        ),
+        Api::Responses => (
+            answer.responses_usage(),
+            if stream {
+                answer.responses_events()
+            } else {
+                vec![answer.responses_json().to_string().into_bytes()]
             },
         ),
     };
@@ -781,16 +876,24 @@ fn hash_value(seed: u64, value: &Value) -> u64 {
 /// (prompt tokens, cached tokens) of `body` under the rule in the module's docs; with
 /// `remember`, stores the request's prefixes.
 fn prompt_tokens(inner: &mut Inner, api: Api, body: &Value, remember: bool) -> (u64, u64) {
-    let system = if api == Api::Anthropic {
-        &body["system"]
-    } else {
-        &Value::Null
+    let system = match api {
+        Api::Anthropic => &body["system"],
+        Api::OpenAi => &Value::Null,
+        Api::Responses => &body["instructions"],
     };
     let tools = &body["tools"];
-    let messages: &[Value] = body["messages"]
-        .as_array()
-        .map(Vec::as_slice)
-        .unwrap_or(&[]);
+    let one_message;
+    let messages: &[Value] = match (api, &body["input"]) {
+        (Api::Responses, Value::String(text)) => {
+            one_message = [json!({"role": "user", "content": text})];
+            &one_message
+        }
+        (Api::Responses, input) => input.as_array().map(Vec::as_slice).unwrap_or(&[]),
+        _ => body["messages"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or(&[]),
+    };
     let head = tokens_of(tools) + tokens_of(system);
     let each: Vec<u64> = messages.iter().map(tokens_of).collect();
     let prompt = head + each.iter().sum::<u64>();
@@ -798,6 +901,7 @@ fn prompt_tokens(inner: &mut Inner, api: Api, body: &Value, remember: bool) -> (
     let api_tag = match api {
         Api::Anthropic => "anthropic",
         Api::OpenAi => "openai",
+        Api::Responses => "responses",
     };
     let key = hash_value(
         0,
@@ -1141,6 +1245,296 @@ impl Answer {
     }
 }
 
+// ---------------------------------------------------------------- Responses
+
+/// A Responses stream event: `event: <type>` and its data with `sequence_number` set.
+fn responses_event(sequence: &mut u64, mut data: Value) -> Vec<u8> {
+    data["sequence_number"] = json!(*sequence);
+    *sequence += 1;
+    let kind = data["type"].as_str().unwrap_or_default().to_owned();
+    sse(&kind, &data)
+}
+
+/// The response object of answer `id` before any output (`status` in progress).
+fn responses_base(id: u64, model: &Value) -> Value {
+    json!({
+        "id": format!("resp_fake_{id}"),
+        "object": "response",
+        "created_at": 1_700_000_000,
+        "status": "in_progress",
+        "error": null,
+        "incomplete_details": null,
+        "model": model,
+        "output": [],
+        "usage": null,
+    })
+}
+
+/// The events of a [`Reply::responses_failed`] stream.
+fn responses_failed_events(id: u64, model: &Value, code: &str, message: &str) -> Vec<Vec<u8>> {
+    let base = responses_base(id, model);
+    let mut failed = base.clone();
+    failed["status"] = json!("failed");
+    failed["error"] = json!({"code": code, "message": message});
+    let mut n = 0;
+    vec![
+        responses_event(
+            &mut n,
+            json!({"type": "response.created", "response": base}),
+        ),
+        responses_event(
+            &mut n,
+            json!({"type": "response.in_progress", "response": base}),
+        ),
+        responses_event(
+            &mut n,
+            json!({"type": "response.failed", "response": failed}),
+        ),
+    ]
+}
+
+impl Answer {
+    fn responses_usage(&self) -> Value {
+        let output = self.output_tokens();
+        let reasoning: u64 = self
+            .blocks
+            .iter()
+            .map(|b| match b {
+                Block::Thinking {
+                    thinking,
+                    signature,
+                } => text_tokens(thinking) + text_tokens(signature),
+                Block::RedactedThinking(data) => text_tokens(data),
+                _ => 0,
+            })
+            .sum();
+        json!({
+            "input_tokens": self.prompt,
+            "input_tokens_details": {"cached_tokens": self.cached},
+            "output_tokens": output,
+            "output_tokens_details": {"reasoning_tokens": reasoning.min(output)},
+            "total_tokens": self.prompt + output,
+        })
+    }
+
+    /// The output item of `block`, the `index`th of the answer, whole.
+    fn responses_item(&self, index: usize, block: &Block) -> Value {
+        match block {
+            Block::Text(text) => json!({
+                "type": "message",
+                "id": format!("msg_fake_{}_{index}", self.id),
+                "status": "completed",
+                "role": "assistant",
+                "content": [{"type": "output_text", "text": text, "annotations": []}],
+            }),
+            Block::ToolUse { id, name, input } => json!({
+                "type": "function_call",
+                "id": format!("fc_fake_{}_{index}", self.id),
+                "call_id": id,
+                "name": name,
+                "arguments": input.to_string(),
+                "status": "completed",
+            }),
+            Block::Thinking {
+                thinking,
+                signature,
+            } => {
+                let summary = if thinking.is_empty() {
+                    json!([])
+                } else {
+                    json!([{"type": "summary_text", "text": thinking}])
+                };
+                json!({
+                    "type": "reasoning",
+                    "id": format!("rs_fake_{}_{index}", self.id),
+                    "summary": summary,
+                    "encrypted_content": signature,
+                })
+            }
+            Block::RedactedThinking(data) => json!({
+                "type": "reasoning",
+                "id": format!("rs_fake_{}_{index}", self.id),
+                "summary": [],
+                "encrypted_content": data,
+            }),
+        }
+    }
+
+    /// The whole response object: completed, or incomplete with a scripted stop reason.
+    fn responses_json(&self) -> Value {
+        let mut response = responses_base(self.id, &json!(self.model));
+        match &self.stop_reason {
+            None => response["status"] = json!("completed"),
+            Some(reason) => {
+                response["status"] = json!("incomplete");
+                response["incomplete_details"] = json!({"reason": reason});
+            }
+        }
+        response["output"] = self
+            .blocks
+            .iter()
+            .enumerate()
+            .map(|(i, b)| self.responses_item(i, b))
+            .collect();
+        response["usage"] = self.responses_usage();
+        response
+    }
+
+    fn responses_events(&self) -> Vec<Vec<u8>> {
+        let base = responses_base(self.id, &json!(self.model));
+        let mut n = 0;
+        let mut events = vec![
+            responses_event(
+                &mut n,
+                json!({"type": "response.created", "response": base}),
+            ),
+            responses_event(
+                &mut n,
+                json!({"type": "response.in_progress", "response": base}),
+            ),
+        ];
+        for (index, block) in self.blocks.iter().enumerate() {
+            let item = self.responses_item(index, block);
+            let item_id = item["id"].clone();
+            let mut added = item.clone();
+            match block {
+                Block::Text(_) => {
+                    added["status"] = json!("in_progress");
+                    added["content"] = json!([]);
+                }
+                Block::ToolUse { .. } => {
+                    added["status"] = json!("in_progress");
+                    added["arguments"] = json!("");
+                }
+                Block::Thinking { .. } | Block::RedactedThinking(_) => {
+                    added["summary"] = json!([]);
+                    if let Some(fields) = added.as_object_mut() {
+                        fields.remove("encrypted_content");
+                    }
+                }
+            }
+            events.push(responses_event(
+                &mut n,
+                json!({"type": "response.output_item.added", "output_index": index, "item": added}),
+            ));
+            let at = json!({"item_id": item_id, "output_index": index});
+            let with = |kind: &str, extra: Value| {
+                let mut data = at.clone();
+                data["type"] = json!(kind);
+                for (k, v) in extra.as_object().into_iter().flatten() {
+                    data[k] = v.clone();
+                }
+                data
+            };
+            match block {
+                Block::Text(text) => {
+                    let empty = json!({"type": "output_text", "text": "", "annotations": []});
+                    let part = json!({"type": "output_text", "text": text, "annotations": []});
+                    events.push(responses_event(
+                        &mut n,
+                        with(
+                            "response.content_part.added",
+                            json!({"content_index": 0, "part": empty}),
+                        ),
+                    ));
+                    for p in pieces(text) {
+                        events.push(responses_event(
+                            &mut n,
+                            with(
+                                "response.output_text.delta",
+                                json!({"content_index": 0, "delta": p}),
+                            ),
+                        ));
+                    }
+                    events.push(responses_event(
+                        &mut n,
+                        with(
+                            "response.output_text.done",
+                            json!({"content_index": 0, "text": text}),
+                        ),
+                    ));
+                    events.push(responses_event(
+                        &mut n,
+                        with(
+                            "response.content_part.done",
+                            json!({"content_index": 0, "part": part}),
+                        ),
+                    ));
+                }
+                Block::ToolUse { input, .. } => {
+                    let arguments = input.to_string();
+                    for p in pieces(&arguments) {
+                        events.push(responses_event(
+                            &mut n,
+                            with(
+                                "response.function_call_arguments.delta",
+                                json!({"delta": p}),
+                            ),
+                        ));
+                    }
+                    events.push(responses_event(
+                        &mut n,
+                        with(
+                            "response.function_call_arguments.done",
+                            json!({"arguments": arguments}),
+                        ),
+                    ));
+                }
+                Block::Thinking { thinking, .. } if !thinking.is_empty() => {
+                    let empty = json!({"type": "summary_text", "text": ""});
+                    let part = json!({"type": "summary_text", "text": thinking});
+                    events.push(responses_event(
+                        &mut n,
+                        with(
+                            "response.reasoning_summary_part.added",
+                            json!({"summary_index": 0, "part": empty}),
+                        ),
+                    ));
+                    for p in pieces(thinking) {
+                        events.push(responses_event(
+                            &mut n,
+                            with(
+                                "response.reasoning_summary_text.delta",
+                                json!({"summary_index": 0, "delta": p}),
+                            ),
+                        ));
+                    }
+                    events.push(responses_event(
+                        &mut n,
+                        with(
+                            "response.reasoning_summary_text.done",
+                            json!({"summary_index": 0, "text": thinking}),
+                        ),
+                    ));
+                    events.push(responses_event(
+                        &mut n,
+                        with(
+                            "response.reasoning_summary_part.done",
+                            json!({"summary_index": 0, "part": part}),
+                        ),
+                    ));
+                }
+                Block::Thinking { .. } | Block::RedactedThinking(_) => {}
+            }
+            events.push(responses_event(
+                &mut n,
+                json!({"type": "response.output_item.done", "output_index": index, "item": item}),
+            ));
+        }
+        let whole = self.responses_json();
+        let last = if self.stop_reason.is_some() {
+            "response.incomplete"
+        } else {
+            "response.completed"
+        };
+        events.push(responses_event(
+            &mut n,
+            json!({"type": last, "response": whole}),
+        ));
+        events
+    }
+}
+
 // ---------------------------------------------------------------- reading SSE
 
 /// One server-sent event: its `event:` name (empty when absent) and `data:` (lines joined by
@@ -1297,4 +1691,29 @@ pub fn openai_message_of_sse(body: &[u8]) -> Option<(Value, String)> {
         message["tool_calls"] = Value::Array(calls);
     }
     Some((message, finish))
+}
+
+/// A Responses stream read back: the `response` of its last `response.completed`,
+/// `response.incomplete` or `response.failed` event, and the items of its
+/// `response.output_item.done` events in `output_index` order (what a client such as Codex
+/// reads: it ignores the final response's `output`); `None` without such a last event.
+pub fn responses_of_sse(body: &[u8]) -> Option<(Value, Vec<Value>)> {
+    let mut response = None;
+    let mut items: Vec<(u64, Value)> = Vec::new();
+    for event in parse_sse(body) {
+        let Ok(data) = serde_json::from_str::<Value>(&event.data) else {
+            continue;
+        };
+        match data["type"].as_str().unwrap_or_default() {
+            "response.completed" | "response.incomplete" | "response.failed" => {
+                response = Some(data["response"].clone());
+            }
+            "response.output_item.done" => {
+                items.push((data["output_index"].as_u64()?, data["item"].clone()));
+            }
+            _ => {}
+        }
+    }
+    items.sort_by_key(|(index, _)| *index);
+    Some((response?, items.into_iter().map(|(_, item)| item).collect()))
 }

@@ -1,0 +1,888 @@
+//! The model gateway in front of the real OpenAI Codex CLI (`codex exec`), which speaks the
+//! Responses API (`POST /v1/responses`, always streamed, the whole history resent each call,
+//! `prompt_cache_key` naming its thread): Codex runs as a child process whose model provider is
+//! an in-process server's gateway, forwarding to the scripted fake provider
+//! (`tests/common/fake_provider.rs`). The fake scripts Codex's shell tool, `exec_command`
+//! (`{"cmd": ".."}`); Codex runs the command itself, in a temp dir, and sends its output back.
+//! Each test checks that Codex did what was scripted (the file it wrote, the answer it printed),
+//! that the ctxd session holds the conversation (the call, its output, the answer), and what
+//! went upstream. One more test checks the fake's own Responses API, with no Codex.
+//!
+//! Codex is found at `target/agents/node_modules/.bin/codex` (`.ci/run` installs the pinned
+//! `@openai/codex`); `CTXD_TEST_CODEX` names another. Without it the tests skip with a message,
+//! unless `CTXD_GATEWAY_CLIENTS=required` (CI sets it): then they fail naming what is missing.
+//! Codex runs with a temp `HOME` and `CODEX_HOME` whose `config.toml` names the gateway as its
+//! only provider and turns off what would reach beyond it (update checks, analytics, plugins,
+//! apps); every child process is killed, with its process group, at [`CHILD_LIMIT`].
+
+use std::io::Read;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::time::Duration;
+
+use ctxd::api::pb;
+use ctxd::gateway::Gateway;
+use ctxd::server::Options;
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+
+use crate::fake_provider::{FakeProvider, Recorded, Reply, parse_sse, responses_of_sse, tokens_of};
+use crate::helpers::{TestApp, spawn_app_with};
+
+/// The longest a client process may run before it is killed and the test fails.
+const CHILD_LIMIT: Duration = Duration::from_secs(120);
+
+/// `CTXD_GATEWAY_CLIENTS=required`: a missing client fails its test instead of skipping it.
+const REQUIRED: &str = "CTXD_GATEWAY_CLIENTS";
+
+/// The model Codex is configured with: a slug it has no metadata for (it warns and uses its
+/// fallback, whose shell tool is `exec_command`).
+const MODEL: &str = "gpt-5-codex";
+
+/// The environment variable Codex reads the provider's key from (`env_key`).
+const KEY_VAR: &str = "CTXD_TEST_CODEX_KEY";
+
+/// Codex's shell tool.
+const SHELL: &str = "exec_command";
+
+const CALL_ID: &str = "call_ctxd_exec_1";
+const ANSWER: &str = "Wrote out.txt.";
+
+/// `codex exec` through the gateway: the fake scripts an `exec_command` call that writes a file,
+/// then the answer. Codex runs the command, sends its output back, prints the answer.
+#[tokio::test]
+async fn codex_exec_runs_a_shell_call_through_the_gateway() {
+    let Some(codex) = codex() else { return };
+    let fake = FakeProvider::start().await;
+    let (mut app, gateway) = gateway_app(&fake).await;
+    let dirs = CodexDirs::new(&gateway);
+    let marker = format!("ctxd-codex-{}", uuid::Uuid::now_v7().simple());
+    let shell_command = format!("echo {marker} > out.txt");
+    fake.script_all([
+        Reply::tool_use_id(CALL_ID, SHELL, json!({"cmd": shell_command})),
+        Reply::text(ANSWER),
+    ]);
+
+    let prompt = format!("Write {marker} into out.txt.");
+    let ran = run_bounded("codex exec", dirs.exec(&codex, &[&prompt])).await;
+    let upstream = paths(&fake);
+    assert!(
+        ran.status.success() && ran.stdout.trim() == ANSWER,
+        "codex exec printed the scripted answer {ANSWER:?}\nstatus: {}\nstdout: {}\nstderr: {}\n\
+         upstream requests: {upstream}",
+        ran.status,
+        ran.stdout,
+        ran.stderr
+    );
+    let written = std::fs::read_to_string(dirs.work.join("out.txt")).unwrap_or_else(|e| {
+        panic!(
+            "Codex ran the scripted command, which wrote out.txt ({e})\nstderr: {}",
+            ran.stderr
+        )
+    });
+    assert_eq!(written, format!("{marker}\n"), "what the command wrote");
+
+    // Upstream: exactly the two model calls, streamed, Codex's key, thread and tools forwarded;
+    // the second resends the first's items as they went, then the call and its output.
+    let calls = model_calls(&fake, "/v1/responses");
+    assert_eq!(calls.len(), 2, "model calls upstream: {upstream}");
+    let thread = assert_codex_call(&calls[0]);
+    assert_eq!(
+        assert_codex_call(&calls[1]),
+        thread,
+        "both calls name one thread"
+    );
+    let (first, second) = (calls[0].input(), calls[1].input());
+    assert!(
+        first.iter().any(|item| item_text(item) == prompt),
+        "the prompt went upstream as a message item: {first:#?}"
+    );
+    assert!(
+        second.len() >= first.len() + 2 && second[..first.len()] == first[..],
+        "the second upstream input starts with the first's items, unchanged\nfirst: {first:#?}\n\
+         second: {second:#?}"
+    );
+    let (call, output) = call_and_output(&second, CALL_ID).unwrap_or_else(|| {
+        panic!("the second upstream input has {CALL_ID}'s call and then its output: {second:#?}")
+    });
+    assert_eq!(call["name"], SHELL, "{call}");
+    assert_eq!(
+        arguments(&call),
+        json!({"cmd": shell_command}),
+        "the call's arguments upstream"
+    );
+    let output_text = output["output"].as_str().unwrap_or_default();
+    assert!(
+        output_text.contains("Process exited with code 0"),
+        "Codex's report of the command went upstream as the call's output: {output}"
+    );
+
+    // ctxd: one session for the run, on one branch, holding the prompt, then the call, its
+    // output and the answer, each once and in that order.
+    let session = only_session(&mut app).await;
+    let branch = only_branch(&mut app, &session).await;
+    let all = log_lines(&mut app, &session, &branch).await;
+    let prompt_at = all
+        .iter()
+        .position(|l| *l == format!("user: {prompt}"))
+        .unwrap_or_else(|| panic!("the prompt is recorded: {all:#?}"));
+    assert!(
+        all.len() >= prompt_at + 4,
+        "the call, its output and the answer follow the prompt: {all:#?}"
+    );
+    let tail = &all[all.len() - 3..];
+    assert_eq!(
+        tail[0],
+        format!(
+            "assistant: -> {CALL_ID} {SHELL} {}",
+            json!({"cmd": shell_command})
+        ),
+        "the call is recorded after the prompt: {all:#?}"
+    );
+    assert!(
+        tail[1].starts_with(&format!("tool[{CALL_ID} {SHELL}]: "))
+            && tail[1].contains("Process exited with code 0"),
+        "the command's output is recorded after the call: {all:#?}"
+    );
+    assert_eq!(
+        tail[2],
+        format!("assistant: {ANSWER}"),
+        "the answer is the head: {all:#?}"
+    );
+    for line in [&all[prompt_at], &tail[0], &tail[2]] {
+        let times = all.iter().filter(|l| *l == line).count();
+        assert_eq!(times, 1, "recorded once: {line}\n{all:#?}");
+    }
+}
+
+/// A second `codex exec` resuming the first's thread (`exec resume --last`) continues the same
+/// ctxd session on the same branch: the first run's reasoning (with its encrypted content), call,
+/// output and answer come back from Codex reformatted (its own field order, `content: null` on
+/// the reasoning) and must be recognised as what was recorded.
+#[tokio::test]
+async fn codex_exec_resume_continues_the_session() {
+    let Some(codex) = codex() else { return };
+    let fake = FakeProvider::start().await;
+    let (mut app, gateway) = gateway_app(&fake).await;
+    let dirs = CodexDirs::new(&gateway);
+    let shell_command = "echo first > out.txt";
+    let summary = "The file must be written first.";
+    let encrypted = "gAAAA-ctxd-encrypted-reasoning";
+    let second_answer = "Nothing else to do.";
+    fake.script_all([
+        Reply::thinking(
+            summary,
+            encrypted,
+            Reply::tool_use_id(CALL_ID, SHELL, json!({"cmd": shell_command})),
+        ),
+        Reply::text(ANSWER),
+        Reply::text(second_answer),
+    ]);
+
+    let first_prompt = "Write first into out.txt.";
+    let ran = run_bounded("codex exec", dirs.exec(&codex, &[first_prompt])).await;
+    assert!(
+        ran.status.success() && ran.stdout.trim() == ANSWER,
+        "the first codex exec printed {ANSWER:?}\nstatus: {}\nstdout: {}\nstderr: {}\n\
+         upstream requests: {}",
+        ran.status,
+        ran.stdout,
+        ran.stderr,
+        paths(&fake)
+    );
+    assert_eq!(
+        std::fs::read_to_string(dirs.work.join("out.txt")).ok(),
+        Some("first\n".to_owned()),
+        "the scripted command ran"
+    );
+    let second_prompt = "Anything else?";
+    let ran = run_bounded(
+        "codex exec resume",
+        dirs.exec(&codex, &["resume", "--last", second_prompt]),
+    )
+    .await;
+    assert!(
+        ran.status.success() && ran.stdout.trim() == second_answer,
+        "codex exec resume printed {second_answer:?}\nstatus: {}\nstdout: {}\nstderr: {}\n\
+         upstream requests: {}",
+        ran.status,
+        ran.stdout,
+        ran.stderr,
+        paths(&fake)
+    );
+
+    // Upstream: three calls on one thread, each input starting with the one before it; the
+    // reasoning went back with its encrypted content, before the call it led to.
+    let calls = model_calls(&fake, "/v1/responses");
+    assert_eq!(calls.len(), 3, "model calls upstream: {}", paths(&fake));
+    let thread = assert_codex_call(&calls[0]);
+    for call in &calls[1..] {
+        assert_eq!(assert_codex_call(call), thread, "one thread");
+    }
+    let inputs: Vec<Vec<Value>> = calls.iter().map(Recorded::input).collect();
+    for pair in inputs.windows(2) {
+        assert!(
+            pair[1].len() > pair[0].len() && pair[1][..pair[0].len()] == pair[0][..],
+            "each upstream input starts with the previous one, unchanged\nbefore: {:#?}\n\
+             after: {:#?}",
+            pair[0],
+            pair[1]
+        );
+    }
+    let second = &inputs[1];
+    let reasoning_at = second
+        .iter()
+        .position(|item| item["type"] == "reasoning")
+        .unwrap_or_else(|| panic!("the reasoning went back upstream: {second:#?}"));
+    assert_eq!(
+        second[reasoning_at]["encrypted_content"], encrypted,
+        "with its encrypted content: {:#}",
+        second[reasoning_at]
+    );
+    assert_eq!(
+        second.get(reasoning_at + 1).map(|item| &item["call_id"]),
+        Some(&json!(CALL_ID)),
+        "the call follows its reasoning: {second:#?}"
+    );
+    let third = &inputs[2];
+    let answered = third
+        .iter()
+        .position(|item| item["role"] == "assistant" && item_text(item) == ANSWER)
+        .unwrap_or_else(|| panic!("the first run's answer went upstream again: {third:#?}"));
+    assert!(
+        third[answered + 1..]
+            .iter()
+            .any(|item| item["role"] == "user" && item_text(item) == second_prompt),
+        "the new prompt follows the answer: {third:#?}"
+    );
+
+    // ctxd: one session and one branch for both runs, ending with the whole exchange.
+    let session = only_session(&mut app).await;
+    let branch = only_branch(&mut app, &session).await;
+    let all = log_lines(&mut app, &session, &branch).await;
+    let expected = vec![
+        format!("user: {first_prompt}"),
+        format!(
+            "assistant: (reasoning: {summary}) -> {CALL_ID} {SHELL} {}",
+            json!({"cmd": shell_command})
+        ),
+        format!("tool[{CALL_ID} {SHELL}]: "),
+        format!("assistant: {ANSWER}"),
+        format!("user: {second_prompt}"),
+        format!("assistant: {second_answer}"),
+    ];
+    let start = all
+        .iter()
+        .position(|l| *l == expected[0])
+        .unwrap_or_else(|| panic!("the first prompt is recorded: {all:#?}"));
+    let got: Vec<&str> = all[start..]
+        .iter()
+        .filter(|l| !l.starts_with("system: ") && !l.starts_with("developer: "))
+        // Codex's context messages (`<environment_context>`...), should a resume add one.
+        .filter(|l| !l.starts_with("user: <") || expected.contains(l))
+        .map(String::as_str)
+        .collect();
+    assert_eq!(
+        got.len(),
+        expected.len(),
+        "the session from the first prompt on, Codex's own context messages left out: {all:#?}"
+    );
+    for (line, want) in got.iter().zip(&expected) {
+        assert!(
+            line.starts_with(want.as_str()),
+            "{line:?} should start with {want:?}\n{all:#?}"
+        );
+    }
+}
+
+/// The answer with the call is cut off after the call's `response.output_item.done`, before
+/// `response.completed`: Codex runs the call it already has, reconnects, and its next request
+/// holds the call and its output. The gateway records no half answer, and the session still
+/// ends with the call, its output and the answer, on one branch.
+#[tokio::test]
+async fn codex_exec_keeps_a_call_whose_stream_was_cut() {
+    let Some(codex) = codex() else { return };
+    let fake = FakeProvider::start().await;
+    let (mut app, gateway) = gateway_app(&fake).await;
+    let dirs = CodexDirs::new(&gateway);
+    let shell_command = "echo cut > out.txt";
+    // `response.created`, `.in_progress`, `.output_item.added`, three argument deltas,
+    // `.function_call_arguments.done`, `.output_item.done`: 8 events, then the cut.
+    fake.script_all([
+        Reply::tool_use_id(CALL_ID, SHELL, json!({"cmd": shell_command})).cut_after(8),
+        Reply::text(ANSWER),
+    ]);
+
+    let prompt = "Write cut into out.txt.";
+    let ran = run_bounded("codex exec", dirs.exec(&codex, &[prompt])).await;
+    let upstream = paths(&fake);
+    assert!(
+        ran.status.success() && ran.stdout.trim() == ANSWER,
+        "codex exec printed {ANSWER:?}\nstatus: {}\nstdout: {}\nstderr: {}\nupstream requests: \
+         {upstream}",
+        ran.status,
+        ran.stdout,
+        ran.stderr
+    );
+    assert_eq!(
+        std::fs::read_to_string(dirs.work.join("out.txt")).ok(),
+        Some("cut\n".to_owned()),
+        "Codex ran the call of the cut stream"
+    );
+    let calls = model_calls(&fake, "/v1/responses");
+    let last = calls.last().expect("model calls upstream").input();
+    assert!(
+        call_and_output(&last, CALL_ID).is_some(),
+        "the last upstream input has the call and its output: {last:#?}"
+    );
+
+    let session = only_session(&mut app).await;
+    let branch = only_branch(&mut app, &session).await;
+    let all = log_lines(&mut app, &session, &branch).await;
+    let tail = &all[all.len().saturating_sub(4)..];
+    assert!(
+        tail.len() == 4
+            && tail[0] == format!("user: {prompt}")
+            && tail[1]
+                == format!(
+                    "assistant: -> {CALL_ID} {SHELL} {}",
+                    json!({"cmd": shell_command})
+                )
+            && tail[2].starts_with(&format!("tool[{CALL_ID} {SHELL}]: "))
+            && tail[3] == format!("assistant: {ANSWER}"),
+        "the session ends with the prompt, the call, its output and the answer: {all:#?}"
+    );
+}
+
+/// The fake provider's Responses API, as the tests above rely on it (no Codex needed): a
+/// streamed answer's events and the items they carry, the same answer whole, the imitated
+/// prefix cache, and a stream that fails.
+#[tokio::test]
+async fn fake_provider_speaks_the_responses_api() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let http = reqwest::Client::builder().build().expect("an HTTP client");
+    let fake = FakeProvider::start().await;
+    let url = format!("{}/v1/responses", fake.url());
+    let input = json!([{"type": "message", "role": "user", "content": [
+        {"type": "input_text", "text": "hi"}]}]);
+    let body = |stream: bool| json!({"model": MODEL, "input": input, "stream": stream});
+    fake.script_all([
+        Reply::thinking(
+            "hmm",
+            "enc",
+            Reply::tool_use_id(CALL_ID, SHELL, json!({"cmd": "true"})),
+        ),
+        Reply::text(ANSWER),
+        Reply::responses_failed("server_error", "boom"),
+    ]);
+
+    let streamed = http
+        .post(&url)
+        .json(&body(true))
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(
+        streamed.headers()["content-type"],
+        "text/event-stream",
+        "a stream"
+    );
+    let bytes = streamed.bytes().await.expect("the stream");
+    let events: Vec<Value> = parse_sse(&bytes)
+        .iter()
+        .map(|e| {
+            let data: Value = serde_json::from_str(&e.data).expect("JSON data");
+            assert_eq!(data["type"], e.event.as_str(), "event: names the type");
+            data
+        })
+        .collect();
+    let types: Vec<&str> = events.iter().filter_map(|e| e["type"].as_str()).collect();
+    assert_eq!(
+        types.first().copied(),
+        Some("response.created"),
+        "{types:?}"
+    );
+    assert_eq!(
+        types.last().copied(),
+        Some("response.completed"),
+        "{types:?}"
+    );
+    assert_eq!(
+        types
+            .iter()
+            .filter(|t| **t == "response.output_item.done")
+            .count(),
+        2,
+        "{types:?}"
+    );
+    for (n, event) in events.iter().enumerate() {
+        assert_eq!(event["sequence_number"], n, "{event}");
+    }
+    let (response, items) = responses_of_sse(&bytes).expect("a whole response");
+    assert_eq!(response["status"], "completed");
+    assert_eq!(response["output"], json!(items), "done items = the output");
+    assert_eq!(
+        items,
+        vec![
+            json!({"type": "reasoning", "id": "rs_fake_1_0", "summary": [
+                {"type": "summary_text", "text": "hmm"}], "encrypted_content": "enc"}),
+            json!({"type": "function_call", "id": "fc_fake_1_1", "call_id": CALL_ID,
+                "name": SHELL, "arguments": "{\"cmd\":\"true\"}", "status": "completed"}),
+        ]
+    );
+    let prompt = tokens_of(&input[0]);
+    assert_eq!(response["usage"]["input_tokens"], prompt);
+    assert_eq!(
+        response["usage"]["input_tokens_details"]["cached_tokens"],
+        0
+    );
+
+    // The same input again, not streamed: the whole response, its prompt read from the cache.
+    let whole: Value = http
+        .post(&url)
+        .json(&body(false))
+        .send()
+        .await
+        .expect("send")
+        .json()
+        .await
+        .expect("a JSON response");
+    assert_eq!(whole["status"], "completed");
+    assert_eq!(
+        whole["output"],
+        json!([{"type": "message", "id": "msg_fake_2_0", "status": "completed",
+            "role": "assistant", "content": [
+                {"type": "output_text", "text": ANSWER, "annotations": []}]}])
+    );
+    assert_eq!(
+        whole["usage"]["input_tokens_details"]["cached_tokens"],
+        prompt
+    );
+    assert_eq!(
+        fake.last_request().input(),
+        input.as_array().cloned().unwrap()
+    );
+
+    let failed = http
+        .post(&url)
+        .json(&body(true))
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(failed.status(), 200, "a failure after the stream began");
+    let bytes = failed.bytes().await.expect("the stream");
+    let (response, items) = responses_of_sse(&bytes).expect("a terminal event");
+    assert_eq!(response["status"], "failed");
+    assert_eq!(
+        response["error"],
+        json!({"code": "server_error", "message": "boom"})
+    );
+    assert!(items.is_empty());
+}
+
+// ---------------------------------------------------------------- Codex
+
+/// A temp dir for one test's Codex runs: `work` (its cwd), `home`, and `codex_home` with the
+/// config naming the gateway.
+struct CodexDirs {
+    _dir: tempfile::TempDir,
+    work: PathBuf,
+    home: PathBuf,
+    codex_home: PathBuf,
+}
+
+impl CodexDirs {
+    fn new(gateway: &str) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let work = dir.path().join("work");
+        let home = dir.path().join("home");
+        let codex_home = dir.path().join("codex-home");
+        for d in [&work, &home, &codex_home] {
+            std::fs::create_dir_all(d).expect("a temp dir");
+        }
+        let config = format!(
+            r#"model = "{MODEL}"
+model_provider = "ctxd"
+check_for_update_on_startup = false
+
+[model_providers.ctxd]
+name = "ctxd gateway"
+base_url = "{gateway}/v1"
+wire_api = "responses"
+env_key = "{KEY_VAR}"
+
+[analytics]
+enabled = false
+
+[features]
+plugins = false
+remote_plugin = false
+apps = false
+"#
+        );
+        std::fs::write(codex_home.join("config.toml"), config).expect("write config.toml");
+        Self {
+            _dir: dir,
+            work,
+            home,
+            codex_home,
+        }
+    }
+
+    /// `codex exec` with `args` after its flags, run in `work` with nothing but this dir's
+    /// environment (no approvals, no sandbox: the test's temp dir is the only workspace).
+    fn exec(&self, codex: &Path, args: &[&str]) -> Command {
+        let mut command = Command::new(codex);
+        command
+            .args([
+                "exec",
+                "--skip-git-repo-check",
+                "--dangerously-bypass-approvals-and-sandbox",
+                "--color",
+                "never",
+            ])
+            .args(args)
+            .current_dir(&self.work)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", &self.home)
+            .env("CODEX_HOME", &self.codex_home)
+            .env("TERM", "dumb")
+            .env(KEY_VAR, "sk-test");
+        command
+    }
+}
+
+/// Checks what every Codex call upstream carries; its thread (`prompt_cache_key`).
+fn assert_codex_call(call: &Recorded) -> String {
+    assert_eq!(
+        call.header("authorization"),
+        Some("Bearer sk-test"),
+        "Codex's key forwarded"
+    );
+    assert_eq!(call.body["model"], MODEL);
+    assert_eq!(call.body["stream"], true, "Codex streams");
+    assert_eq!(call.body["store"], false, "{}", call.body["store"]);
+    let thread = call.body["prompt_cache_key"]
+        .as_str()
+        .unwrap_or_else(|| panic!("prompt_cache_key forwarded: {:#}", call.body))
+        .to_owned();
+    assert_eq!(
+        call.header("session-id"),
+        Some(thread.as_str()),
+        "Codex's session-id header forwarded, naming the thread"
+    );
+    let tools: Vec<&str> = call.body["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert!(
+        tools.contains(&SHELL),
+        "Codex's tools forwarded, {SHELL} among them: {tools:?}"
+    );
+    assert!(
+        call.body["include"]
+            .as_array()
+            .is_some_and(|i| i.contains(&json!("reasoning.encrypted_content"))),
+        "include forwarded: {}",
+        call.body["include"]
+    );
+    let leaked: Vec<&str> = call
+        .headers
+        .keys()
+        .map(|k| k.as_str())
+        .filter(|k| k.starts_with("x-ctxd-"))
+        .collect();
+    assert!(
+        leaked.is_empty(),
+        "x-ctxd-* headers went upstream: {leaked:?}"
+    );
+    thread
+}
+
+/// The `function_call` item with `call_id` and the `function_call_output` right after it.
+fn call_and_output(items: &[Value], call_id: &str) -> Option<(Value, Value)> {
+    let at = items
+        .iter()
+        .position(|i| i["type"] == "function_call" && i["call_id"] == call_id)?;
+    let output = items.get(at + 1)?;
+    (output["type"] == "function_call_output" && output["call_id"] == call_id)
+        .then(|| (items[at].clone(), output.clone()))
+}
+
+/// A function call item's arguments, parsed.
+fn arguments(call: &Value) -> Value {
+    serde_json::from_str(call["arguments"].as_str().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("the call's arguments are JSON ({e}): {call}"))
+}
+
+/// The text of a message item: its string content, or its text parts joined.
+fn item_text(item: &Value) -> String {
+    match &item["content"] {
+        Value::String(s) => s.clone(),
+        Value::Array(parts) => parts
+            .iter()
+            .filter_map(|p| p["text"].as_str())
+            .collect::<Vec<_>>()
+            .join(""),
+        _ => String::new(),
+    }
+}
+
+/// Codex, or `None` (the test skips) when it is missing and not required.
+fn codex() -> Option<PathBuf> {
+    let path = match std::env::var_os("CTXD_TEST_CODEX").filter(|v| !v.is_empty()) {
+        Some(path) => PathBuf::from(path),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("target/agents/node_modules/.bin/codex"),
+    };
+    if path.exists() {
+        return Some(path);
+    }
+    let why = format!(
+        "no Codex at {} (CTXD_TEST_CODEX; .ci/run installs @openai/codex into target/agents)",
+        path.display()
+    );
+    if std::env::var(REQUIRED).is_ok_and(|v| v == "required") {
+        panic!("{REQUIRED}=required, but {why}");
+    }
+    eprintln!("skipped: {why}; set {REQUIRED}=required to fail instead");
+    None
+}
+
+// ---------------------------------------------------------------- the gateway under test
+
+/// A server with the gateway in front of `fake`; the gateway's base URL (without `/v1`).
+async fn gateway_app(fake: &FakeProvider) -> (TestApp, String) {
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind the gateway");
+    let url = format!("http://{}", listener.local_addr().expect("gateway addr"));
+    let options = Options {
+        gateway: Some(Gateway::new(listener, fake.url(), fake.url())),
+        ..Default::default()
+    };
+    (spawn_app_with(options).await, url)
+}
+
+/// The only session of the test's server.
+async fn only_session(app: &mut TestApp) -> String {
+    let sessions = app
+        .client
+        .list_sessions(pb::ListSessionsRequest {
+            page_size: 1000,
+            ..Default::default()
+        })
+        .await
+        .expect("ListSessions")
+        .into_inner()
+        .sessions;
+    let ids: Vec<&str> = sessions.iter().map(|s| s.session_id.as_str()).collect();
+    assert_eq!(ids.len(), 1, "one Codex thread, one session: {ids:?}");
+    ids[0].to_owned()
+}
+
+/// The only branch of `session` with nodes (a linear conversation forks nothing); else fails
+/// showing each branch's nodes.
+async fn only_branch(app: &mut TestApp, session: &str) -> String {
+    let names: Vec<String> = app
+        .branches(session)
+        .await
+        .into_iter()
+        .filter(|b| !b.head_id.is_empty())
+        .map(|b| b.name)
+        .collect();
+    if names.len() != 1 {
+        let mut shown = String::new();
+        for name in &names {
+            let lines = log_lines(app, session, name).await;
+            shown.push_str(&format!("\n{name}: {lines:#?}"));
+        }
+        panic!(
+            "one branch with nodes, not {}: {names:?}{shown}",
+            names.len()
+        );
+    }
+    names[0].clone()
+}
+
+/// `branch` of `session`, oldest first, one line per node (see [`describe`]).
+async fn log_lines(app: &mut TestApp, session: &str, branch: &str) -> Vec<String> {
+    let mut nodes = app.log(session, branch).await;
+    nodes.reverse();
+    nodes.iter().map(describe).collect()
+}
+
+/// A node as one line: `user: text`, `assistant: text -> id name {args}`,
+/// `tool[id name]: text` (system and developer text cut at 100 characters). A kept Responses item shows as its text (a message), as
+/// `(reasoning: summary)`, or as `(type)`; the fields ctxd keeps of an item are left out.
+fn describe(node: &pb::Node) -> String {
+    use pb::node_input::Kind;
+    match node.content.as_ref().and_then(|c| c.kind.as_ref()) {
+        Some(Kind::Message(m)) => {
+            let role = match pb::Role::try_from(m.role) {
+                Ok(pb::Role::System) => "system",
+                Ok(pb::Role::Developer) => "developer",
+                Ok(pb::Role::User) => "user",
+                Ok(pb::Role::Assistant) => "assistant",
+                _ => "other",
+            };
+            let mut line = format!("{role}:");
+            let mut text = parts_text(&m.parts);
+            if matches!(role, "system" | "developer") && text.chars().count() > 100 {
+                // Codex's instructions run to many kilobytes: their start names them.
+                text = text.chars().take(100).chain("…".chars()).collect();
+            }
+            if !text.is_empty() {
+                line = format!("{line} {text}");
+            }
+            for call in &m.tool_calls {
+                let args = serde_json::from_str::<Value>(&call.arguments_json)
+                    .map(|v| v.to_string())
+                    .unwrap_or_else(|_| call.arguments_json.clone());
+                line = format!("{line} -> {} {} {args}", call.call_id, call.name);
+            }
+            line
+        }
+        Some(Kind::ToolResult(r)) => {
+            let error = if r.is_error { " error" } else { "" };
+            format!(
+                "tool[{} {}{error}]: {}",
+                r.call_id,
+                r.name,
+                parts_text(&r.parts)
+            )
+        }
+        Some(other) => format!("{other:?}"),
+        None => "<no content>".into(),
+    }
+}
+
+/// Parts as text, joined by `|` (see [`describe`]).
+fn parts_text(parts: &[pb::ContentPart]) -> String {
+    use pb::content_part::Part;
+    parts
+        .iter()
+        .filter_map(|p| match &p.part {
+            Some(Part::Text(t)) => Some(t.clone()),
+            Some(Part::Media(m)) => match &m.source {
+                Some(pb::media::Source::Data(data)) => {
+                    match serde_json::from_slice::<Value>(data) {
+                        Ok(item) if item["type"] == "ctxd_item_fields" => None,
+                        Ok(item) if item["type"] == "message" => Some(item_text(&item)),
+                        Ok(item) if item["type"] == "reasoning" => Some(format!(
+                            "(reasoning: {})",
+                            item["summary"]
+                                .as_array()
+                                .into_iter()
+                                .flatten()
+                                .filter_map(|s| s["text"].as_str())
+                                .collect::<Vec<_>>()
+                                .join(" ")
+                        )),
+                        Ok(item) if item["type"].is_string() => {
+                            Some(format!("({})", item["type"].as_str().unwrap_or_default()))
+                        }
+                        _ => Some(format!("<{}>", m.mime_type)),
+                    }
+                }
+                _ => Some(format!("<{}>", m.mime_type)),
+            },
+            None => Some("<empty part>".into()),
+        })
+        .collect::<Vec<_>>()
+        .join("|")
+}
+
+/// Requests to `path` the fake received.
+fn model_calls(fake: &FakeProvider, path: &str) -> Vec<Recorded> {
+    fake.requests()
+        .into_iter()
+        .filter(|r| r.method == "POST" && r.path == path)
+        .collect()
+}
+
+/// Every request the fake received, as `METHOD path?query` (for failure messages).
+fn paths(fake: &FakeProvider) -> String {
+    let all: Vec<String> = fake
+        .requests()
+        .iter()
+        .map(|r| match &r.query {
+            Some(q) => format!("{} {}?{q}", r.method, r.path),
+            None => format!("{} {}", r.method, r.path),
+        })
+        .collect();
+    format!("{all:?}")
+}
+
+// ---------------------------------------------------------------- child processes
+
+/// How a child process ended, and what it wrote.
+struct Ran {
+    status: ExitStatus,
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs `command` (no stdin: Codex reads a piped stdin as more prompt) in a process group of its
+/// own to its exit, capturing both streams; past [`CHILD_LIMIT`] the group is killed and the test
+/// fails with what it wrote so far. The group is killed after a normal exit too, so nothing it
+/// started outlives the test.
+async fn run_bounded(what: &str, mut command: Command) -> Ran {
+    command
+        .process_group(0)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = command
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn {what}: {e}"));
+    let pid = child.id();
+    let stdout = drain(child.stdout.take().expect("piped stdout"));
+    let stderr = drain(child.stderr.take().expect("piped stderr"));
+    let waited = tokio::task::spawn_blocking(move || child.wait());
+    let status = tokio::time::timeout(CHILD_LIMIT, waited).await;
+    kill_group(pid);
+    let stdout = collect(stdout).await;
+    let stderr = collect(stderr).await;
+    match status {
+        Ok(joined) => Ran {
+            status: joined.expect("waiter task").expect("wait for the child"),
+            stdout,
+            stderr,
+        },
+        Err(_) => panic!(
+            "{what} did not finish within {CHILD_LIMIT:?} and was killed\nstdout: {stdout}\n\
+             stderr: {stderr}"
+        ),
+    }
+}
+
+/// Reads `pipe` to its end on a thread of its own.
+fn drain(mut pipe: impl Read + Send + 'static) -> std::thread::JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = pipe.read_to_end(&mut buf);
+        buf
+    })
+}
+
+/// What a [`drain`] read (its pipe is closed once the process group is gone).
+async fn collect(reader: std::thread::JoinHandle<Vec<u8>>) -> String {
+    let joined = tokio::task::spawn_blocking(move || reader.join());
+    match tokio::time::timeout(Duration::from_secs(10), joined).await {
+        Ok(Ok(Ok(buf))) => String::from_utf8_lossy(&buf).into_owned(),
+        _ => "<not readable: the pipe stayed open>".into(),
+    }
+}
+
+/// SIGKILL to the process group `pgid` (a group already gone is fine).
+fn kill_group(pgid: u32) {
+    let _ = Command::new("kill")
+        .args(["-KILL", "--", &format!("-{pgid}")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+}
