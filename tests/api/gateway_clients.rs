@@ -225,6 +225,92 @@ async fn openai_sdk(mode: &str) {
     );
 }
 
+#[tokio::test]
+async fn openai_sdk_responses_create_records_a_tool_loop() {
+    responses_sdk("responses-create").await;
+}
+
+#[tokio::test]
+async fn openai_sdk_responses_stream_records_a_tool_loop() {
+    responses_sdk("responses-stream").await;
+}
+
+/// A two-call tool loop with `client.responses.create(..., store=False)`, without
+/// (`responses-create`) or with `stream=True` (`responses-stream`): the client resends its
+/// items, the model's output items among them, as Responses apps do.
+async fn responses_sdk(mode: &str) {
+    let Some(python) = python().await else { return };
+    let fake = FakeProvider::start().await;
+    fake.script_all([
+        Reply::tool_use_id(TOOL_ID, "get_weather", json!({"city": "Paris"})),
+        Reply::text(ANSWER),
+    ]);
+    let (mut app, gateway) = gateway_app(&fake).await;
+
+    let out = run_sdk(&python, mode, &gateway).await;
+    assert_eq!(out["answer"], ANSWER, "the SDK's answer; it printed {out}");
+    assert_eq!(
+        out["stop_reasons"],
+        json!(["completed", "completed"]),
+        "{out}"
+    );
+    assert_eq!(out["tool"]["id"], TOOL_ID, "{out}");
+    assert_eq!(out["tool"]["name"], "get_weather", "{out}");
+
+    let calls = model_calls(&fake, "/v1/responses");
+    assert_eq!(calls.len(), 2, "model calls upstream: {}", paths(&fake));
+    let streamed = mode == "responses-stream";
+    for call in &calls {
+        assert_eq!(call.header("authorization"), Some("Bearer sk-test"));
+        assert_eq!(call.body["stream"].as_bool().unwrap_or(false), streamed);
+        assert_ctxd_headers_stripped(call);
+    }
+    let second = calls[1].input();
+    let call = second
+        .iter()
+        .position(|i| i["type"] == "function_call" && i["call_id"] == TOOL_ID)
+        .unwrap_or_else(|| panic!("the second upstream input holds the call: {second:#?}"));
+    assert_eq!(second[call]["name"], "get_weather");
+    let output = &second[call + 1];
+    assert_eq!(output["type"], "function_call_output", "{second:#?}");
+    assert_eq!(output["call_id"], TOOL_ID);
+    assert_eq!(output["output"], TOOL_OUTPUT);
+
+    let session = only_session(&mut app).await;
+    assert_eq!(
+        out["sessions"],
+        json!([session, session]),
+        "x-ctxd-session-id"
+    );
+    let branch = answered_branch(&out);
+    let nodes = app.log(&session, &branch).await;
+    let lines: Vec<String> = nodes.iter().rev().map(describe).collect();
+    assert_eq!(
+        lines.len(),
+        5,
+        "system, question, call, result, answer: {lines:#?}"
+    );
+    // A bare `{role, content}` item keeps its form in a kept part beside its text.
+    assert!(
+        lines[0].starts_with("system: ") && lines[0].ends_with(SYSTEM),
+        "{lines:#?}"
+    );
+    assert!(
+        lines[1].starts_with("user: ") && lines[1].ends_with(QUESTION),
+        "{lines:#?}"
+    );
+    assert!(
+        lines[2].starts_with("assistant:")
+            && lines[2].ends_with(&format!("-> {TOOL_ID} get_weather {{\"city\":\"Paris\"}}")),
+        "{lines:#?}"
+    );
+    assert_eq!(
+        lines[3],
+        format!("tool[{TOOL_ID} get_weather]: {TOOL_OUTPUT}")
+    );
+    assert!(lines[4].starts_with("assistant:"), "{lines:#?}");
+}
+
 // ---------------------------------------------------------------- Claude Code
 
 /// `claude -p "…" --allowedTools Read` through the gateway: the fake scripts a `Read` of a temp
@@ -699,6 +785,37 @@ if mode.startswith("anthropic"):
     out["stop_reasons"].append(second.stop_reason)
     out["answer"] = "".join(b.text for b in second.content if b.type == "text")
     out["streamed_text"] = text
+elif mode.startswith("responses"):
+    import openai
+    client = openai.OpenAI(base_url=gateway + "/v1", api_key="sk-test", max_retries=0, timeout=60)
+    tools = [{"type": "function", "name": "get_weather", "description": "The weather in a city",
+              "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                             "required": ["city"]}}]
+    items = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": QUESTION}]
+
+    def call():
+        args = dict(model="gpt-test", input=items, tools=tools, store=False)
+        if mode == "responses-stream":
+            raw = client.responses.with_raw_response.create(stream=True, **args)
+            saw(raw.headers)
+            final = None
+            for event in raw.parse():
+                if event.type == "response.completed":
+                    final = event.response
+            return final
+        raw = client.responses.with_raw_response.create(**args)
+        saw(raw.headers)
+        return raw.parse()
+
+    first = call()
+    out["stop_reasons"].append(first.status)
+    tool = next(o for o in first.output if o.type == "function_call")
+    out["tool"] = {"id": tool.call_id, "name": tool.name, "arguments": tool.arguments}
+    items += [o.model_dump(exclude_none=True) for o in first.output]
+    items.append({"type": "function_call_output", "call_id": tool.call_id, "output": TOOL_OUTPUT})
+    second = call()
+    out["stop_reasons"].append(second.status)
+    out["answer"] = second.output_text
 else:
     import openai
     client = openai.OpenAI(base_url=gateway + "/v1", api_key="sk-test", max_retries=0, timeout=60)
