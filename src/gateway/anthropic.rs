@@ -10,7 +10,9 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use serde_json::{Value, json};
 
-use super::conversation::{Conversation, Item, Refusal, estimate, fill_result_names, item_chars};
+use super::conversation::{
+    Conversation, Item, MAX_ANSWER_PARTS, Refusal, estimate, fill_result_names, item_chars,
+};
 use super::json::{canonical_arguments, canonical_block};
 use super::sse;
 use crate::domain::{MediaSource, NodeContent, Part, ProviderUsage, Role, ToolCall};
@@ -483,6 +485,10 @@ impl Answer {
             }
             "content_block_start" => {
                 if let (Some(i), Some(block)) = (index, data.get("content_block")) {
+                    if i >= MAX_ANSWER_PARTS {
+                        self.failed = true;
+                        return;
+                    }
                     if self.blocks.len() <= i {
                         self.blocks.resize(i + 1, Value::Null);
                         self.partial.resize(i + 1, String::new());
@@ -532,7 +538,12 @@ impl Answer {
                     && !partial.is_empty()
                 {
                     match serde_json::from_str::<Value>(partial) {
-                        Ok(input) => self.blocks[i]["input"] = input,
+                        Ok(input) => match self.blocks.get_mut(i) {
+                            Some(Value::Object(block)) => {
+                                block.insert("input".to_owned(), input);
+                            }
+                            _ => self.failed = true,
+                        },
                         Err(_) => self.failed = true,
                     }
                 }

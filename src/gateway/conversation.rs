@@ -53,6 +53,10 @@ impl Refusal {
     }
 }
 
+/// The most blocks, items or calls one answer may hold: an index past it in a stream marks
+/// the answer as not one ctxd records (and never makes it allocate for a huge index).
+pub const MAX_ANSWER_PARTS: usize = 4096;
+
 /// Tokens of `text` as the gateway estimates them (four characters a token, rounded up): the
 /// same count for what the client sent and what went upstream.
 pub fn estimate(chars: usize) -> u64 {

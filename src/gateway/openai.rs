@@ -6,7 +6,9 @@
 
 use serde_json::{Value, json};
 
-use super::conversation::{Conversation, Item, Refusal, estimate, fill_result_names, item_chars};
+use super::conversation::{
+    Conversation, Item, MAX_ANSWER_PARTS, Refusal, estimate, fill_result_names, item_chars,
+};
 use super::json::{canonical_arguments, canonical_block};
 use super::sse;
 use crate::domain::{MediaSource, NodeContent, Part, ProviderUsage, Role, ToolCall};
@@ -319,6 +321,10 @@ impl Answer {
                         .and_then(Value::as_u64)
                         .and_then(|i| usize::try_from(i).ok())
                         .unwrap_or(0);
+                    if i >= MAX_ANSWER_PARTS {
+                        self.failed = true;
+                        continue;
+                    }
                     if self.calls.len() <= i {
                         self.calls.resize(i + 1, Default::default());
                     }

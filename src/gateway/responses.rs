@@ -454,6 +454,10 @@ impl Answer {
                 ) else {
                     return;
                 };
+                if i >= super::conversation::MAX_ANSWER_PARTS {
+                    self.failed = true;
+                    return;
+                }
                 if self.done.len() <= i {
                     self.done.resize(i + 1, Value::Null);
                 }
