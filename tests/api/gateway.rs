@@ -1960,3 +1960,170 @@ async fn gateway_usage_is_recorded_per_session() {
     assert!(usage.client_tokens > 0 && usage.forwarded_tokens > 0);
     assert!(usage.output_tokens > 0);
 }
+
+// ---------------------------------------------------------------- malformed input
+
+/// A JSON value of a random kind, small.
+fn random_value(rng: &mut impl rand::Rng, depth: u32) -> Value {
+    match rng.random_range(0..if depth > 2 { 5 } else { 7 }) {
+        0 => Value::Null,
+        1 => json!(rng.random::<bool>()),
+        2 => json!(rng.random_range(-3i64..100_000)),
+        3 => json!(
+            [
+                "",
+                "user",
+                "assistant",
+                "system",
+                "tool",
+                "text",
+                "tool_use",
+                "x\u{0}y"
+            ][rng.random_range(0..8)]
+        ),
+        4 => json!(rng.random::<f64>()),
+        5 => Value::Array(
+            (0..rng.random_range(0..3))
+                .map(|_| random_value(rng, depth + 1))
+                .collect(),
+        ),
+        _ => {
+            let keys = [
+                "role",
+                "content",
+                "type",
+                "text",
+                "id",
+                "name",
+                "input",
+                "tool_use_id",
+                "call_id",
+                "arguments",
+                "output",
+                "tool_calls",
+                "index",
+                "cache_control",
+            ];
+            Value::Object(
+                (0..rng.random_range(0..4))
+                    .map(|_| {
+                        (
+                            keys[rng.random_range(0..keys.len())].to_owned(),
+                            random_value(rng, depth + 1),
+                        )
+                    })
+                    .collect(),
+            )
+        }
+    }
+}
+
+/// Replaces one value somewhere inside `value` by a random one.
+fn mutate(rng: &mut impl rand::Rng, value: &mut Value) {
+    match value {
+        Value::Object(map) if !map.is_empty() && rng.random_bool(0.7) => {
+            let k = map
+                .keys()
+                .nth(rng.random_range(0..map.len()))
+                .cloned()
+                .unwrap_or_default();
+            if rng.random_bool(0.2) {
+                map.remove(&k);
+            } else if let Some(v) = map.get_mut(&k) {
+                mutate(rng, v);
+            }
+        }
+        Value::Array(items) if !items.is_empty() && rng.random_bool(0.7) => {
+            let i = rng.random_range(0..items.len());
+            mutate(rng, &mut items[i]);
+        }
+        other => *other = random_value(rng, 0),
+    }
+}
+
+#[tokio::test]
+async fn gateway_never_fails_on_malformed_requests() {
+    use rand::{Rng, SeedableRng};
+    let seed: u64 = std::env::var("CTXD_FUZZ_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random);
+    eprintln!("CTXD_FUZZ_SEED={seed}");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let gw = start().await;
+    let tool_use = json!({"role": "assistant", "content": [
+        {"type": "thinking", "thinking": "t", "signature": "s"},
+        {"type": "tool_use", "id": "t1", "name": "Read", "input": {"path": "a"}}]});
+    let tool_result = json!({"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "t1", "content": [{"type": "text", "text": "x"}]}]});
+    let seeds: [(&str, Value); 3] = [
+        (
+            "/v1/messages",
+            anthropic_stream(json!([user_msg("hi"), tool_use, tool_result])),
+        ),
+        (
+            "/v1/chat/completions",
+            openai(json!([
+                {"role": "system", "content": "s"},
+                user_msg("hi"),
+                {"role": "assistant", "content": null, "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+                {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+            ])),
+        ),
+        (
+            "/v1/responses",
+            json!({"model": "gpt-test", "stream": true, "input": [
+                {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]},
+                {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "e"},
+                {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+                {"type": "function_call_output", "call_id": "c1", "output": "ok"},
+            ]}),
+        ),
+    ];
+    for round in 0..300 {
+        let (path, seed_body) = &seeds[round % seeds.len()];
+        let mut body = seed_body.clone();
+        for _ in 0..rng.random_range(1..4) {
+            mutate(&mut rng, &mut body);
+        }
+        let mut bytes = body.to_string().into_bytes();
+        if rng.random_bool(0.1) {
+            bytes.truncate(rng.random_range(0..bytes.len().max(1)));
+        }
+        let answer = gw
+            .post(path, &[("anthropic-version", "2023-06-01")], bytes.clone())
+            .await;
+        assert!(
+            !answer.cut,
+            "round {round}: a whole answer to {}",
+            String::from_utf8_lossy(&bytes)
+        );
+        match answer.status {
+            // Forwarded (the fake answers what it takes), or refused naming a field.
+            200 | 404 => {}
+            400 => {
+                let error = answer.json();
+                let message = error["error"]["message"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned();
+                assert!(
+                    message.contains(": "),
+                    "round {round}: a message naming a field: {error}"
+                );
+            }
+            status => panic!(
+                "round {round}: status {status} for {}: {}",
+                String::from_utf8_lossy(&bytes),
+                answer.text()
+            ),
+        }
+    }
+    // Still serving, and still recording.
+    let answer = gw
+        .messages(&anthropic(json!([user_msg("still there?")])))
+        .await
+        .ok();
+    answer.session();
+}
