@@ -23,6 +23,7 @@ use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
+use axum::serve::ListenerExt as _;
 use serde_json::Value;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
@@ -212,7 +213,13 @@ pub async fn serve(
         .fallback(other)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(app);
-    axum::serve(gateway.listener, router).await
+    // Without TCP_NODELAY a body written after its head waits ~40 ms for a delayed ACK.
+    let listener = gateway.listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "gateway: TCP_NODELAY not set");
+        }
+    });
+    axum::serve(listener, router).await
 }
 
 async fn messages(State(app): State<App>, uri: Uri, headers: HeaderMap, body: Bytes) -> Response {
