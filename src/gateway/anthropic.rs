@@ -148,9 +148,13 @@ fn read_message(conv: &mut Conversation, i: usize, message: &Value) -> Result<()
         fields.insert("type".to_owned(), Value::String(MESSAGE_FIELDS.to_owned()));
         kept(&Value::Object(fields))
     });
-    let blocks: Vec<Value> = match obj.get("content") {
-        Some(Value::String(s)) => vec![json!({"type": "text", "text": s})],
-        Some(Value::Array(blocks)) => blocks.clone(),
+    let one;
+    let blocks: &[Value] = match obj.get("content") {
+        Some(Value::String(s)) => {
+            one = [json!({"type": "text", "text": s})];
+            &one
+        }
+        Some(Value::Array(blocks)) => blocks,
         _ => {
             return Err(Refusal::invalid(
                 format!("{at}.content"),
@@ -171,7 +175,7 @@ fn read_message(conv: &mut Conversation, i: usize, message: &Value) -> Result<()
     }
     match role {
         Role::Assistant => {
-            let content = match (assistant(&blocks)?, envelope) {
+            let content = match (assistant(blocks)?, envelope) {
                 (
                     Some(NodeContent::Message {
                         role,
@@ -202,7 +206,7 @@ fn read_message(conv: &mut Conversation, i: usize, message: &Value) -> Result<()
         _ => {
             let mut parts: Vec<Part> = envelope.into_iter().collect();
             let fields = parts.len();
-            for block in &blocks {
+            for block in blocks {
                 if block.get("type").and_then(Value::as_str) == Some("tool_result") {
                     if role != Role::User || parts.len() > fields {
                         return Err(Refusal::Unrecordable("content before tool results"));
@@ -360,8 +364,11 @@ pub fn messages(
     item_nodes: &[crate::domain::NodeId],
 ) -> Value {
     let (document, sources) = anthropic_document(rendered, true);
-    let mut out = match document.get("messages") {
-        Some(Value::Array(m)) => m.clone(),
+    let mut out = match document {
+        Value::Object(mut map) => match map.remove("messages") {
+            Some(Value::Array(m)) => m,
+            _ => Vec::new(),
+        },
         _ => Vec::new(),
     };
     let changed = |m: &Message| {

@@ -181,6 +181,8 @@ struct App {
     openai: Arc<str>,
     policy: GatewayPolicy,
     max_part_bytes: usize,
+    /// Sessions by the keys that named them.
+    keys_seen: Arc<record::SessionKeys>,
 }
 
 /// Serves the gateway on its listener until the task is dropped. A call in flight when it is
@@ -204,6 +206,7 @@ pub async fn serve(
         openai: trim(&gateway.openai_upstream),
         policy: gateway.policy,
         max_part_bytes,
+        keys_seen: Arc::default(),
     };
     let router = Router::new()
         .route("/v1/messages", post(messages))
@@ -337,6 +340,7 @@ impl App {
     }
 
     async fn handle(&self, api: Api, uri: Uri, headers: HeaderMap, body: Bytes) -> Response {
+        let t0 = std::time::Instant::now();
         let tenant = match self.tenant(api, &headers) {
             Ok(t) => t,
             Err(response) => return response,
@@ -376,8 +380,10 @@ impl App {
                     .await;
             }
         };
+        let t_read = t0.elapsed();
         let recorded = match record::record(
             &self.workflows.store,
+            &self.keys_seen,
             &tenant,
             named.as_deref(),
             &conv,
@@ -394,6 +400,7 @@ impl App {
                     .await;
             }
         };
+        let t_record = t0.elapsed();
         let (outgoing, forwarded_tokens) = match policy {
             GatewayPolicy::Passthrough => (body, conv.client_tokens),
             GatewayPolicy::Stepped => {
@@ -406,6 +413,12 @@ impl App {
                 }
             }
         };
+        tracing::debug!(
+            read_us = t_read.as_micros() as u64,
+            record_us = (t_record - t_read).as_micros() as u64,
+            render_us = (t0.elapsed() - t_record).as_micros() as u64,
+            "gateway: a request's time before forwarding"
+        );
         count(api, "recorded");
         metrics::counter!("ctxd_gateway_tokens_total", "kind" => "client")
             .increment(conv.client_tokens);
@@ -444,6 +457,7 @@ impl App {
                 _ => PathTarget::Branch(recorded.branch.clone()),
             },
         };
+        let t0 = std::time::Instant::now();
         let (path, rendered) = self
             .workflows
             .render(recorded.session, &target, Tokenizer::Heuristic, options)
@@ -452,10 +466,19 @@ impl App {
                 tracing::warn!(error = %e, "gateway: render failed");
                 "render"
             })?;
+        let t1 = t0.elapsed();
         let messages = self.document(api, conv, &path, &rendered.messages);
         let tokens = forwarded_tokens(&rendered.messages);
-        let body = json::replace_field(body, api.field(), &messages.to_string())
-            .ok_or("a body that is not an object")?;
+        let text = messages.to_string();
+        let t2 = t0.elapsed();
+        let body =
+            json::replace_field(body, api.field(), &text).ok_or("a body that is not an object")?;
+        tracing::debug!(
+            render_us = t1.as_micros() as u64,
+            document_us = (t2 - t1).as_micros() as u64,
+            splice_us = (t0.elapsed() - t2).as_micros() as u64,
+            "gateway: render phases"
+        );
         Ok((body, tokens))
     }
 

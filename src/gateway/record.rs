@@ -2,7 +2,7 @@
 //! already (found by node hash), and where the rest goes (the branch whose head it extends, or
 //! a new branch forked at the last shared node).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use super::conversation::Conversation;
 use crate::domain::{
@@ -64,6 +64,7 @@ struct Plan {
 /// Records `conv` for `tenant`: finds or makes its session, appends what it does not hold.
 pub async fn record(
     store: &Store,
+    keys: &SessionKeys,
     tenant: &Tenant,
     named: Option<&str>,
     conv: &Conversation,
@@ -93,13 +94,13 @@ pub async fn record(
             None => Key::Named(format!("opening:{opening}")),
         },
     };
-    let mut session = open(store, tenant, &key).await?;
+    let mut session = open(store, keys, tenant, &key).await?;
     let mut own_session = false;
     for _ in 0..ATTEMPTS {
-        let plan = match stored_prefix(store, session, &hashes).await? {
-            Some((k, node)) => extend(store, session, node, &contents, k + 1).await?,
+        let branches = store.list_branches(session).await.map_err(store_error)?;
+        let plan = match prefix_from_heads(store, session, &branches, &hashes).await? {
+            Some((k, node)) => extend(store, session, &branches, node, &contents, k + 1).await?,
             None => {
-                let branches = store.list_branches(session).await.map_err(store_error)?;
                 if branches.iter().all(|b| b.head.is_none())
                     && branches.iter().any(|b| b.name == BranchName::main())
                 {
@@ -129,7 +130,7 @@ pub async fn record(
                         }
                         Key::Named(name) => Key::Named(format!("{name}/{opening}")),
                     };
-                    session = open(store, tenant, &own).await?;
+                    session = open(store, keys, tenant, &own).await?;
                     own_session = true;
                     continue;
                 }
@@ -188,11 +189,11 @@ pub async fn record(
 async fn extend(
     store: &Store,
     session: Scoped,
+    branches: &[domain::Branch],
     node: NodeId,
     contents: &[NodeContent],
     done: usize,
 ) -> Result<Plan, Unrecorded> {
-    let branches = store.list_branches(session).await.map_err(store_error)?;
     let mut order: Vec<&domain::Branch> = branches.iter().filter(|b| b.head.is_some()).collect();
     order.sort_by_key(|b| (b.name != BranchName::main(), b.name.as_str().to_owned()));
     let mut best: Option<Reach> = None;
@@ -230,7 +231,7 @@ async fn extend(
         branch
     } else {
         let hashes = chain_hashes(contents, None);
-        fork(store, session, reached, &branches, &hashes).await?
+        fork(store, session, reached, branches, &hashes).await?
     };
     Ok(Plan {
         branch,
@@ -510,16 +511,67 @@ enum Key {
     Named(String),
 }
 
-async fn open(store: &Store, tenant: &Tenant, key: &Key) -> Result<Scoped, Unrecorded> {
+async fn open(
+    store: &Store,
+    keys: &SessionKeys,
+    tenant: &Tenant,
+    key: &Key,
+) -> Result<Scoped, Unrecorded> {
     match key {
         Key::Session(id) => store.scope(tenant, *id).await.map_err(store_error),
         Key::Named(name) => {
+            // A key names one session for good, unless it is deleted: the cached one is taken
+            // after the tenant check (which a deleted session fails).
+            if let Some(id) = keys.get(tenant, name) {
+                match store.scope(tenant, id).await {
+                    Ok(scoped) => return Ok(scoped),
+                    Err(_) => keys.forget(tenant, name),
+                }
+            }
             let metadata = BTreeMap::from([(KEY_METADATA.to_owned(), name.clone())]);
-            store
+            let scoped = store
                 .session_for_key(tenant, format!("ctxd-gateway:{name}"), metadata)
                 .await
-                .map_err(store_error)
+                .map_err(store_error)?;
+            keys.remember(tenant, name, scoped.id());
+            Ok(scoped)
         }
+    }
+}
+
+/// The sessions keys named, remembered: a key's session is read once, not on every call.
+#[derive(Default)]
+pub struct SessionKeys(std::sync::Mutex<HashMap<(Tenant, String), SessionId>>);
+
+/// Keys remembered at most; past it the memory starts over.
+const REMEMBERED_KEYS: usize = 10_000;
+
+impl SessionKeys {
+    fn get(&self, tenant: &Tenant, key: &str) -> Option<SessionId> {
+        let map = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        map.get(&(tenant.clone(), key.to_owned())).copied()
+    }
+
+    fn remember(&self, tenant: &Tenant, key: &str, id: SessionId) {
+        let mut map = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if map.len() >= REMEMBERED_KEYS {
+            map.clear();
+        }
+        map.insert((tenant.clone(), key.to_owned()), id);
+    }
+
+    fn forget(&self, tenant: &Tenant, key: &str) {
+        let mut map = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        map.remove(&(tenant.clone(), key.to_owned()));
     }
 }
 
@@ -542,6 +594,41 @@ pub fn chain_hashes(contents: &[NodeContent], scope: Option<&Hash>) -> Vec<Hash>
         out.push(node_hash(parent, scope, content));
     }
     out
+}
+
+/// The longest stored prefix, found first among the branch heads (an agent's request
+/// usually extends one: its newest messages are new, the rest is the head's history), then by
+/// the search of [`stored_prefix`]. A head's match is taken once the next message is not
+/// stored, so a longer prefix stored off every head is still found.
+async fn prefix_from_heads(
+    store: &Store,
+    session: Scoped,
+    branches: &[domain::Branch],
+    hashes: &[Hash],
+) -> Result<Option<(usize, NodeId)>, Unrecorded> {
+    let at: std::collections::HashMap<&Hash, NodeId> = branches
+        .iter()
+        .filter_map(|b| b.head.as_ref().map(|(id, hash)| (hash, *id)))
+        .collect();
+    let Some((k, node)) = hashes
+        .iter()
+        .enumerate()
+        .rev()
+        .find_map(|(k, h)| at.get(h).map(|id| (k, *id)))
+    else {
+        return stored_prefix(store, session, hashes).await;
+    };
+    match hashes.get(k + 1) {
+        None => Ok(Some((k, node))),
+        Some(next) => match store
+            .node_by_hash(session, next)
+            .await
+            .map_err(store_error)?
+        {
+            None => Ok(Some((k, node))),
+            Some(_) => stored_prefix(store, session, hashes).await,
+        },
+    }
 }
 
 /// The longest stored prefix: its last index and node. Stored prefixes are closed under

@@ -1,0 +1,1766 @@
+//! The model gateway (`ctxd serve --gateway`): `cargo bench --bench gateway`.
+//!
+//! Everything talks HTTP on 127.0.0.1:0 to the scripted fake provider of
+//! `tests/common/fake_provider.rs` (the Anthropic Messages API with an imitated prefix cache),
+//! either directly (the baseline, measured in the same run) or through the gateway of a ctxd
+//! server in this process (`ctxd::server::serve_with` over a SQLite file in a temp dir).
+//! Measured:
+//!
+//! - **economy**: every trace of `testdata/traces` replayed as a client that resends its whole
+//!   history on every model call, as Claude Code does: before each assistant message of the trace
+//!   an Anthropic Messages request (model `claude-sonnet-4-5`, `max_tokens` 8192, streamed, the
+//!   trace's leading system message as `system`, else a fixed prompt) carries every earlier
+//!   message (assistant text and `tool_use` blocks; tool results as `tool_result` blocks, the
+//!   consecutive ones in one user message; a `cache_control` marker on the last block of the last
+//!   message, as Claude Code puts one), and the fake answers with exactly that assistant message
+//!   (its text and its calls, with the trace's ids), so the next request's history is what the
+//!   gateway recorded. Once directly to the fake, then (cache cleared) through the gateway, one
+//!   session per trace (`x-ctxd-session: <trace name>`). The cost is the cache-weighted input the
+//!   fake reports (input + 1.25 × cache writes + 0.1 × cache reads), summed over calls; the ratio
+//!   is gateway over direct, per trace family and in total.
+//! - **records**: nodes stored (read back over gRPC `ListBranches` and `Log`, every branch) over
+//!   the messages the client sent (the trace's messages up to its last assistant answer, system
+//!   messages aside); branches and sessions made; calls that went through unrecorded (answers
+//!   without `x-ctxd-session-id`, and the `ctxd_gateway_passthrough_total` metric).
+//! - **latency**: a zero-latency fake; a history of about 10k and about 100k tokens (the head of
+//!   `cc-main-4d5611e5`, characters / 4) resent with one new user message per request (and the
+//!   previous answer), so each request appends one or two nodes. Direct, through the gateway, and
+//!   through the gateway with `x-ctxd-policy: passthrough` (a diagnostic: recorded, not
+//!   rendered), and through a bare proxy in this process (a diagnostic: axum in, reqwest out,
+//!   `TCP_NODELAY`, nothing recorded: the floor of one more HTTP hop), in turn, on keep-alive
+//!   connections; p50 and p99 of the time until the answer is complete, until its first body
+//!   byte and until its head, and what each adds to the direct call.
+//! - **memory**: the `ctxd` binary (`ctxd serve --gateway`) as a child process; 16 streamed
+//!   requests of about 100k tokens each (distinct sessions) held open by the fake (paused after
+//!   its first events) while the server's VmRSS is read from `/proc/<pid>/status`; VmRSS idle,
+//!   during, after, and VmHWM.
+//!
+//! Arguments (after `--`): `--per-call TRACE` (repeatable) prints every call of that trace in
+//! both replays; `--skip-latency` and `--skip-memory` leave those parts out. Prints one table
+//! and a line per goal, and writes both to `target/bench/gateway.json`.
+
+#[path = "../tests/common/fake_provider.rs"]
+mod fake_provider;
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::io::BufRead;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use ctxd::api::pb;
+use ctxd::gateway::Gateway;
+use ctxd::store::Store;
+use fake_provider::{Block, FakeProvider, Reply, anthropic_message_of_sse};
+use metrics_exporter_prometheus::PrometheusHandle;
+use pb::context_store_client::ContextStoreClient;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tonic::transport::Channel;
+
+type Client = ContextStoreClient<Channel>;
+
+const MODEL: &str = "claude-sonnet-4-5";
+const MAX_TOKENS: u32 = 8192;
+/// The system prompt of traces that have none of their own (Claude Code does not record its).
+const SYSTEM: &str = "You are an interactive coding agent. You help the user with software \
+    engineering tasks in their repository: read files, run commands, edit code, and report what \
+    you did. Use the tools available to you; be concise.";
+/// The text every answer of the latency and memory cases says.
+const ANSWER: &str = "Done; what next?";
+
+/// Goals.
+const ECONOMY_GOAL: f64 = 0.45;
+const ADDED_P50_GOAL_MS: f64 = 5.0;
+const TTFB_ADDED_GOAL_MS: f64 = 2.0;
+
+/// Latency: the trace the histories come from, their sizes in tokens (chars / 4), the untimed
+/// rounds first and the timed rounds (each round: one request per arm).
+const LATENCY_TRACE: &str = "cc-main-4d5611e5";
+const LATENCY_SIZES: [usize; 2] = [10_000, 100_000];
+const LATENCY_WARMUP: usize = 10;
+const LATENCY_ROUNDS: usize = 200;
+
+/// Memory: streams held open at once, tokens each.
+const STREAMS: usize = 16;
+const STREAM_TOKENS: usize = 100_000;
+/// RSS samples while the streams are open, and their spacing.
+const RSS_SAMPLES: usize = 10;
+const RSS_EVERY: Duration = Duration::from_millis(50);
+
+/// The most any one request, start or wait may take before the bench gives up on it.
+const PATIENCE: Duration = Duration::from_secs(60);
+/// The most chunks one answer may come in.
+const MAX_CHUNKS: usize = 1_000_000;
+/// How long the bench waits for the gateway's last answers to be appended.
+const SETTLE: Duration = Duration::from_secs(5);
+const MAX_MESSAGE: usize = 256 * 1024 * 1024;
+
+fn main() {
+    let args = Args::parse();
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let metrics = ctxd::metrics::install().ok();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    runtime.block_on(run(args, metrics));
+}
+
+struct Args {
+    per_call: Vec<String>,
+    skip_latency: bool,
+    skip_memory: bool,
+}
+
+impl Args {
+    fn parse() -> Self {
+        let mut args = Args {
+            per_call: Vec::new(),
+            skip_latency: false,
+            skip_memory: false,
+        };
+        let mut it = std::env::args().skip(1);
+        while let Some(arg) = it.next() {
+            match arg.as_str() {
+                "--per-call" => args
+                    .per_call
+                    .push(it.next().unwrap_or_else(|| fail("--per-call TRACE"))),
+                "--skip-latency" => args.skip_latency = true,
+                "--skip-memory" => args.skip_memory = true,
+                // `cargo bench` passes this to every bench target.
+                "--bench" => {}
+                other => fail(&format!("unknown argument {other}")),
+            }
+        }
+        args
+    }
+}
+
+fn fail(message: &str) -> ! {
+    eprintln!("gateway bench: {message}");
+    std::process::exit(2);
+}
+
+async fn run(args: Args, metrics: Option<PrometheusHandle>) {
+    let run_start = Instant::now();
+    let traces = load_traces(&PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("testdata/traces"));
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    println!(
+        "ctxd gateway benchmark: {} traces, {} model calls; fake provider and gateway in process \
+         on 127.0.0.1, SQLite in a temp dir; {cores} cores",
+        traces.len(),
+        traces.iter().map(|t| t.calls.len()).sum::<usize>()
+    );
+
+    let fake = FakeProvider::start().await;
+    let tmp = tempfile::tempdir().expect("a temp dir");
+    let server = Server::start(&tmp.path().join("gateway.db"), &fake.url()).await;
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(64)
+        .build()
+        .expect("an HTTP client");
+    let mut grpc = connect(server.grpc).await;
+
+    // ---- economy: direct, then through the gateway.
+    let direct_url = format!("{}/v1/messages", fake.url());
+    let gateway_url = format!("http://{}/v1/messages", server.gateway);
+    let started = Instant::now();
+    let mut direct = Vec::new();
+    for trace in &traces {
+        direct.push(replay(&http, &direct_url, &fake, trace, false).await);
+    }
+    let direct_took = started.elapsed();
+    fake.clear_cache();
+    let before = metric_values(metrics.as_ref());
+    let started = Instant::now();
+    let mut via = Vec::new();
+    for trace in &traces {
+        via.push(replay(&http, &gateway_url, &fake, trace, true).await);
+    }
+    let via_took = started.elapsed();
+    let passthrough_metric = metric_diff(&before, &metric_values(metrics.as_ref()));
+    println!(
+        "economy replays: direct {:.1} s, through the gateway {:.1} s",
+        direct_took.as_secs_f64(),
+        via_took.as_secs_f64()
+    );
+
+    // ---- what the gateway stored.
+    let mut stored = Vec::new();
+    for (trace, run) in traces.iter().zip(&via) {
+        stored.push(stored_nodes(&mut grpc, run.session.as_deref(), trace.sent).await);
+    }
+    let sessions = count_sessions(&mut grpc).await;
+
+    println!();
+    println!(
+        "| {:<32} | {:>5} | {:>12} | {:>12} | {:>7} | {:>5} | {:>8} | {:>8} |",
+        "trace", "calls", "cost direct", "cost gateway", "ratio", "nodes", "messages", "branches"
+    );
+    for ((trace, (d, v)), s) in traces.iter().zip(direct.iter().zip(&via)).zip(&stored) {
+        println!(
+            "| {:<32} | {:>5} | {:>12.0} | {:>12.0} | {:>6.3}× | {:>5} | {:>8} | {:>8} |",
+            trace.name,
+            trace.calls.len(),
+            d.cost(),
+            v.cost(),
+            v.cost() / d.cost(),
+            s.nodes,
+            trace.sent,
+            s.branches.len()
+        );
+    }
+    for (trace, (d, v)) in traces.iter().zip(direct.iter().zip(&via)) {
+        for problem in d.problems.iter().chain(&v.problems) {
+            println!("  problem: {}: {problem}", trace.name);
+        }
+    }
+    for name in &args.per_call {
+        per_call(&traces, &direct, &via, name);
+    }
+
+    // ---- latency.
+    let latency_fake = FakeProvider::start().await;
+    latency_fake.set_default(Reply::text(ANSWER));
+    let latency_server = Server::start(&tmp.path().join("latency.db"), &latency_fake.url()).await;
+    let (proxy, proxy_task) = start_proxy(latency_fake.url(), http.clone()).await;
+    let source = traces
+        .iter()
+        .find(|t| t.name == LATENCY_TRACE)
+        .unwrap_or_else(|| fail(&format!("no trace {LATENCY_TRACE}")));
+    let mut latencies = Vec::new();
+    for size in LATENCY_SIZES.into_iter().filter(|_| !args.skip_latency) {
+        let history = source.history(size);
+        latencies.push(
+            latency(
+                &http,
+                &latency_fake,
+                &latency_server,
+                proxy,
+                &source.system,
+                &history,
+                size,
+            )
+            .await,
+        );
+    }
+    latency_server.stop().await;
+    proxy_task.abort();
+
+    // ---- memory.
+    let memory = if args.skip_memory {
+        Err("skipped (--skip-memory)".to_owned())
+    } else {
+        let history = source.history(STREAM_TOKENS);
+        memory(&http, &source.system, &history).await
+    };
+
+    server.stop().await;
+
+    // ---- the table.
+    let mut rows: Vec<Row> = Vec::new();
+    let families = ["cc-main", "cc-sub", "swe"];
+    let sum = |runs: &[Replay], pick: &dyn Fn(&Trace) -> bool| -> (usize, f64, u64) {
+        runs.iter()
+            .zip(&traces)
+            .filter(|(_, t)| pick(t))
+            .fold((0, 0.0, 0), |(n, c, p), (r, _)| {
+                (n + r.calls.len(), c + r.cost(), p + r.prompt())
+            })
+    };
+    let mut economy_total = 0.0;
+    for family in families.iter().map(Some).chain([None]) {
+        let pick = |t: &Trace| family.is_none_or(|f| t.family == *f);
+        let traces_in = traces.iter().filter(|t| pick(t)).count();
+        let (n, cost_d, prompt_d) = sum(&direct, &pick);
+        let (_, cost_v, prompt_v) = sum(&via, &pick);
+        let name = family.map_or("all traces".to_owned(), |f| (*f).to_owned());
+        let ratio = cost_v / cost_d;
+        if family.is_none() {
+            economy_total = ratio;
+        }
+        rows.push(Row {
+            section: "economy",
+            case: format!("{name} ({traces_in} traces): cache-weighted cost"),
+            n: Some(n),
+            value: format!("{:.0} → {:.0}", cost_d, cost_v),
+            ratio: Some(ratio),
+            to: "direct".into(),
+            ..Row::default()
+        });
+        rows.push(Row {
+            section: "economy",
+            case: format!("{name}: prompt tokens sent upstream"),
+            n: Some(n),
+            value: format!("{prompt_d} → {prompt_v}"),
+            ratio: Some(prompt_v as f64 / prompt_d as f64),
+            to: "direct".into(),
+            ..Row::default()
+        });
+    }
+    let total_nodes: usize = stored.iter().map(|s| s.nodes).sum();
+    let total_sent: usize = traces.iter().map(|t| t.sent).sum();
+    for family in families.iter().map(Some).chain([None]) {
+        let pick = |t: &Trace| family.is_none_or(|f| t.family == *f);
+        let (nodes, sent) = traces
+            .iter()
+            .zip(&stored)
+            .filter(|(t, _)| pick(t))
+            .fold((0, 0), |(n, m), (t, s)| (n + s.nodes, m + t.sent));
+        rows.push(Row {
+            section: "records",
+            case: format!(
+                "{}: nodes stored / messages sent",
+                family.map_or("all traces", |f| f)
+            ),
+            value: format!("{nodes} / {sent}"),
+            ratio: Some(nodes as f64 / sent as f64),
+            to: "messages".into(),
+            ..Row::default()
+        });
+    }
+    let branch_counts: Vec<usize> = stored.iter().map(|s| s.branches.len()).collect();
+    let max_branches = branch_counts.iter().copied().max().unwrap_or(0);
+    let mean_branches = branch_counts.iter().sum::<usize>() as f64 / branch_counts.len() as f64;
+    rows.push(Row {
+        section: "records",
+        case: "branches per session (max, mean)".into(),
+        n: Some(branch_counts.len()),
+        value: format!("{max_branches}, {mean_branches:.2}"),
+        ..Row::default()
+    });
+    rows.push(Row {
+        section: "records",
+        case: "sessions made / traces replayed".into(),
+        value: format!("{sessions} / {}", traces.len()),
+        ..Row::default()
+    });
+    let unrecorded: usize = via.iter().map(|r| r.unrecorded).sum();
+    rows.push(Row {
+        section: "records",
+        case: "answers without x-ctxd-session-id (unrecorded)".into(),
+        value: unrecorded.to_string(),
+        ..Row::default()
+    });
+    rows.push(Row {
+        section: "records",
+        case: "ctxd_gateway_passthrough_total".into(),
+        value: if metrics.is_none() {
+            "no recorder".into()
+        } else if passthrough_metric.is_empty() {
+            "0".into()
+        } else {
+            passthrough_metric
+                .iter()
+                .map(|(k, v)| format!("{k} {v}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        },
+        ..Row::default()
+    });
+    for l in &latencies {
+        for (a, (arm, stats)) in l.arms.iter().enumerate() {
+            let base = &l.arms[0].1;
+            let what = format!("{}k tokens ({} msgs), {arm}", l.size / 1000, l.messages);
+            for metric in [Metric::Complete, Metric::FirstByte, Metric::Head] {
+                rows.push(Row {
+                    section: "latency",
+                    case: format!("{what}: {}", metric.name()),
+                    n: Some(stats.samples(metric).len()),
+                    p50: Some(stats.p(metric, 0.50)),
+                    p99: Some(stats.p(metric, 0.99)),
+                    value: if a == 0 {
+                        String::new()
+                    } else {
+                        format!(
+                            "{:+.2} / {:+.2} ms",
+                            stats.p(metric, 0.50) - base.p(metric, 0.50),
+                            stats.p(metric, 0.99) - base.p(metric, 0.99)
+                        )
+                    },
+                    to: if a == 0 {
+                        "baseline".into()
+                    } else {
+                        "added p50 / p99".into()
+                    },
+                    ..Row::default()
+                });
+            }
+        }
+    }
+    match &memory {
+        Ok(m) => {
+            for (case, kib) in [
+                ("VmRSS idle", m.idle_kib),
+                (
+                    "VmRSS during (max of samples while all streams are open)",
+                    m.during_kib,
+                ),
+                ("VmRSS after the streams ended", m.after_kib),
+                ("VmHWM (peak)", m.hwm_kib),
+            ] {
+                rows.push(Row {
+                    section: "memory",
+                    case: format!(
+                        "{STREAMS} streams × {}k tokens: {case}",
+                        STREAM_TOKENS / 1000
+                    ),
+                    value: format!("{:.1} MiB", kib as f64 / 1024.0),
+                    ..Row::default()
+                });
+            }
+            rows.push(Row {
+                section: "memory",
+                case: "during − idle, per open stream".into(),
+                value: format!(
+                    "{:.2} MiB",
+                    (m.during_kib as f64 - m.idle_kib as f64) / 1024.0 / STREAMS as f64
+                ),
+                ..Row::default()
+            });
+        }
+        Err(why) => rows.push(Row {
+            section: "memory",
+            case: "not measured".into(),
+            value: why.clone(),
+            ..Row::default()
+        }),
+    }
+
+    println!();
+    print_table(&rows);
+
+    // ---- the goals.
+    let nodes_ratio = total_nodes as f64 / total_sent as f64;
+    let at = |size: usize| latencies.iter().find(|l| l.size == size);
+    let added_at = |size: usize, metric: Metric, q: f64| {
+        at(size).map_or(f64::NAN, |l| {
+            l.arms[1].1.p(metric, q) - l.arms[0].1.p(metric, q)
+        })
+    };
+    let big = LATENCY_SIZES[LATENCY_SIZES.len() - 1];
+    // `None`: not measured in this run.
+    let within = |v: f64, goal: f64| (!v.is_nan()).then_some(v <= goal);
+    let goals: Vec<(String, String, String, Option<bool>)> = vec![
+        (
+            "economy: cache-weighted cost through the gateway over direct, all traces".into(),
+            format!("{economy_total:.3}×"),
+            format!("≤ {ECONOMY_GOAL}×"),
+            Some(economy_total <= ECONOMY_GOAL),
+        ),
+        (
+            "records: nodes stored / messages sent, all traces".into(),
+            format!("{nodes_ratio:.4} ({total_nodes} / {total_sent})"),
+            "exactly 1.0".into(),
+            Some(total_nodes == total_sent),
+        ),
+        (
+            "records: branches per session".into(),
+            format!("max {max_branches}"),
+            "1".into(),
+            Some(max_branches == 1),
+        ),
+        (
+            format!("latency: added at {}k tokens, p50", big / 1000),
+            format!("{:.2} ms", added_at(big, Metric::Complete, 0.5)),
+            format!("≤ {ADDED_P50_GOAL_MS} ms"),
+            within(added_at(big, Metric::Complete, 0.5), ADDED_P50_GOAL_MS),
+        ),
+        (
+            format!(
+                "latency: time to first byte added at {}k tokens, p50",
+                big / 1000
+            ),
+            format!("{:.2} ms", added_at(big, Metric::FirstByte, 0.5)),
+            format!("≤ {TTFB_ADDED_GOAL_MS} ms"),
+            within(added_at(big, Metric::FirstByte, 0.5), TTFB_ADDED_GOAL_MS),
+        ),
+    ];
+    println!("\ngoals:");
+    for (what, value, goal, ok) in &goals {
+        println!(
+            "  [{}] {what}: {value} (goal {goal})",
+            match ok {
+                Some(true) => "met",
+                Some(false) => "NOT MET",
+                None => "not measured",
+            }
+        );
+    }
+
+    // ---- the JSON.
+    let out_dir = std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(
+            || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target"),
+            PathBuf::from,
+        )
+        .join("bench");
+    std::fs::create_dir_all(&out_dir).expect("create target/bench");
+    let document = json!({
+        "bench": "gateway",
+        "cores": cores,
+        "rows": rows.iter().map(Row::json).collect::<Vec<_>>(),
+        "goals": goals.iter().map(|(what, value, goal, ok)| json!({
+            "what": what, "value": value, "goal": goal, "met": ok,
+        })).collect::<Vec<_>>(),
+        "traces": traces.iter().zip(direct.iter().zip(&via)).zip(&stored).map(|((t, (d, v)), s)| json!({
+            "name": t.name,
+            "family": t.family,
+            "calls": t.calls.len(),
+            "cost_direct": d.cost(),
+            "cost_gateway": v.cost(),
+            "ratio": v.cost() / d.cost(),
+            "prompt_direct": d.prompt(),
+            "prompt_gateway": v.prompt(),
+            "messages_sent": t.sent,
+            "nodes_stored": s.nodes,
+            "branches": s.branches.iter().collect::<Vec<_>>(),
+            "unrecorded": v.unrecorded,
+            "problems": d.problems.iter().chain(&v.problems).collect::<Vec<_>>(),
+        })).collect::<Vec<_>>(),
+        "passthrough_metric": passthrough_metric,
+        "memory": memory.as_ref().map_or_else(|e| json!({"error": e}), |m| json!({
+            "idle_kib": m.idle_kib, "during_kib": m.during_kib, "after_kib": m.after_kib,
+            "hwm_kib": m.hwm_kib, "streams": STREAMS, "tokens_each": STREAM_TOKENS,
+        })),
+        "run_seconds": run_start.elapsed().as_secs_f64(),
+    });
+    let out = out_dir.join("gateway.json");
+    std::fs::write(
+        &out,
+        serde_json::to_string_pretty(&document).expect("JSON") + "\n",
+    )
+    .expect("write target/bench/gateway.json");
+    println!(
+        "\nwrote target/bench/gateway.json; whole run {:.1} s",
+        run_start.elapsed().as_secs_f64()
+    );
+}
+
+// ---------------------------------------------------------------- traces
+
+/// One line of a neutral JSONL trace.
+#[derive(Deserialize)]
+struct Line {
+    role: String,
+    #[serde(default)]
+    content: Option<String>,
+    #[serde(default)]
+    tool_calls: Option<Vec<LineCall>>,
+    #[serde(default)]
+    tool_call_id: Option<String>,
+    #[serde(default)]
+    is_error: Option<bool>,
+}
+
+#[derive(Deserialize)]
+struct LineCall {
+    id: String,
+    name: String,
+    arguments: String,
+}
+
+/// A trace as the client sends it.
+struct Trace {
+    name: String,
+    family: &'static str,
+    system: String,
+    /// Every message up to the last assistant one, in the Messages API's form, and serialised.
+    messages: Vec<Value>,
+    plain: Vec<String>,
+    /// Whether a message is the trace's assistant answer (the rest: user text and results).
+    calls: Vec<Call>,
+    /// Trace messages the client sends (system messages aside), answers included.
+    sent: usize,
+}
+
+/// One model call: the client sends `messages[..prefix]`, the fake answers `reply`.
+struct Call {
+    prefix: usize,
+    reply: Vec<Block>,
+}
+
+fn load_traces(dir: &Path) -> Vec<Trace> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| fail(&format!("read {}: {e}", dir.display())))
+        .map(|e| e.expect("a directory entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "jsonl"))
+        .collect();
+    files.sort();
+    if files.is_empty() {
+        fail(&format!("no *.jsonl in {}", dir.display()));
+    }
+    files.iter().map(|f| Trace::load(f)).collect()
+}
+
+impl Trace {
+    fn load(file: &Path) -> Self {
+        let text = std::fs::read_to_string(file)
+            .unwrap_or_else(|e| fail(&format!("read {}: {e}", file.display())));
+        let lines: Vec<Line> = text
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| {
+                serde_json::from_str(l)
+                    .unwrap_or_else(|e| fail(&format!("{}: {e}", file.display())))
+            })
+            .collect();
+        let name = file
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let family = if name.starts_with("cc-main") {
+            "cc-main"
+        } else if name.starts_with("cc-sub") {
+            "cc-sub"
+        } else {
+            "swe"
+        };
+        let leading = lines.iter().take_while(|l| l.role == "system").count();
+        let system = if leading > 0 {
+            lines[..leading]
+                .iter()
+                .map(|l| l.content.clone().unwrap_or_default())
+                .collect::<Vec<_>>()
+                .join("\n\n")
+        } else {
+            SYSTEM.to_owned()
+        };
+        let last_answer = lines
+            .iter()
+            .rposition(|l| l.role == "assistant")
+            .unwrap_or_else(|| fail(&format!("{name}: no assistant message")));
+        let mut messages: Vec<Value> = Vec::new();
+        let mut calls = Vec::new();
+        let mut sent = 0;
+        // Whether the last message is a user message of tool results (the next result joins it).
+        let mut results_open = false;
+        for line in &lines[leading..=last_answer] {
+            let content = line.content.clone().unwrap_or_default();
+            match line.role.as_str() {
+                "user" | "system" => {
+                    let text = if line.role == "system" {
+                        format!("[system] {content}")
+                    } else {
+                        content
+                    };
+                    messages
+                        .push(json!({"role": "user", "content": [{"type": "text", "text": text}]}));
+                    results_open = false;
+                }
+                "assistant" => {
+                    if messages.is_empty() {
+                        // The API's first message is the user's.
+                        messages.push(json!({"role": "user", "content": [{"type": "text", "text": "Begin."}]}));
+                        sent += 1;
+                    }
+                    let mut reply = Vec::new();
+                    let mut blocks = Vec::new();
+                    if !content.is_empty() {
+                        reply.push(Block::Text(content.clone()));
+                        blocks.push(json!({"type": "text", "text": content}));
+                    }
+                    for call in line.tool_calls.iter().flatten() {
+                        let input = match serde_json::from_str::<Value>(&call.arguments) {
+                            Ok(v @ Value::Object(_)) => v,
+                            Ok(other) => json!({ "value": other }),
+                            Err(_) => json!({ "arguments": call.arguments }),
+                        };
+                        reply.push(Block::ToolUse {
+                            id: call.id.clone(),
+                            name: call.name.clone(),
+                            input: input.clone(),
+                        });
+                        blocks.push(json!({"type": "tool_use", "id": call.id, "name": call.name, "input": input}));
+                    }
+                    calls.push(Call {
+                        prefix: messages.len(),
+                        reply,
+                    });
+                    messages.push(json!({"role": "assistant", "content": blocks}));
+                    results_open = false;
+                }
+                "tool" => {
+                    let mut block = json!({
+                        "type": "tool_result",
+                        "tool_use_id": line.tool_call_id.clone().unwrap_or_default(),
+                        "content": content,
+                    });
+                    if line.is_error == Some(true) {
+                        block["is_error"] = json!(true);
+                    }
+                    if results_open {
+                        let last = messages.last_mut().expect("a results message");
+                        if let Some(Value::Array(blocks)) = last.get_mut("content") {
+                            blocks.push(block);
+                        }
+                    } else {
+                        messages.push(json!({"role": "user", "content": [block]}));
+                        results_open = true;
+                    }
+                }
+                other => fail(&format!("{name}: unknown role {other}")),
+            }
+            sent += 1;
+        }
+        let plain = messages.iter().map(Value::to_string).collect();
+        Trace {
+            name,
+            family,
+            system,
+            messages,
+            plain,
+            calls,
+            sent,
+        }
+    }
+
+    /// The request body of a call that sends `messages[..prefix]`.
+    fn body(&self, prefix: usize) -> String {
+        request_body(
+            &self.system,
+            &self.plain[..prefix - 1],
+            &self.messages[prefix - 1],
+        )
+    }
+
+    /// The longest head of the messages of at most `tokens` tokens (serialised characters / 4)
+    /// that ends right before an assistant message (so no call is left unanswered).
+    fn history(&self, tokens: usize) -> Vec<Value> {
+        let mut chars = 0;
+        let mut end = 0;
+        for (i, m) in self.plain.iter().enumerate() {
+            if chars / 4 > tokens {
+                break;
+            }
+            if self.messages[i]["role"] == "assistant" && i > 0 {
+                end = i;
+            }
+            chars += m.len();
+        }
+        if chars / 4 <= tokens {
+            end = self.plain.len();
+        }
+        self.messages[..end].to_vec()
+    }
+}
+
+/// A Messages API request: the fixed fields, `earlier` messages as serialised, and `last` with a
+/// cache marker on its last block (where Claude Code puts one).
+fn request_body(system: &str, earlier: &[String], last: &Value) -> String {
+    let mut last = last.clone();
+    if let Some(Value::Array(blocks)) = last.get_mut("content")
+        && let Some(Value::Object(block)) = blocks.last_mut()
+    {
+        block.insert("cache_control".into(), json!({"type": "ephemeral"}));
+    }
+    let head = json!({
+        "model": MODEL,
+        "max_tokens": MAX_TOKENS,
+        "system": system,
+        "stream": true,
+    })
+    .to_string();
+    let size = head.len() + earlier.iter().map(|m| m.len() + 1).sum::<usize>() + 4096;
+    let mut body = String::with_capacity(size);
+    body.push_str(&head[..head.len() - 1]);
+    body.push_str(",\"messages\":[");
+    for m in earlier {
+        body.push_str(m);
+        body.push(',');
+    }
+    body.push_str(&last.to_string());
+    body.push_str("]}");
+    body
+}
+
+// ---------------------------------------------------------------- HTTP
+
+/// What came back from one request.
+struct Answer {
+    status: u16,
+    session: Option<String>,
+    branch: Option<String>,
+    head: Duration,
+    first: Duration,
+    total: Duration,
+    body: Vec<u8>,
+}
+
+fn request(
+    http: &reqwest::Client,
+    url: &str,
+    session: Option<&str>,
+    policy: Option<&str>,
+    body: String,
+) -> reqwest::RequestBuilder {
+    let mut request = http
+        .post(url)
+        .header("content-type", "application/json")
+        .header("anthropic-version", "2023-06-01")
+        .header("x-api-key", "sk-ant-bench")
+        .body(body);
+    if let Some(s) = session {
+        request = request.header("x-ctxd-session", s);
+    }
+    if let Some(p) = policy {
+        request = request.header("x-ctxd-policy", p);
+    }
+    request
+}
+
+fn header(response: &reqwest::Response, name: &str) -> Option<String> {
+    response
+        .headers()
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+}
+
+/// Sends a request and reads its answer to the end.
+async fn post(
+    http: &reqwest::Client,
+    url: &str,
+    session: Option<&str>,
+    policy: Option<&str>,
+    body: String,
+) -> Result<Answer, String> {
+    let start = Instant::now();
+    let mut response =
+        tokio::time::timeout(PATIENCE, request(http, url, session, policy, body).send())
+            .await
+            .map_err(|_| "no answer in time".to_owned())?
+            .map_err(|e| format!("send: {e}"))?;
+    let head = start.elapsed();
+    let status = response.status().as_u16();
+    let ctxd_session = header(&response, "x-ctxd-session-id");
+    let branch = header(&response, "x-ctxd-branch");
+    let mut first = None;
+    let mut bytes = Vec::new();
+    for _ in 0..MAX_CHUNKS {
+        match tokio::time::timeout(PATIENCE, response.chunk()).await {
+            Ok(Ok(Some(chunk))) => {
+                first.get_or_insert_with(|| start.elapsed());
+                bytes.extend_from_slice(&chunk);
+            }
+            Ok(Ok(None)) => {
+                let total = start.elapsed();
+                return Ok(Answer {
+                    status,
+                    session: ctxd_session,
+                    branch,
+                    head,
+                    first: first.unwrap_or(total),
+                    total,
+                    body: bytes,
+                });
+            }
+            Ok(Err(e)) => return Err(format!("body: {e}")),
+            Err(_) => return Err("the answer stalled".into()),
+        }
+    }
+    Err("an answer in too many chunks".into())
+}
+
+// ---------------------------------------------------------------- economy
+
+/// What one call cost, as the fake reported it.
+#[derive(Clone, Copy, Default)]
+struct Usage {
+    input: u64,
+    cache_write: u64,
+    cache_read: u64,
+    /// Messages and bytes of the request the fake received.
+    messages: usize,
+    bytes: usize,
+}
+
+impl Usage {
+    fn cost(&self) -> f64 {
+        self.input as f64 + 1.25 * self.cache_write as f64 + 0.1 * self.cache_read as f64
+    }
+
+    fn prompt(&self) -> u64 {
+        self.input + self.cache_write + self.cache_read
+    }
+}
+
+struct Replay {
+    calls: Vec<Usage>,
+    /// Answers without `x-ctxd-session-id` (through the gateway only).
+    unrecorded: usize,
+    session: Option<String>,
+    branches: BTreeSet<String>,
+    problems: Vec<String>,
+}
+
+impl Replay {
+    fn cost(&self) -> f64 {
+        self.calls.iter().map(Usage::cost).sum()
+    }
+
+    fn prompt(&self) -> u64 {
+        self.calls.iter().map(Usage::prompt).sum()
+    }
+}
+
+/// Replays `trace` against `url`, the fake answering each call with the trace's answer.
+async fn replay(
+    http: &reqwest::Client,
+    url: &str,
+    fake: &FakeProvider,
+    trace: &Trace,
+    gateway: bool,
+) -> Replay {
+    let mut run = Replay {
+        calls: Vec::new(),
+        unrecorded: 0,
+        session: None,
+        branches: BTreeSet::new(),
+        problems: Vec::new(),
+    };
+    for (k, call) in trace.calls.iter().enumerate() {
+        fake.clear_requests();
+        fake.set_default(Reply::blocks(call.reply.clone()));
+        let session = gateway.then_some(trace.name.as_str());
+        let answer = match post(http, url, session, None, trace.body(call.prefix)).await {
+            Ok(a) => a,
+            Err(e) => {
+                run.problems.push(format!("call {k}: {e}"));
+                run.calls.push(Usage::default());
+                continue;
+            }
+        };
+        if answer.status != 200 {
+            run.problems.push(format!(
+                "call {k}: status {}: {}",
+                answer.status,
+                String::from_utf8_lossy(&answer.body[..answer.body.len().min(300)])
+            ));
+        } else if anthropic_message_of_sse(&answer.body).is_none() {
+            run.problems
+                .push(format!("call {k}: the streamed answer is not whole"));
+        }
+        if gateway {
+            match &answer.session {
+                Some(s) => {
+                    if run.session.as_ref().is_some_and(|old| old != s) {
+                        run.problems.push(format!(
+                            "call {k}: session {s}, earlier calls {}",
+                            run.session.as_deref().unwrap_or_default()
+                        ));
+                    }
+                    run.session = Some(s.clone());
+                }
+                None => run.unrecorded += 1,
+            }
+            if let Some(b) = &answer.branch {
+                run.branches.insert(b.clone());
+            }
+        }
+        let requests = fake.requests();
+        let usage = match requests.as_slice() {
+            [one] => Usage {
+                input: one.usage["input_tokens"].as_u64().unwrap_or(0),
+                cache_write: one.usage["cache_creation_input_tokens"]
+                    .as_u64()
+                    .unwrap_or(0),
+                cache_read: one.usage["cache_read_input_tokens"].as_u64().unwrap_or(0),
+                messages: one.body["messages"].as_array().map_or(0, Vec::len),
+                bytes: one.raw.len(),
+            },
+            other => {
+                run.problems.push(format!(
+                    "call {k}: the fake received {} requests",
+                    other.len()
+                ));
+                Usage::default()
+            }
+        };
+        drop(requests);
+        run.calls.push(usage);
+    }
+    fake.clear_requests();
+    run
+}
+
+/// Every call of one trace, in both replays.
+fn per_call(traces: &[Trace], direct: &[Replay], via: &[Replay], name: &str) {
+    let Some(t) = traces.iter().position(|t| t.name == name) else {
+        println!("--per-call: no trace {name}");
+        return;
+    };
+    println!("\n{name}: every call (tokens the fake reported; msgs = messages it received)");
+    println!("direct (left) and through the gateway (right); kB: the body the fake received");
+    println!(
+        "| {:>4} | {:>5} | {:>6} | {:>8} | {:>8} | {:>9} | {:>5} | {:>6} | {:>8} | {:>8} | {:>9} | {:>7} |",
+        "call",
+        "msgs",
+        "kB",
+        "write",
+        "read",
+        "cost",
+        "msgs",
+        "kB",
+        "write",
+        "read",
+        "cost",
+        "ratio"
+    );
+    for (k, (d, v)) in direct[t].calls.iter().zip(&via[t].calls).enumerate() {
+        println!(
+            "| {k:>4} | {:>5} | {:>6} | {:>8} | {:>8} | {:>9.0} | {:>5} | {:>6} | {:>8} | {:>8} | {:>9.0} | {:>6.3}× |",
+            d.messages,
+            d.bytes / 1000,
+            d.cache_write,
+            d.cache_read,
+            d.cost(),
+            v.messages,
+            v.bytes / 1000,
+            v.cache_write,
+            v.cache_read,
+            v.cost(),
+            v.cost() / d.cost()
+        );
+    }
+}
+
+// ---------------------------------------------------------------- records
+
+struct Stored {
+    nodes: usize,
+    branches: Vec<String>,
+}
+
+/// The distinct nodes of every branch of `session`, waiting (bounded) for the last answer to be
+/// appended: the gateway appends it after the answer is relayed.
+async fn stored_nodes(client: &mut Client, session: Option<&str>, expected: usize) -> Stored {
+    let Some(session) = session else {
+        return Stored {
+            nodes: 0,
+            branches: Vec::new(),
+        };
+    };
+    let deadline = Instant::now() + SETTLE;
+    loop {
+        let stored = read_nodes(client, session).await;
+        if stored.nodes >= expected || Instant::now() >= deadline {
+            return stored;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn read_nodes(client: &mut Client, session: &str) -> Stored {
+    let branches = client
+        .list_branches(pb::ListBranchesRequest {
+            session_id: session.to_owned(),
+        })
+        .await
+        .expect("ListBranches")
+        .into_inner()
+        .branches;
+    let mut ids = HashSet::new();
+    for branch in &branches {
+        if branch.head_id.is_empty() {
+            continue;
+        }
+        let mut page_token = String::new();
+        for _ in 0..10_000 {
+            let page = client
+                .log(pb::LogRequest {
+                    session_id: session.to_owned(),
+                    branch: branch.name.clone(),
+                    limit: 1000,
+                    page_token: page_token.clone(),
+                    ..Default::default()
+                })
+                .await
+                .expect("Log")
+                .into_inner();
+            ids.extend(page.nodes.into_iter().map(|n| n.node_id));
+            if page.next_page_token.is_empty() {
+                break;
+            }
+            page_token = page.next_page_token;
+        }
+    }
+    Stored {
+        nodes: ids.len(),
+        branches: branches.into_iter().map(|b| b.name).collect(),
+    }
+}
+
+async fn count_sessions(client: &mut Client) -> usize {
+    let mut n = 0;
+    let mut page_token = String::new();
+    for _ in 0..10_000 {
+        let page = client
+            .list_sessions(pb::ListSessionsRequest {
+                page_size: 1000,
+                page_token: page_token.clone(),
+            })
+            .await
+            .expect("ListSessions")
+            .into_inner();
+        n += page.sessions.len();
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        page_token = page.next_page_token;
+    }
+    n
+}
+
+/// The `ctxd_gateway_*` counters of the recorder, by name and labels.
+fn metric_values(handle: Option<&PrometheusHandle>) -> BTreeMap<String, f64> {
+    let Some(handle) = handle else {
+        return BTreeMap::new();
+    };
+    handle
+        .render()
+        .lines()
+        .filter(|l| l.starts_with("ctxd_gateway_passthrough_total"))
+        .filter_map(|l| {
+            let (k, v) = l.rsplit_once(' ')?;
+            Some((k.to_owned(), v.parse().ok()?))
+        })
+        .collect()
+}
+
+fn metric_diff(
+    before: &BTreeMap<String, f64>,
+    after: &BTreeMap<String, f64>,
+) -> BTreeMap<String, f64> {
+    after
+        .iter()
+        .map(|(k, v)| (k.clone(), v - before.get(k).copied().unwrap_or(0.0)))
+        .filter(|(_, v)| *v != 0.0)
+        .collect()
+}
+
+// ---------------------------------------------------------------- latency
+
+/// One client conversation: the history, then a new user message and the answer per request.
+struct Conversation {
+    earlier: Vec<String>,
+    last: Value,
+    turns: usize,
+}
+
+impl Conversation {
+    fn new(history: &[Value]) -> Self {
+        let mut c = Conversation {
+            earlier: history.iter().map(Value::to_string).collect(),
+            last: Value::Null,
+            turns: 0,
+        };
+        c.earlier.pop();
+        c.last = history.last().cloned().unwrap_or(Value::Null);
+        c
+    }
+
+    fn push(&mut self, message: Value) {
+        if !self.last.is_null() {
+            self.earlier.push(self.last.to_string());
+        }
+        self.last = message;
+    }
+
+    /// The next request: a new user message after everything so far.
+    fn next(&mut self, system: &str) -> String {
+        self.turns += 1;
+        let text = format!("Turn {}: carry on with the next step.", self.turns);
+        self.push(json!({"role": "user", "content": [{"type": "text", "text": text}]}));
+        request_body(system, &self.earlier, &self.last)
+    }
+
+    fn answered(&mut self) {
+        self.push(json!({"role": "assistant", "content": [{"type": "text", "text": ANSWER}]}));
+    }
+}
+
+/// What a latency sample times, from the request's start.
+#[derive(Clone, Copy)]
+enum Metric {
+    /// Until the answer is complete.
+    Complete,
+    /// Until the first byte of its body.
+    FirstByte,
+    /// Until its status and headers.
+    Head,
+}
+
+impl Metric {
+    fn name(self) -> &'static str {
+        match self {
+            Metric::Complete => "complete",
+            Metric::FirstByte => "first body byte",
+            Metric::Head => "response head (diag)",
+        }
+    }
+}
+
+#[derive(Default)]
+struct Stats {
+    head: Vec<f64>,
+    first: Vec<f64>,
+    total: Vec<f64>,
+}
+
+impl Stats {
+    fn samples(&self, metric: Metric) -> &[f64] {
+        match metric {
+            Metric::Complete => &self.total,
+            Metric::FirstByte => &self.first,
+            Metric::Head => &self.head,
+        }
+    }
+
+    /// The `q` quantile in ms (nearest rank).
+    fn p(&self, metric: Metric, q: f64) -> f64 {
+        let mut v = self.samples(metric).to_vec();
+        if v.is_empty() {
+            return f64::NAN;
+        }
+        v.sort_by(f64::total_cmp);
+        let rank = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len());
+        v[rank - 1]
+    }
+}
+
+struct Latency {
+    size: usize,
+    messages: usize,
+    /// Direct first: the baseline.
+    arms: Vec<(String, Stats)>,
+}
+
+async fn latency(
+    http: &reqwest::Client,
+    fake: &FakeProvider,
+    server: &Server,
+    proxy: SocketAddr,
+    system: &str,
+    history: &[Value],
+    size: usize,
+) -> Latency {
+    let direct_url = format!("{}/v1/messages", fake.url());
+    let gateway_url = format!("http://{}/v1/messages", server.gateway);
+    let proxy_url = format!("http://{proxy}/v1/messages");
+    let tag = format!("latency-{}k", size / 1000);
+    let arms: Vec<(&str, &str, Option<String>, Option<&str>)> = vec![
+        ("direct", direct_url.as_str(), None, None),
+        ("gateway", gateway_url.as_str(), Some(tag.clone()), None),
+        (
+            "gateway, passthrough policy (diag)",
+            gateway_url.as_str(),
+            Some(format!("{tag}-passthrough")),
+            Some("passthrough"),
+        ),
+        ("bare proxy (diag)", proxy_url.as_str(), None, None),
+    ];
+    let mut conversations: Vec<Conversation> =
+        arms.iter().map(|_| Conversation::new(history)).collect();
+    let mut stats: Vec<Stats> = arms.iter().map(|_| Stats::default()).collect();
+    let mut problems = Vec::new();
+    for round in 0..LATENCY_WARMUP + LATENCY_ROUNDS {
+        for j in 0..arms.len() {
+            // Each round starts with another arm, so none always follows the same one.
+            let a = (round + j) % arms.len();
+            let (_, url, session, policy) = &arms[a];
+            let body = conversations[a].next(system);
+            fake.clear_requests();
+            match post(http, url, session.as_deref(), *policy, body).await {
+                Ok(answer) if answer.status == 200 => {
+                    if round >= LATENCY_WARMUP {
+                        stats[a].head.push(answer.head.as_secs_f64() * 1e3);
+                        stats[a].first.push(answer.first.as_secs_f64() * 1e3);
+                        stats[a].total.push(answer.total.as_secs_f64() * 1e3);
+                    }
+                    if session.is_some() && answer.session.is_none() {
+                        problems.push(format!(
+                            "{}: an answer without x-ctxd-session-id",
+                            arms[a].0
+                        ));
+                    }
+                }
+                Ok(answer) => problems.push(format!(
+                    "{}: status {}: {}",
+                    arms[a].0,
+                    answer.status,
+                    String::from_utf8_lossy(&answer.body[..answer.body.len().min(300)])
+                )),
+                Err(e) => problems.push(format!("{}: {e}", arms[a].0)),
+            }
+            conversations[a].answered();
+        }
+    }
+    fake.clear_requests();
+    for p in problems.iter().take(5) {
+        println!("  latency {}k problem: {p}", size / 1000);
+    }
+    println!(
+        "latency {}k: {} rounds of {} requests",
+        size / 1000,
+        LATENCY_WARMUP + LATENCY_ROUNDS,
+        arms.len()
+    );
+    Latency {
+        size,
+        messages: history.len(),
+        arms: arms.iter().map(|a| a.0.to_owned()).zip(stats).collect(),
+    }
+}
+
+// ---------------------------------------------------------------- the bare proxy
+
+/// A bare forwarding proxy: the request read whole and sent on with reqwest, the answer relayed
+/// chunk by chunk through a channel (as the gateway relays it), `TCP_NODELAY` on its accepted
+/// connections. What one more HTTP hop in this process costs, without recording or rendering.
+async fn start_proxy(upstream: String, http: reqwest::Client) -> (SocketAddr, JoinHandle<()>) {
+    use axum::serve::ListenerExt;
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind the proxy")
+        .tap_io(|tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
+    let addr = axum::serve::Listener::local_addr(&listener).expect("local addr");
+    let upstream: std::sync::Arc<str> = upstream.into();
+    let app = axum::Router::new().fallback(
+        move |uri: axum::http::Uri, headers: axum::http::HeaderMap, body: bytes::Bytes| {
+            let http = http.clone();
+            let upstream = upstream.clone();
+            async move { proxy(&http, &upstream, &uri, &headers, body).await }
+        },
+    );
+    let task = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (addr, task)
+}
+
+async fn proxy(
+    http: &reqwest::Client,
+    upstream: &str,
+    uri: &axum::http::Uri,
+    headers: &axum::http::HeaderMap,
+    body: bytes::Bytes,
+) -> axum::response::Response {
+    let mut request = http.post(format!("{upstream}{}", uri.path())).body(body);
+    for (name, value) in headers {
+        if !["host", "content-length", "connection"].contains(&name.as_str()) {
+            request = request.header(name, value);
+        }
+    }
+    let mut response = match request.send().await {
+        Ok(r) => r,
+        Err(e) => {
+            let mut answer = axum::response::Response::new(axum::body::Body::from(e.to_string()));
+            *answer.status_mut() = axum::http::StatusCode::BAD_GATEWAY;
+            return answer;
+        }
+    };
+    let mut answer = axum::response::Response::builder().status(response.status());
+    if let Some(h) = answer.headers_mut() {
+        for (name, value) in response.headers() {
+            if name != "transfer-encoding" && name != "connection" {
+                h.append(name, value.clone());
+            }
+        }
+    }
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<bytes::Bytes, std::io::Error>>(16);
+    tokio::spawn(async move {
+        for _ in 0..MAX_CHUNKS {
+            match response.chunk().await {
+                Ok(Some(chunk)) => {
+                    if tx.send(Ok(chunk)).await.is_err() {
+                        return;
+                    }
+                }
+                Ok(None) => return,
+                Err(e) => {
+                    let _ = tx.send(Err(std::io::Error::other(e))).await;
+                    return;
+                }
+            }
+        }
+    });
+    answer
+        .body(axum::body::Body::from_stream(
+            tokio_stream::wrappers::ReceiverStream::new(rx),
+        ))
+        .expect("a response")
+}
+
+// ---------------------------------------------------------------- memory
+
+struct Memory {
+    idle_kib: u64,
+    during_kib: u64,
+    after_kib: u64,
+    hwm_kib: u64,
+}
+
+/// `VmRSS` and `VmHWM` of `pid`, in KiB.
+fn status_kib(pid: u32) -> Result<(u64, u64), String> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .map_err(|e| format!("read /proc/{pid}/status: {e}"))?;
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+    };
+    match (field("VmRSS:"), field("VmHWM:")) {
+        (Some(rss), Some(hwm)) => Ok((rss, hwm)),
+        _ => Err(format!("no VmRSS/VmHWM in /proc/{pid}/status")),
+    }
+}
+
+/// The `ctxd serve` child; killed when dropped.
+struct Daemon {
+    child: Child,
+    gateway: SocketAddr,
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_daemon(dir: &Path, upstream: &str) -> Result<Daemon, String> {
+    let stderr = std::fs::File::create(dir.join("stderr.log")).map_err(|e| e.to_string())?;
+    let mut command = Command::new(env!("CARGO_BIN_EXE_ctxd"));
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("CTXD_") {
+            command.env_remove(name);
+        }
+    }
+    let mut child = command
+        .arg("serve")
+        .arg("--listen")
+        .arg("127.0.0.1:0")
+        .arg("--db")
+        .arg(dir.join("ctxd.db"))
+        .arg("--gateway")
+        .arg("127.0.0.1:0")
+        .arg("--anthropic-upstream")
+        .arg(upstream)
+        .arg("--openai-upstream")
+        .arg(upstream)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(stderr)
+        .spawn()
+        .map_err(|e| format!("start {}: {e}", env!("CARGO_BIN_EXE_ctxd")))?;
+    let stdout = child.stdout.take().expect("piped stdout");
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { return };
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let mut daemon = Daemon {
+        child,
+        gateway: SocketAddr::from(([127, 0, 0, 1], 0)),
+    };
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) => {
+                if let Some(addr) = line.strip_prefix("ctxd gateway on ") {
+                    daemon.gateway = addr
+                        .trim()
+                        .parse()
+                        .map_err(|e| format!("gateway address {addr:?}: {e}"))?;
+                    return Ok(daemon);
+                }
+            }
+            Err(_) => {
+                let log = std::fs::read_to_string(dir.join("stderr.log")).unwrap_or_default();
+                return Err(format!(
+                    "no `ctxd gateway on` line from ctxd serve; its stderr: {}",
+                    log.chars().take(2000).collect::<String>()
+                ));
+            }
+        }
+    }
+}
+
+async fn memory(http: &reqwest::Client, system: &str, history: &[Value]) -> Result<Memory, String> {
+    let fake = FakeProvider::start().await;
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let daemon = start_daemon(dir.path(), &fake.url())?;
+    let pid = daemon.child.id();
+    let url = format!("http://{}/v1/messages", daemon.gateway);
+    // One small request first, so idle means a server that has served the gateway once.
+    fake.set_default(Reply::text(ANSWER));
+    let warm = Conversation::new(&history[..1]).next_body(system);
+    let answer = post(http, &url, Some("memory-warmup"), None, warm).await?;
+    if answer.status != 200 {
+        return Err(format!("warm-up request: status {}", answer.status));
+    }
+    let (idle_kib, _) = status_kib(pid)?;
+
+    let mut gates = Vec::new();
+    for _ in 0..STREAMS {
+        let (reply, gate) = Reply::text(ANSWER).paused_after(3);
+        fake.script(reply);
+        gates.push(gate);
+    }
+    let (opened_tx, mut opened_rx) = tokio::sync::mpsc::channel::<()>(STREAMS);
+    let mut tasks: Vec<JoinHandle<Result<bool, String>>> = Vec::new();
+    for i in 0..STREAMS {
+        let mut messages = history.to_vec();
+        // Each agent's own conversation: its opening message differs.
+        if let Some(Value::Array(blocks)) = messages[0].get_mut("content")
+            && let Some(first) = blocks.first_mut()
+            && let Some(text) = first.get("text").and_then(Value::as_str)
+        {
+            first["text"] = json!(format!("[agent {i}] {text}"));
+        }
+        let mut conv = Conversation::new(&messages);
+        let body = conv.next(system);
+        let http = http.clone();
+        let url = url.clone();
+        let opened = opened_tx.clone();
+        tasks.push(tokio::spawn(async move {
+            let session = format!("memory-{i}");
+            let mut response = tokio::time::timeout(
+                PATIENCE,
+                request(&http, &url, Some(&session), None, body).send(),
+            )
+            .await
+            .map_err(|_| "no answer in time".to_owned())?
+            .map_err(|e| format!("send: {e}"))?;
+            if response.status() != 200 {
+                return Err(format!("status {}", response.status()));
+            }
+            let mut bytes = Vec::new();
+            let mut told = false;
+            for _ in 0..MAX_CHUNKS {
+                match tokio::time::timeout(PATIENCE, response.chunk()).await {
+                    Ok(Ok(Some(chunk))) => {
+                        bytes.extend_from_slice(&chunk);
+                        if !told {
+                            told = true;
+                            let _ = opened.send(()).await;
+                        }
+                    }
+                    Ok(Ok(None)) => return Ok(anthropic_message_of_sse(&bytes).is_some()),
+                    Ok(Err(e)) => return Err(format!("body: {e}")),
+                    Err(_) => return Err("the stream stalled".into()),
+                }
+            }
+            Err("too many chunks".into())
+        }));
+    }
+    drop(opened_tx);
+    let mut open = 0;
+    while open < STREAMS {
+        match tokio::time::timeout(PATIENCE, opened_rx.recv()).await {
+            Ok(Some(())) => open += 1,
+            _ => break,
+        }
+    }
+    let mut during_kib = 0;
+    if open == STREAMS {
+        for _ in 0..RSS_SAMPLES {
+            during_kib = during_kib.max(status_kib(pid)?.0);
+            tokio::time::sleep(RSS_EVERY).await;
+        }
+    }
+    for gate in &gates {
+        gate.open();
+    }
+    let mut whole = 0;
+    let mut errors = Vec::new();
+    for task in tasks {
+        match task.await {
+            Ok(Ok(true)) => whole += 1,
+            Ok(Ok(false)) => errors.push("an answer that is not whole".to_owned()),
+            Ok(Err(e)) => errors.push(e),
+            Err(e) => errors.push(e.to_string()),
+        }
+    }
+    if open < STREAMS {
+        return Err(format!(
+            "only {open} of {STREAMS} streams opened: {}",
+            errors.join("; ")
+        ));
+    }
+    if whole < STREAMS {
+        return Err(format!(
+            "{whole} of {STREAMS} streams whole: {}",
+            errors.join("; ")
+        ));
+    }
+    let (after_kib, hwm_kib) = status_kib(pid)?;
+    drop(daemon);
+    println!("memory: {STREAMS} streams held open and completed");
+    Ok(Memory {
+        idle_kib,
+        during_kib,
+        after_kib,
+        hwm_kib,
+    })
+}
+
+impl Conversation {
+    /// The next request body, without keeping the conversation.
+    fn next_body(mut self, system: &str) -> String {
+        self.next(system)
+    }
+}
+
+// ---------------------------------------------------------------- the server
+
+/// The in-process server: gRPC on one listener, the gateway on another.
+struct Server {
+    grpc: SocketAddr,
+    gateway: SocketAddr,
+    store: Store,
+    shutdown: oneshot::Sender<()>,
+    handle: JoinHandle<Result<(), tonic::transport::Error>>,
+}
+
+impl Server {
+    async fn start(db: &Path, upstream: &str) -> Self {
+        let store = Store::open(db).await.expect("open the store");
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let grpc = listener.local_addr().expect("local addr");
+        let gateway_listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let gateway = gateway_listener.local_addr().expect("local addr");
+        let options = ctxd::server::Options {
+            gateway: Some(Gateway::new(gateway_listener, upstream, upstream)),
+            ..Default::default()
+        };
+        let (shutdown, signal) = oneshot::channel::<()>();
+        let handle = tokio::spawn(ctxd::server::serve_with(
+            listener,
+            store.clone(),
+            options,
+            async move {
+                let _ = signal.await;
+            },
+        ));
+        Server {
+            grpc,
+            gateway,
+            store,
+            shutdown,
+            handle,
+        }
+    }
+
+    async fn stop(self) {
+        let _ = self.shutdown.send(());
+        let _ = tokio::time::timeout(Duration::from_secs(10), self.handle).await;
+        self.store.close().await;
+    }
+}
+
+async fn connect(addr: SocketAddr) -> Client {
+    let channel = Channel::from_shared(format!("http://{addr}"))
+        .expect("endpoint")
+        .connect()
+        .await
+        .expect("connect");
+    ContextStoreClient::new(channel)
+        .max_decoding_message_size(MAX_MESSAGE)
+        .max_encoding_message_size(MAX_MESSAGE)
+}
+
+// ---------------------------------------------------------------- the table
+
+#[derive(Default)]
+struct Row {
+    section: &'static str,
+    case: String,
+    n: Option<usize>,
+    p50: Option<f64>,
+    p99: Option<f64>,
+    value: String,
+    ratio: Option<f64>,
+    to: String,
+}
+
+impl Row {
+    fn json(&self) -> Value {
+        let ms = |v: Option<f64>| v.map(|x| (x * 1000.0).round() / 1000.0);
+        json!({
+            "section": self.section,
+            "case": self.case,
+            "n": self.n,
+            "p50_ms": ms(self.p50),
+            "p99_ms": ms(self.p99),
+            "value": self.value,
+            "ratio": self.ratio.map(|r| (r * 10000.0).round() / 10000.0),
+            "to": self.to,
+        })
+    }
+}
+
+fn print_table(rows: &[Row]) {
+    let header = ["case", "n", "p50", "p99", "value", "ratio", "to"];
+    let ms = |v: Option<f64>| v.map_or(String::new(), |x| format!("{x:.2} ms"));
+    let cells: Vec<[String; 7]> = rows
+        .iter()
+        .map(|r| {
+            [
+                format!("{}: {}", r.section, r.case),
+                r.n.map_or(String::new(), |n| n.to_string()),
+                ms(r.p50),
+                ms(r.p99),
+                r.value.clone(),
+                r.ratio.map_or(String::new(), |x| format!("{x:.3}×")),
+                r.to.clone(),
+            ]
+        })
+        .collect();
+    let mut widths = header.map(|h| h.chars().count());
+    for row in &cells {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: &[String]| {
+        let mut out = String::from("|");
+        for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
+            let pad = w - cell.chars().count();
+            // The first and last columns are text (left), the others numbers (right).
+            if i == 0 || i == cells.len() - 1 {
+                out.push_str(&format!(" {cell}{} |", " ".repeat(pad)));
+            } else {
+                out.push_str(&format!(" {}{cell} |", " ".repeat(pad)));
+            }
+        }
+        out
+    };
+    println!("{}", line(&header.map(String::from)));
+    let mut rule = String::from("|");
+    for (i, w) in widths.iter().enumerate() {
+        if i == 0 || i == widths.len() - 1 {
+            rule.push_str(&format!("{}|", "-".repeat(w + 2)));
+        } else {
+            rule.push_str(&format!("{}:|", "-".repeat(w + 1)));
+        }
+    }
+    println!("{rule}");
+    for row in &cells {
+        println!("{}", line(row));
+    }
+}
