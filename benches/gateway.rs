@@ -22,6 +22,23 @@
 //!   the messages the client sent (the trace's messages up to its last assistant answer, system
 //!   messages aside); branches and sessions made; calls that went through unrecorded (answers
 //!   without `x-ctxd-session-id`, and the `ctxd_gateway_passthrough_total` metric).
+//! - **responses (codex trace)**: `testdata/gateway/codex-openprintkit-1031.jsonl` (a Codex CLI
+//!   session, kept out of `testdata/traces` so the other benches and tests leave it alone)
+//!   replayed as Codex replays a session over the Responses API: before each assistant message
+//!   a `POST /v1/responses` (model `gpt-5-codex`, streamed, `store: false`, `prompt_cache_key`
+//!   the trace's name, which the gateway takes as the session) carries the whole `input` so far:
+//!   a developer message with the fixed prompt first, user messages as `input_text`, every
+//!   earlier answer as the client read it from the stream's `response.output_item.done` items
+//!   and serialised again as Codex 0.34 does (`message` items with `role` and `output_text`
+//!   parts, `function_call` items with `name`, `arguments` and `call_id`: the provider's `id`,
+//!   `status` and `annotations` dropped), and tool results as `function_call_output` items. The
+//!   fake answers each call with the trace's assistant message, as for the other traces; no
+//!   `x-ctxd-session` header. The same figures as above, from the Responses usage (uncached
+//!   `input_tokens` − `cached_tokens`, cache reads `cached_tokens`, no cache writes); messages
+//!   sent counts the developer message and each trace message once (an answer of text and a
+//!   call is one message in two items). When nodes ≠ messages or a session has more than one
+//!   branch, the calls that moved to another branch and the stored forks (the sibling nodes
+//!   where two branches part) are printed.
 //! - **latency**: a zero-latency fake; a history of about 10k and about 100k tokens (the head of
 //!   `cc-main-4d5611e5`, characters / 4) resent with one new user message per request (and the
 //!   previous answer), so each request appends one or two nodes. Direct, through the gateway, and
@@ -36,8 +53,13 @@
 //!   during, after, and VmHWM.
 //!
 //! Arguments (after `--`): `--per-call TRACE` (repeatable) prints every call of that trace in
-//! both replays; `--skip-latency` and `--skip-memory` leave those parts out. Prints one table
-//! and a line per goal, and writes both to `target/bench/gateway.json`.
+//! both replays (the Codex trace too, with the branch each gateway call went to);
+//! `--skip-latency` and `--skip-memory` leave those parts out. The Codex replay resends each
+//! answer's output items as they came (`id`, `status`, `annotations` kept), as Codex CLI 0.171
+//! does (tests/api/gateway_codex.rs runs it); `--responses-stripped` (a diagnostic) resends them
+//! without those fields, as older Codex versions serialised them, which the gateway records as a
+//! fork per call (the stored answer and the resent one differ). Prints one table and a line per
+//! goal, and writes both to `target/bench/gateway.json`.
 
 #[path = "../tests/common/fake_provider.rs"]
 mod fake_provider;
@@ -52,7 +74,7 @@ use std::time::{Duration, Instant};
 use ctxd::api::pb;
 use ctxd::gateway::Gateway;
 use ctxd::store::Store;
-use fake_provider::{Block, FakeProvider, Reply, anthropic_message_of_sse};
+use fake_provider::{Block, FakeProvider, Reply, anthropic_message_of_sse, responses_of_sse};
 use metrics_exporter_prometheus::PrometheusHandle;
 use pb::context_store_client::ContextStoreClient;
 use serde::Deserialize;
@@ -70,6 +92,10 @@ const MAX_TOKENS: u32 = 8192;
 const SYSTEM: &str = "You are an interactive coding agent. You help the user with software \
     engineering tasks in their repository: read files, run commands, edit code, and report what \
     you did. Use the tools available to you; be concise.";
+/// The Codex CLI trace replayed over the Responses API, its model, and its row group.
+const CODEX_TRACE: &str = "testdata/gateway/codex-openprintkit-1031.jsonl";
+const CODEX_MODEL: &str = "gpt-5-codex";
+const RESPONSES_GROUP: &str = "responses (codex trace)";
 /// The text every answer of the latency and memory cases says.
 const ANSWER: &str = "Done; what next?";
 
@@ -115,6 +141,8 @@ struct Args {
     per_call: Vec<String>,
     skip_latency: bool,
     skip_memory: bool,
+    /// The Codex replay resends answers' items as they came (a diagnostic).
+    verbatim: bool,
 }
 
 impl Args {
@@ -123,6 +151,7 @@ impl Args {
             per_call: Vec::new(),
             skip_latency: false,
             skip_memory: false,
+            verbatim: true,
         };
         let mut it = std::env::args().skip(1);
         while let Some(arg) = it.next() {
@@ -132,6 +161,7 @@ impl Args {
                     .push(it.next().unwrap_or_else(|| fail("--per-call TRACE"))),
                 "--skip-latency" => args.skip_latency = true,
                 "--skip-memory" => args.skip_memory = true,
+                "--responses-stripped" => args.verbatim = false,
                 // `cargo bench` passes this to every bench target.
                 "--bench" => {}
                 other => fail(&format!("unknown argument {other}")),
@@ -197,6 +227,50 @@ async fn run(args: Args, metrics: Option<PrometheusHandle>) {
     }
     let sessions = count_sessions(&mut grpc).await;
 
+    // ---- responses (codex trace): direct, then through the gateway.
+    let codex = CodexTrace::load(&PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(CODEX_TRACE));
+    fake.clear_cache();
+    let started = Instant::now();
+    let (codex_direct, _) = replay_responses(
+        &http,
+        &format!("{}/v1/responses", fake.url()),
+        &fake,
+        &codex,
+        false,
+        args.verbatim,
+    )
+    .await;
+    let codex_direct_took = started.elapsed();
+    fake.clear_cache();
+    let before = metric_values(metrics.as_ref());
+    let started = Instant::now();
+    let (codex_via, codex_branches) = replay_responses(
+        &http,
+        &format!("http://{}/v1/responses", server.gateway),
+        &fake,
+        &codex,
+        true,
+        args.verbatim,
+    )
+    .await;
+    let codex_via_took = started.elapsed();
+    let codex_passthrough = metric_diff(&before, &metric_values(metrics.as_ref()));
+    let codex_stored = stored_nodes(&mut grpc, codex_via.session.as_deref(), codex.sent).await;
+    let codex_sessions = count_sessions(&mut grpc).await.saturating_sub(sessions);
+    let resend = if args.verbatim {
+        "answers resent as they came, as Codex CLI 0.171 does"
+    } else {
+        "answers resent without id, status and annotations (--responses-stripped)"
+    };
+    println!(
+        "{RESPONSES_GROUP} replays ({}, {} calls over POST /v1/responses, {resend}): direct \
+         {:.1} s, through the gateway {:.1} s",
+        codex.name,
+        codex.replies.len(),
+        codex_direct_took.as_secs_f64(),
+        codex_via_took.as_secs_f64()
+    );
+
     println!();
     println!(
         "| {:<32} | {:>5} | {:>12} | {:>12} | {:>7} | {:>5} | {:>8} | {:>8} |",
@@ -220,8 +294,47 @@ async fn run(args: Args, metrics: Option<PrometheusHandle>) {
             println!("  problem: {}: {problem}", trace.name);
         }
     }
+    println!("\n{RESPONSES_GROUP}, POST /v1/responses, {resend}:");
+    println!(
+        "| {:<32} | {:>5} | {:>12} | {:>12} | {:>7} | {:>5} | {:>8} | {:>8} |",
+        "trace", "calls", "cost direct", "cost gateway", "ratio", "nodes", "messages", "branches"
+    );
+    println!(
+        "| {:<32} | {:>5} | {:>12.0} | {:>12.0} | {:>6.3}× | {:>5} | {:>8} | {:>8} |",
+        codex.name,
+        codex_via.calls.len(),
+        codex_direct.cost(),
+        codex_via.cost(),
+        codex_via.cost() / codex_direct.cost(),
+        codex_stored.nodes,
+        codex.sent,
+        codex_stored.branches.len()
+    );
+    for problem in codex_direct.problems.iter().chain(&codex_via.problems) {
+        println!("  problem: {}: {problem}", codex.name);
+    }
+    if codex_stored.nodes != codex.sent || codex_stored.branches.len() > 1 {
+        explain_records(
+            &mut grpc,
+            codex_via.session.as_deref(),
+            &codex_branches,
+            &codex_stored,
+            codex.sent,
+        )
+        .await;
+    }
     for name in &args.per_call {
-        per_call(&traces, &direct, &via, name);
+        if *name == codex.name {
+            print_calls(
+                name,
+                "input items",
+                &codex_direct,
+                &codex_via,
+                Some(&codex_branches),
+            );
+        } else {
+            per_call(&traces, &direct, &via, name);
+        }
     }
 
     // ---- latency.
@@ -356,6 +469,67 @@ async fn run(args: Args, metrics: Option<PrometheusHandle>) {
             "0".into()
         } else {
             passthrough_metric
+                .iter()
+                .map(|(k, v)| format!("{k} {v}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        },
+        ..Row::default()
+    });
+    let codex_calls = codex_via.calls.len();
+    rows.push(Row {
+        section: RESPONSES_GROUP,
+        case: format!("{} ({codex_calls} calls): cache-weighted cost", codex.name),
+        n: Some(codex_calls),
+        value: format!("{:.0} → {:.0}", codex_direct.cost(), codex_via.cost()),
+        ratio: Some(codex_via.cost() / codex_direct.cost()),
+        to: "direct".into(),
+        ..Row::default()
+    });
+    rows.push(Row {
+        section: RESPONSES_GROUP,
+        case: "prompt tokens sent upstream".into(),
+        n: Some(codex_calls),
+        value: format!("{} → {}", codex_direct.prompt(), codex_via.prompt()),
+        ratio: Some(codex_via.prompt() as f64 / codex_direct.prompt() as f64),
+        to: "direct".into(),
+        ..Row::default()
+    });
+    rows.push(Row {
+        section: RESPONSES_GROUP,
+        case: "nodes stored / messages sent".into(),
+        value: format!("{} / {}", codex_stored.nodes, codex.sent),
+        ratio: Some(codex_stored.nodes as f64 / codex.sent as f64),
+        to: "messages".into(),
+        ..Row::default()
+    });
+    rows.push(Row {
+        section: RESPONSES_GROUP,
+        case: "branches of its session".into(),
+        value: codex_stored.branches.len().to_string(),
+        ..Row::default()
+    });
+    rows.push(Row {
+        section: RESPONSES_GROUP,
+        case: "sessions made / traces replayed".into(),
+        value: format!("{codex_sessions} / 1"),
+        ..Row::default()
+    });
+    rows.push(Row {
+        section: RESPONSES_GROUP,
+        case: "answers without x-ctxd-session-id (unrecorded)".into(),
+        value: codex_via.unrecorded.to_string(),
+        ..Row::default()
+    });
+    rows.push(Row {
+        section: RESPONSES_GROUP,
+        case: "ctxd_gateway_passthrough_total".into(),
+        value: if metrics.is_none() {
+            "no recorder".into()
+        } else if codex_passthrough.is_empty() {
+            "0".into()
+        } else {
+            codex_passthrough
                 .iter()
                 .map(|(k, v)| format!("{k} {v}"))
                 .collect::<Vec<_>>()
@@ -524,6 +698,30 @@ async fn run(args: Args, metrics: Option<PrometheusHandle>) {
             "problems": d.problems.iter().chain(&v.problems).collect::<Vec<_>>(),
         })).collect::<Vec<_>>(),
         "passthrough_metric": passthrough_metric,
+        "responses": json!({
+            "group": RESPONSES_GROUP,
+            "name": codex.name,
+            "file": CODEX_TRACE,
+            "model": CODEX_MODEL,
+            "resend": if args.verbatim { "verbatim" } else { "stripped" },
+            "calls": codex_calls,
+            "cost_direct": codex_direct.cost(),
+            "cost_gateway": codex_via.cost(),
+            "ratio": codex_via.cost() / codex_direct.cost(),
+            "prompt_direct": codex_direct.prompt(),
+            "prompt_gateway": codex_via.prompt(),
+            "messages_sent": codex.sent,
+            "nodes_stored": codex_stored.nodes,
+            "branches": codex_stored.branches,
+            "sessions_made": codex_sessions,
+            "unrecorded": codex_via.unrecorded,
+            "passthrough_metric": codex_passthrough,
+            "branch_moves": branch_moves(&codex_branches)
+                .iter()
+                .map(|(k, from, to)| json!({"call": k, "from": from, "to": to}))
+                .collect::<Vec<_>>(),
+            "problems": codex_direct.problems.iter().chain(&codex_via.problems).collect::<Vec<_>>(),
+        }),
         "memory": memory.as_ref().map_or_else(|e| json!({"error": e}), |m| json!({
             "idle_kib": m.idle_kib, "during_kib": m.during_kib, "after_kib": m.after_kib,
             "hwm_kib": m.hwm_kib, "streams": STREAMS, "tokens_each": STREAM_TOKENS,
@@ -598,22 +796,36 @@ fn load_traces(dir: &Path) -> Vec<Trace> {
     files.iter().map(|f| Trace::load(f)).collect()
 }
 
+/// The lines of a neutral JSONL trace, and its name (the file's stem).
+fn read_lines(file: &Path) -> (String, Vec<Line>) {
+    let text = std::fs::read_to_string(file)
+        .unwrap_or_else(|e| fail(&format!("read {}: {e}", file.display())));
+    let lines: Vec<Line> = text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            serde_json::from_str(l).unwrap_or_else(|e| fail(&format!("{}: {e}", file.display())))
+        })
+        .collect();
+    let name = file
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    (name, lines)
+}
+
+/// A trace's call arguments as a tool input: the object they are, else wrapped in one.
+fn tool_input(arguments: &str) -> Value {
+    match serde_json::from_str::<Value>(arguments) {
+        Ok(v @ Value::Object(_)) => v,
+        Ok(other) => json!({ "value": other }),
+        Err(_) => json!({ "arguments": arguments }),
+    }
+}
+
 impl Trace {
     fn load(file: &Path) -> Self {
-        let text = std::fs::read_to_string(file)
-            .unwrap_or_else(|e| fail(&format!("read {}: {e}", file.display())));
-        let lines: Vec<Line> = text
-            .lines()
-            .filter(|l| !l.trim().is_empty())
-            .map(|l| {
-                serde_json::from_str(l)
-                    .unwrap_or_else(|e| fail(&format!("{}: {e}", file.display())))
-            })
-            .collect();
-        let name = file
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_default();
+        let (name, lines) = read_lines(file);
         let family = if name.starts_with("cc-main") {
             "cc-main"
         } else if name.starts_with("cc-sub") {
@@ -666,11 +878,7 @@ impl Trace {
                         blocks.push(json!({"type": "text", "text": content}));
                     }
                     for call in line.tool_calls.iter().flatten() {
-                        let input = match serde_json::from_str::<Value>(&call.arguments) {
-                            Ok(v @ Value::Object(_)) => v,
-                            Ok(other) => json!({ "value": other }),
-                            Err(_) => json!({ "arguments": call.arguments }),
-                        };
+                        let input = tool_input(&call.arguments);
                         reply.push(Block::ToolUse {
                             id: call.id.clone(),
                             name: call.name.clone(),
@@ -831,11 +1039,15 @@ async fn post(
     body: String,
 ) -> Result<Answer, String> {
     let start = Instant::now();
-    let mut response =
-        tokio::time::timeout(PATIENCE, request(http, url, session, policy, body).send())
-            .await
-            .map_err(|_| "no answer in time".to_owned())?
-            .map_err(|e| format!("send: {e}"))?;
+    send(start, request(http, url, session, policy, body)).await
+}
+
+/// Sends `request` (built since `start`) and reads its answer to the end.
+async fn send(start: Instant, request: reqwest::RequestBuilder) -> Result<Answer, String> {
+    let mut response = tokio::time::timeout(PATIENCE, request.send())
+        .await
+        .map_err(|_| "no answer in time".to_owned())?
+        .map_err(|e| format!("send: {e}"))?;
     let head = start.elapsed();
     let status = response.status().as_u16();
     let ctxd_session = header(&response, "x-ctxd-session-id");
@@ -900,6 +1112,35 @@ struct Replay {
 }
 
 impl Replay {
+    fn new() -> Self {
+        Replay {
+            calls: Vec::new(),
+            unrecorded: 0,
+            session: None,
+            branches: BTreeSet::new(),
+            problems: Vec::new(),
+        }
+    }
+
+    /// Notes the session and branch the gateway's answer to call `k` names.
+    fn track(&mut self, k: usize, answer: &Answer) {
+        match &answer.session {
+            Some(s) => {
+                if self.session.as_ref().is_some_and(|old| old != s) {
+                    self.problems.push(format!(
+                        "call {k}: session {s}, earlier calls {}",
+                        self.session.as_deref().unwrap_or_default()
+                    ));
+                }
+                self.session = Some(s.clone());
+            }
+            None => self.unrecorded += 1,
+        }
+        if let Some(b) = &answer.branch {
+            self.branches.insert(b.clone());
+        }
+    }
+
     fn cost(&self) -> f64 {
         self.calls.iter().map(Usage::cost).sum()
     }
@@ -917,13 +1158,7 @@ async fn replay(
     trace: &Trace,
     gateway: bool,
 ) -> Replay {
-    let mut run = Replay {
-        calls: Vec::new(),
-        unrecorded: 0,
-        session: None,
-        branches: BTreeSet::new(),
-        problems: Vec::new(),
-    };
+    let mut run = Replay::new();
     for (k, call) in trace.calls.iter().enumerate() {
         fake.clear_requests();
         fake.set_default(Reply::blocks(call.reply.clone()));
@@ -947,21 +1182,7 @@ async fn replay(
                 .push(format!("call {k}: the streamed answer is not whole"));
         }
         if gateway {
-            match &answer.session {
-                Some(s) => {
-                    if run.session.as_ref().is_some_and(|old| old != s) {
-                        run.problems.push(format!(
-                            "call {k}: session {s}, earlier calls {}",
-                            run.session.as_deref().unwrap_or_default()
-                        ));
-                    }
-                    run.session = Some(s.clone());
-                }
-                None => run.unrecorded += 1,
-            }
-            if let Some(b) = &answer.branch {
-                run.branches.insert(b.clone());
-            }
+            run.track(k, &answer);
         }
         let requests = fake.requests();
         let usage = match requests.as_slice() {
@@ -995,38 +1216,537 @@ fn per_call(traces: &[Trace], direct: &[Replay], via: &[Replay], name: &str) {
         println!("--per-call: no trace {name}");
         return;
     };
-    println!("\n{name}: every call (tokens the fake reported; msgs = messages it received)");
+    print_calls(name, "messages", &direct[t], &via[t], None);
+}
+
+/// The calls of one trace in both replays; with `branches` (the Responses replay), the branch
+/// each gateway call went to (`*`: another than the call before's), and the uncached input in
+/// place of cache writes (the API has none).
+fn print_calls(
+    name: &str,
+    what: &str,
+    direct: &Replay,
+    via: &Replay,
+    branches: Option<&[Option<String>]>,
+) {
+    println!("\n{name}: every call (tokens the fake reported; msgs = {what} it received)");
     println!("direct (left) and through the gateway (right); kB: the body the fake received");
-    println!(
+    let first = if branches.is_some() {
+        "uncached"
+    } else {
+        "write"
+    };
+    let shown = |u: &Usage| {
+        if branches.is_some() {
+            u.input
+        } else {
+            u.cache_write
+        }
+    };
+    let mut head = format!(
         "| {:>4} | {:>5} | {:>6} | {:>8} | {:>8} | {:>9} | {:>5} | {:>6} | {:>8} | {:>8} | {:>9} | {:>7} |",
-        "call",
-        "msgs",
-        "kB",
-        "write",
-        "read",
-        "cost",
-        "msgs",
-        "kB",
-        "write",
-        "read",
-        "cost",
-        "ratio"
+        "call", "msgs", "kB", first, "read", "cost", "msgs", "kB", first, "read", "cost", "ratio"
     );
-    for (k, (d, v)) in direct[t].calls.iter().zip(&via[t].calls).enumerate() {
-        println!(
+    if branches.is_some() {
+        head.push_str(" branch");
+    }
+    println!("{head}");
+    for (k, (d, v)) in direct.calls.iter().zip(&via.calls).enumerate() {
+        let mut line = format!(
             "| {k:>4} | {:>5} | {:>6} | {:>8} | {:>8} | {:>9.0} | {:>5} | {:>6} | {:>8} | {:>8} | {:>9.0} | {:>6.3}× |",
             d.messages,
             d.bytes / 1000,
-            d.cache_write,
+            shown(d),
             d.cache_read,
             d.cost(),
             v.messages,
             v.bytes / 1000,
-            v.cache_write,
+            shown(v),
             v.cache_read,
             v.cost(),
             v.cost() / d.cost()
         );
+        if let Some(branches) = branches {
+            let this = branches.get(k).cloned().flatten();
+            let moved = k > 0 && branches.get(k - 1).cloned().flatten() != this;
+            line.push_str(&format!(
+                " {}{}",
+                if moved { "*" } else { "" },
+                this.as_deref().unwrap_or("-")
+            ));
+        }
+        println!("{line}");
+    }
+}
+
+// ---------------------------------------------------------------- responses (codex trace)
+
+/// The Codex trace as a Responses client replays it.
+struct CodexTrace {
+    name: String,
+    /// The developer message's text: the trace's leading system messages, else the fixed prompt.
+    system: String,
+    /// The trace's messages after its leading system ones, up to its last assistant message.
+    lines: Vec<Line>,
+    /// The fake's answer to each call: each assistant message's text and calls, in order.
+    replies: Vec<Vec<Block>>,
+    /// Input messages the client sends: the developer message and every line (an answer is one
+    /// message, whatever items it comes in).
+    sent: usize,
+}
+
+impl CodexTrace {
+    fn load(file: &Path) -> Self {
+        let (name, mut lines) = read_lines(file);
+        let leading = lines.iter().take_while(|l| l.role == "system").count();
+        let system = if leading > 0 {
+            lines[..leading]
+                .iter()
+                .map(|l| l.content.clone().unwrap_or_default())
+                .collect::<Vec<_>>()
+                .join("\n\n")
+        } else {
+            SYSTEM.to_owned()
+        };
+        let last_answer = lines
+            .iter()
+            .rposition(|l| l.role == "assistant")
+            .unwrap_or_else(|| fail(&format!("{name}: no assistant message")));
+        lines.truncate(last_answer + 1);
+        let lines: Vec<Line> = lines.drain(leading..).collect();
+        let replies = lines
+            .iter()
+            .filter(|l| l.role == "assistant")
+            .map(|line| {
+                let mut reply = Vec::new();
+                let content = line.content.clone().unwrap_or_default();
+                if !content.is_empty() {
+                    reply.push(Block::Text(content));
+                }
+                for call in line.tool_calls.iter().flatten() {
+                    reply.push(Block::ToolUse {
+                        id: call.id.clone(),
+                        name: call.name.clone(),
+                        input: tool_input(&call.arguments),
+                    });
+                }
+                reply
+            })
+            .collect();
+        let sent = 1 + lines.len();
+        CodexTrace {
+            name,
+            system,
+            lines,
+            replies,
+            sent,
+        }
+    }
+}
+
+/// A developer or user message item of one `input_text` part, as Codex sends them.
+fn text_item(role: &str, text: &str) -> Value {
+    json!({"type": "message", "role": role, "content": [{"type": "input_text", "text": text}]})
+}
+
+/// An output item as Codex 0.34 puts it in its next request's `input` (its `ResponseItem`
+/// serialised: `codex-rs/protocol/src/models.rs`): a message without its `id` and `status`, its
+/// text parts without `annotations` and `logprobs`; a function call as its `name`, `arguments`
+/// and `call_id` only; a reasoning item without its `id`; any other item as it came.
+fn codex_item(item: &Value) -> Value {
+    match item["type"].as_str().unwrap_or_default() {
+        "message" => {
+            let parts: Vec<Value> = item["content"]
+                .as_array()
+                .map(Vec::as_slice)
+                .unwrap_or_default()
+                .iter()
+                .map(|p| match p["type"].as_str() {
+                    Some(t @ ("output_text" | "input_text")) => {
+                        json!({"type": t, "text": p["text"]})
+                    }
+                    _ => p.clone(),
+                })
+                .collect();
+            json!({"type": "message", "role": item["role"], "content": parts})
+        }
+        "function_call" => json!({
+            "type": "function_call",
+            "name": item["name"],
+            "arguments": item["arguments"],
+            "call_id": item["call_id"],
+        }),
+        "reasoning" => json!({
+            "type": "reasoning",
+            "summary": item["summary"],
+            "encrypted_content": item["encrypted_content"],
+        }),
+        _ => item.clone(),
+    }
+}
+
+/// The items Codex resends for an answer of `reply`, as the fake sends it.
+fn codex_items_of(reply: &[Block]) -> Vec<Value> {
+    reply
+        .iter()
+        .filter_map(|block| match block {
+            Block::Text(text) => Some(json!({
+                "type": "message",
+                "role": "assistant",
+                "content": [{"type": "output_text", "text": text}],
+            })),
+            Block::ToolUse { id, name, input } => Some(json!({
+                "type": "function_call",
+                "name": name,
+                "arguments": input.to_string(),
+                "call_id": id,
+            })),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A Responses request as Codex sends one: streamed, nothing stored, the session named in
+/// `prompt_cache_key`, the `input` so far (items as serialised).
+fn responses_body(session: &str, input: &[String]) -> String {
+    let head = json!({
+        "model": CODEX_MODEL,
+        "stream": true,
+        "store": false,
+        "include": [],
+        "prompt_cache_key": session,
+    })
+    .to_string();
+    let size = head.len() + input.iter().map(|i| i.len() + 1).sum::<usize>() + 16;
+    let mut body = String::with_capacity(size);
+    body.push_str(&head[..head.len() - 1]);
+    body.push_str(",\"input\":[");
+    for (i, item) in input.iter().enumerate() {
+        if i > 0 {
+            body.push(',');
+        }
+        body.push_str(item);
+    }
+    body.push_str("]}");
+    body
+}
+
+fn responses_request(http: &reqwest::Client, url: &str, body: String) -> reqwest::RequestBuilder {
+    http.post(url)
+        .header("content-type", "application/json")
+        .header("accept", "text/event-stream")
+        .header("authorization", "Bearer sk-bench")
+        .header("openai-beta", "responses=experimental")
+        .header("originator", "codex_cli_rs")
+        .body(body)
+}
+
+/// Replays the Codex trace against `url` (a `/v1/responses`), the fake answering each call with
+/// the trace's answer and the client resending it as it read it. Also gives the branch each
+/// call was recorded on (through the gateway).
+async fn replay_responses(
+    http: &reqwest::Client,
+    url: &str,
+    fake: &FakeProvider,
+    trace: &CodexTrace,
+    gateway: bool,
+    verbatim: bool,
+) -> (Replay, Vec<Option<String>>) {
+    let mut run = Replay::new();
+    let mut branches = Vec::new();
+    let mut input: Vec<String> = vec![text_item("developer", &trace.system).to_string()];
+    let mut replies = trace.replies.iter();
+    for line in &trace.lines {
+        let content = line.content.as_deref().unwrap_or_default();
+        match line.role.as_str() {
+            "user" => input.push(text_item("user", content).to_string()),
+            "system" => input.push(text_item("developer", content).to_string()),
+            "tool" => input.push(
+                json!({
+                    "type": "function_call_output",
+                    "call_id": line.tool_call_id.as_deref().unwrap_or_default(),
+                    "output": content,
+                })
+                .to_string(),
+            ),
+            "assistant" => {
+                let k = run.calls.len();
+                let reply = replies.next().expect("a reply per assistant message");
+                let expected = codex_items_of(reply);
+                fake.clear_requests();
+                fake.set_default(Reply::blocks(reply.clone()));
+                let body = responses_body(&trace.name, &input);
+                let mut read = None;
+                let mut branch = None;
+                match send(Instant::now(), responses_request(http, url, body)).await {
+                    Err(e) => run.problems.push(format!("call {k}: {e}")),
+                    Ok(answer) => {
+                        if answer.status != 200 {
+                            run.problems.push(format!(
+                                "call {k}: status {}: {}",
+                                answer.status,
+                                String::from_utf8_lossy(&answer.body[..answer.body.len().min(300)])
+                            ));
+                        } else {
+                            match responses_of_sse(&answer.body) {
+                                Some((response, items)) if response["status"] == "completed" => {
+                                    let codex: Vec<Value> = items.iter().map(codex_item).collect();
+                                    if codex != expected {
+                                        run.problems.push(format!(
+                                            "call {k}: the answer read back is not the trace's"
+                                        ));
+                                    }
+                                    read = Some(if verbatim { items } else { codex });
+                                }
+                                _ => run
+                                    .problems
+                                    .push(format!("call {k}: the streamed answer is not whole")),
+                            }
+                        }
+                        if gateway {
+                            run.track(k, &answer);
+                            branch = answer.branch.clone();
+                        }
+                    }
+                }
+                // The answer as the client read it (else, a problem told, the trace's).
+                input.extend(read.unwrap_or(expected).iter().map(Value::to_string));
+                let requests = fake.requests();
+                let usage = match requests.as_slice() {
+                    [one] => {
+                        let prompt = one.usage["input_tokens"].as_u64().unwrap_or(0);
+                        let cached = one.usage["input_tokens_details"]["cached_tokens"]
+                            .as_u64()
+                            .unwrap_or(0);
+                        Usage {
+                            input: prompt.saturating_sub(cached),
+                            cache_write: 0,
+                            cache_read: cached,
+                            messages: one.input().len(),
+                            bytes: one.raw.len(),
+                        }
+                    }
+                    other => {
+                        run.problems.push(format!(
+                            "call {k}: the fake received {} requests",
+                            other.len()
+                        ));
+                        Usage::default()
+                    }
+                };
+                drop(requests);
+                run.calls.push(usage);
+                branches.push(branch);
+            }
+            other => fail(&format!("{}: unknown role {other}", trace.name)),
+        }
+    }
+    fake.clear_requests();
+    (run, branches)
+}
+
+/// The calls recorded on another branch than the call before them: (call, from, to).
+fn branch_moves(branches: &[Option<String>]) -> Vec<(usize, String, String)> {
+    branches
+        .windows(2)
+        .enumerate()
+        .filter(|(_, w)| w[0] != w[1])
+        .map(|(k, w)| {
+            let name = |b: &Option<String>| b.clone().unwrap_or_else(|| "-".into());
+            (k + 1, name(&w[0]), name(&w[1]))
+        })
+        .collect()
+}
+
+/// A stored node with more than one child: where two branches part.
+struct Fork {
+    /// Nodes before it on its path.
+    depth: usize,
+    parent: pb::Node,
+    /// Its children, oldest first, with the branches through each.
+    children: Vec<(pb::Node, Vec<String>)>,
+}
+
+/// The forks of `session`, the shallowest first.
+async fn forks(client: &mut Client, session: &str) -> Vec<Fork> {
+    let branches = client
+        .list_branches(pb::ListBranchesRequest {
+            session_id: session.to_owned(),
+        })
+        .await
+        .expect("ListBranches")
+        .into_inner()
+        .branches;
+    let mut nodes: BTreeMap<String, pb::Node> = BTreeMap::new();
+    let mut through: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for branch in branches.iter().filter(|b| !b.head_id.is_empty()) {
+        let mut page_token = String::new();
+        for _ in 0..10_000 {
+            let page = client
+                .log(pb::LogRequest {
+                    session_id: session.to_owned(),
+                    branch: branch.name.clone(),
+                    limit: 1000,
+                    page_token: page_token.clone(),
+                    ..Default::default()
+                })
+                .await
+                .expect("Log")
+                .into_inner();
+            for node in page.nodes {
+                through
+                    .entry(node.node_id.clone())
+                    .or_default()
+                    .push(branch.name.clone());
+                nodes.entry(node.node_id.clone()).or_insert(node);
+            }
+            if page.next_page_token.is_empty() {
+                break;
+            }
+            page_token = page.next_page_token;
+        }
+    }
+    let mut children: BTreeMap<&str, Vec<&pb::Node>> = BTreeMap::new();
+    for node in nodes.values() {
+        children
+            .entry(node.parent_id.as_str())
+            .or_default()
+            .push(node);
+    }
+    let depth = |id: &str| {
+        let mut d = 0;
+        let mut at = nodes.get(id);
+        while let Some(n) = at.filter(|n| !n.parent_id.is_empty()) {
+            d += 1;
+            at = nodes.get(&n.parent_id);
+        }
+        d
+    };
+    let mut out: Vec<Fork> = children
+        .iter()
+        .filter(|(parent, kids)| !parent.is_empty() && kids.len() > 1)
+        .filter_map(|(parent, kids)| {
+            let mut kids: Vec<&pb::Node> = kids.clone();
+            kids.sort_by_key(|n| n.created_at_unix_ms);
+            Some(Fork {
+                depth: depth(parent),
+                parent: nodes.get(*parent)?.clone(),
+                children: kids
+                    .into_iter()
+                    .map(|n| {
+                        let on = through.get(&n.node_id).cloned().unwrap_or_default();
+                        (n.clone(), on)
+                    })
+                    .collect(),
+            })
+        })
+        .collect();
+    out.sort_by_key(|f| f.depth);
+    out
+}
+
+/// A stored node in a line: its kind, role, parts (text and kept JSON clipped to `width`
+/// characters) and tool calls.
+fn describe(node: &pb::Node, width: usize) -> String {
+    use pb::content_part::Part;
+    use pb::media::Source;
+    use pb::node_input::Kind;
+    let clip = |s: &str| {
+        if s.chars().count() > width {
+            format!("{}…", s.chars().take(width).collect::<String>())
+        } else {
+            s.to_owned()
+        }
+    };
+    let parts = |parts: &[pb::ContentPart]| {
+        parts
+            .iter()
+            .map(|p| match &p.part {
+                Some(Part::Text(t)) => format!("text {:?}", clip(t)),
+                Some(Part::Media(m)) => match &m.source {
+                    Some(Source::Data(d)) => {
+                        format!("{} {}", m.mime_type, clip(&String::from_utf8_lossy(d)))
+                    }
+                    Some(Source::Url(u)) => format!("{} {}", m.mime_type, clip(u)),
+                    None => m.mime_type.clone(),
+                },
+                None => "(empty part)".into(),
+            })
+            .collect::<Vec<_>>()
+            .join(" | ")
+    };
+    match node.content.as_ref().and_then(|c| c.kind.as_ref()) {
+        Some(Kind::Message(m)) => {
+            let calls = m
+                .tool_calls
+                .iter()
+                .map(|c| format!("{} {} {}", c.call_id, c.name, clip(&c.arguments_json)))
+                .collect::<Vec<_>>()
+                .join(" | ");
+            format!(
+                "{} message: parts [{}] calls [{calls}]",
+                m.role().as_str_name(),
+                parts(&m.parts)
+            )
+        }
+        Some(Kind::ToolResult(r)) => format!("tool result {}: [{}]", r.call_id, parts(&r.parts)),
+        Some(other) => clip(&format!("{other:?}")),
+        None => "(no content)".into(),
+    }
+}
+
+/// Why the gateway's record of the Codex replay is not one node per message on one branch:
+/// the calls that went to another branch, and the first stored forks.
+async fn explain_records(
+    client: &mut Client,
+    session: Option<&str>,
+    branches: &[Option<String>],
+    stored: &Stored,
+    sent: usize,
+) {
+    println!(
+        "\n{RESPONSES_GROUP}: {} nodes stored for {sent} messages sent, {} branches",
+        stored.nodes,
+        stored.branches.len()
+    );
+    let moves = branch_moves(branches);
+    println!(
+        "  {} of {} gateway calls were recorded on another branch than the call before{}",
+        moves.len(),
+        branches.len(),
+        if moves.is_empty() { "" } else { ":" }
+    );
+    for (k, from, to) in moves.iter().take(6) {
+        println!("    call {k}: {from} → {to}");
+    }
+    if moves.len() > 6 {
+        println!("    … and {} more", moves.len() - 6);
+    }
+    let Some(session) = session else { return };
+    let forks = forks(client, session).await;
+    println!(
+        "  {} stored nodes have more than one child (the stored forks); the first:",
+        forks.len()
+    );
+    for fork in forks.iter().take(2) {
+        println!(
+            "    after node {} (depth {}): {}",
+            fork.parent.node_id,
+            fork.depth,
+            describe(&fork.parent, 80)
+        );
+        for (child, on) in &fork.children {
+            let on = match on.as_slice() {
+                [] => "no branch".to_owned(),
+                [one] => one.clone(),
+                many => format!("{} branches: {}, …", many.len(), many[..2].join(", ")),
+            };
+            println!(
+                "      child {} (on {on}): {}",
+                child.node_id,
+                describe(child, 200)
+            );
+        }
     }
 }
 
