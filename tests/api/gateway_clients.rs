@@ -10,26 +10,15 @@
 //! `CTXD_GATEWAY_CLIENTS=required` (CI sets it): then the test fails naming what is missing.
 //! Every child process is killed, with its process group, at [`CHILD_LIMIT`].
 
-use std::io::Read;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus, Stdio};
-use std::time::Duration;
+use std::process::Command;
 
 use ctxd::api::pb;
-use ctxd::gateway::Gateway;
-use ctxd::server::Options;
 use serde_json::{Value, json};
-use tokio::net::TcpListener;
 
+use crate::agents::{REQUIRED, gateway_app, model_calls, paths, run_bounded};
 use crate::fake_provider::{FakeProvider, Recorded, Reply};
-use crate::helpers::{TestApp, spawn_app_with, text_of};
-
-/// The longest a client process may run before it is killed and the test fails.
-const CHILD_LIMIT: Duration = Duration::from_secs(120);
-
-/// `CTXD_GATEWAY_CLIENTS=required`: a missing client fails its test instead of skipping it.
-const REQUIRED: &str = "CTXD_GATEWAY_CLIENTS";
+use crate::helpers::{TestApp, text_of};
 
 const SYSTEM: &str = "You are a weather assistant. Use the tool.";
 const QUESTION: &str = "What is the weather in Paris?";
@@ -459,19 +448,6 @@ async fn claude_code_reads_a_file_through_the_gateway() {
 
 // ---------------------------------------------------------------- the gateway under test
 
-/// A server with the gateway in front of `fake` (both APIs); the gateway's base URL.
-async fn gateway_app(fake: &FakeProvider) -> (TestApp, String) {
-    let listener = TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind the gateway");
-    let url = format!("http://{}", listener.local_addr().expect("gateway addr"));
-    let options = Options {
-        gateway: Some(Gateway::new(listener, fake.url(), fake.url())),
-        ..Default::default()
-    };
-    (spawn_app_with(options).await, url)
-}
-
 /// The only session of the test's server.
 async fn only_session(app: &mut TestApp) -> String {
     let sessions = app
@@ -552,27 +528,6 @@ fn describe(node: &pb::Node) -> String {
         Some(other) => format!("{other:?}"),
         None => "<no content>".into(),
     }
-}
-
-/// Requests to `path` the fake received.
-fn model_calls(fake: &FakeProvider, path: &str) -> Vec<Recorded> {
-    fake.requests()
-        .into_iter()
-        .filter(|r| r.method == "POST" && r.path == path)
-        .collect()
-}
-
-/// Every request the fake received, as `METHOD path?query` (for failure messages).
-fn paths(fake: &FakeProvider) -> String {
-    let all: Vec<String> = fake
-        .requests()
-        .iter()
-        .map(|r| match &r.query {
-            Some(q) => format!("{} {}?{q}", r.method, r.path),
-            None => format!("{} {}", r.method, r.path),
-        })
-        .collect();
-    format!("{all:?}")
 }
 
 fn assert_ctxd_headers_stripped(call: &Recorded) {
@@ -866,70 +821,3 @@ else:
 
 print(json.dumps(out))
 "#;
-
-/// How a child process ended, and what it wrote.
-struct Ran {
-    status: ExitStatus,
-    stdout: String,
-    stderr: String,
-}
-
-/// Runs `command` (no stdin) in a process group of its own to its exit, capturing both streams;
-/// past [`CHILD_LIMIT`] the group is killed and the test fails with what it wrote so far. The
-/// group is killed after a normal exit too, so nothing it started outlives the test.
-async fn run_bounded(what: &str, mut command: Command) -> Ran {
-    command
-        .process_group(0)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = command
-        .spawn()
-        .unwrap_or_else(|e| panic!("spawn {what}: {e}"));
-    let pid = child.id();
-    let stdout = drain(child.stdout.take().expect("piped stdout"));
-    let stderr = drain(child.stderr.take().expect("piped stderr"));
-    let waited = tokio::task::spawn_blocking(move || child.wait());
-    let status = tokio::time::timeout(CHILD_LIMIT, waited).await;
-    kill_group(pid);
-    let stdout = collect(stdout).await;
-    let stderr = collect(stderr).await;
-    match status {
-        Ok(joined) => Ran {
-            status: joined.expect("waiter task").expect("wait for the child"),
-            stdout,
-            stderr,
-        },
-        Err(_) => panic!(
-            "{what} did not finish within {CHILD_LIMIT:?} and was killed\nstdout: {stdout}\n\
-             stderr: {stderr}"
-        ),
-    }
-}
-
-/// Reads `pipe` to its end on a thread of its own.
-fn drain(mut pipe: impl Read + Send + 'static) -> std::thread::JoinHandle<Vec<u8>> {
-    std::thread::spawn(move || {
-        let mut buf = Vec::new();
-        let _ = pipe.read_to_end(&mut buf);
-        buf
-    })
-}
-
-/// What a [`drain`] read (its pipe is closed once the process group is gone).
-async fn collect(reader: std::thread::JoinHandle<Vec<u8>>) -> String {
-    let joined = tokio::task::spawn_blocking(move || reader.join());
-    match tokio::time::timeout(Duration::from_secs(10), joined).await {
-        Ok(Ok(Ok(buf))) => String::from_utf8_lossy(&buf).into_owned(),
-        _ => "<not readable: the pipe stayed open>".into(),
-    }
-}
-
-/// SIGKILL to the process group `pgid` (a group already gone is fine).
-fn kill_group(pgid: u32) {
-    let _ = Command::new("kill")
-        .args(["-KILL", "--", &format!("-{pgid}")])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status();
-}

@@ -15,26 +15,15 @@
 //! only provider and turns off what would reach beyond it (update checks, analytics, plugins,
 //! apps); every child process is killed, with its process group, at [`CHILD_LIMIT`].
 
-use std::io::Read;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus, Stdio};
-use std::time::Duration;
+use std::process::Command;
 
 use ctxd::api::pb;
-use ctxd::gateway::Gateway;
-use ctxd::server::Options;
 use serde_json::{Value, json};
-use tokio::net::TcpListener;
 
+use crate::agents::{REQUIRED, gateway_app, model_calls, paths, run_bounded};
 use crate::fake_provider::{FakeProvider, Recorded, Reply, parse_sse, responses_of_sse, tokens_of};
-use crate::helpers::{TestApp, spawn_app_with};
-
-/// The longest a client process may run before it is killed and the test fails.
-const CHILD_LIMIT: Duration = Duration::from_secs(120);
-
-/// `CTXD_GATEWAY_CLIENTS=required`: a missing client fails its test instead of skipping it.
-const REQUIRED: &str = "CTXD_GATEWAY_CLIENTS";
+use crate::helpers::TestApp;
 
 /// The model Codex is configured with: a slug it has no metadata for (it warns and uses its
 /// fallback, whose shell tool is `exec_command`).
@@ -654,19 +643,6 @@ fn codex() -> Option<PathBuf> {
 
 // ---------------------------------------------------------------- the gateway under test
 
-/// A server with the gateway in front of `fake`; the gateway's base URL (without `/v1`).
-async fn gateway_app(fake: &FakeProvider) -> (TestApp, String) {
-    let listener = TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind the gateway");
-    let url = format!("http://{}", listener.local_addr().expect("gateway addr"));
-    let options = Options {
-        gateway: Some(Gateway::new(listener, fake.url(), fake.url())),
-        ..Default::default()
-    };
-    (spawn_app_with(options).await, url)
-}
-
 /// The only session of the test's server.
 async fn only_session(app: &mut TestApp) -> String {
     let sessions = app
@@ -796,93 +772,4 @@ fn parts_text(parts: &[pb::ContentPart]) -> String {
         .join("|")
 }
 
-/// Requests to `path` the fake received.
-fn model_calls(fake: &FakeProvider, path: &str) -> Vec<Recorded> {
-    fake.requests()
-        .into_iter()
-        .filter(|r| r.method == "POST" && r.path == path)
-        .collect()
-}
-
-/// Every request the fake received, as `METHOD path?query` (for failure messages).
-fn paths(fake: &FakeProvider) -> String {
-    let all: Vec<String> = fake
-        .requests()
-        .iter()
-        .map(|r| match &r.query {
-            Some(q) => format!("{} {}?{q}", r.method, r.path),
-            None => format!("{} {}", r.method, r.path),
-        })
-        .collect();
-    format!("{all:?}")
-}
-
 // ---------------------------------------------------------------- child processes
-
-/// How a child process ended, and what it wrote.
-struct Ran {
-    status: ExitStatus,
-    stdout: String,
-    stderr: String,
-}
-
-/// Runs `command` (no stdin: Codex reads a piped stdin as more prompt) in a process group of its
-/// own to its exit, capturing both streams; past [`CHILD_LIMIT`] the group is killed and the test
-/// fails with what it wrote so far. The group is killed after a normal exit too, so nothing it
-/// started outlives the test.
-async fn run_bounded(what: &str, mut command: Command) -> Ran {
-    command
-        .process_group(0)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = command
-        .spawn()
-        .unwrap_or_else(|e| panic!("spawn {what}: {e}"));
-    let pid = child.id();
-    let stdout = drain(child.stdout.take().expect("piped stdout"));
-    let stderr = drain(child.stderr.take().expect("piped stderr"));
-    let waited = tokio::task::spawn_blocking(move || child.wait());
-    let status = tokio::time::timeout(CHILD_LIMIT, waited).await;
-    kill_group(pid);
-    let stdout = collect(stdout).await;
-    let stderr = collect(stderr).await;
-    match status {
-        Ok(joined) => Ran {
-            status: joined.expect("waiter task").expect("wait for the child"),
-            stdout,
-            stderr,
-        },
-        Err(_) => panic!(
-            "{what} did not finish within {CHILD_LIMIT:?} and was killed\nstdout: {stdout}\n\
-             stderr: {stderr}"
-        ),
-    }
-}
-
-/// Reads `pipe` to its end on a thread of its own.
-fn drain(mut pipe: impl Read + Send + 'static) -> std::thread::JoinHandle<Vec<u8>> {
-    std::thread::spawn(move || {
-        let mut buf = Vec::new();
-        let _ = pipe.read_to_end(&mut buf);
-        buf
-    })
-}
-
-/// What a [`drain`] read (its pipe is closed once the process group is gone).
-async fn collect(reader: std::thread::JoinHandle<Vec<u8>>) -> String {
-    let joined = tokio::task::spawn_blocking(move || reader.join());
-    match tokio::time::timeout(Duration::from_secs(10), joined).await {
-        Ok(Ok(Ok(buf))) => String::from_utf8_lossy(&buf).into_owned(),
-        _ => "<not readable: the pipe stayed open>".into(),
-    }
-}
-
-/// SIGKILL to the process group `pgid` (a group already gone is fine).
-fn kill_group(pgid: u32) {
-    let _ = Command::new("kill")
-        .args(["-KILL", "--", &format!("-{pgid}")])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status();
-}

@@ -2,6 +2,7 @@
 //! SQLite file (or, with `CTXD_TEST_DATABASE_URL`, PostgreSQL schema) per test (see
 //! `helpers::spawn_app`); one suite for both backends.
 
+mod agents;
 mod auth;
 mod backup;
 mod binary;
