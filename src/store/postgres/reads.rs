@@ -505,9 +505,12 @@ impl<C: Connection> Reads for Conn<C> {
 
     async fn gateway_usage(&mut self, session: SessionId) -> Result<GatewayUsage> {
         let row = sqlx::query(
-            "SELECT count(*) AS calls, sum(client_tokens) AS client, sum(forwarded_tokens) AS forwarded,
-                    sum(input_tokens) AS input, sum(cache_read_tokens) AS cache_read,
-                    sum(cache_write_tokens) AS cache_write, sum(output_tokens) AS output
+            // PostgreSQL sums BIGINT as NUMERIC: cast back.
+            "SELECT count(*) AS calls, sum(client_tokens)::BIGINT AS client,
+                    sum(forwarded_tokens)::BIGINT AS forwarded, sum(input_tokens)::BIGINT AS input,
+                    sum(cache_read_tokens)::BIGINT AS cache_read,
+                    sum(cache_write_tokens)::BIGINT AS cache_write,
+                    sum(output_tokens)::BIGINT AS output
              FROM gateway_calls WHERE session_id = $1",
         )
         .bind(session.as_bytes().as_slice())
