@@ -102,64 +102,9 @@ pub fn node_input(
             })
         }
     };
-    part_sizes(field, &content, max_part_bytes)?;
+    content.check_part_sizes(field, max_part_bytes)?;
     content.validate(field)?;
     Ok(content)
-}
-
-/// Refuses a node any single part of which (a text or media part, tool call arguments, a
-/// function's input or output) is over `max` bytes, naming the part's path under `field`.
-pub fn part_sizes(field: &str, content: &NodeContent, max: usize) -> Result<(), Error> {
-    let check = |path: String, len: usize| {
-        if len > max {
-            Err(Error::invalid(
-                path,
-                format!(
-                    "{len} bytes, over the server's limit of {max} for one part (--max-part-bytes)"
-                ),
-            ))
-        } else {
-            Ok(())
-        }
-    };
-    let parts = |path: String, parts: &[Part]| {
-        parts.iter().enumerate().try_for_each(|(i, part)| {
-            let len = match part {
-                Part::Text(text) => text.len(),
-                Part::Media {
-                    source: MediaSource::Data(data),
-                    ..
-                } => data.len(),
-                Part::Media {
-                    source: MediaSource::Url(url),
-                    ..
-                } => url.len(),
-            };
-            check(format!("{path}.parts[{i}]"), len)
-        })
-    };
-    match content {
-        NodeContent::Message {
-            parts: p,
-            tool_calls,
-            ..
-        } => {
-            parts(format!("{field}.message"), p)?;
-            tool_calls.iter().enumerate().try_for_each(|(i, call)| {
-                check(
-                    format!("{field}.message.tool_calls[{i}].arguments_json"),
-                    call.arguments_json.len(),
-                )
-            })
-        }
-        NodeContent::ToolResult { parts: p, .. } => parts(format!("{field}.tool_result"), p),
-        NodeContent::FunctionCall { input, .. } => {
-            check(format!("{field}.function_call.input"), input.len())
-        }
-        NodeContent::FunctionResult(r) => {
-            check(format!("{field}.function_result.output"), r.output.len())
-        }
-    }
 }
 
 fn parts(field: &str, parts: Vec<pb::ContentPart>) -> Result<Vec<Part>, Error> {

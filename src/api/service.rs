@@ -526,11 +526,7 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
         let max_part = self.limits.max_part_bytes;
         for op in &plan.ops {
             if let import::Op::Node { content, line, .. } = op {
-                parse(convert::part_sizes(
-                    &format!("line {line}"),
-                    content,
-                    max_part,
-                ))?;
+                parse(content.check_part_sizes(&format!("line {line}"), max_part))?;
             }
         }
         let session = self

@@ -48,6 +48,21 @@ pub enum Part {
 }
 
 impl Part {
+    /// The bytes this part holds: its text, its media data, or its URL.
+    pub fn byte_len(&self) -> usize {
+        match self {
+            Part::Text(text) => text.len(),
+            Part::Media {
+                source: MediaSource::Data(data),
+                ..
+            } => data.len(),
+            Part::Media {
+                source: MediaSource::Url(url),
+                ..
+            } => url.len(),
+        }
+    }
+
     /// The text parts of `parts` joined by newlines; media left out.
     pub fn text_of(parts: &[Part]) -> String {
         parts
@@ -180,6 +195,51 @@ pub struct Node {
 impl NodeContent {
     /// Checks the rules a node must meet on its own, before any pairing: `field` names it in
     /// the request (`nodes[3]`).
+    /// Refuses a node any single part of which (a text or media part, tool call arguments, a
+    /// function's input or output) is over `max` bytes, naming the part's path under `field`.
+    pub fn check_part_sizes(&self, field: &str, max: usize) -> Result<(), super::Error> {
+        let check = |path: String, len: usize| {
+            if len > max {
+                Err(super::Error::invalid(
+                    path,
+                    format!(
+                        "{len} bytes, over the server's limit of {max} for one part (--max-part-bytes)"
+                    ),
+                ))
+            } else {
+                Ok(())
+            }
+        };
+        let parts = |path: String, parts: &[Part]| {
+            parts
+                .iter()
+                .enumerate()
+                .try_for_each(|(i, part)| check(format!("{path}.parts[{i}]"), part.byte_len()))
+        };
+        match self {
+            NodeContent::Message {
+                parts: p,
+                tool_calls,
+                ..
+            } => {
+                parts(format!("{field}.message"), p)?;
+                tool_calls.iter().enumerate().try_for_each(|(i, call)| {
+                    check(
+                        format!("{field}.message.tool_calls[{i}].arguments_json"),
+                        call.arguments_json.len(),
+                    )
+                })
+            }
+            NodeContent::ToolResult { parts: p, .. } => parts(format!("{field}.tool_result"), p),
+            NodeContent::FunctionCall { input, .. } => {
+                check(format!("{field}.function_call.input"), input.len())
+            }
+            NodeContent::FunctionResult(r) => {
+                check(format!("{field}.function_result.output"), r.output.len())
+            }
+        }
+    }
+
     pub fn validate(&self, field: &str) -> Result<(), super::Error> {
         use super::Error;
         let parts_ok = |parts: &[Part], at: &str| -> Result<(), Error> {

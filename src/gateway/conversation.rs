@@ -86,22 +86,7 @@ pub fn fill_result_names(items: &mut [Item]) {
 
 /// The characters of an item as the model reads them.
 pub fn item_chars(content: &NodeContent) -> usize {
-    let parts = |parts: &[Part]| -> usize {
-        parts
-            .iter()
-            .map(|p| match p {
-                Part::Text(t) => t.len(),
-                Part::Media {
-                    source: crate::domain::MediaSource::Data(d),
-                    ..
-                } => d.len(),
-                Part::Media {
-                    source: crate::domain::MediaSource::Url(u),
-                    ..
-                } => u.len(),
-            })
-            .sum()
-    };
+    let parts = |parts: &[Part]| -> usize { parts.iter().map(Part::byte_len).sum() };
     match content {
         NodeContent::Message {
             parts: p,

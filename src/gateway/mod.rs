@@ -676,21 +676,7 @@ fn forwarded_tokens(messages: &[Message]) -> u64 {
     messages
         .iter()
         .map(|m| {
-            let parts: usize = m
-                .parts
-                .iter()
-                .map(|p| match p {
-                    Part::Text(t) => t.len(),
-                    Part::Media {
-                        source: domain::MediaSource::Data(d),
-                        ..
-                    } => d.len(),
-                    Part::Media {
-                        source: domain::MediaSource::Url(u),
-                        ..
-                    } => u.len(),
-                })
-                .sum();
+            let parts: usize = m.parts.iter().map(Part::byte_len).sum();
             let calls: usize = m
                 .tool_calls
                 .iter()

@@ -75,7 +75,7 @@ pub async fn record(
         if content.validate(&format!("messages[{i}]")).is_err() {
             return Err(Unrecorded("a message ctxd cannot store"));
         }
-        if oversized(content, max_part_bytes) {
+        if content.check_part_sizes("", max_part_bytes).is_err() {
             return Err(Unrecorded("a part over --max-part-bytes"));
         }
     }
@@ -709,32 +709,6 @@ async fn fork(
         }
     }
     Err(Unrecorded("too many forks at one node"))
-}
-
-fn oversized(content: &NodeContent, max: usize) -> bool {
-    let parts = |parts: &[Part]| {
-        parts.iter().any(|p| match p {
-            Part::Text(t) => t.len() > max,
-            Part::Media {
-                source: domain::MediaSource::Data(d),
-                ..
-            } => d.len() > max,
-            Part::Media {
-                source: domain::MediaSource::Url(u),
-                ..
-            } => u.len() > max,
-        })
-    };
-    match content {
-        NodeContent::Message {
-            parts: p,
-            tool_calls,
-            ..
-        } => parts(p) || tool_calls.iter().any(|c| c.arguments_json.len() > max),
-        NodeContent::ToolResult { parts: p, .. } => parts(p),
-        NodeContent::FunctionCall { input, .. } => input.len() > max,
-        NodeContent::FunctionResult(r) => r.output.len() > max,
-    }
 }
 
 /// What is stored of `conv`, without writing anything (for `count_tokens`): its session, if it
