@@ -10,9 +10,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use serde_json::{Value, json};
 
-use super::conversation::{
-    Conversation, Item, MAX_ANSWER_PARTS, Refusal, estimate, fill_result_names, item_chars,
-};
+use super::conversation::{Conversation, Item, MAX_ANSWER_PARTS, Refusal, estimate};
 use super::json::{canonical_arguments, canonical_block};
 use super::sse;
 use crate::domain::{MediaSource, NodeContent, Part, ProviderUsage, Role, ToolCall};
@@ -81,26 +79,7 @@ pub fn read(body: &Value) -> Result<Conversation, Refusal> {
     for (i, message) in messages.iter().enumerate() {
         read_message(&mut conv, i, message)?;
     }
-    fill_result_names(&mut conv.items);
-    let first_user = conv
-        .items
-        .iter()
-        .find_map(|item| match &item.content {
-            NodeContent::Message {
-                role: Role::User,
-                parts,
-                ..
-            } => Some(Part::text_of(parts)),
-            _ => None,
-        })
-        .unwrap_or_default();
-    conv.opening = format!("{system}\n\n{first_user}");
-    conv.client_tokens = conv
-        .items
-        .iter()
-        .map(|i| estimate(item_chars(&i.content)) + 4)
-        .sum();
-    Ok(conv)
+    Ok(conv.finish(&system))
 }
 
 /// Claude Code's session id in `metadata.user_id`: a JSON string with `session_id`, or the

@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use crate::domain::{NodeContent, Part, ToolCall};
+use crate::domain::{NodeContent, Part, Role, ToolCall};
 
 /// One node the request's messages make, and the client message it came from.
 #[derive(Debug, Clone)]
@@ -36,6 +36,30 @@ pub struct Conversation {
     pub fixed_markers: usize,
 }
 
+impl Conversation {
+    /// The text of the first message of `role`.
+    pub fn first_text(&self, role: Role) -> Option<String> {
+        self.items.iter().find_map(|item| match &item.content {
+            NodeContent::Message { role: r, parts, .. } if *r == role => Some(Part::text_of(parts)),
+            _ => None,
+        })
+    }
+
+    /// Ends a read of its items, whatever the API: each tool result takes its call's name,
+    /// the opening is `system` and the first user message, and the client's tokens are counted.
+    pub fn finish(mut self, system: &str) -> Self {
+        fill_result_names(&mut self.items);
+        let first_user = self.first_text(Role::User).unwrap_or_default();
+        self.opening = format!("{system}\n\n{first_user}");
+        self.client_tokens = self
+            .items
+            .iter()
+            .map(|i| estimate(item_chars(&i.content)) + 4)
+            .sum();
+        self
+    }
+}
+
 /// Why a request is not recorded: a 400 for what is not a request of the endpoint, or a
 /// reason to forward it untouched.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,7 +89,7 @@ pub fn estimate(chars: usize) -> u64 {
 
 /// Fills each tool result's name from the call it answers, as the store does, so the hashes
 /// computed here are those the store computes.
-pub fn fill_result_names(items: &mut [Item]) {
+fn fill_result_names(items: &mut [Item]) {
     let mut names: std::collections::HashMap<String, String> = std::collections::HashMap::new();
     for item in items.iter_mut() {
         match &mut item.content {
@@ -85,7 +109,7 @@ pub fn fill_result_names(items: &mut [Item]) {
 }
 
 /// The characters of an item as the model reads them.
-pub fn item_chars(content: &NodeContent) -> usize {
+fn item_chars(content: &NodeContent) -> usize {
     let parts = |parts: &[Part]| -> usize { parts.iter().map(Part::byte_len).sum() };
     match content {
         NodeContent::Message {

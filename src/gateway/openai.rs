@@ -6,9 +6,7 @@
 
 use serde_json::{Value, json};
 
-use super::conversation::{
-    Conversation, Item, MAX_ANSWER_PARTS, Refusal, estimate, fill_result_names, item_chars,
-};
+use super::conversation::{Conversation, Item, MAX_ANSWER_PARTS, Refusal, estimate};
 use super::json::{canonical_arguments, canonical_block};
 use super::sse;
 use crate::domain::{MediaSource, NodeContent, Part, ProviderUsage, Role, ToolCall};
@@ -48,23 +46,11 @@ pub fn read(body: &Value) -> Result<Conversation, Refusal> {
     for (i, message) in messages.iter().enumerate() {
         read_message(&mut conv, i, message)?;
     }
-    fill_result_names(&mut conv.items);
-    let text = |role: Role| {
-        conv.items.iter().find_map(|item| match &item.content {
-            NodeContent::Message { role: r, parts, .. } if *r == role => Some(Part::text_of(parts)),
-            _ => None,
-        })
-    };
-    let system = text(Role::System)
-        .or_else(|| text(Role::Developer))
+    let system = conv
+        .first_text(Role::System)
+        .or_else(|| conv.first_text(Role::Developer))
         .unwrap_or_default();
-    conv.opening = format!("{system}\n\n{}", text(Role::User).unwrap_or_default());
-    conv.client_tokens = conv
-        .items
-        .iter()
-        .map(|i| estimate(item_chars(&i.content)) + 4)
-        .sum();
-    Ok(conv)
+    Ok(conv.finish(&system))
 }
 
 fn read_message(conv: &mut Conversation, i: usize, message: &Value) -> Result<(), Refusal> {

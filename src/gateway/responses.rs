@@ -31,7 +31,7 @@
 
 use serde_json::{Map, Value, json};
 
-use super::conversation::{Conversation, Item, Refusal, estimate, fill_result_names, item_chars};
+use super::conversation::{Conversation, Item, Refusal, estimate};
 use super::json::{canonical, canonical_arguments, canonical_block};
 use super::sse;
 use crate::domain::{MediaSource, NodeContent, Part, ProviderUsage, Role, ToolCall};
@@ -93,26 +93,7 @@ pub fn read(body: &Value) -> Result<Conversation, Refusal> {
         conv.tools_tokens = u32::try_from(estimate(chars)).unwrap_or(u32::MAX);
     }
     read_items(&mut conv, &items)?;
-    fill_result_names(&mut conv.items);
-    let first_user = conv
-        .items
-        .iter()
-        .find_map(|item| match &item.content {
-            NodeContent::Message {
-                role: Role::User,
-                parts,
-                ..
-            } => Some(Part::text_of(parts)),
-            _ => None,
-        })
-        .unwrap_or_default();
-    conv.opening = format!("{instructions}\n\n{first_user}");
-    conv.client_tokens = conv
-        .items
-        .iter()
-        .map(|i| estimate(item_chars(&i.content)) + 4)
-        .sum();
-    Ok(conv)
+    Ok(conv.finish(&instructions))
 }
 
 /// What an input item is to the gateway.
