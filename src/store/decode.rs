@@ -10,8 +10,8 @@ use super::rows::{
 };
 use super::{Error, Result};
 use crate::domain::{
-    Branch, BranchName, CompactionEvent, CompactionId, EventKind, Hash, NodeId, Reason, SessionId,
-    Summary, SummaryId, SummaryKind, Tenant, Tombstone,
+    Branch, BranchName, CompactionEvent, CompactionId, EventKind, GatewayUsage, Hash, NodeId,
+    ProviderUsage, Reason, SessionId, Summary, SummaryId, SummaryKind, Tenant, Tombstone,
 };
 
 /// A result row, as its driver reads a column (`None`: NULL).
@@ -193,5 +193,27 @@ pub(super) fn tombstone(row: &impl Columns) -> Result<Tombstone> {
         nodes: u64::try_from(req_int(row, "nodes")?).unwrap_or(0),
         branches: u32_of(row, "branches")?,
         summaries: u32_of(row, "summaries")?,
+    })
+}
+
+/// A session's gateway calls added up (`calls`, `client`, `forwarded`, `input`, `cache_read`,
+/// `cache_write`, `output`; a sum over no rows is NULL, read as 0).
+pub(super) fn gateway_usage(row: &impl Columns) -> Result<GatewayUsage> {
+    let n = |column: &str| -> Result<u64> {
+        Ok(row
+            .int(column)?
+            .and_then(|v| u64::try_from(v).ok())
+            .unwrap_or(0))
+    };
+    Ok(GatewayUsage {
+        calls: n("calls")?,
+        client_tokens: n("client")?,
+        forwarded_tokens: n("forwarded")?,
+        usage: ProviderUsage {
+            input: n("input")?,
+            cache_read: n("cache_read")?,
+            cache_write: n("cache_write")?,
+            output: n("output")?,
+        },
     })
 }

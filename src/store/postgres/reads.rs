@@ -8,8 +8,8 @@ use sqlx::postgres::PgRow;
 
 use super::{Conn, Connection};
 use crate::domain::{
-    Branch, BranchName, CompactionEvent, CompactionId, GatewayUsage, Hash, NodeId, ProviderUsage,
-    Reason, SessionId, Summary, Tenant, Tombstone,
+    Branch, BranchName, CompactionEvent, CompactionId, GatewayUsage, Hash, NodeId, Reason,
+    SessionId, Summary, Tenant, Tombstone,
 };
 use crate::store::append::AppendOutcome;
 use crate::store::backend::{BranchStart, Lookups, Reads, SessionRow, StoredBlob};
@@ -487,7 +487,7 @@ impl<C: Connection> Reads for Conn<C> {
     }
 
     async fn node_by_hash(&mut self, session: SessionId, hash: &Hash) -> Result<Option<NodeId>> {
-        let id: Option<Vec<u8>> = sqlx::query_scalar(
+        let row = sqlx::query(
             "SELECT id FROM nodes WHERE session_id = $1 AND hash = $2
              LIMIT 1",
         )
@@ -495,12 +495,11 @@ impl<C: Connection> Reads for Conn<C> {
         .bind(hash.0.as_slice())
         .fetch_optional(self.conn())
         .await?;
-        id.map(|bytes| {
-            <[u8; 16]>::try_from(bytes.as_slice())
-                .map(NodeId::from_bytes)
-                .map_err(|_| Error::Corrupt("node id: not 16 bytes".into()))
-        })
-        .transpose()
+        Ok(row
+            .as_ref()
+            .map(|r| decode::node_id(r, "id"))
+            .transpose()?
+            .flatten())
     }
 
     async fn gateway_usage(&mut self, session: SessionId) -> Result<GatewayUsage> {
@@ -516,21 +515,7 @@ impl<C: Connection> Reads for Conn<C> {
         .bind(session.as_bytes().as_slice())
         .fetch_one(self.conn())
         .await?;
-        let n = |column: &str| -> Result<u64> {
-            let value: Option<i64> = row.try_get(column)?;
-            Ok(value.and_then(|v| u64::try_from(v).ok()).unwrap_or(0))
-        };
-        Ok(GatewayUsage {
-            calls: n("calls")?,
-            client_tokens: n("client")?,
-            forwarded_tokens: n("forwarded")?,
-            usage: ProviderUsage {
-                input: n("input")?,
-                cache_read: n("cache_read")?,
-                cache_write: n("cache_write")?,
-                output: n("output")?,
-            },
-        })
+        decode::gateway_usage(&row)
     }
 }
 
