@@ -453,7 +453,7 @@ impl App {
                 PathTarget::Function(id)
             }
             None => match (recorded.behind, recorded.head) {
-                (true, Some(head)) => PathTarget::Node(head),
+                (true, Some((head, _))) => PathTarget::Node(head),
                 _ => PathTarget::Branch(recorded.branch.clone()),
             },
         };
@@ -921,19 +921,15 @@ async fn append_answer(
     let append = |target: AppendTarget, content: NodeContent| AppendRequest {
         session,
         target,
-        expected_head: Some(recorded.head),
+        expected_head: Some(recorded.head.map(|(id, _)| id)),
         idempotency_key: None,
         nodes: vec![content],
         pinned: Vec::new(),
     };
+    // The answer chains from the request's head (or, first in a function's chain, from the
+    // function's call node), whose hash recording already knew.
     let scope = recorded.function.map(|(_, hash)| hash);
-    let parent = match recorded.head {
-        Some(head) => match store.get_nodes(session, &[head]).await {
-            Ok(nodes) => nodes.first().map(|n| n.hash),
-            Err(_) => return,
-        },
-        None => scope,
-    };
+    let parent = recorded.head.map(|(_, hash)| hash).or(scope);
     // The same answer after the same history is stored already (a retry answered alike).
     let hash = node_hash(parent.as_ref(), scope.as_ref(), &content);
     if matches!(store.node_by_hash(session, &hash).await, Ok(Some(_))) {
@@ -957,7 +953,7 @@ async fn append_answer(
                 return;
             };
             let forked = store
-                .create_branch(session, name.clone(), recorded.head)
+                .create_branch(session, name.clone(), recorded.head.map(|(id, _)| id))
                 .await;
             if forked.is_ok()
                 && let Err(e) = store

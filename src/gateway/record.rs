@@ -19,7 +19,8 @@ pub struct Recorded {
     pub branch: BranchName,
     /// The function (sub-agent) whose chain the request is, and its call node's hash.
     pub function: Option<(NodeId, Hash)>,
-    pub head: Option<NodeId>,
+    /// The head and its hash (`None`: an empty branch or chain).
+    pub head: Option<(NodeId, Hash)>,
     /// The request ends before the branch's head (a retry of a call answered already): it is
     /// rendered at `head`, and its answer goes after `head`.
     pub behind: bool,
@@ -56,7 +57,7 @@ const ATTEMPTS: usize = 4;
 struct Plan {
     branch: BranchName,
     function: Option<(NodeId, Hash)>,
-    expected: Option<NodeId>,
+    expected: Option<(NodeId, Hash)>,
     rest: Vec<NodeContent>,
     behind: bool,
 }
@@ -99,7 +100,9 @@ pub async fn record(
     for _ in 0..ATTEMPTS {
         let branches = store.list_branches(session).await.map_err(store_error)?;
         let plan = match prefix_from_heads(store, session, &branches, &hashes).await? {
-            Some((k, node)) => extend(store, session, &branches, node, &contents, k + 1).await?,
+            Some((k, node)) => {
+                extend(store, session, &branches, node, &contents, &hashes, k + 1).await?
+            }
             None => {
                 if branches.iter().all(|b| b.head.is_none())
                     && branches.iter().any(|b| b.name == BranchName::main())
@@ -151,14 +154,17 @@ pub async fn record(
                 Some((id, _)) => AppendTarget::Function(id),
                 None => AppendTarget::Branch(plan.branch.clone()),
             },
-            expected_head: Some(plan.expected),
+            expected_head: Some(plan.expected.map(|(id, _)| id)),
             idempotency_key: None,
             nodes: plan.rest,
             pinned: Vec::new(),
         };
         match store.append(request).await {
             Ok(outcome) => {
-                let head = NodeId::parse("head_id", &outcome.head_id).ok();
+                let head = NodeId::parse("head_id", &outcome.head_id)
+                    .ok()
+                    .zip(blake3::Hash::from_hex(&outcome.head_hash).ok())
+                    .map(|(id, hash)| (id, Hash(*hash.as_bytes())));
                 metrics::counter!("ctxd_appended_nodes_total")
                     .increment(outcome.node_ids.len() as u64);
                 return Ok(Recorded {
@@ -192,6 +198,7 @@ async fn extend(
     branches: &[domain::Branch],
     node: NodeId,
     contents: &[NodeContent],
+    hashes: &[Hash],
     done: usize,
 ) -> Result<Plan, Unrecorded> {
     let mut order: Vec<&domain::Branch> = branches.iter().filter(|b| b.head.is_some()).collect();
@@ -206,7 +213,7 @@ async fn extend(
             continue;
         };
         let (matched, at) = walk(&path.nodes[pos..], &contents[done..]);
-        let reached = path.nodes[pos + at].id;
+        let reached = (path.nodes[pos + at].id, path.nodes[pos + at].hash);
         let at_head = pos + at + 1 == path.nodes.len();
         let better = best
             .as_ref()
@@ -217,8 +224,13 @@ async fn extend(
         }
     }
     let on_branch = best.is_some();
-    let (matched, reached, at_head, branch, open) =
-        best.unwrap_or((done, node, false, BranchName::main(), Vec::new()));
+    let (matched, reached, at_head, branch, open) = best.unwrap_or((
+        done,
+        (node, hashes[done - 1]),
+        false,
+        BranchName::main(),
+        Vec::new(),
+    ));
     let rest: Vec<NodeContent> = contents[matched..]
         .iter()
         .map(|c| as_function_result(c, &open))
@@ -230,8 +242,7 @@ async fn extend(
     let branch = if at_head || behind {
         branch
     } else {
-        let hashes = chain_hashes(contents, None);
-        fork(store, session, reached, branches, &hashes).await?
+        fork(store, session, reached.0, branches, hashes).await?
     };
     Ok(Plan {
         branch,
@@ -244,7 +255,13 @@ async fn extend(
 
 /// How far a request follows one branch: items matched, the stored node reached, whether that
 /// is the branch's head, the branch, and the sub-agent calls open there.
-type Reach = (usize, NodeId, bool, BranchName, Vec<(String, NodeId)>);
+type Reach = (
+    usize,
+    (NodeId, Hash),
+    bool,
+    BranchName,
+    Vec<(String, NodeId)>,
+);
 
 /// How far `client` follows `stored` (which starts at the last node both share): the client
 /// items matched and the index in `stored` of the last stored node matched. A sub-agent's
@@ -490,10 +507,10 @@ async fn in_function(
         .nodes
         .last()
         .filter(|n| n.function_id == Some(call.id))
-        .map(|n| n.id);
+        .map(|n| (n.id, n.hash));
     let stored = stored_prefix(store, session, &hashes).await?;
     let done = stored.map_or(0, |(k, _)| k + 1);
-    if stored.map(|(_, n)| n) != head {
+    if stored.map(|(_, n)| n) != head.map(|(id, _)| id) {
         return Err(Unrecorded("a sub-agent's history that left its chain"));
     }
     Ok(Plan {
