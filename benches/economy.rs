@@ -28,7 +28,10 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::time::Instant;
 
-use ctxd::domain::{BranchName, NodeContent, NodeId, Part, PathView, Tenant};
+use ctxd::compact::{self, Prepared, Verdict};
+use ctxd::domain::{
+    BranchName, CompactionId, NodeContent, NodeId, Part, PathView, Summary, SummaryId, Tenant,
+};
 use ctxd::import;
 use ctxd::render::{
     Breakdown, Budget, Message, MessageRole, Microcompact, Options, Policy, Reduction, Rendered,
@@ -98,6 +101,9 @@ fn main() {
                 microcompact_every: 25,
                 microcompact_keep: 5,
                 max_tool_input_chars: usize::MAX,
+                max_assistant_text_chars: usize::MAX,
+                recent_assistant_text_chars: usize::MAX,
+                recent_tool_input_chars: usize::MAX,
                 idle_ms: i64::MAX,
                 ..Policy::default()
             }),
@@ -127,11 +133,6 @@ fn main() {
                  before it",
                 WhatIf::SupersededAtSteps,
             ),
-            (
-                "+ old assistant ≤ 300",
-                "ctxd default, then assistant text in the decided prefix cut to 300 characters",
-                WhatIf::TrimOldAssistantText(300),
-            ),
         ] {
             arms.push(Arm::new(
                 name,
@@ -154,6 +155,18 @@ fn main() {
         for trace in &traces {
             let stats = replay(trace, &arm.kind, budget, &counter);
             arm.total.add(&stats);
+            arm.family_stats(trace.family).add(&stats);
+            arm.per_trace.push((trace.name.clone(), stats));
+        }
+    }
+    // The compaction arms: a host that summarizes when the render does not fit, under a budget
+    // small enough that it has to.
+    let mut compacting = compaction_arms();
+    for arm in &mut compacting {
+        for trace in &traces {
+            let stats = replay(trace, &arm.kind, args.compaction_budget, &counter);
+            arm.total.add(&stats);
+            arm.family_stats(trace.family).add(&stats);
             arm.per_trace.push((trace.name.clone(), stats));
         }
     }
@@ -177,6 +190,10 @@ fn main() {
     for arm in &arms {
         println!("- {}: {}", arm.name, arm.about);
     }
+    println!();
+    print_families(&arms, &traces);
+    println!();
+    print_compaction(&compacting, &base, args.compaction_budget);
     if args.breakdown {
         println!();
         println!("input tokens by kind (share of each policy's input):");
@@ -220,6 +237,7 @@ struct Args {
     breakdown: bool,
     what_if: bool,
     policies: Vec<(String, Policy)>,
+    compaction_budget: Budget,
 }
 
 impl Args {
@@ -236,6 +254,11 @@ impl Args {
             breakdown: false,
             what_if: false,
             policies: Vec::new(),
+            compaction_budget: Budget {
+                context_window: 24_000,
+                output_reserve: 4_000,
+                ..Budget::default()
+            },
         };
         let mut it = std::env::args().skip(1);
         while let Some(arg) = it.next() {
@@ -244,11 +267,16 @@ impl Args {
                     .unwrap_or_else(|| fail(&format!("{arg} needs {what}")))
             };
             match arg.as_str() {
-                "--budget" => {
+                "--budget" | "--compaction-budget" => {
                     let v = value("WINDOW:RESERVE");
                     let (w, r) = v.split_once(':').unwrap_or((&v, "0"));
-                    args.budget.context_window = number(w, "--budget");
-                    args.budget.output_reserve = number(r, "--budget");
+                    let budget = if arg == "--budget" {
+                        &mut args.budget
+                    } else {
+                        &mut args.compaction_budget
+                    };
+                    budget.context_window = number(w, &arg);
+                    budget.output_reserve = number(r, &arg);
                 }
                 "--tokenizer" => {
                     let v = value("a tokenizer name");
@@ -298,6 +326,9 @@ fn policy(knobs: &str) -> Policy {
             "recent_tool_result_chars" => p.recent_tool_result_chars = number(v, k),
             "clear_at_least_tokens" => p.clear_at_least_tokens = number(v, k),
             "max_tool_input_chars" => p.max_tool_input_chars = number(v, k),
+            "max_assistant_text_chars" => p.max_assistant_text_chars = number(v, k),
+            "recent_assistant_text_chars" => p.recent_assistant_text_chars = number(v, k),
+            "recent_tool_input_chars" => p.recent_tool_input_chars = number(v, k),
             "idle_minutes" => p.idle_ms = number::<i64>(v, k) * 60_000,
             "microcompact" => {
                 p.microcompact = match v {
@@ -320,7 +351,25 @@ fn policy(knobs: &str) -> Policy {
 
 struct Trace {
     name: String,
+    /// The harness that wrote it, from the file name's prefix (testdata/traces/README.md).
+    family: &'static str,
     path: PathView,
+}
+
+/// The harness families of the traces, in the order the table shows them.
+const FAMILIES: [(&str, &str); 5] = [
+    ("cc-", "Claude Code"),
+    ("swe-", "SWE-agent"),
+    ("mini-", "mini-swe-agent"),
+    ("openhands-", "OpenHands"),
+    ("codex-", "Codex CLI"),
+];
+
+fn family(name: &str) -> &'static str {
+    FAMILIES
+        .iter()
+        .find(|(prefix, _)| name.starts_with(prefix))
+        .map_or("other", |(_, family)| family)
 }
 
 /// Imports every `*.jsonl` of `dir` into one store (the real importer), and loads each path.
@@ -360,7 +409,11 @@ async fn load_traces(dir: &std::path::Path) -> Vec<Trace> {
             .file_stem()
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_default();
-        traces.push(Trace { name, path });
+        traces.push(Trace {
+            family: family(&name),
+            name,
+            path,
+        });
     }
     store.close().await;
     traces
@@ -371,6 +424,7 @@ async fn load_traces(dir: &std::path::Path) -> Vec<Trace> {
 #[derive(Clone, Copy)]
 enum Kind {
     Unpruned,
+    Compacting(Compacting),
     Ctxd(Policy),
     /// A ctxd policy, then a step it does not have, to measure whether the step would pay.
     CtxdThen(Policy, WhatIf),
@@ -405,8 +459,6 @@ enum WhatIf {
     SupersededEveryCall,
     /// The same, only at steps: results kept at the last step, superseded before it.
     SupersededAtSteps,
-    /// Cut the text of assistant messages in the decided prefix to this many characters.
-    TrimOldAssistantText(usize),
 }
 
 struct Arm {
@@ -414,6 +466,8 @@ struct Arm {
     about: String,
     kind: Kind,
     total: Stats,
+    /// By harness family, and the unpruned replay's of the same family.
+    families: BTreeMap<&'static str, Stats>,
     per_trace: Vec<(String, Stats)>,
 }
 
@@ -424,9 +478,92 @@ impl Arm {
             about: about.to_owned(),
             kind,
             total: Stats::default(),
+            families: BTreeMap::new(),
             per_trace: Vec::new(),
         }
     }
+
+    fn family_stats(&mut self, family: &'static str) -> &mut Stats {
+        self.families.entry(family).or_default()
+    }
+}
+
+/// A host that compacts: when the render does not fit, it prepares a rolling summary (retain 2
+/// turns, as ctxd's default), asks a model for it, and commits it; the task (the first user
+/// message) is pinned, as a host keeps its task in view.
+#[derive(Clone, Copy)]
+struct Compacting {
+    /// The render policy; `None`: no reduction at all (a host that only compacts).
+    policy: Option<Policy>,
+    /// The summary request shares the host's cached prefix (the render, then the instruction)
+    /// rather than sending the range alone.
+    cache_sharing: bool,
+    /// Pins shown after the summary (ctxd's order before pins came first), to measure what
+    /// putting what does not change first keeps of the cache.
+    pins_after: bool,
+}
+
+fn compaction_arms() -> Vec<Arm> {
+    let arm = |name: &str, about: &str, policy, cache_sharing, pins_after| {
+        Arm::new(
+            name,
+            about,
+            Kind::Compacting(Compacting {
+                policy,
+                cache_sharing,
+                pins_after,
+            }),
+        )
+    };
+    // A host that summarizes rather than drop whole turns turns snip off.
+    let default = Some(Policy {
+        snip: false,
+        ..Policy::default()
+    });
+    vec![
+        arm(
+            "compaction only, range",
+            "no reduction; a summary of the range when over budget",
+            None,
+            false,
+            false,
+        ),
+        arm(
+            "compaction only, shared",
+            "no reduction; the cache-sharing summary request",
+            None,
+            true,
+            false,
+        ),
+        arm(
+            "compaction only, pins after",
+            "no reduction; cache-sharing; pins after the summary (the old order)",
+            None,
+            true,
+            true,
+        ),
+        arm(
+            "default + range",
+            "ctxd default without snip; a summary of the range when over budget",
+            default,
+            false,
+            false,
+        ),
+        arm(
+            "default + shared",
+            "ctxd default without snip; the cache-sharing summary request",
+            default,
+            true,
+            false,
+        ),
+        arm(
+            "default + shared, pins after",
+            "the same with pins after the summary (the old order)",
+            default,
+            true,
+            true,
+        ),
+    ]
 }
 
 /// What the reference policies remember between calls (opencode's pruned outputs).
@@ -475,7 +612,7 @@ fn input(
     }
     let mut messages = render(path, &options, counter).messages;
     match *kind {
-        Kind::Unpruned | Kind::Ctxd(_) | Kind::CtxdThen(..) => {}
+        Kind::Unpruned | Kind::Ctxd(_) | Kind::CtxdThen(..) | Kind::Compacting(_) => {}
         Kind::OpencodePrune { protect, minimum } => {
             let mut turns = 0;
             let mut total = 0;
@@ -549,7 +686,7 @@ fn input(
                     let s: String = t.chars().skip(len - tail).collect();
                     set_text(
                         m,
-                        format!("{h}{}{s}", truncation_marker(len - head - tail, len)),
+                        format!("{h}{}{s}", truncation_marker(len - head - tail, len, None)),
                     );
                 }
             }
@@ -590,15 +727,6 @@ fn what_if(messages: &mut [Message], report: &Report, policy: &Policy, what: Wha
     let upto = match what {
         WhatIf::SupersededEveryCall => results.len(),
         WhatIf::SupersededAtSteps => step.min(results.len()),
-        WhatIf::TrimOldAssistantText(cap) => {
-            for m in &mut messages[..report.stable_prefix_messages] {
-                if m.role == MessageRole::Assistant && Part::text_chars(&m.parts) > cap {
-                    let head: String = Part::text_of(&m.parts).chars().take(cap).collect();
-                    set_text(m, format!("{head}…"));
-                }
-            }
-            return;
-        }
     };
     let superseded: Vec<usize> = (0..upto)
         .filter(|&k| {
@@ -630,6 +758,12 @@ struct Stats {
     over_budget: usize,
     /// Input tokens by what they are, summed over calls.
     by_kind: [f64; 6],
+    /// Compaction arms: the summaries made, what their requests cost (input at cache prices,
+    /// output at the output price), and the cache-read share of the first call after each.
+    compactions: usize,
+    applied: usize,
+    compaction_cost: f64,
+    after_read: f64,
 }
 
 impl Stats {
@@ -642,6 +776,10 @@ impl Stats {
         self.with_working_set += other.with_working_set;
         self.pairing_violations += other.pairing_violations;
         self.over_budget += other.over_budget;
+        self.compactions += other.compactions;
+        self.applied += other.applied;
+        self.compaction_cost += other.compaction_cost;
+        self.after_read += other.after_read;
         for (a, b) in self.by_kind.iter_mut().zip(other.by_kind) {
             *a += b;
         }
@@ -667,6 +805,9 @@ fn same(a: &Message, b: &Message) -> bool {
 }
 
 fn replay(trace: &Trace, kind: &Kind, budget: Budget, counter: &dyn Count) -> Stats {
+    if let Kind::Compacting(host) = kind {
+        return replay_compacting(trace, *host, budget, counter);
+    }
     let nodes = &trace.path.nodes;
     let mut stats = Stats::default();
     let mut memory = Memory::default();
@@ -718,6 +859,209 @@ fn replay(trace: &Trace, kind: &Kind, budget: Budget, counter: &dyn Count) -> St
             for (sum, t) in stats.by_kind.iter_mut().zip(kinds) {
                 *sum += f64::from(t);
             }
+        }
+        previous = messages;
+    }
+    stats
+}
+
+/// Price of an output token, relative to a plain input token (Anthropic's and OpenAI's current
+/// models charge 4–5× input for output).
+const OUTPUT: f64 = 5.0;
+/// The fixed-length stand-in for every summary a model would write, so the figures are
+/// reproducible: about 1500 tokens.
+fn standin_summary() -> String {
+    "The agent was asked to fix a failing behaviour; it read the relevant modules, ran the tests, \
+     changed the code and reran them. "
+        .repeat(48)
+}
+/// Nodes the path must grow by before a host tries again after a summary that did not help.
+const RETRY_AFTER: usize = 20;
+
+/// Tokens of the longest run of leading messages of `input` equal to one of `cached`.
+fn cached_prefix(input: &[Message], tokens: &[Tokens], cached: &[&[Message]]) -> Tokens {
+    let run = cached
+        .iter()
+        .map(|c| {
+            input
+                .iter()
+                .zip(c.iter())
+                .take_while(|(a, b)| same(a, b))
+                .count()
+        })
+        .max()
+        .unwrap_or(0);
+    tokens[..run].iter().sum()
+}
+
+/// Moves the pins a summary shows again from just before it to just after it.
+fn pins_after(messages: &mut [Message]) {
+    let mut i = 0;
+    while i < messages.len() {
+        let Some(summary) = messages[i].summary_id else {
+            i += 1;
+            continue;
+        };
+        let start = (0..i)
+            .rev()
+            .take_while(|&j| messages[j].pinned_under == Some(summary))
+            .last()
+            .unwrap_or(i);
+        messages[start..=i].rotate_right(1);
+        i += 1;
+    }
+}
+
+/// A policy that reduces nothing, for a host that only compacts: the render says whether it
+/// fits.
+fn no_reduction() -> Policy {
+    Policy {
+        max_tool_result_chars: usize::MAX,
+        recent_tool_result_chars: usize::MAX,
+        microcompact_first: usize::MAX,
+        max_tool_input_chars: usize::MAX,
+        max_assistant_text_chars: usize::MAX,
+        recent_assistant_text_chars: usize::MAX,
+        recent_tool_input_chars: usize::MAX,
+        idle_ms: i64::MAX,
+        snip: false,
+        ..Policy::default()
+    }
+}
+
+/// The replay of a compacting host: before each call it renders; when the render does not fit
+/// it prepares a rolling summary as `PrepareCompaction` does, pays for the summary request
+/// (the range after the summarizer's instruction, all written anew; or the render it just made
+/// followed by the instruction, whose prefix is read from the cache) and the stand-in's output,
+/// commits it if it makes the context smaller, and renders again.
+fn replay_compacting(
+    trace: &Trace,
+    host: Compacting,
+    budget: Budget,
+    counter: &dyn Count,
+) -> Stats {
+    let nodes = &trace.path.nodes;
+    let policy = host.policy.unwrap_or_else(no_reduction);
+    let task = nodes.iter().find(|n| {
+        matches!(&n.content, NodeContent::Message { role, .. } if *role == ctxd::domain::Role::User)
+    });
+    let mut summaries: Vec<Summary> = Vec::new();
+    let mut stats = Stats::default();
+    let mut previous: Vec<Message> = Vec::new();
+    let mut request: Vec<Message> = Vec::new();
+    let mut retry_at = 0;
+    let standin = standin_summary();
+    let render_at = |path: &PathView| {
+        let options = Options {
+            budget: Some(budget),
+            policy,
+            now_ms: path.nodes.last().map_or(0, |n| n.created_at_ms),
+            ..Options::default()
+        };
+        let mut rendered = render(path, &options, counter);
+        if host.pins_after {
+            pins_after(&mut rendered.messages);
+            rendered.tokens = rendered
+                .messages
+                .iter()
+                .map(|m| message_tokens(m, counter))
+                .collect();
+        }
+        rendered
+    };
+    for k in 1..nodes.len() {
+        let is_call = matches!(
+            &nodes[k].content,
+            NodeContent::Message { role, .. } if *role == ctxd::domain::Role::Assistant
+        );
+        if !is_call {
+            continue;
+        }
+        let mut path = PathView {
+            nodes: nodes[..k].to_vec(),
+            summaries: summaries.clone(),
+            pinned: task.map(|t| t.id).into_iter().collect(),
+            ..trace.path.clone()
+        };
+        let mut rendered = render_at(&path);
+        let mut compacted = false;
+        if !rendered.report.fits && k >= retry_at {
+            let prepared = compact::prepare(&path, budget, 2, 4000, counter);
+            if let Prepared::Needed(plan) = prepared {
+                let evidence = plan
+                    .ledger
+                    .render(ctxd::render::ledger_cap(budget.history().ok()), counter);
+                if host.cache_sharing {
+                    request = compact::cache_sharing_request(
+                        rendered.messages.clone(),
+                        &plan,
+                        "",
+                        &evidence,
+                    );
+                    let tokens: Vec<Tokens> =
+                        request.iter().map(|m| message_tokens(m, counter)).collect();
+                    let total: Tokens = tokens.iter().sum();
+                    let read = cached_prefix(&request, &tokens, &[&previous]);
+                    stats.compaction_cost +=
+                        CACHE_READ * f64::from(read) + CACHE_WRITE * f64::from(total - read);
+                } else {
+                    request.clear();
+                    let total = plan.input_tokens
+                        + counter.count(&evidence)
+                        + counter.count(compact::EVIDENCE_NOTE);
+                    stats.compaction_cost += CACHE_WRITE * f64::from(total);
+                }
+                stats.compaction_cost += OUTPUT * f64::from(counter.count(&standin));
+                stats.compactions += 1;
+                let summary = Summary {
+                    id: SummaryId::new(),
+                    compaction_id: CompactionId::new(),
+                    kind: plan.kind,
+                    covers: plan.covers.clone(),
+                    range: plan.range,
+                    text: standin.clone(),
+                    rolls_over: plan.rolls_over.clone(),
+                    ledger: Some(std::sync::Arc::new(plan.ledger.clone())),
+                    model: "stand-in".to_owned(),
+                    base_head: nodes[k - 1].id,
+                    tokens_before: 0,
+                    tokens_after: 0,
+                    created_at_ms: nodes[k - 1].created_at_ms,
+                };
+                match compact::judge(path.clone(), &summary, budget, 4000, counter) {
+                    Verdict::Apply { .. } => {
+                        summaries.push(summary);
+                        path.summaries = summaries.clone();
+                        rendered = render_at(&path);
+                        compacted = true;
+                    }
+                    _ => retry_at = k + RETRY_AFTER,
+                }
+            } else {
+                retry_at = k + RETRY_AFTER;
+            }
+        }
+        let messages = rendered.messages;
+        let tokens = rendered.tokens;
+        let total: Tokens = tokens.iter().sum();
+        let read = cached_prefix(&messages, &tokens, &[&previous, &request]);
+        stats.calls += 1;
+        stats.input_tokens += f64::from(total);
+        stats.cost += CACHE_READ * f64::from(read) + CACHE_WRITE * f64::from(total - read);
+        stats.peak = stats.peak.max(total);
+        if compacted && total > 0 {
+            stats.applied += 1;
+            stats.after_read += f64::from(read) / f64::from(total);
+        }
+        if let Some(share) = working_set(&path, &messages) {
+            stats.verbatim += share;
+            stats.with_working_set += 1;
+        }
+        if !paired(&messages) {
+            stats.pairing_violations += 1;
+        }
+        if !rendered.report.fits {
+            stats.over_budget += 1;
         }
         previous = messages;
     }
@@ -804,6 +1148,104 @@ fn print_table(arms: &[Arm], stats: impl Fn(&Arm) -> &Stats, base: &Stats) {
             s.over_budget
         );
     }
+}
+
+/// Cost and working set of each arm by harness family, against the unpruned replay of the same
+/// family (arm 0).
+fn print_families(arms: &[Arm], traces: &[Trace]) {
+    let present: Vec<&str> = FAMILIES
+        .iter()
+        .map(|(_, f)| *f)
+        .filter(|f| traces.iter().any(|t| t.family == *f))
+        .collect();
+    println!("by harness family (cost vs unpruned / working set verbatim):");
+    print!("| {:<22} |", "policy");
+    for f in &present {
+        let n = traces.iter().filter(|t| t.family == *f).count();
+        print!(" {:>17} |", format!("{f} ({n})"));
+    }
+    println!();
+    print!("|{:-<24}|", "");
+    for _ in &present {
+        print!("{:->19}|", "");
+    }
+    println!();
+    for arm in arms {
+        print!("| {:<22} |", arm.name);
+        for f in &present {
+            let base = &arms[0].families[f];
+            let s = &arm.families[f];
+            print!(
+                " {:>17} |",
+                format!(
+                    "{:.3}× {:5.1}%",
+                    s.cost / base.cost,
+                    s.working_set() * 100.0
+                )
+            );
+        }
+        println!();
+    }
+}
+
+/// The compaction arms: cost without and with the summary requests, against the unpruned
+/// replay of the main table.
+fn print_compaction(arms: &[Arm], base: &Stats, budget: Budget) {
+    println!(
+        "compaction (window {} − reserve {}; summaries by a {}-token stand-in; output at {OUTPUT}× \
+         input):",
+        budget.context_window,
+        budget.output_reserve,
+        TokenCache::default()
+            .counter(Tokenizer::Heuristic)
+            .count(&standin_summary())
+    );
+    println!(
+        "| {:<28} | {:>11} | {:>14} | {:>11} | {:>16} | {:>8} | {:>11} |",
+        "host",
+        "summaries",
+        "cost (calls)",
+        "+ requests",
+        "requests' share",
+        "working",
+        "read after"
+    );
+    println!(
+        "|{:-<30}|{:->13}|{:->16}|{:->13}|{:->18}|{:->10}|{:->13}|",
+        "", "", "", "", "", "", ""
+    );
+    for arm in arms {
+        let s = &arm.total;
+        let with = s.cost + s.compaction_cost;
+        println!(
+            "| {:<28} | {:>11} | {:>13.3}× | {:>10.3}× | {:>15.1}% | {:>7.1}% | {:>10.1}% |",
+            arm.name,
+            s.compactions,
+            s.cost / base.cost,
+            with / base.cost,
+            if with > 0.0 {
+                s.compaction_cost / with * 100.0
+            } else {
+                0.0
+            },
+            s.working_set() * 100.0,
+            if s.applied > 0 {
+                s.after_read / s.applied as f64 * 100.0
+            } else {
+                0.0
+            }
+        );
+    }
+    for arm in arms {
+        println!("- {}: {}", arm.name, arm.about);
+    }
+    println!(
+        "(read after: the cache-read share of the first call after each summary; over budget: {})",
+        arms.iter()
+            .map(|a| format!("{} {}", a.name, a.total.over_budget))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
 }
 
 fn write_json(arms: &[Arm], base: &Stats, budget: Budget, tokenizer: Tokenizer) {

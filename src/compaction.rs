@@ -60,6 +60,9 @@ pub struct PrepareArgs {
     pub max_tool_result_chars: usize,
     /// A segment summary's first and last node; `None` for a rolling summary.
     pub segment: Option<(NodeId, NodeId)>,
+    /// The host's render policy, when the summary request is to share its cached prefix: the
+    /// context as the host renders it, then the instruction. `None`: the range alone.
+    pub request_policy: Option<render::Policy>,
 }
 
 /// What Prepare answered: nothing to do, or a stored plan and the input to summarize.
@@ -71,6 +74,8 @@ pub enum PrepareOutcome {
     Needed {
         plan: Box<CompactionPlan>,
         prepared: Box<SummaryPlan>,
+        /// The cache-sharing summary request, when asked for (rolling summaries).
+        request: Option<Vec<render::Message>>,
         /// The stored plan, for the commits and the cancel that may follow.
         scoped: ScopedPlan,
     },
@@ -183,14 +188,38 @@ impl Compactions {
             args.tokenizer,
             args.segment,
         );
-        let prepared = tokio::task::spawn_blocking(move || {
+        let (request_policy, instructions) = (args.request_policy, args.instructions.clone());
+        let (prepared, request) = tokio::task::spawn_blocking(move || {
             let counter = cache.counter(tok);
-            match segment {
+            let prepared = match segment {
                 Some((from, to)) => {
                     compact::prepare_segment(&path, from, to, budget, chars, &counter)
                 }
                 None => Ok(compact::prepare(&path, budget, retain, chars, &counter)),
-            }
+            }?;
+            // The context exactly as the host's Render gives it now, then the instruction.
+            let request = match (&prepared, request_policy) {
+                (Prepared::Needed(plan), Some(policy)) if segment.is_none() => {
+                    let options = render::Options {
+                        budget: Some(budget),
+                        policy,
+                        now_ms: now_ms(),
+                        ..render::Options::default()
+                    };
+                    let context = render::render(&path, &options, &counter).messages;
+                    let evidence = plan
+                        .ledger
+                        .render(render::ledger_cap(budget.history().ok()), &counter);
+                    Some(compact::cache_sharing_request(
+                        context,
+                        plan,
+                        &instructions,
+                        &evidence,
+                    ))
+                }
+                _ => None,
+            };
+            Ok::<_, domain::Error>((prepared, request))
         })
         .await
         .map_err(|_| Error::Task("prepare"))??;
@@ -229,6 +258,7 @@ impl Compactions {
         Ok(PrepareOutcome::Needed {
             plan: Box::new(plan),
             prepared,
+            request,
             scoped,
         })
     }
@@ -420,7 +450,7 @@ impl Compactions {
         };
         let tokenizer = args.tokenizer;
         let instructions = args.instructions.clone();
-        let (plan, prepared, scoped) = match self.prepare(session, args).await? {
+        let (plan, prepared, request, scoped) = match self.prepare(session, args).await? {
             PrepareOutcome::NotNeeded {
                 tokens_before,
                 reason,
@@ -433,8 +463,9 @@ impl Compactions {
             PrepareOutcome::Needed {
                 plan,
                 prepared,
+                request,
                 scoped,
-            } => (plan, prepared, scoped),
+            } => (plan, prepared, request, scoped),
         };
         let mut guard = CloseOnDrop {
             store: self.store.clone(),
@@ -455,10 +486,19 @@ impl Compactions {
             Some(text) => text,
             None => {
                 let counter = self.tokens.counter(tokenizer);
-                match summarizer
-                    .summarize(&prepared.input, &evidence, &instructions, &counter)
-                    .await
-                {
+                // The cache-sharing request when the summarizer's window takes it whole; the
+                // range, chunked as needed, otherwise.
+                let asked = match request {
+                    Some(request) if summarizer.fits(&request, &counter) => {
+                        summarizer.summarize_request(&request).await
+                    }
+                    _ => {
+                        summarizer
+                            .summarize(&prepared.input, &evidence, &instructions, &counter)
+                            .await
+                    }
+                };
+                match asked {
                     Ok(text) => text,
                     Err(e) => {
                         guard.disarm();

@@ -30,6 +30,7 @@ pub mod import;
 pub mod inspector;
 pub mod limits;
 pub mod metrics;
+pub mod recall;
 pub mod render;
 pub mod retention;
 pub mod server;

@@ -178,6 +178,37 @@ impl Summarizer {
             .map_err(|_| Error::Timeout(self.config.timeout))?
     }
 
+    /// Whether `request` (a cache-sharing summary request) and the answer fit the model's
+    /// window, so one call can take it whole.
+    pub fn fits(&self, request: &[Message], counter: &dyn Count) -> bool {
+        let input = request.iter().fold(0, |sum: Tokens, m| {
+            sum.saturating_add(crate::render::message_tokens(m, counter))
+        });
+        input
+            .saturating_add(self.config.max_output_tokens)
+            .saturating_add(PROMPT_FRAMING)
+            <= self.config.window_tokens
+    }
+
+    /// Summarizes with one call of `request` as it is: the host's context, whose prefix the
+    /// provider has cached, and the appended instruction. No system prompt is put before it,
+    /// which would change the prefix.
+    pub async fn summarize_request(&self, request: &[Message]) -> Result<String, Error> {
+        let document =
+            crate::render::format::document(crate::render::format::Format::OpenAiChat, request);
+        let messages: serde_json::Value =
+            serde_json::from_str(&document).map_err(|e| Error::Malformed(e.to_string()))?;
+        let body = serde_json::json!({
+            "model": self.config.model,
+            "messages": messages,
+            "max_tokens": self.config.max_output_tokens,
+            "temperature": 0.0,
+        });
+        tokio::time::timeout(self.config.timeout, self.post(&body))
+            .await
+            .map_err(|_| Error::Timeout(self.config.timeout))?
+    }
+
     /// One pass: chunks of at most `budget` tokens (the summary so far included), each call
     /// folding the next chunk into the summary so far.
     async fn rolling(
@@ -262,7 +293,12 @@ impl Summarizer {
             max_tokens: self.config.max_output_tokens,
             temperature: 0.0,
         };
-        let mut http = self.client.post(&self.endpoint).json(&request);
+        self.post(&request).await
+    }
+
+    /// Posts one chat-completions request and returns the answer's text.
+    async fn post(&self, request: &impl Serialize) -> Result<String, Error> {
+        let mut http = self.client.post(&self.endpoint).json(request);
         if let Some(key) = &self.config.api_key {
             http = http.bearer_auth(key);
         }

@@ -1184,7 +1184,8 @@ fn a_pinned_node_survives_a_segment_summary() {
                 .is_some_and(|t| t.starts_with("[Summary of the earlier conversation"))
         })
         .unwrap_or_else(|| panic!("no summary message in {render}"));
-    let pinned = &messages[summary_at + 1];
+    // The pin comes just before the summary covering it.
+    let pinned = &messages[summary_at - 1];
     assert_eq!(pinned["pinned"], true, "{render}");
     assert_eq!(pinned["node_ids"], serde_json::json!([c.fixed]));
     assert_eq!(
@@ -1322,4 +1323,29 @@ fn compact_text_that_does_not_help_is_an_outcome() {
         .filter_map(|e| e["kind"].as_str())
         .collect();
     assert_eq!(kinds, ["prepared", "rejected", "cancelled"]);
+}
+
+#[test]
+fn recall_prints_a_node_by_its_reference() {
+    let server = Server::start();
+    let s = server.import_trace();
+    let log = server.json(&["log", &s]);
+    // The newest node is the trace's last tool result: recall it by the head of its hash.
+    let newest = &log["nodes"][0];
+    assert_eq!(newest["kind"], "NODE_KIND_TOOL_RESULT");
+    let reference = &newest["hash"].as_str().expect("a hash")[..12];
+    let out = server.ok(&["recall", &s, reference]);
+    let text = newest["content"]["tool_result"]["parts"][0]["text"]
+        .as_str()
+        .expect("the result's text");
+    assert_eq!(out.trim_end(), text.trim_end());
+    let head = server.json(&["recall", &s, reference, "--max-chars", "10"]);
+    assert_eq!(head["truncated"], text.chars().count() > 10);
+    let bad = server.run(&["recall", &s, "not-a-reference"]);
+    assert!(!bad.status.success());
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("reference"),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
 }

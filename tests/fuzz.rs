@@ -705,6 +705,9 @@ impl Gen {
             recent_tool_result_chars: field(self),
             clear_at_least_tokens: self.chance(0.5).then(|| field(self)),
             max_tool_input_chars: self.chance(0.5).then(|| field(self)),
+            max_assistant_text_chars: self.chance(0.5).then(|| field(self)),
+            recent_assistant_text_chars: self.chance(0.5).then(|| field(self)),
+            recent_tool_input_chars: self.chance(0.5).then(|| field(self)),
         })
     }
 
@@ -1159,6 +1162,8 @@ fn request(g: &mut Gen, method: &str) -> Vec<Vec<u8>> {
             format: g.enumeration(3),
             from_node_id: g.or_empty(0.7, |g| g.id(Kind::Node)),
             to_node_id: g.or_empty(0.7, |g| g.id(Kind::Node)),
+            cache_sharing_request: g.chance(0.5),
+            policy: g.policy(),
         }
         .encode_to_vec(),
         "CommitSummary" => pb::CommitSummaryRequest {
@@ -1191,8 +1196,24 @@ fn request(g: &mut Gen, method: &str) -> Vec<Vec<u8>> {
             max_tool_result_chars: g.u32(),
             from_node_id: g.or_empty(0.7, |g| g.id(Kind::Node)),
             to_node_id: g.or_empty(0.7, |g| g.id(Kind::Node)),
+            request_form: g.enumeration(3),
+            policy: g.policy(),
         }
         .encode_to_vec(),
+        "Recall" => pb::RecallRequest {
+            session_id: g.id(Kind::Session),
+            // A reference's shape, or anything.
+            reference: if g.chance(0.5) {
+                (0..12)
+                    .map(|_| char::from(b"0123456789abcdef"[g.below(16)]))
+                    .collect()
+            } else {
+                g.string()
+            },
+            max_chars: if g.chance(0.5) { 0 } else { g.u32() },
+        }
+        .encode_to_vec(),
+        "RecallTool" => pb::RecallToolRequest {}.encode_to_vec(),
         "Pin" | "Unpin" => pb::PinRequest {
             session_id: g.id(Kind::Session),
             node_ids: (0..g.below(4)).map(|_| g.id(Kind::Node)).collect(),
@@ -1453,6 +1474,7 @@ async fn sequence(g: &mut Gen, channel: &Channel, methods: &[Method], tally: &mu
         "Pin",
         "Unpin",
         "DeleteBranch",
+        "Recall",
     ];
     for _ in 0..3 + g.below(6) {
         let name = *g.pick(FOLLOW_UPS);
@@ -1494,6 +1516,7 @@ fn retarget(method: &str, messages: Vec<Vec<u8>>, session: &str) -> Vec<Vec<u8>>
         "ListSummaries" => with_session!(pb::ListSummariesRequest),
         "Compact" => with_session!(pb::CompactRequest),
         "Pin" | "Unpin" => with_session!(pb::PinRequest),
+        "Recall" => with_session!(pb::RecallRequest),
         "DeleteBranch" => with_session!(pb::DeleteBranchRequest),
         _ => messages,
     }

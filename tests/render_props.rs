@@ -216,7 +216,8 @@ fn order() -> impl Strategy<Value = Vec<u8>> + Clone {
 fn step(depth: u32, big: bool) -> impl Strategy<Value = StepPlan> {
     let calls = if big { 3..=4 } else { 0..=3 };
     (
-        prop::option::weighted(0.6, text(300)),
+        // Now and then a long one: a harness that reasons in plain text, a looping model.
+        prop::option::weighted(0.6, prop_oneof![8 => text(300), 2 => text(4000)]),
         vec(answer(depth, big), calls),
         order(),
     )
@@ -347,6 +348,11 @@ fn policy() -> impl Strategy<Value = Policy> {
             prop_oneof![Just(0 as Tokens), 1 as Tokens..2000],
             prop_oneof![Just(0usize), 20usize..400, Just(usize::MAX)],
         ),
+        (
+            prop_oneof![Just(0usize), 20usize..600, Just(usize::MAX)],
+            prop_oneof![200usize..6000, Just(usize::MAX)],
+            prop_oneof![20usize..1000, Just(usize::MAX)],
+        ),
     )
         .prop_map(
             |(
@@ -357,6 +363,7 @@ fn policy() -> impl Strategy<Value = Policy> {
                 snip,
                 reactive,
                 (stepped, recent, clear_at_least_tokens, max_tool_input_chars),
+                (max_assistant_text_chars, recent_assistant_text_chars, recent_tool_input_chars),
             )| {
                 Policy {
                     max_tool_result_chars,
@@ -371,6 +378,9 @@ fn policy() -> impl Strategy<Value = Policy> {
                     microcompact_keep: keep,
                     clear_at_least_tokens,
                     max_tool_input_chars,
+                    max_assistant_text_chars,
+                    recent_assistant_text_chars,
+                    recent_tool_input_chars,
                     idle_ms,
                     retain_turns,
                     snip,
@@ -1570,8 +1580,36 @@ fn check_report(u: &Rendered, b: &Rendered) -> Check {
 /// messages show.
 fn check_reduction_counts(b: &Rendered) -> Check {
     let r = &b.report;
+    // A cut assistant text is reported as such, a cut or cleared tool result as a result.
+    let results: Vec<&Message> = b
+        .messages
+        .iter()
+        .filter(|m| m.role != MessageRole::Assistant)
+        .collect();
+    let texts: Vec<&Message> = b
+        .messages
+        .iter()
+        .filter(|m| m.role == MessageRole::Assistant && m.reduction != Reduction::None)
+        .collect();
+    prop_assert!(
+        texts
+            .iter()
+            .all(|m| matches!(m.reduction, Reduction::Truncated { .. })),
+        "an assistant message is only ever cut"
+    );
+    prop_assert_eq!(
+        sorted(r.texts_cut.clone()),
+        sorted(
+            texts
+                .iter()
+                .flat_map(|m| m.node_ids.iter().copied())
+                .collect()
+        ),
+        "texts_cut ids"
+    );
+    prop_assert_eq!(r.saved_text_cut.items, texts.len());
     let with = |pick: fn(&Reduction) -> bool| -> Vec<NodeId> {
-        b.messages
+        results
             .iter()
             .filter(|m| pick(&m.reduction))
             .flat_map(|m| m.node_ids.iter().copied())
@@ -1580,7 +1618,7 @@ fn check_reduction_counts(b: &Rendered) -> Check {
     let truncated = with(|r| matches!(r, Reduction::Truncated { .. }));
     let cleared = with(|r| matches!(r, Reduction::Cleared));
     let count =
-        |pick: fn(&Reduction) -> bool| b.messages.iter().filter(|m| pick(&m.reduction)).count();
+        |pick: fn(&Reduction) -> bool| results.iter().filter(|m| pick(&m.reduction)).count();
     prop_assert_eq!(
         r.results_cleared,
         count(|r| matches!(r, Reduction::Cleared)),
@@ -1876,8 +1914,8 @@ proptest! {
             };
             if b.reduction == Reduction::None && b.stubbed_inputs == 0 {
                 prop_assert_eq!(*b, m);
-            } else if b.stubbed_inputs > 0 {
-                prop_assert_eq!(b.role, MessageRole::Assistant);
+            } else if b.role == MessageRole::Assistant {
+                // Its text cut or its arguments stubbed: the same calls.
                 prop_assert_eq!(b.tool_calls.len(), m.tool_calls.len());
             } else {
                 prop_assert_eq!(b.role, MessageRole::Tool);
@@ -2069,7 +2107,10 @@ fn rendered_path(path: &PathView, rendered: &Rendered) -> PathView {
         };
         let mut node = (**node).clone();
         match &mut node.content {
-            NodeContent::Message { tool_calls, .. } => {
+            NodeContent::Message {
+                parts, tool_calls, ..
+            } => {
+                parts.clone_from(&m.parts);
                 for call in tool_calls.iter_mut() {
                     if let Some(c) = m.tool_calls.iter().find(|c| c.call_id == call.call_id) {
                         call.arguments_json.clone_from(&c.arguments_json);

@@ -42,8 +42,28 @@ pub(super) fn prepare_response(
             history_budget,
             ..Default::default()
         },
-        PrepareOutcome::Needed { plan, prepared, .. } => pb::PrepareCompactionResponse {
+        PrepareOutcome::Needed {
+            plan,
+            prepared,
+            request,
+            ..
+        } => pb::PrepareCompactionResponse {
             needed: true,
+            summary_request_json: match (&request, format) {
+                (Some(request), Some(f)) => render::format::document(f, request),
+                _ => String::new(),
+            },
+            summary_request: {
+                let counter = tokens.counter(tokenizer);
+                request
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|m| {
+                        let tokens = render::message_tokens(&m, &counter);
+                        convert::rendered(m, tokens)
+                    })
+                    .collect()
+            },
             ledger: Some(convert::ledger(&prepared.ledger)),
             ledger_text: prepared.ledger.render(
                 render::ledger_cap(Some(history_budget)),

@@ -354,6 +354,15 @@ pub fn policy(p: Option<pb::RenderPolicy>) -> Result<Policy, Error> {
         max_tool_input_chars: p
             .max_tool_input_chars
             .map_or(defaults.max_tool_input_chars, |v| v as usize),
+        max_assistant_text_chars: p
+            .max_assistant_text_chars
+            .map_or(defaults.max_assistant_text_chars, |v| v as usize),
+        recent_assistant_text_chars: p
+            .recent_assistant_text_chars
+            .map_or(defaults.recent_assistant_text_chars, |v| v as usize),
+        recent_tool_input_chars: p
+            .recent_tool_input_chars
+            .map_or(defaults.recent_tool_input_chars, |v| v as usize),
         microcompact_first: or(p.microcompact_first, defaults.microcompact_first),
         microcompact_every: or(p.microcompact_every, defaults.microcompact_every),
         microcompact_keep: or(p.microcompact_keep, defaults.microcompact_keep),
@@ -424,6 +433,9 @@ pub fn report(r: &Report) -> pb::ContextReport {
         pinned_node_ids: ids(&r.pinned),
         pins_exceed_budget: r.pins_exceed_budget,
         summary_ids: r.summaries.iter().map(ToString::to_string).collect(),
+        texts_cut: count(r.texts_cut.len()),
+        text_cut_node_ids: ids(&r.texts_cut),
+        saved_text_cut: Some(saved(&r.saved_text_cut)),
     }
 }
 

@@ -285,6 +285,9 @@ impl ToJson for pb::ContextReport {
             "saved_truncation": self.saved_truncation.to_json(),
             "saved_clearing": self.saved_clearing.to_json(),
             "saved_stubbing": self.saved_stubbing.to_json(),
+            "texts_cut": self.texts_cut,
+            "text_cut_node_ids": self.text_cut_node_ids,
+            "saved_text_cut": self.saved_text_cut.to_json(),
             "pinned_tokens": self.pinned_tokens,
             "pinned_node_ids": self.pinned_node_ids,
             "pins_exceed_budget": self.pins_exceed_budget,
@@ -421,6 +424,20 @@ impl ToJson for pb::FunctionUse {
 impl ToJson for pb::PinResponse {
     fn to_json(&self) -> Value {
         json!({ "pinned_ids": self.pinned_ids })
+    }
+}
+
+impl ToJson for pb::RecallResponse {
+    fn to_json(&self) -> Value {
+        json!({
+            "node_id": self.node_id,
+            "kind": self.kind,
+            "content": self.content,
+            "total_chars": self.total_chars,
+            "truncated": self.truncated,
+            "tool_call_id": self.tool_call_id,
+            "tool_name": self.tool_name,
+        })
     }
 }
 

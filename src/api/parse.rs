@@ -6,8 +6,11 @@ use tonic::Status;
 
 use super::{convert, domain_status, pb};
 use crate::compaction::PrepareArgs;
-use crate::domain::{BranchName, Budget, CompactionId, Error, NodeId, SessionId};
+use crate::domain::{
+    BranchName, Budget, CompactionId, Error, NodeId, REFERENCE_CHARS, SessionId, parse_reference,
+};
 use crate::import;
+use crate::recall;
 use crate::render::{self, Callers, Options, Policy};
 use crate::store::{AppendRequest, AppendTarget, PathTarget, Scoped, now_ms};
 use crate::tokens::Tokenizer;
@@ -76,6 +79,38 @@ pub(super) fn node_ids(ids: &[String]) -> Result<Vec<NodeId>, Status> {
         .enumerate()
         .map(|(i, id)| parse(NodeId::parse(&format!("node_ids[{i}]"), id)))
         .collect()
+}
+
+/// A placeholder's reference: the hash prefix it names.
+pub(super) fn reference(text: &str) -> Result<[u8; REFERENCE_CHARS / 2], Status> {
+    if text.is_empty() {
+        return Err(domain_status(Error::invalid(
+            "reference",
+            "is required: the 12 characters after `recall` in a placeholder",
+        )));
+    }
+    parse_reference(text).ok_or_else(|| {
+        domain_status(Error::invalid(
+            "reference",
+            format!(
+                "{:?} is not a reference: {REFERENCE_CHARS} hexadecimal characters, as after \
+                 `recall` in a placeholder",
+                text.chars().take(40).collect::<String>()
+            ),
+        ))
+    })
+}
+
+/// Recall's `max_chars`: 0 is the default, more than the most is refused.
+pub(super) fn recall_max_chars(max_chars: u32) -> Result<usize, Status> {
+    match max_chars as usize {
+        0 => Ok(recall::DEFAULT_MAX_CHARS),
+        n if n > recall::MAX_CHARS => Err(domain_status(Error::invalid(
+            "max_chars",
+            format!("{n} is over the most, {}", recall::MAX_CHARS),
+        ))),
+        n => Ok(n),
+    }
 }
 
 /// The `node_ids` of Pin and Unpin: at least one.
@@ -362,6 +397,64 @@ fn segment(from: &str, to: &str) -> Result<Option<(NodeId, NodeId)>, Status> {
     }
 }
 
+/// How a summary is asked for: what the request says, and the field that said it.
+enum RequestForm {
+    /// Unset on `Compact`: the cache-sharing request for a rolling summary, the range for a
+    /// segment.
+    Default,
+    CacheSharing(&'static str),
+    Range,
+}
+
+trait AsksForm {
+    fn form(&self) -> Result<RequestForm, Status>;
+}
+
+impl AsksForm for pb::PrepareCompactionRequest {
+    fn form(&self) -> Result<RequestForm, Status> {
+        Ok(if self.cache_sharing_request {
+            RequestForm::CacheSharing("cache_sharing_request")
+        } else {
+            RequestForm::Range
+        })
+    }
+}
+
+impl AsksForm for pb::CompactRequest {
+    fn form(&self) -> Result<RequestForm, Status> {
+        match pb::SummaryRequestForm::try_from(self.request_form) {
+            Ok(pb::SummaryRequestForm::Unspecified) => Ok(RequestForm::Default),
+            Ok(pb::SummaryRequestForm::CacheSharing) => {
+                Ok(RequestForm::CacheSharing("request_form"))
+            }
+            Ok(pb::SummaryRequestForm::Range) => Ok(RequestForm::Range),
+            Err(_) => Err(domain_status(Error::invalid(
+                "request_form",
+                format!("unknown value {}", self.request_form),
+            ))),
+        }
+    }
+}
+
+/// The host's render policy, when the summary request is to share its cached prefix.
+fn request_policy<R: AsksForm>(
+    r: &R,
+    policy: Option<pb::RenderPolicy>,
+    segment: Option<(NodeId, NodeId)>,
+) -> Result<Option<Policy>, Status> {
+    match (r.form()?, segment) {
+        (RequestForm::Range, _) | (RequestForm::Default, Some(_)) => Ok(None),
+        (RequestForm::CacheSharing(field), Some(_)) => Err(domain_status(Error::invalid(
+            field,
+            "is for rolling summaries: a segment is summarized from its range (leave \
+             from_node_id and to_node_id empty, or ask for the range)",
+        ))),
+        (RequestForm::CacheSharing(_) | RequestForm::Default, None) => {
+            Ok(Some(parse(convert::policy(policy))?))
+        }
+    }
+}
+
 /// `PrepareCompaction` and `Compact` carry the same fields: one parse serves both.
 macro_rules! prepare_args_from {
     ($request:ty) => {
@@ -391,7 +484,9 @@ macro_rules! prepare_args_from {
                         )));
                     }
                 };
+                let request_policy = request_policy(&r, r.policy.clone(), segment)?;
                 Ok(Self {
+                    request_policy,
                     session: session_id(&r.session_id)?,
                     branch: branch_or_main("branch", &r.branch)?,
                     budget,

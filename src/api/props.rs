@@ -217,6 +217,9 @@ fn policy() -> impl Strategy<Value = Option<pb::RenderPolicy>> {
                     recent_tool_result_chars: recent,
                     clear_at_least_tokens: clear_at_least,
                     max_tool_input_chars: input_chars,
+                    max_assistant_text_chars: input_chars,
+                    recent_assistant_text_chars: None,
+                    recent_tool_input_chars: None,
                 },
             ),
     )
@@ -483,6 +486,7 @@ proptest! {
                 prop_assert_eq!(options.policy.recent_tool_result_chars, or(p.recent_tool_result_chars, defaults.recent_tool_result_chars));
                 prop_assert_eq!(options.policy.clear_at_least_tokens, p.clear_at_least_tokens.unwrap_or(defaults.clear_at_least_tokens));
                 prop_assert_eq!(options.policy.max_tool_input_chars, p.max_tool_input_chars.map_or(defaults.max_tool_input_chars, |v| v as usize));
+                prop_assert_eq!(options.policy.max_assistant_text_chars, p.max_assistant_text_chars.map_or(defaults.max_assistant_text_chars, |v| v as usize));
                 prop_assert_eq!(options.policy.max_tool_result_chars, or(p.max_tool_result_chars, defaults.max_tool_result_chars));
                 prop_assert_eq!(options.policy.microcompact_first, or(p.microcompact_first, defaults.microcompact_first));
                 prop_assert_eq!(options.policy.microcompact_every, or(p.microcompact_every, defaults.microcompact_every));
@@ -588,10 +592,12 @@ proptest! {
         format in enum_value(3),
         from_node_id in prop_oneof![Just(String::new()), id_text()],
         to_node_id in prop_oneof![Just(String::new()), id_text()],
+        cache_sharing_request in any::<bool>(),
+        policy in policy(),
     ) {
         let request = pb::PrepareCompactionRequest {
             session_id, branch, budget, tokenizer, retain_turns, instructions,
-            max_tool_result_chars, format, from_node_id, to_node_id,
+            max_tool_result_chars, format, from_node_id, to_node_id, cache_sharing_request, policy,
         };
         match PrepareArgs::try_from(request.clone()) {
             Ok(args) => {
@@ -626,11 +632,15 @@ proptest! {
                     }
                     None => prop_assert!(request.from_node_id.is_empty() && request.to_node_id.is_empty()),
                 }
+                // The cache-sharing request is for rolling summaries alone.
+                prop_assert_eq!(args.request_policy.is_some(), request.cache_sharing_request);
+                prop_assert!(args.request_policy.is_none() || args.segment.is_none());
             }
             Err(status) => {
                 let field = named_field(&status);
                 prop_assert!(
-                    ["session_id", "branch", "budget", "tokenizer", "from_node_id", "to_node_id"]
+                    ["session_id", "branch", "budget", "tokenizer", "from_node_id", "to_node_id",
+                     "cache_sharing_request", "policy.microcompact"]
                         .contains(&field),
                     "{:?}", status.message()
                 );

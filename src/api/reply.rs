@@ -68,6 +68,11 @@ impl Capped for pb::ImportSessionResponse {
     const ADVICE: &'static str = "import with smaller metadata";
 }
 
+impl Capped for pb::RecallResponse {
+    const ADVICE: &'static str = "ask for a smaller max_chars";
+}
+
+impl Capped for pb::RecallToolResponse {}
 impl Capped for pb::Branch {}
 impl Capped for pb::ListBranchesResponse {}
 impl Capped for pb::DeleteBranchResponse {}

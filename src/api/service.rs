@@ -17,6 +17,7 @@ use crate::compaction::{Compactions, PrepareArgs, PrepareOutcome};
 use crate::domain::{BranchName, CompactionId, Error, NodeId, PathView, SessionId, Tenant};
 use crate::import;
 use crate::limits::Limits;
+use crate::recall;
 use crate::render::{self, Rendered};
 use crate::store::{self, CreationKey, Scoped, ScopedPlan, Store};
 use crate::summarizer::Summarizer;
@@ -377,6 +378,44 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
         let tenant = tenant_of(&request);
         let (_, rendered) = self.rendered(&tenant, request.into_inner().into()).await?;
         self.reply(convert::report(&rendered.report))
+    }
+
+    #[instrument(skip_all)]
+    async fn recall(&self, request: Request<pb::RecallRequest>) -> Reply<pb::RecallResponse> {
+        let tenant = tenant_of(&request);
+        let request = request.into_inner();
+        let session = session_id(&request.session_id)?;
+        let prefix = parse::reference(&request.reference)?;
+        let max_chars = parse::recall_max_chars(request.max_chars)?;
+        let session = self.scope(&tenant, session).await?;
+        let node = self
+            .store
+            .node_by_reference(session, &prefix)
+            .await
+            .map_err(status)?;
+        let recalled = recall::recalled(&node, max_chars);
+        self.reply(pb::RecallResponse {
+            node_id: node.id.to_string(),
+            kind: recalled.kind.to_owned(),
+            content: recalled.content,
+            total_chars: u64::try_from(recalled.total_chars).unwrap_or(u64::MAX),
+            truncated: recalled.truncated,
+            tool_call_id: recalled.tool_call_id,
+            tool_name: recalled.tool_name,
+        })
+    }
+
+    #[instrument(skip_all)]
+    async fn recall_tool(
+        &self,
+        _request: Request<pb::RecallToolRequest>,
+    ) -> Reply<pb::RecallToolResponse> {
+        self.reply(pb::RecallToolResponse {
+            name: recall::TOOL_NAME.to_owned(),
+            anthropic_json: recall::anthropic_tool().to_string(),
+            openai_json: recall::openai_tool().to_string(),
+            responses_json: recall::responses_tool().to_string(),
+        })
     }
 
     #[instrument(skip_all)]

@@ -227,13 +227,26 @@ pub enum Command {
         #[command(flatten)]
         conn: Conn,
     },
-    /// Pins nodes: never reduced by a render, shown verbatim after a summary covering them.
+    /// Pins nodes: never reduced by a render, shown verbatim just before a summary covering them.
     Pin {
         /// The session id.
         session: String,
         /// The nodes to pin.
         #[arg(required = true, num_args = 1.., value_name = "NODE")]
         nodes: Vec<String>,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Prints the original content of what a render cleared, cut or stubbed, by the reference
+    /// its placeholder names (`recall 3f9a2c1b7d04`).
+    Recall {
+        /// The session id.
+        session: String,
+        /// The 12 hexadecimal characters after `recall` in a placeholder.
+        reference: String,
+        /// The most characters to print (default 20000).
+        #[arg(long, value_name = "N")]
+        max_chars: Option<u32>,
         #[command(flatten)]
         conn: Conn,
     },
@@ -465,6 +478,31 @@ async fn execute(command: Command) -> Result<String> {
             nodes,
             conn,
         } => pin(session, nodes, false, &conn).await,
+        Command::Recall {
+            session,
+            reference,
+            max_chars,
+            conn,
+        } => {
+            let req = pb::RecallRequest {
+                session_id: session,
+                reference,
+                max_chars: max_chars.unwrap_or(0),
+            };
+            let r = call("Recall", connect(&conn).await?.recall(req)).await?;
+            Ok(output(&conn, &r, || {
+                if r.truncated {
+                    format!(
+                        "{}\n[… {} more characters: ask for more with --max-chars]",
+                        r.content,
+                        r.total_chars
+                            .saturating_sub(r.content.chars().count() as u64)
+                    )
+                } else {
+                    r.content.clone()
+                }
+            }))
+        }
         Command::Watch {
             session,
             branch,

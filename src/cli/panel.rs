@@ -153,6 +153,7 @@ fn tiers(r: &pb::ContextReport, t: &pb::TokenBreakdown) -> String {
         ("saved", "truncation", &r.saved_truncation),
         ("", "clearing", &r.saved_clearing),
         ("", "input stubs", &r.saved_stubbing),
+        ("", "assistant text", &r.saved_text_cut),
     ] {
         let s = s.unwrap_or_default();
         line(

@@ -43,6 +43,9 @@ pub struct SummaryPlan {
     pub tokens_before: Tokens,
     /// How many newest turns stay as they are.
     pub retained_turns: usize,
+    /// The head of the user message that opens the first retained turn (rolling summaries), by
+    /// which a summary request over the whole context says where the summary ends.
+    pub retained_opening: Option<String>,
     /// BLAKE3 over the hashes of the covered nodes, in order: the same source has the same key
     /// wherever its nodes live.
     pub source_hash: Hash,
@@ -118,11 +121,11 @@ pub fn prepare(
             ),
         };
     }
-    // The prior summary (which stands with the preamble) opens the range: the new one rolls it
-    // in, with every segment summary the range shows.
+    // The prior summary (which stands with the preamble, after the pins it shows again) opens
+    // the range: the new one rolls it in, with every segment summary the range shows.
     let range_start = messages[..preamble_end]
         .iter()
-        .position(|m| m.summary_id.is_some())
+        .position(|m| m.summary_id.is_some() || m.pinned_under.is_some())
         .unwrap_or(preamble_end);
     let range = &messages[range_start..range_end];
     let rolled = rolled_over(path, range);
@@ -153,10 +156,14 @@ pub fn prepare(
     );
     let covers = ordered_covers(candidates, &rolled);
     let input: Vec<Message> = range.to_vec();
+    let opening: String = crate::domain::Part::text_of(&messages[range_end].parts)
+        .chars()
+        .take(OPENING_CHARS)
+        .collect();
     let input_tokens = tokens[range_start..range_end]
         .iter()
         .fold(0, |s: Tokens, t| s.saturating_add(*t));
-    Prepared::Needed(Box::new(plan(
+    let mut plan = plan(
         path,
         SummaryKind::Rolling,
         covers,
@@ -165,7 +172,71 @@ pub fn prepare(
         input_tokens,
         tokens_before,
         retained,
-    )))
+    );
+    plan.retained_opening = Some(opening);
+    Prepared::Needed(Box::new(plan))
+}
+
+/// Characters of the first retained user message a summary request quotes.
+const OPENING_CHARS: usize = 120;
+
+/// What the summary request asks, after the context it shares with the host.
+const SUMMARY_REQUEST: &str = "[Summary request] The conversation above no longer fits the \
+context. Write the working memory that will replace its older part, so the work can continue \
+without it: keep every request of the user (verbatim when short), decisions and their reasons, \
+files, commands, errors and how they were resolved, and exactly where the work stands. If an \
+earlier summary is above, fold it in: the result replaces both. Write plain text, as short as \
+the facts allow, and call no tool.";
+
+/// Introduces the ledger in a summary request.
+pub const EVIDENCE_NOTE: &str = "The store keeps this evidence verbatim right after your \
+summary (files, commands, errors, user requests, sub-agents): do not restate it; say what it \
+does not: decisions, reasons, state of the work and what is left to do.";
+
+/// The summary request that reads the host's cached prefix: `context`, exactly as the host's
+/// render gave it, then one user message asking for the summary of everything before the
+/// retained turns, with the host's `instructions` and the `evidence` the summary will carry.
+/// A provider reads the whole context from its cache (0.1×) and writes only that message,
+/// where a request of the range alone writes all of it anew (1.25×).
+pub fn cache_sharing_request(
+    mut context: Vec<Message>,
+    plan: &SummaryPlan,
+    instructions: &str,
+    evidence: &str,
+) -> Vec<Message> {
+    let mut ask = SUMMARY_REQUEST.to_owned();
+    if let Some(opening) = plan.retained_opening.as_deref() {
+        ask.push_str(&format!(
+            "\n\nSummarize everything above before the user message that begins {opening:?}; \
+             from that message on, the conversation stays as it is."
+        ));
+    }
+    if !instructions.trim().is_empty() {
+        ask.push_str("\n\n");
+        ask.push_str(instructions.trim());
+    }
+    if !evidence.is_empty() {
+        ask.push_str(&format!("\n\n{EVIDENCE_NOTE}\n{evidence}"));
+    }
+    context.push(Message {
+        role: render::MessageRole::User,
+        parts: vec![crate::domain::Part::Text(ask)],
+        tool_calls: Vec::new(),
+        tool_call_id: None,
+        name: None,
+        is_error: false,
+        node_ids: Vec::new(),
+        recall: None,
+        function_id: None,
+        reduction: render::Reduction::None,
+        stubbed_inputs: 0,
+        at_ms: None,
+        summary_id: None,
+        pinned: false,
+        pinned_under: None,
+        hidden: Vec::new(),
+    });
+    context
 }
 
 /// The covers of a new summary: `candidates` in order, each rolled-over summary's covers where
@@ -242,6 +313,7 @@ fn plan(
         input_tokens,
         tokens_before,
         retained_turns,
+        retained_opening: None,
         source_hash: Hash(*source.finalize().as_bytes()),
     }
 }

@@ -10,10 +10,38 @@ use super::{Expose, FunctionStatus, MediaSource, NodeContent, Part, Role};
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Hash(pub [u8; 32]);
 
+/// Hexadecimal characters of a node's reference: 48 bits, unique among any session's nodes in
+/// practice, and short enough to name in every placeholder.
+pub const REFERENCE_CHARS: usize = 12;
+
 impl Hash {
     pub fn to_hex(&self) -> String {
         blake3::Hash::from_bytes(self.0).to_hex().to_string()
     }
+
+    /// The short reference a render's placeholders name this node by, for `Recall`: the first
+    /// [`REFERENCE_CHARS`] hexadecimal characters of the hash.
+    pub fn reference(&self) -> String {
+        let mut hex = self.to_hex();
+        hex.truncate(REFERENCE_CHARS);
+        hex
+    }
+}
+
+/// The hash prefix a reference names, or `None` when it is not [`REFERENCE_CHARS`] lowercase or
+/// uppercase hexadecimal characters.
+pub fn parse_reference(reference: &str) -> Option<[u8; REFERENCE_CHARS / 2]> {
+    let bytes = reference.as_bytes();
+    if bytes.len() != REFERENCE_CHARS {
+        return None;
+    }
+    let mut out = [0u8; REFERENCE_CHARS / 2];
+    for (i, pair) in bytes.chunks(2).enumerate() {
+        let hi = (pair[0] as char).to_digit(16)?;
+        let lo = (pair[1] as char).to_digit(16)?;
+        out[i] = u8::try_from(hi * 16 + lo).ok()?;
+    }
+    Some(out)
 }
 
 impl fmt::Debug for Hash {

@@ -15,7 +15,7 @@ mod usage;
 
 pub use budget::Budget;
 pub use error::Error;
-pub use hash::{Hash, blob_hash, node_hash};
+pub use hash::{Hash, REFERENCE_CHARS, blob_hash, node_hash, parse_reference};
 pub use history::{History, ImportedOverlay, Op, Snapshot};
 pub use ids::{BranchName, NodeId, SessionId};
 pub use ledger::{Command, ErrorLine, FileUse, FunctionUse, Ledger, normalize, paths_in};

@@ -634,6 +634,7 @@ mod tests {
                     name: None,
                     is_error: false,
                     node_ids: Vec::new(),
+                    recall: None,
                     function_id: None,
                     reduction: Reduction::None,
                     stubbed_inputs: 0,

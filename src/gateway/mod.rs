@@ -86,10 +86,13 @@ impl GatewayPolicy {
 }
 
 /// The default render policy of the gateway: the stepped default, except that what arrived
-/// since the last step is never capped (an agent edits files by quoting what it just read).
+/// since the last step is never capped or stubbed (an agent edits files by quoting what it just
+/// read, and its next edit builds on the last one).
 pub fn policy() -> Policy {
     Policy {
         recent_tool_result_chars: usize::MAX,
+        recent_tool_input_chars: usize::MAX,
+        recent_assistant_text_chars: usize::MAX,
         ..Policy::default()
     }
 }

@@ -87,6 +87,9 @@ pub const RENDER_KEYS: &[&str] = &[
     "recent_tool_result_chars",
     "clear_at_least_tokens",
     "max_tool_input_chars",
+    "max_assistant_text_chars",
+    "recent_assistant_text_chars",
+    "recent_tool_input_chars",
 ];
 
 /// The Render request a query describes. The values are checked by the RPC itself (an unknown
@@ -144,6 +147,9 @@ pub fn render_request(session_id: String, q: &Query) -> Result<pb::RenderRequest
         recent_tool_result_chars: q.u32("recent_tool_result_chars")?.unwrap_or(0),
         clear_at_least_tokens: q.u32("clear_at_least_tokens")?,
         max_tool_input_chars: q.u32("max_tool_input_chars")?,
+        max_assistant_text_chars: q.u32("max_assistant_text_chars")?,
+        recent_assistant_text_chars: q.u32("recent_assistant_text_chars")?,
+        recent_tool_input_chars: q.u32("recent_tool_input_chars")?,
     };
     Ok(pb::RenderRequest {
         session_id,

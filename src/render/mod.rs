@@ -12,7 +12,7 @@ mod tiers;
 mod visibility;
 
 pub use crate::domain::Budget;
-use crate::domain::{NodeId, Part, PathView, SummaryId, ToolCall};
+use crate::domain::{Hash, NodeId, Part, PathView, SummaryId, ToolCall};
 use crate::tokens::{Count, MEDIA_TOKENS, MESSAGE_OVERHEAD, TOOL_CALL_OVERHEAD, Tokenizer, Tokens};
 
 pub use overlay::{
@@ -56,6 +56,9 @@ pub struct Message {
     pub is_error: bool,
     /// The nodes this message came from.
     pub node_ids: Vec<NodeId>,
+    /// The hash of the node a recall of this message returns (a result's own node), whose
+    /// [`reference`] its placeholders name; `None` for a summary.
+    pub recall: Option<Hash>,
     /// Set on messages from inside a function's internal chain.
     pub function_id: Option<NodeId>,
     pub reduction: Reduction,
@@ -123,6 +126,13 @@ pub struct Policy {
     pub clear_at_least_tokens: Tokens,
     /// Stepped: arguments of calls before the last step are stubbed when longer than this.
     pub max_tool_input_chars: usize,
+    /// Stepped: arguments of calls newer than the last step are stubbed when longer than this.
+    pub recent_tool_input_chars: usize,
+    /// Stepped: the text of assistant messages before the last step keeps its head of this
+    /// many characters; their calls stay.
+    pub max_assistant_text_chars: usize,
+    /// Stepped: assistant text newer than the last step keeps its head and tail of this many.
+    pub recent_assistant_text_chars: usize,
     pub idle_ms: i64,
     pub retain_turns: usize,
     pub snip: bool,
@@ -147,6 +157,9 @@ impl Policy {
     pub fn over_budget() -> Self {
         Self {
             max_tool_result_chars: 4000,
+            max_assistant_text_chars: usize::MAX,
+            recent_assistant_text_chars: usize::MAX,
+            recent_tool_input_chars: usize::MAX,
             microcompact: Microcompact::OverBudget,
             microcompact_first: 50,
             microcompact_every: 25,
@@ -160,13 +173,16 @@ impl Default for Policy {
     fn default() -> Self {
         Self {
             max_tool_result_chars: 6000,
-            recent_tool_result_chars: 12_000,
+            recent_tool_result_chars: 32_000,
             microcompact: Microcompact::Stepped,
             microcompact_first: 20,
             microcompact_every: 10,
             microcompact_keep: 10,
             clear_at_least_tokens: 4000,
             max_tool_input_chars: 100,
+            max_assistant_text_chars: 300,
+            recent_tool_input_chars: 1000,
+            recent_assistant_text_chars: 12_000,
             idle_ms: 90 * 60 * 1000,
             retain_turns: 2,
             snip: true,
@@ -283,10 +299,13 @@ pub struct Report {
     pub inputs_stubbed: usize,
     pub snipped: Vec<NodeId>,
     pub turns_snipped: usize,
+    /// Assistant messages whose text was cut.
+    pub texts_cut: Vec<NodeId>,
     /// What each step saved against the message as it was.
     pub saved_truncation: Saved,
     pub saved_clearing: Saved,
     pub saved_stubbing: Saved,
+    pub saved_text_cut: Saved,
     pub trigger: Option<Trigger>,
     /// Tool results, in path order, before which microcompact may clear.
     pub microcompact_boundary: usize,
@@ -369,7 +388,12 @@ pub fn message_breakdown(message: &Message, counter: &dyn Count) -> Breakdown {
                 cut_chars,
                 of_chars,
             } => {
-                let marker = counter.count(&tiers::truncation_marker(cut_chars, of_chars));
+                let reference = message.recall.map(|h| h.reference());
+                let marker = counter.count(&tiers::truncation_marker(
+                    cut_chars,
+                    of_chars,
+                    reference.as_deref(),
+                ));
                 b.markers = marker.min(text);
                 b.tool_results = text - b.markers;
             }

@@ -1,5 +1,5 @@
 //! The summary overlay, the second render step: each active summary replaces what it covers,
-//! followed by the pinned nodes among them.
+//! preceded by the pinned nodes among them.
 
 use std::collections::{HashMap, HashSet};
 
@@ -65,6 +65,7 @@ pub fn summary_message(summary: &Summary, cap: Option<Tokens>, counter: &dyn Cou
         name: None,
         is_error: false,
         node_ids: Vec::new(),
+        recall: None,
         function_id: None,
         reduction: Reduction::None,
         stubbed_inputs: 0,
@@ -133,8 +134,9 @@ pub fn overlay(
             tail[s].push(message);
         }
     }
-    // Pinned messages follow their summary. Insert from the last summary back so earlier
-    // positions stay valid.
+    // Pinned messages come just before their summary: they do not change when a summary is
+    // made or rolled over, so the provider's cached prefix reaches through them. Insert from
+    // the last summary back so earlier positions stay valid.
     let mut order: Vec<(usize, usize)> = placed
         .iter()
         .enumerate()
@@ -143,7 +145,7 @@ pub fn overlay(
     order.sort_unstable();
     for (at, s) in order.into_iter().rev() {
         let pinned = std::mem::take(&mut tail[s]);
-        out.splice(at + 1..at + 1, pinned);
+        out.splice(at..at, pinned);
     }
     out
 }

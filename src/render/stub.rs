@@ -18,16 +18,31 @@ const HEAD_CHARS: usize = 20;
 const IDENTIFYING: &[&str] = &[
     "path", "file", "pattern", "glob", "url", "query", "command", "cmd", "name", "id",
 ];
-/// How an elided string ends: stubbing it again leaves it alone.
-const ELIDED: &str = " chars elided]";
+/// What an elided string says after its count: stubbing it again leaves it alone.
+const ELIDED: &str = " chars elided";
 
-/// The stub of `arguments_json`, or `None` when it is not JSON or nothing in it is long.
-pub fn stub_arguments(arguments_json: &str) -> Option<String> {
+/// The stub of `arguments_json`, or `None` when it is not JSON or nothing in it is long. Each
+/// elided string names `reference`, by which `Recall` gives the whole call back.
+pub fn stub_arguments(arguments_json: &str, reference: Option<&str>) -> Option<String> {
     let mut value: Value = serde_json::from_str(arguments_json).ok()?;
-    if !shorten(&mut value, false) {
+    let end = match reference {
+        Some(r) => format!("{ELIDED}: recall {r}]"),
+        None => format!("{ELIDED}]"),
+    };
+    if !shorten(&mut value, false, &end) {
         return None;
     }
     serde_json::to_string(&value).ok()
+}
+
+/// Whether `s` is a stub's elided string: `…[N chars elided]`, with or without a reference.
+fn elided(s: &str) -> bool {
+    s.ends_with(']')
+        && s.rfind("…[").is_some_and(|at| {
+            let rest = &s[at + "…[".len()..];
+            let digits = rest.chars().take_while(char::is_ascii_digit).count();
+            digits > 0 && rest[digits..].starts_with(ELIDED)
+        })
 }
 
 fn identifying(key: &str) -> bool {
@@ -35,8 +50,8 @@ fn identifying(key: &str) -> bool {
     IDENTIFYING.iter().any(|k| key.contains(k))
 }
 
-/// Shortens every long string inside `value`; whether any was.
-fn shorten(value: &mut Value, identifies: bool) -> bool {
+/// Shortens every long string inside `value`, ending each with `end`; whether any was.
+fn shorten(value: &mut Value, identifies: bool, end: &str) -> bool {
     match value {
         Value::String(s) => {
             let (keep, head) = if identifies {
@@ -45,27 +60,27 @@ fn shorten(value: &mut Value, identifies: bool) -> bool {
                 (KEEP_CHARS, HEAD_CHARS)
             };
             let chars = s.chars().count();
-            if chars <= keep || s.ends_with(ELIDED) {
+            if chars <= keep || elided(s) {
                 return false;
             }
             let line = s.lines().next().unwrap_or_default();
             let head: String = line.chars().take(head).collect();
             let cut = chars - head.chars().count();
-            *s = format!("{head}…[{cut}{ELIDED}");
+            *s = format!("{head}…[{cut}{end}");
             true
         }
         Value::Array(items) => items
             .iter_mut()
-            .fold(false, |any, v| shorten(v, identifies) | any),
-        Value::Object(fields) => shorten_fields(fields),
+            .fold(false, |any, v| shorten(v, identifies, end) | any),
+        Value::Object(fields) => shorten_fields(fields, end),
         Value::Null | Value::Bool(_) | Value::Number(_) => false,
     }
 }
 
-fn shorten_fields(fields: &mut Map<String, Value>) -> bool {
+fn shorten_fields(fields: &mut Map<String, Value>, end: &str) -> bool {
     fields
         .iter_mut()
-        .fold(false, |any, (k, v)| shorten(v, identifying(k)) | any)
+        .fold(false, |any, (k, v)| shorten(v, identifying(k), end) | any)
 }
 
 #[cfg(test)]
@@ -82,13 +97,16 @@ mod tests {
             "replace_all": false,
         })
         .to_string();
-        let stub = stub_arguments(&args).expect("a long field");
+        let stub = stub_arguments(&args, Some("3f9a2c1b7d04")).expect("a long field");
         let v: Value = serde_json::from_str(&stub).expect("valid JSON");
         assert_eq!(v["file_path"], path);
         assert_eq!(v["replace_all"], false);
         let content = v["content"].as_str().expect("a string");
         assert!(content.starts_with("fn main() {…["), "{content}");
-        assert!(content.ends_with(" chars elided]"), "{content}");
+        assert!(
+            content.ends_with(" chars elided: recall 3f9a2c1b7d04]"),
+            "{content}"
+        );
         assert!(stub.len() < args.len());
     }
 
@@ -100,13 +118,16 @@ mod tests {
             "nested": [{"text": "y".repeat(1000)}],
         })
         .to_string();
-        let stub = stub_arguments(&args).expect("long fields");
-        assert_eq!(stub_arguments(&stub), None);
+        for reference in [None, Some("3f9a2c1b7d04")] {
+            let stub = stub_arguments(&args, reference).expect("long fields");
+            assert_eq!(stub_arguments(&stub, reference), None);
+            assert_eq!(stub_arguments(&stub, None), None);
+        }
     }
 
     #[test]
     fn short_or_non_json_arguments_are_left_alone() {
-        assert_eq!(stub_arguments(r#"{"pattern":"fn main"}"#), None);
-        assert_eq!(stub_arguments(&"not json ".repeat(100)), None);
+        assert_eq!(stub_arguments(r#"{"pattern":"fn main"}"#, None), None);
+        assert_eq!(stub_arguments(&"not json ".repeat(100), None), None);
     }
 }

@@ -10,36 +10,63 @@ use super::{
 use crate::domain::{NodeId, Part, PathView};
 use crate::tokens::{Count, Tokens};
 
-/// The line that replaces what budget reduction cut from a tool result.
-pub fn truncation_marker(cut_chars: usize, of_chars: usize) -> String {
-    format!("\n[… {cut_chars} of {of_chars} characters cut …]\n")
+/// The line that replaces what a cut took out of a message, naming the reference `Recall`
+/// gives the whole back by.
+pub fn truncation_marker(cut_chars: usize, of_chars: usize, reference: Option<&str>) -> String {
+    match reference {
+        Some(r) => format!("\n[… {cut_chars} of {of_chars} characters cut: recall {r} …]\n"),
+        None => format!("\n[… {cut_chars} of {of_chars} characters cut …]\n"),
+    }
 }
 
 /// What is left of a cleared tool result. The tool message still carries the call id and the
 /// tool's name, and the call stays in the assistant message before it, so the line says only
-/// why the content is gone: every token of it is paid on every later request.
+/// why the content is gone and how to get it back: every token of it is paid on every later
+/// request.
 pub fn cleared_placeholder(message: &Message) -> String {
-    placeholder(message.is_error).to_owned()
+    placeholder(
+        message.is_error,
+        message.recall.map(|h| h.reference()).as_deref(),
+    )
 }
 
-fn placeholder(is_error: bool) -> &'static str {
-    if is_error {
-        "[error cleared to save context]"
+fn placeholder(is_error: bool, reference: Option<&str>) -> String {
+    let what = if is_error {
+        "error cleared to save context"
     } else {
-        "[cleared to save context]"
+        "cleared to save context"
+    };
+    match reference {
+        Some(r) => format!("[{what}: recall {r}]"),
+        None => format!("[{what}]"),
     }
 }
 
-/// Longer than any truncation marker.
-const MARKER_SLACK: usize = 64;
+/// The characters of a placeholder with a reference, which `saving` counts as what a cleared
+/// result still costs.
+fn placeholder_chars(is_error: bool) -> usize {
+    placeholder(is_error, Some(&"0".repeat(crate::domain::REFERENCE_CHARS)))
+        .chars()
+        .count()
+}
 
-/// A long tool result cut to the first 60% and last 40% of `cap` characters, with a marker of
-/// what was cut: its new parts and reduction, or `None` when it is within a marker's length of
-/// the cap (the cut would save nothing). A result cut before is cut again from what it kept:
-/// for a smaller cap that is the same head and tail of what it was, and the marker still counts
-/// against the original, so cutting in two steps is cutting once, and rendering a render
-/// changes nothing.
-fn truncated(message: &Message, cap: usize) -> Option<(Vec<Part>, Reduction)> {
+/// Longer than any truncation marker.
+const MARKER_SLACK: usize = 96;
+
+/// How a cut keeps `cap` characters: a tool result (and recent assistant text) its first 60%
+/// and last 40%; old assistant text its head, where the reasoning says what it set out to do.
+#[derive(Clone, Copy)]
+enum Keep {
+    HeadAndTail,
+    Head,
+}
+
+/// A long message cut to `cap` characters as `keep` says, with a marker of what was cut: its
+/// new parts and reduction, or `None` when it is within a marker's length of the cap (the cut
+/// would save nothing). A message cut before is cut again from what it kept: for a smaller cap
+/// that is the same head and tail of what it was, and the marker still counts against the
+/// original, so cutting in two steps is cutting once, and rendering a render changes nothing.
+fn truncated(message: &Message, cap: usize, keep: Keep) -> Option<(Vec<Part>, Reduction)> {
     if Part::text_chars(&message.parts) <= cap.saturating_add(MARKER_SLACK) {
         return None;
     }
@@ -50,12 +77,19 @@ fn truncated(message: &Message, cap: usize) -> Option<(Vec<Part>, Reduction)> {
         Reduction::Truncated { of_chars, .. } => of_chars,
         Reduction::None | Reduction::Cleared => chars,
     };
-    let head_chars = cap * 6 / 10;
+    let head_chars = match keep {
+        Keep::HeadAndTail => cap * 6 / 10,
+        Keep::Head => cap,
+    };
     let tail_chars = cap - head_chars;
     let cut_chars = of_chars - head_chars - tail_chars;
     let head: String = text.chars().take(head_chars).collect();
     let tail: String = text.chars().skip(chars - tail_chars).collect();
-    let reduced = format!("{head}{}{tail}", truncation_marker(cut_chars, of_chars));
+    let reference = message.recall.map(|h| h.reference());
+    let reduced = format!(
+        "{head}{}{tail}",
+        truncation_marker(cut_chars, of_chars, reference.as_deref())
+    );
     let first_text = message
         .parts
         .iter()
@@ -171,6 +205,8 @@ struct Fit<'a> {
     calls: Vec<Option<(usize, usize)>>,
     /// Characters each message's stubs removed from its tool-call arguments.
     stub_chars: Vec<usize>,
+    /// Tokens a cut of each assistant message's text saved.
+    text_saved: Vec<Tokens>,
     layout: Layout,
     counter: &'a dyn Count,
 }
@@ -184,10 +220,12 @@ impl<'a> Fit<'a> {
         let (mut results, mut hidden, mut chars) = (Vec::new(), Vec::new(), Vec::new());
         for (i, m) in messages.iter().enumerate() {
             // What a summary covers counts where the summary stands, in its order: hidden
-            // results as placeholders, pins it shows again as themselves.
-            let mut reshown = (i + 1..messages.len())
+            // results as placeholders, pins it shows again (just before it) as themselves.
+            let before = (0..i)
+                .rev()
                 .take_while(|&j| m.summary_id.is_some() && messages[j].pinned_under == m.summary_id)
-                .filter(|&j| messages[j].role == MessageRole::Tool);
+                .count();
+            let mut reshown = (i - before..i).filter(|&j| messages[j].role == MessageRole::Tool);
             for h in &m.hidden {
                 let Some((c, is_error)) = h.result else {
                     continue;
@@ -240,6 +278,7 @@ impl<'a> Fit<'a> {
         Self {
             layout: Layout::of(&messages, path),
             stub_chars: vec![0; messages.len()],
+            text_saved: vec![0; messages.len()],
             original: counts.iter().map(Breakdown::total).collect(),
             counts,
             results,
@@ -282,8 +321,26 @@ impl<'a> Fit<'a> {
         if self.untouchable(k) || self.messages[i].reduction == Reduction::Cleared {
             return;
         }
-        if let Some((parts, reduction)) = truncated(&self.messages[i], cap) {
+        if let Some((parts, reduction)) = truncated(&self.messages[i], cap, Keep::HeadAndTail) {
             self.reduce(i, parts, reduction);
+        }
+    }
+
+    /// Cuts the text of assistant message `i` to `cap` characters as `keep` says; a pinned one
+    /// never.
+    fn cut_text(&mut self, i: usize, cap: usize, keep: Keep) {
+        let message = &self.messages[i];
+        if message.role != MessageRole::Assistant
+            || message.pinned
+            || message.pinned_under.is_some()
+            || cap == usize::MAX
+        {
+            return;
+        }
+        if let Some((parts, reduction)) = truncated(message, cap, keep) {
+            let before = self.counts[i].assistant_text;
+            self.reduce(i, parts, reduction);
+            self.text_saved[i] = before.saturating_sub(self.counts[i].assistant_text);
         }
     }
 
@@ -311,7 +368,8 @@ impl<'a> Fit<'a> {
         if chars <= over {
             return;
         }
-        let Some(stub) = stub_arguments(args) else {
+        let reference = self.messages[at].recall.map(|h| h.reference());
+        let Some(stub) = stub_arguments(args, reference.as_deref()) else {
             return;
         };
         let (before, after) = (self.counter.count(args), self.counter.count(&stub));
@@ -350,19 +408,50 @@ impl<'a> Fit<'a> {
         let (boundary, step, trigger) = self.steps(path, options);
         report.trigger = trigger;
         report.microcompact_boundary = boundary;
+        // What a step does is never less than what arrival did: a call stubbed, or a text cut,
+        // when it first came stays so.
+        let old_inputs = policy
+            .max_tool_input_chars
+            .min(policy.recent_tool_input_chars);
+        let old_texts = policy
+            .max_assistant_text_chars
+            .min(policy.recent_assistant_text_chars);
         for k in 0..n {
             if k < boundary {
                 self.clear(k);
-                self.stub(k, policy.max_tool_input_chars);
+                self.stub(k, old_inputs);
             } else if k < step {
                 self.cap(k, policy.max_tool_result_chars);
-                self.stub(k, policy.max_tool_input_chars);
+                self.stub(k, old_inputs);
             } else {
                 self.cap(k, policy.recent_tool_result_chars);
+                self.stub(k, policy.recent_tool_input_chars);
             }
         }
-        // Everything before the boundary is decided; the boundary only moves forward.
-        let stable = self.first_message_of(boundary);
+        // Everything before the boundary is decided; the boundary only moves forward. Before
+        // the first step nothing is: a step will cut the assistant text there.
+        let decided = if boundary == 0 {
+            0
+        } else {
+            self.first_message_of(boundary)
+        };
+        for i in 0..self.messages.len() {
+            if i < decided {
+                self.cut_text(i, old_texts, Keep::Head);
+            } else {
+                self.cut_text(i, policy.recent_assistant_text_chars, Keep::HeadAndTail);
+            }
+        }
+        let stable = if boundary == 0 {
+            let first_assistant = self
+                .messages
+                .iter()
+                .position(|m| m.role == MessageRole::Assistant)
+                .unwrap_or(self.messages.len());
+            self.first_message_of(0).min(first_assistant)
+        } else {
+            decided
+        };
         if self.total() <= limit && !policy.reactive {
             return stable;
         }
@@ -394,7 +483,7 @@ impl<'a> Fit<'a> {
                 continue;
             }
             self.clear(k);
-            self.stub(k, policy.max_tool_input_chars);
+            self.stub(k, old_inputs);
         }
         stable
     }
@@ -455,8 +544,7 @@ impl<'a> Fit<'a> {
             }
             if !idle
                 && policy.clear_at_least_tokens > 0
-                && self.saving(boundary..target, policy.recent_tool_result_chars)
-                    < policy.clear_at_least_tokens
+                && self.saving(boundary..target, policy) < policy.clear_at_least_tokens
             {
                 continue;
             }
@@ -467,23 +555,40 @@ impl<'a> Fit<'a> {
         (boundary, step, trigger)
     }
 
-    /// An estimate of what clearing results `range` saves: the characters of each at
-    /// `recent_cap` beyond its placeholder, at four a token. It depends on nothing a render
-    /// changes but by making it smaller (a cut result is shorter, a cleared one is its
-    /// placeholder and saves nothing), so a render rendered again takes no step the first did
-    /// not.
-    fn saving(&self, range: std::ops::Range<usize>, recent_cap: usize) -> Tokens {
-        range
+    /// An estimate of what a step from `range.start` to `range.end` saves: the characters of
+    /// each result cleared at the recent cap beyond its placeholder, and of each assistant text
+    /// it decides beyond its cut, at four a token. It depends on nothing a render changes but
+    /// by making it smaller (a cut result is shorter, a cleared one is its placeholder and
+    /// saves nothing), so a render rendered again takes no step the first did not.
+    fn saving(&self, range: std::ops::Range<usize>, policy: &Policy) -> Tokens {
+        let results: usize = range
+            .clone()
             .map(|k| {
                 let is_error = self.hidden[k].unwrap_or(self.messages[self.results[k]].is_error);
                 self.chars[k]
-                    .min(recent_cap)
-                    .saturating_sub(placeholder(is_error).chars().count())
-                    / 4
+                    .min(policy.recent_tool_result_chars)
+                    .saturating_sub(placeholder_chars(is_error))
             })
-            .fold(0, |s: Tokens, t| {
-                s.saturating_add(Tokens::try_from(t).unwrap_or(Tokens::MAX))
+            .sum();
+        let from = if range.start == 0 {
+            0
+        } else {
+            self.first_message_of(range.start)
+        };
+        let texts: usize = (from..self.first_message_of(range.end).min(self.messages.len()))
+            .filter(|&i| {
+                let m = &self.messages[i];
+                m.role == MessageRole::Assistant && !m.pinned && m.pinned_under.is_none()
             })
+            .map(|i| {
+                // A text within a marker's length of the cap is not cut (and one cut before
+                // saves nothing again).
+                Part::text_chars(&self.messages[i].parts)
+                    .min(policy.recent_assistant_text_chars)
+                    .saturating_sub(policy.max_assistant_text_chars.saturating_add(MARKER_SLACK))
+            })
+            .sum();
+        Tokens::try_from((results + texts) / 4).unwrap_or(Tokens::MAX)
     }
 
     /// ctxd's first policy: budget reduction always, microcompact only over budget.
@@ -595,6 +700,7 @@ pub(super) fn fit(
         original,
         counts,
         stub_chars,
+        text_saved,
         layout,
         chars,
         result_of,
@@ -654,6 +760,10 @@ pub(super) fn fit(
             })
         };
         match message.reduction {
+            Reduction::Truncated { cut_chars, .. } if message.role == MessageRole::Assistant => {
+                report.texts_cut.extend(&message.node_ids);
+                report.saved_text_cut.add(1, cut_chars, text_saved[i]);
+            }
             Reduction::Truncated { .. } => {
                 report.truncated.extend(&message.node_ids);
                 report.results_truncated += 1;
@@ -669,9 +779,11 @@ pub(super) fn fit(
         if message.stubbed_inputs > 0 {
             report.stubbed.extend(&message.node_ids);
             report.inputs_stubbed += message.stubbed_inputs;
-            report
-                .saved_stubbing
-                .add(message.stubbed_inputs, stub_chars[i], saved_tokens);
+            report.saved_stubbing.add(
+                message.stubbed_inputs,
+                stub_chars[i],
+                saved_tokens.saturating_sub(text_saved[i]),
+            );
         }
         // A call message shown again for a pinned result costs what the pin does.
         if message.pinned || message.pinned_under.is_some() {

@@ -251,6 +251,16 @@ pub(super) trait Reads: Lookups {
     /// prefix by it; a hash covers the enclosing function's, so it names one chain's node).
     async fn node_by_hash(&mut self, session: SessionId, hash: &Hash) -> Result<Option<NodeId>>;
 
+    /// Up to `limit` nodes of `session` whose hash lies in `low..=high` (a reference's prefix,
+    /// padded with zeros and with ones), in hash order.
+    async fn nodes_by_hash_range(
+        &mut self,
+        session: SessionId,
+        low: &Hash,
+        high: &Hash,
+        limit: u32,
+    ) -> Result<Vec<NodeId>>;
+
     /// The gateway's calls of `session`, added up.
     async fn gateway_usage(&mut self, session: SessionId) -> Result<domain::GatewayUsage>;
 

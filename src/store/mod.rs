@@ -24,6 +24,7 @@ mod open;
 mod pins;
 mod postgres;
 mod reads;
+mod recall;
 mod rows;
 mod scope;
 mod sessions;

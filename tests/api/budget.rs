@@ -120,7 +120,7 @@ async fn oversized_tool_results_keep_their_head_and_tail() {
     );
     assert!(!plain.messages[2].truncated);
 
-    // A result newer than the last step keeps up to the recent cap (12000): this one is whole.
+    // A result newer than the last step keeps up to the recent cap (32000): this one is whole.
     let r = app.render(budgeted(&s, 100_000, None)).await;
     assert!(!r.messages[2].truncated);
     assert_eq!(text_of(&r.messages[2].parts), output);
@@ -138,8 +138,15 @@ async fn oversized_tool_results_keep_their_head_and_tail() {
         text.ends_with(&output[10_000 - 1600..]),
         "the last 40% of 4000"
     );
+    // The marker names the result by the head of its node's hash, for Recall.
+    let node_hash = app.get_nodes(&s, &appended.node_ids[2..3]).await[0]
+        .hash
+        .clone();
     assert!(
-        text.contains("[… 6000 of 10000 characters cut …]"),
+        text.contains(&format!(
+            "[… 6000 of 10000 characters cut: recall {} …]",
+            &node_hash[..12]
+        )),
         "{text}"
     );
     let report = report_of(&r);
@@ -162,13 +169,13 @@ async fn oversized_tool_results_keep_their_head_and_tail() {
         ..Default::default()
     };
     let r = app.render(budgeted(&s, 100_000, Some(first))).await;
-    assert!(text_of(&r.messages[2].parts).contains("[… 6000 of 10000 characters cut …]"));
+    assert!(text_of(&r.messages[2].parts).contains("[… 6000 of 10000 characters cut: recall "));
     let policy = pb::RenderPolicy {
         recent_tool_result_chars: 1000,
         ..Default::default()
     };
     let r = app.render(budgeted(&s, 100_000, Some(policy))).await;
-    assert!(text_of(&r.messages[2].parts).contains("[… 9000 of 10000 characters cut …]"));
+    assert!(text_of(&r.messages[2].parts).contains("[… 9000 of 10000 characters cut: recall "));
 }
 
 #[tokio::test]
@@ -254,7 +261,11 @@ async fn microcompact_clears_old_results_in_steps() {
     assert_eq!(report.results_cleared, 9);
     let cleared: Vec<&pb::RenderedMessage> = r.messages.iter().filter(|m| m.cleared).collect();
     assert_eq!(cleared.len(), 9);
-    assert_eq!(text_of(&cleared[0].parts), "[cleared to save context]");
+    let placeholder = text_of(&cleared[0].parts);
+    assert!(
+        placeholder.starts_with("[cleared to save context: recall ") && placeholder.len() == 46,
+        "{placeholder}"
+    );
     let newest: Vec<&pb::RenderedMessage> = r.messages.iter().rev().take(4).collect();
     assert!(newest.iter().all(|m| !m.cleared));
     // The placeholders keep their pairing fields.
@@ -327,6 +338,7 @@ async fn old_tool_inputs_are_stubbed_at_a_step() {
     }
     let policy = pb::RenderPolicy {
         clear_at_least_tokens: Some(0),
+        recent_tool_input_chars: Some(u32::MAX),
         ..Default::default()
     };
     // 25 results: the step at 20 clears the 10 oldest and stubs the calls of the 20 before it.
@@ -352,13 +364,35 @@ async fn old_tool_inputs_are_stubbed_at_a_step() {
         let content = args["content"].as_str().expect("a string");
         if i < 20 {
             assert_eq!(m.inputs_stubbed, 1);
-            assert!(content.ends_with("chars elided]"), "{content}");
+            assert!(content.contains("chars elided: recall "), "{content}");
         } else {
             assert_eq!(m.inputs_stubbed, 0);
             assert_eq!(content, body, "calls after the step are whole");
         }
         assert_eq!(m.tool_calls[0].call_id, format!("w{i}"));
     }
+    // By default a call's arguments over 1,000 characters are stubbed from its first send-back:
+    // the five after the step too, each naming its message for Recall.
+    let policy = pb::RenderPolicy {
+        clear_at_least_tokens: Some(0),
+        ..Default::default()
+    };
+    let r = app.render(budgeted(&s, 1_000_000, Some(policy))).await;
+    assert_eq!(report_of(&r).inputs_stubbed, 25);
+    let newest = r
+        .messages
+        .iter()
+        .rev()
+        .find(|m| !m.tool_calls.is_empty())
+        .expect("the newest call");
+    let hash = app.get_nodes(&s, &newest.node_ids).await[0].hash.clone();
+    assert!(
+        newest.tool_calls[0]
+            .arguments_json
+            .contains(&format!("chars elided: recall {}]", &hash[..12])),
+        "{}",
+        newest.tool_calls[0].arguments_json
+    );
 }
 
 #[tokio::test]

@@ -169,11 +169,12 @@ async fn golden_cc_main_8463c716_with_subagent() {
             policy: None,
             why: "a 100k window, far from full: the 196 results step by count all the same; the \
                   results older than the newest 10 at the last step are cleared (those longer \
-                  than their placeholder) and the long arguments of calls before it stubbed; \
-                  nothing is cut or snipped",
+                  than their placeholder), the long arguments of calls before it stubbed and \
+                  the text of assistant messages before it cut to its head; no result is cut \
+                  and nothing is snipped",
             expect: Expect {
                 fits: true,
-                truncates: false,
+                truncates: true,
                 clears: true,
                 snips: false,
             },
@@ -187,7 +188,7 @@ async fn golden_cc_main_8463c716_with_subagent() {
                   the 100k window, with no turn snipped",
             expect: Expect {
                 fits: true,
-                truncates: false,
+                truncates: true,
                 clears: true,
                 snips: false,
             },
@@ -377,8 +378,10 @@ async fn check_case(
     };
     assert_eq!(expect, case.expect, "{what}: what the budget steps did");
     // The report counts what the output keeps: exactly the flagged messages' nodes.
+    // A truncated message is a cut result, or an assistant message whose text was cut.
     assert_eq!(
-        flagged_truncated, report.results_truncated as usize,
+        flagged_truncated,
+        (report.results_truncated + report.texts_cut) as usize,
         "{what}"
     );
     assert_eq!(flagged_cleared, report.results_cleared as usize, "{what}");
@@ -393,10 +396,16 @@ async fn check_case(
         ids
     };
     assert_eq!(
-        nodes_of(|m| m.truncated),
+        nodes_of(|m| m.truncated && m.role == pb::Role::Tool as i32),
         sorted(&report.truncated_node_ids),
         "{what}: truncated_node_ids"
     );
+    assert_eq!(
+        nodes_of(|m| m.truncated && m.role != pb::Role::Tool as i32),
+        sorted(&report.text_cut_node_ids),
+        "{what}: text_cut_node_ids"
+    );
+
     assert_eq!(
         nodes_of(|m| m.cleared),
         sorted(&report.cleared_node_ids),
@@ -423,8 +432,10 @@ async fn check_case(
     for m in r.messages.iter().filter(|m| m.cleared) {
         let body = text_of(&m.parts);
         assert!(
-            body.ends_with("cleared to save context]") && !m.tool_call_id.is_empty(),
-            "{what}: a cleared result keeps its call id: {body}"
+            body.contains("cleared to save context: recall ")
+                && body.ends_with(']')
+                && !m.tool_call_id.is_empty(),
+            "{what}: a cleared result keeps its call id and names its node: {body}"
         );
     }
 
@@ -531,21 +542,30 @@ fn abbreviate(s: &str, n: usize) -> String {
 }
 
 /// The truncation marker in a reduced tool result: `(start, end)` byte offsets of
-/// `\n[… X of Y characters cut …]\n`.
+/// `\n[… X of Y characters cut: recall R …]\n` (R, 12 hexadecimal characters).
 fn marker_at(s: &str) -> Option<(usize, usize)> {
     let mut from = 0;
     while let Some(found) = s[from..].find("\n[… ") {
         let start = from + found;
         let rest = &s[start + "\n[… ".len()..];
-        if let Some(close) = rest.find(" characters cut …]\n") {
+        if let Some(close) = rest.find(" characters cut: recall ") {
             let inner = &rest[..close];
             let well_formed = inner.split_once(" of ").is_some_and(|(a, b)| {
                 [a, b]
                     .iter()
                     .all(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
             });
-            if well_formed {
-                let end = start + "\n[… ".len() + close + " characters cut …]\n".len();
+            let after = &rest[close + " characters cut: recall ".len()..];
+            let named = after.len() >= 12
+                && after.as_bytes()[..12].iter().all(u8::is_ascii_hexdigit)
+                && after[12..].starts_with(" …]\n");
+            if well_formed && named {
+                let end = start
+                    + "\n[… ".len()
+                    + close
+                    + " characters cut: recall ".len()
+                    + 12
+                    + " …]\n".len();
                 return Some((start, end));
             }
         }

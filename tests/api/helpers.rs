@@ -185,19 +185,42 @@ impl Drop for TestDb {
         };
         let (server, schema) = (server.clone(), schema.clone());
         // Drop runs inside the test's runtime, which cannot be blocked on: a thread of its own.
+        // Joining it still stops that runtime, and with it the test's server, which may be in
+        // the middle of a transaction (the gateway records a call's usage after the client has
+        // the answer): DROP SCHEMA would wait for its locks for ever. So it waits a little,
+        // then ends the sessions holding locks in the schema (the server is going away with the
+        // test) and drops it.
         let dropped = std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
                 .expect("a runtime");
             runtime.block_on(async move {
-                if let Ok(mut admin) = sqlx::PgConnection::connect(&server).await {
-                    let sql = format!("DROP SCHEMA IF EXISTS {schema} CASCADE");
-                    let _ = sqlx::query(sqlx::AssertSqlSafe(sql))
+                let Ok(mut admin) = sqlx::PgConnection::connect(&server).await else {
+                    return;
+                };
+                let drop = format!("DROP SCHEMA IF EXISTS {schema} CASCADE");
+                let _ = sqlx::query("SET lock_timeout = '2s'")
+                    .execute(&mut admin)
+                    .await;
+                for _ in 0..3 {
+                    let dropped = sqlx::query(sqlx::AssertSqlSafe(drop.clone()))
                         .execute(&mut admin)
                         .await;
-                    let _ = admin.close().await;
+                    if dropped.is_ok() {
+                        break;
+                    }
+                    let _ = sqlx::query(
+                        "SELECT pg_terminate_backend(l.pid) FROM pg_locks l
+                         JOIN pg_class c ON c.oid = l.relation
+                         JOIN pg_namespace n ON n.oid = c.relnamespace
+                         WHERE n.nspname = $1 AND l.pid <> pg_backend_pid()",
+                    )
+                    .bind(&schema)
+                    .execute(&mut admin)
+                    .await;
                 }
+                let _ = admin.close().await;
             });
         });
         let _ = dropped.join();

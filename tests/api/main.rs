@@ -38,6 +38,7 @@ mod pins;
 mod provider_rules;
 #[path = "../common/raw_codec.rs"]
 mod raw_codec;
+mod recall;
 mod render;
 mod replicas;
 mod restart;

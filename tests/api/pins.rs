@@ -200,7 +200,7 @@ async fn pins_are_events_on_immutable_nodes() {
 }
 
 #[tokio::test]
-async fn a_pinned_node_shows_verbatim_after_the_summary_that_covers_it() {
+async fn a_pinned_node_shows_verbatim_before_the_summary_that_covers_it() {
     let mut app = spawn_app().await;
     let s = app.create_session().await;
     let rule = app
@@ -229,16 +229,18 @@ async fn a_pinned_node_shows_verbatim_after_the_summary_that_covers_it() {
     assert!(outcome.applied, "{outcome:?}");
     let r = render_under(&mut app, &s, window(2000), None).await;
     let lines = transcript(&r.messages);
-    assert!(is_summary(&r.messages[0]), "{lines:#?}");
-    // Right after the summary, in their order: the rule, then the pinned result's exchange.
+    // Right before the summary, in their order: the rule, then the pinned result's exchange.
+    // They do not change when a summary is made or rolled over, so the cached prefix of the
+    // request after a compaction reaches through them.
     assert_eq!(
-        text_of(&r.messages[1].parts),
+        text_of(&r.messages[0].parts),
         "Project rule: never touch vendor/."
     );
-    assert!(r.messages[1].pinned);
-    assert_eq!(r.messages[2].node_ids, [t[1][1].clone()]);
-    assert_eq!(r.messages[3].node_ids, [t[1][2].clone()]);
-    assert!(r.messages[3].pinned && !r.messages[3].cleared);
+    assert!(r.messages[0].pinned);
+    assert_eq!(r.messages[1].node_ids, [t[1][1].clone()]);
+    assert_eq!(r.messages[2].node_ids, [t[1][2].clone()]);
+    assert!(r.messages[2].pinned && !r.messages[2].cleared);
+    assert!(is_summary(&r.messages[3]), "{lines:#?}");
     // Then the retained turns.
     assert!(
         text_of(&r.messages[4].parts).starts_with("request "),

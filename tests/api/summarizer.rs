@@ -436,6 +436,17 @@ async fn a_short_summary_is_applied_over_the_older_turns() {
     let s = app.build_session().await;
     let before = app.render(&s).await;
     assert_eq!(before.messages.len(), 1 + 4 * TURNS);
+    // What the host sends its model under the same budget, before any summary.
+    let host = app
+        .client
+        .render(pb::RenderRequest {
+            budget: Some(tight_budget()),
+            format: pb::Format::OpenaiChat as i32,
+            ..render_req(&s, Target::Branch("main".into()))
+        })
+        .await
+        .expect("Render")
+        .into_inner();
 
     // Prepare says the budget needs a summary over the two older turns.
     let prepared = app
@@ -532,7 +543,8 @@ async fn a_short_summary_is_applied_over_the_older_turns() {
     );
     assert_eq!(after.head_id, before.head_id);
 
-    // The one model call.
+    // The one model call: the context as the host renders it, byte for byte, then the
+    // instruction, so the provider reads the context from its cache.
     let requests = app.provider.requests();
     assert_eq!(requests.len(), 1);
     let request = &requests[0];
@@ -544,6 +556,48 @@ async fn a_short_summary_is_applied_over_the_older_turns() {
     );
     assert_eq!(request.body["model"], "test-model");
     assert_eq!(request.body["max_tokens"], 512);
+    let context: serde_json::Value = serde_json::from_str(&host.messages_json).expect("JSON");
+    let sent = request.body["messages"].as_array().expect("messages");
+    let context = context.as_array().expect("an array");
+    assert_eq!(sent.len(), context.len() + 1);
+    assert_eq!(&sent[..context.len()], &context[..]);
+    let ask = sent.last().expect("the instruction");
+    assert_eq!(ask["role"], "user");
+    let ask = ask["content"].as_str().expect("text");
+    assert!(ask.starts_with("[Summary request]"), "{ask}");
+    assert!(
+        ask.contains(&format!("begins {:?}", request_text(2))),
+        "where the summary ends: {ask}"
+    );
+    // The model is shown the evidence ledger the store keeps after its summary, so it need not
+    // restate it.
+    assert!(
+        ask.contains("[Evidence kept from the summarized range]"),
+        "{ask}"
+    );
+    let files = ctxd::domain::paths_in(ask);
+    assert_eq!(files, ["src/module_0.rs", "src/module_1.rs"], "{ask}");
+}
+
+/// `request_form: RANGE` asks as before: the summarizer's own prompt and the covered range.
+#[tokio::test]
+async fn the_range_form_sends_the_covered_range_alone() {
+    let mut app = spawn(Limits::default()).await;
+    let s = app.build_session().await;
+    app.provider.push(Reply::ok(GOOD_SUMMARY));
+    let outcome = app
+        .client
+        .compact(pb::CompactRequest {
+            request_form: pb::SummaryRequestForm::Range as i32,
+            ..compact_req(&s)
+        })
+        .await
+        .expect("Compact")
+        .into_inner();
+    assert!(outcome.applied, "{outcome:?}");
+    let requests = app.provider.requests();
+    assert_eq!(requests.len(), 1);
+    let request = &requests[0];
     let prompt = request.content("user");
     for t in 0..2 {
         assert!(prompt.contains(&request_text(t)), "request {t} in {prompt}");
@@ -552,8 +606,6 @@ async fn a_short_summary_is_applied_over_the_older_turns() {
         assert!(!prompt.contains(&request_text(t)), "retained request {t}");
     }
     assert!(prompt.contains("module_0 line 0000000"), "tool output");
-    // The model is shown the evidence ledger the store keeps after its summary, so it need not
-    // restate it.
     let system = request.content("system");
     assert!(
         system.contains("[Evidence kept from the summarized range]"),
@@ -561,6 +613,121 @@ async fn a_short_summary_is_applied_over_the_older_turns() {
     );
     let files = ctxd::domain::paths_in(&system);
     assert_eq!(files, ["src/module_0.rs", "src/module_1.rs"], "{system}");
+}
+
+/// PrepareCompaction's cache-sharing request: the render a host just sent, byte-identical (as
+/// messages and as a provider document), then one user message; a segment is refused.
+#[tokio::test]
+async fn prepare_returns_the_cache_sharing_request() {
+    let mut app = spawn(Limits::default()).await;
+    let s = app.build_session().await;
+    let policy = pb::RenderPolicy {
+        microcompact_first: 2,
+        microcompact_every: 1,
+        microcompact_keep: 1,
+        clear_at_least_tokens: Some(0),
+        ..Default::default()
+    };
+    for format in [pb::Format::OpenaiChat, pb::Format::AnthropicMessages] {
+        let host = app
+            .client
+            .render(pb::RenderRequest {
+                budget: Some(tight_budget()),
+                policy: Some(policy),
+                format: format as i32,
+                ..render_req(&s, Target::Branch("main".into()))
+            })
+            .await
+            .expect("Render")
+            .into_inner();
+        assert!(host.messages.iter().any(|m| m.cleared), "the policy steps");
+        let prepared = app
+            .client
+            .prepare_compaction(pb::PrepareCompactionRequest {
+                session_id: s.clone(),
+                budget: Some(tight_budget()),
+                cache_sharing_request: true,
+                policy: Some(policy),
+                format: format as i32,
+                ..Default::default()
+            })
+            .await
+            .expect("PrepareCompaction")
+            .into_inner();
+        assert!(prepared.needed, "{}", prepared.reason);
+        let request = &prepared.summary_request;
+        assert_eq!(request.len(), host.messages.len() + 1);
+        assert_eq!(request[..host.messages.len()], host.messages[..]);
+        let ask = request.last().expect("the instruction");
+        assert_eq!(ask.role, pb::Role::User as i32);
+        assert!(text_of(&ask.parts).contains(&prepared.ledger_text));
+        // As a document: the host's messages, then the instruction.
+        let doc = |json: &str| -> (serde_json::Value, Vec<serde_json::Value>) {
+            let v: serde_json::Value = serde_json::from_str(json).expect("a document");
+            match v {
+                serde_json::Value::Array(messages) => (serde_json::Value::Null, messages),
+                mut object => {
+                    let messages = object["messages"].take();
+                    (object, messages.as_array().expect("messages").clone())
+                }
+            }
+        };
+        let (host_rest, host_messages) = doc(&host.messages_json);
+        let (rest, messages) = doc(&prepared.summary_request_json);
+        assert_eq!(rest, host_rest, "{format:?}: the same system prompt");
+        assert_eq!(messages.len(), host_messages.len() + 1, "{format:?}");
+        assert_eq!(
+            messages[..host_messages.len()],
+            host_messages[..],
+            "{format:?}"
+        );
+        // The range is what it was: the summary input without the request.
+        assert!(!prepared.summary_input.is_empty());
+        app.client
+            .cancel_compaction(pb::CancelCompactionRequest {
+                compaction_id: prepared.compaction_id,
+                reason: "looked".into(),
+            })
+            .await
+            .expect("CancelCompaction");
+    }
+    // Without the flag, no request is built.
+    let plain = app
+        .client
+        .prepare_compaction(pb::PrepareCompactionRequest {
+            session_id: s.clone(),
+            budget: Some(tight_budget()),
+            ..Default::default()
+        })
+        .await
+        .expect("PrepareCompaction")
+        .into_inner();
+    assert!(plain.needed && plain.summary_request.is_empty());
+    // A segment is summarized from its range.
+    let nodes = app.render(&s).await.messages;
+    assert_status(
+        app.client
+            .prepare_compaction(pb::PrepareCompactionRequest {
+                session_id: s.clone(),
+                from_node_id: nodes[1].node_ids[0].clone(),
+                to_node_id: nodes[4].node_ids[0].clone(),
+                cache_sharing_request: true,
+                ..Default::default()
+            })
+            .await,
+        Code::InvalidArgument,
+        "cache_sharing_request",
+    );
+    assert_status(
+        app.client
+            .compact(pb::CompactRequest {
+                request_form: 7,
+                ..compact_req(&s)
+            })
+            .await,
+        Code::InvalidArgument,
+        "request_form",
+    );
 }
 
 // ---------------------------------------------------------------- 2, 3. rejected

@@ -502,6 +502,30 @@ impl<C: Connection> Reads for Conn<C> {
             .flatten())
     }
 
+    async fn nodes_by_hash_range(
+        &mut self,
+        session: SessionId,
+        low: &Hash,
+        high: &Hash,
+        limit: u32,
+    ) -> Result<Vec<NodeId>> {
+        let rows = sqlx::query(
+            "SELECT id FROM nodes WHERE session_id = $1 AND hash >= $2 AND hash <= $3
+             ORDER BY hash LIMIT $4",
+        )
+        .bind(session.as_bytes().as_slice())
+        .bind(low.0.as_slice())
+        .bind(high.0.as_slice())
+        .bind(i64::from(limit))
+        .fetch_all(self.conn())
+        .await?;
+        let mut ids = Vec::with_capacity(rows.len());
+        for row in &rows {
+            ids.extend(decode::node_id(row, "id")?);
+        }
+        Ok(ids)
+    }
+
     async fn gateway_usage(&mut self, session: SessionId) -> Result<GatewayUsage> {
         let row = sqlx::query(
             // PostgreSQL sums BIGINT as NUMERIC: cast back.

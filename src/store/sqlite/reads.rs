@@ -494,6 +494,30 @@ impl<C: Connection> Reads for Conn<C> {
             .flatten())
     }
 
+    async fn nodes_by_hash_range(
+        &mut self,
+        session: SessionId,
+        low: &Hash,
+        high: &Hash,
+        limit: u32,
+    ) -> Result<Vec<NodeId>> {
+        let rows = sqlx::query(
+            "SELECT id FROM nodes WHERE session_id = ? AND hash >= ? AND hash <= ?
+             ORDER BY hash LIMIT ?",
+        )
+        .bind(session.as_bytes().as_slice())
+        .bind(low.0.as_slice())
+        .bind(high.0.as_slice())
+        .bind(i64::from(limit))
+        .fetch_all(self.conn())
+        .await?;
+        let mut ids = Vec::with_capacity(rows.len());
+        for row in &rows {
+            ids.extend(decode::node_id(row, "id")?);
+        }
+        Ok(ids)
+    }
+
     async fn gateway_usage(&mut self, session: SessionId) -> Result<GatewayUsage> {
         let row = sqlx::query(
             "SELECT count(*) AS calls, sum(client_tokens) AS client, sum(forwarded_tokens) AS forwarded,
