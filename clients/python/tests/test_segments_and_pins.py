@@ -204,10 +204,11 @@ def test_a_pinned_node_survives_a_segment_summary(client: Client, session: Sessi
     assert client.commit_summary(plan, "Fixed total().", "test-model").applied
 
     messages = client.render(session, format="neutral").messages
-    assert messages[0]["content"].startswith(SUMMARY_PREFIX)
-    # Verbatim, right after the summary covering it.
-    assert messages[1]["content"] == FIXED
-    assert messages[1]["pinned"] and messages[1]["node_ids"] == [c.fixed]
+    # Verbatim, right before the summary covering it: what does not change comes first, so a
+    # provider's cached prefix reaches through it.
+    assert messages[0]["content"] == FIXED
+    assert messages[0]["pinned"] and messages[0]["node_ids"] == [c.fixed]
+    assert messages[1]["content"].startswith(SUMMARY_PREFIX)
     assert messages[2]["content"] == "Now run the tests."
     report = client.context_stats(session)
     assert report.pinned_node_ids == [c.fixed] and report.pinned_tokens > 0
@@ -237,8 +238,8 @@ def test_a_pinned_node_survives_a_rolling_summary(client: Client, session: Sessi
 
     messages = client.render(session, format="neutral").messages
     at = next(i for i, m in enumerate(messages) if m["content"].startswith(SUMMARY_PREFIX))
-    assert messages[at + 1]["content"] == "request number 0: look at file 0"
-    assert messages[at + 1]["pinned"]
+    assert messages[at - 1]["content"] == "request number 0: look at file 0"
+    assert messages[at - 1]["pinned"]
     [record] = client.list_summaries(session).summaries
     assert record.kind == "rolling"
     assert record.from_node_id == plan.covers_ids[0]

@@ -33,6 +33,9 @@ import {
   nodeInputToPb,
   type Outcome,
   outcomeFromPb,
+  type Recalled,
+  recalledFromPb,
+  type RecallToolDefinitions,
   type RenderedMessage,
   renderedFromPb,
   type RenderPolicy,
@@ -44,6 +47,8 @@ import {
   type Summaries,
   summariesFromPb,
   summaryKind,
+  SUMMARY_REQUEST_FORMS,
+  type SummaryRequestForm,
   type ToolCallInput,
 } from "./types";
 
@@ -128,6 +133,9 @@ export interface CompactionOptions {
   /** A segment summary: exactly these nodes, inclusive. Both or neither. */
   fromNodeId?: string;
   toNodeId?: string;
+  /** The render policy of the host's renders: what `cacheSharingRequest` (prepare) and the
+   * cache-sharing request form (compact) render the context with. */
+  policy?: RenderPolicy;
 }
 
 export interface ImportOptions {
@@ -445,14 +453,43 @@ export class Client implements AsyncDisposable {
     return this.#call<pb.ContextReport>((m, o, cb) => this.raw.contextStats(request, m, o, cb));
   }
 
+  // ------------------------------------------------------------ recall
+
+  /** The original content of what a render cleared, cut or stubbed, by the reference its
+   * placeholder names (the 12 hexadecimal characters after `recall`, as in
+   * `[cleared to save context: recall 3f9a2c1b7d04]`). A tool result's text comes back exactly;
+   * content longer than `maxChars` (server default 20000, at most 200000) as its head, with
+   * `truncated`. A reference no node of this session has (another session's included) rejects
+   * with NotFoundError; a malformed one with InvalidArgumentError naming `reference`. To answer a
+   * model's call of the recall tool, see `handleRecall`. */
+  async recall(session: SessionRef, reference: string, options: { maxChars?: number } = {}): Promise<Recalled> {
+    const request: pb.RecallRequest = { sessionId: sessionId(session), reference, maxChars: options.maxChars ?? 0 };
+    return recalledFromPb(await this.#call<pb.RecallResponse>((m, o, cb) => this.raw.recall(request, m, o, cb)));
+  }
+
+  /** The recall tool's definition in the three API shapes, as the server gives it. The same
+   * definition ships as constants (`recallToolDefinition`), so registering needs no call. */
+  async recallTool(): Promise<RecallToolDefinitions> {
+    const r = await this.#call<pb.RecallToolResponse>((m, o, cb) => this.raw.recallTool({}, m, o, cb));
+    return {
+      name: r.name,
+      anthropic: JSON.parse(r.anthropicJson),
+      openai: JSON.parse(r.openaiJson),
+      responses: JSON.parse(r.responsesJson),
+    };
+  }
+
   // ------------------------------------------------------------ summaries
 
   /** Plans a summary that would make the branch fit `budget` and returns what a summarizer should
-   * read, in `format` (OpenAI by default). `needed: false` when the history fits. */
+   * read, in `format` (OpenAI by default). `needed: false` when the history fits. With
+   * `cacheSharingRequest` (rolling summaries) the plan also carries `summaryRequest`: the context
+   * exactly as `render` gives it with `policy`, then one user message asking for the summary, so
+   * the summarizing call reads the host's cached prefix. */
   async prepareCompaction<F extends Format = "openai">(
     session: SessionRef,
     budget: BudgetLike,
-    options: CompactionOptions & { format?: F } = {},
+    options: CompactionOptions & { format?: F; cacheSharingRequest?: boolean } = {},
   ): Promise<Compaction<F>> {
     const format = (options.format ?? "openai") as F;
     const request: pb.PrepareCompactionRequest = {
@@ -466,6 +503,8 @@ export class Client implements AsyncDisposable {
       format: choice(FORMATS, format, "format"),
       fromNodeId: options.fromNodeId ?? "",
       toNodeId: options.toNodeId ?? "",
+      cacheSharingRequest: options.cacheSharingRequest ?? false,
+      policy: options.policy === undefined ? undefined : pb.RenderPolicy.fromPartial(options.policy),
     };
     const r = await this.#call<pb.PrepareCompactionResponse>((m, o, cb) => this.raw.prepareCompaction(request, m, o, cb));
     const rendered = r.summaryInput.map(renderedFromPb);
@@ -473,6 +512,9 @@ export class Client implements AsyncDisposable {
     if (format === "neutral") summaryInput = rendered as FormatDocuments[F];
     else if (r.needed || r.summaryInputJson) summaryInput = document(r.summaryInputJson, "PrepareCompaction", "summaryInputJson") as FormatDocuments[F];
     else summaryInput = [];
+    let summaryRequest: FormatDocuments[F] | undefined;
+    if (format === "neutral" && r.summaryRequest.length) summaryRequest = r.summaryRequest.map(renderedFromPb) as FormatDocuments[F];
+    else if (format !== "neutral" && r.summaryRequestJson) summaryRequest = JSON.parse(r.summaryRequestJson) as FormatDocuments[F];
     return {
       needed: r.needed,
       compactionId: r.compactionId,
@@ -490,6 +532,7 @@ export class Client implements AsyncDisposable {
       rollsOverIds: r.rollsOverIds,
       ledger: r.ledger,
       ledgerText: r.ledgerText,
+      ...(summaryRequest === undefined ? {} : { summaryRequest }),
     };
   }
 
@@ -507,8 +550,14 @@ export class Client implements AsyncDisposable {
   }
 
   /** Prepare, the server's own summarizer, and commit in one call; needs a server started with
-   * `--summarizer-url` (else FailedPreconditionError). */
-  async compact(session: SessionRef, budget: BudgetLike, options: CompactionOptions = {}): Promise<Outcome> {
+   * `--summarizer-url` (else FailedPreconditionError). `requestForm` is how the summarizer is
+   * asked: `cache_sharing` (the context as the host renders it with `policy`, then the
+   * instruction) or `range` (the covered range alone); absent, the server chooses. */
+  async compact(
+    session: SessionRef,
+    budget: BudgetLike,
+    options: CompactionOptions & { requestForm?: SummaryRequestForm } = {},
+  ): Promise<Outcome> {
     const request: pb.CompactRequest = {
       sessionId: sessionId(session),
       branch: options.branch ?? "main",
@@ -519,6 +568,11 @@ export class Client implements AsyncDisposable {
       maxToolResultChars: options.maxToolResultChars ?? 0,
       fromNodeId: options.fromNodeId ?? "",
       toNodeId: options.toNodeId ?? "",
+      requestForm:
+        options.requestForm === undefined
+          ? pb.SummaryRequestForm.SUMMARY_REQUEST_FORM_UNSPECIFIED
+          : choice(SUMMARY_REQUEST_FORMS, options.requestForm, "requestForm"),
+      policy: options.policy === undefined ? undefined : pb.RenderPolicy.fromPartial(options.policy),
     };
     return outcomeFromPb(await this.#call<pb.CompactionOutcome>((m, o, cb) => this.raw.compact(request, m, o, cb)));
   }

@@ -22,6 +22,9 @@ export type CompactionReason =
   | "cancelled"
   | "failed"
   | "not_needed";
+/** How Compact asks the summarizer: the host's rendered context then the instruction
+ * (`cache_sharing`), or the covered range alone (`range`). */
+export type SummaryRequestForm = "cache_sharing" | "range";
 /** `undefined` on import: the server detects it from the first line. */
 export type ImportFormat = "neutral" | "claude-code" | "openai";
 
@@ -60,6 +63,11 @@ export const IMPORT_FORMATS: Record<ImportFormat, pb.ImportFormat> = {
   neutral: pb.ImportFormat.IMPORT_FORMAT_NEUTRAL_JSONL,
   "claude-code": pb.ImportFormat.IMPORT_FORMAT_CLAUDE_CODE_JSONL,
   openai: pb.ImportFormat.IMPORT_FORMAT_OPENAI_MESSAGES,
+};
+
+export const SUMMARY_REQUEST_FORMS: Record<SummaryRequestForm, pb.SummaryRequestForm> = {
+  cache_sharing: pb.SummaryRequestForm.SUMMARY_REQUEST_FORM_CACHE_SHARING,
+  range: pb.SummaryRequestForm.SUMMARY_REQUEST_FORM_RANGE,
 };
 
 /** `table[value]`, or a TypeError naming the choices: a JavaScript caller may pass anything. */
@@ -519,6 +527,9 @@ export interface Compaction<F extends Format = Format> {
   ledger: EvidenceLedger | undefined;
   /** Rendered after the summary text, so the summary need not restate it. */
   ledgerText: string;
+  /** With `cacheSharingRequest`: the host's rendered context then the summary instruction, in
+   * the requested format (undefined otherwise, or when the server sent none). */
+  summaryRequest?: FormatDocuments[F];
 }
 
 export interface Outcome {
@@ -594,4 +605,45 @@ export function importedFromPb(r: pb.ImportSessionResponse): Imported {
     format,
     warnings: r.warnings,
   };
+}
+
+// ---------------------------------------------------------------- recall
+
+/** The original content of a node a render cleared, cut or stubbed (`Client.recall`). */
+export interface Recalled {
+  nodeId: string;
+  /** `tool_result`, `function_result`, `message` or `function_call`. */
+  kind: string;
+  /** A tool result's or function's output exactly; a message's text, then each tool call as
+   * `[tool call NAME ID] ARGUMENTS`. Only the head when `truncated`. */
+  content: string;
+  /** Characters (Unicode code points) of the whole content. */
+  totalChars: number;
+  truncated: boolean;
+  /** On a result: the call it answered, and the tool's name. */
+  toolCallId: string;
+  toolName: string;
+}
+
+export function recalledFromPb(r: pb.RecallResponse): Recalled {
+  return {
+    nodeId: r.nodeId,
+    kind: r.kind,
+    content: r.content,
+    totalChars: r.totalChars,
+    truncated: r.truncated,
+    toolCallId: r.toolCallId,
+    toolName: r.toolName,
+  };
+}
+
+/** The recall tool's definition as the server gives it, each parsed from its JSON. */
+export interface RecallToolDefinitions {
+  name: string;
+  /** For Anthropic's Messages API: `{ name, description, input_schema }`. */
+  anthropic: Record<string, unknown>;
+  /** For OpenAI chat completions: `{ type: "function", function: { name, description, parameters } }`. */
+  openai: Record<string, unknown>;
+  /** For OpenAI's Responses API: `{ type: "function", name, description, parameters }`. */
+  responses: Record<string, unknown>;
 }

@@ -1,7 +1,10 @@
 // The Vercel AI SDK adapter: its ModelMessage shape to ctxd NodeInputs (for append), and a
 // rendered context back to ModelMessage[] (for generateText/streamText), without the `ai` package
-// at run time: the types below are declared here, structurally compatible with the SDK's.
-import type { NodeInput, Part, RenderedMessage } from "./types";
+// at run time: the types below are declared here, structurally compatible with the SDK's. Also
+// the recall tool as an SDK tool (`tools: { recall: recallTool(ctxd, session) }`).
+import type { Client } from "./client";
+import { handleRecall, RECALL_TOOL_DESCRIPTION, RECALL_TOOL_PARAMETERS } from "./recall";
+import type { NodeInput, Part, RenderedMessage, SessionRef } from "./types";
 
 // ---------------------------------------------------------------- the SDK's shapes (a subset)
 
@@ -247,4 +250,80 @@ export function toModelMessages(rendered: ReadonlyArray<RenderedMessage>): Model
     }
   });
   return out;
+}
+
+// ---------------------------------------------------------------- the recall tool
+
+/** The recall tool's one argument. */
+export interface RecallInput {
+  reference: string;
+}
+
+/** A Standard Schema (v1) with its JSON Schema, the shape the SDK's `inputSchema` takes (AI SDK 6;
+ * it also carries the SDK's own schema marker, which AI SDK 5 reads). */
+export interface RecallInputSchema {
+  readonly "~standard": {
+    readonly version: 1;
+    readonly vendor: "ctxd";
+    readonly validate: (value: unknown) => { readonly value: RecallInput; readonly issues?: undefined } | { readonly issues: ReadonlyArray<{ readonly message: string; readonly path?: ReadonlyArray<PropertyKey> }> };
+    readonly types?: { readonly input: RecallInput; readonly output: RecallInput };
+    readonly jsonSchema: {
+      readonly input: (options: { readonly target: string }) => Record<string, unknown>;
+      readonly output: (options: { readonly target: string }) => Record<string, unknown>;
+    };
+  };
+  /** The JSON schema, as the SDK's `jsonSchema()` keeps it. */
+  readonly jsonSchema: Record<string, unknown>;
+}
+
+/** The recall tool in the SDK's `Tool` shape: assignable to `Tool<RecallInput, string>`. */
+export interface RecallTool {
+  description: string;
+  inputSchema: RecallInputSchema;
+  execute: (input: RecallInput, options?: unknown) => Promise<string>;
+}
+
+function recallInputSchema(): RecallInputSchema {
+  const schema = (): Record<string, unknown> => structuredClone(RECALL_TOOL_PARAMETERS) as Record<string, unknown>;
+  const validate = (value: unknown) => {
+    const reference = typeof value === "object" && value !== null ? (value as { reference?: unknown }).reference : undefined;
+    return typeof reference === "string"
+      ? { value: { reference } }
+      : { issues: [{ message: "reference: is required, a string: the 12 characters after `recall` in a placeholder", path: ["reference"] }] };
+  };
+  const standard: RecallInputSchema = {
+    "~standard": { version: 1, vendor: "ctxd", validate, jsonSchema: { input: schema, output: schema } },
+    jsonSchema: schema(),
+  };
+  // The SDK's own schema marker (`Symbol.for("vercel.ai.schema")`, with `jsonSchema` and
+  // `validate`): AI SDK 5 takes only such schemas (or zod), AI SDK 6 reads it first too.
+  return Object.assign(standard, {
+    [Symbol.for("vercel.ai.schema")]: true,
+    validate: (value: unknown) => {
+      const result = validate(value);
+      return "value" in result ? { success: true, value: result.value } : { success: false, error: new TypeError(result.issues[0].message) };
+    },
+  });
+}
+
+/**
+ * The recall tool for `generateText`/`streamText`, bound to a ctxd session:
+ *
+ *     tools: { recall: recallTool(ctxd, session), ...yourTools }
+ *
+ * The model passes a placeholder's reference and reads back the original content. An unknown or
+ * malformed reference throws an Error whose message (`recall failed: …`) the SDK sends to the
+ * model as the tool's error result; failures of the server itself reject with a CtxdError. Register
+ * it under the name `recall` (`RECALL_TOOL_NAME`): the placeholders name that tool.
+ */
+export function recallTool(client: Client, session: SessionRef, options: { maxChars?: number } = {}): RecallTool {
+  return {
+    description: RECALL_TOOL_DESCRIPTION,
+    inputSchema: recallInputSchema(),
+    execute: async (input: RecallInput) => {
+      const result = await handleRecall(client, session, input, options);
+      if (result.isError) throw new Error(result.text);
+      return result.text;
+    },
+  };
 }

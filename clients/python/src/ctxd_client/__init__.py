@@ -8,6 +8,9 @@
         context = ctxd.render(session, budget=128_000)   # OpenAI chat `messages`
         context.messages, context.report.fits
 
+Give the model the recall tool (`recall_tool_definition`, answered by `handle_recall`) and it can
+ask for anything a render cleared or shortened (see `ctxd_client.recall`).
+
 The generated protobuf modules are `ctxd_client.pb` and `ctxd_client.pb_grpc`.
 """
 
@@ -32,6 +35,17 @@ from .errors import (
     Unauthenticated,
     Unavailable,
 )
+from .recall import (
+    RECALL_REFERENCE,
+    RECALL_TOOL_DESCRIPTION,
+    RECALL_TOOL_NAME,
+    RECALL_TOOL_PARAMETERS,
+    RecallToolResult,
+    handle_recall,
+    recall_references,
+    recall_text,
+    recall_tool_definition,
+)
 from .types import (
     Appended,
     Branch,
@@ -46,6 +60,8 @@ from .types import (
     FunctionUse,
     Node,
     Outcome,
+    Recalled,
+    RecallToolDefinitions,
     RenderResult,
     UncarriedPart,
     Session,
@@ -55,6 +71,10 @@ from .types import (
 )
 
 __all__ = [
+    "RECALL_REFERENCE",
+    "RECALL_TOOL_DESCRIPTION",
+    "RECALL_TOOL_NAME",
+    "RECALL_TOOL_PARAMETERS",
     "AlreadyExists",
     "Appended",
     "Branch",
@@ -76,6 +96,9 @@ __all__ = [
     "Node",
     "NotFound",
     "Outcome",
+    "RecallToolDefinitions",
+    "RecallToolResult",
+    "Recalled",
     "RenderResult",
     "UncarriedPart",
     "Session",
@@ -85,8 +108,12 @@ __all__ = [
     "Unauthenticated",
     "Unavailable",
     "assistant_message",
+    "handle_recall",
     "pb",
     "pb_grpc",
+    "recall_references",
+    "recall_text",
+    "recall_tool_definition",
     "system_message",
     "tool_call",
     "tool_result",

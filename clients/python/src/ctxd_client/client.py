@@ -28,6 +28,8 @@ from .types import (
     ContextReport,
     Node,
     Outcome,
+    Recalled,
+    RecallToolDefinitions,
     RenderResult,
     UncarriedPart,
     Session,
@@ -58,6 +60,11 @@ _FORMATS: dict[str, pb.Format] = {
 }
 _EXPOSE: dict[str, pb.Expose] = {"io": pb.EXPOSE_IO, "full": pb.EXPOSE_FULL, "none": pb.EXPOSE_NONE}
 _CALLERS: dict[str, pb.Callers] = {"all": pb.CALLERS_ALL, "none": pb.CALLERS_NONE}
+RequestForm = Literal["cache_sharing", "range"]
+_REQUEST_FORMS: dict[str, pb.SummaryRequestForm] = {
+    "cache_sharing": pb.SUMMARY_REQUEST_FORM_CACHE_SHARING,
+    "range": pb.SUMMARY_REQUEST_FORM_RANGE,
+}
 
 
 def _choice(table: Mapping[str, T], value: str, what: str) -> T:
@@ -543,6 +550,37 @@ class Client:
             request.budget.CopyFrom(budget_pb(budget))
         return ContextReport.from_pb(self._call("ContextStats", request))
 
+    # ------------------------------------------------------------ recall
+
+    def recall(self, session: SessionRef, reference: str, max_chars: int | None = None) -> Recalled:
+        """The original content of what a render cleared, cut or stubbed, by the reference its
+        placeholder names (the 12 hexadecimal characters after `recall`, e.g.
+        `[cleared to save context: recall 3f9a2c1b7d04]`).
+
+        A tool result's text comes back exactly. Content longer than `max_chars` (server default
+        20,000, at most 200,000) comes back as its head, with `truncated=True`. A reference no node
+        of this session has (another session's included) raises `NotFound`; a malformed one
+        `InvalidArgument` naming `reference`. To answer a model's call of the recall tool, see
+        `handle_recall`.
+        """
+        request = pb.RecallRequest(
+            session_id=_session_id(session), reference=reference, max_chars=max_chars or 0
+        )
+        return Recalled.from_pb(self._call("Recall", request))
+
+    def recall_tool(self) -> RecallToolDefinitions:
+        """The recall tool's definition in the three API shapes, as the server gives it. The same
+        definition is a constant of this package (`recall_tool_definition`), so registering the
+        tool needs no call."""
+        r = self._call("RecallTool", pb.RecallToolRequest())
+        return RecallToolDefinitions(
+            name=r.name,
+            anthropic=json.loads(r.anthropic_json),
+            openai=json.loads(r.openai_json),
+            responses=json.loads(r.responses_json),
+            raw=r,
+        )
+
     @staticmethod
     def _policy(policy: Mapping[str, Any] | None, reactive: bool) -> pb.RenderPolicy:
         p = pb.RenderPolicy(**(policy or {}))
@@ -585,6 +623,8 @@ class Client:
         format: Format = "openai",
         from_node_id: str | None = None,
         to_node_id: str | None = None,
+        cache_sharing_request: bool = False,
+        policy: Mapping[str, Any] | None = None,
     ) -> Compaction:
         """Plans a summary that would make the branch fit `budget`, and returns what a
         summarizer should read (in `format`). Zeros mean the server's defaults.
@@ -593,6 +633,11 @@ class Client:
         instead: exactly the nodes from one to the other, inclusive, on the branch's path. The
         segment must be whole (no tool call apart from its result) and may contain earlier
         summaries whole but not overlap one partly; else `InvalidArgument` naming the field.
+
+        With `cache_sharing_request=True` (rolling summaries), the plan also carries
+        `summary_request`: the context exactly as `render` gives it with `policy` (the
+        `RenderPolicy` fields of your renders), then one user message asking for the summary, so
+        the summarizing call reads your cached prefix instead of writing the range anew.
         """
         request = pb.PrepareCompactionRequest(
             session_id=_session_id(session),
@@ -605,7 +650,10 @@ class Client:
             format=_choice(_FORMATS, format, "format"),
             from_node_id=from_node_id or "",
             to_node_id=to_node_id or "",
+            cache_sharing_request=cache_sharing_request,
         )
+        if policy is not None:
+            request.policy.CopyFrom(self._policy(policy, False))
         r = self._call("PrepareCompaction", request)
         if format == "neutral":
             summary_input: Any = [neutral_message(m) for m in r.summary_input]
@@ -615,6 +663,11 @@ class Client:
             )
         else:
             summary_input = []
+        summary_request: Any = None
+        if format == "neutral" and r.summary_request:
+            summary_request = [neutral_message(m) for m in r.summary_request]
+        elif r.summary_request_json:
+            summary_request = json.loads(r.summary_request_json)
         return Compaction(
             needed=r.needed,
             compaction_id=r.compaction_id,
@@ -633,6 +686,7 @@ class Client:
             ledger=ledger_or_none(r),
             ledger_text=r.ledger_text,
             raw=r,
+            summary_request=summary_request,
         )
 
     def commit_summary(self, compaction: Compaction | str, text: str, model: str) -> Outcome:
@@ -662,10 +716,17 @@ class Client:
         max_tool_result_chars: int = 0,
         from_node_id: str | None = None,
         to_node_id: str | None = None,
+        request_form: RequestForm | None = None,
+        policy: Mapping[str, Any] | None = None,
     ) -> Outcome:
         """Prepare, the server's own summarizer, and commit in one call; needs a server started
         with `--summarizer-url` (else `FailedPrecondition`). `from_node_id` and `to_node_id`
-        make a segment summary, as in `prepare_compaction`."""
+        make a segment summary, as in `prepare_compaction`.
+
+        `request_form` is how the summarizer is asked: `"cache_sharing"` (the context as your
+        renders give it with `policy`, then the instruction) or `"range"` (the covered range
+        alone). None: the server's choice (cache sharing for a rolling summary that fits the
+        summarizer's window)."""
         request = pb.CompactRequest(
             session_id=_session_id(session),
             branch=branch,
@@ -677,6 +738,10 @@ class Client:
             from_node_id=from_node_id or "",
             to_node_id=to_node_id or "",
         )
+        if request_form is not None:
+            request.request_form = _choice(_REQUEST_FORMS, request_form, "request_form")
+        if policy is not None:
+            request.policy.CopyFrom(self._policy(policy, False))
         return Outcome.from_pb(self._call("Compact", request))
 
     def list_summaries(self, session: SessionRef, branch: str = "main") -> Summaries:

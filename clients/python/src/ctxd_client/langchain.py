@@ -11,6 +11,10 @@ the node's tool calls), ToolMessage is a tool result (`status="error"` is `is_er
 other message type is an assistant message whose text is its JSON after `MARKER`. A message the
 node alone does not give back exactly (ids, metadata, content blocks) also carries its
 `message_to_dict` JSON in a marked text part, so `messages` returns what was added.
+
+`recall_tool(history)` is the recall tool as a LangChain `StructuredTool` bound to the session:
+bind it to a chat model whose context ctxd renders, and it reads back what a render cleared or
+shortened (`llm.bind_tools([recall_tool(history), ...])`).
 """
 
 from __future__ import annotations
@@ -30,12 +34,20 @@ from langchain_core.messages import (
     message_to_dict,
     messages_from_dict,
 )
+from langchain_core.tools import StructuredTool, ToolException
 
 from ._itemlog import Piece, open_log, take_text
 from ._proto import ctxd_pb2 as pb
 from .client import Client
+from .recall import (
+    RECALL_TOOL_DESCRIPTION,
+    RECALL_TOOL_NAME,
+    RECALL_TOOL_PARAMETERS,
+    handle_recall,
+)
+from .types import Session
 
-__all__ = ["MARKER", "CtxdChatMessageHistory"]
+__all__ = ["MARKER", "CtxdChatMessageHistory", "recall_tool"]
 
 MARKER = "ctxd:langchain-message "
 """The start of a text part holding a message's `message_to_dict` JSON."""
@@ -181,3 +193,54 @@ class CtxdChatMessageHistory(BaseChatMessageHistory):
 
     async def aclear(self) -> None:
         await asyncio.to_thread(self.clear)
+
+
+def recall_tool(
+    session: CtxdChatMessageHistory | Session | str,
+    client: Client | None = None,
+    *,
+    max_chars: int | None = None,
+) -> StructuredTool:
+    """The recall tool as a `StructuredTool`: the model passes a placeholder's reference and
+    reads back the original content from `session` (a `CtxdChatMessageHistory`, whose client it
+    uses, or a ctxd session or its id with `client`).
+
+    Its schema is ctxd's definition (`convert_to_openai_tool` gives exactly
+    `recall_tool_definition("openai")`). An unknown or malformed reference raises
+    `ToolException`, which the tool answers as text (`handle_tool_error=True`): invoked with a
+    tool call, a `ToolMessage` with `status="error"`. Failures of the server itself raise.
+    """
+    if isinstance(session, CtxdChatMessageHistory):
+        history = session
+        client = client or session.client
+
+        def session_id() -> str:
+            return history.ctxd_session_id
+
+    else:
+        if client is None:
+            raise TypeError("recall_tool needs a client for a ctxd session id")
+        ref = session
+
+        def session_id() -> str:
+            return ref.id if isinstance(ref, Session) else ref
+
+    bound = client
+
+    def run(**arguments: Any) -> str:
+        result = handle_recall(bound, session_id(), arguments, max_chars=max_chars)
+        if result.is_error:
+            raise ToolException(result.text)
+        return result.text
+
+    async def arun(**arguments: Any) -> str:
+        return await asyncio.to_thread(run, **arguments)
+
+    return StructuredTool.from_function(
+        func=run,
+        coroutine=arun,
+        name=RECALL_TOOL_NAME,
+        description=RECALL_TOOL_DESCRIPTION,
+        args_schema=json.loads(json.dumps(RECALL_TOOL_PARAMETERS)),
+        handle_tool_error=True,
+    )

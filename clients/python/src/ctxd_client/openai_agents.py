@@ -13,6 +13,11 @@ messages, `function_call` items are tool calls of an assistant message (consecut
 one, as a model's parallel calls do), `function_call_output` items are tool results, and anything
 else (reasoning, hosted tool calls, handoff bookkeeping, ...) is an assistant message whose text
 is the item's JSON after `MARKER`. `get_items` gives every item back exactly as it was added.
+
+`recall_tool(session)` is the recall tool as a `FunctionTool`, bound to the session, for an agent
+whose context ctxd renders (it reads back what a render cleared or shortened):
+
+    agent = Agent(name="assistant", tools=[recall_tool(session), ...])
 """
 
 from __future__ import annotations
@@ -22,13 +27,21 @@ import json
 from typing import Any
 
 from agents.memory.session_settings import SessionSettings, resolve_session_limit
+from agents.tool import FunctionTool
+from agents.tool_context import ToolContext
 
 from ._itemlog import Piece, open_log, rendered_text, take_text
 from ._proto import ctxd_pb2 as pb
 from .client import Client
-from .types import BudgetLike
+from .recall import (
+    RECALL_TOOL_DESCRIPTION,
+    RECALL_TOOL_NAME,
+    RECALL_TOOL_PARAMETERS,
+    handle_recall,
+)
+from .types import BudgetLike, Session
 
-__all__ = ["MARKER", "CtxdSession"]
+__all__ = ["MARKER", "CtxdSession", "recall_tool"]
 
 MARKER = "ctxd:openai-agents-item "
 """The start of a text part holding an item's JSON (with references to the node's own texts)."""
@@ -240,3 +253,49 @@ class CtxdSession:
         if limit is not None and limit >= 0:
             return items[-limit:] if limit else []
         return items
+
+
+def recall_tool(
+    session: CtxdSession | Session | str,
+    client: Client | None = None,
+    *,
+    max_chars: int | None = None,
+) -> FunctionTool:
+    """The recall tool, ready for `Agent(tools=[...])`: the model passes a placeholder's
+    reference and reads back the original content from `session` (a `CtxdSession`, whose client
+    it uses, or a ctxd session or its id with `client`).
+
+    The definition is ctxd's (`ctxd_client.RECALL_TOOL_PARAMETERS`, strict). An unknown or
+    malformed reference is answered as text starting `recall failed:` for the model to read;
+    failures of the server itself raise, as any tool's would.
+    """
+    if isinstance(session, CtxdSession):
+        agents_session = session
+        client = client or session.client
+
+        def session_id() -> str:
+            return agents_session.ctxd_session_id  # created on first use: blocking
+
+    else:
+        if client is None:
+            raise TypeError("recall_tool needs a client for a ctxd session id")
+        ref = session
+
+        def session_id() -> str:
+            return ref.id if isinstance(ref, Session) else ref
+
+    bound = client
+
+    def run(arguments: str) -> str:
+        return handle_recall(bound, session_id(), arguments, max_chars=max_chars).text
+
+    async def on_invoke_tool(ctx: ToolContext[Any], arguments: str) -> str:
+        return await asyncio.to_thread(run, arguments)
+
+    return FunctionTool(
+        name=RECALL_TOOL_NAME,
+        description=RECALL_TOOL_DESCRIPTION,
+        params_json_schema=json.loads(json.dumps(RECALL_TOOL_PARAMETERS)),
+        on_invoke_tool=on_invoke_tool,
+        strict_json_schema=True,
+    )

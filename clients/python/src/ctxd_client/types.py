@@ -519,6 +519,9 @@ class Compaction:
     """The ledger as the render shows it after the summary text: the summary need not restate
     it."""
     raw: pb.PrepareCompactionResponse = field(repr=False, compare=False)
+    summary_request: Any = None
+    """With `cache_sharing_request=True`: the host's rendered context then the summary
+    instruction, in the format asked for (None otherwise, or when the server sent none)."""
 
 
 @dataclass(frozen=True)
@@ -649,3 +652,60 @@ class Summaries:
         """Every summary the branch renders with (disjoint segment summaries, and a rolling
         one), oldest first."""
         return [s for s in self.summaries if s.active]
+
+
+# ---------------------------------------------------------------- recall
+
+
+@dataclass(frozen=True)
+class Recalled:
+    """The original content of a node a render cleared, cut or stubbed (`Client.recall`).
+
+    `content` is a tool result's or function's output exactly; for a message, its text followed by
+    each tool call as `[tool call NAME ID] ARGUMENTS`. When `truncated`, it is only the head of the
+    `total_chars` characters.
+    """
+
+    node_id: str
+    kind: str
+    """`tool_result`, `function_result`, `message` or `function_call`."""
+    content: str
+    total_chars: int
+    truncated: bool
+    tool_call_id: str
+    """On a result: the call it answered ("" otherwise)."""
+    tool_name: str
+    raw: pb.RecallResponse = field(repr=False, compare=False)
+
+    @classmethod
+    def from_pb(cls, r: pb.RecallResponse) -> Recalled:
+        return cls(
+            node_id=r.node_id,
+            kind=r.kind,
+            content=r.content,
+            total_chars=r.total_chars,
+            truncated=r.truncated,
+            tool_call_id=r.tool_call_id,
+            tool_name=r.tool_name,
+            raw=r,
+        )
+
+    @property
+    def chars_left_out(self) -> int:
+        """Characters of the content not returned (0 unless `truncated`)."""
+        return max(self.total_chars - len(self.content), 0) if self.truncated else 0
+
+
+@dataclass(frozen=True)
+class RecallToolDefinitions:
+    """The recall tool's definition as the server gives it (`Client.recall_tool`), each parsed
+    from its JSON: ready for the `tools` of each API."""
+
+    name: str
+    anthropic: dict[str, Any]
+    """For Anthropic's Messages API: `{"name", "description", "input_schema"}`."""
+    openai: dict[str, Any]
+    """For OpenAI chat completions: `{"type": "function", "function": {...}}`."""
+    responses: dict[str, Any]
+    """For OpenAI's Responses API: `{"type": "function", "name", "description", "parameters"}`."""
+    raw: pb.RecallToolResponse = field(repr=False, compare=False)

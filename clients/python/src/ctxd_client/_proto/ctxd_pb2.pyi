@@ -73,6 +73,12 @@ class CompactionReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     COMPACTION_REASON_FAILED: _ClassVar[CompactionReason]
     COMPACTION_REASON_NOT_NEEDED: _ClassVar[CompactionReason]
 
+class SummaryRequestForm(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SUMMARY_REQUEST_FORM_UNSPECIFIED: _ClassVar[SummaryRequestForm]
+    SUMMARY_REQUEST_FORM_CACHE_SHARING: _ClassVar[SummaryRequestForm]
+    SUMMARY_REQUEST_FORM_RANGE: _ClassVar[SummaryRequestForm]
+
 class ImportFormat(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     IMPORT_FORMAT_UNSPECIFIED: _ClassVar[ImportFormat]
@@ -126,6 +132,9 @@ COMPACTION_REASON_STALE: CompactionReason
 COMPACTION_REASON_CANCELLED: CompactionReason
 COMPACTION_REASON_FAILED: CompactionReason
 COMPACTION_REASON_NOT_NEEDED: CompactionReason
+SUMMARY_REQUEST_FORM_UNSPECIFIED: SummaryRequestForm
+SUMMARY_REQUEST_FORM_CACHE_SHARING: SummaryRequestForm
+SUMMARY_REQUEST_FORM_RANGE: SummaryRequestForm
 IMPORT_FORMAT_UNSPECIFIED: ImportFormat
 IMPORT_FORMAT_NEUTRAL_JSONL: ImportFormat
 IMPORT_FORMAT_CLAUDE_CODE_JSONL: ImportFormat
@@ -485,7 +494,7 @@ class Budget(_message.Message):
     def __init__(self, context_window: _Optional[int] = ..., output_reserve: _Optional[int] = ..., system_tokens: _Optional[int] = ..., tools_tokens: _Optional[int] = ..., schema_tokens: _Optional[int] = ...) -> None: ...
 
 class RenderPolicy(_message.Message):
-    __slots__ = ("max_tool_result_chars", "microcompact_first", "microcompact_every", "microcompact_keep", "idle_minutes", "retain_turns", "snip", "reactive", "microcompact", "recent_tool_result_chars", "clear_at_least_tokens", "max_tool_input_chars")
+    __slots__ = ("max_tool_result_chars", "microcompact_first", "microcompact_every", "microcompact_keep", "idle_minutes", "retain_turns", "snip", "reactive", "microcompact", "recent_tool_result_chars", "clear_at_least_tokens", "max_tool_input_chars", "max_assistant_text_chars", "recent_assistant_text_chars", "recent_tool_input_chars")
     MAX_TOOL_RESULT_CHARS_FIELD_NUMBER: _ClassVar[int]
     MICROCOMPACT_FIRST_FIELD_NUMBER: _ClassVar[int]
     MICROCOMPACT_EVERY_FIELD_NUMBER: _ClassVar[int]
@@ -498,6 +507,9 @@ class RenderPolicy(_message.Message):
     RECENT_TOOL_RESULT_CHARS_FIELD_NUMBER: _ClassVar[int]
     CLEAR_AT_LEAST_TOKENS_FIELD_NUMBER: _ClassVar[int]
     MAX_TOOL_INPUT_CHARS_FIELD_NUMBER: _ClassVar[int]
+    MAX_ASSISTANT_TEXT_CHARS_FIELD_NUMBER: _ClassVar[int]
+    RECENT_ASSISTANT_TEXT_CHARS_FIELD_NUMBER: _ClassVar[int]
+    RECENT_TOOL_INPUT_CHARS_FIELD_NUMBER: _ClassVar[int]
     max_tool_result_chars: int
     microcompact_first: int
     microcompact_every: int
@@ -510,7 +522,10 @@ class RenderPolicy(_message.Message):
     recent_tool_result_chars: int
     clear_at_least_tokens: int
     max_tool_input_chars: int
-    def __init__(self, max_tool_result_chars: _Optional[int] = ..., microcompact_first: _Optional[int] = ..., microcompact_every: _Optional[int] = ..., microcompact_keep: _Optional[int] = ..., idle_minutes: _Optional[int] = ..., retain_turns: _Optional[int] = ..., snip: _Optional[bool] = ..., reactive: _Optional[bool] = ..., microcompact: _Optional[_Union[MicrocompactMode, str]] = ..., recent_tool_result_chars: _Optional[int] = ..., clear_at_least_tokens: _Optional[int] = ..., max_tool_input_chars: _Optional[int] = ...) -> None: ...
+    max_assistant_text_chars: int
+    recent_assistant_text_chars: int
+    recent_tool_input_chars: int
+    def __init__(self, max_tool_result_chars: _Optional[int] = ..., microcompact_first: _Optional[int] = ..., microcompact_every: _Optional[int] = ..., microcompact_keep: _Optional[int] = ..., idle_minutes: _Optional[int] = ..., retain_turns: _Optional[int] = ..., snip: _Optional[bool] = ..., reactive: _Optional[bool] = ..., microcompact: _Optional[_Union[MicrocompactMode, str]] = ..., recent_tool_result_chars: _Optional[int] = ..., clear_at_least_tokens: _Optional[int] = ..., max_tool_input_chars: _Optional[int] = ..., max_assistant_text_chars: _Optional[int] = ..., recent_assistant_text_chars: _Optional[int] = ..., recent_tool_input_chars: _Optional[int] = ...) -> None: ...
 
 class RenderedMessage(_message.Message):
     __slots__ = ("role", "parts", "tool_calls", "tool_call_id", "name", "is_error", "node_ids", "function_id", "tokens", "truncated", "cleared", "inputs_stubbed", "pinned")
@@ -613,7 +628,7 @@ class TokenBreakdown(_message.Message):
     def __init__(self, system: _Optional[int] = ..., user: _Optional[int] = ..., assistant_text: _Optional[int] = ..., tool_calls: _Optional[int] = ..., tool_results: _Optional[int] = ..., summaries: _Optional[int] = ..., markers: _Optional[int] = ...) -> None: ...
 
 class ContextReport(_message.Message):
-    __slots__ = ("total_tokens", "tokens", "messages", "tokenizer", "budget", "history_budget", "fits", "over_by", "summary_needed", "results_truncated", "truncated_node_ids", "results_cleared", "cleared_node_ids", "turns_snipped", "snipped_node_ids", "microcompact_trigger", "microcompact_boundary", "stable_prefix_messages", "inputs_stubbed", "stubbed_node_ids", "saved_truncation", "saved_clearing", "saved_stubbing", "pinned_tokens", "pinned_node_ids", "pins_exceed_budget", "summary_ids")
+    __slots__ = ("total_tokens", "tokens", "messages", "tokenizer", "budget", "history_budget", "fits", "over_by", "summary_needed", "results_truncated", "truncated_node_ids", "results_cleared", "cleared_node_ids", "turns_snipped", "snipped_node_ids", "microcompact_trigger", "microcompact_boundary", "stable_prefix_messages", "inputs_stubbed", "stubbed_node_ids", "saved_truncation", "saved_clearing", "saved_stubbing", "pinned_tokens", "pinned_node_ids", "pins_exceed_budget", "summary_ids", "texts_cut", "text_cut_node_ids", "saved_text_cut")
     TOTAL_TOKENS_FIELD_NUMBER: _ClassVar[int]
     TOKENS_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
@@ -641,6 +656,9 @@ class ContextReport(_message.Message):
     PINNED_NODE_IDS_FIELD_NUMBER: _ClassVar[int]
     PINS_EXCEED_BUDGET_FIELD_NUMBER: _ClassVar[int]
     SUMMARY_IDS_FIELD_NUMBER: _ClassVar[int]
+    TEXTS_CUT_FIELD_NUMBER: _ClassVar[int]
+    TEXT_CUT_NODE_IDS_FIELD_NUMBER: _ClassVar[int]
+    SAVED_TEXT_CUT_FIELD_NUMBER: _ClassVar[int]
     total_tokens: int
     tokens: TokenBreakdown
     messages: int
@@ -668,7 +686,10 @@ class ContextReport(_message.Message):
     pinned_node_ids: _containers.RepeatedScalarFieldContainer[str]
     pins_exceed_budget: bool
     summary_ids: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, total_tokens: _Optional[int] = ..., tokens: _Optional[_Union[TokenBreakdown, _Mapping]] = ..., messages: _Optional[int] = ..., tokenizer: _Optional[str] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., history_budget: _Optional[int] = ..., fits: _Optional[bool] = ..., over_by: _Optional[int] = ..., summary_needed: _Optional[bool] = ..., results_truncated: _Optional[int] = ..., truncated_node_ids: _Optional[_Iterable[str]] = ..., results_cleared: _Optional[int] = ..., cleared_node_ids: _Optional[_Iterable[str]] = ..., turns_snipped: _Optional[int] = ..., snipped_node_ids: _Optional[_Iterable[str]] = ..., microcompact_trigger: _Optional[str] = ..., microcompact_boundary: _Optional[int] = ..., stable_prefix_messages: _Optional[int] = ..., inputs_stubbed: _Optional[int] = ..., stubbed_node_ids: _Optional[_Iterable[str]] = ..., saved_truncation: _Optional[_Union[StepSavings, _Mapping]] = ..., saved_clearing: _Optional[_Union[StepSavings, _Mapping]] = ..., saved_stubbing: _Optional[_Union[StepSavings, _Mapping]] = ..., pinned_tokens: _Optional[int] = ..., pinned_node_ids: _Optional[_Iterable[str]] = ..., pins_exceed_budget: _Optional[bool] = ..., summary_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+    texts_cut: int
+    text_cut_node_ids: _containers.RepeatedScalarFieldContainer[str]
+    saved_text_cut: StepSavings
+    def __init__(self, total_tokens: _Optional[int] = ..., tokens: _Optional[_Union[TokenBreakdown, _Mapping]] = ..., messages: _Optional[int] = ..., tokenizer: _Optional[str] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., history_budget: _Optional[int] = ..., fits: _Optional[bool] = ..., over_by: _Optional[int] = ..., summary_needed: _Optional[bool] = ..., results_truncated: _Optional[int] = ..., truncated_node_ids: _Optional[_Iterable[str]] = ..., results_cleared: _Optional[int] = ..., cleared_node_ids: _Optional[_Iterable[str]] = ..., turns_snipped: _Optional[int] = ..., snipped_node_ids: _Optional[_Iterable[str]] = ..., microcompact_trigger: _Optional[str] = ..., microcompact_boundary: _Optional[int] = ..., stable_prefix_messages: _Optional[int] = ..., inputs_stubbed: _Optional[int] = ..., stubbed_node_ids: _Optional[_Iterable[str]] = ..., saved_truncation: _Optional[_Union[StepSavings, _Mapping]] = ..., saved_clearing: _Optional[_Union[StepSavings, _Mapping]] = ..., saved_stubbing: _Optional[_Union[StepSavings, _Mapping]] = ..., pinned_tokens: _Optional[int] = ..., pinned_node_ids: _Optional[_Iterable[str]] = ..., pins_exceed_budget: _Optional[bool] = ..., summary_ids: _Optional[_Iterable[str]] = ..., texts_cut: _Optional[int] = ..., text_cut_node_ids: _Optional[_Iterable[str]] = ..., saved_text_cut: _Optional[_Union[StepSavings, _Mapping]] = ...) -> None: ...
 
 class StepSavings(_message.Message):
     __slots__ = ("items", "chars", "tokens")
@@ -680,8 +701,52 @@ class StepSavings(_message.Message):
     tokens: int
     def __init__(self, items: _Optional[int] = ..., chars: _Optional[int] = ..., tokens: _Optional[int] = ...) -> None: ...
 
+class RecallRequest(_message.Message):
+    __slots__ = ("session_id", "reference", "max_chars")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    REFERENCE_FIELD_NUMBER: _ClassVar[int]
+    MAX_CHARS_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    reference: str
+    max_chars: int
+    def __init__(self, session_id: _Optional[str] = ..., reference: _Optional[str] = ..., max_chars: _Optional[int] = ...) -> None: ...
+
+class RecallResponse(_message.Message):
+    __slots__ = ("node_id", "kind", "content", "total_chars", "truncated", "tool_call_id", "tool_name")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_CHARS_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    TOOL_NAME_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    kind: str
+    content: str
+    total_chars: int
+    truncated: bool
+    tool_call_id: str
+    tool_name: str
+    def __init__(self, node_id: _Optional[str] = ..., kind: _Optional[str] = ..., content: _Optional[str] = ..., total_chars: _Optional[int] = ..., truncated: _Optional[bool] = ..., tool_call_id: _Optional[str] = ..., tool_name: _Optional[str] = ...) -> None: ...
+
+class RecallToolRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class RecallToolResponse(_message.Message):
+    __slots__ = ("name", "anthropic_json", "openai_json", "responses_json")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ANTHROPIC_JSON_FIELD_NUMBER: _ClassVar[int]
+    OPENAI_JSON_FIELD_NUMBER: _ClassVar[int]
+    RESPONSES_JSON_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    anthropic_json: str
+    openai_json: str
+    responses_json: str
+    def __init__(self, name: _Optional[str] = ..., anthropic_json: _Optional[str] = ..., openai_json: _Optional[str] = ..., responses_json: _Optional[str] = ...) -> None: ...
+
 class PrepareCompactionRequest(_message.Message):
-    __slots__ = ("session_id", "branch", "budget", "tokenizer", "retain_turns", "instructions", "max_tool_result_chars", "format", "from_node_id", "to_node_id")
+    __slots__ = ("session_id", "branch", "budget", "tokenizer", "retain_turns", "instructions", "max_tool_result_chars", "format", "from_node_id", "to_node_id", "cache_sharing_request", "policy")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     BRANCH_FIELD_NUMBER: _ClassVar[int]
     BUDGET_FIELD_NUMBER: _ClassVar[int]
@@ -692,6 +757,8 @@ class PrepareCompactionRequest(_message.Message):
     FORMAT_FIELD_NUMBER: _ClassVar[int]
     FROM_NODE_ID_FIELD_NUMBER: _ClassVar[int]
     TO_NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    CACHE_SHARING_REQUEST_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     branch: str
     budget: Budget
@@ -702,10 +769,12 @@ class PrepareCompactionRequest(_message.Message):
     format: Format
     from_node_id: str
     to_node_id: str
-    def __init__(self, session_id: _Optional[str] = ..., branch: _Optional[str] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., tokenizer: _Optional[str] = ..., retain_turns: _Optional[int] = ..., instructions: _Optional[str] = ..., max_tool_result_chars: _Optional[int] = ..., format: _Optional[_Union[Format, str]] = ..., from_node_id: _Optional[str] = ..., to_node_id: _Optional[str] = ...) -> None: ...
+    cache_sharing_request: bool
+    policy: RenderPolicy
+    def __init__(self, session_id: _Optional[str] = ..., branch: _Optional[str] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., tokenizer: _Optional[str] = ..., retain_turns: _Optional[int] = ..., instructions: _Optional[str] = ..., max_tool_result_chars: _Optional[int] = ..., format: _Optional[_Union[Format, str]] = ..., from_node_id: _Optional[str] = ..., to_node_id: _Optional[str] = ..., cache_sharing_request: _Optional[bool] = ..., policy: _Optional[_Union[RenderPolicy, _Mapping]] = ...) -> None: ...
 
 class PrepareCompactionResponse(_message.Message):
-    __slots__ = ("needed", "compaction_id", "base_head_id", "covers_ids", "prior_summary_id", "summary_input", "tokens_before", "input_tokens", "reason", "history_budget", "retained_turns", "summary_input_json", "ledger", "ledger_text", "rolls_over_ids", "kind")
+    __slots__ = ("needed", "compaction_id", "base_head_id", "covers_ids", "prior_summary_id", "summary_input", "tokens_before", "input_tokens", "reason", "history_budget", "retained_turns", "summary_input_json", "ledger", "ledger_text", "rolls_over_ids", "kind", "summary_request", "summary_request_json")
     NEEDED_FIELD_NUMBER: _ClassVar[int]
     COMPACTION_ID_FIELD_NUMBER: _ClassVar[int]
     BASE_HEAD_ID_FIELD_NUMBER: _ClassVar[int]
@@ -722,6 +791,8 @@ class PrepareCompactionResponse(_message.Message):
     LEDGER_TEXT_FIELD_NUMBER: _ClassVar[int]
     ROLLS_OVER_IDS_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_REQUEST_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_REQUEST_JSON_FIELD_NUMBER: _ClassVar[int]
     needed: bool
     compaction_id: str
     base_head_id: str
@@ -738,7 +809,9 @@ class PrepareCompactionResponse(_message.Message):
     ledger_text: str
     rolls_over_ids: _containers.RepeatedScalarFieldContainer[str]
     kind: SummaryKind
-    def __init__(self, needed: _Optional[bool] = ..., compaction_id: _Optional[str] = ..., base_head_id: _Optional[str] = ..., covers_ids: _Optional[_Iterable[str]] = ..., prior_summary_id: _Optional[str] = ..., summary_input: _Optional[_Iterable[_Union[RenderedMessage, _Mapping]]] = ..., tokens_before: _Optional[int] = ..., input_tokens: _Optional[int] = ..., reason: _Optional[str] = ..., history_budget: _Optional[int] = ..., retained_turns: _Optional[int] = ..., summary_input_json: _Optional[str] = ..., ledger: _Optional[_Union[EvidenceLedger, _Mapping]] = ..., ledger_text: _Optional[str] = ..., rolls_over_ids: _Optional[_Iterable[str]] = ..., kind: _Optional[_Union[SummaryKind, str]] = ...) -> None: ...
+    summary_request: _containers.RepeatedCompositeFieldContainer[RenderedMessage]
+    summary_request_json: str
+    def __init__(self, needed: _Optional[bool] = ..., compaction_id: _Optional[str] = ..., base_head_id: _Optional[str] = ..., covers_ids: _Optional[_Iterable[str]] = ..., prior_summary_id: _Optional[str] = ..., summary_input: _Optional[_Iterable[_Union[RenderedMessage, _Mapping]]] = ..., tokens_before: _Optional[int] = ..., input_tokens: _Optional[int] = ..., reason: _Optional[str] = ..., history_budget: _Optional[int] = ..., retained_turns: _Optional[int] = ..., summary_input_json: _Optional[str] = ..., ledger: _Optional[_Union[EvidenceLedger, _Mapping]] = ..., ledger_text: _Optional[str] = ..., rolls_over_ids: _Optional[_Iterable[str]] = ..., kind: _Optional[_Union[SummaryKind, str]] = ..., summary_request: _Optional[_Iterable[_Union[RenderedMessage, _Mapping]]] = ..., summary_request_json: _Optional[str] = ...) -> None: ...
 
 class EvidenceLedger(_message.Message):
     __slots__ = ("files_read", "files_modified", "commands", "errors", "user_requests", "functions")
@@ -915,7 +988,7 @@ class ListSummariesResponse(_message.Message):
     def __init__(self, summaries: _Optional[_Iterable[_Union[SummaryRecord, _Mapping]]] = ..., events: _Optional[_Iterable[_Union[CompactionEvent, _Mapping]]] = ...) -> None: ...
 
 class CompactRequest(_message.Message):
-    __slots__ = ("session_id", "branch", "budget", "tokenizer", "retain_turns", "instructions", "max_tool_result_chars", "from_node_id", "to_node_id")
+    __slots__ = ("session_id", "branch", "budget", "tokenizer", "retain_turns", "instructions", "max_tool_result_chars", "from_node_id", "to_node_id", "request_form", "policy")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     BRANCH_FIELD_NUMBER: _ClassVar[int]
     BUDGET_FIELD_NUMBER: _ClassVar[int]
@@ -925,6 +998,8 @@ class CompactRequest(_message.Message):
     MAX_TOOL_RESULT_CHARS_FIELD_NUMBER: _ClassVar[int]
     FROM_NODE_ID_FIELD_NUMBER: _ClassVar[int]
     TO_NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_FORM_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     branch: str
     budget: Budget
@@ -934,7 +1009,9 @@ class CompactRequest(_message.Message):
     max_tool_result_chars: int
     from_node_id: str
     to_node_id: str
-    def __init__(self, session_id: _Optional[str] = ..., branch: _Optional[str] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., tokenizer: _Optional[str] = ..., retain_turns: _Optional[int] = ..., instructions: _Optional[str] = ..., max_tool_result_chars: _Optional[int] = ..., from_node_id: _Optional[str] = ..., to_node_id: _Optional[str] = ...) -> None: ...
+    request_form: SummaryRequestForm
+    policy: RenderPolicy
+    def __init__(self, session_id: _Optional[str] = ..., branch: _Optional[str] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., tokenizer: _Optional[str] = ..., retain_turns: _Optional[int] = ..., instructions: _Optional[str] = ..., max_tool_result_chars: _Optional[int] = ..., from_node_id: _Optional[str] = ..., to_node_id: _Optional[str] = ..., request_form: _Optional[_Union[SummaryRequestForm, str]] = ..., policy: _Optional[_Union[RenderPolicy, _Mapping]] = ...) -> None: ...
 
 class PinRequest(_message.Message):
     __slots__ = ("session_id", "node_ids")

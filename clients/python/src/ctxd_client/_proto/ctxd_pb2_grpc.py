@@ -94,6 +94,16 @@ class ContextStoreStub:
                 request_serializer=ctxd_dot_v1_dot_ctxd__pb2.ContextStatsRequest.SerializeToString,
                 response_deserializer=ctxd_dot_v1_dot_ctxd__pb2.ContextReport.FromString,
                 _registered_method=True)
+        self.Recall = channel.unary_unary(
+                '/ctxd.v1.ContextStore/Recall',
+                request_serializer=ctxd_dot_v1_dot_ctxd__pb2.RecallRequest.SerializeToString,
+                response_deserializer=ctxd_dot_v1_dot_ctxd__pb2.RecallResponse.FromString,
+                _registered_method=True)
+        self.RecallTool = channel.unary_unary(
+                '/ctxd.v1.ContextStore/RecallTool',
+                request_serializer=ctxd_dot_v1_dot_ctxd__pb2.RecallToolRequest.SerializeToString,
+                response_deserializer=ctxd_dot_v1_dot_ctxd__pb2.RecallToolResponse.FromString,
+                _registered_method=True)
         self.PrepareCompaction = channel.unary_unary(
                 '/ctxd.v1.ContextStore/PrepareCompaction',
                 request_serializer=ctxd_dot_v1_dot_ctxd__pb2.PrepareCompactionRequest.SerializeToString,
@@ -248,6 +258,23 @@ class ContextStoreServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Recall(self, request, context):
+        """The original content of what a render cleared, cut or stubbed, by the reference its
+        placeholder names (`recall 3f9a2c1b7d04`): the way back for a model given the recall tool.
+        A reference no node of this session has (another session's, another tenant's) is
+        NOT_FOUND, as for an unknown node.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RecallTool(self, request, context):
+        """The recall tool's definition in each provider's shape, ready to pass to a model.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def PrepareCompaction(self, request, context):
         """Chooses the range a summary would replace and returns what a summarizer should read; the
         plan is kept under `compaction_id`. Answers `needed = false` (and stores nothing) when the
@@ -287,7 +314,7 @@ class ContextStoreServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Pin(self, request, context):
-        """Pins nodes: never reduced by a render step, and shown verbatim after any summary that
+        """Pins nodes: never reduced by a render step, and shown verbatim just before any summary that
         covers them. Records an event; nodes stay immutable. Idempotent.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -417,6 +444,16 @@ def add_ContextStoreServicer_to_server(servicer, server):
                     servicer.ContextStats,
                     request_deserializer=ctxd_dot_v1_dot_ctxd__pb2.ContextStatsRequest.FromString,
                     response_serializer=ctxd_dot_v1_dot_ctxd__pb2.ContextReport.SerializeToString,
+            ),
+            'Recall': grpc.unary_unary_rpc_method_handler(
+                    servicer.Recall,
+                    request_deserializer=ctxd_dot_v1_dot_ctxd__pb2.RecallRequest.FromString,
+                    response_serializer=ctxd_dot_v1_dot_ctxd__pb2.RecallResponse.SerializeToString,
+            ),
+            'RecallTool': grpc.unary_unary_rpc_method_handler(
+                    servicer.RecallTool,
+                    request_deserializer=ctxd_dot_v1_dot_ctxd__pb2.RecallToolRequest.FromString,
+                    response_serializer=ctxd_dot_v1_dot_ctxd__pb2.RecallToolResponse.SerializeToString,
             ),
             'PrepareCompaction': grpc.unary_unary_rpc_method_handler(
                     servicer.PrepareCompaction,
@@ -808,6 +845,60 @@ class ContextStore:
             '/ctxd.v1.ContextStore/ContextStats',
             ctxd_dot_v1_dot_ctxd__pb2.ContextStatsRequest.SerializeToString,
             ctxd_dot_v1_dot_ctxd__pb2.ContextReport.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Recall(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ctxd.v1.ContextStore/Recall',
+            ctxd_dot_v1_dot_ctxd__pb2.RecallRequest.SerializeToString,
+            ctxd_dot_v1_dot_ctxd__pb2.RecallResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RecallTool(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ctxd.v1.ContextStore/RecallTool',
+            ctxd_dot_v1_dot_ctxd__pb2.RecallToolRequest.SerializeToString,
+            ctxd_dot_v1_dot_ctxd__pb2.RecallToolResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -135,6 +135,15 @@ export enum CompactionReason {
   UNRECOGNIZED = -1,
 }
 
+export enum SummaryRequestForm {
+  SUMMARY_REQUEST_FORM_UNSPECIFIED = 0,
+  /** SUMMARY_REQUEST_FORM_CACHE_SHARING - The host's rendered context, byte-identical, then one user message with the instruction. */
+  SUMMARY_REQUEST_FORM_CACHE_SHARING = 1,
+  /** SUMMARY_REQUEST_FORM_RANGE - The covered range alone, after the summarizer's own system prompt (chunked when long). */
+  SUMMARY_REQUEST_FORM_RANGE = 2,
+  UNRECOGNIZED = -1,
+}
+
 export enum ImportFormat {
   /** IMPORT_FORMAT_UNSPECIFIED - Detected from the first line. */
   IMPORT_FORMAT_UNSPECIFIED = 0,
@@ -502,7 +511,7 @@ export interface RenderPolicy {
   microcompact: MicrocompactMode;
   /**
    * Stepped: tool results newer than the last step keep up to this many characters, and are
-   * reduced to `max_tool_result_chars` (or cleared) at the next step. Default 12000.
+   * reduced to `max_tool_result_chars` (or cleared) at the next step. Default 32000.
    */
   recentToolResultChars: number;
   /**
@@ -517,7 +526,29 @@ export interface RenderPolicy {
    * (short fields and those naming a path, pattern or command kept, the head of other long
    * strings) when longer than this. Default 100.
    */
-  maxToolInputChars?: number | undefined;
+  maxToolInputChars?:
+    | number
+    | undefined;
+  /**
+   * Stepped: the text of each assistant message before the last step keeps its first this many
+   * characters (its tool calls stay); the newest messages never. Default 300.
+   */
+  maxAssistantTextChars?:
+    | number
+    | undefined;
+  /**
+   * Stepped: assistant text newer than the last step keeps its first 60% and last 40% of this
+   * many characters (a model repeating itself). Default 12000.
+   */
+  recentAssistantTextChars?:
+    | number
+    | undefined;
+  /**
+   * Stepped: the arguments of calls newer than the last step are stubbed when longer than this
+   * (an edit's whole file body): a message is new input when it is first sent back, so a stub
+   * then busts no cache. Default 1000.
+   */
+  recentToolInputChars?: number | undefined;
 }
 
 export interface RenderedMessage {
@@ -534,13 +565,16 @@ export interface RenderedMessage {
   /** Set on messages from inside a function's internal chain. */
   functionId: string;
   tokens: number;
-  /** Budget reduction kept the head and tail of this tool result. */
+  /**
+   * Budget reduction kept the head and tail of this tool result, or the head (and tail) of this
+   * assistant message's text.
+   */
   truncated: boolean;
   /** Microcompact replaced this tool result by a one-line placeholder. */
   cleared: boolean;
   /** Tool calls of this message whose arguments microcompact replaced by a stub. */
   inputsStubbed: number;
-  /** A pinned node's message: never reduced; shown after a summary that covers it. */
+  /** A pinned node's message: never reduced; shown just before a summary that covers it. */
   pinned: boolean;
 }
 
@@ -644,6 +678,13 @@ export interface ContextReport {
   pinsExceedBudget: boolean;
   /** Every summary laid over the rendered path, in render order. */
   summaryIds: string[];
+  /**
+   * Assistant messages whose text was cut (old ones to their head at a step, recent ones over
+   * `recent_assistant_text_chars`), and what that saved.
+   */
+  textsCut: number;
+  textCutNodeIds: string[];
+  savedTextCut?: StepSavings | undefined;
 }
 
 export interface StepSavings {
@@ -651,6 +692,51 @@ export interface StepSavings {
   items: number;
   chars: number;
   tokens: number;
+}
+
+export interface RecallRequest {
+  sessionId: string;
+  /**
+   * The reference a placeholder names: the first 12 hexadecimal characters of the node's hash
+   * (`recall 3f9a2c1b7d04`).
+   */
+  reference: string;
+  /**
+   * The most characters of content returned; longer content keeps its head and says so.
+   * Default 20000, at most 200000.
+   */
+  maxChars: number;
+}
+
+export interface RecallResponse {
+  nodeId: string;
+  /** `tool_result`, `function_result`, `message`, `function_call`. */
+  kind: string;
+  /**
+   * The node's original text: a tool result's or function's output exactly; a message's text,
+   * then each tool call as `[tool call NAME ID] ARGUMENTS`.
+   */
+  content: string;
+  /** Characters of the whole content; `truncated` when `content` is only its head. */
+  totalChars: number;
+  truncated: boolean;
+  /** On a result: the call it answered and the tool's name. */
+  toolCallId: string;
+  toolName: string;
+}
+
+export interface RecallToolRequest {
+}
+
+export interface RecallToolResponse {
+  /**
+   * The tool's name, `recall`, and its definition as each API takes it in `tools`: Anthropic
+   * Messages, OpenAI chat completions, OpenAI Responses.
+   */
+  name: string;
+  anthropicJson: string;
+  openaiJson: string;
+  responsesJson: string;
 }
 
 export interface PrepareCompactionRequest {
@@ -676,6 +762,15 @@ export interface PrepareCompactionRequest {
    */
   fromNodeId: string;
   toNodeId: string;
+  /**
+   * Also return `summary_request`: the context as Render gives it to the host with `policy`
+   * (byte-identical messages, same order), followed by one user message asking for the
+   * summary, so the summarizing call reads the host's cached prefix instead of writing the
+   * range to the cache anew. Rolling summaries only.
+   */
+  cacheSharingRequest: boolean;
+  /** The render policy of the host's renders, for `summary_request`. Absent: the default. */
+  policy?: RenderPolicy | undefined;
 }
 
 export interface PrepareCompactionResponse {
@@ -708,6 +803,12 @@ export interface PrepareCompactionResponse {
   /** Every summary this one rolls over (its text and ledger are in the input). */
   rollsOverIds: string[];
   kind: SummaryKind;
+  /**
+   * With `cache_sharing_request`: the host's context, then the summary instruction (with the
+   * ledger note) as one appended user message; and that request in `format`.
+   */
+  summaryRequest: RenderedMessage[];
+  summaryRequestJson: string;
 }
 
 /** What a summarized range did, kept by construction beside the summary text. */
@@ -843,6 +944,13 @@ export interface CompactRequest {
   /** A segment summary, as in PrepareCompactionRequest. */
   fromNodeId: string;
   toNodeId: string;
+  /**
+   * How the summarizer is asked. Unset: the cache-sharing request for a rolling summary (the
+   * context as the host renders it with `policy`, then the instruction), the range for a
+   * segment or when the context does not fit the summarizer's window.
+   */
+  requestForm: SummaryRequestForm;
+  policy?: RenderPolicy | undefined;
 }
 
 export interface PinRequest {
@@ -3845,6 +3953,9 @@ function createBaseRenderPolicy(): RenderPolicy {
     recentToolResultChars: 0,
     clearAtLeastTokens: undefined,
     maxToolInputChars: undefined,
+    maxAssistantTextChars: undefined,
+    recentAssistantTextChars: undefined,
+    recentToolInputChars: undefined,
   };
 }
 
@@ -3885,6 +3996,15 @@ export const RenderPolicy: MessageFns<RenderPolicy> = {
     }
     if (message.maxToolInputChars !== undefined) {
       writer.uint32(96).uint32(message.maxToolInputChars);
+    }
+    if (message.maxAssistantTextChars !== undefined) {
+      writer.uint32(104).uint32(message.maxAssistantTextChars);
+    }
+    if (message.recentAssistantTextChars !== undefined) {
+      writer.uint32(112).uint32(message.recentAssistantTextChars);
+    }
+    if (message.recentToolInputChars !== undefined) {
+      writer.uint32(120).uint32(message.recentToolInputChars);
     }
     return writer;
   },
@@ -3998,6 +4118,30 @@ export const RenderPolicy: MessageFns<RenderPolicy> = {
             message.maxToolInputChars = reader.uint32();
             continue;
           }
+          case 13: {
+            if (tag !== 104) {
+              break;
+            }
+
+            message.maxAssistantTextChars = reader.uint32();
+            continue;
+          }
+          case 14: {
+            if (tag !== 112) {
+              break;
+            }
+
+            message.recentAssistantTextChars = reader.uint32();
+            continue;
+          }
+          case 15: {
+            if (tag !== 120) {
+              break;
+            }
+
+            message.recentToolInputChars = reader.uint32();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -4027,6 +4171,9 @@ export const RenderPolicy: MessageFns<RenderPolicy> = {
     message.recentToolResultChars = object.recentToolResultChars ?? 0;
     message.clearAtLeastTokens = object.clearAtLeastTokens ?? undefined;
     message.maxToolInputChars = object.maxToolInputChars ?? undefined;
+    message.maxAssistantTextChars = object.maxAssistantTextChars ?? undefined;
+    message.recentAssistantTextChars = object.recentAssistantTextChars ?? undefined;
+    message.recentToolInputChars = object.recentToolInputChars ?? undefined;
     return message;
   },
 };
@@ -4811,6 +4958,9 @@ function createBaseContextReport(): ContextReport {
     pinnedNodeIds: [],
     pinsExceedBudget: false,
     summaryIds: [],
+    textsCut: 0,
+    textCutNodeIds: [],
+    savedTextCut: undefined,
   };
 }
 
@@ -4896,6 +5046,15 @@ export const ContextReport: MessageFns<ContextReport> = {
     }
     for (const v of message.summaryIds) {
       writer.uint32(218).string(v!);
+    }
+    if (message.textsCut !== 0) {
+      writer.uint32(224).uint32(message.textsCut);
+    }
+    for (const v of message.textCutNodeIds) {
+      writer.uint32(234).string(v!);
+    }
+    if (message.savedTextCut !== undefined) {
+      StepSavings.encode(message.savedTextCut, writer.uint32(242).fork()).join();
     }
     return writer;
   },
@@ -5129,6 +5288,30 @@ export const ContextReport: MessageFns<ContextReport> = {
             message.summaryIds.push(reader.string());
             continue;
           }
+          case 28: {
+            if (tag !== 224) {
+              break;
+            }
+
+            message.textsCut = reader.uint32();
+            continue;
+          }
+          case 29: {
+            if (tag !== 234) {
+              break;
+            }
+
+            message.textCutNodeIds.push(reader.string());
+            continue;
+          }
+          case 30: {
+            if (tag !== 242) {
+              break;
+            }
+
+            message.savedTextCut = StepSavings.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -5183,6 +5366,11 @@ export const ContextReport: MessageFns<ContextReport> = {
     message.pinnedNodeIds = object.pinnedNodeIds?.map((e) => e) || [];
     message.pinsExceedBudget = object.pinsExceedBudget ?? false;
     message.summaryIds = object.summaryIds?.map((e) => e) || [];
+    message.textsCut = object.textsCut ?? 0;
+    message.textCutNodeIds = object.textCutNodeIds?.map((e) => e) || [];
+    message.savedTextCut = (object.savedTextCut !== undefined && object.savedTextCut !== null)
+      ? StepSavings.fromPartial(object.savedTextCut)
+      : undefined;
     return message;
   },
 };
@@ -5266,6 +5454,346 @@ export const StepSavings: MessageFns<StepSavings> = {
   },
 };
 
+function createBaseRecallRequest(): RecallRequest {
+  return { sessionId: "", reference: "", maxChars: 0 };
+}
+
+export const RecallRequest: MessageFns<RecallRequest> = {
+  encode(message: RecallRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.sessionId !== "") {
+      writer.uint32(10).string(message.sessionId);
+    }
+    if (message.reference !== "") {
+      writer.uint32(18).string(message.reference);
+    }
+    if (message.maxChars !== 0) {
+      writer.uint32(24).uint32(message.maxChars);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): RecallRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseRecallRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.sessionId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.reference = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.maxChars = reader.uint32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create<I extends Exact<DeepPartial<RecallRequest>, I>>(base?: I): RecallRequest {
+    return RecallRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<RecallRequest>, I>>(object: I): RecallRequest {
+    const message = createBaseRecallRequest();
+    message.sessionId = object.sessionId ?? "";
+    message.reference = object.reference ?? "";
+    message.maxChars = object.maxChars ?? 0;
+    return message;
+  },
+};
+
+function createBaseRecallResponse(): RecallResponse {
+  return { nodeId: "", kind: "", content: "", totalChars: 0, truncated: false, toolCallId: "", toolName: "" };
+}
+
+export const RecallResponse: MessageFns<RecallResponse> = {
+  encode(message: RecallResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.nodeId !== "") {
+      writer.uint32(10).string(message.nodeId);
+    }
+    if (message.kind !== "") {
+      writer.uint32(18).string(message.kind);
+    }
+    if (message.content !== "") {
+      writer.uint32(26).string(message.content);
+    }
+    if (message.totalChars !== 0) {
+      writer.uint32(32).uint64(message.totalChars);
+    }
+    if (message.truncated !== false) {
+      writer.uint32(40).bool(message.truncated);
+    }
+    if (message.toolCallId !== "") {
+      writer.uint32(50).string(message.toolCallId);
+    }
+    if (message.toolName !== "") {
+      writer.uint32(58).string(message.toolName);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): RecallResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseRecallResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.nodeId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.kind = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.content = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.totalChars = longToNumber(reader.uint64());
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.truncated = reader.bool();
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.toolCallId = reader.string();
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.toolName = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create<I extends Exact<DeepPartial<RecallResponse>, I>>(base?: I): RecallResponse {
+    return RecallResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<RecallResponse>, I>>(object: I): RecallResponse {
+    const message = createBaseRecallResponse();
+    message.nodeId = object.nodeId ?? "";
+    message.kind = object.kind ?? "";
+    message.content = object.content ?? "";
+    message.totalChars = object.totalChars ?? 0;
+    message.truncated = object.truncated ?? false;
+    message.toolCallId = object.toolCallId ?? "";
+    message.toolName = object.toolName ?? "";
+    return message;
+  },
+};
+
+function createBaseRecallToolRequest(): RecallToolRequest {
+  return {};
+}
+
+export const RecallToolRequest: MessageFns<RecallToolRequest> = {
+  encode(_: RecallToolRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): RecallToolRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseRecallToolRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create<I extends Exact<DeepPartial<RecallToolRequest>, I>>(base?: I): RecallToolRequest {
+    return RecallToolRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<RecallToolRequest>, I>>(_: I): RecallToolRequest {
+    const message = createBaseRecallToolRequest();
+    return message;
+  },
+};
+
+function createBaseRecallToolResponse(): RecallToolResponse {
+  return { name: "", anthropicJson: "", openaiJson: "", responsesJson: "" };
+}
+
+export const RecallToolResponse: MessageFns<RecallToolResponse> = {
+  encode(message: RecallToolResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.name !== "") {
+      writer.uint32(10).string(message.name);
+    }
+    if (message.anthropicJson !== "") {
+      writer.uint32(18).string(message.anthropicJson);
+    }
+    if (message.openaiJson !== "") {
+      writer.uint32(26).string(message.openaiJson);
+    }
+    if (message.responsesJson !== "") {
+      writer.uint32(34).string(message.responsesJson);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): RecallToolResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseRecallToolResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.anthropicJson = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.openaiJson = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.responsesJson = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create<I extends Exact<DeepPartial<RecallToolResponse>, I>>(base?: I): RecallToolResponse {
+    return RecallToolResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<RecallToolResponse>, I>>(object: I): RecallToolResponse {
+    const message = createBaseRecallToolResponse();
+    message.name = object.name ?? "";
+    message.anthropicJson = object.anthropicJson ?? "";
+    message.openaiJson = object.openaiJson ?? "";
+    message.responsesJson = object.responsesJson ?? "";
+    return message;
+  },
+};
+
 function createBasePrepareCompactionRequest(): PrepareCompactionRequest {
   return {
     sessionId: "",
@@ -5278,6 +5806,8 @@ function createBasePrepareCompactionRequest(): PrepareCompactionRequest {
     format: 0,
     fromNodeId: "",
     toNodeId: "",
+    cacheSharingRequest: false,
+    policy: undefined,
   };
 }
 
@@ -5312,6 +5842,12 @@ export const PrepareCompactionRequest: MessageFns<PrepareCompactionRequest> = {
     }
     if (message.toNodeId !== "") {
       writer.uint32(82).string(message.toNodeId);
+    }
+    if (message.cacheSharingRequest !== false) {
+      writer.uint32(88).bool(message.cacheSharingRequest);
+    }
+    if (message.policy !== undefined) {
+      RenderPolicy.encode(message.policy, writer.uint32(98).fork()).join();
     }
     return writer;
   },
@@ -5409,6 +5945,22 @@ export const PrepareCompactionRequest: MessageFns<PrepareCompactionRequest> = {
             message.toNodeId = reader.string();
             continue;
           }
+          case 11: {
+            if (tag !== 88) {
+              break;
+            }
+
+            message.cacheSharingRequest = reader.bool();
+            continue;
+          }
+          case 12: {
+            if (tag !== 98) {
+              break;
+            }
+
+            message.policy = RenderPolicy.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -5438,6 +5990,10 @@ export const PrepareCompactionRequest: MessageFns<PrepareCompactionRequest> = {
     message.format = object.format ?? 0;
     message.fromNodeId = object.fromNodeId ?? "";
     message.toNodeId = object.toNodeId ?? "";
+    message.cacheSharingRequest = object.cacheSharingRequest ?? false;
+    message.policy = (object.policy !== undefined && object.policy !== null)
+      ? RenderPolicy.fromPartial(object.policy)
+      : undefined;
     return message;
   },
 };
@@ -5460,6 +6016,8 @@ function createBasePrepareCompactionResponse(): PrepareCompactionResponse {
     ledgerText: "",
     rollsOverIds: [],
     kind: 0,
+    summaryRequest: [],
+    summaryRequestJson: "",
   };
 }
 
@@ -5512,6 +6070,12 @@ export const PrepareCompactionResponse: MessageFns<PrepareCompactionResponse> = 
     }
     if (message.kind !== 0) {
       writer.uint32(128).int32(message.kind);
+    }
+    for (const v of message.summaryRequest) {
+      RenderedMessage.encode(v!, writer.uint32(138).fork()).join();
+    }
+    if (message.summaryRequestJson !== "") {
+      writer.uint32(146).string(message.summaryRequestJson);
     }
     return writer;
   },
@@ -5657,6 +6221,22 @@ export const PrepareCompactionResponse: MessageFns<PrepareCompactionResponse> = 
             message.kind = reader.int32() as any;
             continue;
           }
+          case 17: {
+            if (tag !== 138) {
+              break;
+            }
+
+            message.summaryRequest.push(RenderedMessage.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 18: {
+            if (tag !== 146) {
+              break;
+            }
+
+            message.summaryRequestJson = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -5692,6 +6272,8 @@ export const PrepareCompactionResponse: MessageFns<PrepareCompactionResponse> = 
     message.ledgerText = object.ledgerText ?? "";
     message.rollsOverIds = object.rollsOverIds?.map((e) => e) || [];
     message.kind = object.kind ?? 0;
+    message.summaryRequest = object.summaryRequest?.map((e) => RenderedMessage.fromPartial(e)) || [];
+    message.summaryRequestJson = object.summaryRequestJson ?? "";
     return message;
   },
 };
@@ -7029,6 +7611,8 @@ function createBaseCompactRequest(): CompactRequest {
     maxToolResultChars: 0,
     fromNodeId: "",
     toNodeId: "",
+    requestForm: 0,
+    policy: undefined,
   };
 }
 
@@ -7060,6 +7644,12 @@ export const CompactRequest: MessageFns<CompactRequest> = {
     }
     if (message.toNodeId !== "") {
       writer.uint32(74).string(message.toNodeId);
+    }
+    if (message.requestForm !== 0) {
+      writer.uint32(80).int32(message.requestForm);
+    }
+    if (message.policy !== undefined) {
+      RenderPolicy.encode(message.policy, writer.uint32(90).fork()).join();
     }
     return writer;
   },
@@ -7149,6 +7739,22 @@ export const CompactRequest: MessageFns<CompactRequest> = {
             message.toNodeId = reader.string();
             continue;
           }
+          case 10: {
+            if (tag !== 80) {
+              break;
+            }
+
+            message.requestForm = reader.int32() as any;
+            continue;
+          }
+          case 11: {
+            if (tag !== 90) {
+              break;
+            }
+
+            message.policy = RenderPolicy.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -7177,6 +7783,10 @@ export const CompactRequest: MessageFns<CompactRequest> = {
     message.maxToolResultChars = object.maxToolResultChars ?? 0;
     message.fromNodeId = object.fromNodeId ?? "";
     message.toNodeId = object.toNodeId ?? "";
+    message.requestForm = object.requestForm ?? 0;
+    message.policy = (object.policy !== undefined && object.policy !== null)
+      ? RenderPolicy.fromPartial(object.policy)
+      : undefined;
     return message;
   },
 };
@@ -8734,6 +9344,31 @@ export const ContextStoreService = {
     responseDeserialize: (value: Buffer): ContextReport => ContextReport.decode(value),
   },
   /**
+   * The original content of what a render cleared, cut or stubbed, by the reference its
+   * placeholder names (`recall 3f9a2c1b7d04`): the way back for a model given the recall tool.
+   * A reference no node of this session has (another session's, another tenant's) is
+   * NOT_FOUND, as for an unknown node.
+   */
+  recall: {
+    path: "/ctxd.v1.ContextStore/Recall" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: RecallRequest): Buffer => Buffer.from(RecallRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): RecallRequest => RecallRequest.decode(value),
+    responseSerialize: (value: RecallResponse): Buffer => Buffer.from(RecallResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): RecallResponse => RecallResponse.decode(value),
+  },
+  /** The recall tool's definition in each provider's shape, ready to pass to a model. */
+  recallTool: {
+    path: "/ctxd.v1.ContextStore/RecallTool" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: RecallToolRequest): Buffer => Buffer.from(RecallToolRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): RecallToolRequest => RecallToolRequest.decode(value),
+    responseSerialize: (value: RecallToolResponse): Buffer => Buffer.from(RecallToolResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): RecallToolResponse => RecallToolResponse.decode(value),
+  },
+  /**
    * Chooses the range a summary would replace and returns what a summarizer should read; the
    * plan is kept under `compaction_id`. Answers `needed = false` (and stores nothing) when the
    * history fits.
@@ -8796,7 +9431,7 @@ export const ContextStoreService = {
     responseDeserialize: (value: Buffer): CompactionOutcome => CompactionOutcome.decode(value),
   },
   /**
-   * Pins nodes: never reduced by a render step, and shown verbatim after any summary that
+   * Pins nodes: never reduced by a render step, and shown verbatim just before any summary that
    * covers them. Records an event; nodes stay immutable. Idempotent.
    */
   pin: {
@@ -8942,6 +9577,15 @@ export interface ContextStoreServer extends UntypedServiceImplementation {
   /** The report of a Render without the messages, for a context panel. */
   contextStats: handleUnaryCall<ContextStatsRequest, ContextReport>;
   /**
+   * The original content of what a render cleared, cut or stubbed, by the reference its
+   * placeholder names (`recall 3f9a2c1b7d04`): the way back for a model given the recall tool.
+   * A reference no node of this session has (another session's, another tenant's) is
+   * NOT_FOUND, as for an unknown node.
+   */
+  recall: handleUnaryCall<RecallRequest, RecallResponse>;
+  /** The recall tool's definition in each provider's shape, ready to pass to a model. */
+  recallTool: handleUnaryCall<RecallToolRequest, RecallToolResponse>;
+  /**
    * Chooses the range a summary would replace and returns what a summarizer should read; the
    * plan is kept under `compaction_id`. Answers `needed = false` (and stores nothing) when the
    * history fits.
@@ -8959,7 +9603,7 @@ export interface ContextStoreServer extends UntypedServiceImplementation {
   /** Prepare, the server's summarizer, and commit in one call (needs `serve --summarizer-url`). */
   compact: handleUnaryCall<CompactRequest, CompactionOutcome>;
   /**
-   * Pins nodes: never reduced by a render step, and shown verbatim after any summary that
+   * Pins nodes: never reduced by a render step, and shown verbatim just before any summary that
    * covers them. Records an event; nodes stay immutable. Idempotent.
    */
   pin: handleUnaryCall<PinRequest, PinResponse>;
@@ -9200,6 +9844,43 @@ export interface ContextStoreClient extends Client {
     callback: (error: ServiceError | null, response: ContextReport) => void,
   ): ClientUnaryCall;
   /**
+   * The original content of what a render cleared, cut or stubbed, by the reference its
+   * placeholder names (`recall 3f9a2c1b7d04`): the way back for a model given the recall tool.
+   * A reference no node of this session has (another session's, another tenant's) is
+   * NOT_FOUND, as for an unknown node.
+   */
+  recall(
+    request: RecallRequest,
+    callback: (error: ServiceError | null, response: RecallResponse) => void,
+  ): ClientUnaryCall;
+  recall(
+    request: RecallRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: RecallResponse) => void,
+  ): ClientUnaryCall;
+  recall(
+    request: RecallRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: RecallResponse) => void,
+  ): ClientUnaryCall;
+  /** The recall tool's definition in each provider's shape, ready to pass to a model. */
+  recallTool(
+    request: RecallToolRequest,
+    callback: (error: ServiceError | null, response: RecallToolResponse) => void,
+  ): ClientUnaryCall;
+  recallTool(
+    request: RecallToolRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: RecallToolResponse) => void,
+  ): ClientUnaryCall;
+  recallTool(
+    request: RecallToolRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: RecallToolResponse) => void,
+  ): ClientUnaryCall;
+  /**
    * Chooses the range a summary would replace and returns what a summarizer should read; the
    * plan is kept under `compaction_id`. Answers `needed = false` (and stores nothing) when the
    * history fits.
@@ -9287,7 +9968,7 @@ export interface ContextStoreClient extends Client {
     callback: (error: ServiceError | null, response: CompactionOutcome) => void,
   ): ClientUnaryCall;
   /**
-   * Pins nodes: never reduced by a render step, and shown verbatim after any summary that
+   * Pins nodes: never reduced by a render step, and shown verbatim just before any summary that
    * covers them. Records an event; nodes stay immutable. Idempotent.
    */
   pin(request: PinRequest, callback: (error: ServiceError | null, response: PinResponse) => void): ClientUnaryCall;
