@@ -24,6 +24,9 @@
 //! of your own, e.g. `--policy mine=microcompact_keep=12,clear_at_least_tokens=8000`.
 //! Results also go to `target/bench/economy.json`.
 
+#[path = "common/report.rs"]
+mod report;
+
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::time::Instant;
@@ -356,22 +359,6 @@ struct Trace {
     path: PathView,
 }
 
-/// The harness families of the traces, in the order the table shows them.
-const FAMILIES: [(&str, &str); 5] = [
-    ("cc-", "Claude Code"),
-    ("swe-", "SWE-agent"),
-    ("mini-", "mini-swe-agent"),
-    ("openhands-", "OpenHands"),
-    ("codex-", "Codex CLI"),
-];
-
-fn family(name: &str) -> &'static str {
-    FAMILIES
-        .iter()
-        .find(|(prefix, _)| name.starts_with(prefix))
-        .map_or("other", |(_, family)| family)
-}
-
 /// Imports every `*.jsonl` of `dir` into one store (the real importer), and loads each path.
 async fn load_traces(dir: &std::path::Path) -> Vec<Trace> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
@@ -410,7 +397,7 @@ async fn load_traces(dir: &std::path::Path) -> Vec<Trace> {
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_default();
         traces.push(Trace {
-            family: family(&name),
+            family: report::family(&name),
             name,
             path,
         });
@@ -1153,7 +1140,7 @@ fn print_table(arms: &[Arm], stats: impl Fn(&Arm) -> &Stats, base: &Stats) {
 /// Cost and working set of each arm by harness family, against the unpruned replay of the same
 /// family (arm 0).
 fn print_families(arms: &[Arm], traces: &[Trace]) {
-    let present: Vec<&str> = FAMILIES
+    let present: Vec<&str> = report::FAMILIES
         .iter()
         .map(|(_, f)| *f)
         .filter(|f| traces.iter().any(|t| t.family == *f))

@@ -63,6 +63,8 @@
 
 #[path = "../tests/common/fake_provider.rs"]
 mod fake_provider;
+#[path = "common/report.rs"]
+mod report;
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::io::BufRead;
@@ -377,7 +379,11 @@ async fn run(args: Args, metrics: Option<PrometheusHandle>) {
 
     // ---- the table.
     let mut rows: Vec<Row> = Vec::new();
-    let families = ["cc-main", "cc-sub", "swe"];
+    let families: Vec<&str> = report::FAMILIES
+        .iter()
+        .map(|(_, f)| *f)
+        .filter(|f| traces.iter().any(|t| t.family == *f))
+        .collect();
     let sum = |runs: &[Replay], pick: &dyn Fn(&Trace) -> bool| -> (usize, f64, u64) {
         runs.iter()
             .zip(&traces)
@@ -823,30 +829,31 @@ fn tool_input(arguments: &str) -> Value {
     }
 }
 
+/// A trace's leading system messages (how many, and their text: the system prompt, or a stand-in
+/// when there is none) and the index of its last assistant message, the last call replayed.
+fn opening(name: &str, lines: &[Line]) -> (usize, String, usize) {
+    let leading = lines.iter().take_while(|l| l.role == "system").count();
+    let system = if leading > 0 {
+        lines[..leading]
+            .iter()
+            .map(|l| l.content.clone().unwrap_or_default())
+            .collect::<Vec<_>>()
+            .join("\n\n")
+    } else {
+        SYSTEM.to_owned()
+    };
+    let last_answer = lines
+        .iter()
+        .rposition(|l| l.role == "assistant")
+        .unwrap_or_else(|| fail(&format!("{name}: no assistant message")));
+    (leading, system, last_answer)
+}
+
 impl Trace {
     fn load(file: &Path) -> Self {
         let (name, lines) = read_lines(file);
-        let family = if name.starts_with("cc-main") {
-            "cc-main"
-        } else if name.starts_with("cc-sub") {
-            "cc-sub"
-        } else {
-            "swe"
-        };
-        let leading = lines.iter().take_while(|l| l.role == "system").count();
-        let system = if leading > 0 {
-            lines[..leading]
-                .iter()
-                .map(|l| l.content.clone().unwrap_or_default())
-                .collect::<Vec<_>>()
-                .join("\n\n")
-        } else {
-            SYSTEM.to_owned()
-        };
-        let last_answer = lines
-            .iter()
-            .rposition(|l| l.role == "assistant")
-            .unwrap_or_else(|| fail(&format!("{name}: no assistant message")));
+        let family = report::family(&name);
+        let (leading, system, last_answer) = opening(&name, &lines);
         let mut messages: Vec<Value> = Vec::new();
         let mut calls = Vec::new();
         let mut sent = 0;
@@ -1298,20 +1305,7 @@ struct CodexTrace {
 impl CodexTrace {
     fn load(file: &Path) -> Self {
         let (name, mut lines) = read_lines(file);
-        let leading = lines.iter().take_while(|l| l.role == "system").count();
-        let system = if leading > 0 {
-            lines[..leading]
-                .iter()
-                .map(|l| l.content.clone().unwrap_or_default())
-                .collect::<Vec<_>>()
-                .join("\n\n")
-        } else {
-            SYSTEM.to_owned()
-        };
-        let last_answer = lines
-            .iter()
-            .rposition(|l| l.role == "assistant")
-            .unwrap_or_else(|| fail(&format!("{name}: no assistant message")));
+        let (leading, system, last_answer) = opening(&name, &lines);
         lines.truncate(last_answer + 1);
         let lines: Vec<Line> = lines.drain(leading..).collect();
         let replies = lines
@@ -2451,36 +2445,5 @@ fn print_table(rows: &[Row]) {
             ]
         })
         .collect();
-    let mut widths = header.map(|h| h.chars().count());
-    for row in &cells {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let line = |cells: &[String]| {
-        let mut out = String::from("|");
-        for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
-            let pad = w - cell.chars().count();
-            // The first and last columns are text (left), the others numbers (right).
-            if i == 0 || i == cells.len() - 1 {
-                out.push_str(&format!(" {cell}{} |", " ".repeat(pad)));
-            } else {
-                out.push_str(&format!(" {}{cell} |", " ".repeat(pad)));
-            }
-        }
-        out
-    };
-    println!("{}", line(&header.map(String::from)));
-    let mut rule = String::from("|");
-    for (i, w) in widths.iter().enumerate() {
-        if i == 0 || i == widths.len() - 1 {
-            rule.push_str(&format!("{}|", "-".repeat(w + 2)));
-        } else {
-            rule.push_str(&format!("{}:|", "-".repeat(w + 1)));
-        }
-    }
-    println!("{rule}");
-    for row in &cells {
-        println!("{}", line(row));
-    }
+    report::print_table(header, &cells);
 }

@@ -42,6 +42,9 @@
 //!
 //! Prints one table and the targets, and writes both as JSON to `target/bench/store.json`.
 
+#[path = "common/report.rs"]
+mod report;
+
 use std::collections::{BTreeMap, HashSet};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -281,38 +284,7 @@ fn print_table(rows: &[Row]) {
             ]
         })
         .collect();
-    let mut widths = header.map(|h| h.chars().count());
-    for row in &cells {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let line = |cells: &[String]| {
-        let mut out = String::from("|");
-        for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
-            let pad = w - cell.chars().count();
-            // The first and last columns are text (left), the others numbers (right).
-            if i == 0 || i == cells.len() - 1 {
-                out.push_str(&format!(" {cell}{} |", " ".repeat(pad)));
-            } else {
-                out.push_str(&format!(" {}{cell} |", " ".repeat(pad)));
-            }
-        }
-        out
-    };
-    println!("{}", line(&header.map(String::from)));
-    let mut rule = String::from("|");
-    for (i, w) in widths.iter().enumerate() {
-        if i == 0 || i == widths.len() - 1 {
-            rule.push_str(&format!("{}|", "-".repeat(w + 2)));
-        } else {
-            rule.push_str(&format!("{}:|", "-".repeat(w + 1)));
-        }
-    }
-    println!("{rule}");
-    for row in &cells {
-        println!("{}", line(row));
-    }
+    report::print_table(header, &cells);
 }
 
 // ---------------------------------------------------------------- the server
