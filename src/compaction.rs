@@ -18,7 +18,7 @@ use crate::store::{
     self, Applied, CompactionPlan, PathTarget, PlanState, Scoped, ScopedPlan, Store, now_ms,
 };
 use crate::summarizer::Summarizer;
-use crate::tokens::{TokenCache, Tokenizer};
+use crate::tokens::{TokenCache, Tokenizer, Tokens};
 
 /// How often a commit re-judges when the branch head moves between verdict and write.
 const COMMIT_ATTEMPTS: usize = 3;
@@ -74,11 +74,20 @@ pub enum PrepareOutcome {
     Needed {
         plan: Box<CompactionPlan>,
         prepared: Box<SummaryPlan>,
+        /// The ledger as the summary will carry it (and a summarizer is shown it).
+        evidence: String,
         /// The cache-sharing summary request, when asked for (rolling summaries).
-        request: Option<Vec<render::Message>>,
+        request: Option<SummaryRequest>,
         /// The stored plan, for the commits and the cancel that may follow.
         scoped: ScopedPlan,
     },
+}
+
+/// The cache-sharing summary request, and the tokens of each of its messages as the render
+/// counted them.
+pub struct SummaryRequest {
+    pub messages: Vec<render::Message>,
+    pub tokens: Vec<Tokens>,
 }
 
 /// How a commit ended: the summary stored, or the reason it was not.
@@ -189,7 +198,7 @@ impl Compactions {
             args.segment,
         );
         let (request_policy, instructions) = (args.request_policy, args.instructions.clone());
-        let (prepared, request) = tokio::task::spawn_blocking(move || {
+        let (prepared, evidence, request) = tokio::task::spawn_blocking(move || {
             let counter = cache.counter(tok);
             let prepared = match segment {
                 Some((from, to)) => {
@@ -197,6 +206,12 @@ impl Compactions {
                 }
                 None => Ok(compact::prepare(&path, budget, retain, chars, &counter)),
             }?;
+            let evidence = match &prepared {
+                Prepared::Needed(plan) => plan
+                    .ledger
+                    .render(render::ledger_cap(budget.history().ok()), &counter),
+                Prepared::NotNeeded { .. } => String::new(),
+            };
             // The context exactly as the host's Render gives it now, then the instruction.
             let request = match (&prepared, request_policy) {
                 (Prepared::Needed(plan), Some(policy)) if segment.is_none() => {
@@ -206,20 +221,24 @@ impl Compactions {
                         now_ms: now_ms(),
                         ..render::Options::default()
                     };
-                    let context = render::render(&path, &options, &counter).messages;
-                    let evidence = plan
-                        .ledger
-                        .render(render::ledger_cap(budget.history().ok()), &counter);
-                    Some(compact::cache_sharing_request(
-                        context,
+                    let context = render::render(&path, &options, &counter);
+                    let messages = compact::cache_sharing_request(
+                        context.messages,
                         plan,
                         &instructions,
                         &evidence,
-                    ))
+                    );
+                    let mut tokens = context.tokens;
+                    tokens.extend(
+                        messages[tokens.len()..]
+                            .iter()
+                            .map(|m| render::message_tokens(m, &counter)),
+                    );
+                    Some(SummaryRequest { messages, tokens })
                 }
                 _ => None,
             };
-            Ok::<_, domain::Error>((prepared, request))
+            Ok::<_, domain::Error>((prepared, evidence, request))
         })
         .await
         .map_err(|_| Error::Task("prepare"))??;
@@ -258,6 +277,7 @@ impl Compactions {
         Ok(PrepareOutcome::Needed {
             plan: Box::new(plan),
             prepared,
+            evidence,
             request,
             scoped,
         })
@@ -450,7 +470,7 @@ impl Compactions {
         };
         let tokenizer = args.tokenizer;
         let instructions = args.instructions.clone();
-        let (plan, prepared, request, scoped) = match self.prepare(session, args).await? {
+        let (plan, prepared, evidence, request, scoped) = match self.prepare(session, args).await? {
             PrepareOutcome::NotNeeded {
                 tokens_before,
                 reason,
@@ -463,9 +483,10 @@ impl Compactions {
             PrepareOutcome::Needed {
                 plan,
                 prepared,
+                evidence,
                 request,
                 scoped,
-            } => (plan, prepared, request, scoped),
+            } => (plan, prepared, evidence, request, scoped),
         };
         let mut guard = CloseOnDrop {
             store: self.store.clone(),
@@ -478,10 +499,6 @@ impl Compactions {
             &model,
             &instructions,
         );
-        let evidence = prepared.ledger.render(
-            render::ledger_cap(plan.budget.history().ok()),
-            &self.tokens.counter(tokenizer),
-        );
         let text = match self.store.summarizer_output(&key).await? {
             Some(text) => text,
             None => {
@@ -489,8 +506,8 @@ impl Compactions {
                 // The cache-sharing request when the summarizer's window takes it whole; the
                 // range, chunked as needed, otherwise.
                 let asked = match request {
-                    Some(request) if summarizer.fits(&request, &counter) => {
-                        summarizer.summarize_request(&request).await
+                    Some(request) if summarizer.fits(&request.tokens) => {
+                        summarizer.summarize_request(&request.messages).await
                     }
                     _ => {
                         summarizer

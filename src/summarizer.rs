@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::compact::EVIDENCE_NOTE;
 use crate::domain::Part;
 use crate::render::{Message, MessageRole};
 use crate::tokens::{Count, Tokens};
@@ -178,12 +179,12 @@ impl Summarizer {
             .map_err(|_| Error::Timeout(self.config.timeout))?
     }
 
-    /// Whether `request` (a cache-sharing summary request) and the answer fit the model's
-    /// window, so one call can take it whole.
-    pub fn fits(&self, request: &[Message], counter: &dyn Count) -> bool {
-        let input = request.iter().fold(0, |sum: Tokens, m| {
-            sum.saturating_add(crate::render::message_tokens(m, counter))
-        });
+    /// Whether a request of messages of `tokens` (a cache-sharing summary request) and the
+    /// answer fit the model's window, so one call can take it whole.
+    pub fn fits(&self, tokens: &[Tokens]) -> bool {
+        let input = tokens
+            .iter()
+            .fold(0, |sum: Tokens, t| sum.saturating_add(*t));
         input
             .saturating_add(self.config.max_output_tokens)
             .saturating_add(PROMPT_FRAMING)
@@ -327,11 +328,6 @@ impl Summarizer {
             .ok_or_else(|| Error::Malformed("no choices[0].message.content".into()))
     }
 }
-
-/// Introduces the ledger in the summarizer's system prompt.
-const EVIDENCE_NOTE: &str = "The store keeps this evidence verbatim right after your summary \
-     (files, commands, errors, user requests, sub-agents): do not restate it; say what it does \
-     not: decisions, reasons, state of the work and what is left to do.";
 
 /// A message as transcript text for the summarizer.
 fn transcript_block(m: &Message) -> String {

@@ -4,7 +4,6 @@ use super::{convert, pb};
 use crate::compaction::{CommitOutcome, CompactOutcome, PrepareOutcome, SummaryListing};
 use crate::domain::{Budget, CompactionEvent, Reason, SummaryKind};
 use crate::render;
-use crate::tokens::{TokenCache, Tokenizer};
 
 fn u32_of(n: usize) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
@@ -21,13 +20,10 @@ fn reason(r: Reason) -> pb::CompactionReason {
     }
 }
 
-/// Prepare's answer. The ledger is rendered as the summarizer would read it under `budget`,
-/// counted by `tokenizer` through the server's shared cache.
+/// Prepare's answer, under `budget`: the ledger text is the one the summary will carry.
 pub(super) fn prepare_response(
     outcome: PrepareOutcome,
     budget: Budget,
-    tokens: &TokenCache,
-    tokenizer: Tokenizer,
     format: Option<render::format::Format>,
 ) -> pb::PrepareCompactionResponse {
     let history_budget = budget.history().unwrap_or(0);
@@ -45,30 +41,26 @@ pub(super) fn prepare_response(
         PrepareOutcome::Needed {
             plan,
             prepared,
+            evidence,
             request,
             ..
         } => pb::PrepareCompactionResponse {
             needed: true,
             summary_request_json: match (&request, format) {
-                (Some(request), Some(f)) => render::format::document(f, request),
+                (Some(request), Some(f)) => render::format::document(f, &request.messages),
                 _ => String::new(),
             },
-            summary_request: {
-                let counter = tokens.counter(tokenizer);
-                request
-                    .unwrap_or_default()
-                    .into_iter()
-                    .map(|m| {
-                        let tokens = render::message_tokens(&m, &counter);
-                        convert::rendered(m, tokens)
-                    })
-                    .collect()
-            },
+            summary_request: request
+                .map(|r| {
+                    r.messages
+                        .into_iter()
+                        .zip(r.tokens)
+                        .map(|(m, t)| convert::rendered(m, t))
+                        .collect()
+                })
+                .unwrap_or_default(),
             ledger: Some(convert::ledger(&prepared.ledger)),
-            ledger_text: prepared.ledger.render(
-                render::ledger_cap(Some(history_budget)),
-                &tokens.counter(tokenizer),
-            ),
+            ledger_text: evidence,
             rolls_over_ids: plan.rolls_over.iter().map(ToString::to_string).collect(),
             kind: convert::summary_kind(plan.kind).into(),
             summary_input_json: format

@@ -428,7 +428,7 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
         let format = provider_format(r.format)?;
         let args = PrepareArgs::try_from(r)?;
         let session = self.scope(&tenant, args.session).await?;
-        let (budget, tokenizer) = (args.budget, args.tokenizer);
+        let budget = args.budget;
         let outcome = self
             .compactions
             .prepare(session, args)
@@ -438,8 +438,7 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
             PrepareOutcome::Needed { scoped, .. } => Some(*scoped),
             PrepareOutcome::NotNeeded { .. } => None,
         };
-        let response =
-            compaction::prepare_response(outcome, budget, &self.tokens, tokenizer, format);
+        let response = compaction::prepare_response(outcome, budget, format);
         let replied = self.reply(response);
         if let (Err(_), Some(plan)) = (&replied, plan) {
             // Nobody can commit a summary of an input they never received.

@@ -188,7 +188,7 @@ files, commands, errors and how they were resolved, and exactly where the work s
 earlier summary is above, fold it in: the result replaces both. Write plain text, as short as \
 the facts allow, and call no tool.";
 
-/// Introduces the ledger in a summary request.
+/// Introduces the ledger to a summarizer, in either form of request.
 pub const EVIDENCE_NOTE: &str = "The store keeps this evidence verbatim right after your \
 summary (files, commands, errors, user requests, sub-agents): do not restate it; say what it \
 does not: decisions, reasons, state of the work and what is left to do.";
