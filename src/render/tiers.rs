@@ -536,6 +536,11 @@ impl<'a> Fit<'a> {
         }
         candidates.sort_unstable();
         let keep = policy.microcompact_keep;
+        let texts = if policy.clear_at_least_tokens > 0 && !candidates.is_empty() {
+            self.text_savings(policy)
+        } else {
+            Vec::new()
+        };
         let (mut boundary, mut step, mut trigger) = (0, 0, None);
         for (c, idle) in candidates {
             let target = c.saturating_sub(keep).max(boundary);
@@ -544,7 +549,7 @@ impl<'a> Fit<'a> {
             }
             if !idle
                 && policy.clear_at_least_tokens > 0
-                && self.saving(boundary..target, policy) < policy.clear_at_least_tokens
+                && self.saving(boundary..target, policy, &texts) < policy.clear_at_least_tokens
             {
                 continue;
             }
@@ -560,14 +565,15 @@ impl<'a> Fit<'a> {
     /// it decides beyond its cut, at four a token. It depends on nothing a render changes but
     /// by making it smaller (a cut result is shorter, a cleared one is its placeholder and
     /// saves nothing), so a render rendered again takes no step the first did not.
-    fn saving(&self, range: std::ops::Range<usize>, policy: &Policy) -> Tokens {
+    fn saving(&self, range: std::ops::Range<usize>, policy: &Policy, texts: &[usize]) -> Tokens {
+        let placeholder = [placeholder_chars(false), placeholder_chars(true)];
         let results: usize = range
             .clone()
             .map(|k| {
                 let is_error = self.hidden[k].unwrap_or(self.messages[self.results[k]].is_error);
                 self.chars[k]
                     .min(policy.recent_tool_result_chars)
-                    .saturating_sub(placeholder_chars(is_error))
+                    .saturating_sub(placeholder[usize::from(is_error)])
             })
             .sum();
         let from = if range.start == 0 {
@@ -575,20 +581,28 @@ impl<'a> Fit<'a> {
         } else {
             self.first_message_of(range.start)
         };
-        let texts: usize = (from..self.first_message_of(range.end).min(self.messages.len()))
-            .filter(|&i| {
-                let m = &self.messages[i];
-                m.role == MessageRole::Assistant && !m.pinned && m.pinned_under.is_none()
-            })
-            .map(|i| {
+        let to = self.first_message_of(range.end).min(self.messages.len());
+        let texts = texts[to].saturating_sub(texts[from.min(to)]);
+        Tokens::try_from((results + texts) / 4).unwrap_or(Tokens::MAX)
+    }
+
+    /// For each message index, the characters a step would cut from the assistant texts
+    /// before it: what `saving` counts between two steps, summed once per render.
+    fn text_savings(&self, policy: &Policy) -> Vec<usize> {
+        let mut sums = Vec::with_capacity(self.messages.len() + 1);
+        sums.push(0);
+        let mut sum = 0;
+        for m in &self.messages {
+            if m.role == MessageRole::Assistant && !m.pinned && m.pinned_under.is_none() {
                 // A text within a marker's length of the cap is not cut (and one cut before
                 // saves nothing again).
-                Part::text_chars(&self.messages[i].parts)
+                sum += Part::text_chars(&m.parts)
                     .min(policy.recent_assistant_text_chars)
-                    .saturating_sub(policy.max_assistant_text_chars.saturating_add(MARKER_SLACK))
-            })
-            .sum();
-        Tokens::try_from((results + texts) / 4).unwrap_or(Tokens::MAX)
+                    .saturating_sub(policy.max_assistant_text_chars.saturating_add(MARKER_SLACK));
+            }
+            sums.push(sum);
+        }
+        sums
     }
 
     /// ctxd's first policy: budget reduction always, microcompact only over budget.

@@ -42,6 +42,15 @@ fn references(text: &str) -> Vec<String> {
         .collect()
 }
 
+/// Recalls `reference` in `session`; it must be there.
+async fn recall(app: &mut TestApp, session: &str, reference: &str) -> pb::RecallResponse {
+    app.client
+        .recall(recall_req(session, reference))
+        .await
+        .expect("Recall")
+        .into_inner()
+}
+
 fn recall_req(session: &str, reference: &str) -> pb::RecallRequest {
     pb::RecallRequest {
         session_id: session.into(),
@@ -105,12 +114,7 @@ async fn a_cleared_result_comes_back_byte_exact() {
             text,
             format!("[cleared to save context: recall {reference}]")
         );
-        let recalled = app
-            .client
-            .recall(recall_req(&s, &reference))
-            .await
-            .expect("Recall")
-            .into_inner();
+        let recalled = recall(&mut app, &s, &reference).await;
         let i: usize = m.tool_call_id["read-".len()..].parse().expect("read-N");
         assert_eq!(recalled.content, results[i]);
         assert_eq!(recalled.kind, "tool_result");
@@ -120,12 +124,7 @@ async fn a_cleared_result_comes_back_byte_exact() {
         assert_eq!(recalled.total_chars, results[i].chars().count() as u64);
         assert!(!recalled.truncated);
         // A reference is 12 hexadecimal characters in either case.
-        let upper = app
-            .client
-            .recall(recall_req(&s, &reference.to_uppercase()))
-            .await
-            .expect("Recall")
-            .into_inner();
+        let upper = recall(&mut app, &s, &reference.to_uppercase()).await;
         assert_eq!(upper.content, results[i]);
     }
 }
@@ -149,12 +148,7 @@ async fn cut_results_and_stubbed_calls_name_what_they_replaced() {
         text.contains(&format!("characters cut: recall {reference} …]")),
         "{text}"
     );
-    let recalled = app
-        .client
-        .recall(recall_req(&s, &reference))
-        .await
-        .expect("Recall")
-        .into_inner();
+    let recalled = recall(&mut app, &s, &reference).await;
     let i: usize = cut.tool_call_id["read-".len()..].parse().expect("read-N");
     assert_eq!(recalled.content, results[i]);
 
@@ -171,12 +165,7 @@ async fn cut_results_and_stubbed_calls_name_what_they_replaced() {
     };
     let stub: serde_json::Value = serde_json::from_str(args).expect("a stub is JSON");
     assert_eq!(stub["file_path"], "f0");
-    let recalled = app
-        .client
-        .recall(recall_req(&s, &reference))
-        .await
-        .expect("Recall")
-        .into_inner();
+    let recalled = recall(&mut app, &s, &reference).await;
     assert_eq!(recalled.kind, "message");
     assert_eq!(recalled.node_id, edit.node_ids[0]);
     assert!(
