@@ -2333,6 +2333,94 @@ fn minimal_function_turn_split() {
     );
 }
 
+/// A segment summary over an assistant text that a step would cut: the step's saving still
+/// counts that text where it stood, so the step is taken with the summary as without it, and a
+/// result before the segment stays cleared (the cached prefix does not move).
+#[test]
+fn minimal_segment_over_a_cut_text_moves_no_step() {
+    let mut s = Script::default();
+    s.add(None, say(Role::User, 10));
+    s.add(None, calls(&["c1", "c2"]));
+    s.add(None, tool("c1", 1));
+    let before = s.add(None, tool("c2", 213));
+    let text = s.add(
+        None,
+        NodeContent::Message {
+            role: Role::Assistant,
+            parts: vec![Part::Text(pattern(false)[..2241].to_owned())],
+            tool_calls: vec![ToolCall {
+                call_id: "c3".to_owned(),
+                name: "bash".to_owned(),
+                arguments_json: "{}".to_owned(),
+            }],
+        },
+    );
+    let covered = s.add(None, tool("c3", 1));
+    s.add(None, say(Role::User, 10));
+    for i in 4..9 {
+        let id = format!("c{i}");
+        s.add(None, calls(&[id.as_str()]));
+        s.add(None, tool(&id, 300));
+    }
+    let options = Options {
+        budget: Some(Budget {
+            context_window: Tokens::MAX / 2,
+            ..Budget::default()
+        }),
+        policy: Policy {
+            microcompact: Microcompact::Stepped,
+            microcompact_first: 3,
+            microcompact_every: 1,
+            microcompact_keep: 0,
+            clear_at_least_tokens: 603,
+            max_tool_result_chars: 200,
+            recent_tool_result_chars: 460,
+            max_assistant_text_chars: 0,
+            ..Policy::default()
+        },
+        ..Options::default()
+    };
+    let plain = s.path(None);
+    let mut summarized = s.path(None);
+    summarized.summaries.push(ctxd::domain::Summary {
+        id: ctxd::domain::SummaryId::new(),
+        compaction_id: ctxd::domain::CompactionId::new(),
+        kind: ctxd::domain::SummaryKind::Segment,
+        covers: vec![text, covered],
+        range: Some((text, covered)),
+        text: "what happened".to_owned(),
+        rolls_over: Vec::new(),
+        ledger: None,
+        model: "m".to_owned(),
+        base_head: covered,
+        tokens_before: 0,
+        tokens_after: 0,
+        created_at_ms: 0,
+    });
+    let old = render(&plain, &options, &COUNTER);
+    let new = render(&summarized, &options, &COUNTER);
+    let start = index_of(&old.messages, text).expect("the text renders");
+    let cleared = |r: &Rendered| {
+        r.messages
+            .iter()
+            .find(|m| m.node_ids == [before])
+            .map(|m| m.reduction)
+    };
+    assert_eq!(
+        cleared(&old),
+        Some(Reduction::Cleared),
+        "{}",
+        show(&old.messages)
+    );
+    assert_eq!(
+        new.messages[..start],
+        old.messages[..start],
+        "the prefix before the segment moved\n{}\n--\n{}",
+        show(&old.messages),
+        show(&new.messages)
+    );
+}
+
 /// Nodes as a loaded path holds them: shared with the store's cache.
 fn shared(nodes: Vec<Node>) -> Vec<Arc<Node>> {
     nodes.into_iter().map(Arc::new).collect()

@@ -77,13 +77,15 @@ pub struct Message {
     pub hidden: Vec<Hidden>,
 }
 
-/// A message a summary covers, in order: when it was appended and, for a tool result, its
-/// characters and error flag. `reshown`: it is a pin the summary shows again after itself, and
-/// counts here, where it stood, not there.
+/// A message a summary covers, in order: when it was appended, for a tool result its
+/// characters and error flag, and for an assistant message its text's characters and whether
+/// it is pinned. `reshown`: it is a pin the summary shows again after itself, and counts here,
+/// where it stood, not there.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Hidden {
     pub at_ms: Option<i64>,
     pub result: Option<(usize, bool)>,
+    pub assistant: Option<(usize, bool)>,
     pub reshown: bool,
 }
 

@@ -124,6 +124,8 @@ pub fn overlay(
             at_ms: message.at_ms,
             result: (message.role == MessageRole::Tool)
                 .then(|| (Part::text_chars(&message.parts), message.is_error)),
+            assistant: (message.role == MessageRole::Assistant)
+                .then(|| (Part::text_chars(&message.parts), message.pinned)),
             reshown: reshown[i],
         });
         if reshown[i] {

@@ -576,33 +576,58 @@ impl<'a> Fit<'a> {
                     .saturating_sub(placeholder[usize::from(is_error)])
             })
             .sum();
-        let from = if range.start == 0 {
-            0
-        } else {
-            self.first_message_of(range.start)
+        let texts = match range.start {
+            0 => texts[range.end],
+            start => texts[range.end].saturating_sub(texts[start]),
         };
-        let to = self.first_message_of(range.end).min(self.messages.len());
-        let texts = texts[to].saturating_sub(texts[from.min(to)]);
         Tokens::try_from((results + texts) / 4).unwrap_or(Tokens::MAX)
     }
 
-    /// For each message index, the characters a step would cut from the assistant texts
-    /// before it: what `saving` counts between two steps, summed once per render.
+    /// For each result `k`, the characters a step would cut from the assistant texts before
+    /// the assistant message that opened `k`'s group, and last those of all texts: what
+    /// `saving` counts between two steps, summed once per render. In the path's own order,
+    /// what a summary hides counted where it stood, so a summary over some of them changes no
+    /// step before it.
     fn text_savings(&self, policy: &Policy) -> Vec<usize> {
-        let mut sums = Vec::with_capacity(self.messages.len() + 1);
-        sums.push(0);
-        let mut sum = 0;
+        // A text within a marker's length of the cap is not cut (and one cut before saves
+        // nothing again).
+        let cut = |chars: usize| {
+            chars
+                .min(policy.recent_assistant_text_chars)
+                .saturating_sub(policy.max_assistant_text_chars.saturating_add(MARKER_SLACK))
+        };
+        let mut before = Vec::with_capacity(self.results.len() + 1);
+        let (mut sum, mut opening) = (0, 0);
         for m in &self.messages {
-            if m.role == MessageRole::Assistant && !m.pinned && m.pinned_under.is_none() {
-                // A text within a marker's length of the cap is not cut (and one cut before
-                // saves nothing again).
-                sum += Part::text_chars(&m.parts)
-                    .min(policy.recent_assistant_text_chars)
-                    .saturating_sub(policy.max_assistant_text_chars.saturating_add(MARKER_SLACK));
+            // A pin a summary shows again counts where the summary hid it.
+            if m.pinned_under.is_some() {
+                continue;
             }
-            sums.push(sum);
+            for h in &m.hidden {
+                if let Some((chars, pinned)) = h.assistant {
+                    opening = sum;
+                    if !pinned {
+                        sum += cut(chars);
+                    }
+                }
+                if h.result.is_some() {
+                    before.push(opening);
+                }
+            }
+            match m.role {
+                MessageRole::Assistant => {
+                    opening = sum;
+                    if !m.pinned {
+                        sum += cut(Part::text_chars(&m.parts));
+                    }
+                }
+                MessageRole::Tool => before.push(opening),
+                _ => {}
+            }
         }
-        sums
+        before.push(sum);
+        debug_assert_eq!(before.len(), self.results.len() + 1, "one per result");
+        before
     }
 
     /// ctxd's first policy: budget reduction always, microcompact only over budget.
