@@ -546,7 +546,9 @@ impl Compactions {
         // Keep the text for this source unless the text itself was the problem (empty, no
         // gain): a stale base says nothing against it.
         if matches!(outcome.reason, Reason::Applied | Reason::Stale) {
-            self.store.save_summarizer_output(&key, &text).await?;
+            self.store
+                .save_summarizer_output(session.id(), &key, &text)
+                .await?;
         }
         Ok(CompactOutcome::Planned(outcome))
     }

@@ -1,7 +1,11 @@
-//! The routing test: every statement the hot path runs on PostgreSQL names its routing key
-//! (docs/scaling.md), proven on the statements sqlx actually executes, captured through
-//! `tracing` while a real server serves CreateSession, Append, Render, PrepareCompaction and
-//! CommitSummary. Its own test binary, so the process-wide subscriber sees only its statements.
+//! The routing test: every statement ctxd runs on PostgreSQL names its routing key
+//! (docs/scaling.md) by a bind parameter and joins no table distributed by another key, proven
+//! on the statements sqlx actually executes, captured through `tracing` while a real server
+//! serves CreateSession, Append, Render, PrepareCompaction, CommitSummary, CancelCompaction and
+//! DeleteSession, and their answers for plans that are unknown or whose session is deleted.
+//! The store runs its distributed form (`pg_batch_per_session`: a transaction per session's
+//! appends, head updates one per head), as on Citus. Its own test binary, so the process-wide
+//! subscriber sees only its statements.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, OnceLock};
@@ -20,7 +24,7 @@ use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
 // ---------------------------------------------------------------- the routing rule
 
 /// Tables of a session's data and the column a distributed layout shards them by.
-const SESSION_TABLES: [(&str, &str); 10] = [
+const SESSION_TABLES: [(&str, &str); 13] = [
     ("sessions", "id"),
     ("blobs", "session_id"),
     ("nodes", "session_id"),
@@ -31,14 +35,19 @@ const SESSION_TABLES: [(&str, &str); 10] = [
     ("summaries", "session_id"),
     ("compaction_events", "session_id"),
     ("pins", "session_id"),
+    ("gateway_calls", "session_id"),
+    ("summarizer_sources", "session_id"),
+    ("tombstones", "session_id"),
 ];
 
 /// The tables keyed by something else by design, and the key each is distributed by.
-const EXCEPTIONS: [(&str, &str); 3] = [
+const EXCEPTIONS: [(&str, &str); 4] = [
     // Creation keys: looked up by tenant and key before the session exists.
     ("session_keys", "key"),
     // Plan → session: CommitSummary and CancelCompaction name only the plan.
     ("compaction_owners", "id"),
+    // Plans a deletion found open, by plan too.
+    ("tombstone_plans", "compaction_id"),
     // The summarizer's cache, shared by every session.
     ("summarizer_outputs", "source_key"),
 ];
@@ -57,6 +66,9 @@ fn routing_key(table: &str) -> Option<(&'static str, bool)> {
 enum Binding {
     /// Its key equals one bind parameter: one shard.
     Param,
+    /// Its key is one of an array bound as one parameter (`= ANY($n)`): the shards of those
+    /// keys only.
+    AnyParam,
     /// Its key is bound per row of a multi-row VALUES list (a group-commit batch's rows, which
     /// may belong to several sessions).
     PerRow,
@@ -89,6 +101,7 @@ impl Verdict {
                 .map(|(table, key, binding)| {
                     let how = match binding {
                         Binding::Param => "$",
+                        Binding::AnyParam => "any $",
                         Binding::PerRow => "$ per row",
                         Binding::Unbound => "unbound",
                     };
@@ -314,7 +327,15 @@ impl Classes {
 }
 
 const PARAM: &str = "$";
-const PER_ROW: &str = "$rows";
+const ANY_PARAM: &str = "$any";
+
+/// What a table is distributed with: a session table with every other, an exception alone.
+fn colocation(table: &str) -> &str {
+    match routing_key(table) {
+        Some((_, false)) => "sessions",
+        _ => table,
+    }
+}
 
 /// Decides how a statement is routed: each session table it names must have its key equal to
 /// a bind parameter, directly or through equalities with other such keys, in a conjunction
@@ -383,26 +404,11 @@ fn classify(sql: &str) -> Verdict {
         let is_into = kw == Some("into");
         let j = i + 1;
         if toks.get(j) == Some(&Tok::Punct('(')) && word(toks.get(j + 1)) == Some("values") {
-            // FROM (VALUES (…), …) AS v (columns): a derived table bound per row.
-            let (bound, rows, after) = values_columns(&toks, j + 1);
-            let mut k = after + 1;
-            if word(toks.get(k)) == Some("as") {
-                k += 1;
-            }
-            let Some(alias) = word(toks.get(k)).map(str::to_owned) else {
-                return Verdict::Unrouted("a VALUES list without an alias".into());
-            };
-            let Some((cols, after_cols)) = name_list(&toks, k + 1) else {
-                return Verdict::Unrouted("a VALUES list without column names".into());
-            };
-            for (col, bound) in cols.iter().zip(&bound) {
-                if *bound {
-                    let by = if rows == 1 { PARAM } else { PER_ROW };
-                    classes.union(&format!("{alias}.{col}"), by);
-                }
-            }
-            i = after_cols;
-            continue;
+            // FROM (VALUES (…), …): Citus prunes shards by a key equal to a constant, not by
+            // a join with a derived list, so such a statement goes to every shard.
+            return Verdict::Unrouted(
+                "joins a VALUES list (Citus cannot route a statement through it)".into(),
+            );
         }
         let Some(table) = word(toks.get(j)).filter(|w| !is_keyword(w)) else {
             i += 1;
@@ -485,6 +491,25 @@ fn classify(sql: &str) -> Verdict {
         if !bounded_before(e.checked_sub(2).and_then(|p| toks.get(p))) {
             continue;
         }
+        // `key = ANY($n)` (or `ANY($n::bytea[])`): one parameter holding the keys.
+        if word(toks.get(e + 1)) == Some("any")
+            && toks.get(e + 2) == Some(&Tok::Punct('('))
+            && toks.get(e + 3) == Some(&Tok::Param)
+        {
+            let mut close = e + 4;
+            if toks.get(close) == Some(&Tok::Op("::".into())) {
+                close += 2;
+                while matches!(toks.get(close), Some(Tok::Punct('[' | ']'))) {
+                    close += 1;
+                }
+            }
+            if toks.get(close) == Some(&Tok::Punct(')'))
+                && let Some(left) = operand(toks.get(e - 1))
+            {
+                classes.union(&left, ANY_PARAM);
+            }
+            continue;
+        }
         let (Some(left), Some(right)) = (operand(toks.get(e - 1)), operand(toks.get(e + 1))) else {
             continue;
         };
@@ -519,12 +544,21 @@ fn classify(sql: &str) -> Verdict {
         let root = classes.find(&format!("{}.{key}", r.alias));
         let binding = if root == classes.find(PARAM) {
             Binding::Param
-        } else if root == classes.find(PER_ROW) {
-            Binding::PerRow
+        } else if root == classes.find(ANY_PARAM) {
+            Binding::AnyParam
         } else {
             Binding::Unbound
         };
         routed.push((r.table.clone(), key, binding));
+    }
+    let groups: HashSet<&str> = routed.iter().map(|(t, _, _)| colocation(t)).collect();
+    if groups.len() > 1 {
+        let mut tables: Vec<&str> = routed.iter().map(|(t, _, _)| t.as_str()).collect();
+        tables.dedup();
+        return Verdict::Unrouted(format!(
+            "joins tables distributed by different keys ({})",
+            tables.join(", ")
+        ));
     }
     if let Some((table, key, _)) = routed.iter().find(|(_, _, b)| *b == Binding::Unbound) {
         return Verdict::Unrouted(format!("{table}.{key} is not bound to a parameter"));
@@ -746,8 +780,56 @@ fn append_req(session: &str, nodes: Vec<pb::NodeInput>) -> pb::AppendRequest {
     }
 }
 
-/// Drives the hot path over gRPC, checking each phase's statements.
-async fn drive(client: &mut Client) {
+/// Every table of a phase's statements.
+fn tables_of(judged: &[(String, Verdict)]) -> HashSet<String> {
+    judged
+        .iter()
+        .filter_map(|(_, v)| match v {
+            Verdict::Routed(refs) => Some(refs.iter().map(|r| r.0.clone()).collect::<Vec<_>>()),
+            _ => None,
+        })
+        .flatten()
+        .collect()
+}
+
+async fn prepare(client: &mut Client, session: &str, budget: pb::Budget) -> String {
+    let plan = client
+        .prepare_compaction(pb::PrepareCompactionRequest {
+            session_id: session.into(),
+            budget: Some(budget),
+            ..Default::default()
+        })
+        .await
+        .expect("PrepareCompaction")
+        .into_inner();
+    assert!(plan.needed, "the session needs a summary under this budget");
+    plan.compaction_id
+}
+
+async fn commit(client: &mut Client, plan: &str) -> Result<pb::CompactionOutcome, tonic::Status> {
+    client
+        .commit_summary(pb::CommitSummaryRequest {
+            compaction_id: plan.into(),
+            text: "Files were read.".into(),
+            model: "test-model".into(),
+        })
+        .await
+        .map(tonic::Response::into_inner)
+}
+
+async fn cancel(client: &mut Client, plan: &str) -> Result<(), tonic::Status> {
+    client
+        .cancel_compaction(pb::CancelCompactionRequest {
+            compaction_id: plan.into(),
+            reason: "routing".into(),
+        })
+        .await
+        .map(|_| ())
+}
+
+/// Drives the calls over gRPC (and the summarizer's cache through the store), checking each
+/// phase's statements.
+async fn drive(client: &mut Client, store: &Store) {
     take();
 
     let session = client
@@ -760,18 +842,8 @@ async fn drive(client: &mut Client) {
         .into_inner()
         .session_id;
     let created = check("CreateSession", take());
-    let names = |judged: &[(String, Verdict)]| -> HashSet<String> {
-        judged
-            .iter()
-            .filter_map(|(_, v)| match v {
-                Verdict::Routed(refs) => Some(refs.iter().map(|r| r.0.clone()).collect::<Vec<_>>()),
-                _ => None,
-            })
-            .flatten()
-            .collect()
-    };
     assert!(
-        names(&created).contains("session_keys"),
+        tables_of(&created).contains("session_keys"),
         "a keyed creation reads its key"
     );
 
@@ -841,7 +913,7 @@ async fn drive(client: &mut Client) {
     )
     .await;
     let appended = check("Append", take());
-    let tables = names(&appended);
+    let tables = tables_of(&appended);
     for table in [
         "nodes",
         "blobs",
@@ -880,7 +952,11 @@ async fn drive(client: &mut Client) {
         .into_inner();
     assert!(plan.needed, "the session needs a summary under this budget");
     let prepared = check("PrepareCompaction", take());
-    assert!(names(&prepared).contains("compaction_owners"));
+    assert!(tables_of(&prepared).contains("compaction_owners"));
+    // Two more plans at the same head: one to cancel, one left open when the session goes.
+    let cancelled = prepare(client, &session, budget).await;
+    let open = prepare(client, &session, budget).await;
+    check("PrepareCompaction", take());
 
     let outcome = client
         .commit_summary(pb::CommitSummaryRequest {
@@ -892,11 +968,71 @@ async fn drive(client: &mut Client) {
         .expect("CommitSummary")
         .into_inner();
     let committed = check("CommitSummary", take());
-    assert!(names(&committed).contains("compaction_owners"));
+    assert!(tables_of(&committed).contains("compaction_owners"));
     assert!(
-        names(&committed).contains("summaries"),
+        tables_of(&committed).contains("summaries"),
         "the summary was stored: {outcome:?}"
     );
+
+    // A plan cancelled, and the server summarizer's output kept for one the session used.
+    cancel(client, &cancelled).await.expect("CancelCompaction");
+    let judged = check("CancelCompaction", take());
+    assert!(tables_of(&judged).contains("compaction_owners"));
+    let session_id = ctxd::domain::SessionId::parse("session_id", &session).expect("an id");
+    store
+        .save_summarizer_output(session_id, &ctxd::domain::Hash([7; 32]), "a summary")
+        .await
+        .expect("save the summarizer's output");
+    let judged = check("summarizer output", take());
+    assert!(tables_of(&judged).contains("summarizer_sources"));
+
+    // Deleting the session with a plan open: each row of the tables keyed otherwise (its
+    // creation key, its plans' owners, its summarizer outputs, the open plan's tombstone) is
+    // named by its own key.
+    client
+        .delete_session(pb::DeleteSessionRequest {
+            session_id: session.clone(),
+        })
+        .await
+        .expect("DeleteSession");
+    let judged = check("DeleteSession", take());
+    let tables = tables_of(&judged);
+    for table in [
+        "session_keys",
+        "compaction_owners",
+        "tombstone_plans",
+        "summarizer_outputs",
+        "summarizer_sources",
+        "tombstones",
+        "nodes",
+    ] {
+        assert!(
+            tables.contains(table),
+            "the deletion touched {table}: {tables:?}"
+        );
+    }
+
+    // The answers for a plan whose session is gone and for an unknown plan, found by the plan
+    // tombstone lookup: STALE, OK, NOT_FOUND.
+    let stale = commit(client, &open)
+        .await
+        .expect("CommitSummary after the deletion");
+    assert_eq!(
+        stale.reason,
+        pb::CompactionReason::Stale as i32,
+        "{stale:?}"
+    );
+    check("CommitSummary (session deleted)", take());
+    cancel(client, &open)
+        .await
+        .expect("CancelCompaction after the deletion");
+    check("CancelCompaction (session deleted)", take());
+    let unknown = uuid::Uuid::now_v7().to_string();
+    let status = commit(client, &unknown).await.expect_err("an unknown plan");
+    assert_eq!(status.code(), tonic::Code::NotFound, "{status:?}");
+    let status = cancel(client, &unknown).await.expect_err("an unknown plan");
+    assert_eq!(status.code(), tonic::Code::NotFound, "{status:?}");
+    check("CommitSummary, CancelCompaction (unknown plan)", take());
 
     // The control: listing a tenant's sessions is the one cross-session read, and the rule
     // must see that it names no session.
@@ -927,7 +1063,11 @@ async fn every_hot_path_statement_names_its_routing_key() {
     let (name, url) = create_database(&server).await;
     // On its own task, so a failure still drops the database before it is reported.
     let run = tokio::spawn(async move {
-        let store = Store::connect(&url, Config::default())
+        let config = Config {
+            pg_batch_per_session: true,
+            ..Config::default()
+        };
+        let store = Store::connect(&url, config)
             .await
             .expect("connect the store");
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
@@ -947,8 +1087,9 @@ async fn every_hot_path_statement_names_its_routing_key() {
             .await
             .expect("connect");
         let mut client = ContextStoreClient::new(channel);
-        drive(&mut client).await;
+        drive(&mut client, &store).await;
         drop(client);
+        every_table_is_distributed(&url).await;
         let _ = stop.send(());
         served.await.expect("serve task").expect("serve");
         store.close().await;
@@ -957,6 +1098,38 @@ async fn every_hot_path_statement_names_its_routing_key() {
     drop_database(&server, &name).await;
     if let Err(e) = run {
         std::panic::resume_unwind(e.into_panic());
+    }
+}
+
+/// ctxd distributes every table of its schema on Citus, by the key this test routes it by.
+async fn every_table_is_distributed(url: &str) {
+    let mut conn = sqlx::PgConnection::connect(url).await.expect("connect");
+    let tables: Vec<String> = sqlx::query_scalar(
+        "SELECT table_name::TEXT FROM information_schema.tables
+         WHERE table_schema = current_schema() AND table_type = 'BASE TABLE'
+           AND table_name <> '_sqlx_migrations'",
+    )
+    .fetch_all(&mut conn)
+    .await
+    .expect("list the tables");
+    conn.close().await.ok();
+    let distributed: HashMap<&str, &str> = ctxd::store::DISTRIBUTION
+        .iter()
+        .map(|&(table, column, _)| (table, column))
+        .collect();
+    for table in &tables {
+        assert!(
+            distributed.contains_key(table.as_str()),
+            "{table} is in the schema but ctxd does not distribute it"
+        );
+    }
+    assert_eq!(distributed.len(), tables.len(), "{tables:?}");
+    for (table, column) in distributed {
+        let (key, _) = routing_key(table).unwrap_or_else(|| panic!("{table}: no routing key"));
+        assert_eq!(
+            key, column,
+            "{table} is distributed by the key it is routed by"
+        );
     }
 }
 
@@ -970,8 +1143,10 @@ fn the_rule_accepts_keyed_statements() {
         "SELECT b.name, n.hash FROM branches b LEFT JOIN nodes n ON n.session_id = b.session_id \
          AND n.id = b.head_id WHERE b.session_id = $1",
         "INSERT INTO nodes (session_id, id) VALUES ($1, $2), ($3, $4)",
-        "UPDATE branches SET head_id = v.head_id FROM (VALUES ($1, $2, $3)) AS v (session_id, \
-         name, head_id) WHERE branches.session_id = v.session_id AND branches.name = v.name",
+        "UPDATE branches SET head_id = $1, updated_at_ms = $2 WHERE session_id = $3 AND name = $4",
+        "DELETE FROM compaction_owners WHERE id = ANY($1)",
+        "DELETE FROM summarizer_outputs WHERE source_key = ANY($1::bytea[])",
+        "SELECT session_id FROM tombstone_plans WHERE compaction_id = $1",
         "SELECT node_id FROM pins WHERE session_id = $1 AND ($2::text IS NULL OR x = $2)",
         "SELECT request_hash, session_id FROM session_keys WHERE tenant = $1 AND key = $2",
         "COMMIT",
@@ -994,6 +1169,16 @@ fn the_rule_refuses_statements_without_their_key() {
         "SELECT id FROM sessions WHERE tenant = $1 ORDER BY id DESC LIMIT $2",
         "SELECT text FROM summarizer_outputs WHERE created_at_ms = $1",
         "SELECT 1 FROM some_new_table WHERE session_id = $1",
+        // Through a VALUES list, which Citus cannot prune by.
+        "UPDATE branches SET head_id = v.head_id FROM (VALUES ($1, $2, $3)) AS v (session_id, \
+         name, head_id) WHERE branches.session_id = v.session_id AND branches.name = v.name",
+        // Tables distributed by different keys, joined or searched by session.
+        "SELECT t.tenant FROM tombstone_plans p JOIN tombstones t ON t.session_id = p.session_id \
+         WHERE p.compaction_id = $1",
+        "DELETE FROM summarizer_outputs WHERE text IN (SELECT text FROM summaries \
+         WHERE session_id = $1)",
+        "DELETE FROM compaction_owners WHERE session_id = $1",
+        "DELETE FROM session_keys WHERE session_id = $1",
     ] {
         assert!(!classify(sql).is_ok(), "{sql}: {:?}", classify(sql));
     }

@@ -122,9 +122,16 @@ struct StorageArgs {
     /// while reads keep working.
     #[arg(long, env = "CTXD_MAX_DB_BYTES", value_parser = clap::value_parser!(u64).range(1..))]
     max_db_bytes: Option<u64>,
-    /// Connections to PostgreSQL for reads and writes (the group committer keeps two more).
+    /// Connections to PostgreSQL for reads and writes (the group committer keeps two more; on
+    /// Citus, one per commit lane, 8).
     #[arg(long, env = "CTXD_PG_POOL_SIZE", default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..))]
     pg_pool_size: u32,
+    /// On a PostgreSQL database with the `citus` extension, do not distribute ctxd's tables
+    /// at start: the operator distributes them (docs/scaling.md). By default ctxd distributes
+    /// by session, co-located, every table not yet distributed, those of later migrations
+    /// included.
+    #[arg(long, env = "CTXD_NO_DISTRIBUTE")]
+    no_distribute: bool,
     /// Deletes sessions no branch of which moved for this many days, in the background (at
     /// start, then hourly), at most --retention-batch at a time; each batch is logged and
     /// counted in `ctxd_retention_batches_total`. Off by default.
@@ -149,6 +156,8 @@ impl StorageArgs {
             busy_timeout: std::time::Duration::from_millis(self.busy_timeout_ms),
             pg_pool_size: self.pg_pool_size,
             max_db_bytes: self.max_db_bytes,
+            distribute: !self.no_distribute,
+            ..crate::store::Config::default()
         }
     }
 }

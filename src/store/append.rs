@@ -7,8 +7,9 @@ use super::commit::{Job, Message};
 use super::{Error, Result, Scoped, Store};
 use crate::domain::{BranchName, NodeContent, NodeId};
 
-/// Where an append goes.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+/// Where an append goes. Ordered (a session's branches, then its functions) so a batch locks
+/// its targets in one order.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum AppendTarget {
     Branch(BranchName),
     /// The internal chain of a running function.

@@ -281,13 +281,15 @@ pub(super) trait AppendTx: Lookups {
 /// A write transaction. Dropped without [`WriteTx::commit`], it rolls back.
 #[async_trait]
 pub(super) trait WriteTx: Reads + AppendTx {
-    /// A session row and its empty `main` branch.
+    /// A session row (remembering the creation key it is made with, if any) and its empty
+    /// `main` branch.
     async fn insert_session(
         &mut self,
         id: SessionId,
         tenant: &Tenant,
         now: i64,
         metadata: &BTreeMap<String, String>,
+        creation_key: Option<&str>,
     ) -> Result<()>;
 
     /// `false`: the tenant used the key already (a concurrent creation won), nothing was
@@ -365,6 +367,13 @@ pub(super) trait WriteTx: Reads + AppendTx {
     /// Keeps (or replaces) the summarizer's output for a source.
     async fn save_summarizer_output(&mut self, source: &Hash, text: &str, now: i64) -> Result<()>;
 
+    /// Records that `session` used the summarizer's output for `source`, where a deletion
+    /// finds it by session (PostgreSQL: the outputs are distributed by source, so a deletion
+    /// names each by its key); `false` when the engine keeps no such record (SQLite finds a
+    /// session's outputs by their text).
+    async fn record_summarizer_source(&mut self, session: SessionId, source: &Hash)
+    -> Result<bool>;
+
     async fn commit(self: Box<Self>) -> Result<()>;
 
     async fn rollback(self: Box<Self>) -> Result<()>;
@@ -374,6 +383,16 @@ pub(super) trait WriteTx: Reads + AppendTx {
 /// (`AppendTx`), committed, again and again.
 #[async_trait]
 pub(super) trait CommitterConnection: AppendTx {
+    /// Whether the database is distributed, so a batch is split by shard ([`Self::shards`]).
+    fn sharded(&self) -> bool {
+        false
+    }
+
+    /// The shard each of `sessions` lives on, in order (asked only when [`Self::sharded`]).
+    async fn shards(&mut self, sessions: &[SessionId]) -> Result<Vec<i64>> {
+        Ok(vec![0; sessions.len()])
+    }
+
     async fn begin(&mut self) -> Result<()>;
     async fn commit(&mut self) -> Result<()>;
     /// Undoes what the open transaction wrote, if the engine has not done so already.

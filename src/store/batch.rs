@@ -58,6 +58,34 @@ impl<'c> Batch<'c> {
         Batch::new(&NO_TARGETS, &NO_BLOBS, now)
     }
 
+    /// Reads, and where the engine locks rows thereby locks, the targets of `requests` in one
+    /// fixed order (by session, then branch or function), before any is checked: two
+    /// transactions that take the same rows in the same order queue rather than deadlock.
+    /// A target that is not there is left to its append to report. (A function that a result
+    /// closes is found only by checking the append, and locked then.)
+    pub(super) async fn lock_targets(
+        &mut self,
+        tx: &mut (impl AppendTx + ?Sized),
+        requests: &[AppendRequest],
+    ) -> Result<()> {
+        let mut keys: Vec<TargetKey> = requests
+            .iter()
+            .map(|r| (r.session.id(), r.target.clone()))
+            .collect();
+        keys.sort_unstable();
+        keys.dedup();
+        if keys.len() < 2 {
+            return Ok(());
+        }
+        for key in &keys {
+            match self.state(tx, key).await {
+                Ok(_) | Err(Error::Domain(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
     /// Checks one append (whose fingerprint is `request_hash` when it has an idempotency key)
     /// against the state this batch has reached and plans its writes.
     pub(super) async fn append(

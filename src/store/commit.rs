@@ -3,10 +3,16 @@
 //! acknowledged after its COMMIT: a batch shares one durable commit (one fsync on SQLite).
 //!
 //! The backend chooses where the loop runs (SQLite: a thread of its own over a synchronous
-//! connection, so a batch makes no thread hop per statement).
+//! connection, so a batch makes no thread hop per statement), and whether a batch is split:
+//! on a distributed database (Citus) each transaction holds the appends of one shard, so it
+//! commits on one node in one phase, and the shards' transactions run at once, one per lane
+//! (connection).
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
+use futures_util::future::join_all;
 use tokio::sync::{mpsc, oneshot};
 
 use super::append::{AppendOutcome, AppendRequest, AppendTarget};
@@ -85,15 +91,59 @@ pub(super) struct KnownBlobs(pub(super) HashSet<(SessionId, Hash)>);
 /// Blobs remembered at most (48 bytes each); past that the set starts over.
 const KNOWN_BLOBS: usize = 200_000;
 
-/// Takes appends off the inbox and writes every one waiting in one transaction, then one
-/// COMMIT for all; stops when told to close or when every sender is gone.
+/// What the committer counts, for tests and operators (also exported as metrics).
+#[derive(Debug, Default)]
+pub struct CommitStats {
+    batches: AtomicU64,
+    transactions: AtomicU64,
+    conflict_retries: AtomicU64,
+}
+
+/// [`CommitStats`] read at one moment.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CommitCounts {
+    /// Batches taken off the inbox.
+    pub batches: u64,
+    /// Transactions committed for them (more than batches where a batch is split by shard).
+    pub transactions: u64,
+    /// Transactions rolled back and tried again because the engine broke a lock cycle or a
+    /// concurrent writer took a key first.
+    pub conflict_retries: u64,
+}
+
+impl CommitStats {
+    pub fn counts(&self) -> CommitCounts {
+        CommitCounts {
+            batches: self.batches.load(Ordering::Relaxed),
+            transactions: self.transactions.load(Ordering::Relaxed),
+            conflict_retries: self.conflict_retries.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Sessions whose shard is remembered at most; past that the map starts over.
+const KNOWN_SHARDS: usize = 100_000;
+
+/// One transaction's worth of a batch: its appends, with where each came in.
+struct Group {
+    requests: Vec<AppendRequest>,
+    fingerprints: Vec<Option<Hash>>,
+    replies: Vec<oneshot::Sender<Result<AppendOutcome>>>,
+}
+
+/// Takes appends off the inbox and writes every one waiting in one transaction per shard (one
+/// in all on an undistributed database), then one COMMIT each; stops when told to close or
+/// when every sender is gone. `lanes` are the connections shards' transactions run on at once.
 pub(super) async fn group_committer(
-    mut conn: Box<dyn CommitterConnection>,
+    mut lanes: Vec<Box<dyn CommitterConnection>>,
     mut inbox: mpsc::Receiver<Message>,
     changes: Changes,
+    stats: Arc<CommitStats>,
 ) {
+    assert!(!lanes.is_empty(), "the committer has a connection");
     let mut targets = TargetCache::default();
     let mut blobs = KnownBlobs::default();
+    let mut shards: HashMap<SessionId, i64> = HashMap::new();
     let mut closing = None;
     while closing.is_none() {
         let mut batch = Vec::new();
@@ -112,46 +162,149 @@ pub(super) async fn group_committer(
         if batch.is_empty() {
             continue;
         }
-        let mut requests = Vec::with_capacity(batch.len());
-        let mut fingerprints = Vec::with_capacity(batch.len());
-        let mut replies = Vec::with_capacity(batch.len());
-        for job in batch {
-            requests.push(job.request);
-            fingerprints.push(job.fingerprint);
-            replies.push(job.reply);
+        stats.batches.fetch_add(1, Ordering::Relaxed);
+        let groups = split_by_shard(&mut *lanes[0], &mut shards, batch).await;
+        // Each lane writes its share of the groups one after another; the lanes run at once.
+        let lane_count = lanes.len();
+        let mut shares: Vec<Vec<Group>> = (0..lane_count).map(|_| Vec::new()).collect();
+        for (i, group) in groups.into_iter().enumerate() {
+            shares[i % lane_count].push(group);
         }
-        match write_batch(&mut *conn, &mut requests, &fingerprints, &targets, &blobs).await {
-            Ok(done) => {
-                done.remember(&mut targets, &mut blobs);
-                // After the COMMIT: a watcher woken now reads the batch.
-                let sessions: HashSet<SessionId> = done.seen.keys().map(|key| key.0).collect();
-                for session in sessions {
-                    changes.touched(session);
-                }
-                for (reply, outcome) in replies.into_iter().zip(done.outcomes) {
-                    // The caller may have gone (cancelled); its append is durable all the
-                    // same, and a retry with its idempotency key returns this answer.
-                    let _ = reply.send(outcome);
-                }
-            }
-            Err(e) => {
-                // Kept with each answer: a full disk and a busy lock are told apart from a
-                // defect. A rolled-back batch changed nothing the caches remember.
-                let fault = e.fault().unwrap_or(Fault::Internal);
-                let detail = e.to_string();
-                tracing::error!(error = %detail, appends = replies.len(), "group commit failed");
-                for reply in replies {
-                    let _ = reply.send(Err(Error::Batch {
-                        fault,
-                        detail: detail.clone(),
-                    }));
-                }
-            }
+        let (targets_now, blobs_now, stats_now) = (&targets, &blobs, &*stats);
+        let written = join_all(
+            lanes
+                .iter_mut()
+                .zip(shares)
+                .map(|(conn, share)| async move {
+                    let mut done = Vec::with_capacity(share.len());
+                    for mut group in share {
+                        let result = write_batch(
+                            &mut **conn,
+                            &mut group.requests,
+                            &group.fingerprints,
+                            targets_now,
+                            blobs_now,
+                            stats_now,
+                        )
+                        .await;
+                        done.push((group.replies, result));
+                    }
+                    done
+                }),
+        )
+        .await;
+        for (replies, result) in written.into_iter().flatten() {
+            answer(&changes, &mut targets, &mut blobs, replies, result);
         }
     }
-    conn.close().await;
+    for conn in lanes {
+        conn.close().await;
+    }
     if let Some(reply) = closing {
         let _ = reply.send(());
+    }
+}
+
+/// The batch as transactions: one per shard where the database is distributed (a session's
+/// appends stay together and in order), else one.
+async fn split_by_shard(
+    conn: &mut dyn CommitterConnection,
+    shards: &mut HashMap<SessionId, i64>,
+    batch: Vec<Job>,
+) -> Vec<Group> {
+    let group = |jobs: Vec<Job>| {
+        let mut group = Group {
+            requests: Vec::with_capacity(jobs.len()),
+            fingerprints: Vec::with_capacity(jobs.len()),
+            replies: Vec::with_capacity(jobs.len()),
+        };
+        for job in jobs {
+            group.requests.push(job.request);
+            group.fingerprints.push(job.fingerprint);
+            group.replies.push(job.reply);
+        }
+        group
+    };
+    if !conn.sharded() {
+        return vec![group(batch)];
+    }
+    let mut unknown: Vec<SessionId> = batch
+        .iter()
+        .map(|job| job.request.session.id())
+        .filter(|session| !shards.contains_key(session))
+        .collect();
+    unknown.sort_unstable();
+    unknown.dedup();
+    if !unknown.is_empty() {
+        if shards.len() + unknown.len() > KNOWN_SHARDS {
+            shards.clear();
+        }
+        match conn.shards(&unknown).await {
+            Ok(found) => shards.extend(unknown.iter().copied().zip(found)),
+            // Not knowing the shard costs only concurrency: such a session's appends form a
+            // transaction of their own, which is on one shard all the same.
+            Err(e) => tracing::warn!(error = %e, "looking up sessions' shards failed"),
+        }
+    }
+    let mut by_shard: Vec<(Transaction, Vec<Job>)> = Vec::new();
+    for job in batch {
+        let session = job.request.session.id();
+        let key = match shards.get(&session) {
+            Some(shard) => Transaction::Shard(*shard),
+            None => Transaction::Session(session),
+        };
+        match by_shard.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, jobs)) => jobs.push(job),
+            None => by_shard.push((key, vec![job])),
+        }
+    }
+    by_shard.into_iter().map(|(_, jobs)| group(jobs)).collect()
+}
+
+/// What a batch's transaction holds the appends of.
+#[derive(PartialEq, Eq)]
+enum Transaction {
+    Shard(i64),
+    /// A session whose shard is not known.
+    Session(SessionId),
+}
+
+/// Answers the appends of one transaction (after its COMMIT, or with why it failed) and
+/// remembers what it committed.
+fn answer(
+    changes: &Changes,
+    targets: &mut TargetCache,
+    blobs: &mut KnownBlobs,
+    replies: Vec<oneshot::Sender<Result<AppendOutcome>>>,
+    result: Result<CommittedBatch>,
+) {
+    match result {
+        Ok(done) => {
+            done.remember(targets, blobs);
+            // After the COMMIT: a watcher woken now reads the batch.
+            let sessions: HashSet<SessionId> = done.seen.keys().map(|key| key.0).collect();
+            for session in sessions {
+                changes.touched(session);
+            }
+            for (reply, outcome) in replies.into_iter().zip(done.outcomes) {
+                // The caller may have gone (cancelled); its append is durable all the same,
+                // and a retry with its idempotency key returns this answer.
+                let _ = reply.send(outcome);
+            }
+        }
+        Err(e) => {
+            // Kept with each answer: a full disk and a busy lock are told apart from a defect.
+            // A rolled-back batch changed nothing the caches remember.
+            let fault = e.fault().unwrap_or(Fault::Internal);
+            let detail = e.to_string();
+            tracing::error!(error = %detail, appends = replies.len(), "group commit failed");
+            for reply in replies {
+                let _ = reply.send(Err(Error::Batch {
+                    fault,
+                    detail: detail.clone(),
+                }));
+            }
+        }
     }
 }
 
@@ -164,6 +317,7 @@ async fn write_batch(
     fingerprints: &[Option<Hash>],
     targets: &TargetCache,
     blobs: &KnownBlobs,
+    stats: &CommitStats,
 ) -> Result<CommittedBatch> {
     let mut attempt = 1;
     loop {
@@ -173,12 +327,19 @@ async fn write_batch(
             conn.rollback().await;
         }
         match written {
-            // The engine broke a lock cycle with another writer (another replica's batch took
-            // the same branches in another order): nothing was written, so the batch is
-            // checked and written again from what is stored now.
+            // The engine broke a lock cycle with another writer, or another writer took an
+            // idempotency key first: nothing was written, so the batch is checked and written
+            // again from what is stored now. (Targets are locked in one order, so a cycle
+            // needs a function a result closes, which is locked when it is found.)
             Err(e) if e.fault() == Some(Fault::Conflict) && attempt < BATCH_ATTEMPTS => {
                 tracing::warn!(error = %e, attempt, "group commit conflicted; retrying");
+                stats.conflict_retries.fetch_add(1, Ordering::Relaxed);
+                metrics::counter!("ctxd_commit_retries_total").increment(1);
                 attempt += 1;
+            }
+            Ok(done) => {
+                stats.transactions.fetch_add(1, Ordering::Relaxed);
+                return Ok(done);
             }
             other => return other,
         }
@@ -196,6 +357,7 @@ async fn check_and_write(
     blobs: &KnownBlobs,
 ) -> Result<CommittedBatch> {
     let mut batch = Batch::new(targets, blobs, now_ms());
+    batch.lock_targets(conn, requests).await?;
     let mut outcomes = Vec::with_capacity(requests.len());
     for (request, fingerprint) in requests.iter_mut().zip(fingerprints) {
         match batch.append(conn, request, *fingerprint).await {

@@ -254,8 +254,20 @@ impl Store {
         self.read().await?.summarizer_output(source).await
     }
 
-    pub async fn save_summarizer_output(&self, source: &Hash, text: &str) -> Result<()> {
+    /// Keeps the summarizer's output for `source`, which `session` used. Where the engine
+    /// records the use, it commits that first on its own: the record and the output are
+    /// distributed by different keys, and a record without its output is harmless.
+    pub async fn save_summarizer_output(
+        &self,
+        session: SessionId,
+        source: &Hash,
+        text: &str,
+    ) -> Result<()> {
         let mut tx = self.begin_write().await?;
+        if tx.record_summarizer_source(session, source).await? {
+            tx.commit().await?;
+            tx = self.begin_write().await?;
+        }
         tx.save_summarizer_output(source, text, now_ms()).await?;
         tx.commit().await
     }

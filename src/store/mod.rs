@@ -38,10 +38,14 @@ use crate::domain;
 pub use append::{AppendOutcome, AppendRequest, AppendTarget};
 pub use backend::Footprint;
 pub use clock::now_ms;
+pub use commit::{CommitCounts, CommitStats};
 pub use compaction::{Applied, CompactionPlan, PlanState};
 pub use idempotency::CreationKey;
 pub use lifecycle::Deletion;
 pub use open::{Config, Database, Store};
+/// The tables ctxd distributes on a Citus cluster: each with its distribution column and what it
+/// is co-located with.
+pub use postgres::DISTRIBUTION;
 pub use reads::PathTarget;
 pub use scope::{Scoped, ScopedPlan};
 pub use watch::{Change, Position};

@@ -9,7 +9,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::backend::{Backend, Reads, WriteTx};
 use super::changes::Changes;
-use super::commit::Message;
+use super::commit::{CommitCounts, CommitStats, Message};
 use super::reads::ReadCache;
 use super::{Error, Result, postgres, sqlite};
 
@@ -23,6 +23,8 @@ pub struct Store {
     pub(super) owners: super::scope::SharedOwners,
     /// Signalled after every committed write, with its session: watchers wake on it.
     pub(super) changes: Changes,
+    /// What the group committer counted.
+    pub(super) commits: Arc<CommitStats>,
 }
 
 /// How the store opens its database: `ctxd serve`'s flags.
@@ -33,8 +35,17 @@ pub struct Config {
     pub busy_timeout: Duration,
     /// The most bytes the database may take (SQLite); `None`: as much as the disk holds.
     pub max_db_bytes: Option<u64>,
-    /// Connections to PostgreSQL for reads and writes (the group committer has two more).
+    /// Connections to PostgreSQL for reads and writes (the group committer has two more, or
+    /// one per lane on Citus).
     pub pg_pool_size: u32,
+    /// On a PostgreSQL database with the `citus` extension, distribute (and co-locate) the
+    /// tables by session at start, those of later migrations included; `false`
+    /// (`--no-distribute`) leaves it to the operator.
+    pub distribute: bool,
+    /// Commit each session's appends in a transaction of its own, as on Citus each shard's,
+    /// on an undistributed PostgreSQL database too (to test the distributed form of the
+    /// committer's statements without a cluster).
+    pub pg_batch_per_session: bool,
 }
 
 impl Default for Config {
@@ -43,6 +54,8 @@ impl Default for Config {
             busy_timeout: BUSY_TIMEOUT,
             max_db_bytes: None,
             pg_pool_size: 16,
+            distribute: true,
+            pg_batch_per_session: false,
         }
     }
 }
@@ -85,20 +98,32 @@ impl Store {
     /// [`Error::Unusable`](super::Error::Unusable), naming the file and the problem, before
     /// anything writes to it.
     pub async fn open_with(path: &Path, config: Config) -> Result<Self> {
-        let changes = Changes::new();
-        let (backend, appends) = sqlite::open(path, &config, changes.clone()).await?;
-        Ok(Self::over(backend, appends, changes))
+        let (changes, commits) = (Changes::new(), Arc::new(CommitStats::default()));
+        let (backend, appends) =
+            sqlite::open(path, &config, changes.clone(), Arc::clone(&commits)).await?;
+        Ok(Self::over(backend, appends, changes, commits))
     }
 
     /// The store over an opened backend whose group committer takes `appends`.
-    fn over(backend: Arc<dyn Backend>, appends: mpsc::Sender<Message>, changes: Changes) -> Self {
+    fn over(
+        backend: Arc<dyn Backend>,
+        appends: mpsc::Sender<Message>,
+        changes: Changes,
+        commits: Arc<CommitStats>,
+    ) -> Self {
         Self {
             backend,
             cache: Arc::default(),
             appends,
             owners: Arc::default(),
             changes,
+            commits,
         }
+    }
+
+    /// What the group committer has counted since the store opened.
+    pub fn commit_counts(&self) -> CommitCounts {
+        self.commits.counts()
     }
 
     /// Opens the database `db` names: a `postgres://` (or `postgresql://`) URL, or a SQLite
@@ -115,9 +140,10 @@ impl Store {
                             .into(),
                     });
                 }
-                let changes = Changes::new();
-                let (backend, appends) = postgres::open(&url, &config, changes.clone()).await?;
-                Ok(Self::over(backend, appends, changes))
+                let (changes, commits) = (Changes::new(), Arc::new(CommitStats::default()));
+                let (backend, appends) =
+                    postgres::open(&url, &config, changes.clone(), Arc::clone(&commits)).await?;
+                Ok(Self::over(backend, appends, changes, commits))
             }
         }
     }

@@ -114,7 +114,8 @@ pub(super) async fn start_session(
     metadata: &BTreeMap<String, String>,
     key: Option<&CreationKey>,
 ) -> Result<bool> {
-    tx.insert_session(id, tenant, now, metadata).await?;
+    tx.insert_session(id, tenant, now, metadata, key.map(|k| k.key.as_str()))
+        .await?;
     match key {
         Some(key) => tx.insert_session_key(tenant, key, id, now).await,
         None => Ok(true),

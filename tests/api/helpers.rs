@@ -119,7 +119,11 @@ impl TestDb {
     }
 
     pub async fn open(&self) -> Store {
-        Store::connect(&self.url(), ctxd::store::Config::default())
+        self.open_with(ctxd::store::Config::default()).await
+    }
+
+    pub async fn open_with(&self, config: ctxd::store::Config) -> Store {
+        Store::connect(&self.url(), config)
             .await
             .expect("open the store")
     }

@@ -10,6 +10,7 @@
 //! data names the session, so the schema can be distributed by it (docs/scaling.md).
 
 mod committer;
+mod distribute;
 mod fault;
 mod reads;
 mod writes;
@@ -24,9 +25,10 @@ use tokio::sync::mpsc;
 
 use super::backend::{Backend, Footprint, Reads, WriteTx};
 use super::changes::Changes;
-use super::commit::{MAX_BATCH, Message, group_committer};
+use super::commit::{CommitStats, MAX_BATCH, Message, group_committer};
 use super::{Config, Error, Result};
 
+pub use distribute::TABLES as DISTRIBUTION;
 pub(super) use fault::classify;
 
 /// Opens the database at `url` (a `postgres://` URL), runs the migrations and starts the group
@@ -36,6 +38,7 @@ pub(super) async fn open(
     url: &str,
     config: &Config,
     changes: Changes,
+    stats: Arc<CommitStats>,
 ) -> Result<(Arc<dyn Backend>, mpsc::Sender<Message>)> {
     let shown = redact(url);
     let unusable = |problem: String| Error::Unusable {
@@ -69,23 +72,54 @@ pub(super) async fn open(
         .run(&main)
         .await
         .map_err(|e| unusable(format!("cannot be migrated: {e}")))?;
+    let citus = distribute::citus(&main).await?;
+    if citus && config.distribute {
+        let done = distribute::distribute(&main)
+            .await
+            .map_err(|e| unusable(format!("cannot be distributed: {e}")))?;
+        if done > 0 {
+            tracing::info!(
+                tables = done,
+                "distributed the tables over the Citus cluster"
+            );
+        }
+    }
+    let batching = if citus && distribute::distributed(&main).await? {
+        committer::Batching::ByShard
+    } else if config.pg_batch_per_session {
+        committer::Batching::BySession
+    } else {
+        committer::Batching::One
+    };
+    let lanes = match batching {
+        committer::Batching::One => 1,
+        committer::Batching::ByShard | committer::Batching::BySession => COMMIT_LANES,
+    };
     let (appends, inbox) = mpsc::channel(MAX_BATCH * 4);
     // The committer's own connections: a batch never waits behind the pool's readers.
-    let batches = pool(2)
+    let batches = pool(lanes.max(2))
         .connect_with(options)
         .await
         .map_err(|e| unusable(format!("cannot be reached: {}", super::driver::message(&e))))?;
-    tokio::spawn(group_committer(
-        Box::new(Conn(committer::Committer::new(batches.clone()))),
-        inbox,
-        changes,
-    ));
+    let lanes = (0..lanes)
+        .map(|_| {
+            Box::new(Conn(committer::Committer::new(batches.clone(), batching)))
+                as Box<dyn super::backend::CommitterConnection>
+        })
+        .collect();
+    tokio::spawn(group_committer(lanes, inbox, changes, stats));
+    let routed = batching != committer::Batching::One;
     let backend = PostgresBackend {
         pool: main,
         batches,
+        citus,
+        routed,
     };
     Ok((Arc::new(backend), appends))
 }
+
+/// Transactions of one batch that run at once on a distributed database (one shard each).
+const COMMIT_LANES: u32 = 8;
 
 /// `url` without its password, for messages and logs.
 pub(super) fn redact(url: &str) -> String {
@@ -105,6 +139,10 @@ pub(super) fn redact(url: &str) -> String {
 struct PostgresBackend {
     pool: PgPool,
     batches: PgPool,
+    /// The database has the `citus` extension: its size is the cluster's.
+    citus: bool,
+    /// Writes name one session per statement (see [`Connection::routed`]).
+    routed: bool,
 }
 
 #[async_trait]
@@ -116,6 +154,7 @@ impl Backend for PostgresBackend {
     async fn begin_write(&self) -> Result<Box<dyn WriteTx>> {
         Ok(Box::new(Conn(Write {
             tx: self.pool.begin().await?,
+            routed: self.routed,
         })))
     }
 
@@ -142,9 +181,16 @@ impl Backend for PostgresBackend {
     }
 
     async fn footprint(&self) -> Result<Footprint> {
-        let bytes: i64 = sqlx::query_scalar("SELECT pg_database_size(current_database())")
-            .fetch_one(&self.pool)
-            .await?;
+        // On Citus the shards are on the workers: the coordinator's database plus every
+        // distributed table's shards, as Citus measures them.
+        let sql = if self.citus {
+            "SELECT (pg_database_size(current_database())
+                     + coalesce((SELECT sum(citus_total_relation_size(logicalrelid))
+                                 FROM pg_dist_partition), 0))::BIGINT"
+        } else {
+            "SELECT pg_database_size(current_database())"
+        };
+        let bytes: i64 = sqlx::query_scalar(sql).fetch_one(&self.pool).await?;
         Ok(Footprint {
             bytes: u64::try_from(bytes).unwrap_or(0),
             free_bytes: 0,
@@ -165,6 +211,7 @@ impl Backend for PostgresBackend {
 /// A transaction on the pool. Dropped without commit, it rolls back.
 struct Write {
     tx: sqlx::Transaction<'static, Postgres>,
+    routed: bool,
 }
 
 /// A connection the reads run on: a reader's, a write's or the committer's. In a write, the
@@ -172,6 +219,13 @@ struct Write {
 trait Connection: Send {
     fn conn(&mut self) -> &mut PgConnection;
     fn locks(&self) -> bool;
+
+    /// Every write names one session with constants (a distributed database, where a
+    /// statement over rows of several sessions goes to every shard): a batch's head updates
+    /// are one statement per head, not one over a VALUES list.
+    fn routed(&self) -> bool {
+        false
+    }
 }
 
 /// A connection as the store's seam sees it (this backend's, so its impls of the seam's
@@ -185,6 +239,10 @@ impl<C: Connection> Conn<C> {
 
     fn locks(&self) -> bool {
         self.0.locks()
+    }
+
+    fn routed(&self) -> bool {
+        self.0.routed()
     }
 }
 
@@ -205,5 +263,9 @@ impl Connection for Write {
 
     fn locks(&self) -> bool {
         true
+    }
+
+    fn routed(&self) -> bool {
+        self.routed
     }
 }

@@ -15,7 +15,7 @@ use crate::store::append::AppendOutcome;
 use crate::store::backend::{BranchStart, Lookups, Reads, SessionRow, StoredBlob};
 use crate::store::compaction::CompactionPlan;
 use crate::store::decode::{self, Columns, SUMMARY_COLUMNS, TOMBSTONE_COLUMNS};
-use crate::store::rows::NodeRow;
+use crate::store::rows::{NodeRow, uuid_from};
 use crate::store::{Error, Result};
 
 const NODE_COLUMNS: &str =
@@ -448,15 +448,17 @@ impl<C: Connection> Reads for Conn<C> {
     }
 
     async fn plan_tombstone(&mut self, id: CompactionId) -> Result<Option<Tombstone>> {
-        let sql = format!(
-            "SELECT {TOMBSTONE_COLUMNS} FROM tombstone_plans p
-             JOIN tombstones t ON t.session_id = p.session_id WHERE p.compaction_id = $1"
-        );
-        let row = sqlx::query(sqlx::AssertSqlSafe(sql))
-            .bind(id.as_bytes().as_slice())
-            .fetch_optional(self.conn())
-            .await?;
-        row.as_ref().map(decode::tombstone).transpose()
+        // Two lookups, each by its table's own key: the plans are distributed by plan id, the
+        // tombstones by session, and Citus refuses a join between them.
+        let session: Option<Vec<u8>> =
+            sqlx::query_scalar("SELECT session_id FROM tombstone_plans WHERE compaction_id = $1")
+                .bind(id.as_bytes().as_slice())
+                .fetch_optional(self.conn())
+                .await?;
+        match uuid_from(session, "session_id")? {
+            Some(session) => self.tombstone(SessionId::from_bytes(session)).await,
+            None => Ok(None),
+        }
     }
 
     async fn idle_sessions(&mut self, before_ms: i64, limit: u32) -> Result<Vec<SessionId>> {

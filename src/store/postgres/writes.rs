@@ -88,6 +88,62 @@ impl<C: Connection> AppendTx for Conn<C> {
             .execute(self.conn())
             .await?;
         }
+        self.update_heads(rows).await?;
+        for chunk in rows.pins.chunks(ROWS_PER_STATEMENT) {
+            let mut sql =
+                QueryBuilder::new("INSERT INTO pins (session_id, node_id, pinned, created_at_ms) ");
+            sql.push_values(chunk, |mut row, (session, node, at)| {
+                row.push_bind(sid(*session))
+                    .push_bind(id(*node))
+                    .push_bind(1_i64)
+                    .push_bind(*at);
+            });
+            run(self, sql).await?;
+        }
+        for chunk in rows.idempotency.chunks(ROWS_PER_STATEMENT) {
+            let mut sql = QueryBuilder::new(
+                "INSERT INTO idempotency (session_id, key, request_hash, response, created_at_ms) ",
+            );
+            sql.push_values(chunk, |mut row, record| {
+                row.push_bind(sid(record.session))
+                    .push_bind(record.key.clone())
+                    .push_bind(record.request_hash.0.to_vec())
+                    .push_bind(record.response.clone())
+                    .push_bind(record.created_at_ms);
+            });
+            run(self, sql).await?;
+        }
+        Ok(())
+    }
+}
+
+impl<C: Connection> Conn<C> {
+    /// Moves the batch's branch and function heads (their rows are locked already).
+    async fn update_heads(&mut self, rows: &BatchRows) -> Result<()> {
+        if self.routed() {
+            // One statement per head, its session a constant: routed to one shard.
+            for ((session, name), (head, at)) in &rows.branch_heads {
+                sqlx::query(
+                    "UPDATE branches SET head_id = $1, updated_at_ms = $2
+                     WHERE session_id = $3 AND name = $4",
+                )
+                .bind(id(*head))
+                .bind(*at)
+                .bind(sid(*session))
+                .bind(name.as_str())
+                .execute(self.conn())
+                .await?;
+            }
+            for ((session, function), head) in &rows.function_heads {
+                sqlx::query("UPDATE functions SET head_id = $1 WHERE session_id = $2 AND id = $3")
+                    .bind(id(*head))
+                    .bind(sid(*session))
+                    .bind(id(*function))
+                    .execute(self.conn())
+                    .await?;
+            }
+            return Ok(());
+        }
         let heads: Vec<_> = rows.branch_heads.iter().collect();
         for chunk in heads.chunks(ROWS_PER_STATEMENT) {
             let mut sql = QueryBuilder::new(
@@ -119,30 +175,6 @@ impl<C: Connection> AppendTx for Conn<C> {
             );
             run(self, sql).await?;
         }
-        for chunk in rows.pins.chunks(ROWS_PER_STATEMENT) {
-            let mut sql =
-                QueryBuilder::new("INSERT INTO pins (session_id, node_id, pinned, created_at_ms) ");
-            sql.push_values(chunk, |mut row, (session, node, at)| {
-                row.push_bind(sid(*session))
-                    .push_bind(id(*node))
-                    .push_bind(1_i64)
-                    .push_bind(*at);
-            });
-            run(self, sql).await?;
-        }
-        for chunk in rows.idempotency.chunks(ROWS_PER_STATEMENT) {
-            let mut sql = QueryBuilder::new(
-                "INSERT INTO idempotency (session_id, key, request_hash, response, created_at_ms) ",
-            );
-            sql.push_values(chunk, |mut row, record| {
-                row.push_bind(sid(record.session))
-                    .push_bind(record.key.clone())
-                    .push_bind(record.request_hash.0.to_vec())
-                    .push_bind(record.response.clone())
-                    .push_bind(record.created_at_ms);
-            });
-            run(self, sql).await?;
-        }
         Ok(())
     }
 }
@@ -155,14 +187,17 @@ impl WriteTx for Conn<Write> {
         tenant: &Tenant,
         now: i64,
         metadata: &BTreeMap<String, String>,
+        creation_key: Option<&str>,
     ) -> Result<()> {
         sqlx::query(
-            "INSERT INTO sessions (id, tenant, created_at_ms, metadata) VALUES ($1, $2, $3, $4)",
+            "INSERT INTO sessions (id, tenant, created_at_ms, metadata, create_key)
+             VALUES ($1, $2, $3, $4, $5)",
         )
         .bind(sid(id))
         .bind(tenant.as_str())
         .bind(now)
         .bind(metadata_json(metadata))
+        .bind(creation_key)
         .execute(&mut *self.0.tx)
         .await?;
         sqlx::query("INSERT INTO branches (session_id, name, updated_at_ms) VALUES ($1, $2, $3)")
@@ -417,11 +452,12 @@ impl WriteTx for Conn<Write> {
         let session = sid(tombstone.session);
         let (nodes, branches, summaries, blobs, blob_bytes): (i64, i64, i64, i64, i64) =
             sqlx::query_as(
-                "SELECT (SELECT count(*) FROM nodes WHERE session_id = $1),
-                        (SELECT count(*) FROM branches WHERE session_id = $1),
-                        (SELECT count(*) FROM summaries WHERE session_id = $1),
-                        (SELECT count(*) FROM blobs WHERE session_id = $1),
-                        (SELECT coalesce(sum(size), 0)::BIGINT FROM blobs WHERE session_id = $1)",
+                "SELECT (SELECT count(*) FROM nodes n WHERE n.session_id = $1),
+                        (SELECT count(*) FROM branches b WHERE b.session_id = $1),
+                        (SELECT count(*) FROM summaries s WHERE s.session_id = $1),
+                        (SELECT count(*) FROM blobs c WHERE c.session_id = $1),
+                        (SELECT coalesce(sum(d.size), 0)::BIGINT FROM blobs d
+                         WHERE d.session_id = $1)",
             )
             .bind(&session)
             .fetch_one(self.conn())
@@ -429,23 +465,65 @@ impl WriteTx for Conn<Write> {
         tombstone.nodes = u64::try_from(nodes).unwrap_or(0);
         tombstone.branches = u32::try_from(branches).unwrap_or(u32::MAX);
         tombstone.summaries = u32::try_from(summaries).unwrap_or(u32::MAX);
+        // The rows of the tables distributed by another key are each named by that key, found
+        // first through the session's own rows: under Citus a statement on them by session
+        // would go to every shard.
+        let plans: Vec<(Vec<u8>, String)> =
+            sqlx::query_as("SELECT id, state FROM compactions WHERE session_id = $1")
+                .bind(&session)
+                .fetch_all(self.conn())
+                .await?;
+        let plan_ids: Vec<Vec<u8>> = plans.iter().map(|(id, _)| id.clone()).collect();
+        if !plan_ids.is_empty() {
+            sqlx::query("DELETE FROM compaction_owners WHERE id = ANY($1)")
+                .bind(&plan_ids)
+                .execute(self.conn())
+                .await?;
+        }
+        // The plans it found open, so their commit is answered as stale, not as unknown.
+        for (plan, _) in plans
+            .iter()
+            .filter(|(_, state)| state == PlanState::Open.as_str())
+        {
+            sqlx::query("INSERT INTO tombstone_plans (compaction_id, session_id) VALUES ($1, $2)")
+                .bind(plan)
+                .bind(&session)
+                .execute(self.conn())
+                .await?;
+        }
+        let (create_key, sources): (Option<String>, Vec<Vec<u8>>) = sqlx::query_as(
+            "SELECT s.create_key, ARRAY(SELECT u.source_key FROM summarizer_sources u
+                                        WHERE u.session_id = $1)
+             FROM sessions s WHERE s.id = $1",
+        )
+        .bind(&session)
+        .fetch_one(self.conn())
+        .await?;
+        if let Some(key) = create_key {
+            sqlx::query("DELETE FROM session_keys WHERE tenant = $1 AND key = $2")
+                .bind(tombstone.tenant.as_str())
+                .bind(key)
+                .execute(self.conn())
+                .await?;
+        }
+        // The server summarizer's outputs this session used are its content too.
+        if !sources.is_empty() {
+            sqlx::query("DELETE FROM summarizer_outputs WHERE source_key = ANY($1)")
+                .bind(&sources)
+                .execute(self.conn())
+                .await?;
+        }
         // Referring rows before the rows they refer to.
         for statement in [
-            "INSERT INTO tombstone_plans (compaction_id, session_id)
-             SELECT id, session_id FROM compactions WHERE session_id = $1 AND state = 'open'",
-            // The server summarizer's outputs of this session's summaries are its content too.
-            "DELETE FROM summarizer_outputs
-             WHERE text IN (SELECT text FROM summaries WHERE session_id = $1)",
+            "DELETE FROM summarizer_sources WHERE session_id = $1",
             "DELETE FROM summaries WHERE session_id = $1",
             "DELETE FROM compaction_events WHERE session_id = $1",
             "DELETE FROM compactions WHERE session_id = $1",
-            "DELETE FROM compaction_owners WHERE session_id = $1",
             "DELETE FROM pins WHERE session_id = $1",
             "DELETE FROM gateway_calls WHERE session_id = $1",
             "DELETE FROM idempotency WHERE session_id = $1",
             "DELETE FROM branches WHERE session_id = $1",
             "DELETE FROM functions WHERE session_id = $1",
-            "DELETE FROM session_keys WHERE session_id = $1",
             "DELETE FROM nodes WHERE session_id = $1",
             "DELETE FROM blobs WHERE session_id = $1",
             "DELETE FROM sessions WHERE id = $1",
@@ -473,6 +551,22 @@ impl WriteTx for Conn<Write> {
             blobs: u64::try_from(blobs).unwrap_or(0),
             blob_bytes: u64::try_from(blob_bytes).unwrap_or(0),
         })
+    }
+
+    async fn record_summarizer_source(
+        &mut self,
+        session: SessionId,
+        source: &Hash,
+    ) -> Result<bool> {
+        sqlx::query(
+            "INSERT INTO summarizer_sources (session_id, source_key) VALUES ($1, $2)
+             ON CONFLICT (session_id, source_key) DO NOTHING",
+        )
+        .bind(sid(session))
+        .bind(source.0.to_vec())
+        .execute(&mut *self.0.tx)
+        .await?;
+        Ok(true)
     }
 
     async fn save_summarizer_output(&mut self, source: &Hash, text: &str, now: i64) -> Result<()> {

@@ -22,7 +22,7 @@ use crate::domain::{BranchName, Hash, NodeId, SessionId};
 use crate::store::append::AppendOutcome;
 use crate::store::backend::{AppendTx, CommitterConnection, Lookups};
 use crate::store::changes::Changes;
-use crate::store::commit::{Message, group_committer};
+use crate::store::commit::{CommitStats, Message, group_committer};
 use crate::store::rows::{NodeColumns, NodeRow, hash_from, uuid_from};
 use crate::store::writes::BatchRows;
 use crate::store::{Error, Result};
@@ -52,13 +52,16 @@ pub(super) fn spawn(
     conn: Committer,
     inbox: mpsc::Receiver<Message>,
     changes: Changes,
+    stats: Arc<CommitStats>,
 ) -> std::io::Result<()> {
     // The committer's only waits are its inbox and the write lock: a runtime with no I/O or
     // timer driver parks the thread on them.
     let runtime = tokio::runtime::Builder::new_current_thread().build()?;
     std::thread::Builder::new()
         .name("ctxd-committer".into())
-        .spawn(move || runtime.block_on(group_committer(Box::new(conn), inbox, changes)))?;
+        .spawn(move || {
+            runtime.block_on(group_committer(vec![Box::new(conn)], inbox, changes, stats))
+        })?;
     Ok(())
 }
 

@@ -28,6 +28,7 @@ use tokio::sync::mpsc;
 
 use super::backend::{Backend, Footprint, Reads, WriteTx};
 use super::changes::Changes;
+use super::commit::CommitStats;
 use super::commit::{MAX_BATCH, Message};
 use super::{Config, Error, Fault, Result};
 use fault::Quota;
@@ -103,6 +104,7 @@ pub(super) async fn open(
     path: &Path,
     config: &Config,
     changes: Changes,
+    stats: Arc<CommitStats>,
 ) -> Result<(Arc<dyn Backend>, mpsc::Sender<Message>)> {
     if let check::Found::Database { wal } = check::before_open(path)? {
         check::quick_check(path, wal).await?;
@@ -152,7 +154,7 @@ pub(super) async fn open(
     let write_lock = Arc::new(tokio::sync::Mutex::new(()));
     let (appends, inbox) = mpsc::channel(MAX_BATCH * 4);
     let conn = committer::Committer::new(conn, Arc::clone(&write_lock), Arc::clone(&quota));
-    committer::spawn(conn, inbox, changes)
+    committer::spawn(conn, inbox, changes, stats)
         .map_err(|e| check::unusable(path, format!("cannot start the committer: {e}")))?;
     let backend = SqliteBackend {
         writer,

@@ -144,6 +144,8 @@ impl WriteTx for Conn<Write> {
         tenant: &Tenant,
         now: i64,
         metadata: &BTreeMap<String, String>,
+        // `session_keys` is indexed by session here: a deletion finds the key by it.
+        _creation_key: Option<&str>,
     ) -> Result<()> {
         sqlx::query(
             "INSERT INTO sessions (id, tenant, created_at_ms, metadata) VALUES (?, ?, ?, ?)",
@@ -455,6 +457,14 @@ impl WriteTx for Conn<Write> {
             blobs: u64::try_from(blobs).unwrap_or(0),
             blob_bytes: u64::try_from(blob_bytes).unwrap_or(0),
         })
+    }
+
+    async fn record_summarizer_source(
+        &mut self,
+        _session: SessionId,
+        _source: &Hash,
+    ) -> Result<bool> {
+        Ok(false)
     }
 
     async fn save_summarizer_output(&mut self, source: &Hash, text: &str, now: i64) -> Result<()> {
