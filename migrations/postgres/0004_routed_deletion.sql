@@ -13,14 +13,30 @@ CREATE TABLE summarizer_sources (
     PRIMARY KEY (session_id, source_key)
 );
 
--- The rows stored before: found by a loop of one-row statements, each routed by its key, as a
--- join between tables distributed by different keys is refused on Citus.
+-- The rows stored before. On one database, two set-based statements; on a database already
+-- distributed (by hand, with Citus), a loop of one-row statements, each routed by its key, as
+-- Citus refuses a join between tables distributed by different keys.
 DO $$
 DECLARE
+    distributed BOOLEAN := false;
     k RECORD;
     o RECORD;
     s RECORD;
 BEGIN
+    IF EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus') THEN
+        EXECUTE 'SELECT EXISTS (SELECT 1 FROM pg_dist_partition
+                                WHERE logicalrelid = to_regclass(''sessions''))'
+            INTO distributed;
+    END IF;
+    IF NOT distributed THEN
+        UPDATE sessions SET create_key = k2.key
+            FROM session_keys k2 WHERE k2.session_id = sessions.id;
+        INSERT INTO summarizer_sources (session_id, source_key)
+            SELECT DISTINCT m.session_id, u.source_key
+            FROM summaries m JOIN summarizer_outputs u ON u.text = m.text
+            ON CONFLICT DO NOTHING;
+        RETURN;
+    END IF;
     FOR k IN SELECT session_id, key FROM session_keys LOOP
         UPDATE sessions SET create_key = k.key WHERE id = k.session_id;
     END LOOP;
