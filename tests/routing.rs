@@ -941,16 +941,7 @@ async fn drive(client: &mut Client, store: &Store) {
         .expect("Render");
     check("Render", take());
 
-    let plan = client
-        .prepare_compaction(pb::PrepareCompactionRequest {
-            session_id: session.clone(),
-            budget: Some(budget),
-            ..Default::default()
-        })
-        .await
-        .expect("PrepareCompaction")
-        .into_inner();
-    assert!(plan.needed, "the session needs a summary under this budget");
+    let plan = prepare(client, &session, budget).await;
     let prepared = check("PrepareCompaction", take());
     assert!(tables_of(&prepared).contains("compaction_owners"));
     // Two more plans at the same head: one to cancel, one left open when the session goes.
@@ -958,15 +949,8 @@ async fn drive(client: &mut Client, store: &Store) {
     let open = prepare(client, &session, budget).await;
     check("PrepareCompaction", take());
 
-    let outcome = client
-        .commit_summary(pb::CommitSummaryRequest {
-            compaction_id: plan.compaction_id,
-            text: "The user asked for four files; each was read and found fine.".into(),
-            model: "test-model".into(),
-        })
-        .await
-        .expect("CommitSummary")
-        .into_inner();
+    let outcome = commit(client, &plan).await.expect("CommitSummary");
+    assert!(outcome.applied, "{outcome:?}");
     let committed = check("CommitSummary", take());
     assert!(tables_of(&committed).contains("compaction_owners"));
     assert!(
