@@ -214,7 +214,7 @@ def recall_tool(
         history = session
         client = client or session.client
 
-        def session_id() -> str:
+        def session_id() -> Session | str:
             return history.ctxd_session_id
 
     else:
@@ -222,8 +222,9 @@ def recall_tool(
             raise TypeError("recall_tool needs a client for a ctxd session id")
         ref = session
 
-        def session_id() -> str:
-            return ref.id if isinstance(ref, Session) else ref
+        # The client takes a session or its id as it is.
+        def session_id() -> Session | str:
+            return ref
 
     bound = client
 

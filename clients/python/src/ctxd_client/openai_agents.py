@@ -273,7 +273,7 @@ def recall_tool(
         agents_session = session
         client = client or session.client
 
-        def session_id() -> str:
+        def session_id() -> Session | str:
             return agents_session.ctxd_session_id  # created on first use: blocking
 
     else:
@@ -281,8 +281,9 @@ def recall_tool(
             raise TypeError("recall_tool needs a client for a ctxd session id")
         ref = session
 
-        def session_id() -> str:
-            return ref.id if isinstance(ref, Session) else ref
+        # The client takes a session or its id as it is.
+        def session_id() -> Session | str:
+            return ref
 
     bound = client
 
