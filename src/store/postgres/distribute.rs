@@ -4,6 +4,7 @@
 //! database is distributed, which makes the committer split its batches by shard.
 
 use sqlx::postgres::PgPool;
+use sqlx::{PgConnection, PgExecutor};
 
 use crate::store::Result;
 
@@ -49,11 +50,15 @@ pub(super) async fn citus(pool: &PgPool) -> Result<bool> {
 /// Whether `sessions` is distributed (by ctxd or by the operator): then a transaction that
 /// holds appends of sessions on different shards would commit in two phases.
 pub(super) async fn distributed(pool: &PgPool) -> Result<bool> {
+    is_distributed(pool, "sessions").await
+}
+
+async fn is_distributed<'e>(db: impl PgExecutor<'e>, table: &str) -> Result<bool> {
     Ok(sqlx::query_scalar(
-        "SELECT EXISTS (SELECT 1 FROM pg_dist_partition
-                        WHERE logicalrelid = to_regclass('sessions'))",
+        "SELECT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = to_regclass($1))",
     )
-    .fetch_one(pool)
+    .bind(table)
+    .fetch_one(db)
     .await?)
 }
 
@@ -64,45 +69,31 @@ pub(super) async fn distribute(pool: &PgPool) -> Result<usize> {
         .bind(LOCK)
         .execute(&mut *conn)
         .await?;
-    let mut done = 0;
-    let mut outcome = Ok(());
-    for (table, column, colocate) in TABLES {
-        let distributed: std::result::Result<bool, sqlx::Error> = sqlx::query_scalar(
-            "SELECT EXISTS (SELECT 1 FROM pg_dist_partition
-                            WHERE logicalrelid = to_regclass($1))",
-        )
-        .bind(table)
-        .fetch_one(&mut *conn)
-        .await;
-        let step = match distributed {
-            Ok(true) => continue,
-            Ok(false) => sqlx::query(
-                "SELECT create_distributed_table($1::regclass, $2, colocate_with => $3)",
-            )
-            .bind(table)
-            .bind(column)
-            .bind(colocate)
-            .execute(&mut *conn)
-            .await
-            .map(|_| ()),
-            Err(e) => Err(e),
-        };
-        match step {
-            Ok(()) => {
-                tracing::info!(table, column, colocate, "distributed");
-                done += 1;
-            }
-            Err(e) => {
-                outcome = Err(e);
-                break;
-            }
-        }
-    }
+    let done = distribute_missing(&mut conn).await;
+    // Unlocked whatever happened: the lock is the connection's, which goes back to the pool.
     let unlocked = sqlx::query("SELECT pg_advisory_unlock($1)")
         .bind(LOCK)
         .execute(&mut *conn)
         .await;
-    outcome?;
+    let done = done?;
     unlocked?;
+    Ok(done)
+}
+
+async fn distribute_missing(conn: &mut PgConnection) -> Result<usize> {
+    let mut done = 0;
+    for (table, column, colocate) in TABLES {
+        if is_distributed(&mut *conn, table).await? {
+            continue;
+        }
+        sqlx::query("SELECT create_distributed_table($1::regclass, $2, colocate_with => $3)")
+            .bind(table)
+            .bind(column)
+            .bind(colocate)
+            .execute(&mut *conn)
+            .await?;
+        tracing::info!(table, column, colocate, "distributed");
+        done += 1;
+    }
     Ok(done)
 }
