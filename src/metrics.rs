@@ -74,6 +74,10 @@ fn describe() {
         "ctxd_retention_batches_total",
         "batches the retention policy ran (--retain-idle-days)"
     );
+    describe_counter!(
+        "ctxd_commit_retries_total",
+        "group-commit transactions rolled back and tried again (a lock cycle broken, a key taken first)"
+    );
     metrics::describe_gauge!("ctxd_sessions", "live sessions, as last counted");
     metrics::describe_gauge!(
         "ctxd_database_bytes",
