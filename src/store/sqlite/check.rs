@@ -155,16 +155,32 @@ fn check_wal(wal_path: &Path, meta: &std::fs::Metadata, page: u64) -> Result<boo
     if !meta.is_file() {
         return Err(bad("is not a regular file".into()));
     }
+    // A WAL removed while it is checked was checkpointed and removed by the last connection of
+    // a process closing the database (a restart's old server, say): there is nothing to check.
+    let vanished = || {
+        std::fs::symlink_metadata(wal_path).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
+    };
     if let Err(reason) = writable(wal_path, false) {
-        return Err(bad(format!("is {reason}")));
+        return if vanished() {
+            Ok(false)
+        } else {
+            Err(bad(format!("is {reason}")))
+        };
     }
     let size = meta.len();
     // SQLite truncates or resets a WAL after a checkpoint: empty is normal.
     if size == 0 {
         return Ok(false);
     }
-    let header =
-        read_prefix(wal_path, WAL_HEADER_BYTES).map_err(|e| bad(format!("cannot be read: {e}")))?;
+    let header = match read_prefix(wal_path, WAL_HEADER_BYTES) {
+        Ok(header) => header,
+        Err(_) if vanished() => return Ok(false),
+        Err(e) => return Err(bad(format!("cannot be read: {e}"))),
+    };
+    if header.is_empty() {
+        // Emptied (truncated by a checkpoint) since it was measured.
+        return Ok(false);
+    }
     if header.len() < WAL_HEADER_BYTES {
         return Err(bad(format!(
             "not a SQLite WAL (truncated header: {size} bytes of {WAL_HEADER_BYTES})"
@@ -304,6 +320,18 @@ fn writable(path: &Path, dir: bool) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_wal_removed_while_it_is_checked_counts_as_none() {
+        // The old server of a restart may checkpoint and remove its WAL between our looking and
+        // our checking it.
+        let dir = tempfile::tempdir().unwrap();
+        let wal = dir.path().join("ctxd.db-wal");
+        std::fs::write(&wal, [0u8; 64]).unwrap();
+        let meta = std::fs::metadata(&wal).unwrap();
+        std::fs::remove_file(&wal).unwrap();
+        assert!(!check_wal(&wal, &meta, 4096).unwrap());
+    }
 
     #[test]
     fn the_wal_checksum_matches_a_header_sqlite_wrote() {
