@@ -1,11 +1,8 @@
 //! Appends: the request and its answer, handed to the group committer (`commit`).
 
-use serde::{Deserialize, Serialize};
-use tokio::sync::oneshot;
-
-use super::commit::{Job, Message};
 use super::{Error, Result, Scoped, Store};
 use crate::domain::{BranchName, NodeContent, NodeId};
+use serde::{Deserialize, Serialize};
 
 /// Where an append goes. Ordered (a session's branches, then its functions) so a batch locks
 /// its targets in one order.
@@ -40,14 +37,27 @@ impl Store {
     /// (to any session or branch) share a transaction and its one fsync; each is acknowledged
     /// only after that COMMIT.
     pub async fn append(&self, request: AppendRequest) -> Result<AppendOutcome> {
-        let (reply, answer) = oneshot::channel();
-        self.appends
-            .send(Message::Append(Job::new(request, reply)))
-            .await
-            .map_err(|_| Error::Closed)?;
-        answer
-            .await
-            .map_err(|_| Error::Closed)?
+        let mut outcomes = self.appends.submit(vec![request]).await?;
+        outcomes
+            .pop()
+            .ok_or(Error::Closed)?
             .map_err(|e| self.backend.diagnose(e))
+    }
+
+    /// Appends `requests` in order, each as [`Store::append`] would, in as few transactions
+    /// as the committer forms (usually one), stopping at the first refused: the answer holds
+    /// the outcome of each up to and including that one, and those after it are not written.
+    pub async fn append_all(
+        &self,
+        requests: Vec<AppendRequest>,
+    ) -> Result<Vec<Result<AppendOutcome>>> {
+        if requests.is_empty() {
+            return Ok(Vec::new());
+        }
+        let outcomes = self.appends.submit(requests).await?;
+        Ok(outcomes
+            .into_iter()
+            .map(|outcome| outcome.map_err(|e| self.backend.diagnose(e)))
+            .collect())
     }
 }

@@ -63,13 +63,13 @@ impl<'c> Batch<'c> {
     /// transactions that take the same rows in the same order queue rather than deadlock.
     /// A target that is not there is left to its append to report. (A function that a result
     /// closes is found only by checking the append, and locked then.)
-    pub(super) async fn lock_targets(
+    pub(super) async fn lock_targets<'r>(
         &mut self,
         tx: &mut (impl AppendTx + ?Sized),
-        requests: &[AppendRequest],
+        requests: impl IntoIterator<Item = &'r AppendRequest>,
     ) -> Result<()> {
         let mut keys: Vec<TargetKey> = requests
-            .iter()
+            .into_iter()
             .map(|r| (r.session.id(), r.target.clone()))
             .collect();
         keys.sort_unstable();

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use futures_util::future::join_all;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{Mutex, mpsc, oneshot};
 
 use super::append::{AppendOutcome, AppendRequest, AppendTarget};
 use super::backend::CommitterConnection;
@@ -24,29 +24,37 @@ use super::idempotency::append_fingerprint;
 use super::{Error, Fault, Result};
 use crate::domain::{ChainTail, Hash, NodeId, SessionId};
 
-/// One append waiting for the group committer.
+/// Appends waiting for the group committer: one, or a stream's run of them written in order
+/// until the first that is refused.
 pub(super) struct Job {
-    request: AppendRequest,
+    requests: Vec<AppendRequest>,
     /// With an idempotency key: what a retry must repeat ([`append_fingerprint`]).
-    fingerprint: Option<Hash>,
-    reply: oneshot::Sender<Result<AppendOutcome>>,
+    fingerprints: Vec<Option<Hash>>,
+    /// The outcome of each request up to and including the first refused (or the batch's
+    /// failure, as the first's): those after it are not written.
+    reply: oneshot::Sender<Vec<Result<AppendOutcome>>>,
 }
 
 impl Job {
-    /// An append for the committer, fingerprinted here, in the caller's task: hashing the
+    /// Appends for the committer, fingerprinted here, in the caller's task: hashing the
     /// content is work the committer's one thread need not do.
     pub(super) fn new(
-        request: AppendRequest,
-        reply: oneshot::Sender<Result<AppendOutcome>>,
+        requests: Vec<AppendRequest>,
+        reply: oneshot::Sender<Vec<Result<AppendOutcome>>>,
     ) -> Self {
         // As sent: the checks fill in result names later.
-        let fingerprint = request
-            .idempotency_key
-            .as_ref()
-            .map(|_| append_fingerprint(&request));
+        let fingerprints = requests
+            .iter()
+            .map(|request| {
+                request
+                    .idempotency_key
+                    .as_ref()
+                    .map(|_| append_fingerprint(request))
+            })
+            .collect();
         Self {
-            request,
-            fingerprint,
+            requests,
+            fingerprints,
             reply,
         }
     }
@@ -95,6 +103,7 @@ const KNOWN_BLOBS: usize = 200_000;
 #[derive(Debug, Default)]
 pub struct CommitStats {
     batches: AtomicU64,
+    inline: AtomicU64,
     transactions: AtomicU64,
     conflict_retries: AtomicU64,
 }
@@ -104,6 +113,8 @@ pub struct CommitStats {
 pub struct CommitCounts {
     /// Batches taken off the inbox.
     pub batches: u64,
+    /// Of those, batches an append committed on its own task, finding the committer idle.
+    pub inline: u64,
     /// Transactions committed for them (more than batches where a batch is split by shard).
     pub transactions: u64,
     /// Transactions rolled back and tried again because the engine broke a lock cycle or a
@@ -115,6 +126,7 @@ impl CommitStats {
     pub fn counts(&self) -> CommitCounts {
         CommitCounts {
             batches: self.batches.load(Ordering::Relaxed),
+            inline: self.inline.load(Ordering::Relaxed),
             transactions: self.transactions.load(Ordering::Relaxed),
             conflict_retries: self.conflict_retries.load(Ordering::Relaxed),
         }
@@ -124,26 +136,99 @@ impl CommitStats {
 /// Sessions whose shard is remembered at most; past that the map starts over.
 const KNOWN_SHARDS: usize = 100_000;
 
-/// One transaction's worth of a batch: its appends, with where each came in.
-struct Group {
-    requests: Vec<AppendRequest>,
-    fingerprints: Vec<Option<Hash>>,
-    replies: Vec<oneshot::Sender<Result<AppendOutcome>>>,
-}
-
-/// Takes appends off the inbox and writes every one waiting in one transaction per shard (one
-/// in all on an undistributed database), then one COMMIT each; stops when told to close or
-/// when every sender is gone. `lanes` are the connections shards' transactions run on at once.
-pub(super) async fn group_committer(
-    mut lanes: Vec<Box<dyn CommitterConnection>>,
-    mut inbox: mpsc::Receiver<Message>,
+/// The committer's connections (lanes) and what it remembers. One batch at a time holds it:
+/// the committer's loop, or an append that found the committer idle and commits inline.
+pub(super) struct Core {
+    lanes: Vec<Box<dyn CommitterConnection>>,
+    targets: TargetCache,
+    blobs: KnownBlobs,
+    shards: HashMap<SessionId, i64>,
     changes: Changes,
     stats: Arc<CommitStats>,
-) {
-    assert!(!lanes.is_empty(), "the committer has a connection");
-    let mut targets = TargetCache::default();
-    let mut blobs = KnownBlobs::default();
-    let mut shards: HashMap<SessionId, i64> = HashMap::new();
+    closed: bool,
+}
+
+/// Where appends go: the committer's inbox, and, where the backend allows it, the committer's
+/// core itself for an append that finds nothing queued.
+#[derive(Clone)]
+pub(super) struct CommitQueue {
+    inbox: mpsc::Sender<Message>,
+    /// Set where a batch never suspends once it has begun (SQLite's synchronous connection):
+    /// a caller that goes away cannot leave a transaction half-done, so an idle committer's
+    /// work is done on the caller's task, without the two thread wake-ups of a hand-off.
+    inline: Option<Arc<Mutex<Core>>>,
+}
+
+impl CommitQueue {
+    /// The queue over `lanes` (the connections shards' transactions run on at once) and the
+    /// committer's loop, for the backend to run where it likes; `inline` as on
+    /// [`CommitQueue::inline`].
+    pub(super) fn start(
+        lanes: Vec<Box<dyn CommitterConnection>>,
+        changes: Changes,
+        stats: Arc<CommitStats>,
+        inline: bool,
+    ) -> (Self, impl Future<Output = ()> + Send + 'static) {
+        assert!(!lanes.is_empty(), "the committer has a connection");
+        let core = Arc::new(Mutex::new(Core {
+            lanes,
+            targets: TargetCache::default(),
+            blobs: KnownBlobs::default(),
+            shards: HashMap::new(),
+            changes,
+            stats,
+            closed: false,
+        }));
+        let (inbox, receiver) = mpsc::channel(MAX_BATCH * 4);
+        let queue = Self {
+            inbox,
+            inline: inline.then(|| Arc::clone(&core)),
+        };
+        (queue, group_committer(core, receiver))
+    }
+
+    /// Checks and writes `requests` in order, stopping at the first refused; answers after the
+    /// COMMIT with the outcome of each up to and including that one.
+    pub(super) async fn submit(
+        &self,
+        requests: Vec<AppendRequest>,
+    ) -> Result<Vec<Result<AppendOutcome>>> {
+        let (reply, answer) = oneshot::channel();
+        let job = Job::new(requests, reply);
+        // Nothing queued and no batch in hand: commit here. Under load the inbox fills and the
+        // committer's loop forms the batches.
+        let idle = self.inbox.capacity() == self.inbox.max_capacity();
+        match self
+            .inline
+            .as_ref()
+            .filter(|_| idle)
+            .map(|core| core.try_lock())
+        {
+            Some(Ok(mut core)) if !core.closed => {
+                core.stats.inline.fetch_add(1, Ordering::Relaxed);
+                core.run(vec![job]).await;
+            }
+            _ => self
+                .inbox
+                .send(Message::Append(job))
+                .await
+                .map_err(|_| Error::Closed)?,
+        }
+        answer.await.map_err(|_| Error::Closed)
+    }
+
+    /// Stops the committer after the batch in hand and closes its connections.
+    pub(super) async fn close(&self) {
+        let (reply, closed) = oneshot::channel();
+        if self.inbox.send(Message::Close(reply)).await.is_ok() {
+            let _ = closed.await;
+        }
+    }
+}
+
+/// Takes appends off the inbox and writes every one waiting in one batch; stops when told to
+/// close or when every sender is gone.
+async fn group_committer(core: Arc<Mutex<Core>>, mut inbox: mpsc::Receiver<Message>) {
     let mut closing = None;
     while closing.is_none() {
         let mut batch = Vec::new();
@@ -159,49 +244,62 @@ pub(super) async fn group_committer(
                 Err(_) => break,
             }
         }
-        if batch.is_empty() {
-            continue;
+        if !batch.is_empty() {
+            core.lock().await.run(batch).await;
         }
-        stats.batches.fetch_add(1, Ordering::Relaxed);
-        let groups = split_by_shard(&mut *lanes[0], &mut shards, batch).await;
+    }
+    let mut core = core.lock().await;
+    core.closed = true;
+    for conn in core.lanes.drain(..) {
+        conn.close().await;
+    }
+    if let Some(reply) = closing {
+        let _ = reply.send(());
+    }
+}
+
+/// One transaction's worth of a batch: its jobs, in the order they came in.
+struct Group {
+    jobs: Vec<Job>,
+}
+
+impl Core {
+    /// Writes `batch` in one transaction per shard (one in all on an undistributed database),
+    /// then one COMMIT each, and answers every job.
+    async fn run(&mut self, batch: Vec<Job>) {
+        self.stats.batches.fetch_add(1, Ordering::Relaxed);
+        let groups = split_by_shard(&mut *self.lanes[0], &mut self.shards, batch).await;
         // Each lane writes its share of the groups one after another; the lanes run at once.
-        let lane_count = lanes.len();
+        let lane_count = self.lanes.len();
         let mut shares: Vec<Vec<Group>> = (0..lane_count).map(|_| Vec::new()).collect();
         for (i, group) in groups.into_iter().enumerate() {
             shares[i % lane_count].push(group);
         }
-        let (targets_now, blobs_now, stats_now) = (&targets, &blobs, &*stats);
+        let (targets, blobs, stats) = (&self.targets, &self.blobs, &*self.stats);
         let written = join_all(
-            lanes
+            self.lanes
                 .iter_mut()
                 .zip(shares)
                 .map(|(conn, share)| async move {
                     let mut done = Vec::with_capacity(share.len());
                     for mut group in share {
-                        let result = write_batch(
-                            &mut **conn,
-                            &mut group.requests,
-                            &group.fingerprints,
-                            targets_now,
-                            blobs_now,
-                            stats_now,
-                        )
-                        .await;
-                        done.push((group.replies, result));
+                        let result =
+                            write_batch(&mut **conn, &mut group.jobs, targets, blobs, stats).await;
+                        done.push((group.jobs, result));
                     }
                     done
                 }),
         )
         .await;
-        for (replies, result) in written.into_iter().flatten() {
-            answer(&changes, &mut targets, &mut blobs, replies, result);
+        for (jobs, result) in written.into_iter().flatten() {
+            answer(
+                &self.changes,
+                &mut self.targets,
+                &mut self.blobs,
+                jobs,
+                result,
+            );
         }
-    }
-    for conn in lanes {
-        conn.close().await;
-    }
-    if let Some(reply) = closing {
-        let _ = reply.send(());
     }
 }
 
@@ -212,25 +310,14 @@ async fn split_by_shard(
     shards: &mut HashMap<SessionId, i64>,
     batch: Vec<Job>,
 ) -> Vec<Group> {
-    let group = |jobs: Vec<Job>| {
-        let mut group = Group {
-            requests: Vec::with_capacity(jobs.len()),
-            fingerprints: Vec::with_capacity(jobs.len()),
-            replies: Vec::with_capacity(jobs.len()),
-        };
-        for job in jobs {
-            group.requests.push(job.request);
-            group.fingerprints.push(job.fingerprint);
-            group.replies.push(job.reply);
-        }
-        group
-    };
     if !conn.sharded() {
-        return vec![group(batch)];
+        return vec![Group { jobs: batch }];
     }
+    // A job's requests are of one session (a stream's); its first names it.
+    let session_of = |job: &Job| job.requests.first().map(|r| r.session.id());
     let mut unknown: Vec<SessionId> = batch
         .iter()
-        .map(|job| job.request.session.id())
+        .filter_map(session_of)
         .filter(|session| !shards.contains_key(session))
         .collect();
     unknown.sort_unstable();
@@ -246,19 +333,21 @@ async fn split_by_shard(
             Err(e) => tracing::warn!(error = %e, "looking up sessions' shards failed"),
         }
     }
-    let mut by_shard: Vec<(Transaction, Vec<Job>)> = Vec::new();
+    let mut by_shard: Vec<(Option<Transaction>, Vec<Job>)> = Vec::new();
     for job in batch {
-        let session = job.request.session.id();
-        let key = match shards.get(&session) {
+        let key = session_of(&job).map(|session| match shards.get(&session) {
             Some(shard) => Transaction::Shard(*shard),
             None => Transaction::Session(session),
-        };
+        });
         match by_shard.iter_mut().find(|(k, _)| *k == key) {
             Some((_, jobs)) => jobs.push(job),
             None => by_shard.push((key, vec![job])),
         }
     }
-    by_shard.into_iter().map(|(_, jobs)| group(jobs)).collect()
+    by_shard
+        .into_iter()
+        .map(|(_, jobs)| Group { jobs })
+        .collect()
 }
 
 /// What a batch's transaction holds the appends of.
@@ -269,13 +358,13 @@ enum Transaction {
     Session(SessionId),
 }
 
-/// Answers the appends of one transaction (after its COMMIT, or with why it failed) and
+/// Answers the jobs of one transaction (after its COMMIT, or with why it failed) and
 /// remembers what it committed.
 fn answer(
     changes: &Changes,
     targets: &mut TargetCache,
     blobs: &mut KnownBlobs,
-    replies: Vec<oneshot::Sender<Result<AppendOutcome>>>,
+    jobs: Vec<Job>,
     result: Result<CommittedBatch>,
 ) {
     match result {
@@ -286,10 +375,10 @@ fn answer(
             for session in sessions {
                 changes.touched(session);
             }
-            for (reply, outcome) in replies.into_iter().zip(done.outcomes) {
+            for (job, outcomes) in jobs.into_iter().zip(done.outcomes) {
                 // The caller may have gone (cancelled); its append is durable all the same,
                 // and a retry with its idempotency key returns this answer.
-                let _ = reply.send(outcome);
+                let _ = job.reply.send(outcomes);
             }
         }
         Err(e) => {
@@ -297,12 +386,12 @@ fn answer(
             // A rolled-back batch changed nothing the caches remember.
             let fault = e.fault().unwrap_or(Fault::Internal);
             let detail = e.to_string();
-            tracing::error!(error = %detail, appends = replies.len(), "group commit failed");
-            for reply in replies {
-                let _ = reply.send(Err(Error::Batch {
+            tracing::error!(error = %detail, appends = jobs.len(), "group commit failed");
+            for job in jobs {
+                let _ = job.reply.send(vec![Err(Error::Batch {
                     fault,
                     detail: detail.clone(),
-                }));
+                })]);
             }
         }
     }
@@ -313,8 +402,7 @@ fn answer(
 /// means nothing of the batch was written.
 async fn write_batch(
     conn: &mut dyn CommitterConnection,
-    requests: &mut [AppendRequest],
-    fingerprints: &[Option<Hash>],
+    jobs: &mut [Job],
     targets: &TargetCache,
     blobs: &KnownBlobs,
     stats: &CommitStats,
@@ -322,7 +410,7 @@ async fn write_batch(
     let mut attempt = 1;
     loop {
         conn.begin().await?;
-        let written = check_and_write(conn, requests, fingerprints, targets, blobs).await;
+        let written = check_and_write(conn, jobs, targets, blobs).await;
         if written.is_err() {
             conn.rollback().await;
         }
@@ -351,20 +439,29 @@ const BATCH_ATTEMPTS: u32 = 4;
 
 async fn check_and_write(
     conn: &mut dyn CommitterConnection,
-    requests: &mut [AppendRequest],
-    fingerprints: &[Option<Hash>],
+    jobs: &mut [Job],
     targets: &TargetCache,
     blobs: &KnownBlobs,
 ) -> Result<CommittedBatch> {
     let mut batch = Batch::new(targets, blobs, now_ms());
-    batch.lock_targets(conn, requests).await?;
-    let mut outcomes = Vec::with_capacity(requests.len());
-    for (request, fingerprint) in requests.iter_mut().zip(fingerprints) {
-        match batch.append(conn, request, *fingerprint).await {
-            Ok(outcome) => outcomes.push(Ok(outcome)),
-            Err(Error::Domain(e)) => outcomes.push(Err(e.into())),
-            Err(e) => return Err(e),
+    batch
+        .lock_targets(conn, jobs.iter().flat_map(|job| &job.requests))
+        .await?;
+    let mut outcomes = Vec::with_capacity(jobs.len());
+    for job in jobs.iter_mut() {
+        let mut answers = Vec::with_capacity(job.requests.len());
+        for (request, fingerprint) in job.requests.iter_mut().zip(&job.fingerprints) {
+            match batch.append(conn, request, *fingerprint).await {
+                Ok(outcome) => answers.push(Ok(outcome)),
+                Err(Error::Domain(e)) => {
+                    // Those after it were sent on the understanding that it went in.
+                    answers.push(Err(e.into()));
+                    break;
+                }
+                Err(e) => return Err(e),
+            }
         }
+        outcomes.push(answers);
     }
     conn.write_rows(&batch.pending).await?;
     conn.commit().await?;
@@ -378,7 +475,7 @@ async fn check_and_write(
 
 /// A batch written and committed.
 struct CommittedBatch {
-    outcomes: Vec<Result<AppendOutcome>>,
+    outcomes: Vec<Vec<Result<AppendOutcome>>>,
     seen: HashMap<TargetKey, FoundTarget>,
     closed: HashSet<(SessionId, NodeId)>,
     blobs: HashSet<(SessionId, Hash)>,

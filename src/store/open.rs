@@ -5,11 +5,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, oneshot};
-
 use super::backend::{Backend, Reads, WriteTx};
 use super::changes::Changes;
-use super::commit::{CommitCounts, CommitStats, Message};
+use super::commit::{CommitCounts, CommitQueue, CommitStats};
 use super::reads::ReadCache;
 use super::{Error, Result, postgres, sqlite};
 
@@ -18,7 +16,7 @@ pub struct Store {
     pub(super) backend: Arc<dyn Backend>,
     pub(super) cache: Arc<std::sync::Mutex<ReadCache>>,
     /// Appends go to the group committer, which writes many in one transaction.
-    pub(super) appends: mpsc::Sender<Message>,
+    pub(super) appends: CommitQueue,
     /// Sessions whose tenant a scope check (or their creation) established.
     pub(super) owners: super::scope::SharedOwners,
     /// Signalled after every committed write, with its session: watchers wake on it.
@@ -107,7 +105,7 @@ impl Store {
     /// The store over an opened backend whose group committer takes `appends`.
     fn over(
         backend: Arc<dyn Backend>,
-        appends: mpsc::Sender<Message>,
+        appends: CommitQueue,
         changes: Changes,
         commits: Arc<CommitStats>,
     ) -> Self {
@@ -157,10 +155,7 @@ impl Store {
 
     /// Stops the group committer (after the batch in hand) and closes the backend.
     pub async fn close(&self) {
-        let (reply, closed) = oneshot::channel();
-        if self.appends.send(Message::Close(reply)).await.is_ok() {
-            let _ = closed.await;
-        }
+        self.appends.close().await;
         self.backend.close().await;
     }
 

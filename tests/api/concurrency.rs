@@ -487,3 +487,70 @@ async fn other_writes_get_their_turn_under_a_stream_of_appends() {
     }
     store.close().await;
 }
+
+/// An append that finds the committer idle commits on its own task (SQLite); appends that
+/// arrive together still share batches, and every one is acknowledged and stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_append_alone_commits_inline_and_a_crowd_shares_batches() {
+    let db = TestDb::new().await;
+    let store = db.open().await;
+    let server = serve_store(store.clone(), ctxd::server::Options::default()).await;
+    let mut client = connect(server.addr).await;
+    let session = new_session(&mut client).await;
+    let before = store.commit_counts();
+    for i in 0..20 {
+        client
+            .append(append_req(&session, vec![user(&format!("alone {i}"))]))
+            .await
+            .expect("append");
+    }
+    let alone = store.commit_counts();
+    assert_eq!(alone.batches - before.batches, 20, "one batch an append");
+    if db.is_postgres() {
+        // The PostgreSQL committer's statements suspend: it never runs on a caller's task.
+        assert_eq!(alone.inline, 0);
+    } else {
+        assert_eq!(alone.inline - before.inline, 20, "{alone:?}");
+    }
+
+    const CROWD: usize = 64;
+    const EACH: usize = 20;
+    let tasks: Vec<_> = (0..CROWD)
+        .map(|t| {
+            let mut client = client.clone();
+            let session = session.clone();
+            tokio::spawn(async move {
+                for i in 0..EACH {
+                    client
+                        .append(append_req(&session, vec![user(&format!("{t}/{i}"))]))
+                        .await
+                        .expect("append");
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("appender");
+    }
+    let crowd = store.commit_counts();
+    assert!(
+        crowd.batches - alone.batches < (CROWD * EACH) as u64,
+        "appends shared batches: {crowd:?}"
+    );
+    let mut log = pb::LogRequest {
+        session_id: session.clone(),
+        limit: 1000,
+        ..Default::default()
+    };
+    let mut stored = 0;
+    loop {
+        let page = client.log(log.clone()).await.expect("log").into_inner();
+        stored += page.nodes.len();
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        log.page_token = page.next_page_token;
+    }
+    assert_eq!(stored, 20 + CROWD * EACH);
+    server.stop(std::time::Duration::from_secs(10)).await;
+}

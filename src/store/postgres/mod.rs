@@ -21,11 +21,10 @@ use async_trait::async_trait;
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::{PgConnection, Postgres};
-use tokio::sync::mpsc;
 
 use super::backend::{Backend, Footprint, Reads, WriteTx};
 use super::changes::Changes;
-use super::commit::{CommitStats, MAX_BATCH, Message, group_committer};
+use super::commit::{CommitQueue, CommitStats};
 use super::{Config, Error, Result};
 
 pub use distribute::TABLES as DISTRIBUTION;
@@ -39,7 +38,7 @@ pub(super) async fn open(
     config: &Config,
     changes: Changes,
     stats: Arc<CommitStats>,
-) -> Result<(Arc<dyn Backend>, mpsc::Sender<Message>)> {
+) -> Result<(Arc<dyn Backend>, CommitQueue)> {
     let shown = redact(url);
     let unusable = |problem: String| Error::Unusable {
         path: shown.clone().into(),
@@ -95,7 +94,6 @@ pub(super) async fn open(
         committer::Batching::One => 1,
         committer::Batching::ByShard | committer::Batching::BySession => COMMIT_LANES,
     };
-    let (appends, inbox) = mpsc::channel(MAX_BATCH * 4);
     // The committer's own connections: a batch never waits behind the pool's readers.
     let batches = pool(lanes.max(2))
         .connect_with(options)
@@ -107,7 +105,8 @@ pub(super) async fn open(
                 as Box<dyn super::backend::CommitterConnection>
         })
         .collect();
-    tokio::spawn(group_committer(lanes, inbox, changes, stats));
+    let (appends, committer) = CommitQueue::start(lanes, changes, stats, false);
+    tokio::spawn(committer);
     let routed = batching != committer::Batching::One;
     let backend = PostgresBackend {
         pool: main,

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use rusqlite::OptionalExtension;
-use tokio::sync::{Mutex, OwnedMutexGuard, mpsc};
+use tokio::sync::{Mutex, OwnedMutexGuard};
 
 use super::fault::Quota;
 use super::{
@@ -22,7 +22,7 @@ use crate::domain::{BranchName, Hash, NodeId, SessionId};
 use crate::store::append::AppendOutcome;
 use crate::store::backend::{AppendTx, CommitterConnection, Lookups};
 use crate::store::changes::Changes;
-use crate::store::commit::{CommitStats, Message, group_committer};
+use crate::store::commit::{CommitQueue, CommitStats};
 use crate::store::rows::{NodeColumns, NodeRow, hash_from, uuid_from};
 use crate::store::writes::BatchRows;
 use crate::store::{Error, Result};
@@ -47,22 +47,23 @@ pub(super) fn connect(
     Ok(conn)
 }
 
-/// Starts the group committer on a thread of its own, writing with `conn`.
+/// Starts the group committer on a thread of its own, writing with `conn`. An append that
+/// finds it idle commits on its own task instead: a batch on this connection never suspends
+/// once begun (every statement is a synchronous call), so a caller that goes away cannot
+/// leave it half-done.
 pub(super) fn spawn(
     conn: Committer,
-    inbox: mpsc::Receiver<Message>,
     changes: Changes,
     stats: Arc<CommitStats>,
-) -> std::io::Result<()> {
-    // The committer's only waits are its inbox and the write lock: a runtime with no I/O or
-    // timer driver parks the thread on them.
+) -> std::io::Result<CommitQueue> {
+    let (queue, committer) = CommitQueue::start(vec![Box::new(conn)], changes, stats, true);
+    // The committer's only waits are its inbox and the locks: a runtime with no I/O or timer
+    // driver parks the thread on them.
     let runtime = tokio::runtime::Builder::new_current_thread().build()?;
     std::thread::Builder::new()
         .name("ctxd-committer".into())
-        .spawn(move || {
-            runtime.block_on(group_committer(vec![Box::new(conn)], inbox, changes, stats))
-        })?;
-    Ok(())
+        .spawn(move || runtime.block_on(committer))?;
+    Ok(queue)
 }
 
 /// The committer's connection, the store's write lock it takes for each batch, and the size
@@ -104,6 +105,11 @@ fn id(id: &NodeId) -> Vec<u8> {
 #[async_trait]
 impl CommitterConnection for Committer {
     async fn begin(&mut self) -> Result<()> {
+        if self.held.is_some() {
+            // A batch left unfinished (its task dropped mid-way, which a batch on this
+            // connection cannot be once begun): what it wrote is not committed.
+            self.rollback().await;
+        }
         self.held = Some(Arc::clone(&self.lock).lock_owned().await);
         let begun = self
             .take_quota()

@@ -24,12 +24,11 @@ use sqlx::sqlite::{
     SqliteSynchronous,
 };
 use sqlx::{Sqlite, SqliteConnection};
-use tokio::sync::mpsc;
 
 use super::backend::{Backend, Footprint, Reads, WriteTx};
 use super::changes::Changes;
+use super::commit::CommitQueue;
 use super::commit::CommitStats;
-use super::commit::{MAX_BATCH, Message};
 use super::{Config, Error, Fault, Result};
 use fault::Quota;
 
@@ -105,7 +104,7 @@ pub(super) async fn open(
     config: &Config,
     changes: Changes,
     stats: Arc<CommitStats>,
-) -> Result<(Arc<dyn Backend>, mpsc::Sender<Message>)> {
+) -> Result<(Arc<dyn Backend>, CommitQueue)> {
     if let check::Found::Database { wal } = check::before_open(path)? {
         check::quick_check(path, wal).await?;
     }
@@ -152,9 +151,8 @@ pub(super) async fn open(
         .map_err(|e| unusable(e.into()))?;
     let conn = committer::connect(path, config).map_err(|e| unusable(e.into()))?;
     let write_lock = Arc::new(tokio::sync::Mutex::new(()));
-    let (appends, inbox) = mpsc::channel(MAX_BATCH * 4);
     let conn = committer::Committer::new(conn, Arc::clone(&write_lock), Arc::clone(&quota));
-    committer::spawn(conn, inbox, changes, stats)
+    let appends = committer::spawn(conn, changes, stats)
         .map_err(|e| check::unusable(path, format!("cannot start the committer: {e}")))?;
     let backend = SqliteBackend {
         writer,
