@@ -1,5 +1,6 @@
 //! The gRPC service: request → domain → store/engine → response. The only place with prost types.
 
+mod append_stream;
 pub mod auth;
 mod codec;
 mod compaction;

@@ -206,6 +206,16 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
         })
     }
 
+    type AppendStreamStream = super::append_stream::AppendStream;
+
+    #[instrument(skip_all)]
+    async fn append_stream(
+        &self,
+        request: Request<tonic::Streaming<pb::AppendRequest>>,
+    ) -> Reply<Self::AppendStreamStream> {
+        ContextStoreService::append_stream(self, request).await
+    }
+
     #[instrument(skip_all)]
     async fn get_nodes(
         &self,

@@ -55,6 +55,11 @@ impl Watchers {
     pub fn stop(&self) {
         self.0.send_replace(true);
     }
+
+    /// Turns `true` when the server shuts down (append streams end on it too).
+    pub(super) fn subscribe(&self) -> watch::Receiver<bool> {
+        self.0.subscribe()
+    }
 }
 
 impl ContextStoreService {

@@ -3,6 +3,7 @@
 //! `helpers::spawn_app`); one suite for both backends.
 
 mod agents;
+mod append_stream;
 mod auth;
 mod backup;
 mod binary;
