@@ -393,6 +393,25 @@ pub(super) trait CommitterConnection: AppendTx {
         Ok(vec![0; sessions.len()])
     }
 
+    /// Whether [`Self::write_at_once`] may write a batch.
+    fn writes_at_once(&self) -> bool {
+        false
+    }
+
+    /// Writes `rows` (a batch planned from remembered state, with no read) outside a
+    /// transaction in one statement that moves branch `branch` of `session` only if its head
+    /// is still `expected`, and commits it: `Some(true)` written, `Some(false)` the head had
+    /// moved and nothing was written, `None` rows of a kind this cannot write, nothing done.
+    async fn write_at_once(
+        &mut self,
+        _rows: &BatchRows,
+        _session: SessionId,
+        _branch: &BranchName,
+        _expected: Option<NodeId>,
+    ) -> Result<Option<bool>> {
+        Ok(None)
+    }
+
     async fn begin(&mut self) -> Result<()>;
     async fn commit(&mut self) -> Result<()>;
     /// Undoes what the open transaction wrote, if the engine has not done so already.

@@ -35,6 +35,9 @@ pub(super) struct Batch<'c> {
     /// Functions this batch closes.
     pub(super) closed: HashSet<(SessionId, NodeId)>,
     pub(super) pending: BatchRows,
+    /// Takes a remembered target's state without reading its head: the write then checks
+    /// the head it replaces ([`super::backend::CommitterConnection::write_at_once`]).
+    trusted: bool,
 }
 
 static NO_TARGETS: std::sync::LazyLock<TargetCache> = std::sync::LazyLock::new(Default::default);
@@ -50,6 +53,15 @@ impl<'c> Batch<'c> {
             keys: HashMap::new(),
             closed: HashSet::new(),
             pending: BatchRows::default(),
+            trusted: false,
+        }
+    }
+
+    /// This batch, taking remembered targets as they were left without reading them.
+    pub(super) fn trusting(self) -> Self {
+        Self {
+            trusted: true,
+            ..self
         }
     }
 
@@ -292,6 +304,17 @@ impl<'c> Batch<'c> {
     ) -> Result<FoundTarget> {
         if let Some(seen) = self.seen.get(key) {
             return Ok(seen.clone());
+        }
+        if self.trusted
+            && let Some(state) = self.targets.0.get(key)
+        {
+            // Only open functions are remembered.
+            let seen = FoundTarget {
+                state: state.clone(),
+                closed: false,
+            };
+            self.seen.insert(key.clone(), seen.clone());
+            return Ok(seen);
         }
         let (session, target) = key;
         let (head, closed) = match target {

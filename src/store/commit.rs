@@ -16,13 +16,15 @@ use futures_util::future::join_all;
 use tokio::sync::{Mutex, mpsc, oneshot};
 
 use super::append::{AppendOutcome, AppendRequest, AppendTarget};
-use super::backend::CommitterConnection;
+use super::backend::{AppendTx, CommitterConnection, Lookups};
 use super::batch::{Batch, FoundTarget};
 use super::changes::Changes;
 use super::clock::now_ms;
 use super::idempotency::append_fingerprint;
+use super::rows::NodeRow;
+use super::writes::BatchRows;
 use super::{Error, Fault, Result};
-use crate::domain::{ChainTail, Hash, NodeId, SessionId};
+use crate::domain::{BranchName, ChainTail, Hash, NodeId, SessionId};
 
 /// Appends waiting for the group committer: one, or a stream's run of them written in order
 /// until the first that is refused.
@@ -104,6 +106,7 @@ const KNOWN_BLOBS: usize = 200_000;
 pub struct CommitStats {
     batches: AtomicU64,
     inline: AtomicU64,
+    at_once: AtomicU64,
     transactions: AtomicU64,
     conflict_retries: AtomicU64,
 }
@@ -115,6 +118,8 @@ pub struct CommitCounts {
     pub batches: u64,
     /// Of those, batches an append committed on its own task, finding the committer idle.
     pub inline: u64,
+    /// Transactions written by one statement, planned from remembered state without a read.
+    pub at_once: u64,
     /// Transactions committed for them (more than batches where a batch is split by shard).
     pub transactions: u64,
     /// Transactions rolled back and tried again because the engine broke a lock cycle or a
@@ -127,6 +132,7 @@ impl CommitStats {
         CommitCounts {
             batches: self.batches.load(Ordering::Relaxed),
             inline: self.inline.load(Ordering::Relaxed),
+            at_once: self.at_once.load(Ordering::Relaxed),
             transactions: self.transactions.load(Ordering::Relaxed),
             conflict_retries: self.conflict_retries.load(Ordering::Relaxed),
         }
@@ -407,6 +413,13 @@ async fn write_batch(
     blobs: &KnownBlobs,
     stats: &CommitStats,
 ) -> Result<CommittedBatch> {
+    if conn.writes_at_once()
+        && let Some(done) = write_at_once(conn, jobs, targets, blobs).await?
+    {
+        stats.transactions.fetch_add(1, Ordering::Relaxed);
+        stats.at_once.fetch_add(1, Ordering::Relaxed);
+        return Ok(done);
+    }
     let mut attempt = 1;
     loop {
         conn.begin().await?;
@@ -431,6 +444,120 @@ async fn write_batch(
             }
             other => return other,
         }
+    }
+}
+
+/// The batch written by one statement, when it needs no read: its one target is remembered,
+/// it carries no idempotency key (whose record would be read), and it writes only nodes,
+/// blobs and the head. The statement moves the head only if it is still the remembered one
+/// (otherwise it writes nothing and `None` sends the batch the usual way, reading what is
+/// stored). Where the engine pays a round trip per statement (PostgreSQL), this is one in
+/// place of five (BEGIN, the head's locking read, the nodes, the head, COMMIT).
+async fn write_at_once(
+    conn: &mut dyn CommitterConnection,
+    jobs: &mut [Job],
+    targets: &TargetCache,
+    blobs: &KnownBlobs,
+) -> Result<Option<CommittedBatch>> {
+    let mut batch = Batch::new(targets, blobs, now_ms()).trusting();
+    let mut outcomes = Vec::with_capacity(jobs.len());
+    for job in jobs.iter_mut() {
+        let mut answers = Vec::with_capacity(job.requests.len());
+        for (request, fingerprint) in job.requests.iter_mut().zip(&job.fingerprints) {
+            match batch.append(&mut NoReads, request, *fingerprint).await {
+                Ok(outcome) => answers.push(Ok(outcome)),
+                Err(Error::Domain(e)) => {
+                    answers.push(Err(e.into()));
+                    break;
+                }
+                // It needed a read.
+                Err(_) => return Ok(None),
+            }
+        }
+        outcomes.push(answers);
+    }
+    // A refusal is confirmed only by a write that checks the head it was judged against.
+    let mut seen = batch.seen.iter();
+    let (Some((key, _)), None) = (seen.next(), seen.next()) else {
+        return Ok(None);
+    };
+    let (session, AppendTarget::Branch(branch)) = key else {
+        return Ok(None);
+    };
+    let Some(expected) = targets.0.get(key).map(|state| state.head) else {
+        return Ok(None);
+    };
+    if batch.pending.nodes.is_empty() {
+        return Ok(None);
+    }
+    match conn
+        .write_at_once(&batch.pending, *session, branch, expected)
+        .await
+    {
+        Ok(Some(true)) => Ok(Some(CommittedBatch {
+            outcomes,
+            seen: batch.seen,
+            closed: batch.closed,
+            blobs: batch.pending.blob_hashes,
+        })),
+        Ok(Some(false) | None) => Ok(None),
+        // A concurrent write took its rows (a deletion of the session, say): nothing was
+        // written, and the usual way reads what it left and answers accordingly.
+        Err(e) if e.fault() == Some(Fault::Conflict) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// What a batch planned without the database reads through: every read fails, so a plan
+/// that needs one is made again the usual way.
+struct NoReads;
+
+#[async_trait::async_trait]
+impl Lookups for NoReads {
+    async fn session_exists(&mut self, _: SessionId) -> Result<bool> {
+        Err(NoReads::refused())
+    }
+
+    async fn find_branch_head(
+        &mut self,
+        _: SessionId,
+        _: &BranchName,
+    ) -> Result<Option<Option<NodeId>>> {
+        Err(NoReads::refused())
+    }
+
+    async fn find_function(
+        &mut self,
+        _: SessionId,
+        _: NodeId,
+    ) -> Result<Option<(Option<NodeId>, bool)>> {
+        Err(NoReads::refused())
+    }
+
+    async fn find_node(&mut self, _: SessionId, _: NodeId) -> Result<Option<NodeRow>> {
+        Err(NoReads::refused())
+    }
+
+    async fn idempotency_record(
+        &mut self,
+        _: SessionId,
+        _: &str,
+    ) -> Result<Option<(Hash, AppendOutcome)>> {
+        Err(NoReads::refused())
+    }
+}
+
+#[async_trait::async_trait]
+impl AppendTx for NoReads {
+    async fn write_rows(&mut self, _: &BatchRows) -> Result<()> {
+        Err(NoReads::refused())
+    }
+}
+
+impl NoReads {
+    /// Never reaches a caller: [`write_at_once`] takes any error as "plan the usual way".
+    fn refused() -> Error {
+        Error::Corrupt("a read while planning a batch without reads".into())
     }
 }
 

@@ -509,8 +509,12 @@ async fn an_append_alone_commits_inline_and_a_crowd_shares_batches() {
     if db.is_postgres() {
         // The PostgreSQL committer's statements suspend: it never runs on a caller's task.
         assert_eq!(alone.inline, 0);
+        // Every append after the first builds on the head the committer remembers: one
+        // statement each, no read.
+        assert_eq!(alone.at_once - before.at_once, 19, "{alone:?}");
     } else {
         assert_eq!(alone.inline - before.inline, 20, "{alone:?}");
+        assert_eq!(alone.at_once, 0);
     }
 
     const CROWD: usize = 64;

@@ -10,9 +10,10 @@ use sqlx::postgres::PgPool;
 use sqlx::{PgConnection, Postgres};
 
 use super::{Conn, Connection};
-use crate::domain::SessionId;
+use crate::domain::{BranchName, NodeId, SessionId};
 use crate::store::Result;
 use crate::store::backend::CommitterConnection;
+use crate::store::writes::BatchRows;
 
 /// How the committer splits a batch into transactions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,6 +85,109 @@ impl CommitterConnection for Conn<Committer> {
                 })
                 .collect()),
         }
+    }
+
+    fn writes_at_once(&self) -> bool {
+        // Citus splits a statement's data-modifying CTEs apart, so there it is no longer one.
+        self.0.batching == Batching::One
+    }
+
+    async fn write_at_once(
+        &mut self,
+        rows: &BatchRows,
+        session: SessionId,
+        branch: &BranchName,
+        expected: Option<NodeId>,
+    ) -> Result<Option<bool>> {
+        let only_nodes_and_blobs = rows.opened.is_empty()
+            && rows.closes.is_empty()
+            && rows.function_heads.is_empty()
+            && rows.pins.is_empty()
+            && rows.idempotency.is_empty()
+            && rows.nodes.iter().all(|n| n.insert.session == session)
+            && rows.blobs.iter().all(|b| b.session == session);
+        let head = match rows.branch_heads.iter().next() {
+            Some(((s, name), head)) if *s == session && name == branch => *head,
+            _ => return Ok(None),
+        };
+        if !only_nodes_and_blobs || rows.branch_heads.len() != 1 {
+            return Ok(None);
+        }
+        let bytes = |id: NodeId| id.as_bytes().to_vec();
+        let nodes = &rows.nodes;
+        // Blobs and nodes are written only if the head moved, i.e. it was still `expected`:
+        // the UPDATE waits for a concurrent writer of the row and checks the head it then
+        // finds. Every part is one statement, so one commit, or nothing.
+        let moved: i64 = sqlx::query_scalar(
+            "WITH head AS (
+                 UPDATE branches SET head_id = $1, updated_at_ms = $2
+                 WHERE session_id = $3 AND name = $4 AND head_id IS NOT DISTINCT FROM $5
+                 RETURNING 1
+             ), blob_rows AS (
+                 INSERT INTO blobs (session_id, hash, size, codec, data)
+                 SELECT $3, * FROM unnest($6::bytea[], $7::int8[], $8::int8[], $9::bytea[])
+                 WHERE EXISTS (SELECT 1 FROM head)
+                 ON CONFLICT (session_id, hash) DO NOTHING
+             ), node_rows AS (
+                 INSERT INTO nodes (session_id, id, parent_id, function_id, kind,
+                                    created_at_ms, hash, body, body_z)
+                 SELECT $3, * FROM unnest($10::bytea[], $11::bytea[], $12::bytea[],
+                                          $13::int8[], $14::int8[], $15::bytea[],
+                                          $16::text[], $17::bytea[])
+                 WHERE EXISTS (SELECT 1 FROM head)
+             )
+             SELECT count(*) FROM head",
+        )
+        .bind(bytes(head.0))
+        .bind(head.1)
+        .bind(session.as_bytes().to_vec())
+        .bind(branch.as_str())
+        .bind(expected.map(bytes))
+        .bind(
+            rows.blobs
+                .iter()
+                .map(|b| b.hash.0.to_vec())
+                .collect::<Vec<_>>(),
+        )
+        .bind(rows.blobs.iter().map(|b| b.size).collect::<Vec<_>>())
+        .bind(rows.blobs.iter().map(|b| b.codec).collect::<Vec<_>>())
+        .bind(
+            rows.blobs
+                .iter()
+                .map(|b| b.data.clone())
+                .collect::<Vec<_>>(),
+        )
+        .bind(nodes.iter().map(|n| bytes(n.insert.id)).collect::<Vec<_>>())
+        .bind(
+            nodes
+                .iter()
+                .map(|n| n.insert.parent.map(bytes))
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            nodes
+                .iter()
+                .map(|n| n.insert.function.map(bytes))
+                .collect::<Vec<_>>(),
+        )
+        .bind(nodes.iter().map(|n| n.kind).collect::<Vec<_>>())
+        .bind(
+            nodes
+                .iter()
+                .map(|n| n.insert.created_at_ms)
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            nodes
+                .iter()
+                .map(|n| n.insert.hash.0.to_vec())
+                .collect::<Vec<_>>(),
+        )
+        .bind(nodes.iter().map(|n| n.body.clone()).collect::<Vec<_>>())
+        .bind(nodes.iter().map(|n| n.body_z.clone()).collect::<Vec<_>>())
+        .fetch_one(&self.0.pool)
+        .await?;
+        Ok(Some(moved == 1))
     }
 
     async fn begin(&mut self) -> Result<()> {

@@ -59,9 +59,12 @@ pub(super) async fn open(
         .map_err(|e| unusable(format!("cannot be reached: {}", super::driver::message(&e))))?;
     let _ = sqlx::Connection::close(probe).await;
     let pool = |size: u32| {
+        // No ping before each use: it is a round trip, and a connection found dead fails its
+        // statement (UNAVAILABLE, nothing written) and is replaced.
         PgPoolOptions::new()
             .max_connections(size)
             .acquire_timeout(config.busy_timeout)
+            .test_before_acquire(false)
     };
     let main = pool(config.pg_pool_size)
         .connect_with(options.clone())
