@@ -16,7 +16,9 @@ import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
+import grpc
 import pytest
 
 from ctxd_client import Client, Session
@@ -116,6 +118,35 @@ def client(server: str) -> Iterator[Client]:
 @pytest.fixture
 def session(client: Client) -> Session:
     return client.create_session({"test": "python-client"})
+
+
+class RpcRecorder(grpc.UnaryUnaryClientInterceptor, grpc.StreamStreamClientInterceptor):
+    """Records the name of every unary and bidirectional RPC a client makes, in order."""
+
+    def __init__(self) -> None:
+        self.methods: list[str] = []
+
+    def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
+        self.methods.append(details.method.rsplit("/", 1)[-1])
+        return continuation(details, request)
+
+    def intercept_stream_stream(self, continuation: Any, details: Any, requests: Any) -> Any:
+        self.methods.append(details.method.rsplit("/", 1)[-1])
+        return continuation(details, requests)
+
+    def writes(self) -> list[str]:
+        """The appends among them: `Append` and `AppendStream`."""
+        return [m for m in self.methods if m in ("Append", "AppendStream")]
+
+
+@pytest.fixture
+def recorded(server: str) -> Iterator[tuple[Client, RpcRecorder]]:
+    """A client whose RPCs are recorded: what a higher-level call sends to the server."""
+    recorder = RpcRecorder()
+    channel = grpc.insecure_channel(server)
+    with Client(channel=grpc.intercept_channel(channel, recorder), timeout=30) as c:
+        yield c, recorder
+    channel.close()
 
 
 class FakeSummarizer:

@@ -10,7 +10,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import Server
+from conftest import RpcRecorder, Server
 from langchain_core.chat_history import InMemoryChatMessageHistory
 from langchain_core.messages import (
     AIMessage,
@@ -121,6 +121,18 @@ def test_an_unanswered_tool_call_does_not_block_the_history(client: Client) -> N
         HumanMessage("never mind, just answer"),
         AIMessage("ok"),
     ]
+
+
+def test_one_add_of_many_messages_is_one_append(recorded: tuple[Client, RpcRecorder]) -> None:
+    client, rpcs = recorded
+    h = history(client)
+    h.add_messages(CONVERSATION[:1])
+    rpcs.methods.clear()
+    # Several messages, a tool call and its results among them: one unary Append, all or
+    # nothing, rather than one per message (or a stream, which may split into transactions).
+    h.add_messages(CONVERSATION[1:])
+    assert rpcs.writes() == ["Append"]
+    assert h.messages == CONVERSATION
 
 
 def test_async_methods(client: Client) -> None:

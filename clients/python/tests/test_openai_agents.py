@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from agents import Runner, set_tracing_disabled
 from agents_fake import FakeModel, agent
-from conftest import Server
+from conftest import RpcRecorder, Server
 from test_security import KEY, write_keys
 
 from ctxd_client import Client, Unauthenticated, Unavailable
@@ -183,6 +183,31 @@ def test_calls_and_outputs_in_separate_writes(client: Client) -> None:
     messages = client.render(s.ctxd_session_id).messages
     assert [m["role"] for m in messages] == ["user", "assistant", "tool", "tool", "assistant"]
     assert [c["id"] for c in messages[1]["tool_calls"]] == ["call_1", "call_2"]
+
+
+def test_one_add_of_many_items_is_one_append(recorded: tuple[Client, RpcRecorder]) -> None:
+    client, rpcs = recorded
+    s = new_session(client)
+    run(s.add_items([USER]))
+    rpcs.methods.clear()
+    # Parallel calls, their outputs and a reply: one unary Append, all or nothing, rather than
+    # one per item or group (or a stream, which may split into transactions) ...
+    items = [REASONING, call(1), call(2), output(1), output(2), ASSISTANT]
+    run(s.add_items(items))
+    assert rpcs.writes() == ["Append"]
+    # ... and so is the rewrite of a call group left open, written again before the new items.
+    run(s.add_items([call(3)]))
+    rpcs.methods.clear()
+    run(s.add_items([{"role": "user", "content": "never mind"}, ASSISTANT]))
+    assert rpcs.writes() == ["Append"]
+    assert "ResetBranch" in rpcs.methods
+    assert run(s.get_items()) == [
+        USER,
+        *items,
+        call(3),
+        {"role": "user", "content": "never mind"},
+        ASSISTANT,
+    ]
 
 
 def test_a_call_left_without_output_does_not_block_the_conversation(client: Client) -> None:

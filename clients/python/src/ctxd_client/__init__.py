@@ -47,6 +47,7 @@ from .recall import (
     recall_tool_definition,
 )
 from .types import (
+    AppendBatch,
     Appended,
     Branch,
     Budget,
@@ -76,6 +77,7 @@ __all__ = [
     "RECALL_TOOL_NAME",
     "RECALL_TOOL_PARAMETERS",
     "AlreadyExists",
+    "AppendBatch",
     "Appended",
     "Branch",
     "Budget",

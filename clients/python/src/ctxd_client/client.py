@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import collections
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Literal, TypeVar
 
@@ -20,6 +20,7 @@ from ._proto import ctxd_pb2 as pb
 from ._proto import ctxd_pb2_grpc as pb_grpc
 from .errors import CtxdError, from_rpc_error
 from .types import (
+    AppendBatch,
     Appended,
     Branch,
     BudgetLike,
@@ -201,6 +202,54 @@ def _pinned(nodes: Sequence[pb.NodeInput], pinned: bool) -> list[pb.NodeInput]:
     return copies
 
 
+def _append_request(
+    session_id: str,
+    nodes: Sequence[pb.NodeInput],
+    branch: str,
+    function_id: str | None,
+    expected_head_id: str | None,
+    idempotency_key: str,
+    pinned: bool,
+) -> pb.AppendRequest:
+    """One AppendRequest, the same for `append` and each request of `append_many`."""
+    request = pb.AppendRequest(
+        session_id=session_id,
+        branch="" if function_id else branch,
+        function_id=function_id or "",
+        idempotency_key=idempotency_key,
+        nodes=_pinned(nodes, pinned),
+    )
+    if expected_head_id is not None:
+        request.expected_head_id = expected_head_id
+    return request
+
+
+def _batch_request(
+    session_id: str,
+    batch: Sequence[pb.NodeInput] | AppendBatch,
+    branch: str,
+    function_id: str | None,
+) -> pb.AppendRequest:
+    if isinstance(batch, AppendBatch):
+        return _append_request(
+            session_id,
+            batch.nodes,
+            branch,
+            function_id,
+            batch.expected_head_id,
+            batch.idempotency_key,
+            batch.pinned,
+        )
+    if isinstance(batch, pb.NodeInput):
+        # A lone node would otherwise fail deep in protobuf with a message naming nothing.
+        raise TypeError("each batch of append_many is a list of nodes (or an AppendBatch)")
+    return _append_request(session_id, batch, branch, function_id, None, "", False)
+
+
+def _appended(r: pb.AppendResponse) -> Appended:
+    return Appended(list(r.node_ids), r.head_id, r.head_hash)
+
+
 # ---------------------------------------------------------------- the client
 
 
@@ -306,17 +355,91 @@ class Client:
         answer and writes nothing. `pinned=True` pins every node of the batch (a node built with
         `pinned=True` is pinned either way): see `pin`.
         """
-        request = pb.AppendRequest(
-            session_id=_session_id(session),
-            branch="" if function_id else branch,
-            function_id=function_id or "",
-            idempotency_key=idempotency_key,
-            nodes=_pinned(nodes, pinned),
+        request = _append_request(
+            _session_id(session),
+            nodes,
+            branch,
+            function_id,
+            expected_head_id,
+            idempotency_key,
+            pinned,
         )
-        if expected_head_id is not None:
-            request.expected_head_id = expected_head_id
-        r = self._call("Append", request)
-        return Appended(list(r.node_ids), r.head_id, r.head_hash)
+        return _appended(self._call("Append", request))
+
+    def append_many(
+        self,
+        session: SessionRef,
+        batches: Iterable[Sequence[pb.NodeInput] | AppendBatch],
+        branch: str = "main",
+        *,
+        function_id: str | None = None,
+    ) -> list[Appended]:
+        """Many appends over one stream (`AppendStream`), for imports and bulk writes: the
+        requests the server finds waiting together are written in one transaction and answered
+        at once, instead of one round trip and one commit per `append`.
+
+        Each batch is one request, checked exactly as `append` checks one (its nodes atomically,
+        the pairing rules, compare-and-swap, idempotency key), in order, after the batches
+        before it: a list of nodes, or an `AppendBatch` carrying its own `expected_head_id`,
+        `idempotency_key` and `pinned`. All go to `branch`, or into the chain of the running
+        function `function_id`. Returns one `Appended` per batch, in order. Batches written
+        together are still separate appends: for several that must stand or fall together, use
+        one `append`.
+
+        `batches` may be a generator: it is read as the stream sends (on gRPC's sending thread),
+        so a large import is never held whole, and answers are taken as they come.
+
+        The first refused batch raises its error as `append` would (`Conflict`,
+        `FailedPrecondition`, ...), the server's message naming it `requests[N]` (N from 0);
+        nothing after it is written, the batches before it stay written, and the error's
+        `acknowledged` lists their `Appended`. Any other failure (the server shutting down,
+        the client's `timeout`, which bounds the whole stream) raises the same way, with
+        `acknowledged` what is known stored: batches after those may or may not be, so give
+        batches idempotency keys to send them again safely. An exception raised by `batches`
+        itself ends the stream after the batches it did yield (they are written) and
+        propagates as it is.
+        """
+        session_id = _session_id(session)
+        failure: list[Exception] = []
+
+        def requests() -> Iterator[pb.AppendRequest]:
+            # gRPC would log the caller's exception and cancel the call, writing an arbitrary
+            # prefix of what was sent: ending the stream instead writes exactly the batches
+            # yielded, and the exception is raised from here, not lost in gRPC's thread.
+            try:
+                for batch in batches:
+                    yield _batch_request(session_id, batch, branch, function_id)
+            except Exception as e:
+                failure.append(e)
+
+        acknowledged: list[Appended] = []
+        call = self.stub.AppendStream(requests(), timeout=self.timeout)
+        try:
+            for response in call:
+                if response.first != len(acknowledged):
+                    raise CtxdError(
+                        grpc.StatusCode.INTERNAL,
+                        f"AppendStream acknowledged from request {response.first}, "
+                        f"after {len(acknowledged)} acknowledged",
+                        acknowledged,
+                    )
+                acknowledged.extend(_appended(a) for a in response.appends)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e, acknowledged) from e
+        finally:
+            # A no-op once the stream has ended; on a way out through an exception (an
+            # interrupt, the check above) it stops the sending.
+            call.cancel()
+        if failure:
+            exc = failure[0]
+            if hasattr(exc, "add_note"):
+                stored = len(acknowledged)
+                exc.add_note(
+                    f"ctxd: append_many stored the {stored} batch{'es' * (stored != 1)} "
+                    "yielded before it"
+                )
+            raise exc
+        return acknowledged
 
     def append_user(
         self,

@@ -7,16 +7,31 @@ not in a state that allows the request (calls still pending, a closed function),
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
 import grpc
+
+if TYPE_CHECKING:
+    from .types import Appended
 
 
 class CtxdError(Exception):
-    """A ctxd request failed. `code` is the gRPC status, `message` the server's own words."""
+    """A ctxd request failed. `code` is the gRPC status, `message` the server's own words.
 
-    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+    `acknowledged` matters for `Client.append_many` only (empty for every other call): the
+    requests of the stream the server acknowledged before it ended, in order. They are stored
+    whatever the error; for a refusal, the refused request is number `len(acknowledged)` (the
+    `requests[N]` the message starts with) and nothing after it was written.
+    """
+
+    def __init__(
+        self, code: grpc.StatusCode, message: str, acknowledged: Sequence[Appended] = ()
+    ) -> None:
         super().__init__(f"{code.name}: {message}")
         self.code = code
         self.message = message
+        self.acknowledged: list[Appended] = list(acknowledged)
 
 
 class InvalidArgument(CtxdError):
@@ -58,8 +73,9 @@ _BY_CODE: dict[grpc.StatusCode, type[CtxdError]] = {
 }
 
 
-def from_rpc_error(error: grpc.RpcError) -> CtxdError:
-    """The `CtxdError` subclass for a failed call, keeping the server's message verbatim."""
+def from_rpc_error(error: grpc.RpcError, acknowledged: Sequence[Appended] = ()) -> CtxdError:
+    """The `CtxdError` subclass for a failed call, keeping the server's message verbatim (and,
+    for a stream of appends, what it acknowledged before failing)."""
     code = error.code() if isinstance(error, grpc.Call) else grpc.StatusCode.UNKNOWN
     message = (error.details() if isinstance(error, grpc.Call) else None) or str(error)
-    return _BY_CODE.get(code, CtxdError)(code, message)
+    return _BY_CODE.get(code, CtxdError)(code, message, acknowledged)

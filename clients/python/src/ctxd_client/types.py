@@ -7,7 +7,7 @@ Every value that came from a response also keeps it as `raw`, for the fields not
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -101,6 +101,23 @@ class Appended:
     def node_id(self) -> str:
         """The last node written (the only one for the single-node helpers)."""
         return self.node_ids[-1]
+
+
+@dataclass(frozen=True)
+class AppendBatch:
+    """One request of `Client.append_many` that needs more than its nodes: the options
+    `Client.append` takes, for this request alone.
+
+    `expected_head_id` makes it a compare-and-swap on the target's head as the server finds it
+    when it reaches this request, after the requests before it in the stream (`""`: no head yet);
+    `idempotency_key` lets the request be sent again (in this stream or another) without being
+    written twice; `pinned=True` pins each of its nodes.
+    """
+
+    nodes: Sequence[pb.NodeInput]
+    expected_head_id: str | None = None
+    idempotency_key: str = ""
+    pinned: bool = False
 
 
 @dataclass(frozen=True)

@@ -417,6 +417,14 @@ class AppendResponse(_message.Message):
     head_hash: str
     def __init__(self, node_ids: _Optional[_Iterable[str]] = ..., head_id: _Optional[str] = ..., head_hash: _Optional[str] = ...) -> None: ...
 
+class AppendStreamResponse(_message.Message):
+    __slots__ = ("first", "appends")
+    FIRST_FIELD_NUMBER: _ClassVar[int]
+    APPENDS_FIELD_NUMBER: _ClassVar[int]
+    first: int
+    appends: _containers.RepeatedCompositeFieldContainer[AppendResponse]
+    def __init__(self, first: _Optional[int] = ..., appends: _Optional[_Iterable[_Union[AppendResponse, _Mapping]]] = ...) -> None: ...
+
 class GetNodesRequest(_message.Message):
     __slots__ = ("session_id", "node_ids")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]

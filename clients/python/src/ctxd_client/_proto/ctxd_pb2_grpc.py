@@ -54,6 +54,11 @@ class ContextStoreStub:
                 request_serializer=ctxd_dot_v1_dot_ctxd__pb2.AppendRequest.SerializeToString,
                 response_deserializer=ctxd_dot_v1_dot_ctxd__pb2.AppendResponse.FromString,
                 _registered_method=True)
+        self.AppendStream = channel.stream_stream(
+                '/ctxd.v1.ContextStore/AppendStream',
+                request_serializer=ctxd_dot_v1_dot_ctxd__pb2.AppendRequest.SerializeToString,
+                response_deserializer=ctxd_dot_v1_dot_ctxd__pb2.AppendStreamResponse.FromString,
+                _registered_method=True)
         self.GetNodes = channel.unary_unary(
                 '/ctxd.v1.ContextStore/GetNodes',
                 request_serializer=ctxd_dot_v1_dot_ctxd__pb2.GetNodesRequest.SerializeToString,
@@ -197,6 +202,19 @@ class ContextStoreServicer:
     def Append(self, request, context):
         """Appends nodes to a branch, or to the internal chain of a running function.
         All nodes of one request commit atomically, in order.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AppendStream(self, request_iterator, context):
+        """Many appends over one stream (imports, bulk writes): each request is
+        checked as an Append is (pairing, compare-and-swap, idempotency key), in
+        the order sent. The requests that arrive together are written in one
+        transaction and acknowledged by one response. The first refused request
+        ends the stream with its status (its message starts `requests[N]`, N
+        counted from 0 over the stream); nothing sent after it is written, and
+        everything acknowledged before it stays.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -404,6 +422,11 @@ def add_ContextStoreServicer_to_server(servicer, server):
                     servicer.Append,
                     request_deserializer=ctxd_dot_v1_dot_ctxd__pb2.AppendRequest.FromString,
                     response_serializer=ctxd_dot_v1_dot_ctxd__pb2.AppendResponse.SerializeToString,
+            ),
+            'AppendStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.AppendStream,
+                    request_deserializer=ctxd_dot_v1_dot_ctxd__pb2.AppendRequest.FromString,
+                    response_serializer=ctxd_dot_v1_dot_ctxd__pb2.AppendStreamResponse.SerializeToString,
             ),
             'GetNodes': grpc.unary_unary_rpc_method_handler(
                     servicer.GetNodes,
@@ -629,6 +652,33 @@ class ContextStore:
             '/ctxd.v1.ContextStore/Append',
             ctxd_dot_v1_dot_ctxd__pb2.AppendRequest.SerializeToString,
             ctxd_dot_v1_dot_ctxd__pb2.AppendResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AppendStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/ctxd.v1.ContextStore/AppendStream',
+            ctxd_dot_v1_dot_ctxd__pb2.AppendRequest.SerializeToString,
+            ctxd_dot_v1_dot_ctxd__pb2.AppendStreamResponse.FromString,
             options,
             channel_credentials,
             insecure,
