@@ -94,6 +94,18 @@ export interface AppendOptions {
   pinned?: boolean;
 }
 
+/** One append of `appendMany`: its nodes, and the options a unary append takes, for this request
+ * alone. A request that names a target (`branch` or `functionId`) writes there; one that names
+ * none writes to the target of the call's `AppendManyOptions`. */
+export interface AppendManyRequest extends AppendOptions {
+  nodes: NodeInput[];
+}
+
+/** Defaults for every request of `appendMany`. Compare-and-swap and idempotency keys are per
+ * request (`AppendManyRequest`): one head or one key for the whole stream would refuse the
+ * second request or answer it with the first's result. */
+export type AppendManyOptions = Pick<AppendOptions, "branch" | "functionId" | "pinned">;
+
 /** What to render: a branch's head (default `main`), the path ending at a node, or a function's
  * chain. */
 export interface Target {
@@ -322,15 +334,134 @@ export class Client implements AsyncDisposable {
 
   /** Appends nodes atomically and in order (see AppendOptions for CAS and idempotency). */
   async append(session: SessionRef, nodes: NodeInput[], options: AppendOptions = {}): Promise<Appended> {
-    const request: pb.AppendRequest = {
-      sessionId: sessionId(session),
-      branch: options.functionId ? "" : (options.branch ?? "main"),
-      functionId: options.functionId ?? "",
-      idempotencyKey: options.idempotencyKey ?? "",
-      nodes: nodes.map((n) => nodeInputToPb(n, options.pinned)),
-    };
-    if (options.expectedHeadId !== undefined) request.expectedHeadId = options.expectedHeadId;
+    const request = appendRequest(sessionId(session), nodes, options);
     return appendedFromPb(await this.#call<pb.AppendResponse>((m, o, cb) => this.raw.append(request, m, o, cb)));
+  }
+
+  /**
+   * Many appends over one AppendStream, for imports and bulk writes: one round trip per run of
+   * requests the server reads together (one transaction each) instead of one per append. Each
+   * request (a `NodeInput[]`, or an `AppendManyRequest` with its own target, compare-and-swap or
+   * idempotency key) is checked exactly as `append` checks it, in order; the answer is one
+   * `Appended` per request, in order.
+   *
+   * The first refused request rejects with the CtxdError of its status (the message starts
+   * `requests[N]`, N counted from 0) whose `acknowledged` holds what was written before it;
+   * nothing after it is written. Any other failure (UNAVAILABLE when the server shuts down, the
+   * deadline) carries `acknowledged` too: those are stored, and a request after them may be as
+   * well, so retry with idempotency keys.
+   *
+   * Requests are sent as `batches` yields them, waiting while grpc-js's send buffer is full, and
+   * answers are read as they come, so an async iterable of any length streams in bounded memory.
+   * An array is converted before anything is sent (a malformed node throws TypeError, writing
+   * nothing, as `append` does); an iterable as it is read, and if it throws, the requests sent
+   * before are still written and acknowledged (the stream is ended, not cancelled) before its
+   * error is rethrown. `timeoutMs` bounds the whole stream.
+   */
+  async appendMany(
+    session: SessionRef,
+    batches: Iterable<NodeInput[] | AppendManyRequest> | AsyncIterable<NodeInput[] | AppendManyRequest>,
+    options: AppendManyOptions = {},
+  ): Promise<Appended[]> {
+    const id = sessionId(session);
+    const convert = (batch: NodeInput[] | AppendManyRequest, index: number): pb.AppendRequest => {
+      if (Array.isArray(batch)) return appendRequest(id, batch, options);
+      if (typeof batch !== "object" || batch === null || !Array.isArray(batch.nodes)) {
+        throw new TypeError(`batches[${index}] must be NodeInput[] or { nodes: NodeInput[], ... }`);
+      }
+      const target = batch.branch !== undefined || batch.functionId !== undefined ? batch : options;
+      return appendRequest(id, batch.nodes, {
+        branch: target.branch,
+        functionId: target.functionId,
+        expectedHeadId: batch.expectedHeadId,
+        idempotencyKey: batch.idempotencyKey,
+        pinned: batch.pinned ?? options.pinned,
+      });
+    };
+    const requests = Array.isArray(batches) ? converted(batches.map(convert), (r) => r) : converted(batches, convert);
+
+    await this.#connect();
+    const call = this.raw.appendStream(new grpc.Metadata(), this.#callOptions());
+    const appended: Appended[] = [];
+    let mismatch: CtxdError | undefined;
+    // Settles once the server has ended the stream and every response before its status has
+    // been read: grpc-js emits `error` at once, `end` after the responses it still buffers.
+    let over = false;
+    const ended = new Promise<grpc.ServiceError | undefined>((resolve) => {
+      let failure: grpc.ServiceError | undefined;
+      call.on("data", (r: pb.AppendStreamResponse) => {
+        this.#connected = true;
+        if (r.first !== appended.length && mismatch === undefined) {
+          mismatch = ctxdError(grpc.status.INTERNAL, `AppendStream acknowledged requests from ${r.first}, expected ${appended.length}`);
+          call.cancel();
+        }
+        if (mismatch === undefined) for (const a of r.appends) appended.push(appendedFromPb(a));
+      });
+      call.on("error", (error: grpc.ServiceError) => {
+        failure ??= error;
+      });
+      const finish = (): void => {
+        over = true;
+        resolve(failure);
+      };
+      call.on("end", finish);
+      call.on("close", finish);
+    });
+
+    // A stream the server ended (a refusal, a shutdown) stops the loop even while `batches` is
+    // idle: nothing sent after it would be written.
+    const stopped = ended.then((): typeof STOPPED => STOPPED);
+    let sent = 0;
+    let sourceFailed = false;
+    let sourceError: unknown;
+    try {
+      let busy = false;
+      let done = false;
+      while (!over) {
+        const next = await Promise.race([requests.next(), stopped]);
+        if (next === STOPPED) {
+          busy = true;
+          break;
+        }
+        if (next.done) {
+          done = true;
+          break;
+        }
+        sent++;
+        if (!call.write(next.value)) await drained(call, ended);
+      }
+      // Close the source as `break` in a for-await would, but without waiting for one still busy
+      // producing its next request (it finishes that first): an idle source may never.
+      if (busy) requests.return(undefined).catch(() => undefined);
+      else if (!done) await requests.return(undefined);
+    } catch (error) {
+      sourceFailed = true;
+      sourceError = error;
+    }
+    call.end();
+    const failure = await ended;
+    if (sourceFailed) throw sourceError;
+    let error = mismatch ?? (failure === undefined ? undefined : this.#error(failure));
+    if (error === undefined && appended.length !== sent) {
+      error = ctxdError(grpc.status.INTERNAL, `AppendStream ended after acknowledging ${appended.length} of ${sent} requests`);
+    }
+    if (error !== undefined) {
+      error.acknowledged = appended;
+      throw error;
+    }
+    this.#connected = true;
+    return appended;
+  }
+
+  /** Appends to write together: one unary Append when there is one, else one AppendStream (one
+   * round trip, and the first refused leaves everything after it unwritten, as awaiting each
+   * append in turn would). */
+  async #appendAll(session: SessionRef, requests: AppendManyRequest[]): Promise<Appended[]> {
+    if (requests.length === 1) {
+      const { nodes, ...options } = requests[0];
+      return [await this.append(session, nodes, options)];
+    }
+    return this.appendMany(session, requests);
   }
 
   async appendUser(session: SessionRef, content: Content, options: AppendOptions = {}): Promise<Appended> {
@@ -620,8 +751,13 @@ export class Client implements AsyncDisposable {
     } catch (error) {
       const failure = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
       try {
-        await fn.answerPending(`not run: the sub-agent stopped (${failure})`);
-        await this.append(session, [{ type: "functionResult", callId, output: failure, status: "error" }], caller);
+        // The error results in the function's chain and the close on the caller's, together.
+        const pending = await pendingCalls(this, fn.sessionId, fn.functionId);
+        const answers = pending.map((id) => toolResult(id, `not run: the sub-agent stopped (${failure})`, { isError: true }));
+        await this.#appendAll(session, [
+          ...(answers.length ? [{ nodes: answers, functionId: fn.functionId }] : []),
+          { nodes: [{ type: "functionResult", callId, output: failure, status: "error" }], ...caller },
+        ]);
       } catch (closing) {
         // The sub-agent's own error is the one that matters: keep it, and say what else failed.
         if (error instanceof Error) error.message += ` (ctxd: the function call could not be closed: ${String(closing)})`;
@@ -691,6 +827,14 @@ export class FunctionHandle {
     return this.client.append(this.sessionId, nodes, { ...options, functionId: this.functionId });
   }
 
+  /** `Client.appendMany` into this function's chain. */
+  appendMany(
+    batches: Iterable<NodeInput[] | FunctionAppendRequest> | AsyncIterable<NodeInput[] | FunctionAppendRequest>,
+    options: Pick<AppendOptions, "pinned"> = {},
+  ): Promise<Appended[]> {
+    return this.client.appendMany(this.sessionId, batches, { ...options, functionId: this.functionId });
+  }
+
   appendUser(content: Content, options: NodeOptions = {}): Promise<Appended> {
     return this.append([userMessage(content, options)]);
   }
@@ -710,18 +854,59 @@ export class FunctionHandle {
 
   /** Answers the calls of the chain's latest assistant message that have no result yet. */
   async answerPending(text: string): Promise<void> {
-    const { rendered } = await this.client.render(this.sessionId, { functionId: this.functionId, callers: "none", format: "neutral" });
-    const answered = new Set<string>();
-    let pending: string[] = [];
-    for (const m of rendered.filter((m: RenderedMessage) => m.functionId === this.functionId).reverse()) {
-      if (m.role === "tool") {
-        answered.add(m.toolCallId);
-        continue;
-      }
-      if (m.role === "assistant") pending = m.toolCalls.map((c) => c.id).filter((id) => !answered.has(id));
-      break;
-    }
+    const pending = await pendingCalls(this.client, this.sessionId, this.functionId);
     if (pending.length) await this.append(pending.map((id) => toolResult(id, text, { isError: true })));
+  }
+}
+
+/** A request of `FunctionHandle.appendMany`: always into the function's chain. */
+export type FunctionAppendRequest = Omit<AppendManyRequest, "branch" | "functionId">;
+
+/** The calls of a function chain's latest assistant message that have no result yet. */
+async function pendingCalls(client: Client, session: string, functionId: string): Promise<string[]> {
+  const { rendered } = await client.render(session, { functionId, callers: "none", format: "neutral" });
+  const answered = new Set<string>();
+  for (const m of rendered.filter((m: RenderedMessage) => m.functionId === functionId).reverse()) {
+    if (m.role === "tool") {
+      answered.add(m.toolCallId);
+      continue;
+    }
+    if (m.role === "assistant") return m.toolCalls.map((c) => c.id).filter((id) => !answered.has(id));
+    break;
+  }
+  return [];
+}
+
+/** The AppendRequest of `nodes` to `options`' target: a function's chain, else a branch. */
+function appendRequest(session: string, nodes: NodeInput[], options: AppendOptions): pb.AppendRequest {
+  const request: pb.AppendRequest = {
+    sessionId: session,
+    branch: options.functionId ? "" : (options.branch ?? "main"),
+    functionId: options.functionId ?? "",
+    idempotencyKey: options.idempotencyKey ?? "",
+    nodes: nodes.map((n) => nodeInputToPb(n, options.pinned)),
+  };
+  if (options.expectedHeadId !== undefined) request.expectedHeadId = options.expectedHeadId;
+  return request;
+}
+
+const STOPPED = Symbol("stopped");
+
+/** `batches` converted as they are read, so a long import is never held whole. */
+async function* converted<T, U>(batches: Iterable<T> | AsyncIterable<T>, convert: (batch: T, index: number) => U): AsyncGenerator<U> {
+  let index = 0;
+  for await (const batch of batches) yield convert(batch, index++);
+}
+
+/** Until `stream` drains its send buffer or `ended` settles (nothing more will drain then). */
+async function drained(stream: NodeJS.EventEmitter, ended: Promise<unknown>): Promise<void> {
+  let resolveDrain!: () => void;
+  const drain = new Promise<void>((resolve) => (resolveDrain = resolve));
+  stream.once("drain", resolveDrain);
+  try {
+    await Promise.race([drain, ended]);
+  } finally {
+    stream.removeListener("drain", resolveDrain);
   }
 }
 

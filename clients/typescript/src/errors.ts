@@ -2,6 +2,8 @@
 // message, in a subclass per code a caller acts on differently.
 import { Metadata, status, type ServiceError } from "@grpc/grpc-js";
 
+import type { Appended } from "./types";
+
 /** A ctxd call failed. `code` is the gRPC status, `details` the server's own words. */
 export class CtxdError extends Error {
   /** The gRPC status code (`status.NOT_FOUND`, ...; import `status` from "@grpc/grpc-js"). */
@@ -12,6 +14,11 @@ export class CtxdError extends Error {
   readonly details: string;
   /** Trailing metadata of the failed call, when there was a call. */
   readonly metadata: Metadata;
+  /** Set by `appendMany` only: the requests its stream wrote before it failed, one `Appended`
+   * each, in order, since a bulk write that fails part-way has still stored those. On a refusal
+   * the refused request is number `acknowledged.length` (the message starts `requests[N]`) and
+   * nothing after it was written. */
+  acknowledged?: Appended[];
 
   constructor(code: status, details: string, metadata: Metadata = new Metadata(), options?: ErrorOptions) {
     super(`${status[code] ?? code}: ${details}`, options);

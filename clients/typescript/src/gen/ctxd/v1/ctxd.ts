@@ -10,10 +10,12 @@ import {
   type CallOptions,
   type ChannelCredentials,
   Client,
+  type ClientDuplexStream,
   type ClientOptions,
   type ClientReadableStream,
   type ClientUnaryCall,
   type ClientWritableStream,
+  type handleBidiStreamingCall,
   type handleClientStreamingCall,
   type handleServerStreamingCall,
   type handleUnaryCall,
@@ -396,6 +398,13 @@ export interface AppendResponse {
   nodeIds: string[];
   headId: string;
   headHash: string;
+}
+
+export interface AppendStreamResponse {
+  /** Index in the stream (from 0) of the first request acknowledged here. */
+  first: number;
+  /** One per request acknowledged, in the order sent. */
+  appends: AppendResponse[];
 }
 
 export interface GetNodesRequest {
@@ -3332,6 +3341,73 @@ export const AppendResponse: MessageFns<AppendResponse> = {
     message.nodeIds = object.nodeIds?.map((e) => e) || [];
     message.headId = object.headId ?? "";
     message.headHash = object.headHash ?? "";
+    return message;
+  },
+};
+
+function createBaseAppendStreamResponse(): AppendStreamResponse {
+  return { first: 0, appends: [] };
+}
+
+export const AppendStreamResponse: MessageFns<AppendStreamResponse> = {
+  encode(message: AppendStreamResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.first !== 0) {
+      writer.uint32(8).uint64(message.first);
+    }
+    for (const v of message.appends) {
+      AppendResponse.encode(v!, writer.uint32(18).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): AppendStreamResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseAppendStreamResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.first = longToNumber(reader.uint64());
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.appends.push(AppendResponse.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create<I extends Exact<DeepPartial<AppendStreamResponse>, I>>(base?: I): AppendStreamResponse {
+    return AppendStreamResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<AppendStreamResponse>, I>>(object: I): AppendStreamResponse {
+    const message = createBaseAppendStreamResponse();
+    message.first = object.first ?? 0;
+    message.appends = object.appends?.map((e) => AppendResponse.fromPartial(e)) || [];
     return message;
   },
 };
@@ -9257,6 +9333,25 @@ export const ContextStoreService = {
     responseSerialize: (value: AppendResponse): Buffer => Buffer.from(AppendResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): AppendResponse => AppendResponse.decode(value),
   },
+  /**
+   * Many appends over one stream (imports, bulk writes): each request is
+   * checked as an Append is (pairing, compare-and-swap, idempotency key), in
+   * the order sent. The requests that arrive together are written in one
+   * transaction and acknowledged by one response. The first refused request
+   * ends the stream with its status (its message starts `requests[N]`, N
+   * counted from 0 over the stream); nothing sent after it is written, and
+   * everything acknowledged before it stays.
+   */
+  appendStream: {
+    path: "/ctxd.v1.ContextStore/AppendStream" as const,
+    requestStream: true as const,
+    responseStream: true as const,
+    requestSerialize: (value: AppendRequest): Buffer => Buffer.from(AppendRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): AppendRequest => AppendRequest.decode(value),
+    responseSerialize: (value: AppendStreamResponse): Buffer =>
+      Buffer.from(AppendStreamResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): AppendStreamResponse => AppendStreamResponse.decode(value),
+  },
   getNodes: {
     path: "/ctxd.v1.ContextStore/GetNodes" as const,
     requestStream: false as const,
@@ -9556,6 +9651,16 @@ export interface ContextStoreServer extends UntypedServiceImplementation {
    * All nodes of one request commit atomically, in order.
    */
   append: handleUnaryCall<AppendRequest, AppendResponse>;
+  /**
+   * Many appends over one stream (imports, bulk writes): each request is
+   * checked as an Append is (pairing, compare-and-swap, idempotency key), in
+   * the order sent. The requests that arrive together are written in one
+   * transaction and acknowledged by one response. The first refused request
+   * ends the stream with its status (its message starts `requests[N]`, N
+   * counted from 0 over the stream); nothing sent after it is written, and
+   * everything acknowledged before it stays.
+   */
+  appendStream: handleBidiStreamingCall<AppendRequest, AppendStreamResponse>;
   getNodes: handleUnaryCall<GetNodesRequest, GetNodesResponse>;
   /** Walks parent links from a branch head or a node, newest first (like `git log`). */
   log: handleUnaryCall<LogRequest, LogResponse>;
@@ -9714,6 +9819,21 @@ export interface ContextStoreClient extends Client {
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: AppendResponse) => void,
   ): ClientUnaryCall;
+  /**
+   * Many appends over one stream (imports, bulk writes): each request is
+   * checked as an Append is (pairing, compare-and-swap, idempotency key), in
+   * the order sent. The requests that arrive together are written in one
+   * transaction and acknowledged by one response. The first refused request
+   * ends the stream with its status (its message starts `requests[N]`, N
+   * counted from 0 over the stream); nothing sent after it is written, and
+   * everything acknowledged before it stays.
+   */
+  appendStream(): ClientDuplexStream<AppendRequest, AppendStreamResponse>;
+  appendStream(options: Partial<CallOptions>): ClientDuplexStream<AppendRequest, AppendStreamResponse>;
+  appendStream(
+    metadata: Metadata,
+    options?: Partial<CallOptions>,
+  ): ClientDuplexStream<AppendRequest, AppendStreamResponse>;
   getNodes(
     request: GetNodesRequest,
     callback: (error: ServiceError | null, response: GetNodesResponse) => void,
