@@ -1,7 +1,8 @@
 //! Appends: the request and its answer, handed to the group committer (`commit`).
 
+use super::commit::Answer;
 use super::{Error, Result, Scoped, Store};
-use crate::domain::{BranchName, NodeContent, NodeId};
+use crate::domain::{BranchName, Node, NodeContent, NodeId};
 use serde::{Deserialize, Serialize};
 
 /// Where an append goes. Ordered (a session's branches, then its functions) so a batch locks
@@ -37,7 +38,8 @@ impl Store {
     /// (to any session or branch) share a transaction and its one fsync; each is acknowledged
     /// only after that COMMIT.
     pub async fn append(&self, request: AppendRequest) -> Result<AppendOutcome> {
-        let mut outcomes = self.appends.submit(vec![request]).await?;
+        let answer = self.appends.submit(vec![request]).await?;
+        let mut outcomes = self.remember_written(answer);
         outcomes
             .pop()
             .ok_or(Error::Closed)?
@@ -54,10 +56,45 @@ impl Store {
         if requests.is_empty() {
             return Ok(Vec::new());
         }
-        let outcomes = self.appends.submit(requests).await?;
-        Ok(outcomes
+        let answer = self.appends.submit(requests).await?;
+        Ok(self
+            .remember_written(answer)
             .into_iter()
             .map(|outcome| outcome.map_err(|e| self.backend.diagnose(e)))
             .collect())
+    }
+
+    /// Puts the nodes the answer's batch wrote for these requests in the read cache, from the
+    /// requests themselves (checked, so as stored): the render that usually follows an append
+    /// then reads none of them back. Returns the outcomes.
+    fn remember_written(&self, answer: Answer) -> Vec<Result<AppendOutcome>> {
+        let Answer {
+            outcomes,
+            requests,
+            written,
+        } = answer;
+        let mut nodes = Vec::new();
+        for (request, outcome) in requests.into_iter().zip(&outcomes) {
+            let Ok(outcome) = outcome else { continue };
+            for (content, id) in request.nodes.into_iter().zip(&outcome.node_ids) {
+                // An idempotent retry answers with nodes an earlier batch wrote: not here.
+                let Some(insert) = NodeId::parse("node_id", id)
+                    .ok()
+                    .and_then(|id| written.get(&id))
+                else {
+                    continue;
+                };
+                nodes.push(Node {
+                    id: insert.id,
+                    parent_id: insert.parent,
+                    function_id: insert.function,
+                    content,
+                    created_at_ms: insert.created_at_ms,
+                    hash: insert.hash,
+                });
+            }
+        }
+        self.remember_nodes(nodes);
+        outcomes
     }
 }

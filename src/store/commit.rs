@@ -22,7 +22,7 @@ use super::changes::Changes;
 use super::clock::now_ms;
 use super::idempotency::append_fingerprint;
 use super::rows::NodeRow;
-use super::writes::BatchRows;
+use super::writes::{BatchRows, NodeInsert, NodeWrite};
 use super::{Error, Fault, Result};
 use crate::domain::{BranchName, ChainTail, Hash, NodeId, SessionId};
 
@@ -32,18 +32,25 @@ pub(super) struct Job {
     requests: Vec<AppendRequest>,
     /// With an idempotency key: what a retry must repeat ([`append_fingerprint`]).
     fingerprints: Vec<Option<Hash>>,
+    reply: oneshot::Sender<Answer>,
+}
+
+/// What a job is answered with after the COMMIT.
+pub(super) struct Answer {
     /// The outcome of each request up to and including the first refused (or the batch's
     /// failure, as the first's): those after it are not written.
-    reply: oneshot::Sender<Vec<Result<AppendOutcome>>>,
+    pub(super) outcomes: Vec<Result<AppendOutcome>>,
+    /// The requests, given back as checked (result names filled in): with `written`, what the
+    /// caller needs to remember the new nodes without reading them.
+    pub(super) requests: Vec<AppendRequest>,
+    /// The nodes the batch wrote, by id.
+    pub(super) written: Arc<HashMap<NodeId, NodeInsert>>,
 }
 
 impl Job {
     /// Appends for the committer, fingerprinted here, in the caller's task: hashing the
     /// content is work the committer's one thread need not do.
-    pub(super) fn new(
-        requests: Vec<AppendRequest>,
-        reply: oneshot::Sender<Vec<Result<AppendOutcome>>>,
-    ) -> Self {
+    pub(super) fn new(requests: Vec<AppendRequest>, reply: oneshot::Sender<Answer>) -> Self {
         // As sent: the checks fill in result names later.
         let fingerprints = requests
             .iter()
@@ -195,10 +202,7 @@ impl CommitQueue {
 
     /// Checks and writes `requests` in order, stopping at the first refused; answers after the
     /// COMMIT with the outcome of each up to and including that one.
-    pub(super) async fn submit(
-        &self,
-        requests: Vec<AppendRequest>,
-    ) -> Result<Vec<Result<AppendOutcome>>> {
+    pub(super) async fn submit(&self, requests: Vec<AppendRequest>) -> Result<Answer> {
         let (reply, answer) = oneshot::channel();
         let job = Job::new(requests, reply);
         // Nothing queued and no batch in hand: commit here. Under load the inbox fills and the
@@ -381,10 +385,20 @@ fn answer(
             for session in sessions {
                 changes.touched(session);
             }
+            let written: Arc<HashMap<NodeId, NodeInsert>> = Arc::new(
+                done.nodes
+                    .into_iter()
+                    .map(|node| (node.insert.id, node.insert))
+                    .collect(),
+            );
             for (job, outcomes) in jobs.into_iter().zip(done.outcomes) {
                 // The caller may have gone (cancelled); its append is durable all the same,
                 // and a retry with its idempotency key returns this answer.
-                let _ = job.reply.send(outcomes);
+                let _ = job.reply.send(Answer {
+                    outcomes,
+                    requests: job.requests,
+                    written: Arc::clone(&written),
+                });
             }
         }
         Err(e) => {
@@ -394,10 +408,14 @@ fn answer(
             let detail = e.to_string();
             tracing::error!(error = %detail, appends = jobs.len(), "group commit failed");
             for job in jobs {
-                let _ = job.reply.send(vec![Err(Error::Batch {
-                    fault,
-                    detail: detail.clone(),
-                })]);
+                let _ = job.reply.send(Answer {
+                    outcomes: vec![Err(Error::Batch {
+                        fault,
+                        detail: detail.clone(),
+                    })],
+                    requests: job.requests,
+                    written: Arc::default(),
+                });
             }
         }
     }
@@ -496,6 +514,7 @@ async fn write_at_once(
     {
         Ok(Some(true)) => Ok(Some(CommittedBatch {
             outcomes,
+            nodes: batch.pending.nodes,
             seen: batch.seen,
             closed: batch.closed,
             blobs: batch.pending.blob_hashes,
@@ -594,6 +613,7 @@ async fn check_and_write(
     conn.commit().await?;
     Ok(CommittedBatch {
         outcomes,
+        nodes: batch.pending.nodes,
         seen: batch.seen,
         closed: batch.closed,
         blobs: batch.pending.blob_hashes,
@@ -603,6 +623,7 @@ async fn check_and_write(
 /// A batch written and committed.
 struct CommittedBatch {
     outcomes: Vec<Vec<Result<AppendOutcome>>>,
+    nodes: Vec<NodeWrite>,
     seen: HashMap<TargetKey, FoundTarget>,
     closed: HashSet<(SessionId, NodeId)>,
     blobs: HashSet<(SessionId, Hash)>,

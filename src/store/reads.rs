@@ -224,6 +224,17 @@ impl Store {
             .collect()
     }
 
+    /// Keeps nodes just written, as a read would have found them.
+    pub(super) fn remember_nodes(&self, nodes: Vec<Node>) {
+        if nodes.is_empty() {
+            return;
+        }
+        let mut cache = self.read_cache();
+        for node in nodes {
+            cache.insert_node(Arc::new(node));
+        }
+    }
+
     fn read_cache(&self) -> std::sync::MutexGuard<'_, ReadCache> {
         // A panic while holding the lock leaves plain data behind: keep using it.
         self.cache

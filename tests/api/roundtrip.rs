@@ -146,6 +146,13 @@ async fn every_node_kind_round_trips() {
     assert_eq!(closed.head_id, fr);
     assert_eq!(closed.head_hash, nodes[7].hash);
     assert_eq!(caller.head_hash, nodes[4].hash);
+
+    // A render right after the appends uses the nodes as the server kept them from the
+    // requests; after a restart it reads them back: the two are the same.
+    let remembered = app.render_branch(&s, "main").await;
+    app.restart().await;
+    let read_back = app.render_branch(&s, "main").await;
+    assert_eq!(remembered, read_back);
 }
 
 #[tokio::test]
