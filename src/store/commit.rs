@@ -10,7 +10,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use futures_util::future::join_all;
 use tokio::sync::{Mutex, mpsc, oneshot};
@@ -159,6 +159,8 @@ pub(super) struct Core {
     changes: Changes,
     stats: Arc<CommitStats>,
     closed: bool,
+    /// Jobs the last batch held: more than one means appends are arriving together.
+    last_batch: Arc<AtomicUsize>,
 }
 
 /// Where appends go: the committer's inbox, and, where the backend allows it, the committer's
@@ -170,6 +172,19 @@ pub(super) struct CommitQueue {
     /// a caller that goes away cannot leave a transaction half-done, so an idle committer's
     /// work is done on the caller's task, without the two thread wake-ups of a hand-off.
     inline: Option<Arc<Mutex<Core>>>,
+    /// Appends submitted and not yet answered.
+    in_flight: Arc<AtomicUsize>,
+    /// As [`Core::last_batch`], readable without the core.
+    last_batch: Arc<AtomicUsize>,
+}
+
+/// Counts an append in flight until it is answered, or its caller goes away.
+struct InFlight<'a>(&'a AtomicUsize);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl CommitQueue {
@@ -183,6 +198,7 @@ impl CommitQueue {
         inline: bool,
     ) -> (Self, impl Future<Output = ()> + Send + 'static) {
         assert!(!lanes.is_empty(), "the committer has a connection");
+        let last_batch = Arc::new(AtomicUsize::new(0));
         let core = Arc::new(Mutex::new(Core {
             lanes,
             targets: TargetCache::default(),
@@ -191,11 +207,14 @@ impl CommitQueue {
             changes,
             stats,
             closed: false,
+            last_batch: Arc::clone(&last_batch),
         }));
         let (inbox, receiver) = mpsc::channel(MAX_BATCH * 4);
         let queue = Self {
             inbox,
             inline: inline.then(|| Arc::clone(&core)),
+            in_flight: Arc::default(),
+            last_batch,
         };
         (queue, group_committer(core, receiver))
     }
@@ -205,9 +224,16 @@ impl CommitQueue {
     pub(super) async fn submit(&self, requests: Vec<AppendRequest>) -> Result<Answer> {
         let (reply, answer) = oneshot::channel();
         let job = Job::new(requests, reply);
-        // Nothing queued and no batch in hand: commit here. Under load the inbox fills and the
-        // committer's loop forms the batches.
-        let idle = self.inbox.capacity() == self.inbox.max_capacity();
+        let alone = self.in_flight.fetch_add(1, Ordering::Relaxed) == 0;
+        let _counted = InFlight(&self.in_flight);
+        // No other append in flight, none queued, no batch in hand, and the last batch was a
+        // lone append: commit here. Under load (the last batch held several) the committer's
+        // loop takes them, so its fsync leaves the runtime's threads to the callers, which
+        // meanwhile queue the next batch: an inline commit there would hold a runtime thread
+        // through an fsync for one append.
+        let idle = alone
+            && self.last_batch.load(Ordering::Relaxed) <= 1
+            && self.inbox.capacity() == self.inbox.max_capacity();
         match self
             .inline
             .as_ref()
@@ -278,6 +304,7 @@ impl Core {
     /// then one COMMIT each, and answers every job.
     async fn run(&mut self, batch: Vec<Job>) {
         self.stats.batches.fetch_add(1, Ordering::Relaxed);
+        self.last_batch.store(batch.len(), Ordering::Relaxed);
         let groups = split_by_shard(&mut *self.lanes[0], &mut self.shards, batch).await;
         // Each lane writes its share of the groups one after another; the lanes run at once.
         let lane_count = self.lanes.len();
