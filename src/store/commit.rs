@@ -504,23 +504,25 @@ async fn write_at_once(
     targets: &TargetCache,
     blobs: &KnownBlobs,
 ) -> Result<Option<CommittedBatch>> {
-    let mut batch = Batch::new(targets, blobs, now_ms()).trusting();
-    let mut outcomes = Vec::with_capacity(jobs.len());
-    for job in jobs.iter_mut() {
-        let mut answers = Vec::with_capacity(job.requests.len());
-        for (request, fingerprint) in job.requests.iter_mut().zip(&job.fingerprints) {
-            match batch.append(&mut NoReads, request, *fingerprint).await {
-                Ok(outcome) => answers.push(Ok(outcome)),
-                Err(Error::Domain(e)) => {
-                    answers.push(Err(e.into()));
-                    break;
-                }
-                // It needed a read.
-                Err(_) => return Ok(None),
-            }
-        }
-        outcomes.push(answers);
+    // What can be told before planning: one remembered branch, no key to look up, no pin.
+    let mut requests = jobs.iter().flat_map(|job| &job.requests);
+    let Some(first) = requests.next() else {
+        return Ok(None);
+    };
+    let key = (first.session.id(), first.target.clone());
+    let plain = |r: &AppendRequest| r.idempotency_key.is_none() && r.pinned.is_empty();
+    if !matches!(key.1, AppendTarget::Branch(_))
+        || !targets.0.contains_key(&key)
+        || !plain(first)
+        || !requests.all(|r| plain(r) && r.session.id() == key.0 && r.target == key.1)
+    {
+        return Ok(None);
     }
+    let mut batch = Batch::new(targets, blobs, now_ms()).trusting();
+    // An error: it needed a read.
+    let Ok(outcomes) = check_jobs(&mut batch, &mut NoReads, jobs).await else {
+        return Ok(None);
+    };
     // A refusal is confirmed only by a write that checks the head it was judged against.
     let mut seen = batch.seen.iter();
     let (Some((key, _)), None) = (seen.next(), seen.next()) else {
@@ -620,11 +622,30 @@ async fn check_and_write(
     batch
         .lock_targets(conn, jobs.iter().flat_map(|job| &job.requests))
         .await?;
+    let outcomes = check_jobs(&mut batch, conn, jobs).await?;
+    conn.write_rows(&batch.pending).await?;
+    conn.commit().await?;
+    Ok(CommittedBatch {
+        outcomes,
+        nodes: batch.pending.nodes,
+        seen: batch.seen,
+        closed: batch.closed,
+        blobs: batch.pending.blob_hashes,
+    })
+}
+
+/// Checks and plans every job's requests in order, each job up to its first refused request;
+/// an error (not a refusal) means the batch cannot be planned.
+async fn check_jobs(
+    batch: &mut Batch<'_>,
+    tx: &mut (impl AppendTx + ?Sized),
+    jobs: &mut [Job],
+) -> Result<Vec<Vec<Result<AppendOutcome>>>> {
     let mut outcomes = Vec::with_capacity(jobs.len());
     for job in jobs.iter_mut() {
         let mut answers = Vec::with_capacity(job.requests.len());
         for (request, fingerprint) in job.requests.iter_mut().zip(&job.fingerprints) {
-            match batch.append(conn, request, *fingerprint).await {
+            match batch.append(tx, request, *fingerprint).await {
                 Ok(outcome) => answers.push(Ok(outcome)),
                 Err(Error::Domain(e)) => {
                     // Those after it were sent on the understanding that it went in.
@@ -636,15 +657,7 @@ async fn check_and_write(
         }
         outcomes.push(answers);
     }
-    conn.write_rows(&batch.pending).await?;
-    conn.commit().await?;
-    Ok(CommittedBatch {
-        outcomes,
-        nodes: batch.pending.nodes,
-        seen: batch.seen,
-        closed: batch.closed,
-        blobs: batch.pending.blob_hashes,
-    })
+    Ok(outcomes)
 }
 
 /// A batch written and committed.
