@@ -120,7 +120,32 @@ async fn call(channel: &Channel, method: &Method, messages: Vec<Vec<u8>>) -> Ans
         .map_err(|e| tonic::Status::unavailable(format!("channel not ready: {e}")))?;
     let path =
         http::uri::PathAndQuery::from_str(&format!("/{SERVICE}/{}", method.name)).expect("a path");
-    let answer = if method.client_streaming {
+    let answer = if method.client_streaming && method.server_streaming {
+        // Both ways (AppendStream): every message is sent; the answers until the stream ends.
+        let stream = tokio_stream::iter(messages);
+        let started = tokio::time::timeout(
+            REQUEST_TIMEOUT,
+            grpc.streaming(tonic::Request::new(stream), path, RawCodec),
+        )
+        .await
+        .map_err(|_| {
+            tonic::Status::deadline_exceeded(format!("no answer within {REQUEST_TIMEOUT:?}"))
+        })??;
+        let mut stream = started.into_inner();
+        let mut out = Vec::new();
+        loop {
+            match tokio::time::timeout(REQUEST_TIMEOUT, stream.message()).await {
+                Ok(Ok(Some(message))) => out.extend(message),
+                Ok(Ok(None)) => return Ok(out),
+                Ok(Err(status)) => return Err(status),
+                Err(_) => {
+                    return Err(tonic::Status::deadline_exceeded(format!(
+                        "the stream did not end within {REQUEST_TIMEOUT:?}"
+                    )));
+                }
+            }
+        }
+    } else if method.client_streaming {
         let stream = tokio_stream::iter(messages);
         tokio::time::timeout(
             REQUEST_TIMEOUT,
@@ -211,7 +236,17 @@ async fn call_framed(addr: SocketAddr, method: &Method, body: Vec<u8>, pieces: u
         let mut answer = parts.headers;
         if !answer.contains_key("grpc-status") {
             let mut received = Vec::new();
-            while let Some(data) = body.data().await {
+            loop {
+                // A stream may never end (a valid Watch): quiet for a moment, it has answered.
+                let data = if method.server_streaming {
+                    match tokio::time::timeout(Duration::from_millis(500), body.data()).await {
+                        Ok(data) => data,
+                        Err(_) => return Ok(Vec::new()),
+                    }
+                } else {
+                    body.data().await
+                };
+                let Some(data) = data else { break };
                 let data = data.map_err(|e| transport(&e))?;
                 let _ = body.flow_control().release_capacity(data.len());
                 received.extend_from_slice(&data);
@@ -293,7 +328,12 @@ impl Tally {
     /// Counts `answer` to `messages`; `label` says what kind of case sent them.
     fn record(&mut self, method: &str, answer: &Answer, label: &str, messages: &[Vec<u8>]) {
         self.requests += 1;
-        if answer.is_ok() && matches!(method, "Append" | "ImportSession" | "CreateSession") {
+        if answer.is_ok()
+            && matches!(
+                method,
+                "Append" | "AppendStream" | "ImportSession" | "CreateSession"
+            )
+        {
             self.stored += messages.iter().map(Vec::len).sum::<usize>();
         }
         let code = answer.as_ref().map_or_else(|s| s.code(), |_| Code::Ok);
@@ -1279,6 +1319,10 @@ fn request(g: &mut Gen, method: &str) -> Vec<Vec<u8>> {
             }
             return chunks;
         }
+        // A run of appends on one stream, now and then none.
+        "AppendStream" => {
+            return (0..g.below(6)).flat_map(|_| request(g, "Append")).collect();
+        }
         other => panic!("no generator for the RPC {other}: add one to tests/fuzz.rs"),
     };
     vec![encoded]
@@ -1307,6 +1351,15 @@ fn learn(g: &mut Gen, method: &str, body: &[u8]) {
                 for id in r.node_ids {
                     Pool::keep(&mut pool.nodes, id.clone());
                     // Any node may be a function call: naming it as one is a fair request either way.
+                    Pool::keep(&mut pool.functions, id);
+                }
+            }
+        }
+        // The answers concatenated: decoded as one, their `appends` add up.
+        "AppendStream" => {
+            if let Ok(r) = pb::AppendStreamResponse::decode(body) {
+                for id in r.appends.into_iter().flat_map(|a| a.node_ids) {
+                    Pool::keep(&mut pool.nodes, id.clone());
                     Pool::keep(&mut pool.functions, id);
                 }
             }
@@ -1506,7 +1559,7 @@ fn retarget(method: &str, messages: Vec<Vec<u8>>, session: &str) -> Vec<Vec<u8>>
         }};
     }
     match method {
-        "Append" => with_session!(pb::AppendRequest),
+        "Append" | "AppendStream" => with_session!(pb::AppendRequest),
         "Render" => with_session!(pb::RenderRequest),
         "ContextStats" => with_session!(pb::ContextStatsRequest),
         "CreateBranch" => with_session!(pb::CreateBranchRequest),

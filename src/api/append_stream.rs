@@ -80,7 +80,7 @@ impl ContextStoreService {
                         // The client ended its side (or went away).
                         None => return,
                         Some(Err(e)) => {
-                            let _ = out.send(Err(e)).await;
+                            let _ = out.send(Err(request_error(e))).await;
                             return;
                         }
                     }
@@ -131,7 +131,7 @@ impl ContextStoreService {
             match ended {
                 Some(Ok(())) => return,
                 Some(Err(e)) => {
-                    let _ = out.send(Err(e)).await;
+                    let _ = out.send(Err(request_error(e))).await;
                     return;
                 }
                 None => {}
@@ -207,6 +207,12 @@ impl ContextStoreService {
         let session = self.scope(tenant, request.session).await?;
         Ok(request.scoped(session))
     }
+}
+
+/// A request the stream could not read, answered as `Append` would be: a broken framing is the
+/// caller's (INVALID_ARGUMENT), as the framing layer answers it before a handler runs.
+fn request_error(status: Status) -> Status {
+    super::framing::broken_framing(&status).unwrap_or(status)
 }
 
 /// What acknowledging `request` adds to a response.

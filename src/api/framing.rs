@@ -17,6 +17,21 @@ const FRAMING_ERRORS: [&str; 3] = [
     "Missing request message",
 ];
 
+/// `status` as INVALID_ARGUMENT if it is tonic's word for a broken framing, else `None`. Also
+/// for a stream whose handler met it after answering (AppendStream), where the layer cannot.
+pub(super) fn broken_framing(status: &Status) -> Option<Status> {
+    (status.code() == Code::Internal
+        && FRAMING_ERRORS
+            .iter()
+            .any(|p| status.message().starts_with(p)))
+    .then(|| {
+        Status::invalid_argument(format!(
+            "request: its gRPC framing is broken: {}",
+            status.message()
+        ))
+    })
+}
+
 /// A tower layer that answers tonic's framing errors INVALID_ARGUMENT.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct FramingLayer;
@@ -55,18 +70,10 @@ where
             // the head.
             let headers = response.headers_mut();
             if let Some(status) = Status::from_header_map(headers)
-                && status.code() == Code::Internal
-                && FRAMING_ERRORS
-                    .iter()
-                    .any(|p| status.message().starts_with(p))
+                && let Some(status) = broken_framing(&status)
+                && status.add_header(headers).is_err()
             {
-                let status = Status::invalid_argument(format!(
-                    "request: its gRPC framing is broken: {}",
-                    status.message()
-                ));
-                if status.add_header(headers).is_err() {
-                    tracing::warn!("could not rewrite a framing error");
-                }
+                tracing::warn!("could not rewrite a framing error");
             }
             Ok(response)
         })
