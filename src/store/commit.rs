@@ -509,36 +509,37 @@ async fn write_at_once(
     let Some(first) = requests.next() else {
         return Ok(None);
     };
-    let key = (first.session.id(), first.target.clone());
+    let (session, target) = (first.session.id(), first.target.clone());
+    let AppendTarget::Branch(branch) = &target else {
+        return Ok(None);
+    };
     let plain = |r: &AppendRequest| r.idempotency_key.is_none() && r.pinned.is_empty();
-    if !matches!(key.1, AppendTarget::Branch(_))
-        || !targets.0.contains_key(&key)
-        || !plain(first)
-        || !requests.all(|r| plain(r) && r.session.id() == key.0 && r.target == key.1)
+    if !plain(first)
+        || !requests.all(|r| plain(r) && r.session.id() == session && r.target == target)
     {
         return Ok(None);
     }
+    // The head the plan is judged against, which the write checks: a refusal is confirmed
+    // only by a write that checks it (a batch that writes nothing goes the usual way).
+    let Some(expected) = targets
+        .0
+        .get(&(session, target.clone()))
+        .map(|state| state.head)
+    else {
+        return Ok(None);
+    };
     let mut batch = Batch::new(targets, blobs, now_ms()).trusting();
     // An error: it needed a read.
     let Ok(outcomes) = check_jobs(&mut batch, &mut NoReads, jobs).await else {
         return Ok(None);
     };
-    // A refusal is confirmed only by a write that checks the head it was judged against.
-    let mut seen = batch.seen.iter();
-    let (Some((key, _)), None) = (seen.next(), seen.next()) else {
-        return Ok(None);
-    };
-    let (session, AppendTarget::Branch(branch)) = key else {
-        return Ok(None);
-    };
-    let Some(expected) = targets.0.get(key).map(|state| state.head) else {
-        return Ok(None);
-    };
     if batch.pending.nodes.is_empty() {
         return Ok(None);
     }
+    // Rows other than nodes, blobs and this head (a function a result closes) the backend
+    // declines: `None`.
     match conn
-        .write_at_once(&batch.pending, *session, branch, expected)
+        .write_at_once(&batch.pending, session, branch, expected)
         .await
     {
         Ok(Some(true)) => Ok(Some(CommittedBatch {
