@@ -120,31 +120,14 @@ async fn call(channel: &Channel, method: &Method, messages: Vec<Vec<u8>>) -> Ans
         .map_err(|e| tonic::Status::unavailable(format!("channel not ready: {e}")))?;
     let path =
         http::uri::PathAndQuery::from_str(&format!("/{SERVICE}/{}", method.name)).expect("a path");
-    let answer = if method.client_streaming && method.server_streaming {
-        // Both ways (AppendStream): every message is sent; the answers until the stream ends.
-        let stream = tokio_stream::iter(messages);
-        let started = tokio::time::timeout(
-            REQUEST_TIMEOUT,
-            grpc.streaming(tonic::Request::new(stream), path, RawCodec),
-        )
-        .await
-        .map_err(|_| {
-            tonic::Status::deadline_exceeded(format!("no answer within {REQUEST_TIMEOUT:?}"))
-        })??;
-        let mut stream = started.into_inner();
-        let mut out = Vec::new();
-        loop {
-            match tokio::time::timeout(REQUEST_TIMEOUT, stream.message()).await {
-                Ok(Ok(Some(message))) => out.extend(message),
-                Ok(Ok(None)) => return Ok(out),
-                Ok(Err(status)) => return Err(status),
-                Err(_) => {
-                    return Err(tonic::Status::deadline_exceeded(format!(
-                        "the stream did not end within {REQUEST_TIMEOUT:?}"
-                    )));
-                }
-            }
-        }
+    let answer = if method.server_streaming {
+        // A server-streaming call takes one message; both ways (AppendStream), every one.
+        let messages = if method.client_streaming {
+            messages
+        } else {
+            vec![messages.into_iter().next().unwrap_or_default()]
+        };
+        return streamed(&mut grpc, path, messages, method.client_streaming).await;
     } else if method.client_streaming {
         let stream = tokio_stream::iter(messages);
         tokio::time::timeout(
@@ -152,10 +135,6 @@ async fn call(channel: &Channel, method: &Method, messages: Vec<Vec<u8>>) -> Ans
             grpc.client_streaming(tonic::Request::new(stream), path, RawCodec),
         )
         .await
-    } else if method.server_streaming {
-        // A stream may never end (Watch): its first messages, or its status, are the answer.
-        let body = messages.into_iter().next().unwrap_or_default();
-        return server_streaming(&mut grpc, path, body).await;
     } else {
         let body = messages.into_iter().next().unwrap_or_default();
         tokio::time::timeout(
@@ -172,28 +151,45 @@ async fn call(channel: &Channel, method: &Method, messages: Vec<Vec<u8>>) -> Ans
     }
 }
 
-/// A server-streaming call: its status, or its first few messages concatenated once it has sent
-/// them, ended, or gone quiet for a moment (a watch waits for changes).
-async fn server_streaming(
+/// A call answered by a stream: its status, or its messages concatenated. With `to_the_end`
+/// (a stream the sender ends, AppendStream) all of them; otherwise the first few, once it has
+/// sent them, ended, or gone quiet for a moment (a watch may never end).
+async fn streamed(
     grpc: &mut tonic::client::Grpc<Channel>,
     path: http::uri::PathAndQuery,
-    body: Vec<u8>,
+    messages: Vec<Vec<u8>>,
+    to_the_end: bool,
 ) -> Answer {
     let started = tokio::time::timeout(
         REQUEST_TIMEOUT,
-        grpc.server_streaming(tonic::Request::new(body), path, RawCodec),
+        grpc.streaming(
+            tonic::Request::new(tokio_stream::iter(messages)),
+            path,
+            RawCodec,
+        ),
     )
     .await
     .map_err(|_| {
         tonic::Status::deadline_exceeded(format!("no answer within {REQUEST_TIMEOUT:?}"))
     })??;
     let mut stream = started.into_inner();
+    let (most, quiet) = if to_the_end {
+        (usize::MAX, REQUEST_TIMEOUT)
+    } else {
+        (4, Duration::from_millis(200))
+    };
     let mut out = Vec::new();
-    for _ in 0..4 {
-        match tokio::time::timeout(Duration::from_millis(200), stream.message()).await {
+    for _ in 0..most {
+        match tokio::time::timeout(quiet, stream.message()).await {
             Ok(Ok(Some(message))) => out.extend(message),
-            Ok(Ok(None)) | Err(_) => break,
+            Ok(Ok(None)) => break,
             Ok(Err(status)) => return Err(status),
+            Err(_) if to_the_end => {
+                return Err(tonic::Status::deadline_exceeded(format!(
+                    "the stream did not end within {REQUEST_TIMEOUT:?}"
+                )));
+            }
+            Err(_) => break,
         }
     }
     Ok(out)
