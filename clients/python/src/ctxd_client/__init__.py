@@ -8,6 +8,9 @@
         context = ctxd.render(session, budget=128_000)   # OpenAI chat `messages`
         context.messages, context.report.fits
 
+`AsyncClient` has the same methods for asyncio (`async with AsyncClient(...) as ctxd`, `await
+ctxd.render(...)`, `async for event in ctxd.watch(session)`).
+
 Give the model the recall tool (`recall_tool_definition`, answered by `handle_recall`) and it can
 ask for anything a render cleared or shortened (see `ctxd_client.recall`).
 
@@ -16,6 +19,7 @@ The generated protobuf modules are `ctxd_client.pb` and `ctxd_client.pb_grpc`.
 
 from ._proto import ctxd_pb2 as pb
 from ._proto import ctxd_pb2_grpc as pb_grpc
+from .aio import AsyncClient, AsyncFunctionCall
 from .client import (
     Client,
     FunctionCall,
@@ -49,26 +53,35 @@ from .recall import (
 from .types import (
     AppendBatch,
     Appended,
+    Backup,
     Branch,
     Budget,
     CommandRun,
     Compaction,
     CompactionEvent,
     ContextReport,
+    DeletedSession,
     ErrorSeen,
     EvidenceLedger,
+    ExportChunk,
+    Exported,
     FileUse,
     FunctionUse,
+    GarbageCollection,
+    Imported,
     Node,
     Outcome,
     Recalled,
     RecallToolDefinitions,
     RenderResult,
-    UncarriedPart,
     Session,
+    SessionPage,
     Summaries,
     SummaryRecord,
     TokenBreakdown,
+    Tombstone,
+    UncarriedPart,
+    WatchEvent,
 )
 
 __all__ = [
@@ -79,6 +92,9 @@ __all__ = [
     "AlreadyExists",
     "AppendBatch",
     "Appended",
+    "AsyncClient",
+    "AsyncFunctionCall",
+    "Backup",
     "Branch",
     "Budget",
     "Client",
@@ -88,12 +104,17 @@ __all__ = [
     "Conflict",
     "ContextReport",
     "CtxdError",
+    "DeletedSession",
     "ErrorSeen",
     "EvidenceLedger",
+    "ExportChunk",
+    "Exported",
     "FailedPrecondition",
     "FileUse",
     "FunctionCall",
     "FunctionUse",
+    "GarbageCollection",
+    "Imported",
     "InvalidArgument",
     "Node",
     "NotFound",
@@ -102,13 +123,16 @@ __all__ = [
     "RecallToolResult",
     "Recalled",
     "RenderResult",
-    "UncarriedPart",
     "Session",
+    "SessionPage",
     "Summaries",
     "SummaryRecord",
     "TokenBreakdown",
+    "Tombstone",
     "Unauthenticated",
     "Unavailable",
+    "UncarriedPart",
+    "WatchEvent",
     "assistant_message",
     "handle_recall",
     "pb",

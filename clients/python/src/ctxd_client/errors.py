@@ -76,6 +76,9 @@ _BY_CODE: dict[grpc.StatusCode, type[CtxdError]] = {
 def from_rpc_error(error: grpc.RpcError, acknowledged: Sequence[Appended] = ()) -> CtxdError:
     """The `CtxdError` subclass for a failed call, keeping the server's message verbatim (and,
     for a stream of appends, what it acknowledged before failing)."""
-    code = error.code() if isinstance(error, grpc.Call) else grpc.StatusCode.UNKNOWN
-    message = (error.details() if isinstance(error, grpc.Call) else None) or str(error)
+    # A sync call's error is a `grpc.Call`; an asyncio one (`grpc.aio.AioRpcError`) is not, but
+    # has the same `code()` and `details()`: both map the same way.
+    call = callable(getattr(error, "code", None)) and callable(getattr(error, "details", None))
+    code = error.code() if call else grpc.StatusCode.UNKNOWN  # type: ignore[attr-defined]
+    message = (error.details() if call else None) or str(error)  # type: ignore[attr-defined]
     return _BY_CODE.get(code, CtxdError)(code, message, acknowledged)

@@ -726,3 +726,166 @@ class RecallToolDefinitions:
     responses: dict[str, Any]
     """For OpenAI's Responses API: `{"type": "function", "name", "description", "parameters"}`."""
     raw: pb.RecallToolResponse = field(repr=False, compare=False)
+
+
+# ---------------------------------------------------------------- lifecycle and admin
+
+
+@dataclass(frozen=True)
+class SessionPage:
+    """One page of `Client.list_sessions`, newest first; `next_page_token` is empty on the last
+    page."""
+
+    sessions: list[Session]
+    next_page_token: str
+
+
+@dataclass(frozen=True)
+class Tombstone:
+    """What stays of a deleted session, for the audit: who deleted it (the tenant, "" on a server
+    without keys, or "retention"), when, and what it held."""
+
+    session_id: str
+    deleted_by: str
+    deleted_at_unix_ms: int
+    nodes: int
+    branches: int
+    summaries: int
+
+    @classmethod
+    def from_pb(cls, t: pb.Tombstone) -> Tombstone:
+        return cls(
+            t.session_id, t.deleted_by, t.deleted_at_unix_ms, t.nodes, t.branches, t.summaries
+        )
+
+
+@dataclass(frozen=True)
+class DeletedSession:
+    """The answer to `Client.delete_session`: the tombstone, and whether an earlier call had
+    deleted the session already (nothing changed then)."""
+
+    tombstone: Tombstone
+    already_deleted: bool
+
+    @classmethod
+    def from_pb(cls, r: pb.DeleteSessionResponse) -> DeletedSession:
+        return cls(Tombstone.from_pb(r.tombstone), r.already_deleted)
+
+
+@dataclass(frozen=True)
+class Imported:
+    """A session file imported by `Client.import_session`: the new session, what it holds, the
+    format read (detected when not given) and what the importer had to repair."""
+
+    session: Session
+    nodes: int
+    functions: int
+    summaries: int
+    format: str
+    """`ctxd_jsonl`, `neutral_jsonl`, `claude_code_jsonl` or `openai_messages`."""
+    warnings: list[str]
+    raw: pb.ImportSessionResponse = field(repr=False, compare=False)
+
+    @classmethod
+    def from_pb(cls, r: pb.ImportSessionResponse) -> Imported:
+        return cls(
+            session=Session.from_pb(r.session),
+            nodes=r.nodes,
+            functions=r.functions,
+            summaries=r.summaries,
+            format=enum_name(pb.ImportFormat, r.format, "IMPORT_FORMAT_"),
+            warnings=list(r.warnings),
+            raw=r,
+        )
+
+
+@dataclass(frozen=True)
+class ExportChunk:
+    """A piece of `Client.export_session`: the export is the concatenation of every `data`. The
+    first chunk also has the branches the export is consistent at and the `warnings` (what the
+    format could not carry); later ones have neither."""
+
+    data: bytes
+    branches: list[Branch]
+    warnings: list[str]
+
+    @classmethod
+    def from_pb(cls, c: pb.ExportChunk) -> ExportChunk:
+        return cls(c.data, [Branch.from_pb(b) for b in c.branches], list(c.warnings))
+
+
+@dataclass(frozen=True)
+class Exported:
+    """A finished `Client.export_session_to`: where it went (None for a file object), its size,
+    the heads it is consistent at and what the format could not carry."""
+
+    path: str | None
+    bytes: int
+    format: str
+    branches: list[Branch]
+    warnings: list[str]
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    """One change seen by `Client.watch`. `kind` says which field is set:
+
+    - `started`: `branches`, the branches as the watch starts;
+    - `node`: `node`, appended to `branch` (or to a function's chain: `node.function_id`, and
+      `branch` is empty);
+    - `head_moved`, `branch_created`, `branch_deleted`: `ref`, the branch afterwards (a deleted
+      one with its last head);
+    - `compaction`: `compaction`, a summary committed or refused, or a plan prepared or cancelled;
+    - `deleted`: `tombstone`; the session was deleted and the watch ends.
+
+    `cursor` resumes the watch right after this event (`watch(after_cursor=...)`).
+    """
+
+    cursor: str
+    kind: str
+    branch: str
+    branches: list[Branch] = field(default_factory=list)
+    node: Node | None = None
+    ref: Branch | None = None
+    compaction: CompactionEvent | None = None
+    tombstone: Tombstone | None = None
+    raw: pb.WatchEvent | None = field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def from_pb(cls, e: pb.WatchEvent) -> WatchEvent:
+        kind = e.WhichOneof("event") or ""
+        payload: dict[str, Any] = {}
+        if kind == "started":
+            payload["branches"] = [Branch.from_pb(b) for b in e.started.branches]
+        elif kind == "node":
+            payload["node"] = Node.from_pb(e.node)
+        elif kind in ("head_moved", "branch_created", "branch_deleted"):
+            payload["ref"] = Branch.from_pb(getattr(e, kind))
+        elif kind == "compaction":
+            payload["compaction"] = CompactionEvent.from_pb(e.compaction)
+        elif kind == "deleted":
+            payload["tombstone"] = Tombstone.from_pb(e.deleted)
+        return cls(cursor=e.cursor, kind=kind, branch=e.branch, raw=e, **payload)
+
+
+@dataclass(frozen=True)
+class Backup:
+    """A finished `Client.backup_database`: the file on the server's machine, its size and how
+    long the copy took."""
+
+    path: str
+    bytes: int
+    took_ms: int
+
+
+@dataclass(frozen=True)
+class GarbageCollection:
+    """The answer to `Client.collect_garbage`: live sessions and tombstones, the database's size
+    after the call and how much of it is free pages writes will reuse (SQLite), and the bytes
+    this call gave back to the operating system."""
+
+    sessions: int
+    tombstones: int
+    database_bytes: int
+    free_bytes: int
+    released_bytes: int
