@@ -1,7 +1,11 @@
 // The Client: one grpc-js channel to a ctxd server, an async method per RPC taking plain values,
 // the API key on every call, TLS, a connect deadline, and errors as CtxdError subclasses.
+import { randomBytes } from "node:crypto";
 import { once } from "node:events";
-import { createReadStream, readFileSync } from "node:fs";
+import { createReadStream, createWriteStream, readFileSync } from "node:fs";
+import { rename, rm } from "node:fs/promises";
+import { basename, dirname, join } from "node:path";
+import { pipeline } from "node:stream/promises";
 import * as grpc from "@grpc/grpc-js";
 
 import { CtxdError, ctxdError, fromServiceError, UnavailableError } from "./errors";
@@ -10,6 +14,7 @@ import { assistantMessage, type Content, type NodeOptions, toolResult, userMessa
 import {
   type Appended,
   appendedFromPb,
+  type Backup,
   type Branch,
   branchFromPb,
   type BudgetLike,
@@ -19,10 +24,16 @@ import {
   choice,
   type Compaction,
   type ContextReport,
+  type Deleted,
+  type ExportChunk,
+  type Exported,
+  EXPORT_FORMATS,
+  type ExportFormat,
   type Expose,
   type Format,
   type FormatDocuments,
   FORMATS,
+  type GarbageCollected,
   type Imported,
   importedFromPb,
   IMPORT_FORMATS,
@@ -49,7 +60,10 @@ import {
   summaryKind,
   SUMMARY_REQUEST_FORMS,
   type SummaryRequestForm,
+  tombstoneFromPb,
   type ToolCallInput,
+  type WatchEvent,
+  watchEventFromPb,
 } from "./types";
 
 /** PEM bytes or text given inline, or read from a file by the constructor. */
@@ -70,7 +84,8 @@ export interface ClientOptions {
   /** TLS: `true` trusts the system's roots; an object names a CA and a client certificate. An
    * `https://` address turns it on too. */
   tls?: boolean | TlsOptions;
-  /** Deadline of each call, in milliseconds. Default: none. */
+  /** Deadline of each call, in milliseconds (of a whole stream for `appendMany` and
+   * `exportSession`; a watch has none). Default: none. */
   timeoutMs?: number;
   /** How long the first call waits for a connection before failing with UnavailableError.
    * Default 10000. A refused connection fails at once. */
@@ -160,7 +175,35 @@ export interface ImportOptions {
   chunkBytes?: number;
 }
 
+export interface ExportOptions {
+  /** `ctxd` (the default): the whole session, every branch, function chain, summary and pin, as
+   * `importSession` reads back; `openai` or `claude-code`: one branch. */
+  format?: ExportFormat;
+  /** The branch the one-branch formats export; default `main`. Ignored by `ctxd`. */
+  branch?: string;
+}
+
+export interface WatchOptions {
+  /** Follow this branch only; absent: every branch. */
+  branch?: string;
+  /** Start right after the event whose `cursor` this is (a cursor of a watch of the same session
+   * and branch), e.g. one saved before the process restarted. */
+  afterCursor?: string;
+  /** With `branch`, instead of `afterCursor`: start right after this node of the branch (the last
+   * one you have). */
+  afterNodeId?: string;
+  /** Ends the watch: the iterator returns, without an error. */
+  signal?: AbortSignal;
+  /** How many attempts in a row may fail to resume a dropped watch before its error is thrown.
+   * Default 10 (about 20 s of backoff). */
+  maxReconnects?: number;
+  /** Called before each attempt to resume, with the failure that ended the stream and the
+   * attempt's number in the current run of failures (from 1). */
+  onReconnect?: (error: CtxdError, attempt: number) => void;
+}
+
 const DEFAULT_CONNECT_TIMEOUT_MS = 10_000;
+const DEFAULT_MAX_RECONNECTS = 10;
 
 function pem(inline: string | Uint8Array | undefined, file: string | undefined, what: string): Buffer | null {
   if (inline !== undefined && file !== undefined) throw new TypeError(`give ${what} or ${what}File, not both`);
@@ -299,6 +342,30 @@ export class Client implements AsyncDisposable {
     });
   }
 
+  /** The messages of a server stream as they are read (with backpressure: grpc-js reads on only
+   * as they are taken), failures as CtxdError. Leaving early (a `break`, `signal`) cancels the
+   * call, so the server stops producing. */
+  async *#stream<T>(open: () => grpc.ClientReadableStream<T>, signal?: AbortSignal): AsyncGenerator<T> {
+    await this.#connect();
+    const call = open();
+    // grpc-js emits a failed status (our own cancel's included) as `error`, also after the loop
+    // below has left; only Node's iterator keeping its listener would stop that being uncaught.
+    call.on("error", () => undefined);
+    const cancel = (): void => call.cancel();
+    signal?.addEventListener("abort", cancel, { once: true });
+    try {
+      for await (const message of call as AsyncIterable<T>) {
+        this.#connected = true;
+        yield message;
+      }
+    } catch (error) {
+      throw isServiceError(error) ? this.#error(error) : error;
+    } finally {
+      signal?.removeEventListener("abort", cancel);
+      call.cancel(); // a no-op once the status has arrived
+    }
+  }
+
   // ------------------------------------------------------------ sessions
 
   /** A new session with an empty `main` branch. With `idempotencyKey`, a retry returns the
@@ -311,6 +378,16 @@ export class Client implements AsyncDisposable {
   async getSession(session: SessionRef): Promise<Session> {
     const request = { sessionId: sessionId(session) };
     return sessionFromPb(await this.#call<pb.Session>((m, o, cb) => this.raw.getSession(request, m, o, cb)));
+  }
+
+  /** Deletes a session for good, in one transaction: its nodes, branches, summaries, pins and
+   * events, and every content blob no other session refers to. The tombstone (who, when, how
+   * many nodes) stays for the audit: deleting again answers the same one with
+   * `alreadyDeleted`. A session never seen, or another tenant's, rejects with NotFoundError. */
+  async deleteSession(session: SessionRef): Promise<Deleted> {
+    const request = { sessionId: sessionId(session) };
+    const r = await this.#call<pb.DeleteSessionResponse>((m, o, cb) => this.raw.deleteSession(request, m, o, cb));
+    return { tombstone: tombstoneFromPb(r.tombstone), alreadyDeleted: r.alreadyDeleted };
   }
 
   /** One page of sessions, newest first; `nextPageToken` is empty on the last page. */
@@ -770,8 +847,8 @@ export class Client implements AsyncDisposable {
 
   // ------------------------------------------------------------ import
 
-  /** Imports a session file (neutral JSONL, a Claude Code session, or an OpenAI `messages`
-   * array) into a new session, streamed in chunks; all or nothing. */
+  /** Imports a session file (neutral JSONL, a Claude Code session, an OpenAI `messages` array,
+   * or a ctxd JSONL export) into a new session, streamed in chunks; all or nothing. */
   async importSession(source: { path: string } | { data: Uint8Array | string }, options: ImportOptions = {}): Promise<Imported> {
     const chunkBytes = options.chunkBytes ?? 1 << 20;
     if (!(chunkBytes > 0)) throw new TypeError("chunkBytes must be positive");
@@ -811,6 +888,124 @@ export class Client implements AsyncDisposable {
     }
     call.end();
     return importedFromPb(await answer);
+  }
+
+  // ------------------------------------------------------------ export
+
+  /**
+   * Streams a session out at one consistent head, as it is written: the file is the
+   * concatenation of the chunks' `data`; the first chunk carries the heads (`branches`) and what
+   * the format could not carry (`warnings`). `ctxd` (the default) is the whole session, which
+   * `importSession` reads back (`format: "ctxd"`) into an equivalent one; `openai` and
+   * `claude-code` are one branch (`branch`, default `main`). Leaving the loop early cancels the
+   * export; `timeoutMs` bounds the whole stream.
+   */
+  async *exportSession(session: SessionRef, options: ExportOptions = {}): AsyncGenerator<ExportChunk> {
+    const request: pb.ExportSessionRequest = {
+      sessionId: sessionId(session),
+      format: choice(EXPORT_FORMATS, options.format ?? "ctxd", "format"),
+      branch: options.branch ?? "",
+    };
+    const chunks = this.#stream(() => this.raw.exportSession(request, new grpc.Metadata(), this.#callOptions()));
+    for await (const c of chunks) yield { data: c.data, branches: c.branches.map(branchFromPb), warnings: c.warnings };
+  }
+
+  /** `exportSession` into a file, written beside it under a temporary name and renamed into
+   * place once complete, so a failed export leaves whatever was at `path` untouched. */
+  async exportToFile(session: SessionRef, path: string, options: ExportOptions = {}): Promise<Exported> {
+    const exported: Exported = { path, bytes: 0, branches: [], warnings: [] };
+    const chunks = this.exportSession(session, options);
+    async function* data(): AsyncGenerator<Buffer> {
+      let first = true;
+      for await (const chunk of chunks) {
+        if (first) [exported.branches, exported.warnings] = [chunk.branches, chunk.warnings];
+        first = false;
+        exported.bytes += chunk.data.length;
+        yield chunk.data;
+      }
+    }
+    const partial = join(dirname(path), `.${basename(path)}.${randomBytes(6).toString("hex")}.partial`);
+    try {
+      await pipeline(data(), createWriteStream(partial, { flags: "wx" }));
+      await rename(partial, path);
+    } catch (error) {
+      await rm(partial, { force: true });
+      throw error;
+    }
+    return exported;
+  }
+
+  // ------------------------------------------------------------ watch
+
+  /**
+   * Follows a session (or one `branch`) as it changes: an async iterable of events in commit
+   * order per branch, starting with `started`. Each event carries the `cursor` to resume after
+   * it. When the stream fails after it started (the connection dropped, the server restarted,
+   * or it ended a reader that fell behind: UNAVAILABLE or RESOURCE_EXHAUSTED), the watch resumes
+   * by itself after the last event it gave you, so none is lost or repeated; the server's
+   * `started` of a resumed stream is not repeated either. Other failures, a failure before the
+   * first event, and `maxReconnects` failed attempts in a row reject with the CtxdError. The
+   * iterable ends after a `deleted` event, when you leave the loop, or when `signal` aborts.
+   * `timeoutMs` does not apply: a watch lasts until you stop it.
+   */
+  async *watch(session: SessionRef, options: WatchOptions = {}): AsyncGenerator<WatchEvent> {
+    const id = sessionId(session);
+    const maxReconnects = options.maxReconnects ?? DEFAULT_MAX_RECONNECTS;
+    const signal = options.signal;
+    let cursor = options.afterCursor ?? "";
+    let started = false;
+    let failures = 0;
+    while (!signal?.aborted) {
+      const request: pb.WatchRequest = {
+        sessionId: id,
+        branch: options.branch ?? "",
+        afterCursor: cursor,
+        // Only until the first cursor: after that the cursor says where we are.
+        afterNodeId: cursor ? "" : (options.afterNodeId ?? ""),
+      };
+      try {
+        for await (const raw of this.#stream(() => this.raw.watch(request, new grpc.Metadata(), {}), signal)) {
+          failures = 0;
+          const event = watchEventFromPb(raw);
+          // The cursor of the last event handed over: what a resume continues after.
+          cursor = event.cursor;
+          if (event.type === "started" && started) continue;
+          started = true;
+          if (signal?.aborted) return;
+          yield event;
+        }
+        return; // the server ended the watch: the session was deleted
+      } catch (error) {
+        if (signal?.aborted) return;
+        if (!(error instanceof CtxdError) || !started || !RESUMABLE.has(error.code) || ++failures > maxReconnects) throw error;
+        options.onReconnect?.(error, failures);
+        // The first attempt at once (a dropped connection is usually back), then backing off.
+        await sleep(failures === 1 ? 0 : Math.min(5_000, 100 * 2 ** (failures - 2)), signal);
+      }
+    }
+  }
+
+  // ------------------------------------------------------------ admin
+
+  /** Admin (a key marked `admin`, or any caller of a server without keys): copies the SQLite
+   * database online, consistent at one moment, into `to`, an absolute path on the server's
+   * machine that must not exist yet (else AlreadyExistsError). */
+  async backupDatabase(to: string): Promise<Backup> {
+    const r = await this.#call<pb.BackupDatabaseResponse>((m, o, cb) => this.raw.backupDatabase({ to }, m, o, cb));
+    return { path: r.path, bytes: r.bytes, tookMs: r.tookMs };
+  }
+
+  /** Admin: gives the space deleted sessions left back to the operating system, and reports the
+   * store's size. */
+  async collectGarbage(): Promise<GarbageCollected> {
+    const r = await this.#call<pb.CollectGarbageResponse>((m, o, cb) => this.raw.collectGarbage({}, m, o, cb));
+    return {
+      sessions: r.sessions,
+      tombstones: r.tombstones,
+      databaseBytes: r.databaseBytes,
+      freeBytes: r.freeBytes,
+      releasedBytes: r.releasedBytes,
+    };
   }
 }
 
@@ -891,6 +1086,29 @@ function appendRequest(session: string, nodes: NodeInput[], options: AppendOptio
 }
 
 const STOPPED = Symbol("stopped");
+
+/** The failures after which the server says a watch may resume with its cursor: a dropped
+ * connection or a server shutting down (UNAVAILABLE), a reader that fell behind
+ * (RESOURCE_EXHAUSTED). */
+const RESUMABLE = new Set<grpc.status>([grpc.status.UNAVAILABLE, grpc.status.RESOURCE_EXHAUSTED]);
+
+function isServiceError(error: unknown): error is grpc.ServiceError {
+  return error instanceof Error && typeof (error as Partial<grpc.ServiceError>).code === "number" && "metadata" in error;
+}
+
+/** Resolves after `ms`, or at once when `signal` aborts. */
+function sleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
+  if (ms <= 0 || signal?.aborted) return Promise.resolve();
+  return new Promise((resolve) => {
+    const done = (): void => {
+      clearTimeout(timer);
+      signal?.removeEventListener("abort", done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    signal?.addEventListener("abort", done, { once: true });
+  });
+}
 
 /** `batches` converted as they are read, so a long import is never held whole. */
 async function* converted<T, U>(batches: Iterable<T> | AsyncIterable<T>, convert: (batch: T, index: number) => U): AsyncGenerator<U> {

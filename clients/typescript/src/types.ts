@@ -25,8 +25,12 @@ export type CompactionReason =
 /** How Compact asks the summarizer: the host's rendered context then the instruction
  * (`cache_sharing`), or the covered range alone (`range`). */
 export type SummaryRequestForm = "cache_sharing" | "range";
-/** `undefined` on import: the server detects it from the first line. */
-export type ImportFormat = "neutral" | "claude-code" | "openai";
+/** `undefined` on import: the server detects it from the first line. `ctxd` is what
+ * `exportSession` writes by default: the whole session. */
+export type ImportFormat = "neutral" | "claude-code" | "openai" | "ctxd";
+/** `ctxd` (the default): the whole session, which `importSession` reads back; `openai` (a chat
+ * `messages` array) and `claude-code` (a Claude Code-style JSONL): one branch. */
+export type ExportFormat = "ctxd" | "openai" | "claude-code";
 
 const ROLES: Record<Role, pb.Role> = {
   system: pb.Role.ROLE_SYSTEM,
@@ -63,6 +67,12 @@ export const IMPORT_FORMATS: Record<ImportFormat, pb.ImportFormat> = {
   neutral: pb.ImportFormat.IMPORT_FORMAT_NEUTRAL_JSONL,
   "claude-code": pb.ImportFormat.IMPORT_FORMAT_CLAUDE_CODE_JSONL,
   openai: pb.ImportFormat.IMPORT_FORMAT_OPENAI_MESSAGES,
+  ctxd: pb.ImportFormat.IMPORT_FORMAT_CTXD_JSONL,
+};
+export const EXPORT_FORMATS: Record<ExportFormat, pb.ExportFormat> = {
+  ctxd: pb.ExportFormat.EXPORT_FORMAT_CTXD_JSONL,
+  openai: pb.ExportFormat.EXPORT_FORMAT_OPENAI_MESSAGES,
+  "claude-code": pb.ExportFormat.EXPORT_FORMAT_CLAUDE_CODE_JSONL,
 };
 
 export const SUMMARY_REQUEST_FORMS: Record<SummaryRequestForm, pb.SummaryRequestForm> = {
@@ -572,13 +582,7 @@ export interface Summaries {
 export function summariesFromPb(r: pb.ListSummariesResponse): Summaries {
   return {
     summaries: r.summaries.map((s) => ({ ...s, kind: summaryKind(s.kind) })),
-    events: r.events.map((e) => ({
-      ...e,
-      reason:
-        e.reason === pb.CompactionReason.COMPACTION_REASON_UNSPECIFIED
-          ? ""
-          : (enumName(pb.CompactionReason, e.reason, "COMPACTION_REASON_") as CompactionReason),
-    })),
+    events: r.events.map(compactionEventFromPb),
   };
 }
 
@@ -646,4 +650,134 @@ export interface RecallToolDefinitions {
   openai: Record<string, unknown>;
   /** For OpenAI's Responses API: `{ type: "function", name, description, parameters }`. */
   responses: Record<string, unknown>;
+}
+
+// ---------------------------------------------------------------- lifecycle
+
+/** What is left of a deleted session, for the audit. */
+export interface Tombstone {
+  sessionId: string;
+  /** The tenant whose key deleted it (`""` on a server without keys), or `retention`. */
+  deletedBy: string;
+  deletedAtUnixMs: number;
+  /** Nodes the session held. */
+  nodes: number;
+  branches: number;
+  summaries: number;
+}
+
+export function tombstoneFromPb(t: pb.Tombstone | undefined): Tombstone {
+  // A tombstone is what DeleteSession and a `deleted` event exist to carry.
+  if (!t) throw new TypeError("the server sent no tombstone");
+  return {
+    sessionId: t.sessionId,
+    deletedBy: t.deletedBy,
+    deletedAtUnixMs: t.deletedAtUnixMs,
+    nodes: t.nodes,
+    branches: t.branches,
+    summaries: t.summaries,
+  };
+}
+
+/** What `deleteSession` answers. */
+export interface Deleted {
+  tombstone: Tombstone;
+  /** The session had been deleted before this call; nothing changed. */
+  alreadyDeleted: boolean;
+}
+
+/** One piece of an export: the file is the concatenation of every chunk's `data`. */
+export interface ExportChunk {
+  data: Buffer;
+  /** First chunk only: the heads the export is consistent at. */
+  branches: Branch[];
+  /** First chunk only: what the format could not carry (other branches, summaries, ...). */
+  warnings: string[];
+}
+
+/** What `exportToFile` wrote. */
+export interface Exported {
+  path: string;
+  bytes: number;
+  /** The heads the export is consistent at. */
+  branches: Branch[];
+  warnings: string[];
+}
+
+/** A copy of the database made by `backupDatabase`, on the server's machine. */
+export interface Backup {
+  path: string;
+  bytes: number;
+  tookMs: number;
+}
+
+/** What `collectGarbage` found and gave back. */
+export interface GarbageCollected {
+  sessions: number;
+  tombstones: number;
+  /** The database's size after the call, and how much of it is free pages writes will reuse. */
+  databaseBytes: number;
+  freeBytes: number;
+  /** Given back to the operating system by this call. */
+  releasedBytes: number;
+}
+
+// ---------------------------------------------------------------- watch
+
+interface WatchBase {
+  /** Resumes right after this event: `watch(s, { afterCursor })`. */
+  cursor: string;
+  /** The branch the event is about; empty for a node of a function's chain and for `deleted`. */
+  branch: string;
+}
+
+/**
+ * One change of a watched session, by `type`:
+ * - `started`: the first event, the branches as the watch starts;
+ * - `node`: a node appended to the branch, or to a function's chain (`node.functionId`);
+ * - `headMoved`: the head moved other than by an append (`resetBranch`), `ref` is the branch now;
+ * - `branchCreated`, `branchDeleted` (`ref.headId` is where it pointed);
+ * - `compaction`: a summary committed or refused, or a plan prepared or cancelled;
+ * - `deleted`: the session was deleted; the watch ends after it;
+ * - `unknown`: an event newer than this client (its cursor still counts).
+ */
+export type WatchEvent = WatchBase &
+  (
+    | { type: "started"; branches: Branch[] }
+    | { type: "node"; node: Node }
+    | { type: "headMoved" | "branchCreated" | "branchDeleted"; ref: Branch }
+    | { type: "compaction"; compaction: CompactionEvent }
+    | { type: "deleted"; tombstone: Tombstone }
+    | { type: "unknown" }
+  );
+
+function compactionEventFromPb(e: pb.CompactionEvent): CompactionEvent {
+  return {
+    ...e,
+    reason:
+      e.reason === pb.CompactionReason.COMPACTION_REASON_UNSPECIFIED
+        ? ""
+        : (enumName(pb.CompactionReason, e.reason, "COMPACTION_REASON_") as CompactionReason),
+  };
+}
+
+export function watchEventFromPb(e: pb.WatchEvent): WatchEvent {
+  const base = { cursor: e.cursor, branch: e.branch };
+  const event = e.event;
+  switch (event?.$case) {
+    case "started":
+      return { ...base, type: "started", branches: event.value.branches.map(branchFromPb) };
+    case "node":
+      return { ...base, type: "node", node: nodeFromPb(event.value) };
+    case "headMoved":
+    case "branchCreated":
+    case "branchDeleted":
+      return { ...base, type: event.$case, ref: branchFromPb(event.value) };
+    case "compaction":
+      return { ...base, type: "compaction", compaction: compactionEventFromPb(event.value) };
+    case "deleted":
+      return { ...base, type: "deleted", tombstone: tombstoneFromPb(event.value) };
+    default:
+      return { ...base, type: "unknown" };
+  }
 }
