@@ -42,6 +42,10 @@ fn describe() {
         "renders (Render and ContextStats), by tokenizer"
     );
     describe_counter!(
+        "ctxd_paths_from_memory_total",
+        "branch paths a render loaded from memory alone, reading nothing from the database"
+    );
+    describe_counter!(
         "ctxd_rendered_tokens_total",
         "tokens rendered, by tokenizer"
     );

@@ -412,6 +412,13 @@ pub(super) trait CommitterConnection: AppendTx {
         Ok(None)
     }
 
+    /// Whether another connection (or process) has committed since this was last asked, told
+    /// without reading the database (no transaction is open); `None`: it cannot be told so,
+    /// and what was read before may be stale.
+    fn others_committed(&mut self) -> Option<bool> {
+        None
+    }
+
     async fn begin(&mut self) -> Result<()>;
     async fn commit(&mut self) -> Result<()>;
     /// Undoes what the open transaction wrote, if the engine has not done so already.

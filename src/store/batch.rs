@@ -21,6 +21,8 @@ pub(super) struct FoundTarget {
     pub(super) state: TargetState,
     /// A function target closed when it was read.
     pub(super) closed: bool,
+    /// The head as the batch found it, before any of its appends.
+    pub(super) found_head: Option<NodeId>,
 }
 
 /// One batch being checked: the targets as it found and left them, and the rows it will
@@ -290,6 +292,7 @@ impl<'c> Batch<'c> {
                     tail,
                 },
                 closed: false,
+                found_head: found.found_head,
             },
         );
         Ok(written)
@@ -310,6 +313,7 @@ impl<'c> Batch<'c> {
         {
             // Only open functions are remembered.
             let seen = FoundTarget {
+                found_head: state.head,
                 state: state.clone(),
                 closed: false,
             };
@@ -325,7 +329,11 @@ impl<'c> Batch<'c> {
             Some(state) => state.clone(),
             None => read_state(tx, *session, target, head).await?,
         };
-        let seen = FoundTarget { state, closed };
+        let seen = FoundTarget {
+            state,
+            closed,
+            found_head: head,
+        };
         self.seen.insert(key.clone(), seen.clone());
         Ok(seen)
     }

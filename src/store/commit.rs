@@ -171,7 +171,8 @@ pub(super) struct CommitQueue {
     /// Set where a batch never suspends once it has begun (SQLite's synchronous connection):
     /// a caller that goes away cannot leave a transaction half-done, so an idle committer's
     /// work is done on the caller's task, without the two thread wake-ups of a hand-off.
-    inline: Option<Arc<Mutex<Core>>>,
+    inline: bool,
+    core: Arc<Mutex<Core>>,
     /// Appends submitted and not yet answered.
     in_flight: Arc<AtomicUsize>,
     /// As [`Core::last_batch`], readable without the core.
@@ -212,7 +213,8 @@ impl CommitQueue {
         let (inbox, receiver) = mpsc::channel(MAX_BATCH * 4);
         let queue = Self {
             inbox,
-            inline: inline.then(|| Arc::clone(&core)),
+            inline,
+            core: Arc::clone(&core),
             in_flight: Arc::default(),
             last_batch,
         };
@@ -234,12 +236,7 @@ impl CommitQueue {
         let idle = alone
             && self.last_batch.load(Ordering::Relaxed) <= 1
             && self.inbox.capacity() == self.inbox.max_capacity();
-        match self
-            .inline
-            .as_ref()
-            .filter(|_| idle)
-            .map(|core| core.try_lock())
-        {
+        match (self.inline && idle).then(|| self.core.try_lock()) {
             Some(Ok(mut core)) if !core.closed => {
                 core.stats.inline.fetch_add(1, Ordering::Relaxed);
                 core.run(vec![job]).await;
@@ -251,6 +248,17 @@ impl CommitQueue {
                 .map_err(|_| Error::Closed)?,
         }
         answer.await.map_err(|_| Error::Closed)
+    }
+
+    /// Whether another connection or process has committed since this was last asked, as
+    /// the committer's connection tells without a read (`None`: it cannot tell, or is busy
+    /// with a batch, so assume it has).
+    pub(super) fn others_committed(&self) -> Option<bool> {
+        let mut core = self.core.try_lock().ok()?;
+        if core.closed {
+            return None;
+        }
+        core.lanes.first_mut()?.others_committed()
     }
 
     /// Stops the committer after the batch in hand and closes its connections.
@@ -407,10 +415,23 @@ fn answer(
     match result {
         Ok(done) => {
             done.remember(targets, blobs);
-            // After the COMMIT: a watcher woken now reads the batch.
-            let sessions: HashSet<SessionId> = done.seen.keys().map(|key| key.0).collect();
-            for session in sessions {
-                changes.touched(session);
+            // After the COMMIT: a watcher woken now reads the batch, and a render finds the
+            // heads it moved.
+            let pinned: HashSet<SessionId> = jobs
+                .iter()
+                .flat_map(|job| &job.requests)
+                .filter(|request| !request.pinned.is_empty())
+                .map(|request| request.session.id())
+                .collect();
+            let mut moved: HashMap<SessionId, Vec<_>> = HashMap::new();
+            for ((session, target), seen) in &done.seen {
+                let branches = moved.entry(*session).or_default();
+                if let AppendTarget::Branch(branch) = target {
+                    branches.push((branch, seen.found_head, seen.state.head));
+                }
+            }
+            for (session, branches) in moved {
+                changes.appended(session, &branches, pinned.contains(&session));
             }
             let written: Arc<HashMap<NodeId, NodeInsert>> = Arc::new(
                 done.nodes

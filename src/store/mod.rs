@@ -29,6 +29,7 @@ mod rows;
 mod scope;
 mod sessions;
 mod sqlite;
+mod states;
 mod watch;
 mod writes;
 

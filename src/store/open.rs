@@ -23,6 +23,8 @@ pub struct Store {
     pub(super) changes: Changes,
     /// What the group committer counted.
     pub(super) commits: Arc<CommitStats>,
+    /// Branch paths loaded from memory alone.
+    pub(super) from_memory: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// How the store opens its database: `ctxd serve`'s flags.
@@ -116,7 +118,14 @@ impl Store {
             owners: Arc::default(),
             changes,
             commits,
+            from_memory: Arc::default(),
         }
+    }
+
+    /// Branch paths a render loaded from memory alone since the store opened: the branch was
+    /// rendered before and nothing but this process's appends changed it since.
+    pub fn paths_from_memory(&self) -> u64 {
+        self.from_memory.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// What the group committer has counted since the store opened.

@@ -3,11 +3,13 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use super::backend::{BranchStart, Reads};
 use super::body::Body;
 use super::codec::unpack;
 use super::rows::NodeRow;
+use super::states::RenderStart;
 use super::{Error, Result, Scoped, Store, pins};
 use crate::domain::{
     self, BranchName, Expose, Hash, Node, NodeContent, NodeId, PathView, SessionId,
@@ -64,25 +66,33 @@ impl Store {
 
     /// Loads what a render of `target` needs: the path from the root, the internal chains of
     /// completed functions that expose them in full, and the session's summaries (the engine
-    /// keeps those that apply to this path).
+    /// keeps those that apply to this path). A branch rendered before, unchanged since but by
+    /// this process's appends, loads from memory alone; a path never read comes in one query.
     pub async fn load_path(&self, session: Scoped, target: &PathTarget) -> Result<PathView> {
         let session = session.id();
+        let remembered = match target {
+            PathTarget::Branch(name) => self.remembered_start(session, name),
+            _ => None,
+        };
+        if let Some(start) = &remembered
+            && let Some(view) = self.view_from_memory(session, start).await?
+        {
+            self.from_memory.fetch_add(1, Ordering::Relaxed);
+            metrics::counter!("ctxd_paths_from_memory_total").increment(1);
+            return Ok(view);
+        }
         let mut conn = self.read().await?;
         let (start, scope, loaded) = match target {
-            PathTarget::Branch(name) => match conn.branch_start(session, name).await? {
-                BranchStart::NoSession => {
-                    return Err(domain::Error::not_found("session", session).into());
-                }
-                BranchStart::NoBranch => {
-                    return Err(domain::Error::not_found("branch", name).into());
-                }
-                BranchStart::Empty => return Ok(PathView::default()),
-                BranchStart::At {
-                    head,
-                    summaries,
-                    pin_events,
-                } => (head, None, Some((summaries, pins::fold(&pin_events)))),
-            },
+            PathTarget::Branch(name) => {
+                let start = match remembered {
+                    Some(start) => start,
+                    None => self.read_start(&mut *conn, session, name).await?,
+                };
+                let Some(head) = start.head else {
+                    return Ok(PathView::default());
+                };
+                (head, None, Some(start))
+            }
             PathTarget::Node(_) | PathTarget::Function(_) => {
                 conn.ensure_session(session).await?;
                 let Some(start) = resolve_start(&mut *conn, session, target).await? else {
@@ -95,8 +105,7 @@ impl Store {
                 (start, scope, None)
             }
         };
-        let ids = self.path_ids(&mut *conn, session, start).await?;
-        let nodes = self.nodes_by_id(&mut *conn, session, &ids).await?;
+        let nodes = self.path_nodes(&mut *conn, session, start).await?;
         let mut chains = HashMap::new();
         let mut todo = full_chains(&nodes);
         while let Some((function, head)) = todo.pop() {
@@ -110,7 +119,7 @@ impl Store {
             chains.insert(function, chain);
         }
         let (summaries, pinned) = match loaded {
-            Some(loaded) => loaded,
+            Some(start) => (start.summaries.clone(), start.pinned.clone()),
             None => (
                 conn.summaries(session).await?,
                 pins::fold(&conn.pin_events(session).await?),
@@ -125,6 +134,124 @@ impl Store {
         })
     }
 
+    /// The start of `branch` as remembered, when nothing but this process's committer has
+    /// committed since it was: asked of the committer's connection first, so a start kept
+    /// before another process's commit is dropped before it could be used.
+    fn remembered_start(
+        &self,
+        session: SessionId,
+        branch: &BranchName,
+    ) -> Option<Arc<RenderStart>> {
+        let states = self.changes.states();
+        match self.appends.others_committed() {
+            Some(false) => states.get(session, branch),
+            Some(true) => {
+                states.clear();
+                None
+            }
+            None => None,
+        }
+    }
+
+    /// Reads the start of `branch` (one query), and remembers it unless a write to the session
+    /// overtook the read.
+    async fn read_start(
+        &self,
+        conn: &mut dyn Reads,
+        session: SessionId,
+        name: &BranchName,
+    ) -> Result<Arc<RenderStart>> {
+        let states = self.changes.states();
+        let ticket = states.ticket(session);
+        let start = match conn.branch_start(session, name).await? {
+            BranchStart::NoSession => {
+                return Err(domain::Error::not_found("session", session).into());
+            }
+            BranchStart::NoBranch => return Err(domain::Error::not_found("branch", name).into()),
+            BranchStart::Empty => RenderStart {
+                head: None,
+                summaries: Vec::new(),
+                pinned: Vec::new(),
+            },
+            BranchStart::At {
+                head,
+                summaries,
+                pin_events,
+            } => RenderStart {
+                head: Some(head),
+                summaries,
+                pinned: pins::fold(&pin_events),
+            },
+        };
+        states.keep(ticket, session, name, start.clone());
+        Ok(Arc::new(start))
+    }
+
+    /// The view of a branch from `start` when memory holds all of it (every node of the path,
+    /// no chain to splice).
+    async fn view_from_memory(
+        &self,
+        session: SessionId,
+        start: &RenderStart,
+    ) -> Result<Option<PathView>> {
+        let Some(head) = start.head else {
+            return Ok(Some(PathView::default()));
+        };
+        let Some(ids) = self.walk_path(None, session, head).await? else {
+            return Ok(None);
+        };
+        let found = self.cached_nodes(&ids);
+        let Some(nodes) = found.into_iter().collect::<Option<Vec<_>>>() else {
+            return Ok(None);
+        };
+        if !full_chains(&nodes).is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(PathView {
+            nodes,
+            scope: None,
+            chains: HashMap::new(),
+            summaries: start.summaries.clone(),
+            pinned: start.pinned.iter().copied().collect(),
+        }))
+    }
+
+    /// The nodes of the path ending at `head`, root first: from memory where the path is
+    /// known, else the whole path's rows in one query.
+    async fn path_nodes(
+        &self,
+        conn: &mut dyn Reads,
+        session: SessionId,
+        head: NodeId,
+    ) -> Result<Vec<Arc<Node>>> {
+        if let Some(ids) = self.walk_path(None, session, head).await? {
+            return self.nodes_by_id(conn, session, &ids).await;
+        }
+        let rows = conn.ancestors(session, head, None).await?;
+        let ids: Vec<NodeId> = rows.iter().map(|row| row.id).collect();
+        let found = self.cached_nodes(&ids);
+        let unknown = rows
+            .into_iter()
+            .zip(&found)
+            .filter(|(_, node)| node.is_none())
+            .map(|(row, _)| row)
+            .collect();
+        let mut decoded = hydrate(conn, session, unknown).await?.into_iter();
+        let nodes: Vec<Arc<Node>> = found
+            .into_iter()
+            .map(|node| node.or_else(|| decoded.next().map(Arc::new)))
+            .collect::<Option<_>>()
+            .ok_or_else(|| Error::Corrupt("a node of a path is missing".into()))?;
+        {
+            let mut cache = self.read_cache();
+            for node in &nodes {
+                cache.insert_node(Arc::clone(node));
+            }
+        }
+        self.remember_path(head, None, ids);
+        Ok(nodes)
+    }
+
     /// The ids of the path ending at `head`, root first. Paths never change (nodes are
     /// immutable), so the path of a head whose recent ancestor was read before is that one's
     /// plus a few ids; only a path never seen walks the whole chain in SQL.
@@ -134,33 +261,51 @@ impl Store {
         session: SessionId,
         head: NodeId,
     ) -> Result<Arc<Vec<NodeId>>> {
+        match self.walk_path(Some(&mut *conn), session, head).await? {
+            Some(path) => Ok(path),
+            None => {
+                let path = conn.path_to(session, head).await?;
+                Ok(self.remember_path(head, None, path))
+            }
+        }
+    }
+
+    /// The path ending at `head` as remembered, or a remembered one extended by the parent
+    /// links of up to [`PATH_EXTEND_STEPS`] nodes after it: those in memory, and, given
+    /// `conn`, those read one by one. `None`: not found that way.
+    async fn walk_path(
+        &self,
+        mut conn: Option<&mut dyn Reads>,
+        session: SessionId,
+        head: NodeId,
+    ) -> Result<Option<Arc<Vec<NodeId>>>> {
         if let Some(path) = self.read_cache().paths.get(&head) {
-            return Ok(Arc::clone(path));
+            return Ok(Some(Arc::clone(path)));
         }
         let mut suffix = vec![head];
         let mut at = head;
         for _ in 0..PATH_EXTEND_STEPS {
             let cached_parent = self.read_cache().nodes.get(&at).map(|n| n.parent_id);
-            let parent = match cached_parent {
-                Some(parent) => parent,
-                None => conn.parent_of(session, at).await?,
+            let parent = match (cached_parent, conn.as_deref_mut()) {
+                (Some(parent), _) => parent,
+                (None, Some(conn)) => conn.parent_of(session, at).await?,
+                (None, None) => return Ok(None),
             };
             let Some(parent) = parent else {
                 suffix.reverse();
-                return Ok(self.remember_path(head, None, suffix));
+                return Ok(Some(self.remember_path(head, None, suffix)));
             };
             let base = self.read_cache().paths.get(&parent).cloned();
             if let Some(base) = base {
                 let mut path = Vec::with_capacity(base.len() + suffix.len());
                 path.extend_from_slice(&base);
                 path.extend(suffix.iter().rev());
-                return Ok(self.remember_path(head, Some(parent), path));
+                return Ok(Some(self.remember_path(head, Some(parent), path)));
             }
             suffix.push(parent);
             at = parent;
         }
-        let path = conn.path_to(session, head).await?;
-        Ok(self.remember_path(head, None, path))
+        Ok(None)
     }
 
     /// Keeps `path` as the path of `head`; the path it extended (`from`) is usually a branch's
@@ -190,11 +335,7 @@ impl Store {
         session: SessionId,
         ids: &[NodeId],
     ) -> Result<Vec<Arc<Node>>> {
-        // Take the shared nodes under the lock (an eviction meanwhile loses nothing).
-        let found: Vec<Option<Arc<Node>>> = {
-            let cache = self.read_cache();
-            ids.iter().map(|id| cache.nodes.get(id).cloned()).collect()
-        };
+        let found = self.cached_nodes(ids);
         let missing: Vec<NodeId> = ids
             .iter()
             .zip(&found)
@@ -222,6 +363,13 @@ impl Store {
                     .ok_or_else(|| Error::Corrupt(format!("node {id} of a path is missing")))
             })
             .collect()
+    }
+
+    /// The nodes `ids` that memory holds, in order.
+    fn cached_nodes(&self, ids: &[NodeId]) -> Vec<Option<Arc<Node>>> {
+        // Take the shared nodes under the lock (an eviction meanwhile loses nothing).
+        let cache = self.read_cache();
+        ids.iter().map(|id| cache.nodes.get(id).cloned()).collect()
     }
 
     /// Keeps nodes just written, as a read would have found them.

@@ -558,3 +558,115 @@ async fn an_append_alone_commits_inline_and_a_crowd_shares_batches() {
     assert_eq!(stored, 20 + CROWD * EACH);
     server.stop(std::time::Duration::from_secs(10)).await;
 }
+
+/// A branch rendered before and changed since only by this process's appends loads from
+/// memory (SQLite, whose committer's connection tells when another commits); a pin, a reset or
+/// an append by another process is seen by the next render all the same.
+#[tokio::test]
+async fn a_render_loads_from_memory_until_another_process_writes() {
+    use ctxd::domain::{BranchName, NodeContent, NodeId, Part, Role, SessionId, Tenant};
+    use ctxd::store::{AppendRequest, AppendTarget, PathTarget, Store};
+
+    let db = TestDb::new().await;
+    let store = db.open().await;
+    let server = serve_store(store.clone(), ctxd::server::Options::default()).await;
+    let mut client = connect(server.addr).await;
+    let session = new_session(&mut client).await;
+    let id = SessionId::parse("session_id", &session).expect("a session id");
+    let main = PathTarget::Branch(BranchName::main());
+    let texts = |store: Store| {
+        let main = main.clone();
+        async move {
+            let scoped = store.scope(&Tenant::local(), id).await.expect("scoped");
+            let view = store.load_path(scoped, &main).await.expect("the path");
+            let texts: Vec<String> = view
+                .nodes
+                .iter()
+                .map(|n| match &n.content {
+                    NodeContent::Message { parts, .. } => match &parts[0] {
+                        Part::Text(t) => t.clone(),
+                        other => format!("{other:?}"),
+                    },
+                    other => format!("{other:?}"),
+                })
+                .collect();
+            let mut pinned: Vec<NodeId> = view.pinned.into_iter().collect();
+            pinned.sort();
+            (texts, pinned)
+        }
+    };
+    // What memory is expected to have answered since `before`.
+    let sqlite = !db.is_postgres();
+    let from_memory = |before: u64, hits: u64| {
+        let expected = if sqlite { hits } else { 0 };
+        assert_eq!(store.paths_from_memory() - before, expected);
+    };
+
+    client
+        .append(append_req(&session, vec![user("q"), assistant("a")]))
+        .await
+        .expect("append");
+    let before = store.paths_from_memory();
+    assert_eq!(texts(store.clone()).await.0, ["q", "a"]);
+    from_memory(before, 0);
+    let appended = client
+        .append(append_req(&session, vec![user("more")]))
+        .await
+        .expect("append")
+        .into_inner();
+    let before = store.paths_from_memory();
+    assert_eq!(texts(store.clone()).await.0, ["q", "a", "more"]);
+    // The render reads the appended path, and the in-process rendering agrees.
+    let rendered = client
+        .render(render_req(&session, Target::Branch("main".into())))
+        .await
+        .expect("render")
+        .into_inner();
+    assert_eq!(rendered.head_id, appended.head_id);
+    let last = rendered.messages.last().expect("messages");
+    assert_eq!(text_of(&last.parts), "more");
+    from_memory(before, 2);
+
+    // Another process appends, pins, then moves the branch back.
+    let other = db.open().await;
+    let scoped = other.scope(&Tenant::local(), id).await.expect("scoped");
+    let theirs = other
+        .append(AppendRequest {
+            session: scoped,
+            target: AppendTarget::Branch(BranchName::main()),
+            expected_head: None,
+            idempotency_key: None,
+            pinned: Vec::new(),
+            nodes: vec![NodeContent::Message {
+                role: Role::Assistant,
+                parts: vec![Part::Text("theirs".into())],
+                tool_calls: vec![],
+            }],
+        })
+        .await
+        .expect("the other process's append");
+    let before = store.paths_from_memory();
+    assert_eq!(texts(store.clone()).await.0, ["q", "a", "more", "theirs"]);
+    from_memory(before, 0);
+    assert_eq!(texts(store.clone()).await.0, ["q", "a", "more", "theirs"]);
+    from_memory(before, 1);
+
+    let head = NodeId::parse("head_id", &theirs.head_id).expect("a node id");
+    other.pin(scoped, &[head], true).await.expect("pin");
+    assert_eq!(texts(store.clone()).await.1, [head]);
+    let more = NodeId::parse("head_id", &appended.head_id).expect("a node id");
+    other
+        .reset_branch(scoped, BranchName::main(), Some(more), None)
+        .await
+        .expect("reset");
+    assert_eq!(texts(store.clone()).await.0, ["q", "a", "more"]);
+    other.close().await;
+
+    // This process's own writes other than appends are seen too.
+    store.pin(scoped, &[head], false).await.expect("unpin");
+    assert_eq!(
+        texts(store.clone()).await,
+        (vec!["q".into(), "a".into(), "more".into()], vec![])
+    );
+    server.stop(std::time::Duration::from_secs(10)).await;
+}

@@ -211,9 +211,17 @@ impl<C: Connection> Reads for Conn<C> {
         rows.iter().map(decode::summary).collect()
     }
 
+    /// One round trip, two when the session has summaries: the branch, the session's pin
+    /// events (as arrays) and whether it has summaries, then those.
     async fn branch_start(&mut self, session: SessionId, name: &BranchName) -> Result<BranchStart> {
         let row = sqlx::query(
-            "SELECT b.name AS branch, b.head_id FROM sessions s
+            "SELECT b.name AS branch, b.head_id,
+                 (SELECT array_agg(pn.node_id ORDER BY pn.seq) FROM pins pn
+                     WHERE pn.session_id = $1) AS pin_nodes,
+                 (SELECT array_agg(ps.pinned ORDER BY ps.seq) FROM pins ps
+                     WHERE ps.session_id = $1) AS pin_states,
+                 EXISTS (SELECT 1 FROM summaries m WHERE m.session_id = $1) AS summarized
+             FROM sessions s
                  LEFT JOIN branches b ON b.session_id = s.id AND b.name = $2
              WHERE s.id = $1",
         )
@@ -230,10 +238,29 @@ impl<C: Connection> Reads for Conn<C> {
         let Some(head) = decode::node_id(&row, "head_id")? else {
             return Ok(BranchStart::Empty);
         };
+        let nodes: Vec<Vec<u8>> = row
+            .try_get::<Option<_>, _>("pin_nodes")?
+            .unwrap_or_default();
+        let states: Vec<i64> = row
+            .try_get::<Option<_>, _>("pin_states")?
+            .unwrap_or_default();
+        let pin_events = nodes
+            .into_iter()
+            .zip(states)
+            .map(|(node, state)| {
+                let node = uuid_from(Some(node), "pins.node_id")?.unwrap_or_default();
+                Ok((NodeId::from_bytes(node), state != 0))
+            })
+            .collect::<Result<_>>()?;
+        let summaries = if row.try_get::<bool, _>("summarized")? {
+            self.summaries(session).await?
+        } else {
+            Vec::new()
+        };
         Ok(BranchStart::At {
             head,
-            summaries: self.summaries(session).await?,
-            pin_events: self.pin_events(session).await?,
+            summaries,
+            pin_events,
         })
     }
 

@@ -74,6 +74,8 @@ pub(super) struct Committer {
     held: Option<OwnedMutexGuard<()>>,
     quota: Arc<Quota>,
     applied: Option<Option<u64>>,
+    /// `PRAGMA data_version` when last asked: it moves only with commits of other connections.
+    data_version: Option<i64>,
 }
 
 impl Committer {
@@ -84,6 +86,7 @@ impl Committer {
             held: None,
             quota,
             applied: None,
+            data_version: None,
         }
     }
 
@@ -104,6 +107,21 @@ fn id(id: &NodeId) -> Vec<u8> {
 
 #[async_trait]
 impl CommitterConnection for Committer {
+    /// Asks the connection's data version: SQLite reads it from the WAL index in shared
+    /// memory, a few microseconds with no I/O, and it moves only when another connection or
+    /// process commits (this one writes every append).
+    fn others_committed(&mut self) -> Option<bool> {
+        if self.held.is_some() {
+            return None;
+        }
+        let version = self
+            .conn
+            .prepare_cached("PRAGMA data_version")
+            .and_then(|mut statement| statement.query_row([], |row| row.get::<_, i64>(0)))
+            .ok()?;
+        Some(self.data_version.replace(version) != Some(version))
+    }
+
     async fn begin(&mut self) -> Result<()> {
         if self.held.is_some() {
             // A batch left unfinished (its task dropped mid-way, which a batch on this
