@@ -122,8 +122,8 @@ struct StorageArgs {
     /// while reads keep working.
     #[arg(long, env = "CTXD_MAX_DB_BYTES", value_parser = clap::value_parser!(u64).range(1..))]
     max_db_bytes: Option<u64>,
-    /// Connections to PostgreSQL for reads and writes (the group committer keeps two more; on
-    /// Citus, one per commit lane, 8).
+    /// Connections to PostgreSQL for reads and writes (the group committer keeps one more per
+    /// commit lane, 8).
     #[arg(long, env = "CTXD_PG_POOL_SIZE", default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..))]
     pg_pool_size: u32,
     /// On a PostgreSQL database with the `citus` extension, do not distribute ctxd's tables

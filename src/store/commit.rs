@@ -5,8 +5,8 @@
 //! The backend chooses where the loop runs (SQLite: a thread of its own over a synchronous
 //! connection, so a batch makes no thread hop per statement), and whether a batch is split:
 //! on a distributed database (Citus) each transaction holds the appends of one shard, so it
-//! commits on one node in one phase, and the shards' transactions run at once, one per lane
-//! (connection).
+//! commits on one node in one phase; on one PostgreSQL database the batch's sessions are
+//! spread over the lanes; either way the transactions run at once, one per lane (connection).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;

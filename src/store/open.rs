@@ -35,8 +35,8 @@ pub struct Config {
     pub busy_timeout: Duration,
     /// The most bytes the database may take (SQLite); `None`: as much as the disk holds.
     pub max_db_bytes: Option<u64>,
-    /// Connections to PostgreSQL for reads and writes (the group committer has two more, or
-    /// one per lane on Citus).
+    /// Connections to PostgreSQL for reads and writes (the group committer has one more per
+    /// commit lane, 8).
     pub pg_pool_size: u32,
     /// On a PostgreSQL database with the `citus` extension, distribute (and co-locate) the
     /// tables by session at start, those of later migrations included; `false`

@@ -18,8 +18,10 @@ use crate::store::writes::BatchRows;
 /// How the committer splits a batch into transactions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Batching {
-    /// One transaction for the whole batch (one database).
-    One,
+    /// On one database: the batch's sessions spread over the lanes by id, one transaction per
+    /// lane, committed at once (PostgreSQL overlaps their commits; one lane would wait for
+    /// each in turn).
+    Spread,
     /// One per Citus shard, as Citus maps the sessions.
     ByShard,
     /// One per session (the distributed form on one database, for its tests).
@@ -53,14 +55,14 @@ impl Connection for Committer {
     }
 
     fn routed(&self) -> bool {
-        self.batching != Batching::One
+        self.batching != Batching::Spread
     }
 }
 
 #[async_trait]
 impl CommitterConnection for Conn<Committer> {
     fn sharded(&self) -> bool {
-        self.0.batching != Batching::One
+        true
     }
 
     async fn shards(&mut self, sessions: &[SessionId]) -> Result<Vec<i64>> {
@@ -76,12 +78,17 @@ impl CommitterConnection for Conn<Committer> {
                 .fetch_all(&self.0.pool)
                 .await?)
             }
-            // A session's own number: its id's leading bytes (UUID v7: time, then random).
-            Batching::BySession | Batching::One => Ok(sessions
+            // A session's own number: its id's random bytes (UUID v7: time, then random).
+            Batching::BySession | Batching::Spread => Ok(sessions
                 .iter()
                 .map(|s| {
                     let b = s.as_bytes();
-                    i64::from_be_bytes([b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]])
+                    let own =
+                        i64::from_be_bytes([b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]]);
+                    match self.0.batching {
+                        Batching::Spread => own.rem_euclid(i64::from(super::COMMIT_LANES)),
+                        _ => own,
+                    }
                 })
                 .collect()),
         }
@@ -89,7 +96,7 @@ impl CommitterConnection for Conn<Committer> {
 
     fn writes_at_once(&self) -> bool {
         // Citus splits a statement's data-modifying CTEs apart, so there it is no longer one.
-        self.0.batching == Batching::One
+        self.0.batching == Batching::Spread
     }
 
     async fn write_at_once(

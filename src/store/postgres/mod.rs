@@ -91,14 +91,11 @@ pub(super) async fn open(
     } else if config.pg_batch_per_session {
         committer::Batching::BySession
     } else {
-        committer::Batching::One
+        committer::Batching::Spread
     };
-    let lanes = match batching {
-        committer::Batching::One => 1,
-        committer::Batching::ByShard | committer::Batching::BySession => COMMIT_LANES,
-    };
+    let lanes = COMMIT_LANES;
     // The committer's own connections: a batch never waits behind the pool's readers.
-    let batches = pool(lanes.max(2))
+    let batches = pool(lanes)
         .connect_with(options)
         .await
         .map_err(|e| unusable(format!("cannot be reached: {}", super::driver::message(&e))))?;
@@ -110,7 +107,7 @@ pub(super) async fn open(
         .collect();
     let (appends, committer) = CommitQueue::start(lanes, changes, stats, false);
     tokio::spawn(committer);
-    let routed = batching != committer::Batching::One;
+    let routed = batching != committer::Batching::Spread;
     let backend = PostgresBackend {
         pool: main,
         batches,
@@ -120,7 +117,8 @@ pub(super) async fn open(
     Ok((Arc::new(backend), appends))
 }
 
-/// Transactions of one batch that run at once on a distributed database (one shard each).
+/// Transactions of one batch that run at once (a shard's, a session's, or a share of the
+/// sessions each).
 const COMMIT_LANES: u32 = 8;
 
 /// `url` without its password, for messages and logs.
