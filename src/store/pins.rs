@@ -42,6 +42,7 @@ impl Store {
             tx.insert_pin(session, *id, pin, at).await?;
         }
         tx.commit().await?;
+        self.changes.touched(session);
         Ok(after)
     }
 
