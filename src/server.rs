@@ -63,7 +63,9 @@ pub struct Options {
     /// The web inspector's listener (`--http`): its read-only JSON API calls this server's
     /// service in process, behind the same keys. Plain HTTP; stops when `serve_with` returns.
     pub http: Option<TcpListener>,
-    /// Deletes idle sessions in the background (`--retain-idle-days`); stops with the server.
+    /// Deletes idle sessions in the background (`--retain-idle-days`, and the tenants' own
+    /// `retain=` in the keys file, which run it even when this is `None`); stops with the
+    /// server.
     pub retention: Option<crate::retention::Retention>,
     /// The model gateway (`--gateway`): records and forwards provider API calls, over this
     /// server's store and behind the same keys (sent as `x-ctxd-api-key`); stops when
@@ -112,7 +114,10 @@ pub async fn serve_with(
         retention,
         gateway,
     } = options;
+    // A tenant's `retain=` in the keys file runs the policy even without a default limit.
     let _retention = retention
+        .unwrap_or_default()
+        .with_keys(api_keys.as_ref())
         .map(|policy| AbortOnDrop(tokio::spawn(crate::retention::run(store.clone(), policy))));
     let service = ContextStoreService::new(store, summarizer).with_limits(limits);
     let watchers = service.watchers();

@@ -1,6 +1,7 @@
 //! API keys: the keys file, and the tower layer that authenticates every RPC but health checks
 //! and hands each request the [`Tenant`] it acts for.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -17,10 +18,24 @@ use crate::domain::Tenant;
 /// tonic routes by this same service prefix, so an exempt path reaches the health service only.
 const EXEMPT_PREFIX: &str = "/grpc.health.v1.Health/";
 
-/// The configured keys, each kept only as its BLAKE3 hash with the tenant it stands for.
+/// The configured keys, each kept only as its BLAKE3 hash with the tenant it stands for, and
+/// the tenants' own retention policies.
 pub struct ApiKeys {
     keys: Vec<(blake3::Hash, Key)>,
+    retention: BTreeMap<Tenant, TenantRetention>,
 }
+
+/// A tenant's own retention, from `retain=` on its keys' lines: instead of `--retain-idle-days`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TenantRetention {
+    /// Its sessions idle this many days are deleted.
+    IdleDays(u32),
+    /// Its sessions are never deleted for idleness (`retain=never`).
+    Never,
+}
+
+/// The most days `retain=` takes: a hundred years.
+const MAX_RETAIN_DAYS: u32 = 36_500;
 
 /// Who a key stands for.
 #[derive(Clone)]
@@ -53,8 +68,11 @@ pub enum KeysFileError {
 }
 
 impl ApiKeys {
-    /// Reads a keys file: one `tenant key` a line, or `tenant key admin` for a key that may also
-    /// run the store-wide RPCs; blank lines and lines starting with `#` are ignored. A tenant may have several keys (to rotate them); a key belongs to one line only.
+    /// Reads a keys file: one `tenant key` a line, then optionally `admin` (the key may also run
+    /// the store-wide RPCs) and `retain=DAYS` or `retain=never` (the tenant's own retention
+    /// instead of `--retain-idle-days`), in either order; blank lines and lines starting with
+    /// `#` are ignored. A tenant may have several keys (to rotate them), whose `retain=` must
+    /// agree; a key belongs to one line only.
     pub fn load(path: &Path) -> Result<Self, KeysFileError> {
         let text = std::fs::read_to_string(path).map_err(|error| KeysFileError::Read {
             path: path.to_owned(),
@@ -75,6 +93,7 @@ impl ApiKeys {
     fn parse(text: &str) -> Result<Self, ParseError> {
         let mut keys: Vec<(blake3::Hash, Key)> = Vec::new();
         let mut lines_of_keys = Vec::new();
+        let mut retention: BTreeMap<Tenant, (TenantRetention, usize)> = BTreeMap::new();
         for (index, line) in text.lines().enumerate() {
             let number = index + 1;
             let trimmed = line.trim();
@@ -86,23 +105,36 @@ impl ApiKeys {
                 problem,
             };
             let fields: Vec<&str> = trimmed.split_whitespace().collect();
-            let (tenant, key, admin) = match fields[..] {
-                [tenant, key] => (tenant, key, false),
-                [tenant, key, "admin"] => (tenant, key, true),
-                // Not echoed: a stray field may be a key.
-                [_, _, _] => {
-                    return Err(problem("the third field may only be `admin`".to_owned()));
-                }
+            let (tenant, key, options) = match fields[..] {
+                [tenant, key, ref options @ ..] if options.len() <= 2 => (tenant, key, options),
                 _ => {
                     let found = match fields.len() {
                         1 => "one field".to_owned(),
                         n => format!("{n} fields"),
                     };
                     return Err(problem(format!(
-                        "expected `tenant key` or `tenant key admin`, found {found}"
+                        "expected `tenant key`, then `admin` and `retain=DAYS` if wanted, \
+                         found {found}"
                     )));
                 }
             };
+            let (mut admin, mut retain) = (false, None);
+            for option in options {
+                match option.split_once('=') {
+                    None if *option == "admin" && !admin => admin = true,
+                    Some(("retain", value)) if retain.is_none() => {
+                        retain = Some(retain_value(value).map_err(problem)?);
+                    }
+                    // Not echoed: a stray field may be a key.
+                    _ => {
+                        return Err(problem(
+                            "after the key, only `admin` and `retain=DAYS` (or `retain=never`), \
+                             once each"
+                                .to_owned(),
+                        ));
+                    }
+                }
+            }
             // A key travels in an HTTP header, which carries visible ASCII only.
             if !key.bytes().all(|b| b.is_ascii_graphic()) {
                 return Err(problem(
@@ -119,19 +151,37 @@ impl ApiKeys {
                     lines_of_keys[i]
                 )));
             }
-            keys.push((
-                hash,
-                Key {
-                    tenant: Tenant::new(tenant),
-                    admin,
-                },
-            ));
+            let tenant = Tenant::new(tenant);
+            if let Some(retain) = retain {
+                match retention.get(&tenant) {
+                    Some((set, line)) if *set != retain => {
+                        return Err(problem(format!(
+                            "tenant {tenant}'s retain= differs from line {line}'s"
+                        )));
+                    }
+                    _ => {
+                        retention.insert(tenant.clone(), (retain, number));
+                    }
+                }
+            }
+            keys.push((hash, Key { tenant, admin }));
             lines_of_keys.push(number);
         }
         if keys.is_empty() {
             return Err(ParseError::Empty);
         }
-        Ok(Self { keys })
+        Ok(Self {
+            keys,
+            retention: retention
+                .into_iter()
+                .map(|(tenant, (retain, _))| (tenant, retain))
+                .collect(),
+        })
+    }
+
+    /// The tenants whose keys' lines set their own retention.
+    pub fn retention(&self) -> &BTreeMap<Tenant, TenantRetention> {
+        &self.retention
     }
 
     /// Keys configured.
@@ -164,6 +214,19 @@ impl fmt::Debug for ApiKeys {
         f.debug_struct("ApiKeys")
             .field("keys", &self.keys.len())
             .finish()
+    }
+}
+
+/// The value of `retain=`: whole days from 1 to [`MAX_RETAIN_DAYS`], or `never`.
+fn retain_value(value: &str) -> Result<TenantRetention, String> {
+    if value == "never" {
+        return Ok(TenantRetention::Never);
+    }
+    match value.parse::<u32>() {
+        Ok(days @ 1..=MAX_RETAIN_DAYS) => Ok(TenantRetention::IdleDays(days)),
+        _ => Err(format!(
+            "retain= takes whole days from 1 to {MAX_RETAIN_DAYS}, or `never`; found {value:?}"
+        )),
     }
 }
 
@@ -399,13 +462,24 @@ mod tests {
 
         let (line, problem) = line_error("# c\nacme k1 extra-secret\n");
         assert_eq!(line, 2);
-        assert!(problem.contains("may only be `admin`"), "{problem}");
+        assert!(
+            problem.contains("only `admin` and `retain=DAYS`"),
+            "{problem}"
+        );
         assert!(!problem.contains("extra-secret"), "{problem}");
 
         let (line, problem) = line_error("acme k1 admin more-secret\n");
         assert_eq!(line, 1);
-        assert!(problem.contains("found 4 fields"), "{problem}");
-        assert!(!problem.contains("extra-secret"), "{problem}");
+        assert!(
+            problem.contains("only `admin` and `retain=DAYS`"),
+            "{problem}"
+        );
+        assert!(!problem.contains("more-secret"), "{problem}");
+
+        let (line, problem) = line_error("acme k1 admin retain=3 most-secret\n");
+        assert_eq!(line, 1);
+        assert!(problem.contains("found 5 fields"), "{problem}");
+        assert!(!problem.contains("most-secret"), "{problem}");
 
         let (line, problem) = line_error("acme dup-secret\nglobex k2\nglobex dup-secret\n");
         assert_eq!(line, 3);
@@ -415,6 +489,39 @@ mod tests {
         let (line, problem) = line_error("acme k\u{e9}y\n");
         assert_eq!(line, 1);
         assert!(problem.contains("visible ASCII"), "{problem}");
+    }
+
+    #[test]
+    fn a_line_may_set_its_tenants_retention() {
+        let keys = ApiKeys::parse(
+            "acme k1 retain=30\nacme k2 admin\nacme k3 retain=30 admin\nglobex k4 retain=never\n\
+             initech k5\n",
+        )
+        .expect("valid file");
+        assert_eq!(
+            keys.retention().iter().collect::<Vec<_>>(),
+            [
+                (&Tenant::new("acme"), &TenantRetention::IdleDays(30)),
+                (&Tenant::new("globex"), &TenantRetention::Never),
+            ]
+        );
+        assert_eq!(keys.key_of("k3").map(|k| k.admin), Some(true));
+
+        for (text, expected) in [
+            ("acme k1 retain=0\n", "from 1 to 36500"),
+            ("acme k1 retain=thirty\n", "\"thirty\""),
+            ("acme k1 retain=36501\n", "from 1 to 36500"),
+            ("acme k1 retain=\n", "found \"\""),
+            ("acme k1 retain=3 retain=3\n", "once each"),
+            ("acme k1 admin admin\n", "once each"),
+        ] {
+            let (line, problem) = line_error(text);
+            assert_eq!(line, 1, "{text:?}");
+            assert!(problem.contains(expected), "{text:?}: {problem}");
+        }
+        let (line, problem) = line_error("acme k1 retain=30\nglobex k2\nacme k3 retain=7\n");
+        assert_eq!(line, 3);
+        assert!(problem.contains("differs from line 1"), "{problem}");
     }
 
     #[test]

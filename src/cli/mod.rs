@@ -134,7 +134,8 @@ struct StorageArgs {
     no_distribute: bool,
     /// Deletes sessions no branch of which moved for this many days, in the background (at
     /// start, then hourly), at most --retention-batch at a time; each batch is logged and
-    /// counted in `ctxd_retention_batches_total`. Off by default.
+    /// counted in `ctxd_retention_batches_total`. Off by default. A tenant's `retain=DAYS` (or
+    /// `retain=never`) in the keys file takes the place of this for its sessions.
     #[arg(long, env = "CTXD_RETAIN_IDLE_DAYS", value_parser = clap::value_parser!(u32).range(1..))]
     retain_idle_days: Option<u32>,
     /// Sessions the retention policy deletes per batch.
@@ -143,12 +144,16 @@ struct StorageArgs {
 }
 
 impl StorageArgs {
+    /// The default policy; the server adds the tenants' own from the keys file.
     fn retention(&self) -> Option<crate::retention::Retention> {
-        self.retain_idle_days
-            .map(|days| crate::retention::Retention {
-                batch: self.retention_batch,
-                ..crate::retention::Retention::idle_days(days)
-            })
+        let policy = match self.retain_idle_days {
+            Some(days) => crate::retention::Retention::idle_days(days),
+            None => crate::retention::Retention::default(),
+        };
+        Some(crate::retention::Retention {
+            batch: self.retention_batch,
+            ..policy
+        })
     }
 
     fn config(&self) -> crate::store::Config {

@@ -18,6 +18,7 @@ use async_trait::async_trait;
 use super::append::AppendOutcome;
 use super::compaction::{CompactionPlan, PlanState};
 use super::idempotency::CreationKey;
+use super::lifecycle::Tenants;
 use super::rows::NodeRow;
 use super::writes::BatchRows;
 use super::{Error, Result};
@@ -241,8 +242,14 @@ pub(super) trait Reads: Lookups {
     /// The tombstone of the session a plan belonged to when a deletion found it open.
     async fn plan_tombstone(&mut self, id: CompactionId) -> Result<Option<Tombstone>>;
 
-    /// Sessions with no branch moved since `before_ms` (and created before it), oldest first.
-    async fn idle_sessions(&mut self, before_ms: i64, limit: u32) -> Result<Vec<SessionId>>;
+    /// Sessions of `tenants` with no branch moved since `before_ms` (and created before it),
+    /// oldest first.
+    async fn idle_sessions(
+        &mut self,
+        before_ms: i64,
+        limit: u32,
+        tenants: Tenants<'_>,
+    ) -> Result<Vec<SessionId>>;
 
     /// Live sessions and tombstones.
     async fn session_counts(&mut self) -> Result<(u64, u64)>;
@@ -473,4 +480,12 @@ pub(super) struct Deleted {
     pub(super) tombstone: Tombstone,
     pub(super) blobs: u64,
     pub(super) blob_bytes: u64,
+}
+
+/// [`Tenants`] as a query binds it: the one tenant taken, or the tenants left out.
+pub(super) fn tenant_filter(tenants: Tenants<'_>) -> (Option<&str>, Vec<&str>) {
+    match tenants {
+        Tenants::Only(tenant) => (Some(tenant.as_str()), Vec::new()),
+        Tenants::Except(tenants) => (None, tenants.iter().map(|t| t.as_str()).collect()),
+    }
 }

@@ -124,9 +124,10 @@ impl Store {
         &self,
         idle_since_ms: i64,
         limit: u32,
+        tenants: Tenants<'_>,
     ) -> Result<Vec<(SessionId, Tenant)>> {
         let mut conn = self.read().await?;
-        let ids = conn.idle_sessions(idle_since_ms, limit).await?;
+        let ids = conn.idle_sessions(idle_since_ms, limit, tenants).await?;
         let mut found = Vec::with_capacity(ids.len());
         for id in ids {
             // Deleted since by someone else: nothing to do.
@@ -157,4 +158,12 @@ impl Store {
         self.owners.forget(session);
         self.cache.lock().expect("read cache lock").clear();
     }
+}
+
+/// Whose sessions a lookup takes.
+#[derive(Debug, Clone, Copy)]
+pub enum Tenants<'a> {
+    Only(&'a Tenant),
+    /// Every tenant but these.
+    Except(&'a [Tenant]),
 }

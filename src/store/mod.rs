@@ -42,7 +42,7 @@ pub use clock::now_ms;
 pub use commit::{CommitCounts, CommitStats};
 pub use compaction::{Applied, CompactionPlan, PlanState};
 pub use idempotency::CreationKey;
-pub use lifecycle::Deletion;
+pub use lifecycle::{Deletion, Tenants};
 pub use open::{Config, Database, Store};
 /// The tables ctxd distributes on a Citus cluster: each with its distribution column and what it
 /// is co-located with.

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use ctxd::api::auth::ApiKeys;
 use ctxd::api::pb;
+use ctxd::api::pb::context_store_client::ContextStoreClient;
 use ctxd::retention::Retention;
 use ctxd::server::Options;
 use tonic::Code;
@@ -406,9 +407,10 @@ async fn a_delete_racing_appends_leaves_nothing_half_deleted() {
 async fn retention_deletes_idle_sessions_in_batches_and_keeps_active_ones() {
     let mut app = spawn_app_with(Options {
         retention: Some(Retention {
-            idle: Duration::from_secs(30 * 24 * 3600),
+            idle: Some(Duration::from_secs(30 * 24 * 3600)),
             every: Duration::from_millis(50),
             batch: 2,
+            ..Retention::default()
         }),
         ..Options::default()
     })
@@ -425,44 +427,11 @@ async fn retention_deletes_idle_sessions_in_batches_and_keeps_active_ones() {
             active.push(session)
         }
     }
-    // Forty days without a move.
-    let old = ctxd::store::now_ms() - 40 * 24 * 3600 * 1000;
     for session in &idle {
-        let id = uuid::Uuid::parse_str(session)
-            .expect("uuid")
-            .simple()
-            .to_string();
-        let blob = if app.db.is_postgres() {
-            format!("'\\x{id}'::bytea")
-        } else {
-            format!("x'{id}'")
-        };
-        app.db
-            .execute(&format!(
-                "UPDATE sessions SET created_at_ms = {old} WHERE id = {blob}"
-            ))
-            .await;
-        app.db
-            .execute(&format!(
-                "UPDATE branches SET updated_at_ms = {old} WHERE session_id = {blob}"
-            ))
-            .await;
+        age(&app.db, session, 40).await;
     }
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     for session in &idle {
-        loop {
-            match app.client.get_session(get_session_req(session)).await {
-                Err(status) if status.code() == Code::NotFound => break,
-                Ok(_) => {
-                    assert!(
-                        tokio::time::Instant::now() < deadline,
-                        "retention deletes {session}"
-                    );
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
-                Err(status) => panic!("{status:?}"),
-            }
-        }
+        gone(&mut app.client, session).await;
         let tombstone = delete(&mut app.client, session).await.expect("tombstone");
         assert!(tombstone.already_deleted);
         assert_eq!(
@@ -477,6 +446,120 @@ async fn retention_deletes_idle_sessions_in_batches_and_keeps_active_ones() {
             .expect("an active session stays");
     }
     assert_eq!(app.db.count("SELECT COUNT(*) FROM sessions").await, 2);
+}
+
+/// Makes `session` look idle for `days`: created then, no branch moved since.
+async fn age(db: &TestDb, session: &str, days: i64) {
+    let at = ctxd::store::now_ms() - days * 24 * 3600 * 1000;
+    let id = uuid::Uuid::parse_str(session)
+        .expect("uuid")
+        .simple()
+        .to_string();
+    let blob = if db.is_postgres() {
+        format!("'\\x{id}'::bytea")
+    } else {
+        format!("x'{id}'")
+    };
+    db.execute(&format!(
+        "UPDATE sessions SET created_at_ms = {at} WHERE id = {blob}"
+    ))
+    .await;
+    db.execute(&format!(
+        "UPDATE branches SET updated_at_ms = {at} WHERE session_id = {blob}"
+    ))
+    .await;
+}
+
+/// Waits (30 s at most) until the retention policy running in the background deleted `session`.
+async fn gone<T>(client: &mut ContextStoreClient<T>, session: &str)
+where
+    T: tonic::client::GrpcService<tonic::body::Body>,
+    T::Error: Into<tonic::codegen::StdError>,
+    T::ResponseBody: tonic::codegen::Body<Data = tonic::codegen::Bytes> + Send + 'static,
+    <T::ResponseBody as tonic::codegen::Body>::Error: Into<tonic::codegen::StdError> + Send,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        match client.get_session(get_session_req(session)).await {
+            Err(status) if status.code() == Code::NotFound => return,
+            Ok(_) => {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "retention deletes {session}"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(status) => panic!("{status:?}"),
+        }
+    }
+}
+
+/// Each tenant's `retain=` in the keys file replaces `--retain-idle-days` for its sessions:
+/// acme keeps 10 days, globex forever, initech the default 30.
+#[tokio::test]
+async fn retention_follows_each_tenants_own_limit_from_the_keys_file() {
+    let keys = tempfile::NamedTempFile::new().expect("keys file");
+    std::fs::write(
+        &keys,
+        "acme key-acme retain=10\nglobex key-globex retain=never\ninitech key-initech\n",
+    )
+    .expect("keys");
+    let (db, server) = serve_fresh(Options {
+        api_keys: Some(ApiKeys::load(keys.path()).expect("keys")),
+        retention: Some(Retention {
+            idle: Some(Duration::from_secs(30 * 24 * 3600)),
+            every: Duration::from_millis(50),
+            batch: 2,
+            ..Retention::default()
+        }),
+        ..Options::default()
+    })
+    .await;
+    let mut clients = Vec::new();
+    for key in ["key-acme", "key-globex", "key-initech"] {
+        clients.push(keyed_client(server.addr, key).await);
+    }
+    // (tenant, days idle, deleted?)
+    let cases = [
+        (0, 20, true),
+        (0, 5, false),
+        (1, 400, false),
+        (2, 40, true),
+        (2, 20, false),
+    ];
+    let mut sessions = Vec::new();
+    for (tenant, days, _) in cases {
+        let session = clients[tenant]
+            .create_session(pb::CreateSessionRequest::default())
+            .await
+            .expect("CreateSession")
+            .into_inner()
+            .session_id;
+        age(&db, &session, days).await;
+        sessions.push(session);
+    }
+    for ((tenant, _, deleted), session) in cases.iter().zip(&sessions) {
+        if *deleted {
+            gone(&mut clients[*tenant], session).await;
+        }
+    }
+    // A later run, started after the one that deleted those, has looked at every session too.
+    let later = clients[2]
+        .create_session(pb::CreateSessionRequest::default())
+        .await
+        .expect("CreateSession")
+        .into_inner()
+        .session_id;
+    age(&db, &later, 31).await;
+    gone(&mut clients[2], &later).await;
+    for ((tenant, days, deleted), session) in cases.iter().zip(&sessions) {
+        if !*deleted {
+            clients[*tenant]
+                .get_session(get_session_req(session))
+                .await
+                .unwrap_or_else(|e| panic!("tenant {tenant}'s session idle {days} days: {e:?}"));
+        }
+    }
 }
 
 #[tokio::test]

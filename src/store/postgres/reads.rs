@@ -12,9 +12,10 @@ use crate::domain::{
     SessionId, Summary, Tenant, Tombstone,
 };
 use crate::store::append::AppendOutcome;
-use crate::store::backend::{BranchStart, Lookups, Reads, SessionRow, StoredBlob};
+use crate::store::backend::{BranchStart, Lookups, Reads, SessionRow, StoredBlob, tenant_filter};
 use crate::store::compaction::CompactionPlan;
 use crate::store::decode::{self, Columns, SUMMARY_COLUMNS, TOMBSTONE_COLUMNS};
+use crate::store::lifecycle::Tenants;
 use crate::store::rows::{NodeRow, uuid_from};
 use crate::store::{Error, Result};
 
@@ -488,14 +489,24 @@ impl<C: Connection> Reads for Conn<C> {
         }
     }
 
-    async fn idle_sessions(&mut self, before_ms: i64, limit: u32) -> Result<Vec<SessionId>> {
+    async fn idle_sessions(
+        &mut self,
+        before_ms: i64,
+        limit: u32,
+        tenants: Tenants<'_>,
+    ) -> Result<Vec<SessionId>> {
+        let (only, except) = tenant_filter(tenants);
         let rows = sqlx::query(
             "SELECT s.id FROM sessions s WHERE s.created_at_ms < $1 AND NOT EXISTS
                (SELECT 1 FROM branches b WHERE b.session_id = s.id AND b.updated_at_ms >= $1)
+               AND ($3::text IS NULL OR s.tenant = $3)
+               AND NOT (s.tenant = ANY($4::text[]))
              ORDER BY s.id LIMIT $2",
         )
         .bind(before_ms)
         .bind(i64::from(limit))
+        .bind(only)
+        .bind(except)
         .fetch_all(self.conn())
         .await?;
         rows.iter()
