@@ -478,7 +478,10 @@ async fn the_binary_refuses_bad_keys_files_and_open_public_listeners() {
     files.write("dup.txt", &format!("acme {ACME_KEY}\nglobex {ACME_KEY}\n"));
     files.write("empty.txt", "# nobody yet\n");
     for (file, says) in [
-        ("bad.txt", "line 4: the third field may only be `admin`"),
+        (
+            "bad.txt",
+            "line 4: after the key, only `admin` and `retain=DAYS`",
+        ),
         ("dup.txt", "line 2: the same key as line 1"),
         ("empty.txt", "holds no keys"),
         ("absent.txt", "cannot read"),
