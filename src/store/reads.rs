@@ -70,11 +70,11 @@ impl Store {
     /// this process's appends, loads from memory alone; a path never read comes in one query.
     pub async fn load_path(&self, session: Scoped, target: &PathTarget) -> Result<PathView> {
         let session = session.id();
-        let remembered = match target {
+        let told = match target {
             PathTarget::Branch(name) => self.remembered_start(session, name),
             _ => None,
         };
-        if let Some(start) = &remembered
+        if let Some(Some(start)) = &told
             && let Some(view) = self.view_from_memory(session, start).await?
         {
             self.from_memory.fetch_add(1, Ordering::Relaxed);
@@ -84,9 +84,12 @@ impl Store {
         let mut conn = self.read().await?;
         let (start, scope, loaded) = match target {
             PathTarget::Branch(name) => {
-                let start = match remembered {
-                    Some(start) => start,
-                    None => self.read_start(&mut *conn, session, name).await?,
+                let start = match told {
+                    Some(Some(start)) => start,
+                    told => {
+                        let keep = told.is_some();
+                        self.read_start(&mut *conn, session, name, keep).await?
+                    }
                 };
                 let Some(head) = start.head else {
                     return Ok(PathView::default());
@@ -136,34 +139,35 @@ impl Store {
 
     /// The start of `branch` as remembered, when nothing but this process's committer has
     /// committed since it was: asked of the committer's connection first, so a start kept
-    /// before another process's commit is dropped before it could be used.
+    /// before another process's commit is dropped before it could be used. `None` when that
+    /// cannot be told (PostgreSQL, or a batch in hand): what is read now is not kept either.
     fn remembered_start(
         &self,
         session: SessionId,
         branch: &BranchName,
-    ) -> Option<Arc<RenderStart>> {
+    ) -> Option<Option<Arc<RenderStart>>> {
         let states = self.changes.states();
-        match self.appends.others_committed() {
-            Some(false) => states.get(session, branch),
-            Some(true) => {
+        match self.appends.others_committed()? {
+            false => Some(states.get(session, branch)),
+            true => {
                 states.clear();
-                None
+                Some(None)
             }
-            None => None,
         }
     }
 
-    /// Reads the start of `branch` (one query), and remembers it unless a write to the session
-    /// overtook the read.
+    /// Reads the start of `branch` (one query), and, with `keep`, remembers it unless a write
+    /// to the session overtook the read.
     async fn read_start(
         &self,
         conn: &mut dyn Reads,
         session: SessionId,
         name: &BranchName,
+        keep: bool,
     ) -> Result<Arc<RenderStart>> {
         let states = self.changes.states();
         let ticket = states.ticket(session);
-        let start = match conn.branch_start(session, name).await? {
+        let start = Arc::new(match conn.branch_start(session, name).await? {
             BranchStart::NoSession => {
                 return Err(domain::Error::not_found("session", session).into());
             }
@@ -182,9 +186,11 @@ impl Store {
                 summaries,
                 pinned: pins::fold(&pin_events),
             },
-        };
-        states.keep(ticket, session, name, start.clone());
-        Ok(Arc::new(start))
+        });
+        if keep {
+            states.keep(ticket, session, name, Arc::clone(&start));
+        }
+        Ok(start)
     }
 
     /// The view of a branch from `start` when memory holds all of it (every node of the path,

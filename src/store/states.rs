@@ -72,7 +72,7 @@ impl BranchStates {
         ticket: Ticket,
         session: SessionId,
         branch: &BranchName,
-        start: RenderStart,
+        start: Arc<RenderStart>,
     ) {
         let mut inner = self.lock();
         let version = inner.sessions.get(&session).map_or(0, |s| s.version);
@@ -87,7 +87,7 @@ impl BranchStates {
         inner
             .session(session)
             .branches
-            .insert(branch.clone(), Arc::new(start));
+            .insert(branch.clone(), start);
     }
 
     /// `branch` of `session` moved from `from` to `to` by appends this process committed.
@@ -149,12 +149,12 @@ impl Inner {
 mod tests {
     use super::*;
 
-    fn start(head: Option<NodeId>) -> RenderStart {
-        RenderStart {
+    fn start(head: Option<NodeId>) -> Arc<RenderStart> {
+        Arc::new(RenderStart {
             head,
             summaries: Vec::new(),
             pinned: Vec::new(),
-        }
+        })
     }
 
     #[test]
