@@ -35,6 +35,7 @@ use ctxd::compact::{self, Prepared, Verdict};
 use ctxd::domain::{
     BranchName, CompactionId, NodeContent, NodeId, Part, PathView, Summary, SummaryId, Tenant,
 };
+use ctxd::economy::{CACHE_READ, CACHE_WRITE, same_for_cache as same};
 use ctxd::import;
 use ctxd::render::{
     Breakdown, Budget, Message, MessageRole, Microcompact, Options, Policy, Reduction, Rendered,
@@ -45,9 +46,6 @@ use ctxd::tokens::{Count, TokenCache, Tokenizer, Tokens};
 
 /// The newest tool results that make the working set.
 const WORKING_SET: usize = 10;
-/// Price of a cached prefix token and of an uncached token, relative to a plain input token.
-const CACHE_READ: f64 = 0.1;
-const CACHE_WRITE: f64 = 1.25;
 
 fn main() {
     let args = Args::parse();
@@ -779,16 +777,6 @@ impl Stats {
             self.verbatim / self.with_working_set as f64
         }
     }
-}
-
-/// What a provider sees of a message: equal keys are a cache hit.
-fn same(a: &Message, b: &Message) -> bool {
-    a.role == b.role
-        && a.parts == b.parts
-        && a.tool_calls == b.tool_calls
-        && a.tool_call_id == b.tool_call_id
-        && a.name == b.name
-        && a.is_error == b.is_error
 }
 
 fn replay(trace: &Trace, kind: &Kind, budget: Budget, counter: &dyn Count) -> Stats {

@@ -1818,6 +1818,7 @@ async fn count_sessions(client: &mut Client) -> usize {
             .list_sessions(pb::ListSessionsRequest {
                 page_size: 1000,
                 page_token: page_token.clone(),
+                ..Default::default()
             })
             .await
             .expect("ListSessions")

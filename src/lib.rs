@@ -24,6 +24,7 @@ pub mod cli;
 pub mod compact;
 pub mod compaction;
 pub mod domain;
+pub mod economy;
 pub mod export;
 pub mod gateway;
 pub mod import;

@@ -108,6 +108,20 @@ impl Admission {
         self.draining.store(true, Ordering::SeqCst);
     }
 
+    /// Admits one call of another front door (the inspector's HTTP API) under the same limit:
+    /// the permit is the call's slot until it is dropped.
+    pub fn try_admit(&self) -> Result<tokio::sync::OwnedSemaphorePermit, Status> {
+        if self.draining.load(Ordering::SeqCst) {
+            return Err(Status::unavailable(
+                "the server is shutting down and takes no new calls; retry on another instance \
+                 or after it restarts",
+            ));
+        }
+        Arc::clone(&self.permits)
+            .try_acquire_owned()
+            .map_err(|_| self.overloaded())
+    }
+
     /// Calls admitted and not yet answered.
     pub fn in_flight(&self) -> usize {
         (self.max_concurrent as usize).saturating_sub(self.permits.available_permits())

@@ -6,7 +6,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -30,7 +30,7 @@ fn describe() {
     use metrics::{describe_counter, describe_histogram};
     describe_counter!(
         "ctxd_rpc_requests_total",
-        "RPCs by method and gRPC status code"
+        "RPCs by method and gRPC status code; the inspector's HTTP calls carry via=\"http\""
     );
     describe_histogram!(
         "ctxd_rpc_duration_seconds",
@@ -211,4 +211,18 @@ impl CodeName for tonic::Code {
             Unauthenticated => "UNAUTHENTICATED",
         }
     }
+}
+
+/// Counts and times a call that came by another front door than gRPC (`via`, e.g. the
+/// inspector's `http`) in the RPC metrics, under the RPC it called.
+pub fn count_call(method: &'static str, code: tonic::Code, via: &'static str, elapsed: Duration) {
+    metrics::counter!(
+        "ctxd_rpc_requests_total",
+        "method" => method,
+        "code" => code.description_name(),
+        "via" => via
+    )
+    .increment(1);
+    metrics::histogram!("ctxd_rpc_duration_seconds", "method" => method, "via" => via)
+        .record(elapsed.as_secs_f64());
 }

@@ -61,8 +61,11 @@ pub struct Options {
     /// TLS, mutual when it has a client CA (see [`crate::tls::server`]). Without it, plaintext.
     pub tls: Option<ServerTlsConfig>,
     /// The web inspector's listener (`--http`): its read-only JSON API calls this server's
-    /// service in process, behind the same keys. Plain HTTP; stops when `serve_with` returns.
+    /// service in process, behind the same keys, the same concurrency limit and the same
+    /// metrics. Stops when `serve_with` returns.
     pub http: Option<TcpListener>,
+    /// HTTPS for `http` (see [`crate::tls::http_server`]); without it, plain HTTP.
+    pub http_tls: Option<std::sync::Arc<rustls::ServerConfig>>,
     /// Deletes idle sessions in the background (`--retain-idle-days`, and the tenants' own
     /// `retain=` in the keys file, which run it even when this is `None`); stops with the
     /// server.
@@ -111,6 +114,7 @@ pub async fn serve_with(
         api_keys,
         tls,
         http,
+        http_tls,
         retention,
         gateway,
     } = options;
@@ -122,9 +126,14 @@ pub async fn serve_with(
     let service = ContextStoreService::new(store, summarizer).with_limits(limits);
     let watchers = service.watchers();
     let api_keys = api_keys.map(Arc::new);
+    let admission = Admission::new(&limits);
     // Aborted when this function returns (the guard drops), with the gRPC server.
     let _inspector = http.map(|listener| {
-        let served = crate::inspector::serve(listener, service.clone(), api_keys.clone());
+        let served = crate::inspector::serve(
+            listener,
+            crate::inspector::App::new(service.clone(), api_keys.clone(), admission.clone()),
+            http_tls,
+        );
         AbortOnDrop(tokio::spawn(async move {
             if let Err(e) = served.await {
                 tracing::error!(error = %e, "the inspector's HTTP server failed");
@@ -163,7 +172,6 @@ pub async fn serve_with(
     let reflection_v1alpha = reflection()
         .build_v1alpha()
         .expect("the compiled-in descriptors are valid");
-    let admission = Admission::new(&limits);
     let (began, grace_starts) = oneshot::channel();
     let signal = drain(
         shutdown,

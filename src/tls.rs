@@ -10,7 +10,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tonic::transport::{Certificate, ClientTlsConfig, Identity, ServerTlsConfig};
 
 /// A client that connects and never finishes its handshake gives up its slot after this.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Why a TLS file was refused.
 #[derive(Debug, thiserror::Error)]
@@ -54,6 +54,61 @@ pub fn server(cert: &Path, key: &Path, client_ca: Option<&Path>) -> Result<Serve
         config = config.client_ca_root(Certificate::from_pem(ca_roots(ca)?));
     }
     Ok(config)
+}
+
+/// The same certificate, key and client CA for the inspector's HTTPS (`--http`): a rustls
+/// config that offers HTTP/1.1.
+pub fn http_server(
+    cert: &Path,
+    key: &Path,
+    client_ca: Option<&Path>,
+) -> Result<Arc<rustls::ServerConfig>, Error> {
+    install_provider();
+    let pair = pair(cert, key)?;
+    let chain = certificates(cert, &pair.cert)?;
+    let private = PrivateKeyDer::from_pem_slice(&pair.key).map_err(|e| Error::Pem {
+        path: key.to_owned(),
+        detail: e.to_string(),
+    })?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ServerConfig::builder_with_provider(Arc::clone(&provider))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| Error::Pair {
+            cert: cert.to_owned(),
+            key: key.to_owned(),
+            detail: e.to_string(),
+        })?;
+    let builder = match client_ca {
+        Some(ca) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for c in certificates(ca, &ca_roots(ca)?)? {
+                roots.add(c).map_err(|e| Error::Ca {
+                    path: ca.to_owned(),
+                    detail: e.to_string(),
+                })?;
+            }
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                Arc::new(roots),
+                provider,
+            )
+            .build()
+            .map_err(|e| Error::Ca {
+                path: ca.to_owned(),
+                detail: e.to_string(),
+            })?;
+            builder.with_client_cert_verifier(verifier)
+        }
+        None => builder.with_no_client_auth(),
+    };
+    let mut config = builder
+        .with_single_cert(chain, private)
+        .map_err(|e| Error::Pair {
+            cert: cert.to_owned(),
+            key: key.to_owned(),
+            detail: e.to_string(),
+        })?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
 }
 
 /// The client's TLS: the CA to trust (the system's roots without one) and, for mutual TLS, a

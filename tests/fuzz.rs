@@ -1090,6 +1090,15 @@ fn request(g: &mut Gen, method: &str) -> Vec<Vec<u8>> {
                 g.u32()
             },
             page_token: g.or_empty(0.5, |g| g.id(Kind::Session)),
+            // A prefix of a real id, or anything.
+            id_prefix: if g.chance(0.5) {
+                let id = g.id(Kind::Session);
+                let cut = g.rng.random_range(0..=id.len());
+                id.get(..cut).unwrap_or_default().to_owned()
+            } else {
+                g.or_empty(0.7, |g| g.string())
+            },
+            metadata: g.metadata(),
         }
         .encode_to_vec(),
         "Append" => {

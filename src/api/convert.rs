@@ -146,6 +146,7 @@ pub fn session(s: Session) -> pb::Session {
         compaction_count: s.compaction_count,
         branches: s.branches.into_iter().map(branch).collect(),
         gateway: None,
+        node_count: s.node_count,
     }
 }
 

@@ -39,6 +39,7 @@ impl ToJson for pb::Session {
             "metadata": self.metadata,
             "compaction_count": self.compaction_count,
             "branches": self.branches.to_json(),
+            "node_count": self.node_count,
             "gateway": self.gateway.as_ref().map(|g| json!({
                 "calls": g.calls,
                 "client_tokens": g.client_tokens,

@@ -17,7 +17,7 @@ mod service;
 mod watch;
 
 pub use framing::FramingLayer;
-pub use service::ContextStoreService;
+pub use service::{ContextStoreService, SavingsReport};
 pub use watch::Watchers;
 
 /// Code generated from `proto/ctxd/v1/ctxd.proto`.

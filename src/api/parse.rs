@@ -7,7 +7,8 @@ use tonic::Status;
 use super::{convert, domain_status, pb};
 use crate::compaction::PrepareArgs;
 use crate::domain::{
-    BranchName, Budget, CompactionId, Error, NodeId, REFERENCE_CHARS, SessionId, parse_reference,
+    BranchName, Budget, CompactionId, Error, NodeId, REFERENCE_CHARS, SessionFilter, SessionId,
+    parse_reference,
 };
 use crate::import;
 use crate::recall;
@@ -135,10 +136,11 @@ pub(super) fn metadata_keys(metadata: &HashMap<String, String>) -> Result<(), St
     Ok(())
 }
 
-/// A ListSessions request, parsed: the page size and the session the page starts after.
+/// A ListSessions request, parsed: the page size, the session the page starts after, and the
+/// filter.
 pub(super) fn list_sessions_request(
     request: &pb::ListSessionsRequest,
-) -> Result<(u32, Option<SessionId>), Status> {
+) -> Result<(u32, Option<SessionId>, SessionFilter), Status> {
     let page_size = match request.page_size {
         0 => DEFAULT_PAGE_SIZE,
         n => n.min(MAX_PAGE_SIZE),
@@ -146,7 +148,13 @@ pub(super) fn list_sessions_request(
     let after = (!request.page_token.is_empty())
         .then(|| parse(SessionId::parse("page_token", &request.page_token)))
         .transpose()?;
-    Ok((page_size, after))
+    let metadata = request
+        .metadata
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let filter = parse(SessionFilter::new(&request.id_prefix, metadata))?;
+    Ok((page_size, after, filter))
 }
 
 /// An Append request, parsed but not yet scoped to the caller's tenant: the store takes it

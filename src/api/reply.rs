@@ -110,6 +110,7 @@ pub(super) fn new_session_len(metadata: &std::collections::HashMap<String, Strin
             ..Default::default()
         }],
         gateway: None,
+        node_count: u64::MAX,
     }
     .encoded_len();
     rest + hash_map::encoded_len(string::encoded_len, string::encoded_len, 3, metadata)
@@ -191,6 +192,7 @@ mod tests {
                 ..Default::default()
             }],
             gateway: None,
+            node_count: 1_000_000,
         };
         let bound = new_session_len(&metadata);
         assert!(bound >= real.encoded_len() && bound < real.encoded_len() + 32);

@@ -170,10 +170,10 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
     ) -> Reply<pb::ListSessionsResponse> {
         let tenant = tenant_of(&request);
         let request = request.into_inner();
-        let (page_size, after) = parse::list_sessions_request(&request)?;
+        let (page_size, after, filter) = parse::list_sessions_request(&request)?;
         let (sessions, next) = self
             .store
-            .list_sessions(&tenant, page_size, after)
+            .list_sessions(&tenant, page_size, after, &filter)
             .await
             .map_err(status)?;
         self.reply(pb::ListSessionsResponse {
@@ -721,6 +721,47 @@ impl ContextStoreService {
             .map_err(workflow_status)
     }
 
+    /// What a render request's policy saved over the session's newest `calls` model calls,
+    /// replayed (the inspector's savings view); with the head replayed to, the tokenizer, and
+    /// what the model gateway reported for the session.
+    pub async fn savings(
+        &self,
+        request: Request<pb::RenderRequest>,
+        calls: usize,
+    ) -> Result<SavingsReport, Status> {
+        let tenant = tenant_of(&request);
+        let (session, target, tokenizer, options) = render_request(request.into_inner().into())?;
+        let session = self.scope(&tenant, session).await?;
+        let path = self
+            .store
+            .load_path(session, &target)
+            .await
+            .map_err(status)?;
+        let gateway =
+            convert::gateway_usage(self.store.gateway_usage(session).await.map_err(status)?);
+        let head_id = path
+            .nodes
+            .last()
+            .map(|n| n.id.to_string())
+            .unwrap_or_default();
+        let cache = Arc::clone(&self.tokens);
+        // A replay renders the path once per call: CPU work, off the I/O threads.
+        let savings = tokio::task::spawn_blocking(move || {
+            crate::economy::replay(&path, &options, &cache.counter(tokenizer), calls)
+        })
+        .await
+        .map_err(|e| {
+            tracing::error!(error = %e, "savings replay failed");
+            Status::internal("the savings replay failed")
+        })?;
+        Ok(SavingsReport {
+            savings,
+            head_id,
+            tokenizer: tokenizer.name(),
+            gateway,
+        })
+    }
+
     /// The workflows this service runs, for the other front doors (the gateway) to share.
     pub fn workflows(&self) -> Workflows {
         Workflows::new(self.store.clone(), Arc::clone(&self.tokens))
@@ -737,4 +778,13 @@ fn workflow_status(e: crate::workflow::Error) -> Status {
         crate::workflow::Error::Store(e) => status(e),
         crate::workflow::Error::Render => Status::internal("render failed"),
     }
+}
+
+/// [`ContextStoreService::savings`]: the replay's figures and what they were replayed on.
+#[derive(Debug, Clone)]
+pub struct SavingsReport {
+    pub savings: crate::economy::Savings,
+    pub head_id: String,
+    pub tokenizer: &'static str,
+    pub gateway: Option<pb::GatewayUsage>,
 }

@@ -125,6 +125,12 @@ pub enum Command {
         /// Sessions to show at most.
         #[arg(long, default_value_t = 50)]
         limit: u32,
+        /// Only sessions whose id starts with this (e.g. `0193f2a1-7`).
+        #[arg(long, value_name = "PREFIX")]
+        id_prefix: Option<String>,
+        /// Only sessions with this metadata pair; repeat to require several.
+        #[arg(long = "meta", value_name = "KEY=VALUE", value_parser = key_value)]
+        metadata: Vec<(String, String)>,
         #[command(flatten)]
         conn: Conn,
     },
@@ -338,8 +344,17 @@ async fn execute(command: Command) -> Result<String> {
         Command::Sessions {
             action: None,
             limit,
+            id_prefix,
+            metadata,
             conn,
-        } => sessions(limit, &conn).await,
+        } => {
+            let filter = pb::ListSessionsRequest {
+                id_prefix: id_prefix.unwrap_or_default(),
+                metadata: metadata.into_iter().collect(),
+                ..Default::default()
+            };
+            sessions(limit, filter, &conn).await
+        }
         Command::RemoteBackup { to, conn } => {
             let req = pb::BackupDatabaseRequest { to };
             let r = call("BackupDatabase", connect(&conn).await?.backup_database(req)).await?;
@@ -735,7 +750,8 @@ fn progress_bar(len: usize, json: bool) -> indicatif::ProgressBar {
     bar
 }
 
-async fn sessions(limit: u32, conn: &Conn) -> Result<String> {
+/// `ctxd sessions`: pages of `filter` (its id prefix and metadata) until `limit`.
+async fn sessions(limit: u32, filter: pb::ListSessionsRequest, conn: &Conn) -> Result<String> {
     let mut client = connect(conn).await?;
     let mut all = pb::ListSessionsResponse::default();
     loop {
@@ -743,6 +759,7 @@ async fn sessions(limit: u32, conn: &Conn) -> Result<String> {
         let req = pb::ListSessionsRequest {
             page_size: want,
             page_token: all.next_page_token.clone(),
+            ..filter.clone()
         };
         let page = call("ListSessions", client.list_sessions(req)).await?;
         all.sessions.extend(page.sessions);

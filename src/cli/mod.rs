@@ -305,7 +305,7 @@ impl SecurityArgs {
         listen: SocketAddr,
         http: Option<SocketAddr>,
         gateway: Option<SocketAddr>,
-    ) -> anyhow::Result<(Option<ApiKeys>, Option<ServerTlsConfig>)> {
+    ) -> anyhow::Result<Security> {
         let keys = self
             .api_keys_file
             .as_deref()
@@ -349,8 +349,28 @@ impl SecurityArgs {
             )?),
             _ => None,
         };
-        Ok((keys, tls))
+        // The inspector serves HTTPS with the same certificate, key and client CA.
+        let http_tls = match (&self.tls_cert, &self.tls_key, http) {
+            (Some(cert), Some(key), Some(_)) => Some(crate::tls::http_server(
+                cert,
+                key,
+                self.tls_client_ca.as_deref(),
+            )?),
+            _ => None,
+        };
+        Ok(Security {
+            keys,
+            tls,
+            http_tls,
+        })
     }
+}
+
+/// What [`SecurityArgs::build`] read: the keys, and TLS for gRPC and for the inspector.
+struct Security {
+    keys: Option<ApiKeys>,
+    tls: Option<ServerTlsConfig>,
+    http_tls: Option<std::sync::Arc<rustls::ServerConfig>>,
 }
 
 impl SummarizerArgs {
@@ -392,29 +412,29 @@ pub fn main() -> anyhow::Result<()> {
             limits,
             security,
         } => {
-            let served =
-                security
-                    .build(listen, http, gateway.gateway)
-                    .and_then(|(api_keys, tls)| {
-                        let (limits, shutdown) = limits.build();
-                        let options = crate::server::Options {
-                            summarizer: summarizer.build()?,
-                            limits,
-                            shutdown,
-                            api_keys,
-                            tls,
-                            http: None,
-                            retention: storage.retention(),
-                            gateway: None,
-                        };
-                        let addrs = Addrs {
-                            listen,
-                            metrics: metrics_listen,
-                            http,
-                            gateway,
-                        };
-                        runtime.block_on(serve(addrs, db, storage.config(), options))
-                    });
+            let served = security
+                .build(listen, http, gateway.gateway)
+                .and_then(|security| {
+                    let (limits, shutdown) = limits.build();
+                    let options = crate::server::Options {
+                        summarizer: summarizer.build()?,
+                        limits,
+                        shutdown,
+                        api_keys: security.keys,
+                        tls: security.tls,
+                        http: None,
+                        http_tls: security.http_tls,
+                        retention: storage.retention(),
+                        gateway: None,
+                    };
+                    let addrs = Addrs {
+                        listen,
+                        metrics: metrics_listen,
+                        http,
+                        gateway,
+                    };
+                    runtime.block_on(serve(addrs, db, storage.config(), options))
+                });
             // Calls abandoned after the grace period end here, without holding up the exit.
             runtime.shutdown_timeout(RUNTIME_SHUTDOWN);
             if let Err(e) = served {

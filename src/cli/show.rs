@@ -146,9 +146,10 @@ pub fn sessions(sessions: &[pb::Session], more: bool) -> String {
         meta.sort();
         let _ = write!(
             out,
-            "{}  {}  branches: {}",
+            "{}  {}  nodes: {}  branches: {}",
             s.session_id,
             time(s.created_at_unix_ms),
+            s.node_count,
             branches.join(", ")
         );
         if s.compaction_count > 0 {

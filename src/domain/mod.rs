@@ -24,7 +24,7 @@ pub use node::{
     Part, PathView, Role, ToolCall,
 };
 pub use pairing::{Admit, ChainTail};
-pub use session::{Branch, Session, Tombstone};
+pub use session::{Branch, Session, SessionFilter, Tombstone};
 pub use summary::{
     CompactionEvent, CompactionId, EventKind, Reason, Summary, SummaryId, SummaryKind,
 };

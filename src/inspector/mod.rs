@@ -6,9 +6,13 @@
 //! `ContextStore` method of the server's own `ContextStoreService` in process; the response is
 //! converted by `api::json::ToJson`, as the CLI's `--json` is. Parsing, tenant scoping, limits
 //! and error messages are therefore the RPCs' own: this module only maps query strings to
-//! requests and gRPC codes to HTTP statuses.
+//! requests and gRPC codes to HTTP statuses. Calls are admitted under the gRPC server's
+//! concurrency limit and counted in its metrics (`via="http"`); `events` follows a session
+//! (Watch as server-sent events) and `savings` replays what the context policy saved.
 
+mod live;
 mod query;
+mod tls;
 
 use std::sync::Arc;
 
@@ -29,56 +33,80 @@ use crate::api::json::ToJson;
 use crate::api::pb::context_store_server::ContextStore;
 use crate::api::{ContextStoreService, pb};
 use crate::domain::Tenant;
+use crate::limits::Admission;
 use query::Query;
 
-/// What every handler shares: the service the gRPC server runs, and the keys it checks.
+/// What every handler shares: the service the gRPC server runs, the keys it checks and its
+/// admission (one pool of call slots for both front doors).
 #[derive(Clone)]
-struct App {
+pub struct App {
     service: ContextStoreService,
     keys: Option<Arc<ApiKeys>>,
+    admission: Admission,
 }
 
-/// Serves the inspector on `listener` until the task is dropped: it holds no state of its own,
-/// so stopping it mid-request loses nothing.
+impl App {
+    pub fn new(
+        service: ContextStoreService,
+        keys: Option<Arc<ApiKeys>>,
+        admission: Admission,
+    ) -> Self {
+        Self {
+            service,
+            keys,
+            admission,
+        }
+    }
+}
+
+/// Serves the inspector on `listener` until the task is dropped, over TLS with `tls`: it holds
+/// no state of its own, so stopping it mid-request loses nothing.
 pub async fn serve(
     listener: TcpListener,
-    service: ContextStoreService,
-    keys: Option<Arc<ApiKeys>>,
+    app: App,
+    tls: Option<Arc<rustls::ServerConfig>>,
 ) -> std::io::Result<()> {
+    let router = router(app);
+    if let Some(config) = tls {
+        return tls::serve(listener, router, config).await;
+    }
     // Without TCP_NODELAY a body written after its head waits ~40 ms for a delayed ACK.
     let listener = listener.tap_io(|tcp| {
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::debug!(error = %e, "inspector: TCP_NODELAY not set");
         }
     });
-    axum::serve(listener, router(service, keys)).await
+    axum::serve(listener, router).await
 }
 
 /// The inspector's routes: the pages, their assets, and `/api/`.
-pub fn router(service: ContextStoreService, keys: Option<Arc<ApiKeys>>) -> Router {
-    let app = App { service, keys };
+pub fn router(app: App) -> Router {
     let api = Router::new()
         .route("/sessions", get(list_sessions))
         .route("/sessions/{id}", get(get_session))
         .route("/sessions/{id}/log", get(log))
         .route("/sessions/{id}/nodes", get(get_nodes))
         .route("/sessions/{id}/render", get(render))
+        .route("/sessions/{id}/savings", get(savings))
         .route("/sessions/{id}/summaries", get(list_summaries))
-        .fallback(|| async { error(StatusCode::NOT_FOUND, "NOT_FOUND", "no such API route") })
+        .route("/sessions/{id}/events", get(live::events))
+        .fallback(|| async { error(StatusCode::NOT_FOUND, Code::NotFound, "no such API route") })
+        // Outermost last: counted, then authenticated, then admitted, as gRPC calls are.
+        .layer(middleware::from_fn_with_state(app.clone(), admit))
         .layer(middleware::from_fn_with_state(app.clone(), authenticate))
+        .layer(middleware::from_fn(meter))
         .with_state(app);
+    let assets = Assets::from_env();
+    let page = |name: &'static str| {
+        let assets = assets.clone();
+        get(move || async move { assets.serve(name).await })
+    };
     Router::new()
-        .route("/", get(|| asset(INDEX_HTML, "text/html; charset=utf-8")))
-        .route(
-            "/app.js",
-            get(|| asset(APP_JS, "text/javascript; charset=utf-8")),
-        )
-        .route(
-            "/app.css",
-            get(|| asset(APP_CSS, "text/css; charset=utf-8")),
-        )
+        .route("/", page("index.html"))
+        .route("/app.js", page("app.js"))
+        .route("/app.css", page("app.css"))
         .nest("/api", api)
-        .fallback(|| async { error(StatusCode::NOT_FOUND, "NOT_FOUND", "no such page") })
+        .fallback(|| async { error(StatusCode::NOT_FOUND, Code::NotFound, "no such page") })
 }
 
 // Embedded, so the inspector works offline and `cargo build` needs no front-end toolchain.
@@ -86,12 +114,52 @@ const INDEX_HTML: &str = include_str!("assets/index.html");
 const APP_JS: &str = include_str!("assets/app.js");
 const APP_CSS: &str = include_str!("assets/app.css");
 
+/// Where the pages come from: the embedded copies, or (for working on them) the files of the
+/// directory `CTXD_INSPECTOR_ASSETS` names, read at every request.
+#[derive(Clone)]
+enum Assets {
+    Embedded,
+    Dir(Arc<std::path::Path>),
+}
+
+impl Assets {
+    fn from_env() -> Self {
+        match std::env::var_os("CTXD_INSPECTOR_ASSETS") {
+            Some(dir) if !dir.is_empty() => Self::Dir(Arc::from(std::path::Path::new(&dir))),
+            _ => Self::Embedded,
+        }
+    }
+
+    async fn serve(&self, name: &'static str) -> Response {
+        let content_type = match name.rsplit('.').next() {
+            Some("html") => "text/html; charset=utf-8",
+            Some("js") => "text/javascript; charset=utf-8",
+            _ => "text/css; charset=utf-8",
+        };
+        let body = match self {
+            Self::Embedded => match name {
+                "index.html" => INDEX_HTML.to_owned(),
+                "app.js" => APP_JS.to_owned(),
+                _ => APP_CSS.to_owned(),
+            },
+            Self::Dir(dir) => match tokio::fs::read_to_string(dir.join(name)).await {
+                Ok(body) => body,
+                Err(e) => {
+                    let message = format!("{}: {e}", dir.join(name).display());
+                    return error(StatusCode::NOT_FOUND, Code::NotFound, &message).into_response();
+                }
+            },
+        };
+        asset(body, content_type)
+    }
+}
+
 /// The page content policy: scripts and styles only from this server and no inline script, so
 /// content that slipped past escaping still could not run.
 const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
                    connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
-async fn asset(body: &'static str, content_type: &'static str) -> Response {
+fn asset(body: String, content_type: &'static str) -> Response {
     let mut response = body.into_response();
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
@@ -129,18 +197,65 @@ async fn authenticate(State(app): State<App>, mut request: Request, next: Next) 
     }
 }
 
+/// Takes one of the server's call slots for the request, or answers as a gRPC call past the
+/// limit (or during shutdown) is answered. A stream (`events`) gives its slot back once it has
+/// started, as a gRPC stream does.
+async fn admit(State(app): State<App>, request: Request, next: Next) -> Response {
+    match app.admission.try_admit() {
+        Ok(_slot) => next.run(request).await,
+        Err(status) => failure(&status).into_response(),
+    }
+}
+
+/// Counts and times the request in the RPC metrics, under the RPC its route calls.
+async fn meter(request: Request, next: Next) -> Response {
+    let method = rpc_name(request.uri().path());
+    let start = std::time::Instant::now();
+    let response = next.run(request).await;
+    let code = response
+        .extensions()
+        .get::<Code>()
+        .copied()
+        .unwrap_or(Code::Ok);
+    crate::metrics::count_call(method, code, "http", start.elapsed());
+    response
+}
+
+/// The RPC a route under `/api` calls (the savings replay is the inspector's own).
+fn rpc_name(path: &str) -> &'static str {
+    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+    match segments.as_slice() {
+        ["sessions"] => "ctxd.v1.ContextStore/ListSessions",
+        ["sessions", _] => "ctxd.v1.ContextStore/GetSession",
+        ["sessions", _, "log"] => "ctxd.v1.ContextStore/Log",
+        ["sessions", _, "nodes"] => "ctxd.v1.ContextStore/GetNodes",
+        ["sessions", _, "render"] => "ctxd.v1.ContextStore/Render",
+        ["sessions", _, "summaries"] => "ctxd.v1.ContextStore/ListSummaries",
+        ["sessions", _, "events"] => "ctxd.v1.ContextStore/Watch",
+        ["sessions", _, "savings"] => "inspector/Savings",
+        _ => "inspector/unknown",
+    }
+}
+
 /// A handler's answer: the response as JSON, or the RPC's status as an HTTP error.
 type Answer = Result<Response, Failure>;
 
-/// An error answer: an HTTP status and `{"error": {"code", "message"}}`.
+/// An error answer: an HTTP status and `{"error": {"code", "message"}}`, where `code` is the
+/// gRPC code's proto name.
 struct Failure {
     status: StatusCode,
-    body: Value,
+    code: Code,
+    message: String,
 }
 
 impl IntoResponse for Failure {
     fn into_response(self) -> Response {
-        json_response(self.status, &self.body)
+        let name = screaming(&format!("{:?}", self.code));
+        let body = json!({"error": {"code": name, "message": self.message}});
+        let mut response = json_response(self.status, &body);
+        // For the meter: the code a gRPC caller would have seen.
+        response.extensions_mut().insert(self.code);
+        response
     }
 }
 
@@ -177,10 +292,11 @@ fn json_response(code: StatusCode, value: &Value) -> Response {
     response
 }
 
-fn error(status: StatusCode, name: &str, message: &str) -> Failure {
+fn error(status: StatusCode, code: Code, message: &str) -> Failure {
     Failure {
         status,
-        body: json!({"error": {"code": name, "message": message}}),
+        code,
+        message: message.to_owned(),
     }
 }
 
@@ -203,8 +319,7 @@ fn failure(status: &tonic::Status) -> Failure {
         Code::DeadlineExceeded => StatusCode::GATEWAY_TIMEOUT,
         Code::Unknown | Code::Internal | Code::DataLoss => StatusCode::INTERNAL_SERVER_ERROR,
     };
-    let name = format!("{:?}", status.code());
-    error(code, &screaming(&name), status.message())
+    error(code, status.code(), status.message())
 }
 
 /// `InvalidArgument` → `INVALID_ARGUMENT`, the code's name in the proto.
@@ -220,14 +335,21 @@ fn screaming(name: &str) -> String {
 }
 
 fn bad(message: String) -> Failure {
-    error(StatusCode::BAD_REQUEST, "INVALID_ARGUMENT", &message)
+    error(StatusCode::BAD_REQUEST, Code::InvalidArgument, &message)
 }
 
 async fn list_sessions(State(app): State<App>, RawQuery(q): RawQuery, request: Request) -> Answer {
-    let q = Query::parse(q.as_deref(), &["page_size", "page_token"]).map_err(bad)?;
+    let q = Query::parse_repeating(
+        q.as_deref(),
+        &["page_size", "page_token", "id_prefix"],
+        &["metadata"],
+    )
+    .map_err(bad)?;
     let message = pb::ListSessionsRequest {
         page_size: q.u32("page_size").map_err(bad)?.unwrap_or(0),
         page_token: q.string("page_token"),
+        id_prefix: q.string("id_prefix"),
+        metadata: q.pairs("metadata").map_err(bad)?.into_iter().collect(),
     };
     ok(app.service.list_sessions(rpc(&request, message)).await)
 }
@@ -289,6 +411,69 @@ async fn render(
     let q = Query::parse(q.as_deref(), query::RENDER_KEYS).map_err(bad)?;
     let message = query::render_request(id, &q).map_err(bad)?;
     ok(app.service.render(rpc(&request, message)).await)
+}
+
+/// Calls a savings replay covers when the query does not say, and at most.
+const DEFAULT_SAVINGS_CALLS: u32 = 100;
+const MAX_SAVINGS_CALLS: u32 = 1000;
+
+async fn savings(
+    State(app): State<App>,
+    Path(id): Path<String>,
+    RawQuery(q): RawQuery,
+    request: Request,
+) -> Answer {
+    let mut known = query::RENDER_KEYS.to_vec();
+    known.push("calls");
+    let q = Query::parse(q.as_deref(), &known).map_err(bad)?;
+    let calls = match q.u32("calls").map_err(bad)? {
+        None => DEFAULT_SAVINGS_CALLS,
+        Some(n @ 1..=MAX_SAVINGS_CALLS) => n,
+        Some(n) => {
+            return Err(bad(format!(
+                "query parameter calls: {n} is not between 1 and {MAX_SAVINGS_CALLS}"
+            )));
+        }
+    };
+    let message = query::render_request(id, &q).map_err(bad)?;
+    let report = app
+        .service
+        .savings(rpc(&request, message), calls as usize)
+        .await
+        .map_err(|s| failure(&s))?;
+    let figures = |f: &crate::economy::Figures| {
+        json!({
+            "sent_tokens": f.sent_tokens,
+            "unpruned_tokens": f.unpruned_tokens,
+            "sent_cost": f.sent_cost,
+            "unpruned_cost": f.unpruned_cost,
+        })
+    };
+    let s = &report.savings;
+    let gateway = report.gateway.as_ref().map(|g| {
+        json!({
+            "calls": g.calls,
+            "client_tokens": g.client_tokens,
+            "forwarded_tokens": g.forwarded_tokens,
+            "input_tokens": g.input_tokens,
+            "cache_read_tokens": g.cache_read_tokens,
+            "cache_write_tokens": g.cache_write_tokens,
+            "output_tokens": g.output_tokens,
+            "weighted_input": g.input_tokens as f64
+                + crate::economy::CACHE_READ * g.cache_read_tokens as f64
+                + crate::economy::CACHE_WRITE * g.cache_write_tokens as f64,
+        })
+    });
+    let body = json!({
+        "head_id": report.head_id,
+        "tokenizer": report.tokenizer,
+        "calls_total": s.calls_total,
+        "calls_replayed": s.calls_replayed,
+        "replayed": figures(&s.replayed),
+        "next": figures(&s.next),
+        "gateway": gateway,
+    });
+    Ok(json_response(StatusCode::OK, &body))
 }
 
 async fn list_summaries(

@@ -5,32 +5,76 @@ use std::collections::BTreeMap;
 
 use crate::api::pb;
 
-/// A route's query: each key at most once, and only the keys the route knows, so a misspelt
-/// parameter is an error instead of silently ignored.
-pub struct Query(BTreeMap<String, String>);
+/// A route's query: each key at most once (but for the keys a route lets repeat), and only the
+/// keys the route knows, so a misspelt parameter is an error instead of silently ignored.
+pub struct Query {
+    single: BTreeMap<String, String>,
+    repeated: BTreeMap<String, Vec<String>>,
+}
 
 impl Query {
     pub fn parse(query: Option<&str>, known: &[&str]) -> Result<Self, String> {
-        let mut map = BTreeMap::new();
+        Self::parse_repeating(query, known, &[])
+    }
+
+    /// As [`Query::parse`], where each key of `repeating` may come any number of times.
+    pub fn parse_repeating(
+        query: Option<&str>,
+        known: &[&str],
+        repeating: &[&str],
+    ) -> Result<Self, String> {
+        let mut single = BTreeMap::new();
+        let mut repeated: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for (key, value) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
+            if repeating.contains(&key.as_ref()) {
+                repeated
+                    .entry(key.into_owned())
+                    .or_default()
+                    .push(value.into_owned());
+                continue;
+            }
             if !known.contains(&key.as_ref()) {
-                let expected = if known.is_empty() {
+                let all: Vec<&str> = known.iter().chain(repeating).copied().collect();
+                let expected = if all.is_empty() {
                     "this route takes none".to_owned()
                 } else {
-                    format!("expected one of: {}", known.join(", "))
+                    format!("expected one of: {}", all.join(", "))
                 };
                 return Err(format!("unknown query parameter {key:?}; {expected}"));
             }
-            if map.insert(key.to_string(), value.into_owned()).is_some() {
+            if single.insert(key.to_string(), value.into_owned()).is_some() {
                 return Err(format!("query parameter {key:?} is given twice"));
             }
         }
-        Ok(Self(map))
+        Ok(Self { single, repeated })
+    }
+
+    /// Every value of a repeating key, in the order given.
+    pub fn all(&self, key: &str) -> &[String] {
+        self.repeated.get(key).map_or(&[], Vec::as_slice)
+    }
+
+    /// The `KEY=VALUE` pairs of a repeating key; a key given twice must keep its value.
+    pub fn pairs(&self, key: &str) -> Result<BTreeMap<String, String>, String> {
+        let mut pairs = BTreeMap::new();
+        for pair in self.all(key) {
+            let (k, v) = pair.split_once('=').ok_or_else(|| {
+                format!("query parameter {key}: expected KEY=VALUE, got {pair:?}")
+            })?;
+            if let Some(before) = pairs.insert(k.to_owned(), v.to_owned())
+                && before != v
+            {
+                return Err(format!(
+                    "query parameter {key}: {k:?} is given two values, {before:?} and {v:?}"
+                ));
+            }
+        }
+        Ok(pairs)
     }
 
     /// The value, or "" when absent (the RPCs' own default for every string field).
     pub fn string(&self, key: &str) -> String {
-        self.0.get(key).cloned().unwrap_or_default()
+        self.single.get(key).cloned().unwrap_or_default()
     }
 
     pub fn u32(&self, key: &str) -> Result<Option<u32>, String> {
@@ -42,7 +86,7 @@ impl Query {
     }
 
     fn number<N: std::str::FromStr>(&self, key: &str) -> Result<Option<N>, String> {
-        match self.0.get(key).map(String::as_str) {
+        match self.single.get(key).map(String::as_str) {
             None | Some("") => Ok(None),
             Some(v) => v.parse().map(Some).map_err(|_| {
                 format!("query parameter {key}: {v:?} is not a whole number in range")
@@ -51,7 +95,7 @@ impl Query {
     }
 
     pub fn bool(&self, key: &str) -> Result<Option<bool>, String> {
-        match self.0.get(key).map(String::as_str) {
+        match self.single.get(key).map(String::as_str) {
             None | Some("") => Ok(None),
             Some("true" | "1") => Ok(Some(true)),
             Some("false" | "0") => Ok(Some(false)),
@@ -177,6 +221,33 @@ mod tests {
         assert!(e.contains("\"pagesize\""), "{e}");
         let e = Query::parse(Some("a=1&a=2"), &["a"]).err().expect("twice");
         assert!(e.contains("twice"), "{e}");
+    }
+
+    #[test]
+    fn repeating_keys_gather_pairs_and_refuse_two_values_for_one_key() {
+        let q = Query::parse_repeating(
+            Some("metadata=team%3Da&metadata=run=1&page_size=2"),
+            &["page_size"],
+            &["metadata"],
+        )
+        .unwrap();
+        let pairs = q.pairs("metadata").unwrap();
+        assert_eq!(pairs["team"], "a");
+        assert_eq!(pairs["run"], "1");
+        let q = Query::parse_repeating(Some("metadata=a=1&metadata=a=2"), &[], &["metadata"]);
+        assert!(
+            q.unwrap()
+                .pairs("metadata")
+                .unwrap_err()
+                .contains("two values")
+        );
+        let q = Query::parse_repeating(Some("metadata=novalue"), &[], &["metadata"]);
+        assert!(
+            q.unwrap()
+                .pairs("metadata")
+                .unwrap_err()
+                .contains("KEY=VALUE")
+        );
     }
 
     #[test]

@@ -24,7 +24,7 @@ use super::writes::BatchRows;
 use super::{Error, Result};
 use crate::domain::{
     self, Branch, BranchName, CompactionEvent, CompactionId, EventKind, Hash, NodeId, Reason,
-    SessionId, Summary, SummaryId, Tenant, Tombstone,
+    SessionFilter, SessionId, Summary, SummaryId, Tenant, Tombstone,
 };
 
 /// A database engine under the store.
@@ -160,13 +160,18 @@ pub(super) trait Reads: Lookups {
 
     async fn session(&mut self, id: SessionId) -> Result<Option<SessionRow>>;
 
-    /// A tenant's sessions, newest first, strictly older than `after`; at most `limit`.
+    /// A tenant's sessions that `filter` lets through, newest first, strictly older than
+    /// `after`; at most `limit`.
     async fn sessions(
         &mut self,
         tenant: &Tenant,
         after: Option<SessionId>,
         limit: u32,
+        filter: &SessionFilter,
     ) -> Result<Vec<SessionRow>>;
+
+    /// Nodes stored for a session, its functions' internal chains included.
+    async fn node_count(&mut self, session: SessionId) -> Result<u64>;
 
     /// A session's branches by name, each head with its hash.
     async fn branches(&mut self, session: SessionId) -> Result<Vec<Branch>>;
@@ -488,4 +493,10 @@ pub(super) fn tenant_filter(tenants: Tenants<'_>) -> (Option<&str>, Vec<&str>) {
         Tenants::Only(tenant) => (Some(tenant.as_str()), Vec::new()),
         Tenants::Except(tenants) => (None, tenants.iter().map(|t| t.as_str()).collect()),
     }
+}
+
+/// The metadata pairs of `filter` as a query binds them: a JSON object, or NULL for none.
+pub(super) fn metadata_filter(filter: &SessionFilter) -> Option<String> {
+    (!filter.metadata.is_empty())
+        .then(|| serde_json::to_string(&filter.metadata).expect("a map of strings serializes"))
 }

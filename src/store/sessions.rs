@@ -7,7 +7,7 @@ use super::backend::{Reads, SessionRow, WriteTx};
 use super::clock::now_ms;
 use super::idempotency::CreationKey;
 use super::{Result, Scoped, Store};
-use crate::domain::{self, Branch, BranchName, Session, SessionId, Tenant};
+use crate::domain::{self, Branch, BranchName, Session, SessionFilter, SessionId, Tenant};
 
 impl Store {
     /// A new session of `tenant`, with branch `main` and no head; with a `key` already used
@@ -37,6 +37,7 @@ impl Store {
             created_at_ms: now,
             metadata,
             compaction_count: 0,
+            node_count: 0,
             branches: vec![Branch {
                 name: BranchName::main(),
                 head: None,
@@ -66,12 +67,13 @@ impl Store {
         tenant: &Tenant,
         page_size: u32,
         after: Option<SessionId>,
+        filter: &SessionFilter,
     ) -> Result<(Vec<Session>, Option<SessionId>)> {
         let mut conn = self.read().await?;
         // A UUID v7 sorts by creation time, so the id is the cursor. One extra row tells
         // whether a next page exists.
         let rows = conn
-            .sessions(tenant, after, page_size.saturating_add(1))
+            .sessions(tenant, after, page_size.saturating_add(1), filter)
             .await?;
         let more = rows.len() > page_size as usize;
         let mut sessions = Vec::with_capacity(rows.len());
@@ -145,5 +147,6 @@ async fn with_branches(conn: &mut dyn Reads, row: SessionRow) -> Result<Session>
         metadata: row.metadata,
         compaction_count: row.compaction_count,
         branches: conn.branches(row.id).await?,
+        node_count: conn.node_count(row.id).await?,
     })
 }

@@ -637,3 +637,137 @@ async fn the_binary_and_its_client_speak_mutual_tls_with_keys() {
     assert!(!session.is_empty());
     daemon.stop().await;
 }
+
+// ---------------------------------------------------------------- the inspector over HTTPS
+
+impl Files {
+    /// An HTTPS client trusting `ca`, presenting `identity` (`NAME.pem` and `NAME.key`).
+    fn https_client(&self, ca: &str, identity: Option<&str>) -> reqwest::Client {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let certs = |name: &str| {
+            CertificateDer::pem_file_iter(self.path(name))
+                .expect("a PEM file")
+                .collect::<Result<Vec<_>, _>>()
+                .expect("certificates")
+        };
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in certs(ca) {
+            roots.add(cert).expect("a CA certificate");
+        }
+        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+        let builder = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .expect("protocol versions")
+            .with_root_certificates(roots);
+        let config = match identity {
+            Some(name) => {
+                let key =
+                    PrivateKeyDer::from_pem_file(self.path(&format!("{name}.key"))).expect("a key");
+                builder
+                    .with_client_auth_cert(certs(&format!("{name}.pem")), key)
+                    .expect("a client identity")
+            }
+            None => builder.with_no_client_auth(),
+        };
+        reqwest::Client::builder()
+            .tls_backend_preconfigured(config)
+            .build()
+            .expect("an HTTPS client")
+    }
+}
+
+/// `GET /api/sessions` on the inspector: the status, or why the connection failed.
+async fn list_over(client: &reqwest::Client, url: String, key: &str) -> Result<u16, String> {
+    client
+        .get(url)
+        .bearer_auth(key)
+        .send()
+        .await
+        .map(|r| r.status().as_u16())
+        .map_err(|e| chain(&e))
+}
+
+/// `serve --http` with `--tls-cert`: the inspector answers HTTPS only, with the gRPC port's
+/// certificate, and its calls are counted in the RPC metrics (`via="http"`).
+#[tokio::test]
+async fn the_inspector_serves_https_with_the_grpc_certificate_and_is_metered() {
+    let files = Files::new();
+    let db = files.path("ctxd.db");
+    let keys = files.path("keys.txt");
+    let (cert, key) = (files.path("server.pem"), files.path("server.key"));
+    let daemon = Serve::new(&db)
+        .args(["--http", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"])
+        .args(["--api-keys-file".as_ref(), keys.as_os_str()])
+        .args(["--tls-cert".as_ref(), cert.as_os_str()])
+        .args(["--tls-key".as_ref(), key.as_os_str()])
+        .start()
+        .await;
+    let web = daemon.http.expect("an inspector address");
+
+    let https = files.https_client("ca.pem", None);
+    let url = format!("https://127.0.0.1:{}/api/sessions", web.port());
+    assert_eq!(list_over(&https, url.clone(), ACME_KEY).await, Ok(200));
+    assert_eq!(list_over(&https, url.clone(), WRONG_KEY).await, Ok(401));
+    let page = https
+        .get(format!("https://127.0.0.1:{}/", web.port()))
+        .send()
+        .await
+        .expect("the page over HTTPS");
+    assert_eq!(page.status().as_u16(), 200);
+
+    let distrusting = files.https_client("other-ca.pem", None);
+    let refused = list_over(&distrusting, url, ACME_KEY).await;
+    assert!(
+        refused.as_ref().is_err_and(|e| e.contains("UnknownIssuer")),
+        "{refused:?}"
+    );
+    let plain = list_over(
+        &reqwest::Client::new(),
+        format!("http://127.0.0.1:{}/api/sessions", web.port()),
+        ACME_KEY,
+    )
+    .await;
+    assert!(plain.is_err(), "plain HTTP to the HTTPS port: {plain:?}");
+
+    let scrape = daemon.scrape().await;
+    for line in [
+        r#"ctxd_rpc_requests_total{method="ctxd.v1.ContextStore/ListSessions",code="OK",via="http"} 1"#,
+        r#"ctxd_rpc_requests_total{method="ctxd.v1.ContextStore/ListSessions",code="UNAUTHENTICATED",via="http"} 1"#,
+    ] {
+        assert!(scrape.contains(line), "{line} in\n{scrape}");
+    }
+    daemon.stop().await;
+}
+
+#[tokio::test]
+async fn the_inspector_asks_for_client_certificates_when_grpc_does() {
+    let files = Files::new();
+    let http = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let web = http.local_addr().expect("addr");
+    let ca = files.path("ca.pem");
+    let http_tls = ctxd::tls::http_server(
+        &files.path("server.pem"),
+        &files.path("server.key"),
+        Some(ca.as_path()),
+    )
+    .expect("the TLS files");
+    let (_dir, _server) = serve_fresh(Options {
+        api_keys: Some(files.keys()),
+        http: Some(http),
+        http_tls: Some(http_tls),
+        ..Options::default()
+    })
+    .await;
+    let url = format!("https://127.0.0.1:{}/api/sessions", web.port());
+
+    let anonymous = list_over(&files.https_client("ca.pem", None), url.clone(), ACME_KEY).await;
+    assert!(anonymous.is_err(), "no client certificate: {anonymous:?}");
+    let stranger = files.https_client("ca.pem", Some("stranger"));
+    let refused = list_over(&stranger, url.clone(), ACME_KEY).await;
+    assert!(refused.is_err(), "a stranger's certificate: {refused:?}");
+    let client = files.https_client("ca.pem", Some("client"));
+    assert_eq!(list_over(&client, url, ACME_KEY).await, Ok(200));
+}

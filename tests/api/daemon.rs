@@ -134,8 +134,12 @@ impl Serve {
             .expect("spawn ctxd");
         let stdout = child.stdout.take().expect("stdout");
         // The address line, then one per further listener in the order `serve` prints them.
-        let (metrics, gateway) = (self.expects("--metrics-listen"), self.expects("--gateway"));
-        let lines = 1 + usize::from(metrics) + usize::from(gateway);
+        let (metrics, http, gateway) = (
+            self.expects("--metrics-listen"),
+            self.expects("--http"),
+            self.expects("--gateway"),
+        );
+        let lines = 1 + usize::from(metrics) + usize::from(http) + usize::from(gateway);
         let read = tokio::task::spawn_blocking(move || {
             let mut reader = BufReader::new(stdout);
             let mut read = Vec::new();
@@ -151,6 +155,7 @@ impl Serve {
             child: Some(child),
             addr: SocketAddr::from(([127, 0, 0, 1], 0)),
             metrics: None,
+            http: None,
             gateway: None,
             stdout: None,
             stderr: self.stderr,
@@ -176,6 +181,11 @@ impl Serve {
         } else {
             None
         };
+        let http = if http {
+            rest.next().map(|l| address(l, "ctxd http on "))
+        } else {
+            None
+        };
         let gateway = if gateway {
             rest.next().map(|l| address(l, "ctxd gateway on "))
         } else {
@@ -183,6 +193,7 @@ impl Serve {
         };
         daemon.addr = addr;
         daemon.metrics = metrics;
+        daemon.http = http;
         daemon.gateway = gateway;
         daemon.stdout = Some(stdout);
         daemon
@@ -196,6 +207,8 @@ pub struct Daemon {
     pub addr: SocketAddr,
     /// The metrics endpoint's, with `--metrics-listen`.
     pub metrics: Option<SocketAddr>,
+    /// The inspector's, with `--http`.
+    pub http: Option<SocketAddr>,
     /// The model gateway's, with `--gateway`.
     pub gateway: Option<SocketAddr>,
     /// Held open, so the server never writes into a closed pipe.

@@ -87,6 +87,7 @@ async fn list_sessions_is_newest_first_and_paged() {
             .list_sessions(pb::ListSessionsRequest {
                 page_size: 2,
                 page_token: token.clone(),
+                ..Default::default()
             })
             .await
             .expect("ListSessions page")
@@ -246,4 +247,167 @@ async fn create_session_with_a_key_creates_once() {
         .into_inner();
     assert_ne!(other.session_id, first.session_id);
     assert_eq!(app.session_count().await, 2, "nothing else was created");
+}
+
+/// Sessions of `metadata`, newest last.
+async fn sessions_with(app: &mut TestApp, metadata: &[&[(&str, &str)]]) -> Vec<String> {
+    let mut ids = Vec::new();
+    for pairs in metadata {
+        let created = app
+            .client
+            .create_session(pb::CreateSessionRequest {
+                metadata: pairs
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect(),
+                ..Default::default()
+            })
+            .await
+            .expect("CreateSession")
+            .into_inner();
+        ids.push(created.session_id);
+    }
+    ids
+}
+
+/// Every page of `filter`, `page_size` at a time.
+async fn listed(app: &mut TestApp, filter: pb::ListSessionsRequest) -> Vec<String> {
+    let mut ids = Vec::new();
+    let mut token = String::new();
+    loop {
+        let page = app
+            .client
+            .list_sessions(pb::ListSessionsRequest {
+                page_token: token,
+                ..filter.clone()
+            })
+            .await
+            .expect("ListSessions")
+            .into_inner();
+        ids.extend(page.sessions.into_iter().map(|s| s.session_id));
+        token = page.next_page_token;
+        if token.is_empty() {
+            return ids;
+        }
+        assert!(ids.len() < 100, "paging does not end");
+    }
+}
+
+#[tokio::test]
+async fn list_sessions_filters_by_metadata_and_id_prefix_on_the_server_and_pages_the_matches() {
+    let mut app = spawn_app().await;
+    let ids = sessions_with(
+        &mut app,
+        &[
+            &[("team", "a"), ("run", "1")],
+            &[("team", "b")],
+            &[("team", "a"), ("run", "2")],
+            &[("team", "a")],
+            &[],
+            // A value that only looks like another pair must not match it.
+            &[("team", "a=run")],
+        ],
+    )
+    .await;
+    let meta = |pairs: &[(&str, &str)]| pb::ListSessionsRequest {
+        metadata: pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+        ..Default::default()
+    };
+
+    // Newest first; every pair must match; one at a time pages through exactly the matches.
+    let team_a = vec![ids[3].clone(), ids[2].clone(), ids[0].clone()];
+    assert_eq!(listed(&mut app, meta(&[("team", "a")])).await, team_a);
+    let paged = listed(
+        &mut app,
+        pb::ListSessionsRequest {
+            page_size: 1,
+            ..meta(&[("team", "a")])
+        },
+    )
+    .await;
+    assert_eq!(paged, team_a);
+    assert_eq!(
+        listed(&mut app, meta(&[("team", "a"), ("run", "2")])).await,
+        vec![ids[2].clone()]
+    );
+    assert!(listed(&mut app, meta(&[("team", "c")])).await.is_empty());
+    assert!(
+        listed(&mut app, meta(&[("run", "1"), ("team", "b")]))
+            .await
+            .is_empty()
+    );
+
+    // An id prefix, in either case, of any length up to the whole id.
+    for cut in [1, 9, 19, 36] {
+        let prefix = &ids[4][..cut];
+        let found = listed(
+            &mut app,
+            pb::ListSessionsRequest {
+                id_prefix: prefix.to_uppercase(),
+                ..Default::default()
+            },
+        )
+        .await;
+        assert!(found.contains(&ids[4]), "{prefix}: {found:?}");
+        assert!(
+            found.iter().all(|id| id.starts_with(prefix)),
+            "{prefix}: {found:?}"
+        );
+    }
+    let whole = pb::ListSessionsRequest {
+        id_prefix: ids[0].clone(),
+        ..meta(&[("team", "a")])
+    };
+    assert_eq!(listed(&mut app, whole).await, vec![ids[0].clone()]);
+    let not_that_team = pb::ListSessionsRequest {
+        id_prefix: ids[1].clone(),
+        ..meta(&[("team", "a")])
+    };
+    assert!(listed(&mut app, not_that_team).await.is_empty());
+}
+
+#[tokio::test]
+async fn a_sessions_node_count_holds_every_branch_and_its_functions_chains() {
+    let mut app = spawn_app().await;
+    let s = app.create_session().await;
+    let ids = app
+        .append(
+            &s,
+            vec![
+                user("Ask the researcher"),
+                assistant_calls("", vec![call("c1", "researcher", "{}")]),
+                function_call("c1", "x", pb::Expose::None),
+            ],
+        )
+        .await
+        .node_ids;
+    app.append_in_function(&s, &ids[2], vec![user("x"), assistant("42")])
+        .await;
+    app.client
+        .create_branch(pb::CreateBranchRequest {
+            session_id: s.clone(),
+            name: "alt".into(),
+            from_node_id: ids[0].clone(),
+        })
+        .await
+        .expect("CreateBranch");
+    app.append_branch(&s, "alt", vec![assistant("Another way")])
+        .await;
+    // 3 on main, 2 inside the function, 1 on the branch.
+    assert_eq!(app.get_session(&s).await.node_count, 6);
+    let listed = app
+        .client
+        .list_sessions(pb::ListSessionsRequest {
+            id_prefix: s.clone(),
+            ..Default::default()
+        })
+        .await
+        .expect("ListSessions")
+        .into_inner()
+        .sessions;
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].node_count, 6);
 }

@@ -361,6 +361,7 @@ async fn each_tenant_lists_and_reads_only_its_own_sessions() {
                 .list_sessions(pb::ListSessionsRequest {
                     page_size: 2,
                     page_token: token,
+                    ..Default::default()
                 })
                 .await
                 .expect("list")

@@ -744,6 +744,29 @@ async fn every_rpc_answers_its_documented_errors() {
             c.list_sessions(pb::ListSessionsRequest {
                 page_size: 1,
                 page_token: "x".into(),
+                ..Default::default()
+            })
+            .await,
+        ),
+        row(
+            "ListSessions",
+            "an id prefix no id starts with",
+            InvalidArgument,
+            "id_prefix",
+            c.list_sessions(pb::ListSessionsRequest {
+                id_prefix: "0193f2a1_".into(),
+                ..Default::default()
+            })
+            .await,
+        ),
+        row(
+            "ListSessions",
+            "an empty metadata key",
+            InvalidArgument,
+            "metadata",
+            c.list_sessions(pb::ListSessionsRequest {
+                metadata: [(String::new(), "v".into())].into(),
+                ..Default::default()
             })
             .await,
         ),

@@ -1,7 +1,7 @@
 // The `ctxd` binary for the browser tests: a server on 127.0.0.1:0 (gRPC and --http, both
 // addresses read from its stdout), its CLI for setup, and a minimal gRPC Append for what the CLI
 // has no command for (nodes on a new branch).
-import { spawn, execFileSync } from 'node:child_process';
+import { spawn, execFile, execFileSync } from 'node:child_process';
 import http2 from 'node:http2';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -10,22 +10,46 @@ export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '
 export const TARGET = process.env.CARGO_TARGET_DIR ? path.resolve(ROOT, process.env.CARGO_TARGET_DIR) : path.join(ROOT, 'target');
 export const BIN = process.env.CTXD_BIN || path.join(TARGET, 'debug', 'ctxd');
 
-/** `ctxd serve --http`: resolves once both addresses are printed. */
-export async function serve(db, extra = []) {
-  const proc = spawn(BIN, ['serve', '--listen', '127.0.0.1:0', '--http', '127.0.0.1:0', '--db', db, '--log', 'warn', ...extra], {
+/**
+ * `ctxd serve --http`: resolves once its addresses are printed (the gateway's too with
+ * `--gateway`). `opts.http` serves the inspector on that address instead of a free port (to
+ * restart a server where a page expects it); `opts.env` adds to the environment.
+ */
+export async function serve(db, extra = [], opts = {}) {
+  const proc = spawn(BIN, ['serve', '--listen', '127.0.0.1:0', '--http', opts.http || '127.0.0.1:0', '--db', db, '--log', 'warn', ...extra], {
     stdio: ['ignore', 'pipe', 'inherit'],
+    env: { ...process.env, ...(opts.env || {}) },
   });
+  const wanted = [/ctxd listening on \S+\n/, /ctxd http on \S+\n/];
+  if (extra.includes('--gateway')) wanted.push(/ctxd gateway on \S+\n/);
+  const exited = new Promise((resolve) => proc.once('exit', resolve));
   const lines = await new Promise((resolve, reject) => {
     let out = '';
     proc.stdout.on('data', (d) => {
       out += d;
-      if (/ctxd http on \S+\n/.test(out)) resolve(out);
+      if (wanted.every((re) => re.test(out))) resolve(out);
     });
     proc.on('exit', (code) => reject(new Error(`ctxd serve exited (${code}): ${out}`)));
   });
   const grpc = lines.match(/ctxd listening on (\S+)/)[1];
   const web = lines.match(/ctxd http on (\S+)/)[1];
-  return { proc, grpc, web: `http://${web}`, stop: () => proc.kill('SIGTERM') };
+  const gateway = lines.match(/ctxd gateway on (\S+)/);
+  return {
+    proc,
+    grpc,
+    httpAddr: web,
+    web: `http://${web}`,
+    gateway: gateway ? `http://${gateway[1]}` : null,
+    stop: () => proc.kill('SIGTERM'),
+    /** Ends the server at once (SIGKILL): its streams break as in a crash; resolves on exit. */
+    kill: () => { proc.kill('SIGKILL'); return exited; },
+  };
+}
+
+/** GET a JSON API path of `server`'s inspector: `{status, body}`. */
+export async function getJson(server, path, key) {
+  const res = await fetch(`${server.web}${path}`, { headers: key ? { authorization: `Bearer ${key}` } : {} });
+  return { status: res.status, body: await res.json() };
 }
 
 /** A CLI command against `server`; returns its stdout (JSON parsed with --json). */
@@ -35,6 +59,16 @@ export function cli(server, args, env = {}) {
     encoding: 'utf8',
   });
   return args.includes('--json') ? JSON.parse(out) : out;
+}
+
+/** `cli`, without blocking: for many commands at once. */
+export function cliAsync(server, args, env = {}) {
+  return new Promise((resolve, reject) => {
+    execFile(BIN, [...args, '--server', `http://${server.grpc}`], { env: { ...process.env, ...env }, encoding: 'utf8' }, (err, out, errOut) => {
+      if (err) reject(new Error(`ctxd ${args.join(' ')}: ${err.message} ${errOut}`));
+      else resolve(args.includes('--json') ? JSON.parse(out) : out);
+    });
+  });
 }
 
 // ---------------------------------------------------------------- gRPC Append, by hand

@@ -48,20 +48,24 @@ after(async () => {
 });
 
 /** Opens a page of the inspector and waits until it has loaded (or failed). */
-async function open(base, hash) {
-  await browser.goto(`${base}/${hash}`);
-  return browser.waitFor(`page ${hash}`, 'return document.body.dataset.ready || "";');
+function open(base, hash) {
+  return browser.open(base, hash);
 }
 
 test('the sessions page lists the session with its node count, branches and metadata', async () => {
   assert.equal(await open(server.web, '#/'), '#/');
-  const row = await browser.waitFor('the node count', `
-    const cell = document.querySelector('[data-session="${session}"]');
-    return cell && cell.textContent !== '…' && cell.closest('tr').textContent;`);
+  const headers = await browser.run('return [...document.querySelectorAll("#sessions th")].map(th => th.textContent)');
+  assert.ok(headers.includes('nodes') && !headers.includes('top-level nodes'), `headers: ${headers}`);
+  const row = await browser.run(`return document.querySelector('tr[data-session="${session}"]').textContent`);
   assert.match(row, /cc258/);
   assert.match(row, /main, alt|alt, main/);
-  await browser.run(`const s = document.getElementById('search'); s.value = 'name=cc'; s.dispatchEvent(new Event('input'));`);
-  assert.equal(await browser.run('return document.querySelectorAll("#sessions tbody tr").length'), 1);
+  // The count is the server's node_count: every node, the sub-agent's chain included.
+  const { node_count: count } = await (await fetch(`${server.web}/api/sessions/${session}`)).json();
+  assert.equal(await browser.run(`return document.querySelector('tr[data-session="${session}"] .node-count').textContent`), count.toLocaleString('en'));
+  // The search runs on the server: a metadata pair.
+  await browser.run(`document.getElementById('search-meta').value = 'name=cc258'; document.getElementById('search-form').requestSubmit();`);
+  await browser.waitFor('the search', 'return document.body.dataset.ready === location.hash && location.hash.includes("meta=")');
+  assert.deepEqual(await browser.run('return [...document.querySelectorAll("#sessions tbody tr")].map(r => r.dataset.session)'), [session]);
   await browser.screenshot(path.join(SHOTS, 'sessions.png'));
 });
 
@@ -201,7 +205,7 @@ test('a session of 10,000 nodes opens with only the rows in view drawn', async (
   await browser.waitFor('the big session', 'return document.body.dataset.ready && document.querySelector(".row")');
   const took = Date.now() - started;
   const meta = await browser.run('return document.getElementById("session-meta").textContent');
-  assert.match(meta, /10,000 top-level nodes/);
+  assert.match(meta, /10,000 nodes \(10,000 top-level\)/);
   // Only the rows in view (and an overscan) are in the document.
   assert.ok(await browser.run('return document.querySelectorAll(".row").length') < 200);
   console.log(`10,000 nodes opened in ${took} ms (${meta.match(/drawn in \d+ ms/)[0]})`);

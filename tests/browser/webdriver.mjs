@@ -69,6 +69,15 @@ export class Browser {
     }
   }
 
+  /** Opens `hash` of the inspector at `base`; waits until the page has loaded (or failed). */
+  async open(base, hash) {
+    // Through a blank page: a change of the hash alone would leave the last page's ready mark
+    // up until the hashchange runs.
+    await this.goto('about:blank');
+    await this.goto(`${base}/${hash}`);
+    return this.waitFor(`page ${hash}`, 'return document.body.dataset.ready || "";');
+  }
+
   async screenshot(path) {
     const png = await this.cmd('GET', '/screenshot');
     writeFileSync(path, Buffer.from(png, 'base64'));

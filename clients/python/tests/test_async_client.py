@@ -70,6 +70,8 @@ def test_sessions_appends_reading_and_branches(server: str) -> None:
             session = await ctxd.create_session({"via": "aio"}, idempotency_key=key)
             assert (await ctxd.create_session({"via": "aio"}, idempotency_key=key)).id == session.id
             assert (await ctxd.list_sessions(page_size=1)).sessions[0].id == session.id
+            mine = await ctxd.list_sessions(id_prefix=session.id, metadata={"via": "aio"})
+            assert [s.id for s in mine.sessions] == [session.id]
 
             user = await ctxd.append_user(session, "hi", pinned=True)
             call = await ctxd.append_assistant(

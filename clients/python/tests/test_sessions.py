@@ -1,4 +1,5 @@
-"""Sessions, appends, log, branches and the mapping of errors to exceptions."""
+"""Sessions (listing filters, node counts), appends, log, branches and the mapping of errors to
+exceptions."""
 
 from __future__ import annotations
 
@@ -48,6 +49,94 @@ def test_create_and_get_session(client: Client) -> None:
     assert (head.head_id, head.head_hash) == (appended.head_id, appended.head_hash)
 
     assert client.create_session().metadata == {}
+
+
+def test_list_sessions_filters_by_metadata_and_id_prefix(client: Client) -> None:
+    # Only this test's sessions carry `run`, whatever else the shared server holds.
+    run = str(uuid.uuid4())
+    a1 = client.create_session({"run": run, "team": "a", "shift": "1"})
+    a2 = client.create_session({"run": run, "team": "a", "shift": "2"})
+    b = client.create_session({"run": run, "team": "b"})
+
+    def listed(id_prefix: str = "", metadata: dict[str, str] | None = None) -> list[str]:
+        page = client.list_sessions(1000, id_prefix=id_prefix, metadata=metadata)
+        return [s.id for s in page.sessions]
+
+    assert listed(metadata={"run": run}) == [b.id, a2.id, a1.id]
+    assert listed(metadata={"run": run, "team": "a"}) == [a2.id, a1.id]
+    assert listed(metadata={"run": run, "team": "a", "shift": "1"}) == [a1.id]
+    assert listed(metadata={"run": run, "team": "c"}) == []
+    # A value matches exactly, not by prefix.
+    assert listed(metadata={"run": run[:8]}) == []
+
+    prefix = a1.id[:9]
+    by_prefix = listed(prefix)
+    assert a1.id in by_prefix and all(i.startswith(prefix) for i in by_prefix)
+    # Sessions made in the same minute share their first characters, so the prefix may match
+    # more than a1: exactly those of the three that start with it.
+    mine = [b.id, a2.id, a1.id]
+    assert listed(prefix, {"run": run}) == [i for i in mine if i.startswith(prefix)]
+    assert listed(a1.id) == [a1.id]
+    assert listed(a1.id.upper()) == [a1.id]
+    assert listed(a1.id, {"team": "b"}) == []
+
+
+def test_a_filtered_listing_pages_through_its_matches_and_no_others(client: Client) -> None:
+    run = str(uuid.uuid4())
+    matching = []
+    for i in range(3):
+        matching.append(client.create_session({"run": run, "i": str(i)}).id)
+        client.create_session({"run": f"{run}-other", "i": str(i)})
+    paged, token = [], ""
+    for _ in range(10):
+        page = client.list_sessions(page_size=1, page_token=token, metadata={"run": run})
+        assert len(page.sessions) <= 1
+        paged += [s.id for s in page.sessions]
+        token = page.next_page_token
+        if not token:
+            break
+    assert token == "" and paged == matching[::-1]
+
+
+def test_a_bad_filter_is_invalid_argument_naming_the_field(client: Client) -> None:
+    for prefix in ("xyz", "0193f2a1x", "0193-", "0" * 37):
+        with pytest.raises(InvalidArgument) as bad:
+            client.list_sessions(id_prefix=prefix)
+        assert bad.value.code == grpc.StatusCode.INVALID_ARGUMENT
+        assert "id_prefix" in bad.value.message, prefix
+    with pytest.raises(InvalidArgument) as empty_key:
+        client.list_sessions(metadata={"": "x"})
+    assert "metadata" in empty_key.value.message
+
+
+def test_node_count_counts_every_branch_and_the_chains_of_functions(
+    client: Client, session: Session
+) -> None:
+    assert session.node_count == 0 and client.get_session(session).node_count == 0
+    written = [
+        client.append_user(session, "Find the bug in parse()."),
+        client.append_assistant(
+            session, tool_calls=[{"id": "call_1", "name": "researcher", "arguments": {}}]
+        ),
+    ]
+    with client.function(session, "call_1", "find the bug") as fn:
+        written += [
+            fn.append_user("find the bug in parse()"),
+            fn.append_assistant(tool_calls=[{"id": "r1", "name": "read_file", "arguments": {}}]),
+            fn.append_tool_result("r1", "def parse(): return 1/0"),
+            fn.append_assistant("parse() divides by zero."),
+        ]
+        fn.output = "parse() divides by zero"
+    assert fn.result is not None
+    client.create_branch(session, "retry", from_node_id=written[0].node_id)
+    written += [fn.result, client.append_assistant(session, "I will look myself.", branch="retry")]
+    # The function_call node (its id is the function's) is written by `function()` itself.
+    nodes = {fn.function_id} | {i for w in written for i in w.node_ids}
+    assert len(nodes) == 9
+
+    assert client.get_session(session).node_count == len(nodes)
+    [listed] = client.list_sessions(id_prefix=session.id).sessions
+    assert listed.id == session.id and listed.node_count == len(nodes)
 
 
 def test_appends_write_messages_tool_calls_and_results(client: Client, session: Session) -> None:

@@ -175,6 +175,22 @@ export interface ImportOptions {
   chunkBytes?: number;
 }
 
+/** Which sessions `listSessions` and `sessions` answer: those matching every filter given. */
+export interface SessionFilter {
+  /** Only sessions whose id starts with this, e.g. `0193f2a1-7` (upper-case hex is accepted); a
+   * prefix no UUID can start with rejects with InvalidArgumentError. */
+  idPrefix?: string;
+  /** Only sessions whose metadata holds every one of these pairs exactly (at most 16). */
+  metadata?: Record<string, string>;
+}
+
+export interface ListSessionsOptions extends SessionFilter {
+  /** Sessions per page: 0 (the default) is the server's, 50; at most 1000. */
+  pageSize?: number;
+  /** `nextPageToken` of the previous page, asked with the same filter; empty for the first. */
+  pageToken?: string;
+}
+
 export interface ExportOptions {
   /** `ctxd` (the default): the whole session, every branch, function chain, summary and pin, as
    * `importSession` reads back; `openai` or `claude-code`: one branch. */
@@ -390,18 +406,24 @@ export class Client implements AsyncDisposable {
     return { tombstone: tombstoneFromPb(r.tombstone), alreadyDeleted: r.alreadyDeleted };
   }
 
-  /** One page of sessions, newest first; `nextPageToken` is empty on the last page. */
-  async listSessions(options: { pageSize?: number; pageToken?: string } = {}): Promise<{ sessions: Session[]; nextPageToken: string }> {
-    const request = { pageSize: options.pageSize ?? 0, pageToken: options.pageToken ?? "" };
+  /** One page of sessions, newest first, those matching the filter only; `nextPageToken` is
+   * empty on the last page. */
+  async listSessions(options: ListSessionsOptions = {}): Promise<{ sessions: Session[]; nextPageToken: string }> {
+    const request = pb.ListSessionsRequest.fromPartial({
+      pageSize: options.pageSize ?? 0,
+      pageToken: options.pageToken ?? "",
+      idPrefix: options.idPrefix ?? "",
+      metadata: options.metadata ?? {},
+    });
     const r = await this.#call<pb.ListSessionsResponse>((m, o, cb) => this.raw.listSessions(request, m, o, cb));
     return { sessions: r.sessions.map(sessionFromPb), nextPageToken: r.nextPageToken };
   }
 
-  /** Every session, newest first, following the pages. */
-  async *sessions(pageSize = 0): AsyncGenerator<Session> {
+  /** Every session matching `filter`, newest first, following the pages. */
+  async *sessions(pageSize = 0, filter: SessionFilter = {}): AsyncGenerator<Session> {
     let pageToken = "";
     do {
-      const page = await this.listSessions({ pageSize, pageToken });
+      const page = await this.listSessions({ ...filter, pageSize, pageToken });
       yield* page.sessions;
       pageToken = page.nextPageToken;
     } while (pageToken);

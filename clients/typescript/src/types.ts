@@ -328,6 +328,9 @@ export interface Session {
   metadata: Record<string, string>;
   compactionCount: number;
   branches: Branch[];
+  /** Every node stored for the session, on all branches and in its functions' internal chains;
+   * set by `getSession` and `listSessions` (0 in what other calls answer). */
+  nodeCount: number;
 }
 
 /** A `Session` or its id: every method taking a session takes either. */
@@ -348,6 +351,7 @@ export function sessionFromPb(s: pb.Session): Session {
     metadata: { ...s.metadata },
     compactionCount: s.compactionCount,
     branches: s.branches.map(branchFromPb),
+    nodeCount: s.nodeCount,
   };
 }
 

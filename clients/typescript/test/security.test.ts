@@ -8,7 +8,7 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 
-import { Client, status, UnauthenticatedError, UnavailableError } from "../src";
+import { Client, pb, status, UnauthenticatedError, UnavailableError } from "../src";
 import { Server } from "./server";
 
 const KEY = "acme-1b6f0c9e4d2a7f35";
@@ -48,7 +48,7 @@ describe("API keys", () => {
     await ctxd.appendUser(s, "hello");
     assert.deepEqual((await ctxd.render(s)).messages.map((m) => m.content), ["hello"]);
     const listed = await new Promise<number>((resolve, reject) =>
-      ctxd.raw.listSessions({ pageSize: 10, pageToken: "" }, (e, r) => (e ? reject(e) : resolve(r.sessions.length))),
+      ctxd.raw.listSessions(pb.ListSessionsRequest.fromPartial({ pageSize: 10 }), (e, r) => (e ? reject(e) : resolve(r.sessions.length))),
     );
     assert.equal(listed, 1);
   });

@@ -1,6 +1,7 @@
 // Sessions, appends (every node kind, CAS, idempotency), reads, branches, sub-agents and pins,
 // against one live server for the file.
 import assert from "node:assert/strict";
+import { randomUUID } from "node:crypto";
 import { after, before, describe, test } from "node:test";
 
 import {
@@ -12,6 +13,7 @@ import {
   InvalidArgumentError,
   media,
   NotFoundError,
+  type SessionFilter,
   status,
   systemMessage,
   text,
@@ -57,6 +59,96 @@ describe("sessions", () => {
     const all: string[] = [];
     for await (const s of ctxd.sessions(2)) all.push(s.id);
     assert.ok(made.every((id) => all.includes(id)));
+  });
+
+  test("list filtered by metadata (every pair) and by id prefix", async () => {
+    // Only this test's sessions carry `run`, whatever else the server holds.
+    const run = randomUUID();
+    const a1 = await ctxd.createSession({ metadata: { run, team: "a", shift: "1" } });
+    const a2 = await ctxd.createSession({ metadata: { run, team: "a", shift: "2" } });
+    const b = await ctxd.createSession({ metadata: { run, team: "b" } });
+    const listed = async (filter: SessionFilter) => (await ctxd.listSessions({ ...filter, pageSize: 1000 })).sessions.map((s) => s.id);
+    assert.deepEqual(await listed({ metadata: { run } }), [b.id, a2.id, a1.id]);
+    assert.deepEqual(await listed({ metadata: { run, team: "a" } }), [a2.id, a1.id]);
+    assert.deepEqual(await listed({ metadata: { run, team: "a", shift: "1" } }), [a1.id]);
+    assert.deepEqual(await listed({ metadata: { run, team: "c" } }), []);
+    // A value matches exactly, not by prefix.
+    assert.deepEqual(await listed({ metadata: { run: run.slice(0, 8) } }), []);
+
+    const prefix = a1.id.slice(0, 9);
+    const byPrefix = await listed({ idPrefix: prefix });
+    assert.ok(byPrefix.includes(a1.id));
+    assert.ok(byPrefix.every((id) => id.startsWith(prefix)), String(byPrefix));
+    // Sessions made in the same minute share their first characters, so the prefix may match
+    // more than a1: exactly those of the three that start with it.
+    const mine = [b, a2, a1].map((s) => s.id);
+    assert.deepEqual(await listed({ idPrefix: prefix, metadata: { run } }), mine.filter((id) => id.startsWith(prefix)));
+    assert.deepEqual(await listed({ idPrefix: a1.id }), [a1.id]);
+    assert.deepEqual(await listed({ idPrefix: a1.id.toUpperCase() }), [a1.id]);
+    assert.deepEqual(await listed({ idPrefix: a1.id, metadata: { team: "b" } }), []);
+  });
+
+  test("a filtered listing pages through its matches and no others", async () => {
+    const run = randomUUID();
+    const matching: string[] = [];
+    for (let i = 0; i < 3; i++) {
+      matching.push((await ctxd.createSession({ metadata: { run, i: String(i) } })).id);
+      await ctxd.createSession({ metadata: { run: `${run}-other`, i: String(i) } });
+    }
+    const paged: string[] = [];
+    let pageToken = "";
+    for (let pages = 0; pages < 10; pages++) {
+      const page = await ctxd.listSessions({ pageSize: 1, pageToken, metadata: { run } });
+      assert.ok(page.sessions.length <= 1);
+      paged.push(...page.sessions.map((s) => s.id));
+      pageToken = page.nextPageToken;
+      if (!pageToken) break;
+    }
+    assert.equal(pageToken, "");
+    assert.deepEqual(paged, matching.toReversed());
+    const iterated: string[] = [];
+    for await (const s of ctxd.sessions(1, { metadata: { run } })) iterated.push(s.id);
+    assert.deepEqual(iterated, matching.toReversed());
+  });
+
+  test("a bad filter is InvalidArgumentError naming the field", async () => {
+    for (const idPrefix of ["xyz", "0193f2a1x", "0193-", "0".repeat(37)]) {
+      const error = await ctxd.listSessions({ idPrefix }).catch((e) => e);
+      assert.ok(error instanceof InvalidArgumentError, `${idPrefix}: ${error}`);
+      assert.equal(error.code, status.INVALID_ARGUMENT);
+      assert.match(error.details, /id_prefix/);
+    }
+    const error = await ctxd.listSessions({ metadata: { "": "x" } }).catch((e) => e);
+    assert.ok(error instanceof InvalidArgumentError, String(error));
+    assert.match(error.details, /metadata/);
+  });
+
+  test("nodeCount counts every branch and the internal chains of functions", async () => {
+    const s = await ctxd.createSession();
+    assert.equal(s.nodeCount, 0);
+    assert.equal((await ctxd.getSession(s)).nodeCount, 0);
+    const top = await ctxd.append(s, [
+      userMessage("find the bug"),
+      assistantMessage("", [{ id: "call_1", name: "researcher", arguments: {} }]),
+      { type: "functionCall", callId: "call_1", input: "find the bug", expose: "io" },
+    ]);
+    const fnId = top.nodeId;
+    const chain = await ctxd.append(s, [
+      userMessage("find the bug in parse()"),
+      assistantMessage("", [{ id: "r1", name: "read_file", arguments: {} }]),
+      toolResult("r1", "def parse(): return 1/0"),
+      assistantMessage("parse() divides by zero"),
+    ], { functionId: fnId });
+    const result = await ctxd.append(s, [{ type: "functionResult", callId: "call_1", output: "parse() divides by zero", status: "completed" }]);
+    await ctxd.createBranch(s, "retry", top.nodeIds[0]);
+    const retry = await ctxd.appendAssistant(s, "I will look myself.", [], { branch: "retry" });
+
+    const written = [top, chain, result, retry].flatMap((a) => a.nodeIds);
+    assert.equal(new Set(written).size, 9);
+    assert.equal((await ctxd.getSession(s)).nodeCount, written.length);
+    const [listed] = (await ctxd.listSessions({ idPrefix: s.id })).sessions;
+    assert.equal(listed.id, s.id);
+    assert.equal(listed.nodeCount, written.length);
   });
 
   test("an unknown session is NotFoundError with the gRPC status", async () => {

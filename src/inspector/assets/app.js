@@ -54,23 +54,54 @@ class ApiError extends Error {
   }
 }
 
-/** GET an /api path; with a stored key, sends it as a bearer token. On 401, asks for a key. */
-async function api(path) {
+/**
+ * Aborted when the route changes: every request and stream of the page shown uses its signal,
+ * so leaving a page stops its work (a live stream, lazy loads) and nothing it still had in flight
+ * can draw over the next page.
+ */
+let pageAbort = new AbortController();
+
+function authHeaders() {
   const key = sessionStorage.getItem(KEY);
-  const headers = key ? { Authorization: `Bearer ${key}` } : {};
-  const res = await fetch(path, { headers });
+  return key ? { Authorization: `Bearer ${key}` } : {};
+}
+
+/** An error answer's `{code, message}` (the body's `error`, or the HTTP status). */
+async function errorOf(res) {
   let body = null;
   try {
     body = await res.json();
   } catch (_) {
     body = null;
   }
+  return body && body.error ? body.error : { code: String(res.status), message: res.statusText };
+}
+
+/**
+ * GET an /api path; with a stored key, sends it as a bearer token. On 401, asks for a key.
+ * `signal` defaults to the current page's.
+ */
+async function api(path, signal) {
+  const res = await fetch(path, { headers: authHeaders(), signal: signal || pageAbort.signal });
   if (!res.ok) {
-    const err = body && body.error ? body.error : { code: String(res.status), message: res.statusText };
+    const err = await errorOf(res);
     if (res.status === 401) askForKey(err.message);
     throw new ApiError(res.status, err.code, err.message);
   }
-  return body;
+  return res.json();
+}
+
+const sleep = (ms, signal) => new Promise((resolve) => {
+  const t = setTimeout(resolve, ms);
+  signal.addEventListener('abort', () => { clearTimeout(t); resolve(); }, { once: true });
+});
+
+/** `part` of `whole` saved, as a percentage and a ratio: "63% saved (0.37×)". */
+function saved(part, whole) {
+  if (!whole) return '—';
+  const ratio = part / whole;
+  const pct = Math.round(100 * (1 - ratio));
+  return `${pct >= 0 ? `${pct}% saved` : `${-pct}% more`} (${ratio.toFixed(2)}×)`;
 }
 
 function askForKey(message) {
@@ -164,50 +195,131 @@ function virtualList(box, count, height, draw) {
 
 // ------------------------------------------------------------------ sessions
 
-async function sessionsPage(params) {
+/** "a=1 b=2, c=3" as pairs; a word without `=` (or with an empty key) is an error. */
+function metadataPairs(text) {
+  const pairs = [];
+  for (const word of text.split(/[\s,]+/).filter(Boolean)) {
+    const at = word.indexOf('=');
+    if (at <= 0) throw new ApiError(400, 'INVALID_ARGUMENT', `metadata: ${JSON.stringify(word)} is not key=value`);
+    pairs.push([word.slice(0, at), word.slice(at + 1)]);
+  }
+  return pairs;
+}
+
+/** A session's savings in one cell: the cache-weighted cost over its last calls, "cost −63%". */
+function savingsCell(sv) {
+  const r = sv.replayed;
+  if (!sv.calls_replayed || !r.unpruned_cost) return ['—', sv.calls_total ? 'nothing to save' : 'no model calls'];
+  const pct = Math.round(100 * (1 - r.sent_cost / r.unpruned_cost));
+  return [`cost ${pct > 0 ? '−' : pct < 0 ? '+' : '±'}${Math.abs(pct)}%`,
+    `last ${num(sv.calls_replayed)} of ${num(sv.calls_total)} model calls: ${num(r.sent_tokens)} tokens sent of ${num(r.unpruned_tokens)} unpruned; `
+    + `cache-weighted cost ${num(Math.round(r.sent_cost))} vs ${num(Math.round(r.unpruned_cost))}`];
+}
+
+/**
+ * Fetches each session's savings once its row comes into view, a few at a time (a savings answer
+ * replays up to 50 renders), and fills the row's savings and provider-cache cells.
+ */
+function savingsLoader(signal) {
+  const LIMIT = 3;
+  const queue = [];
+  let running = 0;
+  const one = async (tr) => {
+    const cell = tr.querySelector('.savings');
+    const cache = tr.querySelector('.cache');
+    try {
+      const sv = await api(`/api/sessions/${enc(tr.dataset.session)}/savings?calls=50`, signal);
+      const [text, title] = savingsCell(sv);
+      cell.textContent = text;
+      cell.title = title;
+      const g = sv.gateway;
+      cache.textContent = g ? `reads ${num(g.cache_read_tokens)} · writes ${num(g.cache_write_tokens)}` : '';
+      if (g) cache.title = `${num(g.calls)} gateway call(s); weighted input ${num(Math.round(g.weighted_input))}`;
+    } catch (e) {
+      if (signal.aborted) return;
+      cell.textContent = '?';
+      cell.title = `${e.code || 'error'}: ${e.message}`;
+    }
+    cell.dataset.loaded = '1';
+  };
+  const pump = () => {
+    while (running < LIMIT && queue.length && !signal.aborted) {
+      running++;
+      one(queue.shift()).finally(() => { running--; pump(); });
+    }
+  };
+  const observer = new IntersectionObserver((entries) => {
+    for (const e of entries) {
+      if (!e.isIntersecting) continue;
+      observer.unobserve(e.target);
+      queue.push(e.target);
+    }
+    pump();
+  });
+  signal.addEventListener('abort', () => observer.disconnect(), { once: true });
+  return (tr) => observer.observe(tr);
+}
+
+async function sessionsPage(params, signal) {
   crumbs(null, 'Sessions');
-  const state = { sessions: [], next: '', query: params.get('q') || '' };
-  const search = h('input', { id: 'search', type: 'search', placeholder: 'id or metadata', value: state.query });
+  const prefix = (params.get('id') || '').trim();
+  const metaText = (params.get('meta') || '').trim();
+  const state = { loaded: 0, next: '' };
+  const idInput = h('input', { id: 'search-id', class: 'mono', type: 'search', placeholder: 'id prefix', value: prefix, autocomplete: 'off' });
+  const metaInput = h('input', { id: 'search-meta', type: 'search', placeholder: 'key=value key=value', value: metaText, autocomplete: 'off' });
+  const form = h('form', { id: 'search-form', class: 'toolbar', onsubmit: (ev) => {
+    ev.preventDefault();
+    const q = new URLSearchParams();
+    if (idInput.value.trim()) q.set('id', idInput.value.trim());
+    if (metaInput.value.trim()) q.set('meta', metaInput.value.trim());
+    navigate(`#/${q.toString() ? `?${q}` : ''}`);
+  } }, h('label', {}, 'id prefix', idInput), h('label', {}, 'metadata', metaInput),
+  h('button', { id: 'search-go', type: 'submit' }, 'search'),
+  prefix || metaText ? h('a', { href: '#/', id: 'search-clear' }, 'all sessions') : null);
   const tbody = h('tbody');
-  const more = h('button', { id: 'more' }, 'load more');
-  const status = h('span', { class: 'muted' });
-  const draw = () => {
-    const q = search.value.trim().toLowerCase();
-    const shown = state.sessions.filter((s) => !q || s.session_id.includes(q)
-      || Object.entries(s.metadata).some(([k, v]) => `${k}=${v}`.toLowerCase().includes(q)));
-    fill(tbody, ...shown.map((s) => h('tr', { class: 'session-row' },
-      h('td', {}, h('a', { href: `#/s/${enc(s.session_id)}`, class: 'mono' }, s.session_id)),
-      h('td', {}, fmtTime(s.created_at_unix_ms)),
-      h('td', { class: 'node-count', 'data-session': s.session_id }, s.nodes === undefined ? '…' : num(s.nodes)),
-      h('td', {}, s.branches.map((b) => b.name).join(', ')),
-      h('td', { class: 'mono' }, Object.entries(s.metadata).map(([k, v]) => `${k}=${v}`).join(' ')))));
-    status.textContent = `${shown.length} of ${state.sessions.length} loaded${state.next ? '' : ' (all)'}`;
-    // A whole id need not be on a loaded page: offer it directly (the server says if it exists).
-    if (!shown.length && /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/.test(q)) {
-      tbody.append(h('tr', {}, h('td', { colspan: 5 }, h('a', { href: `#/s/${enc(q)}` }, `open session ${q}`))));
-    }
-    more.hidden = !state.next;
-  };
+  const more = h('button', { id: 'more', hidden: true }, 'more');
+  const status = h('p', { class: 'muted', id: 'sessions-status' });
+  const problem = h('div', { id: 'search-problem' });
+  const observe = savingsLoader(signal);
+  const row = (s) => h('tr', { class: 'session-row', 'data-session': s.session_id },
+    h('td', {}, h('a', { href: `#/s/${enc(s.session_id)}`, class: 'mono' }, s.session_id)),
+    h('td', {}, fmtTime(s.created_at_unix_ms)),
+    h('td', { class: 'node-count num' }, num(s.node_count)),
+    h('td', { class: 'savings num' }, '…'),
+    h('td', { class: 'cache' }),
+    h('td', {}, s.branches.map((b) => b.name).join(', ')),
+    h('td', { class: 'mono' }, Object.entries(s.metadata).map(([k, v]) => `${k}=${v}`).join(' ')));
+  let filter = '';
   const load = async () => {
-    const page = await api(`/api/sessions?page_size=50${state.next ? `&page_token=${enc(state.next)}` : ''}`);
-    state.sessions.push(...page.sessions);
-    state.next = page.next_page_token;
-    draw();
-    // Node counts: no RPC answers them, so they are counted from the log, one session at a time.
-    for (const s of page.sessions) {
-      if (s.nodes === undefined) {
-        const dag = await loadDag(s.session_id, s).catch(() => null);
-        s.nodes = dag ? dag.total : 0;
-        const cell = tbody.querySelector(`[data-session="${CSS.escape(s.session_id)}"]`);
-        if (cell) cell.textContent = num(s.nodes);
-      }
-    }
+    const page = await api(`/api/sessions?page_size=50${filter}${state.next ? `&page_token=${enc(state.next)}` : ''}`, signal);
+    const rows = page.sessions.map(row);
+    tbody.append(...rows);
+    rows.forEach(observe);
+    state.loaded += page.sessions.length;
+    state.next = page.next_page_token || '';
+    more.hidden = !state.next;
+    status.textContent = `${num(state.loaded)} session(s)${prefix || metaText ? ' matching' : ''}${state.next ? ', more to load' : ''}`;
   };
-  search.addEventListener('input', draw);
-  more.addEventListener('click', () => load().catch(showError));
-  fill(view(), h('h2', {}, 'Sessions'), h('div', { class: 'toolbar' }, h('label', {}, 'search', search), status),
-    h('table', { id: 'sessions' }, h('thead', {}, h('tr', {}, ['session', 'created', 'top-level nodes', 'branches', 'metadata'].map((t) => h('th', {}, t)))), tbody), more);
-  await load();
+  const failed = (e) => {
+    if (signal.aborted) return;
+    fill(problem, h('p', { class: 'error', id: 'search-error' }, `${e.code || 'error'}: ${e.message}`));
+  };
+  more.addEventListener('click', () => { more.disabled = true; load().catch(failed).finally(() => { more.disabled = false; }); });
+  const head = [['session'], ['created'], ['nodes', 'every node stored: all branches, sub-agent chains included', 'num'],
+    ['savings', 'cache-weighted cost of the last 50 model calls, sent vs unpruned', 'num'], ['provider cache', 'gateway sessions: the provider\'s cache reads and writes'],
+    ['branches'], ['metadata']];
+  fill(view(), h('h2', {}, 'Sessions'), form, problem,
+    h('table', { id: 'sessions' }, h('thead', {}, h('tr', {}, head.map(([t, title, cls]) => h('th', { title, class: cls }, t)))), tbody), more, status);
+  try {
+    const f = new URLSearchParams();
+    if (prefix) f.set('id_prefix', prefix);
+    for (const [k, v] of metadataPairs(metaText)) f.append('metadata', `${k}=${v}`);
+    filter = f.toString() ? `&${f}` : '';
+    await load();
+  } catch (e) {
+    if (e.status === 401 || e.name === 'AbortError') throw e;
+    failed(e);
+  }
 }
 
 // ------------------------------------------------------------------ the DAG
@@ -216,10 +328,10 @@ async function sessionsPage(params) {
  * One page of `Log` from `start`: 1,000 nodes, fewer when that answer would be over the server's
  * response size limit (RESOURCE_EXHAUSTED), as a session of huge tool results can make it.
  */
-async function logPage(sid, start) {
+async function logPage(sid, start, signal) {
   for (let limit = 1000; ; limit = Math.floor(limit / 4)) {
     try {
-      return await api(`/api/sessions/${enc(sid)}/log?node_id=${enc(start)}&limit=${limit}`);
+      return await api(`/api/sessions/${enc(sid)}/log?node_id=${enc(start)}&limit=${limit}`, signal);
     } catch (e) {
       if (e.code !== 'RESOURCE_EXHAUSTED' || limit <= 1) throw e;
     }
@@ -227,15 +339,15 @@ async function logPage(sid, start) {
 }
 
 /** Every top-level node reachable from a branch head, each branch's path, and lanes. */
-async function loadDag(sid, session) {
-  session = session || await api(`/api/sessions/${enc(sid)}`);
+async function loadDag(sid, session, signal) {
+  session = session || await api(`/api/sessions/${enc(sid)}`, signal);
   const nodes = new Map();
   const branches = [...session.branches].sort((a, b) => (a.name === 'main' ? -1 : b.name === 'main' ? 1 : a.name.localeCompare(b.name)));
   for (const b of branches) {
     let start = b.head_id;
     // Walks back from the head until the path joins nodes already loaded (a fork point).
     while (start && !nodes.has(start)) {
-      const page = await logPage(sid, start);
+      const page = await logPage(sid, start, signal);
       let joined = false;
       for (const n of page.nodes) {
         if (nodes.has(n.node_id)) { joined = true; break; }
@@ -265,7 +377,7 @@ async function loadDag(sid, session) {
   top.sort((a, b) => (a.created_at_unix_ms - b.created_at_unix_ms) || (depth.get(a.node_id) - depth.get(b.node_id)) || (lane.get(a.node_id) - lane.get(b.node_id)));
   const results = new Map(); // function call id -> its result node
   for (const n of top) if (n.content.function_result) results.set(n.content.function_result.function_id, n);
-  return { sid, session, nodes, top, lane, lanes, depth, results, chains: new Map(), expanded: new Set(), total: nodes.size };
+  return { sid, signal, session, nodes, top, lane, lanes, depth, results, chains: new Map(), expanded: new Set(), fresh: new Set(), total: nodes.size };
 }
 
 const LANE_COLORS = ['#2f6feb', '#e07a1f', '#2e9e5b', '#a347c8', '#c23b3b', '#1b9aaa', '#7a6a2f'];
@@ -289,7 +401,7 @@ async function toggleFunction(dag, call) {
     const chain = [];
     let start = result && result.content.function_result.chain_head_id;
     while (start) {
-      const page = await logPage(dag.sid, start);
+      const page = await logPage(dag.sid, start, dag.signal);
       chain.push(...page.nodes.filter((n) => n.function_id === call));
       start = page.next_page_token;
     }
@@ -350,7 +462,7 @@ function dagView(dag, opts) {
         list.repaint();
       } }, dag.expanded.has(n.node_id) ? '−' : `+ ${dag.results.has(n.node_id) ? 'internal chain' : 'running'}`) : null;
       const classes = ['row', n.content.function_call ? 'function-call' : '', n.content.function_result ? 'function-result' : '',
-        r.inner ? 'inner' : '', n.node_id === selected ? 'selected' : '', opts.highlight && opts.highlight.has(n.node_id) ? 'covered' : ''];
+        r.inner ? 'inner' : '', n.node_id === selected ? 'selected' : '', dag.fresh.has(n.node_id) ? 'fresh' : '', opts.highlight && opts.highlight.has(n.node_id) ? 'covered' : ''];
       out.push(h('div', { class: classes.join(' '), 'data-node': n.node_id, 'data-lane': dag.lanes[r.lane] ? dag.lanes[r.lane].name : '',
         style: `top:${i * ROW}px; padding-left:${labelX + (r.inner ? 16 : 0)}px`,
         onclick: () => { selected = n.node_id; list.repaint(); opts.onSelect && opts.onSelect(n); } },
@@ -370,27 +482,279 @@ function dagView(dag, opts) {
     return out;
   };
   const list = virtualList(box, () => rows.length, ROW, draw);
-  const legend = h('div', { class: 'lanes', id: 'lanes' }, dag.lanes.map((l, i) => h('span', { class: 'lane', 'data-branch': l.name },
+  const legend = h('div', { class: 'lanes', id: 'lanes' });
+  const drawLegend = () => fill(legend, dag.lanes.map((l, i) => h('span', { class: 'lane', 'data-branch': l.name },
     h('i', { class: 'lane-key', style: `background:${LANE_COLORS[i % LANE_COLORS.length]}` }), l.name,
     h('span', { class: 'muted' }, ` ${l.own} own node(s)${l.fork ? `, forks at ${short(l.fork)}` : ''}`))));
-  return { el: h('div', {}, legend, box), list, rowOf: (id) => index.get(id) };
+  drawLegend();
+  return {
+    el: h('div', {}, legend, box),
+    box,
+    list,
+    rowOf: (id) => index.get(id),
+    /** Redraws after `dag` grew; a view scrolled to its end stays there, following new rows. */
+    update: () => {
+      const atEnd = box.scrollTop + box.clientHeight >= box.scrollHeight - ROW;
+      rows = dagRows(dag);
+      index = new Map(rows.map((rr, k) => [rr.node.node_id, k]));
+      drawLegend();
+      list.repaint();
+      if (atEnd && box.scrollHeight > box.clientHeight) {
+        box.scrollTop = box.scrollHeight;
+        list.repaint();
+      }
+    },
+    setSummaries: (summaries) => { opts.summaries = summaries; list.repaint(); },
+  };
 }
 
-async function sessionPage(sid) {
+/** Where `n` goes in `dag.top` (creation order, as `loadDag` sorts): new nodes go last. */
+function insertTop(dag, n) {
+  const key = (x) => [Number(x.created_at_unix_ms), dag.depth.get(x.node_id), dag.lane.get(x.node_id)];
+  const k = key(n);
+  let i = dag.top.length;
+  while (i > 0) {
+    const p = key(dag.top[i - 1]);
+    if (p[0] < k[0] || (p[0] === k[0] && (p[1] < k[1] || (p[1] === k[1] && p[2] <= k[2])))) break;
+    i--;
+  }
+  dag.top.splice(i, 0, n);
+}
+
+/**
+ * Follows `/events` of a session: parses the event stream (fetch, not EventSource, which cannot
+ * send the API key) and hands each event to `on.event(name, data)`. On the stream's end or a
+ * network error it reconnects after a second with `Last-Event-ID`, the cursor of the last event
+ * received, so nothing is missed or repeated; it stops after `deleted`, on a 4xx answer, and when
+ * `signal` is aborted (the page is left). A resume the server refuses (4xx) is retried once
+ * from now, after `on.resync()`.
+ */
+async function follow(sid, signal, on) {
+  let cursor = '';
+  let attempt = 0;
+  while (!signal.aborted) {
+    if (attempt++) {
+      on.state('reconnecting');
+      await sleep(1000, signal);
+      if (signal.aborted) return;
+    }
+    const headers = { ...authHeaders(), Accept: 'text/event-stream' };
+    if (cursor) headers['Last-Event-ID'] = cursor;
+    let res;
+    try {
+      res = await fetch(`/api/sessions/${enc(sid)}/events`, { headers, signal, cache: 'no-store' });
+    } catch (e) {
+      if (signal.aborted) return;
+      continue;
+    }
+    if (!res.ok) {
+      const err = await errorOf(res);
+      if (res.status >= 400 && res.status < 500) {
+        if (res.status === 401) askForKey(err.message);
+        if (cursor && res.status !== 401 && res.status !== 403 && res.status !== 404) {
+          // The cursor is not accepted (too old, say): start from now and catch up by reloading.
+          cursor = '';
+          attempt = 0;
+          await on.resync();
+          continue;
+        }
+        on.stopped(err);
+        return;
+      }
+      continue; // 5xx: try again
+    }
+    on.state('live', Boolean(cursor));
+    let ended = false;
+    let failure = null;
+    try {
+      const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+      let buf = '';
+      let name = '';
+      let data = [];
+      let id = null;
+      while (!ended) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buf += value;
+        const lines = buf.split('\n');
+        buf = lines.pop();
+        for (let line of lines) {
+          if (line.endsWith('\r')) line = line.slice(0, -1);
+          if (line === '') {
+            if (data.length) {
+              const payload = JSON.parse(data.join('\n'));
+              const event = name || 'message';
+              if (event === 'error') failure = payload.error || { code: 'error', message: 'stream error' };
+              else on.event(event, payload);
+              if (id !== null && event !== 'error') cursor = id;
+              else if (payload.cursor && event !== 'error') cursor = payload.cursor;
+              if (event === 'deleted') { ended = true; break; }
+            }
+            name = '';
+            data = [];
+            id = null;
+          } else if (!line.startsWith(':')) {
+            const at = line.indexOf(':');
+            const field = at < 0 ? line : line.slice(0, at);
+            const val = at < 0 ? '' : line.slice(at + 1).replace(/^ /, '');
+            if (field === 'event') name = val;
+            else if (field === 'data') data.push(val);
+            else if (field === 'id') id = val;
+          }
+        }
+      }
+      if (ended) { reader.cancel().catch(() => {}); return; }
+    } catch (e) {
+      if (signal.aborted) return;
+    }
+    if (failure) {
+      on.error(failure);
+      // A cursor the server cannot resume from: start from now (the reload catches up).
+      if (['INVALID_ARGUMENT', 'OUT_OF_RANGE', 'FAILED_PRECONDITION'].includes(failure.code)) {
+        cursor = '';
+        await on.resync();
+      }
+    }
+  }
+}
+
+async function sessionPage(sid, signal) {
   crumbs(sid, 'Session');
   fill(view(), h('p', { class: 'muted' }, 'loading…'));
   const t0 = performance.now();
-  const dag = await loadDag(sid);
-  const summaries = await api(`/api/sessions/${enc(sid)}/summaries`);
+  let dag = await loadDag(sid, null, signal);
+  let summaries = (await api(`/api/sessions/${enc(sid)}/summaries`, signal)).summaries;
+  const drawnIn = Math.round(performance.now() - t0);
+  const ui = { selected: '' };
   const detail = h('div', { class: 'panel', id: 'detail' }, h('p', { class: 'muted' }, 'click a node to see its content'));
-  const v = dagView(dag, { summaries: summaries.summaries, onSelect: (n) => fill(detail, ...nodeDetail(n)) });
-  const s = dag.session;
-  fill(view(), h('h2', {}, 'Session ', h('span', { class: 'mono' }, sid)),
-    h('p', { class: 'muted', id: 'session-meta' }, `created ${fmtTime(s.created_at_unix_ms)} · ${num(dag.total)} top-level nodes · ${s.branches.length} branch(es) · ${s.compaction_count} compaction(s) · `,
-      Object.entries(s.metadata).map(([k, val]) => `${k}=${val}`).join(' '), ` · drawn in ${Math.round(performance.now() - t0)} ms`),
-    gatewayLine(s.gateway),
-    h('div', { class: 'split' }, v.el, detail));
+  const onSelect = (n) => { ui.selected = n.node_id; fill(detail, ...nodeDetail(n)); };
+  const meta = h('p', { class: 'muted', id: 'session-meta' });
+  const gateway = h('div', { id: 'gateway' });
+  const banner = h('div', { id: 'live-banner' });
+  const live = h('span', { id: 'live', class: 'live', 'data-state': 'connecting', title: 'following the session as it changes' }, 'connecting…');
+  const holder = h('div', { class: 'dag-holder' });
+  const writeMeta = () => {
+    const s = dag.session;
+    fill(meta, `created ${fmtTime(s.created_at_unix_ms)} · `, h('span', { id: 'node-count' }, `${num(s.node_count)} nodes`),
+      ` (${num(dag.total)} top-level) · ${s.branches.length} branch(es) · ${s.compaction_count} compaction(s) · `,
+      Object.entries(s.metadata).map(([k, val]) => `${k}=${val}`).join(' '), ` · drawn in ${drawnIn} ms`);
+    fill(gateway, gatewayLine(s.gateway));
+  };
+  let v = null;
+  const draw = () => {
+    const top = v ? v.box.scrollTop : 0;
+    v = dagView(dag, { summaries, onSelect, selected: ui.selected });
+    fill(holder, v.el);
+    v.box.scrollTop = top;
+    v.list.repaint();
+  };
+  writeMeta();
+  draw();
+  fill(view(), h('h2', {}, 'Session ', h('span', { class: 'mono' }, sid), ' ', live), meta, gateway, banner,
+    h('div', { class: 'split' }, holder, detail));
   v.list.repaint();
+
+  // ---- live: the stream's events, applied one at a time (a reload holds the ones behind it).
+  let queue = Promise.resolve();
+  const then = (f) => { queue = queue.then(f).catch((e) => { if (!signal.aborted) fill(banner, h('p', { class: 'error' }, `${e.code || 'error'}: ${e.message}`)); }); return queue; };
+  // The session's counts (node_count counts function chains too) a moment after a change.
+  let refreshing = null;
+  const refreshSession = () => {
+    if (refreshing) return;
+    refreshing = setTimeout(async () => {
+      refreshing = null;
+      const s = await api(`/api/sessions/${enc(sid)}`, signal).catch(() => null);
+      if (s && !signal.aborted) { dag.session = s; writeMeta(); }
+    }, 1000);
+  };
+  signal.addEventListener('abort', () => clearTimeout(refreshing), { once: true });
+  // Everything again, keeping what the reader opened and where they were.
+  const reload = async () => {
+    const fresh = await loadDag(sid, null, signal);
+    for (const call of dag.expanded) if (fresh.nodes.has(call)) fresh.expanded.add(call);
+    for (const [call, chain] of dag.chains) if (fresh.nodes.has(call)) fresh.chains.set(call, chain);
+    dag = fresh;
+    writeMeta();
+    draw();
+  };
+  const addNode = (n, branch) => {
+    if (n.function_id) {
+      // A node of a sub-agent's chain: shown if that chain is open, counted either way.
+      const chain = dag.chains.get(n.function_id);
+      if (chain && chain.some((c) => c.node_id === n.node_id)) return null;
+      if (chain) chain.push(n);
+      dag.session.node_count = Number(dag.session.node_count || 0) + 1;
+      return 'counted';
+    }
+    if (dag.nodes.has(n.node_id)) return null; // already drawn (a reload fetched it)
+    const li = dag.lanes.findIndex((l) => l.name === branch);
+    if (li < 0 || (n.parent_id && !dag.nodes.has(n.parent_id))) return 'reload';
+    dag.nodes.set(n.node_id, n);
+    dag.depth.set(n.node_id, n.parent_id ? dag.depth.get(n.parent_id) + 1 : 0);
+    dag.lane.set(n.node_id, li);
+    dag.lanes[li].head = n.node_id;
+    dag.lanes[li].own++;
+    const b = dag.session.branches.find((x) => x.name === branch);
+    if (b) b.head_id = n.node_id;
+    insertTop(dag, n);
+    if (n.content.function_result) {
+      const call = n.content.function_result.function_id;
+      dag.results.set(call, n);
+      // A chain gathered while the function ran may lack its start: read whole when next opened.
+      if (!dag.expanded.has(call)) dag.chains.delete(call);
+    }
+    dag.total++;
+    dag.fresh.add(n.node_id);
+    dag.session.node_count = Number(dag.session.node_count || 0) + 1;
+    return 'added';
+  };
+  const sameHeads = (branches) => branches.length === dag.lanes.length
+    && branches.every((b) => dag.lanes.some((l) => l.name === b.name && l.head === b.head_id));
+  const apply = async (name, e) => {
+    if (name === 'started') {
+      // A resume goes on exactly where it stopped; a fresh start may have missed nodes.
+      if (!e.resumed && !sameHeads(e.started.branches || [])) await reload();
+    } else if (name === 'node') {
+      const done = addNode(e.node, e.branch);
+      if (done === 'reload') await reload();
+      else if (done) { writeMeta(); v.update(); refreshSession(); }
+    } else if (name === 'head_moved' || name === 'branch_created' || name === 'branch_deleted') {
+      await reload();
+    } else if (name === 'compaction') {
+      const [listing, s] = await Promise.all([api(`/api/sessions/${enc(sid)}/summaries`, signal), api(`/api/sessions/${enc(sid)}`, signal)]);
+      summaries = listing.summaries;
+      dag.session = s;
+      writeMeta();
+      v.setSummaries(summaries);
+      const c = e.compaction;
+      fill(banner, h('p', { class: 'muted', id: 'live-compaction' }, `${fmtTime(c.created_at_unix_ms)}: compaction ${c.kind} on ${c.branch}`,
+        c.kind === 'committed' ? ` (tokens ${num(c.tokens_before)} → ${num(c.tokens_after)})` : c.message ? `: ${c.message}` : ''));
+    } else if (name === 'deleted') {
+      fill(banner, h('p', { class: 'error', id: 'session-deleted' }, 'This session was deleted: the page shows it as it was.'));
+    }
+  };
+  let resumed = false;
+  const setState = (state, text, title) => {
+    live.dataset.state = state;
+    live.className = `live is-${state}`;
+    live.textContent = text;
+    if (title) live.title = title;
+  };
+  follow(sid, signal, {
+    state: (state, fromCursor) => {
+      resumed = Boolean(fromCursor);
+      if (state === 'live') setState('live', '● live', 'following the session as it changes');
+      else setState('reconnecting', '○ reconnecting…', 'the stream ended; reconnecting');
+    },
+    event: (name, e) => {
+      if (name === 'started') e = { ...e, resumed };
+      if (name === 'deleted') setState('deleted', 'deleted', 'the session was deleted');
+      then(() => (signal.aborted ? null : apply(name, e)));
+    },
+    resync: () => then(reload),
+    error: (err) => setState('reconnecting', '○ reconnecting…', `${err.code}: ${err.message}`),
+    stopped: (err) => setState('stopped', 'not live', `${err.code}: ${err.message}`),
+  }).catch(() => {});
 }
 
 /** What the model gateway forwarded for a session it recorded (none for other sessions). */
@@ -444,9 +808,40 @@ function contextBar(report) {
   return h('div', { id: 'report' }, bar, legend, h('p', {}, verdict), h('p', { class: 'muted' }, tiers));
 }
 
-async function renderPage(sid, params) {
+/**
+ * What the context policy saved (`/savings`): the render shown against the same history unpruned
+ * (the next call's input), and the session's last model calls replayed, in tokens and in
+ * cache-weighted cost; for a gateway session, what the provider's cache did.
+ */
+function savingsView(sv) {
+  const cost = (x) => num(Math.round(x || 0));
+  const figure = (name, text) => h('td', { class: 'num', 'data-figure': name }, text);
+  const line = (label, key, part, whole, fmt) => h('tr', {}, h('th', {}, label),
+    figure(`${key}.sent`, fmt(part)), figure(`${key}.unpruned`, fmt(whole)), figure(`${key}.saved`, saved(part, whole)));
+  const n = sv.next;
+  const r = sv.replayed;
+  const rows = [line('this render: tokens', 'next.tokens', n.sent_tokens, n.unpruned_tokens, num),
+    line('this render: cost', 'next.cost', n.sent_cost, n.unpruned_cost, cost)];
+  if (sv.calls_replayed) {
+    rows.push(line(`last ${num(sv.calls_replayed)} call(s): tokens`, 'replayed.tokens', r.sent_tokens, r.unpruned_tokens, num),
+      line(`last ${num(sv.calls_replayed)} call(s): cost`, 'replayed.cost', r.sent_cost, r.unpruned_cost, cost));
+  }
+  const g = sv.gateway;
+  const input = g ? g.input_tokens + g.cache_read_tokens + g.cache_write_tokens : 0;
+  return [h('h3', {}, 'Savings'),
+    h('p', { class: 'muted', id: 'savings-calls' }, sv.calls_total
+      ? `${num(sv.calls_replayed)} of ${num(sv.calls_total)} model call(s) replayed (the newest); `
+      : 'no model calls on this path yet; ',
+    `cost is in tokens, priced as a provider prompt cache would: the prefix unchanged since the previous call read at 0.1×, the rest written at 1.25×; unpruned is every message as it came, no summaries (${sv.tokenizer})`),
+    h('table', { class: 'savings-table' }, h('thead', {}, h('tr', {}, ['', 'sent', 'unpruned', 'saved'].map((t) => h('th', {}, t)))), h('tbody', {}, rows)),
+    g ? h('p', { id: 'savings-gateway' }, `gateway (the provider's count): ${num(g.calls)} call(s) · cache reads `, h('b', { 'data-figure': 'gateway.cache_read' }, num(g.cache_read_tokens)),
+      ' · cache writes ', h('b', { 'data-figure': 'gateway.cache_write' }, num(g.cache_write_tokens)), ` · uncached ${num(g.input_tokens)} · weighted input `,
+      h('b', { 'data-figure': 'gateway.weighted_input' }, cost(g.weighted_input)), ` for ${num(input)} input tokens (the provider's cache: ${saved(g.weighted_input, input)})`) : null];
+}
+
+async function renderPage(sid, params, signal) {
   crumbs(sid, 'Render');
-  const session = await api(`/api/sessions/${enc(sid)}`);
+  const session = await api(`/api/sessions/${enc(sid)}`, signal);
   const field = (name, input) => h('label', {}, name, input);
   const branch = h('select', { id: 'branch' }, session.branches.map((b) => h('option', { value: b.name, selected: b.name === (params.get('branch') || 'main') }, b.name)));
   const budget = h('input', { id: 'budget', type: 'number', min: 0, placeholder: 'none', value: params.get('budget') || '' });
@@ -458,13 +853,26 @@ async function renderPage(sid, params) {
   const form = h('form', { class: 'toolbar', onsubmit: (ev) => {
     ev.preventDefault();
     const q = new URLSearchParams({ branch: branch.value, budget: budget.value, reserve: reserve.value, tokenizer: tokenizer.value, policy: policy.value });
-    location.hash = `#/s/${enc(sid)}/render?${q}`;
+    navigate(`#/s/${enc(sid)}/render?${q}`);
   } }, field('branch', branch), field('context window', budget), field('output reserve', reserve), field('tokenizer', tokenizer), field('policy', policy), go);
   fill(view(), h('h2', {}, 'Render ', h('span', { class: 'mono' }, short(sid))), form, out);
   if (!params.has('branch')) return;
   const q = new URLSearchParams({ branch: branch.value, tokenizer: tokenizer.value, ...POLICIES[policy.value] });
   if (budget.value) { q.set('context_window', budget.value); q.set('output_reserve', reserve.value || '0'); }
-  const r = await api(`/api/sessions/${enc(sid)}/render?${q}`);
+  // The savings replay renders: asked at once, drawn when it comes, after the render if need be.
+  const sq = new URLSearchParams(q);
+  sq.set('calls', '100');
+  const savings = h('div', { class: 'panel savings', id: 'savings', 'data-state': 'loading', 'data-query': sq.toString() },
+    h('p', { class: 'muted' }, 'savings: replaying the model calls…'));
+  api(`/api/sessions/${enc(sid)}/savings?${sq}`, signal).then((sv) => {
+    fill(savings, savingsView(sv));
+    savings.dataset.state = 'done';
+  }, (e) => {
+    if (signal.aborted) return;
+    fill(savings, h('h3', {}, 'Savings'), h('p', { class: 'error', id: 'savings-error' }, `${e.code || 'error'}: ${e.message}`));
+    savings.dataset.state = 'error';
+  });
+  const r = await api(`/api/sessions/${enc(sid)}/render?${q}`, signal);
   const report = r.report;
   let s = 0;
   const summaryOf = r.messages.map((m) => (m.node_ids.length ? '' : report.summary_ids[s++] || ''));
@@ -474,6 +882,7 @@ async function renderPage(sid, params) {
     report.turns_snipped ? h('p', { class: 'snipped-note' }, h('span', { class: 'badge snipped' }, 'snipped'),
       `${report.turns_snipped} oldest turn(s) dropped: ${report.snipped_node_ids.length} node(s) not sent`) : null,
     h('p', { class: 'muted' }, `${num(r.messages.length)} messages · ${num(r.total_tokens)} tokens (${r.tokenizer})`),
+    savings,
     h('div', { class: 'split' }, list, detail));
   virtualList(list, () => r.messages.length, MSG, (first, end) => {
     const rows = [];
@@ -494,10 +903,10 @@ async function renderPage(sid, params) {
 
 // ------------------------------------------------------------------ summaries
 
-async function summariesPage(sid, params) {
+async function summariesPage(sid, params, signal) {
   crumbs(sid, 'Summaries');
   const branchName = params.get('branch') || 'main';
-  const [dag, listing] = await Promise.all([loadDag(sid), api(`/api/sessions/${enc(sid)}/summaries?branch=${enc(branchName)}`)]);
+  const [dag, listing] = await Promise.all([loadDag(sid, null, signal), api(`/api/sessions/${enc(sid)}/summaries?branch=${enc(branchName)}`, signal)]);
   const byId = new Map(listing.summaries.map((s) => [s.summary_id, s]));
   const detail = h('div', { class: 'panel', id: 'summary-detail' });
   let v = null;
@@ -540,7 +949,7 @@ async function summariesPage(sid, params) {
     cards.push(card);
     return card;
   });
-  const branchSel = h('select', { id: 'summary-branch', onchange: (ev) => { location.hash = `#/s/${enc(sid)}/summaries?branch=${enc(ev.target.value)}`; } },
+  const branchSel = h('select', { id: 'summary-branch', onchange: (ev) => navigate(`#/s/${enc(sid)}/summaries?branch=${enc(ev.target.value)}`) },
     dag.session.branches.map((b) => h('option', { selected: b.name === branchName }, b.name)));
   fill(view(), h('h2', {}, 'Summaries ', h('span', { class: 'mono' }, short(sid))),
     h('div', { class: 'toolbar' }, h('label', {}, 'branch', branchSel), h('span', { class: 'muted' }, `${listing.events.length} event(s), ${listing.summaries.length} summary(ies)`)),
@@ -550,21 +959,34 @@ async function summariesPage(sid, params) {
 
 // ------------------------------------------------------------------ routing
 
+/** Goes to `hash`; the same hash again (a search repeated, say) loads the page afresh. */
+function navigate(hash) {
+  document.body.dataset.ready = '';
+  if (location.hash === hash || (!location.hash && hash === '#/')) route();
+  else location.hash = hash;
+}
+
 async function route() {
+  // The page shown before stops: its requests, its live stream, its lazy loads.
+  pageAbort.abort();
+  pageAbort = new AbortController();
+  const signal = pageAbort.signal;
   const [path, query] = (location.hash.slice(1) || '/').split('?');
   const params = new URLSearchParams(query || '');
   const parts = path.split('/').filter(Boolean).map(decodeURIComponent);
   document.getElementById('forget-key').hidden = !sessionStorage.getItem(KEY);
   try {
     if (parts[0] === 's' && parts[1]) {
-      if (parts[2] === 'render') await renderPage(parts[1], params);
-      else if (parts[2] === 'summaries') await summariesPage(parts[1], params);
-      else await sessionPage(parts[1]);
+      if (parts[2] === 'render') await renderPage(parts[1], params, signal);
+      else if (parts[2] === 'summaries') await summariesPage(parts[1], params, signal);
+      else await sessionPage(parts[1], signal);
     } else {
-      await sessionsPage(params);
+      await sessionsPage(params, signal);
     }
+    if (signal.aborted) return;
     document.body.dataset.ready = location.hash || '#/';
   } catch (e) {
+    if (signal.aborted) return;
     showError(e);
     document.body.dataset.ready = 'error';
   }

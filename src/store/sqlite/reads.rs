@@ -8,10 +8,12 @@ use sqlx::{QueryBuilder, Row, Sqlite};
 use super::{BRANCH_HEAD, Conn, Connection, FUNCTION_ROW, NODE_ROW, SESSION_EXISTS};
 use crate::domain::{
     Branch, BranchName, CompactionEvent, CompactionId, GatewayUsage, Hash, NodeId, Reason,
-    SessionId, Summary, Tenant, Tombstone,
+    SessionFilter, SessionId, Summary, Tenant, Tombstone,
 };
 use crate::store::append::AppendOutcome;
-use crate::store::backend::{BranchStart, Lookups, Reads, SessionRow, StoredBlob, tenant_filter};
+use crate::store::backend::{
+    BranchStart, Lookups, Reads, SessionRow, StoredBlob, metadata_filter, tenant_filter,
+};
 use crate::store::compaction::CompactionPlan;
 use crate::store::decode::{self, Columns, SUMMARY_COLUMNS, TOMBSTONE_COLUMNS};
 use crate::store::lifecycle::Tenants;
@@ -141,17 +143,37 @@ impl<C: Connection> Reads for Conn<C> {
         tenant: &Tenant,
         after: Option<SessionId>,
         limit: u32,
+        filter: &SessionFilter,
     ) -> Result<Vec<SessionRow>> {
+        let (low, high) = filter.ids.map_or((None, None), |(l, h)| (Some(l), Some(h)));
+        // Every pair of the filter has a pair of the session's metadata equal to it.
         let rows = sqlx::query(
             "SELECT id, created_at_ms, metadata, compaction_count FROM sessions
-             WHERE tenant = ?1 AND (?2 IS NULL OR id < ?2) ORDER BY id DESC LIMIT ?3",
+             WHERE tenant = ?1 AND (?2 IS NULL OR id < ?2)
+               AND (?4 IS NULL OR id BETWEEN ?4 AND ?5)
+               AND (?6 IS NULL OR NOT EXISTS (
+                   SELECT 1 FROM json_each(?6) f WHERE NOT EXISTS (
+                       SELECT 1 FROM json_each(sessions.metadata) m
+                       WHERE m.key = f.key AND m.value = f.value)))
+             ORDER BY id DESC LIMIT ?3",
         )
         .bind(tenant.as_str())
         .bind(after.map(|id| id.as_bytes().to_vec()))
         .bind(i64::from(limit))
+        .bind(low.map(|b| b.to_vec()))
+        .bind(high.map(|b| b.to_vec()))
+        .bind(metadata_filter(filter))
         .fetch_all(self.conn())
         .await?;
         rows.iter().map(decode::session).collect()
+    }
+
+    async fn node_count(&mut self, session: SessionId) -> Result<u64> {
+        let count: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM nodes WHERE session_id = ?")
+            .bind(session.as_bytes().as_slice())
+            .fetch_one(self.conn())
+            .await?;
+        Ok(u64::try_from(count).unwrap_or(0))
     }
 
     async fn branches(&mut self, session: SessionId) -> Result<Vec<Branch>> {

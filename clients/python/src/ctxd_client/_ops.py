@@ -341,11 +341,25 @@ def get_session(session: SessionRef) -> Exchange[Session]:
     )
 
 
-def list_sessions(page_size: int = 0, page_token: str = "") -> Exchange[SessionPage]:
+def list_sessions(
+    page_size: int = 0,
+    page_token: str = "",
+    *,
+    id_prefix: str = "",
+    metadata: Mapping[str, str] | None = None,
+) -> Exchange[SessionPage]:
     """One page of the sessions (the caller's tenant's), newest first: `page_size` of them (0:
     the server's default, 50; at most 1000). Pass the page's `next_page_token` for the next one;
-    it is empty on the last page."""
-    r = yield "ListSessions", pb.ListSessionsRequest(page_size=page_size, page_token=page_token)
+    it is empty on the last page.
+
+    The filters keep the sessions matching all of them: `id_prefix`, those whose id starts with
+    it (`0193f2a1-7`; upper-case hex is accepted, a prefix no UUID can start with raises
+    `InvalidArgument`); `metadata`, those whose metadata holds every one of its pairs exactly (at
+    most 16). Ask for the next page with the same filter."""
+    request = pb.ListSessionsRequest(
+        page_size=page_size, page_token=page_token, id_prefix=id_prefix, metadata=metadata or {}
+    )
+    r = yield "ListSessions", request
     return SessionPage([Session.from_pb(s) for s in r.sessions], r.next_page_token)
 
 

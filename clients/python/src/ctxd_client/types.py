@@ -71,6 +71,9 @@ class Session:
     metadata: dict[str, str]
     compaction_count: int
     branches: list[Branch]
+    node_count: int
+    """Every node stored for the session, on all branches and in its functions' internal chains;
+    set by `get_session` and `list_sessions` (0 in what other calls answer)."""
     raw: pb.Session = field(repr=False, compare=False)
 
     @classmethod
@@ -81,6 +84,7 @@ class Session:
             metadata=dict(s.metadata),
             compaction_count=s.compaction_count,
             branches=[Branch.from_pb(b) for b in s.branches],
+            node_count=s.node_count,
             raw=s,
         )
 

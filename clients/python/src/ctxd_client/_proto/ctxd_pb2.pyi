@@ -146,7 +146,7 @@ EXPORT_FORMAT_OPENAI_MESSAGES: ExportFormat
 EXPORT_FORMAT_CLAUDE_CODE_JSONL: ExportFormat
 
 class Session(_message.Message):
-    __slots__ = ("session_id", "created_at_unix_ms", "metadata", "compaction_count", "branches", "gateway")
+    __slots__ = ("session_id", "created_at_unix_ms", "metadata", "compaction_count", "branches", "gateway", "node_count")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -160,13 +160,15 @@ class Session(_message.Message):
     COMPACTION_COUNT_FIELD_NUMBER: _ClassVar[int]
     BRANCHES_FIELD_NUMBER: _ClassVar[int]
     GATEWAY_FIELD_NUMBER: _ClassVar[int]
+    NODE_COUNT_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     created_at_unix_ms: int
     metadata: _containers.ScalarMap[str, str]
     compaction_count: int
     branches: _containers.RepeatedCompositeFieldContainer[Branch]
     gateway: GatewayUsage
-    def __init__(self, session_id: _Optional[str] = ..., created_at_unix_ms: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ..., compaction_count: _Optional[int] = ..., branches: _Optional[_Iterable[_Union[Branch, _Mapping]]] = ..., gateway: _Optional[_Union[GatewayUsage, _Mapping]] = ...) -> None: ...
+    node_count: int
+    def __init__(self, session_id: _Optional[str] = ..., created_at_unix_ms: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ..., compaction_count: _Optional[int] = ..., branches: _Optional[_Iterable[_Union[Branch, _Mapping]]] = ..., gateway: _Optional[_Union[GatewayUsage, _Mapping]] = ..., node_count: _Optional[int] = ...) -> None: ...
 
 class GatewayUsage(_message.Message):
     __slots__ = ("calls", "client_tokens", "forwarded_tokens", "input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens")
@@ -208,12 +210,23 @@ class GetSessionRequest(_message.Message):
     def __init__(self, session_id: _Optional[str] = ...) -> None: ...
 
 class ListSessionsRequest(_message.Message):
-    __slots__ = ("page_size", "page_token")
+    __slots__ = ("page_size", "page_token", "id_prefix", "metadata")
+    class MetadataEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    ID_PREFIX_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
     page_size: int
     page_token: str
-    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+    id_prefix: str
+    metadata: _containers.ScalarMap[str, str]
+    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., id_prefix: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class ListSessionsResponse(_message.Message):
     __slots__ = ("sessions", "next_page_token")

@@ -193,7 +193,7 @@ class ContextStoreServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListSessions(self, request, context):
-        """Newest first.
+        """Newest first; filtered by an id prefix and metadata pairs.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

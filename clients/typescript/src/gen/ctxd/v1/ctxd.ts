@@ -191,7 +191,14 @@ export interface Session {
    * What the model gateway forwarded for this session, added up over its calls; set by
    * GetSession only (empty elsewhere, and for a session the gateway never served).
    */
-  gateway?: GatewayUsage | undefined;
+  gateway?:
+    | GatewayUsage
+    | undefined;
+  /**
+   * Every node stored for the session: on every branch, and in the internal chains of its
+   * function (sub-agent) calls. Set by GetSession and ListSessions.
+   */
+  nodeCount: number;
 }
 
 export interface Session_MetadataEntry {
@@ -237,6 +244,21 @@ export interface ListSessionsRequest {
   pageSize: number;
   /** `next_page_token` of the previous page; empty for the first page. */
   pageToken: string;
+  /**
+   * Only sessions whose id (lower-case, hyphenated, as ctxd prints it) starts with this, e.g.
+   * `0193f2a1-7`; upper-case hex digits are accepted.
+   */
+  idPrefix: string;
+  /**
+   * Only sessions whose metadata holds every one of these keys with exactly this value (at most
+   * 16 pairs).
+   */
+  metadata: { [key: string]: string };
+}
+
+export interface ListSessionsRequest_MetadataEntry {
+  key: string;
+  value: string;
 }
 
 export interface ListSessionsResponse {
@@ -1109,7 +1131,15 @@ export interface CollectGarbageResponse {
 }
 
 function createBaseSession(): Session {
-  return { sessionId: "", createdAtUnixMs: 0, metadata: {}, compactionCount: 0, branches: [], gateway: undefined };
+  return {
+    sessionId: "",
+    createdAtUnixMs: 0,
+    metadata: {},
+    compactionCount: 0,
+    branches: [],
+    gateway: undefined,
+    nodeCount: 0,
+  };
 }
 
 export const Session: MessageFns<Session> = {
@@ -1131,6 +1161,9 @@ export const Session: MessageFns<Session> = {
     }
     if (message.gateway !== undefined) {
       GatewayUsage.encode(message.gateway, writer.uint32(50).fork()).join();
+    }
+    if (message.nodeCount !== 0) {
+      writer.uint32(56).uint64(message.nodeCount);
     }
     return writer;
   },
@@ -1199,6 +1232,14 @@ export const Session: MessageFns<Session> = {
             message.gateway = GatewayUsage.decode(reader, reader.uint32());
             continue;
           }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.nodeCount = longToNumber(reader.uint64());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1232,6 +1273,7 @@ export const Session: MessageFns<Session> = {
     message.gateway = (object.gateway !== undefined && object.gateway !== null)
       ? GatewayUsage.fromPartial(object.gateway)
       : undefined;
+    message.nodeCount = object.nodeCount ?? 0;
     return message;
   },
 };
@@ -1643,7 +1685,7 @@ export const GetSessionRequest: MessageFns<GetSessionRequest> = {
 };
 
 function createBaseListSessionsRequest(): ListSessionsRequest {
-  return { pageSize: 0, pageToken: "" };
+  return { pageSize: 0, pageToken: "", idPrefix: "", metadata: {} };
 }
 
 export const ListSessionsRequest: MessageFns<ListSessionsRequest> = {
@@ -1654,6 +1696,12 @@ export const ListSessionsRequest: MessageFns<ListSessionsRequest> = {
     if (message.pageToken !== "") {
       writer.uint32(18).string(message.pageToken);
     }
+    if (message.idPrefix !== "") {
+      writer.uint32(26).string(message.idPrefix);
+    }
+    globalThis.Object.entries(message.metadata).forEach(([key, value]: [string, string]) => {
+      ListSessionsRequest_MetadataEntry.encode({ key: key as any, value }, writer.uint32(34).fork()).join();
+    });
     return writer;
   },
 
@@ -1686,6 +1734,25 @@ export const ListSessionsRequest: MessageFns<ListSessionsRequest> = {
             message.pageToken = reader.string();
             continue;
           }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.idPrefix = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            const entry4 = ListSessionsRequest_MetadataEntry.decode(reader, reader.uint32());
+            if (entry4.value !== undefined) {
+              message.metadata[entry4.key] = entry4.value;
+            }
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1705,6 +1772,87 @@ export const ListSessionsRequest: MessageFns<ListSessionsRequest> = {
     const message = createBaseListSessionsRequest();
     message.pageSize = object.pageSize ?? 0;
     message.pageToken = object.pageToken ?? "";
+    message.idPrefix = object.idPrefix ?? "";
+    message.metadata = (globalThis.Object.entries(object.metadata ?? {}) as [string, string][]).reduce(
+      (acc: { [key: string]: string }, [key, value]: [string, string]) => {
+        if (value !== undefined) {
+          acc[key] = globalThis.String(value);
+        }
+        return acc;
+      },
+      {},
+    );
+    return message;
+  },
+};
+
+function createBaseListSessionsRequest_MetadataEntry(): ListSessionsRequest_MetadataEntry {
+  return { key: "", value: "" };
+}
+
+export const ListSessionsRequest_MetadataEntry: MessageFns<ListSessionsRequest_MetadataEntry> = {
+  encode(message: ListSessionsRequest_MetadataEntry, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.key !== "") {
+      writer.uint32(10).string(message.key);
+    }
+    if (message.value !== "") {
+      writer.uint32(18).string(message.value);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListSessionsRequest_MetadataEntry {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListSessionsRequest_MetadataEntry();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.key = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.value = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create<I extends Exact<DeepPartial<ListSessionsRequest_MetadataEntry>, I>>(
+    base?: I,
+  ): ListSessionsRequest_MetadataEntry {
+    return ListSessionsRequest_MetadataEntry.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ListSessionsRequest_MetadataEntry>, I>>(
+    object: I,
+  ): ListSessionsRequest_MetadataEntry {
+    const message = createBaseListSessionsRequest_MetadataEntry();
+    message.key = object.key ?? "";
+    message.value = object.value ?? "";
     return message;
   },
 };
@@ -9309,7 +9457,7 @@ export const ContextStoreService = {
     responseSerialize: (value: Session): Buffer => Buffer.from(Session.encode(value).finish()),
     responseDeserialize: (value: Buffer): Session => Session.decode(value),
   },
-  /** Newest first. */
+  /** Newest first; filtered by an id prefix and metadata pairs. */
   listSessions: {
     path: "/ctxd.v1.ContextStore/ListSessions" as const,
     requestStream: false as const,
@@ -9644,7 +9792,7 @@ export interface ContextStoreServer extends UntypedServiceImplementation {
   /** A new session has one branch, `main`, with no head. */
   createSession: handleUnaryCall<CreateSessionRequest, Session>;
   getSession: handleUnaryCall<GetSessionRequest, Session>;
-  /** Newest first. */
+  /** Newest first; filtered by an id prefix and metadata pairs. */
   listSessions: handleUnaryCall<ListSessionsRequest, ListSessionsResponse>;
   /**
    * Appends nodes to a branch, or to the internal chain of a running function.
@@ -9784,7 +9932,7 @@ export interface ContextStoreClient extends Client {
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: Session) => void,
   ): ClientUnaryCall;
-  /** Newest first. */
+  /** Newest first; filtered by an id prefix and metadata pairs. */
   listSessions(
     request: ListSessionsRequest,
     callback: (error: ServiceError | null, response: ListSessionsResponse) => void,
