@@ -359,3 +359,62 @@ async fn a_non_loopback_gateway_needs_api_keys() {
         "refused before the database is opened"
     );
 }
+
+/// `ctxd sessions --meta K=V --id-prefix P`: the filter runs on the server.
+#[tokio::test]
+async fn the_sessions_command_filters_by_metadata_and_id_prefix() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let daemon = start(&dir.path().join("ctxd.db")).await;
+    let mut client = connect(daemon.addr).await;
+    let mut ids = Vec::new();
+    for team in ["a", "b", "a"] {
+        let created = client
+            .create_session(pb::CreateSessionRequest {
+                metadata: [("team".to_owned(), team.to_owned())].into(),
+                ..Default::default()
+            })
+            .await
+            .expect("CreateSession")
+            .into_inner();
+        ids.push(created.session_id);
+    }
+    let server = format!("http://{}", daemon.addr);
+    let listed = |args: &[&str]| {
+        let out = crate::daemon::ctxd()
+            .args(["sessions", "--json", "--server", &server])
+            .args(args)
+            .output()
+            .expect("run ctxd sessions");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        json["sessions"]
+            .as_array()
+            .expect("sessions")
+            .iter()
+            .map(|s| s["session_id"].as_str().expect("id").to_owned())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        listed(&["--meta", "team=a"]),
+        [ids[2].clone(), ids[0].clone()]
+    );
+    assert_eq!(
+        listed(&["--meta", "team=a", "--id-prefix", &ids[0]]),
+        [ids[0].clone()]
+    );
+    assert!(listed(&["--meta", "team=a", "--id-prefix", &ids[1]]).is_empty());
+
+    let bad = crate::daemon::ctxd()
+        .args(["sessions", "--id-prefix", "xyz", "--server", &server])
+        .output()
+        .expect("run ctxd sessions");
+    assert!(!bad.status.success());
+    let stderr = String::from_utf8_lossy(&bad.stderr);
+    assert!(stderr.contains("id_prefix"), "{stderr}");
+    drop(client);
+    daemon.stop().await;
+}

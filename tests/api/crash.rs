@@ -465,6 +465,23 @@ fn is_a_verdict(code: Code) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn kill_9_under_load_loses_and_duplicates_nothing() {
+    // A failure's message is said again after its backtrace, where a log cut to its head and
+    // tail still shows it (with the seed printed first, enough to replay the run).
+    if let Err(e) = tokio::spawn(kill_9_cycles()).await {
+        let payload = e
+            .try_into_panic()
+            .unwrap_or_else(|e| panic!("the test task: {e}"));
+        let message = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or("(no message)");
+        eprintln!("kill -9 test failed: {message}");
+        std::panic::resume_unwind(payload);
+    }
+}
+
+async fn kill_9_cycles() {
     let cycles: usize = std::env::var(CYCLES_VAR)
         .map(|v| v.parse().expect("CTXD_CRASH_CYCLES is a number"))
         .unwrap_or(DEFAULT_CYCLES);
