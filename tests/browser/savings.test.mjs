@@ -174,3 +174,30 @@ test('a session the gateway served shows the provider\'s cache reads and writes'
     return c && c.dataset.loaded && document.querySelector('tr[data-session="${gsid}"] .cache').textContent;`, 30000);
   assert.equal(cache, 'reads 3,400 · writes 560');
 });
+
+test('the page of a gateway session follows the agent\'s next call live', async () => {
+  const call = (messages, session) => fetch(`${server.gateway}/v1/messages`, {
+    method: 'POST',
+    headers: {
+      'content-type': 'application/json', 'x-api-key': 'sk-test', 'anthropic-version': '2023-06-01',
+      ...(session ? { 'x-ctxd-session': session } : {}),
+    },
+    body: JSON.stringify({ model: 'claude-test', max_tokens: 64, messages }),
+  });
+  const first = [{ role: 'user', content: 'Open a live session through the gateway.' }];
+  const res = await call(first);
+  assert.equal(res.status, 200);
+  const answer = (await res.json()).content[0].text;
+  const gsid = res.headers.get('x-ctxd-session-id');
+  await browser.open(server.web, `#/s/${gsid}`);
+  await browser.waitFor('the live stream', 'const l = document.getElementById("live"); return l && l.dataset.state === "live"');
+  // The agent's next call, while the page is open: its question and the answer appear.
+  const next = await call([...first, { role: 'assistant', content: answer }, { role: 'user', content: 'A second question, asked live.' }], gsid);
+  assert.equal(next.status, 200);
+  await next.text();
+  const rows = await browser.waitFor('the next call on the page', `
+    const rows = [...document.querySelectorAll("#dag .row")].map(r => r.textContent);
+    return rows.some(t => t.includes("A second question, asked live.")) && rows.filter(t => t.includes("stand-in provider")).length >= 2 && rows;`, 30000);
+  assert.equal(rows.filter((t) => t.includes('A second question, asked live.')).length, 1);
+  assert.equal(await browser.run('return document.getElementById("live").dataset.state'), 'live');
+});
