@@ -206,13 +206,19 @@ function metadataPairs(text) {
   return pairs;
 }
 
+/**
+ * What the sessions list measures savings at: the default policy in a 200,000-token window with
+ * 16,000 reserved for output (as `benches/economy.rs` does), over each session's newest 50 calls.
+ */
+const LIST_SAVINGS = 'calls=50&context_window=200000&output_reserve=16000';
+
 /** A session's savings in one cell: the cache-weighted cost over its last calls, "cost −63%". */
 function savingsCell(sv) {
   const r = sv.replayed;
   if (!sv.calls_replayed || !r.unpruned_cost) return ['—', sv.calls_total ? 'nothing to save' : 'no model calls'];
   const pct = Math.round(100 * (1 - r.sent_cost / r.unpruned_cost));
   return [`cost ${pct > 0 ? '−' : pct < 0 ? '+' : '±'}${Math.abs(pct)}%`,
-    `last ${num(sv.calls_replayed)} of ${num(sv.calls_total)} model calls: ${num(r.sent_tokens)} tokens sent of ${num(r.unpruned_tokens)} unpruned; `
+    `default policy in a 200,000-token window, last ${num(sv.calls_replayed)} of ${num(sv.calls_total)} model calls: ${num(r.sent_tokens)} tokens sent of ${num(r.unpruned_tokens)} unpruned; `
     + `cache-weighted cost ${num(Math.round(r.sent_cost))} vs ${num(Math.round(r.unpruned_cost))}`];
 }
 
@@ -228,7 +234,7 @@ function savingsLoader(signal) {
     const cell = tr.querySelector('.savings');
     const cache = tr.querySelector('.cache');
     try {
-      const sv = await api(`/api/sessions/${enc(tr.dataset.session)}/savings?calls=50`, signal);
+      const sv = await api(`/api/sessions/${enc(tr.dataset.session)}/savings?${LIST_SAVINGS}`, signal);
       const [text, title] = savingsCell(sv);
       cell.textContent = text;
       cell.title = title;
