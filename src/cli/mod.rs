@@ -281,7 +281,7 @@ struct SecurityArgs {
         value_parser = clap::builder::BoolishValueParser::new()
     )]
     insecure_no_auth: bool,
-    /// The server's certificate chain (PEM): serve TLS.
+    /// The server's certificate chain (PEM): serve TLS (gRPC, and HTTPS for --http).
     #[arg(long, env = "CTXD_TLS_CERT", value_name = "FILE", requires = "tls_key")]
     tls_cert: Option<PathBuf>,
     /// The private key of --tls-cert (PEM).
