@@ -40,15 +40,21 @@ impl ToJson for pb::Session {
             "compaction_count": self.compaction_count,
             "branches": self.branches.to_json(),
             "node_count": self.node_count,
-            "gateway": self.gateway.as_ref().map(|g| json!({
-                "calls": g.calls,
-                "client_tokens": g.client_tokens,
-                "forwarded_tokens": g.forwarded_tokens,
-                "input_tokens": g.input_tokens,
-                "cache_read_tokens": g.cache_read_tokens,
-                "cache_write_tokens": g.cache_write_tokens,
-                "output_tokens": g.output_tokens,
-            })),
+            "gateway": self.gateway.as_ref().map(ToJson::to_json),
+        })
+    }
+}
+
+impl ToJson for pb::GatewayUsage {
+    fn to_json(&self) -> Value {
+        json!({
+            "calls": self.calls,
+            "client_tokens": self.client_tokens,
+            "forwarded_tokens": self.forwarded_tokens,
+            "input_tokens": self.input_tokens,
+            "cache_read_tokens": self.cache_read_tokens,
+            "cache_write_tokens": self.cache_write_tokens,
+            "output_tokens": self.output_tokens,
         })
     }
 }

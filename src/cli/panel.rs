@@ -262,8 +262,8 @@ pub fn gateway(g: &pb::GatewayUsage) -> String {
     );
     let input = g.input_tokens + g.cache_read_tokens + g.cache_write_tokens;
     let weighted = g.input_tokens as f64
-        + 0.1 * g.cache_read_tokens as f64
-        + 1.25 * g.cache_write_tokens as f64;
+        + crate::economy::CACHE_READ * g.cache_read_tokens as f64
+        + crate::economy::CACHE_WRITE * g.cache_write_tokens as f64;
     let _ = writeln!(
         out,
         "  provider input              {:>12} tokens: {} uncached, {} cache reads ({:.0}%), {} cache writes",

@@ -451,18 +451,13 @@ async fn savings(
     };
     let s = &report.savings;
     let gateway = report.gateway.as_ref().map(|g| {
-        json!({
-            "calls": g.calls,
-            "client_tokens": g.client_tokens,
-            "forwarded_tokens": g.forwarded_tokens,
-            "input_tokens": g.input_tokens,
-            "cache_read_tokens": g.cache_read_tokens,
-            "cache_write_tokens": g.cache_write_tokens,
-            "output_tokens": g.output_tokens,
-            "weighted_input": g.input_tokens as f64
+        let mut usage = g.to_json();
+        usage["weighted_input"] = json!(
+            g.input_tokens as f64
                 + crate::economy::CACHE_READ * g.cache_read_tokens as f64
-                + crate::economy::CACHE_WRITE * g.cache_write_tokens as f64,
-        })
+                + crate::economy::CACHE_WRITE * g.cache_write_tokens as f64
+        );
+        usage
     });
     let body = json!({
         "head_id": report.head_id,
