@@ -989,6 +989,7 @@ fn options(path: &PathView, callers: Callers, k: &Knobs) -> Options {
         budget,
         policy: k.policy,
         now_ms,
+        seen: Default::default(),
     }
 }
 

@@ -382,6 +382,7 @@ pub(super) fn render_request(
         } else {
             args.now_unix_ms
         },
+        seen: crate::render::Seen::All,
     };
     Ok((session, target, tokenizer, options))
 }

@@ -109,6 +109,11 @@ struct GatewayArgs {
     /// overrides it.
     #[arg(long, env = "CTXD_GATEWAY_POLICY", default_value = "stepped", value_parser = ["stepped", "passthrough"])]
     gateway_policy: String,
+    /// The context window of a model, in tokens, in place of ctxd's table (`MODEL=TOKENS`;
+    /// `MODEL` may end in `*` to name every model it starts; repeatable). A model neither names
+    /// is budgeted by the table, and one the table does not know is never cut by budget.
+    #[arg(long = "context-window", value_name = "MODEL=TOKENS", value_parser = crate::gateway::Window::parse)]
+    context_windows: Vec<crate::gateway::Window>,
 }
 
 /// How the database is used when another process holds it or the disk fills up.
@@ -531,6 +536,7 @@ async fn serve(
         );
         g.policy =
             crate::gateway::GatewayPolicy::parse(&gateway.gateway_policy).unwrap_or_default();
+        g.windows = gateway.context_windows;
         options.gateway = Some(g);
     }
     stdout.flush()?;

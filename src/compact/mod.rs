@@ -234,6 +234,7 @@ pub fn cache_sharing_request(
         summary_id: None,
         pinned: false,
         pinned_under: None,
+        unseen: false,
         hidden: Vec::new(),
     });
     context

@@ -14,8 +14,7 @@ use super::conversation::{Conversation, Item, MAX_ANSWER_PARTS, Refusal, estimat
 use super::json::{canonical_arguments, canonical_block};
 use super::sse;
 use crate::domain::{MediaSource, NodeContent, Part, ProviderUsage, Role, ToolCall};
-use crate::render::format::{ANTHROPIC_BLOCK, MESSAGE_FIELDS, anthropic_document};
-use crate::render::{Message, Reduction};
+use crate::render::format::{ANTHROPIC_BLOCK, MESSAGE_FIELDS};
 
 /// Cache breakpoints one request may carry.
 pub const MAX_MARKERS: usize = 4;
@@ -334,69 +333,6 @@ pub fn assistant(blocks: &[Value]) -> Result<Option<NodeContent>, Refusal> {
     }))
 }
 
-/// The `messages` the gateway forwards: the rendered branch as the API takes it, with the
-/// client's cache markers on the messages they were on when those go unchanged, else on the
-/// newest message of the unchanged prefix; never more than the API allows.
-pub fn messages(
-    rendered: &[Message],
-    conv: &Conversation,
-    item_nodes: &[crate::domain::NodeId],
-) -> Value {
-    let (document, sources) = anthropic_document(rendered, true);
-    let mut out = match document {
-        Value::Object(mut map) => match map.remove("messages") {
-            Some(Value::Array(m)) => m,
-            _ => Vec::new(),
-        },
-        _ => Vec::new(),
-    };
-    let changed = |m: &Message| {
-        m.reduction != Reduction::None || m.stubbed_inputs > 0 || m.summary_id.is_some()
-    };
-    let unchanged: Vec<bool> = sources
-        .iter()
-        .map(|s| !s.is_empty() && s.iter().all(|&k| !changed(&rendered[k])))
-        .collect();
-    let prefix_end = unchanged.iter().take_while(|u| **u).count();
-    let mut placed: Vec<(usize, Value)> = Vec::new();
-    for (message, marker) in &conv.markers {
-        let Some(node) = conv
-            .items
-            .iter()
-            .zip(item_nodes)
-            .rev()
-            .find(|(item, _)| item.message == *message)
-            .map(|(_, id)| *id)
-        else {
-            continue;
-        };
-        let at = sources
-            .iter()
-            .position(|s| s.iter().any(|&k| rendered[k].node_ids.contains(&node)));
-        let target = match at {
-            Some(j) if unchanged[j] => Some(j),
-            Some(j) => (prefix_end > 0).then(|| (prefix_end - 1).min(j)),
-            None => (prefix_end > 0).then(|| prefix_end - 1),
-        };
-        if let Some(j) = target
-            && !placed.iter().any(|(k, _)| *k == j)
-        {
-            placed.push((j, marker.clone()));
-        }
-    }
-    let room = MAX_MARKERS.saturating_sub(conv.fixed_markers);
-    placed.sort_by_key(|(j, _)| *j);
-    let skip = placed.len().saturating_sub(room);
-    for (j, marker) in placed.into_iter().skip(skip) {
-        if let Some(Value::Array(blocks)) = out[j].get_mut("content")
-            && let Some(Value::Object(last)) = blocks.last_mut()
-        {
-            last.insert("cache_control".to_owned(), marker);
-        }
-    }
-    Value::Array(out)
-}
-
 /// The API's error body.
 pub fn error(kind: &str, message: &str) -> Value {
     json!({"type": "error", "error": {"type": kind, "message": message}})
@@ -571,6 +507,7 @@ impl Answer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::render::{Message, Reduction};
 
     fn request(messages: Value) -> Conversation {
         read(&json!({"model": "claude-x", "max_tokens": 100, "messages": messages}))
@@ -642,6 +579,7 @@ mod tests {
                     summary_id: None,
                     pinned: false,
                     pinned_under: None,
+                    unseen: false,
                     hidden: Vec::new(),
                 },
                 other => panic!("{other:?}"),
@@ -660,7 +598,14 @@ mod tests {
     }
 
     fn messages_for_test(rendered: &[Message], conv: &Conversation) -> Value {
-        messages(rendered, conv, &[])
+        let (text, _) = super::super::forward::conversation(
+            super::super::forward::Format::Anthropic,
+            conv,
+            None,
+            &crate::domain::PathView::default(),
+            rendered,
+        );
+        serde_json::from_str(&text).expect("the forwarded messages are JSON")
     }
 
     #[test]

@@ -9,6 +9,7 @@
 
 mod anthropic;
 mod conversation;
+mod forward;
 mod json;
 mod openai;
 mod record;
@@ -47,6 +48,8 @@ pub struct Gateway {
     pub anthropic_upstream: String,
     pub openai_upstream: String,
     pub policy: GatewayPolicy,
+    /// Context windows the operator set (`--context-window`), before ctxd's table.
+    pub windows: Vec<Window>,
 }
 
 impl Gateway {
@@ -60,6 +63,53 @@ impl Gateway {
             anthropic_upstream: anthropic_upstream.into(),
             openai_upstream: openai_upstream.into(),
             policy: GatewayPolicy::default(),
+            windows: Vec::new(),
+        }
+    }
+}
+
+/// A model's context window set by the operator: `MODEL=TOKENS`, `MODEL` ending in `*` for
+/// every model it starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Window {
+    pub model: String,
+    pub prefix: bool,
+    pub tokens: u32,
+}
+
+impl Window {
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let (model, tokens) = s
+            .split_once('=')
+            .ok_or_else(|| format!("--context-window {s:?}: must be MODEL=TOKENS"))?;
+        let model = model.trim();
+        let tokens: u32 = tokens.trim().parse().map_err(|_| {
+            format!("--context-window {s:?}: TOKENS must be a whole number of tokens")
+        })?;
+        if tokens < 1024 {
+            return Err(format!(
+                "--context-window {s:?}: TOKENS must be at least 1024"
+            ));
+        }
+        let (model, prefix) = match model.strip_suffix('*') {
+            Some(m) => (m, true),
+            None => (model, false),
+        };
+        if model.is_empty() && !prefix {
+            return Err(format!("--context-window {s:?}: MODEL must not be empty"));
+        }
+        Ok(Self {
+            model: model.to_ascii_lowercase(),
+            prefix,
+            tokens,
+        })
+    }
+
+    fn names(&self, model: &str) -> bool {
+        if self.prefix {
+            model.starts_with(&self.model)
+        } else {
+            model == self.model
         }
     }
 }
@@ -133,6 +183,14 @@ impl Api {
         }
     }
 
+    fn format(self) -> forward::Format {
+        match self {
+            Api::Anthropic => forward::Format::Anthropic,
+            Api::OpenAi => forward::Format::Chat,
+            Api::Responses => forward::Format::Responses,
+        }
+    }
+
     /// The body field that holds the conversation, replaced by the render.
     fn field(self) -> &'static str {
         match self {
@@ -183,6 +241,7 @@ struct App {
     anthropic: Arc<str>,
     openai: Arc<str>,
     policy: GatewayPolicy,
+    windows: Arc<[Window]>,
     max_part_bytes: usize,
     /// Sessions by the keys that named them.
     keys_seen: Arc<record::SessionKeys>,
@@ -208,6 +267,7 @@ pub async fn serve(
         anthropic: trim(&gateway.anthropic_upstream),
         openai: trim(&gateway.openai_upstream),
         policy: gateway.policy,
+        windows: gateway.windows.into(),
         max_part_bytes,
         keys_seen: Arc::default(),
     };
@@ -320,7 +380,7 @@ async fn count_tokens(
         Err(()) => return api.invalid("x-ctxd-session", "must be visible ASCII"),
     };
     let forwarded = app
-        .counted_body(&tenant, named.as_deref(), &conv, &body)
+        .counted_body(&tenant, named.as_deref(), &conv, &headers, &body)
         .await;
     let body = forwarded.map_or(body, Bytes::from);
     app.forward(api, Method::POST, &uri, &headers, body, None)
@@ -407,7 +467,10 @@ impl App {
         let (outgoing, forwarded_tokens) = match policy {
             GatewayPolicy::Passthrough => (body, conv.client_tokens),
             GatewayPolicy::Stepped => {
-                match self.rendered_body(api, &conv, &recorded, &body).await {
+                match self
+                    .rendered_body(api, &conv, &recorded, &headers, &body)
+                    .await
+                {
                     Ok((bytes, tokens)) => (Bytes::from(bytes), tokens),
                     Err(reason) => {
                         passthrough(reason);
@@ -446,9 +509,12 @@ impl App {
         api: Api,
         conv: &Conversation,
         recorded: &Recorded,
+        headers: &HeaderMap,
         body: &[u8],
     ) -> Result<(Vec<u8>, u64), &'static str> {
-        let mut options = render_options(conv).ok_or("a budget that leaves the history nothing")?;
+        let mut options = render_options(conv, &self.window(conv, headers))
+            .ok_or("a budget that leaves the history nothing")?;
+        options.seen = recorded.seen;
         let target = match recorded.function {
             // A sub-agent sees its own conversation, as its client sent it.
             Some((id, _)) => {
@@ -470,9 +536,21 @@ impl App {
                 "render"
             })?;
         let t1 = t0.elapsed();
-        let messages = self.document(api, conv, &path, &rendered.messages);
+        let client = forward::client_entries(body, api.field());
+        let (text, kept) = forward::conversation(
+            api.format(),
+            conv,
+            client.as_deref(),
+            &path,
+            &rendered.messages,
+        );
         let tokens = forwarded_tokens(&rendered.messages);
-        let text = messages.to_string();
+        if kept.forwarded_markers < kept.client_markers.min(MAX_MESSAGE_MARKERS) {
+            tracing::debug!(
+                ?kept,
+                "gateway: fewer breakpoints forwarded than the client sent"
+            );
+        }
         let t2 = t0.elapsed();
         let body =
             json::replace_field(body, api.field(), &text).ok_or("a body that is not an object")?;
@@ -485,42 +563,13 @@ impl App {
         Ok((body, tokens))
     }
 
-    fn document(
-        &self,
-        api: Api,
-        conv: &Conversation,
-        path: &PathView,
-        rendered: &[Message],
-    ) -> Value {
-        match api {
-            Api::Anthropic => {
-                // Item i is node i of the request's chain when the chain is exactly the
-                // request's history (a function's chain hangs under its callers' path).
-                let scope = path.nodes.last().and_then(|n| n.function_id);
-                let nodes: Vec<NodeId> = path
-                    .nodes
-                    .iter()
-                    .filter(|n| n.function_id == scope)
-                    .map(|n| n.id)
-                    .collect();
-                let nodes = if nodes.len() == conv.items.len() {
-                    nodes
-                } else {
-                    Vec::new()
-                };
-                anthropic::messages(rendered, conv, &nodes)
-            }
-            Api::OpenAi => openai::messages(rendered),
-            Api::Responses => responses::input(rendered),
-        }
-    }
-
     /// The count_tokens body: what the next request's forwarded body would be.
     async fn counted_body(
         &self,
         tenant: &Tenant,
         named: Option<&str>,
         conv: &Conversation,
+        headers: &HeaderMap,
         body: &[u8],
     ) -> Option<Vec<u8>> {
         let store = &self.workflows.store;
@@ -535,6 +584,10 @@ impl App {
             _ => (PathView::default(), 0),
         };
         let now = now_ms();
+        let seen = path
+            .nodes
+            .last()
+            .map_or(render::Seen::Nothing, |n| render::Seen::Through(n.id));
         let mut parent: Option<(NodeId, Hash)> = path.nodes.last().map(|n| (n.id, n.hash));
         for item in &conv.items[stored..] {
             let hash = node_hash(parent.as_ref().map(|p| &p.1), None, &item.content);
@@ -549,14 +602,47 @@ impl App {
             parent = Some((node.id, hash));
             path.nodes.push(Arc::new(node));
         }
-        let options = render_options(conv)?;
+        let mut options = render_options(conv, &self.window(conv, headers))?;
+        options.seen = seen;
         let (path, rendered) = self
             .workflows
             .render_path(path, Tokenizer::Heuristic, options)
             .await
             .ok()?;
-        let messages = self.document(Api::Anthropic, conv, &path, &rendered.messages);
-        json::replace_field(body, "messages", &messages.to_string())
+        let client = forward::client_entries(body, "messages");
+        let (messages, _) = forward::conversation(
+            forward::Format::Anthropic,
+            conv,
+            client.as_deref(),
+            &path,
+            &rendered.messages,
+        );
+        json::replace_field(body, "messages", &messages)
+    }
+
+    /// The window a request is budgeted in: the operator's setting for its model, the
+    /// million-token beta when the client asks for it, else ctxd's table.
+    fn window(&self, conv: &Conversation, headers: &HeaderMap) -> Window {
+        let model = conv.model.to_ascii_lowercase();
+        let set = self
+            .windows
+            .iter()
+            .find(|w| w.names(&model))
+            .map(|w| w.tokens);
+        let beta = headers
+            .get_all("anthropic-beta")
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|b| b.trim().starts_with("context-1m"));
+        Window {
+            model,
+            prefix: false,
+            tokens: set
+                .or(beta.then_some(1_000_000))
+                .or_else(|| context_window(&conv.model))
+                .unwrap_or(UNKNOWN_WINDOW),
+        }
     }
 
     /// Sends `body` upstream and relays the answer as it arrives; with a `sink`, the answer is
@@ -638,12 +724,23 @@ impl App {
     }
 }
 
-/// The render options of a request: its model's window, its answer's reserve, its system
-/// prompt and tools; `None` when they leave the history nothing.
-fn render_options(conv: &Conversation) -> Option<render::Options> {
+/// The window of a model ctxd does not know: no budget cuts it, only steps do.
+const UNKNOWN_WINDOW: u32 = u32::MAX;
+
+/// The most of the window kept for the answer. A client's `max_tokens` is a ceiling, not a
+/// forecast (Claude Code asks for 128,000, which would leave a 200k window 72k of history):
+/// an answer rarely takes more than this, and one that would, ends where the provider stops it.
+const OUTPUT_RESERVE: u32 = 32_000;
+
+/// Breakpoints a client can place on messages at most (the API's four).
+const MAX_MESSAGE_MARKERS: usize = anthropic::MAX_MARKERS;
+
+/// The render options of a request: its window, its answer's reserve, its system prompt and
+/// tools; `None` when they leave the history nothing.
+fn render_options(conv: &Conversation, window: &Window) -> Option<render::Options> {
     let budget = Budget {
-        context_window: context_window(&conv.model),
-        output_reserve: conv.output_reserve,
+        context_window: window.tokens,
+        output_reserve: conv.output_reserve.min(OUTPUT_RESERVE),
         system: conv.system_tokens,
         tools: conv.tools_tokens,
         schema: 0,
@@ -654,24 +751,39 @@ fn render_options(conv: &Conversation) -> Option<render::Options> {
         budget: Some(budget),
         policy: policy(),
         now_ms: now_ms(),
+        seen: render::Seen::All,
     })
 }
 
-/// The context window of a model, by its name's family (the smallest current window of the
-/// family, so the budget never promises more than the model has).
-fn context_window(model: &str) -> u32 {
+/// The input window of a model by its name (the standard window of its family as the providers
+/// state it; a larger one a client must ask for, as Anthropic's 1M beta, is taken from the
+/// request). `None` for a model not in the table.
+fn context_window(model: &str) -> Option<u32> {
     let m = model.to_ascii_lowercase();
-    if m.starts_with("claude") {
-        200_000
-    } else if m.starts_with("gpt-4.1") {
-        1_000_000
-    } else if m.starts_with("gpt-5") {
-        272_000
-    } else if m.starts_with("o1") || m.starts_with("o3") || m.starts_with("o4") {
-        200_000
-    } else {
-        128_000
-    }
+    let m = m.rsplit('/').next().unwrap_or(&m);
+    const TABLE: &[(&str, u32)] = &[
+        // Claude: every current model (Opus 4.x, Sonnet 4.x, Haiku 4.5, and the 3.x still
+        // served) has 200k; Sonnet's 1M is the beta header's.
+        ("claude", 200_000),
+        // GPT-5 family (gpt-5, -mini, -nano, -codex, 5.1, 5.2): 400k of which 128k output.
+        ("gpt-5", 272_000),
+        ("gpt-4.1", 1_047_576),
+        ("gpt-4o", 128_000),
+        ("gpt-4-turbo", 128_000),
+        ("o1", 200_000),
+        ("o3", 200_000),
+        ("o4", 200_000),
+        ("codex-mini", 200_000),
+        ("gpt-oss", 131_072),
+        // Gemini 2.5 and 3 (Pro, Flash, Flash-Lite): 1M input.
+        ("gemini-2.5", 1_048_576),
+        ("gemini-3", 1_048_576),
+        ("gemini-2.0", 1_048_576),
+    ];
+    TABLE
+        .iter()
+        .find(|(prefix, _)| m.starts_with(prefix))
+        .map(|(_, tokens)| *tokens)
 }
 
 /// Tokens of the forwarded messages, counted as the client's are.

@@ -10,8 +10,7 @@ use super::conversation::{Conversation, Item, MAX_ANSWER_PARTS, Refusal, estimat
 use super::json::{canonical_arguments, canonical_block};
 use super::sse;
 use crate::domain::{MediaSource, NodeContent, Part, ProviderUsage, Role, ToolCall};
-use crate::render::Message;
-use crate::render::format::{OPENAI_PART, openai_chat};
+use crate::render::format::OPENAI_PART;
 
 /// Reads a chat-completions request body.
 pub fn read(body: &Value) -> Result<Conversation, Refusal> {
@@ -201,11 +200,6 @@ fn assistant(
         parts,
         tool_calls,
     }))
-}
-
-/// The `messages` the gateway forwards.
-pub fn messages(rendered: &[Message]) -> Value {
-    openai_chat(rendered)
 }
 
 /// The API's error body.

@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use super::conversation::Conversation;
+use super::forward::result_matches;
 use crate::domain::{
     self, BranchName, Hash, NodeContent, NodeId, Part, SessionId, Tenant, node_hash,
 };
@@ -24,6 +25,9 @@ pub struct Recorded {
     /// The request ends before the branch's head (a retry of a call answered already): it is
     /// rendered at `head`, and its answer goes after `head`.
     pub behind: bool,
+    /// What the model has read of the rendered path: the history up to where this request's
+    /// new messages begin (the stored node its prefix reached).
+    pub seen: crate::render::Seen,
 }
 
 impl Recorded {
@@ -139,6 +143,11 @@ pub async fn record(
                 }
             }
         };
+        let seen = plan
+            .expected
+            .map_or(crate::render::Seen::Nothing, |(id, _)| {
+                crate::render::Seen::Through(id)
+            });
         if plan.rest.is_empty() {
             return Ok(Recorded {
                 session,
@@ -146,6 +155,7 @@ pub async fn record(
                 function: plan.function,
                 head: plan.expected,
                 behind: plan.behind,
+                seen,
             });
         }
         let request = AppendRequest {
@@ -173,6 +183,7 @@ pub async fn record(
                     function: plan.function,
                     head,
                     behind: false,
+                    seen,
                 });
             }
             Err(store::Error::Domain(domain::Error::Aborted(_))) => continue,
@@ -298,23 +309,6 @@ fn answers_later(client: &[NodeContent], i: usize, call_id: &str) -> bool {
         .iter()
         .take_while(|c| !matches!(c, NodeContent::Message { .. }))
         .any(|c| matches!(c, NodeContent::ToolResult { call_id: id, .. } if id == call_id))
-}
-
-fn result_matches(stored: &domain::FunctionResult, client: &NodeContent) -> bool {
-    match client {
-        NodeContent::ToolResult {
-            call_id,
-            parts,
-            is_error,
-            ..
-        } => {
-            *call_id == stored.call_id
-                && parts.iter().all(|p| matches!(p, Part::Text(_)))
-                && Part::text_of(parts) == stored.output
-                && *is_error == (stored.status == domain::FunctionStatus::Error)
-        }
-        _ => false,
-    }
 }
 
 /// The sub-agent calls started and not yet closed since the path's latest message: call id

@@ -35,8 +35,7 @@ use super::conversation::{Conversation, Item, Refusal, estimate};
 use super::json::{canonical, canonical_arguments, canonical_block};
 use super::sse;
 use crate::domain::{MediaSource, NodeContent, Part, ProviderUsage, Role, ToolCall};
-use crate::render::Message;
-use crate::render::format::{ITEM_FIELDS, RESPONSES_ITEM, responses_input};
+use crate::render::format::{ITEM_FIELDS, RESPONSES_ITEM};
 
 /// Reads a Responses API request body.
 pub fn read(body: &Value) -> Result<Conversation, Refusal> {
@@ -351,11 +350,6 @@ pub fn run(items: &[Value]) -> Result<Option<NodeContent>, Refusal> {
     }))
 }
 
-/// The `input` the gateway forwards.
-pub fn input(rendered: &[Message]) -> Value {
-    responses_input(rendered)
-}
-
 /// The API's error body.
 pub fn error(kind: &str, message: &str, param: Option<&str>) -> Value {
     json!({"error": {"message": message, "type": kind, "param": param, "code": null}})
@@ -500,6 +494,8 @@ mod tests {
 
     use super::*;
     use crate::domain::{Node, NodeId, PathView, node_hash};
+    use crate::render::Message;
+    use crate::render::format::responses_input as input;
     use crate::render::{Callers, Reduction, visible};
 
     /// The request's nodes as a stored path renders them, untouched by any budget step.

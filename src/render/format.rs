@@ -225,9 +225,17 @@ fn openai_content(parts: &[Part]) -> Value {
 
 /// A chat-completions `messages` array.
 pub fn openai_chat(messages: &[Message]) -> Value {
+    openai_chat_document(messages).0
+}
+
+/// [`openai_chat`], and for each message of it the index of the rendered message it came from.
+pub fn openai_chat_document(messages: &[Message]) -> (Value, Vec<Vec<usize>>) {
     let pairs = Pairs::of(messages);
     let mut out = Vec::with_capacity(messages.len());
+    let mut sources = Vec::with_capacity(messages.len());
     for (i, m) in messages.iter().enumerate() {
+        sources.resize(out.len(), Vec::new());
+        sources.push(vec![i]);
         let doc = match m.role {
             MessageRole::System => json!({ "role": "system", "content": text_of(&m.parts) }),
             MessageRole::Developer => {
@@ -269,7 +277,8 @@ pub fn openai_chat(messages: &[Message]) -> Value {
         };
         out.push(doc);
     }
-    Value::Array(out)
+    sources.truncate(out.len());
+    (Value::Array(out), sources)
 }
 
 // ---------------------------------------------------------------- OpenAI Responses
@@ -353,10 +362,20 @@ fn responses_call(call: &crate::domain::ToolCall, fields: serde_json::Map<String
 /// `custom_tool_call` items; tool messages are `function_call_output` (or
 /// `custom_tool_call_output`) items, a cleared or truncated one as its text.
 pub fn responses_input(messages: &[Message]) -> Value {
+    responses_document(messages).0
+}
+
+/// [`responses_input`], and for each item of it the index of the rendered message it came
+/// from (an assistant message may give several items).
+pub fn responses_document(messages: &[Message]) -> (Value, Vec<Vec<usize>>) {
     let pairs = Pairs::of(messages);
     let mut custom: HashSet<&str> = HashSet::new();
     let mut out = Vec::with_capacity(messages.len());
+    let mut sources: Vec<Vec<usize>> = Vec::with_capacity(messages.len());
     for (i, m) in messages.iter().enumerate() {
+        // The items pushed since the last message are that message's.
+        let owner = i.checked_sub(1).map(|p| vec![p]).unwrap_or_default();
+        sources.resize(out.len(), owner);
         match m.role {
             MessageRole::System | MessageRole::Developer | MessageRole::User => {
                 let role = match m.role {
@@ -480,7 +499,13 @@ pub fn responses_input(messages: &[Message]) -> Value {
             }
         }
     }
-    Value::Array(out)
+    let last = messages
+        .len()
+        .checked_sub(1)
+        .map(|p| vec![p])
+        .unwrap_or_default();
+    sources.resize(out.len(), last);
+    (Value::Array(out), sources)
 }
 
 // ---------------------------------------------------------------- Anthropic

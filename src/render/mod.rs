@@ -72,6 +72,8 @@ pub struct Message {
     pub pinned: bool,
     /// Set on a message a summary covers and shows again after it (a pin and its tool group).
     pub pinned_under: Option<SummaryId>,
+    /// The model has not read it yet (`Options::seen`): no step reduces it.
+    pub unseen: bool,
     /// On a summary's message: what it hides, in order, so microcompact counts the results
     /// and idle gaps it replaced and what is cleared before it does not move.
     pub hidden: Vec<Hidden>,
@@ -201,6 +203,23 @@ pub struct Options {
     pub policy: Policy,
     /// The request's time, for the idle trigger.
     pub now_ms: i64,
+    /// What the model has read already; no step reduces what it has not.
+    pub seen: Seen,
+}
+
+/// How much of a path the model has read, as of this request. A message the model has not
+/// read yet (a result it has never seen) is rendered as it was sent: reducing it would hide
+/// from the model what it is about to act on, and a step may only take back what it has seen.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Seen {
+    /// Everything (a host rendering its own history, as Render always has).
+    #[default]
+    All,
+    /// The path up to and including this node; what follows is unseen. A node not on the path
+    /// leaves nothing seen.
+    Through(NodeId),
+    /// Nothing: the request's whole history is new (a session's first call).
+    Nothing,
 }
 
 /// Tokens by what they are; the parts add up to the total.
@@ -341,6 +360,7 @@ pub fn render(path: &PathView, options: &Options, counter: &dyn Count) -> Render
             m.pinned = m.node_ids.iter().any(|id| path.pinned.contains(id));
         }
     }
+    mark_unseen(&mut messages, path, options.seen);
     let summaries = active_summaries(path);
     if !summaries.is_empty() {
         let history = options.budget.and_then(|b| b.history().ok());
@@ -351,6 +371,27 @@ pub fn render(path: &PathView, options: &Options, counter: &dyn Count) -> Render
     rendered.report.summary = shown.first().copied();
     rendered.report.summaries = shown;
     rendered
+}
+
+/// Marks the messages made of nodes the model has not read (any of its nodes after `seen`).
+fn mark_unseen(messages: &mut [Message], path: &PathView, seen: Seen) {
+    let from = match seen {
+        Seen::All => return,
+        Seen::Nothing => 0,
+        Seen::Through(id) => path
+            .nodes
+            .iter()
+            .position(|n| n.id == id)
+            .map_or(0, |at| at + 1),
+    };
+    if from >= path.nodes.len() {
+        return;
+    }
+    let unseen: std::collections::HashSet<NodeId> =
+        path.nodes[from..].iter().map(|n| n.id).collect();
+    for m in messages {
+        m.unseen = m.node_ids.iter().any(|id| unseen.contains(id));
+    }
 }
 
 /// Tokens of one message as sent, by category: its text, tool calls and media, plus framing.

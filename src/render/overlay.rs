@@ -73,6 +73,7 @@ pub fn summary_message(summary: &Summary, cap: Option<Tokens>, counter: &dyn Cou
         summary_id: Some(summary.id),
         pinned: false,
         pinned_under: None,
+        unseen: false,
         hidden: Vec::new(),
     }
 }

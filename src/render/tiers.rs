@@ -310,9 +310,11 @@ impl<'a> Fit<'a> {
         }
     }
 
-    /// Result `k` is hidden by a summary or pinned: no step changes it.
+    /// Result `k` is hidden by a summary, pinned, or not yet read by the model: no step
+    /// changes it.
     fn untouchable(&self, k: usize) -> bool {
-        self.hidden[k].is_some() || self.messages[self.results[k]].pinned
+        let m = &self.messages[self.results[k]];
+        self.hidden[k].is_some() || m.pinned || m.unseen
     }
 
     /// Cuts result `k` to `cap` characters of what it was.
@@ -332,6 +334,7 @@ impl<'a> Fit<'a> {
         let message = &self.messages[i];
         if message.role != MessageRole::Assistant
             || message.pinned
+            || message.unseen
             || message.pinned_under.is_some()
             || cap == usize::MAX
         {
@@ -360,7 +363,7 @@ impl<'a> Fit<'a> {
         let Some((at, c)) = self.calls[k] else {
             return;
         };
-        if self.messages[at].pinned {
+        if self.messages[at].pinned || self.messages[at].unseen {
             return;
         }
         let args = &self.messages[at].tool_calls[c].arguments_json;
@@ -763,7 +766,7 @@ pub(super) fn fit(
             }
             if range
                 .clone()
-                .any(|i| layout.running[i] || messages[i].pinned)
+                .any(|i| layout.running[i] || messages[i].pinned || messages[i].unseen)
             {
                 continue;
             }

@@ -74,6 +74,7 @@ fn chain(nodes: &[Arc<Node>], chains: &HashMap<NodeId, Vec<Arc<Node>>>, out: &mu
                     summary_id: None,
                     pinned: false,
                     pinned_under: None,
+                    unseen: false,
                     hidden: Vec::new(),
                 });
             }
@@ -98,6 +99,7 @@ fn chain(nodes: &[Arc<Node>], chains: &HashMap<NodeId, Vec<Arc<Node>>>, out: &mu
                 summary_id: None,
                 pinned: false,
                 pinned_under: None,
+                unseen: false,
                 hidden: Vec::new(),
             }),
             NodeContent::FunctionCall {
@@ -143,6 +145,7 @@ fn chain(nodes: &[Arc<Node>], chains: &HashMap<NodeId, Vec<Arc<Node>>>, out: &mu
                     summary_id: None,
                     pinned: false,
                     pinned_under: None,
+                    unseen: false,
                     hidden: Vec::new(),
                 });
                 if expose == Expose::Full {

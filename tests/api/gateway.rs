@@ -27,26 +27,26 @@ const PROVIDER_KEY: &str = "sk-ant-secret-XYZ";
 // ---------------------------------------------------------------- harness
 
 /// A server with a gateway in front of a fake provider, and an HTTP client.
-struct Gw {
-    app: TestApp,
-    fake: FakeProvider,
+pub(crate) struct Gw {
+    pub(crate) app: TestApp,
+    pub(crate) fake: FakeProvider,
     /// The gateway's base URL, e.g. `http://127.0.0.1:4000`.
-    url: String,
-    http: reqwest::Client,
+    pub(crate) url: String,
+    pub(crate) http: reqwest::Client,
 }
 
 /// What came back: status, headers, the body as received, and whether the body ended in a
 /// broken connection rather than a clean end.
 #[derive(Debug)]
-struct Answer {
-    status: u16,
-    headers: HeaderMap,
-    body: Vec<u8>,
-    cut: bool,
+pub(crate) struct Answer {
+    pub(crate) status: u16,
+    pub(crate) headers: HeaderMap,
+    pub(crate) body: Vec<u8>,
+    pub(crate) cut: bool,
 }
 
 impl Answer {
-    fn json(&self) -> Value {
+    pub(crate) fn json(&self) -> Value {
         serde_json::from_slice(&self.body).unwrap_or_else(|e| {
             panic!(
                 "the answer is JSON ({e}): {}",
@@ -55,7 +55,7 @@ impl Answer {
         })
     }
 
-    fn header(&self, name: &str) -> Option<String> {
+    pub(crate) fn header(&self, name: &str) -> Option<String> {
         self.headers
             .get(name)
             .and_then(|v| v.to_str().ok())
@@ -64,7 +64,7 @@ impl Answer {
 
     /// `x-ctxd-session-id`, which must be a UUID.
     #[track_caller]
-    fn session(&self) -> String {
+    pub(crate) fn session(&self) -> String {
         let id = self
             .header("x-ctxd-session-id")
             .unwrap_or_else(|| panic!("x-ctxd-session-id on the answer: {self:?}"));
@@ -73,7 +73,7 @@ impl Answer {
     }
 
     #[track_caller]
-    fn branch(&self) -> String {
+    pub(crate) fn branch(&self) -> String {
         let branch = self
             .header("x-ctxd-branch")
             .unwrap_or_else(|| panic!("x-ctxd-branch on the answer: {self:?}"));
@@ -81,12 +81,12 @@ impl Answer {
         branch
     }
 
-    fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         String::from_utf8_lossy(&self.body).into_owned()
     }
 
     #[track_caller]
-    fn ok(self) -> Self {
+    pub(crate) fn ok(self) -> Self {
         assert_eq!(
             self.status,
             200,
@@ -102,13 +102,13 @@ fn install_crypto() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
-fn http_client() -> reqwest::Client {
+pub(crate) fn http_client() -> reqwest::Client {
     install_crypto();
     reqwest::Client::builder().build().expect("an HTTP client")
 }
 
 /// A gateway over `fake` with `policy`, on a server with `options`.
-async fn start_full(
+pub(crate) async fn start_full(
     fake: FakeProvider,
     upstream: Option<String>,
     policy: GatewayPolicy,
@@ -132,7 +132,7 @@ async fn start_full(
     }
 }
 
-async fn start() -> Gw {
+pub(crate) async fn start() -> Gw {
     start_full(
         FakeProvider::start().await,
         None,
@@ -143,7 +143,7 @@ async fn start() -> Gw {
 }
 
 /// A port nothing listens on: bound, read, released.
-async fn dead_url() -> String {
+pub(crate) async fn dead_url() -> String {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("local addr");
     drop(listener);
@@ -152,7 +152,12 @@ async fn dead_url() -> String {
 
 impl Gw {
     /// Sends `body` to `path` with `headers`; the response (headers received).
-    async fn send(&self, path: &str, headers: &[(&str, &str)], body: Vec<u8>) -> reqwest::Response {
+    pub(crate) async fn send(
+        &self,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Vec<u8>,
+    ) -> reqwest::Response {
         let mut request = self
             .http
             .post(format!("{}{path}", self.url))
@@ -167,12 +172,12 @@ impl Gw {
             .expect("the gateway answers")
     }
 
-    async fn post(&self, path: &str, headers: &[(&str, &str)], body: Vec<u8>) -> Answer {
+    pub(crate) async fn post(&self, path: &str, headers: &[(&str, &str)], body: Vec<u8>) -> Answer {
         read_answer(self.send(path, headers, body).await).await
     }
 
     /// `POST /v1/messages` as an Anthropic SDK sends it, with `extra` headers.
-    async fn messages_with(&self, body: &Value, extra: &[(&str, &str)]) -> Answer {
+    pub(crate) async fn messages_with(&self, body: &Value, extra: &[(&str, &str)]) -> Answer {
         let mut headers = vec![
             ("anthropic-version", "2023-06-01"),
             ("x-api-key", PROVIDER_KEY),
@@ -182,12 +187,12 @@ impl Gw {
             .await
     }
 
-    async fn messages(&self, body: &Value) -> Answer {
+    pub(crate) async fn messages(&self, body: &Value) -> Answer {
         self.messages_with(body, &[]).await
     }
 
     /// `POST /v1/chat/completions` as an OpenAI SDK sends it.
-    async fn chat_with(&self, body: &Value, extra: &[(&str, &str)]) -> Answer {
+    pub(crate) async fn chat_with(&self, body: &Value, extra: &[(&str, &str)]) -> Answer {
         let bearer = format!("Bearer {PROVIDER_KEY}");
         let mut headers = vec![("authorization", bearer.as_str())];
         headers.extend_from_slice(extra);
@@ -199,25 +204,25 @@ impl Gw {
         .await
     }
 
-    async fn chat(&self, body: &Value) -> Answer {
+    pub(crate) async fn chat(&self, body: &Value) -> Answer {
         self.chat_with(body, &[]).await
     }
 
     /// The nodes of `branch`, oldest first, one line each (see [`describe`]).
-    async fn transcript(&mut self, session: &str, branch: &str) -> Vec<String> {
+    pub(crate) async fn transcript(&mut self, session: &str, branch: &str) -> Vec<String> {
         let mut nodes = self.app.log(session, branch).await;
         nodes.reverse();
         nodes.iter().map(describe).collect()
     }
 
-    async fn node_count(&mut self, session: &str, branch: &str) -> usize {
+    pub(crate) async fn node_count(&mut self, session: &str, branch: &str) -> usize {
         self.app.log(session, branch).await.len()
     }
 
     /// The transcript of `branch` once `done` holds for it. The gateway appends an answer after
     /// relaying it, so this waits on the session's Watch stream for the append (no sleeping,
     /// at most [`PATIENCE`]).
-    async fn wait_for(
+    pub(crate) async fn wait_for(
         &mut self,
         session: &str,
         branch: &str,
@@ -255,7 +260,7 @@ impl Gw {
     }
 
     /// The transcript of `branch` once it holds `n` nodes, the last an assistant's answer.
-    async fn answered(&mut self, session: &str, branch: &str, n: usize) -> Vec<String> {
+    pub(crate) async fn answered(&mut self, session: &str, branch: &str, n: usize) -> Vec<String> {
         self.wait_for(session, branch, |lines| {
             lines.len() >= n && lines.last().is_some_and(|l| l.starts_with("assistant"))
         })
@@ -263,7 +268,7 @@ impl Gw {
     }
 
     /// The upstream requests to `path`.
-    fn upstream(&self, path: &str) -> Vec<Recorded> {
+    pub(crate) fn upstream(&self, path: &str) -> Vec<Recorded> {
         self.fake
             .requests()
             .into_iter()
@@ -272,13 +277,13 @@ impl Gw {
     }
 
     #[track_caller]
-    fn last_upstream(&self) -> Recorded {
+    pub(crate) fn last_upstream(&self) -> Recorded {
         self.fake.last_request()
     }
 }
 
 /// Reads the whole body; a broken connection ends it with `cut`.
-async fn read_answer(mut response: reqwest::Response) -> Answer {
+pub(crate) async fn read_answer(mut response: reqwest::Response) -> Answer {
     let status = response.status().as_u16();
     let headers = response.headers().clone();
     let mut body = Vec::new();
@@ -307,7 +312,7 @@ async fn read_answer(mut response: reqwest::Response) -> Answer {
 }
 
 /// A node as one line: `user: hello`, `assistant: text -> call1,call2`, `tool[call1]: out`.
-fn describe(node: &pb::Node) -> String {
+pub(crate) fn describe(node: &pb::Node) -> String {
     use pb::node_input::Kind;
     match node.content.as_ref().and_then(|c| c.kind.as_ref()) {
         Some(Kind::Message(m)) => {
@@ -332,20 +337,20 @@ fn describe(node: &pb::Node) -> String {
 }
 
 /// A Messages API request of `messages`.
-fn anthropic(messages: Value) -> Value {
+pub(crate) fn anthropic(messages: Value) -> Value {
     json!({"model": MODEL, "max_tokens": 1024, "messages": messages})
 }
 
-fn anthropic_stream(messages: Value) -> Value {
+pub(crate) fn anthropic_stream(messages: Value) -> Value {
     json!({"model": MODEL, "max_tokens": 1024, "stream": true, "messages": messages})
 }
 
 /// A chat completions request of `messages`.
-fn openai(messages: Value) -> Value {
+pub(crate) fn openai(messages: Value) -> Value {
     json!({"model": "gpt-test", "messages": messages})
 }
 
-fn openai_stream(messages: Value) -> Value {
+pub(crate) fn openai_stream(messages: Value) -> Value {
     json!({
         "model": "gpt-test",
         "stream": true,
@@ -354,16 +359,16 @@ fn openai_stream(messages: Value) -> Value {
     })
 }
 
-fn user_msg(text: &str) -> Value {
+pub(crate) fn user_msg(text: &str) -> Value {
     json!({"role": "user", "content": text})
 }
 
-fn assistant_msg(text: &str) -> Value {
+pub(crate) fn assistant_msg(text: &str) -> Value {
     json!({"role": "assistant", "content": [{"type": "text", "text": text}]})
 }
 
 /// How many `cache_control` keys `value` holds, at any depth.
-fn markers(value: &Value) -> usize {
+pub(crate) fn markers(value: &Value) -> usize {
     match value {
         Value::Object(map) => map
             .iter()

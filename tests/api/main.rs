@@ -25,6 +25,7 @@ mod functions;
 mod gateway;
 mod gateway_clients;
 mod gateway_codex;
+mod gateway_fidelity;
 mod golden;
 mod held;
 mod helpers;

@@ -1,0 +1,493 @@
+//! The conversation the gateway forwards: the client's own entries, byte for byte, wherever
+//! ctxd's render changed nothing of them; ctxd's render where a step did; and the client's cache
+//! breakpoints kept on the content they marked, moved back only past what a step changed.
+//!
+//! Forwarding the client's bytes where nothing changed keeps everything ctxd does not reduce
+//! exactly as sent (fields ctxd does not read, a client's bookkeeping on items it resends, key
+//! order), so the provider's cache sees the prefix the client would have sent. Which stored node
+//! each client entry is comes from walking the rendered path beside the request's items, so a
+//! path that holds more than the request (a sub-agent's function call, which the client sends as
+//! a tool call and its result) still maps entry to node.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+use super::anthropic::MAX_MARKERS;
+use super::conversation::{Conversation, Item};
+use crate::domain::{FunctionResult, FunctionStatus, Node, NodeContent, NodeId, Part, PathView};
+use crate::render::format::{anthropic_document, openai_chat_document, responses_document};
+use crate::render::{Message, Reduction};
+
+/// The wire format of the forwarded conversation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Anthropic,
+    Chat,
+    Responses,
+}
+
+/// What a forwarded conversation kept of the client's.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Kept {
+    /// Client entries forwarded as their own bytes.
+    pub verbatim: usize,
+    /// Entries of the forwarded conversation.
+    pub entries: usize,
+    /// Cache breakpoints on messages, as the client sent them and as forwarded.
+    pub client_markers: usize,
+    pub forwarded_markers: usize,
+    /// Client breakpoints moved to an earlier message, because a step changed theirs.
+    pub markers_moved: usize,
+}
+
+/// The forwarded conversation (a JSON array) and what it kept.
+pub fn conversation(
+    format: Format,
+    conv: &Conversation,
+    client: Option<&[Box<RawValue>]>,
+    path: &PathView,
+    rendered: &[Message],
+) -> (String, Kept) {
+    let (document, sources) = match format {
+        Format::Anthropic => {
+            let (document, sources) = anthropic_document(rendered, true);
+            let messages = match document {
+                Value::Object(mut map) => map.remove("messages").unwrap_or(Value::Array(vec![])),
+                _ => Value::Array(vec![]),
+            };
+            (messages, sources)
+        }
+        Format::Chat => openai_chat_document(rendered),
+        Format::Responses => responses_document(rendered),
+    };
+    let Value::Array(docs) = document else {
+        return ("[]".to_owned(), Kept::default());
+    };
+    let changed = |m: &Message| {
+        m.reduction != Reduction::None || m.stubbed_inputs > 0 || m.summary_id.is_some()
+    };
+    let unchanged: Vec<bool> = sources
+        .iter()
+        .map(|s| !s.is_empty() && s.iter().all(|&k| !changed(&rendered[k])))
+        .collect();
+    let scope = path.nodes.last().and_then(|n| n.function_id);
+    let stored: Vec<&Arc<Node>> = path
+        .nodes
+        .iter()
+        .filter(|n| n.function_id == scope)
+        .collect();
+    let aligned = align(&stored, &conv.items);
+    let map = Map::new(conv, &aligned, rendered, &sources, &stored);
+
+    // Output entries in order: a client entry (by index) or a rendered one.
+    let mut out: Vec<Entry> = Vec::with_capacity(docs.len());
+    let mut j = 0;
+    while j < docs.len() {
+        if let (Some(client), Some((end, first, last))) = (client, map.group(j, &unchanged))
+            && last < client.len()
+        {
+            out.extend((first..=last).map(Entry::Client));
+            j = end + 1;
+            continue;
+        }
+        out.push(Entry::Rendered(j));
+        j += 1;
+    }
+
+    let mut kept = Kept {
+        verbatim: out.iter().filter(|e| matches!(e, Entry::Client(_))).count(),
+        entries: out.len(),
+        client_markers: conv.markers.len(),
+        ..Kept::default()
+    };
+    let mut values: Vec<Option<Value>> = vec![None; out.len()];
+    if format == Format::Anthropic {
+        let parts = Parts {
+            conv,
+            client,
+            out: &out,
+            docs: &docs,
+            unchanged: &unchanged,
+            map: &map,
+        };
+        place_markers(&parts, &mut values, &mut kept);
+    }
+    let mut text = String::with_capacity(docs.len() * 64);
+    text.push('[');
+    for (k, entry) in out.iter().enumerate() {
+        if k > 0 {
+            text.push(',');
+        }
+        match (&values[k], entry) {
+            (Some(v), _) => text.push_str(&v.to_string()),
+            (None, Entry::Client(i)) => {
+                text.push_str(client.map_or("null", |c| c[*i].get()));
+            }
+            (None, Entry::Rendered(j)) => text.push_str(&docs[*j].to_string()),
+        }
+    }
+    text.push(']');
+    (text, kept)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Entry {
+    /// The client's entry of this index, as sent.
+    Client(usize),
+    /// The rendered document's entry of this index.
+    Rendered(usize),
+}
+
+/// The client's breakpoints on the forwarded entries. A client entry forwarded as sent carries
+/// its own; a breakpoint whose entry a step changed moves to the newest unchanged entry before
+/// it, never past the provider's limit (the newest kept when there are too many).
+fn place_markers(parts: &Parts, values: &mut [Option<Value>], kept: &mut Kept) {
+    let Parts {
+        conv,
+        client,
+        out,
+        docs,
+        unchanged,
+        map,
+    } = *parts;
+    let marked: HashMap<usize, &Value> = conv.markers.iter().map(|(i, m)| (*i, m)).collect();
+    let is_unchanged = |e: &Entry| match e {
+        Entry::Client(_) => true,
+        Entry::Rendered(j) => unchanged[*j],
+    };
+    // Where each output entry ends on the path (its newest node), for moving markers back.
+    let ends: Vec<Option<usize>> = out
+        .iter()
+        .map(|e| match e {
+            Entry::Client(i) => map.client_end(*i),
+            Entry::Rendered(j) => map.doc_end(*j),
+        })
+        .collect();
+    let mut placed: Vec<(usize, Value)> = Vec::new();
+    for (k, e) in out.iter().enumerate() {
+        if let Entry::Client(i) = e
+            && let Some(m) = marked.get(i)
+        {
+            placed.push((k, (*m).clone()));
+        }
+    }
+    let verbatim: HashSet<usize> = out
+        .iter()
+        .filter_map(|e| match e {
+            Entry::Client(i) => Some(*i),
+            Entry::Rendered(_) => None,
+        })
+        .collect();
+    for (i, marker) in &conv.markers {
+        if verbatim.contains(i) {
+            continue;
+        }
+        // The entry now holding this client message's content, if unchanged; else the newest
+        // unchanged entry before where it stands on the path.
+        let target = match map.client_end(*i) {
+            Some(end) => out
+                .iter()
+                .enumerate()
+                .rev()
+                .find(|(k, e)| is_unchanged(e) && ends[*k].is_some_and(|x| x <= end))
+                .map(|(k, _)| k),
+            None => None,
+        };
+        let Some(k) = target else { continue };
+        if placed.iter().any(|(p, _)| *p == k) {
+            continue;
+        }
+        kept.markers_moved += usize::from(!holds(map, out[k], *i));
+        placed.push((k, marker.clone()));
+    }
+    let room = MAX_MARKERS.saturating_sub(conv.fixed_markers);
+    placed.sort_by_key(|(k, _)| *k);
+    let skip = placed.len().saturating_sub(room);
+    let keep: Vec<(usize, Value)> = placed.into_iter().skip(skip).collect();
+    kept.forwarded_markers = keep.len();
+    // Client entries that lose their marker (over the limit) or gain one are written anew.
+    for (k, e) in out.iter().enumerate() {
+        let want = keep.iter().find(|(p, _)| *p == k).map(|(_, m)| m);
+        let has = match e {
+            Entry::Client(i) => marked.contains_key(i),
+            Entry::Rendered(_) => false,
+        };
+        match (e, want) {
+            (Entry::Client(_), Some(_)) if has => {}
+            (Entry::Client(_), None) if !has => {}
+            (Entry::Client(i), want) => {
+                let parsed = client.and_then(|c| serde_json::from_str::<Value>(c[*i].get()).ok());
+                let Some(Value::Object(mut entry)) = parsed else {
+                    continue;
+                };
+                strip_markers(&mut entry);
+                if let Some(m) = want {
+                    mark_last_block(&mut entry, m.clone());
+                }
+                values[k] = Some(Value::Object(entry));
+            }
+            (Entry::Rendered(j), Some(m)) => {
+                let mut entry = docs[*j].clone();
+                if let Value::Object(map) = &mut entry {
+                    mark_last_block(map, m.clone());
+                }
+                values[k] = Some(entry);
+            }
+            (Entry::Rendered(_), None) => {}
+        }
+    }
+}
+
+/// What marker placement reads.
+struct Parts<'a> {
+    conv: &'a Conversation,
+    client: Option<&'a [Box<RawValue>]>,
+    out: &'a [Entry],
+    docs: &'a [Value],
+    unchanged: &'a [bool],
+    map: &'a Map,
+}
+
+/// Whether output entry `e` holds client message `i`'s content.
+fn holds(map: &Map, e: Entry, i: usize) -> bool {
+    match e {
+        Entry::Client(c) => c == i,
+        Entry::Rendered(j) => map.doc_entries(j).contains(&i),
+    }
+}
+
+fn strip_markers(entry: &mut serde_json::Map<String, Value>) {
+    if let Some(Value::Array(blocks)) = entry.get_mut("content") {
+        for b in blocks {
+            if let Value::Object(b) = b {
+                b.remove("cache_control");
+            }
+        }
+    }
+}
+
+/// Puts `marker` on the last block of a message, turning a string content into one text block.
+fn mark_last_block(entry: &mut serde_json::Map<String, Value>, marker: Value) {
+    if let Some(Value::String(s)) = entry.get("content") {
+        let block = serde_json::json!({"type": "text", "text": s});
+        entry.insert("content".to_owned(), Value::Array(vec![block]));
+    }
+    if let Some(Value::Array(blocks)) = entry.get_mut("content")
+        && let Some(Value::Object(last)) = blocks.last_mut()
+    {
+        last.insert("cache_control".to_owned(), marker);
+    }
+}
+
+/// Which rendered entries and client entries hold which nodes.
+struct Map {
+    /// Per client entry: its items' nodes (`None`: an item not on the path).
+    client_nodes: Vec<Option<Vec<NodeId>>>,
+    /// Per rendered entry: its nodes, less the function calls the client has no entry for.
+    doc_nodes: Vec<Vec<NodeId>>,
+    /// Client entry and rendered entry of each node.
+    client_of: HashMap<NodeId, usize>,
+    doc_of: HashMap<NodeId, usize>,
+    /// Position of each node on the path.
+    position: HashMap<NodeId, usize>,
+}
+
+impl Map {
+    fn new(
+        conv: &Conversation,
+        aligned: &Aligned,
+        rendered: &[Message],
+        sources: &[Vec<usize>],
+        stored: &[&Arc<Node>],
+    ) -> Self {
+        let entries = conv.items.iter().map(|i| i.message + 1).max().unwrap_or(0);
+        let mut client_nodes: Vec<Option<Vec<NodeId>>> = vec![Some(Vec::new()); entries];
+        let mut client_of = HashMap::new();
+        for (item, node) in conv.items.iter().zip(&aligned.nodes) {
+            match (node, &mut client_nodes[item.message]) {
+                (Some(n), Some(nodes)) => {
+                    nodes.push(*n);
+                    client_of.insert(*n, item.message);
+                }
+                _ => client_nodes[item.message] = None,
+            }
+        }
+        // An entry with no items (nothing ctxd records) is never forwarded as itself.
+        for nodes in &mut client_nodes {
+            if nodes.as_ref().is_some_and(Vec::is_empty) {
+                *nodes = None;
+            }
+        }
+        let mut doc_of = HashMap::new();
+        let doc_nodes: Vec<Vec<NodeId>> = sources
+            .iter()
+            .enumerate()
+            .map(|(j, s)| {
+                let nodes: Vec<NodeId> = s
+                    .iter()
+                    .flat_map(|&k| rendered[k].node_ids.iter().copied())
+                    .filter(|n| !aligned.passed.contains(n))
+                    .collect();
+                for n in &nodes {
+                    doc_of.entry(*n).or_insert(j);
+                }
+                nodes
+            })
+            .collect();
+        let position = stored.iter().enumerate().map(|(p, n)| (n.id, p)).collect();
+        Self {
+            client_nodes,
+            doc_nodes,
+            client_of,
+            doc_of,
+            position,
+        }
+    }
+
+    /// The client entries rendered entry `j` holds.
+    fn doc_entries(&self, j: usize) -> Vec<usize> {
+        let mut out: Vec<usize> = self.doc_nodes[j]
+            .iter()
+            .filter_map(|n| self.client_of.get(n).copied())
+            .collect();
+        out.dedup();
+        out
+    }
+
+    /// Where client entry `i` ends on the path.
+    fn client_end(&self, i: usize) -> Option<usize> {
+        let nodes = self.client_nodes.get(i)?.as_ref()?;
+        nodes
+            .iter()
+            .filter_map(|n| self.position.get(n))
+            .max()
+            .copied()
+    }
+
+    /// Where rendered entry `j` ends on the path.
+    fn doc_end(&self, j: usize) -> Option<usize> {
+        self.doc_nodes[j]
+            .iter()
+            .filter_map(|n| self.position.get(n))
+            .max()
+            .copied()
+    }
+
+    /// The run of rendered entries from `j` that holds exactly a run of whole client entries,
+    /// all unchanged: (last rendered entry, first and last client entry).
+    fn group(&self, j: usize, unchanged: &[bool]) -> Option<(usize, usize, usize)> {
+        let entries_of = |d: usize| -> Option<Vec<usize>> {
+            let nodes = &self.doc_nodes[d];
+            if nodes.is_empty() || !unchanged[d] {
+                return None;
+            }
+            nodes
+                .iter()
+                .map(|n| self.client_of.get(n).copied())
+                .collect()
+        };
+        let first = entries_of(j)?;
+        let (mut lo, mut hi) = (*first.iter().min()?, *first.iter().max()?);
+        let mut end = j;
+        loop {
+            // Every client entry of the run must be whole, and held by rendered entries from
+            // `j` on.
+            let mut new_end = end;
+            for i in lo..=hi {
+                for n in self.client_nodes.get(i)?.as_ref()? {
+                    let d = *self.doc_of.get(n)?;
+                    if d < j {
+                        return None;
+                    }
+                    new_end = new_end.max(d);
+                }
+            }
+            let (mut new_lo, mut new_hi) = (lo, hi);
+            for d in end + 1..=new_end {
+                let es = entries_of(d)?;
+                new_lo = new_lo.min(*es.iter().min()?);
+                new_hi = new_hi.max(*es.iter().max()?);
+            }
+            if (new_end, new_lo, new_hi) == (end, lo, hi) {
+                break;
+            }
+            (end, lo, hi) = (new_end, new_lo, new_hi);
+        }
+        Some((end, lo, hi))
+    }
+}
+
+/// Which stored node each item of a request is (`None` past where they part), and the stored
+/// function calls passed over on the way.
+pub struct Aligned {
+    pub nodes: Vec<Option<NodeId>>,
+    pub passed: HashSet<NodeId>,
+}
+
+/// Walks `stored` (one scope of the rendered path, oldest first) beside the request's items. A
+/// sub-agent's call node is passed over where the client answers its call as a tool result in
+/// the same group, and its result matches the client's tool result of the same call and text.
+pub fn align(stored: &[&Arc<Node>], items: &[Item]) -> Aligned {
+    let mut nodes = vec![None; items.len()];
+    let mut passed = HashSet::new();
+    let (mut i, mut j) = (0, 0);
+    while i < items.len() && j < stored.len() {
+        let node = stored[j];
+        let same = match &node.content {
+            NodeContent::FunctionCall { call_id, .. } => {
+                if answers_later(items, i, call_id) {
+                    passed.insert(node.id);
+                    j += 1;
+                    continue;
+                }
+                false
+            }
+            NodeContent::FunctionResult(r) => result_matches(r, &items[i].content),
+            content => *content == items[i].content,
+        };
+        if !same {
+            break;
+        }
+        nodes[i] = Some(node.id);
+        i += 1;
+        j += 1;
+    }
+    Aligned { nodes, passed }
+}
+
+/// Whether the items from `i` on answer `call_id` before the next message.
+fn answers_later(items: &[Item], i: usize, call_id: &str) -> bool {
+    items[i..]
+        .iter()
+        .take_while(|c| !matches!(c.content, NodeContent::Message { .. }))
+        .any(|c| matches!(&c.content, NodeContent::ToolResult { call_id: id, .. } if id == call_id))
+}
+
+/// Whether a client's tool result is the stored result of a sub-agent's function.
+pub fn result_matches(stored: &FunctionResult, client: &NodeContent) -> bool {
+    match client {
+        NodeContent::ToolResult {
+            call_id,
+            parts,
+            is_error,
+            ..
+        } => {
+            *call_id == stored.call_id
+                && parts.iter().all(|p| matches!(p, Part::Text(_)))
+                && Part::text_of(parts) == stored.output
+                && *is_error == (stored.status == FunctionStatus::Error)
+        }
+        _ => false,
+    }
+}
+
+/// The client's entries of `field` (`messages` or `input`) in `body`, each as its bytes; `None`
+/// when the field is not an array.
+pub fn client_entries(body: &[u8], field: &str) -> Option<Vec<Box<RawValue>>> {
+    let super::json::Fields(members) = serde_json::from_slice(body).ok()?;
+    let (_, raw) = members.into_iter().find(|(k, _)| k == field)?;
+    serde_json::from_str(raw.get()).ok()
+}

@@ -1,0 +1,345 @@
+//! What the gateway forwards is what a careful human would have sent: the client's breakpoints
+//! stay on the content they marked through a sub-agent's function, what the model has not seen
+//! reaches it as the client sent it at every step, and the window is the request's own (the 1M
+//! beta, a ceiling `max_tokens` not taken as the answer's size, an operator's setting, a model
+//! ctxd does not know). Through the real server, its gateway and the fake provider.
+
+use ctxd::gateway::{Gateway, GatewayPolicy, Window};
+use ctxd::server::Options;
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+
+use crate::fake_provider::*;
+use crate::gateway::*;
+use crate::helpers::*;
+
+const SESSION: &str = "6f1c2a34-0000-4000-8000-00000000fd01";
+
+fn metadata() -> Value {
+    json!({"user_id": json!({"session_id": SESSION}).to_string()})
+}
+
+/// A Claude Code shaped request: system blocks with a breakpoint on the last, the session in
+/// `metadata`, streamed, and `messages` as given.
+fn claude_code(messages: Value) -> Value {
+    json!({
+        "model": "claude-sonnet-4-5",
+        "max_tokens": 32000,
+        "stream": true,
+        "system": [
+            {"type": "text", "text": "x-anthropic-billing-header: cc_version=2.1; cch=0"},
+            {"type": "text", "text": "You are a coding agent.", "cache_control": {"type": "ephemeral"}},
+        ],
+        "metadata": metadata(),
+        "messages": messages,
+    })
+}
+
+/// `message` with a breakpoint on its last block (a string content becomes one text block).
+fn marked(mut message: Value) -> Value {
+    if let Some(s) = message["content"].as_str() {
+        message["content"] = json!([{"type": "text", "text": s}]);
+    }
+    if let Some(Value::Object(last)) = message["content"].as_array_mut().and_then(|b| b.last_mut())
+    {
+        last.insert("cache_control".into(), json!({"type": "ephemeral"}));
+    }
+    message
+}
+
+/// Messages of `body` as the client sent them, with a marker only where `marks` says.
+fn with_marks(messages: &[Value], marks: &[usize]) -> Value {
+    Value::Array(
+        messages
+            .iter()
+            .enumerate()
+            .map(|(i, m)| {
+                if marks.contains(&i) {
+                    marked(m.clone())
+                } else {
+                    m.clone()
+                }
+            })
+            .collect(),
+    )
+}
+
+fn tool_use(id: &str, name: &str, input: Value) -> Value {
+    json!({"role": "assistant", "content": [
+        {"type": "tool_use", "id": id, "name": name, "input": input},
+    ]})
+}
+
+fn tool_result(id: &str, text: &str) -> Value {
+    json!({"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": id, "content": text},
+    ]})
+}
+
+/// `chars` characters of text unique to `seed`, as a file's lines.
+fn output(seed: usize, chars: usize) -> String {
+    let mut s = String::with_capacity(chars + 64);
+    let mut line = 0;
+    while s.len() < chars {
+        s.push_str(&format!(
+            "{seed:04} line {line:05}: fn item_{line}() -> u32 {{ {line} }}\n"
+        ));
+        line += 1;
+    }
+    s.truncate(chars);
+    s
+}
+
+#[tokio::test]
+async fn breakpoints_stay_on_their_content_after_a_sub_agent() {
+    let mut gw = start().await;
+    let prompt = "Find where the config is loaded and report the file.";
+    let task =
+        json!({"description": "find config", "prompt": prompt, "subagent_type": "general-purpose"});
+    let u1 = json!({"role": "user", "content": [{"type": "text", "text": "Where is the config loaded?"}]});
+
+    gw.fake
+        .script(Reply::tool_use_id("toolu_agent", "Agent", task.clone()));
+    let first = gw
+        .messages(&claude_code(with_marks(std::slice::from_ref(&u1), &[0])))
+        .await
+        .ok();
+    let (session, branch) = (first.session(), first.branch());
+    gw.answered(&session, &branch, 2).await;
+
+    // The sub-agent's first call reaches the gateway before the parent's next one.
+    gw.fake
+        .script(Reply::text("It is loaded in src/config.rs."));
+    let sub = claude_code(with_marks(
+        &[json!({"role": "user", "content": [{"type": "text", "text": prompt}]})],
+        &[0],
+    ));
+    let answer = gw.messages(&sub).await.ok();
+    assert!(
+        answer.header("x-ctxd-function-id").is_some(),
+        "the sub-agent's call is its parent's function"
+    );
+
+    // The parent goes on: every later call resends its history with the breakpoint moved to
+    // its newest message, and Claude Code keeps one on an earlier message too.
+    let call = tool_use("toolu_agent", "Agent", task);
+    let result = tool_result("toolu_agent", "It is loaded in src/config.rs.");
+    gw.fake
+        .script(Reply::text("The config is loaded in src/config.rs."));
+    let mut history = vec![u1, call, result];
+    for (turn, marks) in [(0, vec![2]), (1, vec![2, 4]), (2, vec![4, 6])] {
+        let body = claude_code(with_marks(&history, &marks));
+        let sent = gw.messages(&body).await.ok();
+        assert_eq!(sent.session(), session, "call {turn}: the same session");
+        assert_eq!(sent.branch(), branch, "call {turn}: the same branch");
+        let forwarded = gw.last_upstream().body;
+        assert_eq!(
+            forwarded["messages"], body["messages"],
+            "call {turn}: nothing reduced, so every message goes as the client sent it, \
+             breakpoints included"
+        );
+        assert_eq!(
+            markers(&forwarded["messages"]),
+            marks.len(),
+            "call {turn}: every client breakpoint forwarded"
+        );
+        assert_eq!(
+            forwarded["system"], body["system"],
+            "the system blocks as sent"
+        );
+        let reply = format!("answer {turn}");
+        gw.fake.script(Reply::text(reply.clone()));
+        history.push(json!({"role": "assistant", "content": [
+            {"type": "text", "text": if turn == 0 { "The config is loaded in src/config.rs.".to_owned() } else { format!("answer {}", turn - 1) }},
+        ]}));
+        history.push(json!({"role": "user", "content": [{"type": "text", "text": format!("and then {turn}?")}]}));
+    }
+    let branches: Vec<_> = gw
+        .app
+        .branches(&session)
+        .await
+        .into_iter()
+        .filter(|b| !b.head_id.is_empty())
+        .collect();
+    assert_eq!(branches.len(), 1, "nothing forked: {branches:?}");
+}
+
+/// The history of a session that read `n` files of `chars` characters, one call each.
+fn reads(n: usize, chars: usize) -> Vec<Value> {
+    let mut history =
+        vec![json!({"role": "user", "content": "Read the files and summarise them."})];
+    for k in 1..=n {
+        let id = format!("toolu_read_{k:02}");
+        history.push(tool_use(
+            &id,
+            "Read",
+            json!({"file_path": format!("src/f{k}.rs")}),
+        ));
+        history.push(tool_result(&id, &output(k, chars)));
+    }
+    history
+}
+
+#[tokio::test]
+async fn the_newest_result_is_never_cut_at_a_count_step() {
+    let gw = start().await;
+    // 20 results of 20 KB, resent whole on every call: the 20th is a count step.
+    let full = reads(20, 20_000);
+    for k in 1..=20 {
+        let id = format!("toolu_read_{:02}", k + 1);
+        if k < 20 {
+            gw.fake.script(Reply::tool_use_id(
+                &id,
+                "Read",
+                json!({"file_path": format!("src/f{}.rs", k + 1)}),
+            ));
+        }
+        let history = &full[..1 + 2 * k];
+        let body = claude_code(with_marks(history, &[history.len() - 1]));
+        gw.messages(&body).await.ok();
+        let forwarded = gw.last_upstream().body;
+        let sent = forwarded["messages"].as_array().expect("messages").clone();
+        assert_eq!(
+            sent.last(),
+            body["messages"].as_array().and_then(|m| m.last()),
+            "call {k}: the result the model has not seen goes as the client sent it"
+        );
+        if k == 20 {
+            let first = &sent[2]["content"][0]["content"];
+            let first_len = first.as_str().map_or(0, str::len);
+            assert!(
+                first_len < 1_000,
+                "the step at 20 results cleared the oldest ({first_len} characters left)"
+            );
+            assert_eq!(
+                markers(&forwarded["messages"]),
+                1,
+                "the client's breakpoint is on the newest message, unchanged"
+            );
+        }
+    }
+}
+
+/// A server whose gateway has `windows` set.
+async fn start_with_windows(windows: Vec<Window>) -> Gw {
+    let fake = FakeProvider::start().await;
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("local addr"));
+    let mut gateway = Gateway::new(listener, fake.url(), fake.url());
+    gateway.policy = GatewayPolicy::Stepped;
+    gateway.windows = windows;
+    let app = spawn_app_with(Options {
+        gateway: Some(gateway),
+        ..Options::default()
+    })
+    .await;
+    Gw {
+        app,
+        fake,
+        url,
+        http: http_client(),
+    }
+}
+
+/// Sends `history` (then, the model having answered, `history` with the answer and one more
+/// user message, so the model has seen all of `history`) as `model` with `max_tokens` and
+/// `extra` headers; the second forwarded request and the client's.
+async fn seen_twice(
+    gw: &Gw,
+    model: &str,
+    max_tokens: u64,
+    history: &[Value],
+    extra: &[(&str, &str)],
+) -> (Value, Value) {
+    let body = |messages: &[Value]| {
+        let mut b = claude_code(Value::Array(messages.to_vec()));
+        b["model"] = json!(model);
+        b["max_tokens"] = json!(max_tokens);
+        b
+    };
+    gw.fake.script(Reply::text("noted"));
+    gw.messages_with(&body(history), extra).await.ok();
+    let mut next = history.to_vec();
+    next.push(json!({"role": "assistant", "content": [{"type": "text", "text": "noted"}]}));
+    next.push(json!({"role": "user", "content": "Go on."}));
+    let client = body(&next);
+    gw.messages_with(&client, extra).await.ok();
+    (
+        gw.last_upstream().body["messages"].clone(),
+        client["messages"].clone(),
+    )
+}
+
+#[tokio::test]
+async fn the_one_million_beta_is_the_window() {
+    // 14 reads of 70 KB: about 245k tokens, over a 200k window, within 1M.
+    let history = reads(14, 70_000);
+    let gw = start().await;
+    let (forwarded, client) = seen_twice(
+        &gw,
+        "claude-sonnet-4-5",
+        32_000,
+        &history,
+        &[(
+            "anthropic-beta",
+            "claude-code-20250219,context-1m-2025-08-07",
+        )],
+    )
+    .await;
+    assert_eq!(forwarded, client, "within the 1M window nothing is cut");
+
+    let gw = start().await;
+    let (forwarded, client) = seen_twice(&gw, "claude-sonnet-4-5", 32_000, &history, &[]).await;
+    assert_ne!(
+        forwarded, client,
+        "without the beta the same history is over the 200k window and reduced"
+    );
+    assert_eq!(
+        forwarded.as_array().and_then(|m| m.last()),
+        client.as_array().and_then(|m| m.last()),
+        "the newest message, unseen, as sent"
+    );
+}
+
+#[tokio::test]
+async fn a_ceiling_max_tokens_is_not_the_answers_reserve() {
+    // 7 reads of 60 KB: about 105k tokens. Claude Code asks for max_tokens 128,000; taken as
+    // the answer's size it would leave 72k of a 200k window.
+    let history = reads(7, 60_000);
+    let gw = start().await;
+    let (forwarded, client) = seen_twice(&gw, "claude-sonnet-4-5", 128_000, &history, &[]).await;
+    assert_eq!(
+        forwarded, client,
+        "105k tokens fit a 200k window: nothing is cut"
+    );
+}
+
+#[tokio::test]
+async fn a_model_ctxd_does_not_know_is_never_cut_by_budget() {
+    let history = reads(14, 70_000);
+    let gw = start().await;
+    let (forwarded, client) = seen_twice(&gw, "acme-local-70b", 4096, &history, &[]).await;
+    assert_eq!(
+        forwarded, client,
+        "an unknown model's window is not guessed"
+    );
+}
+
+#[tokio::test]
+async fn an_operators_context_window_is_the_budget() {
+    let history = reads(7, 60_000);
+    let gw = start_with_windows(vec![
+        Window::parse("claude-sonnet-*=100000").expect("a window"),
+    ])
+    .await;
+    let (forwarded, client) = seen_twice(&gw, "claude-sonnet-4-5", 8192, &history, &[]).await;
+    assert_ne!(
+        forwarded, client,
+        "105k tokens are over a 100k window set by the operator"
+    );
+
+    for bad in ["claude", "claude=", "claude=many", "=100000", "claude=12"] {
+        let error = Window::parse(bad).expect_err(bad);
+        assert!(error.contains("--context-window"), "{bad}: {error}");
+    }
+}
