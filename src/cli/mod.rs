@@ -400,6 +400,8 @@ pub fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(EnvFilter::try_new(&cli.log).context("--log is not a valid filter")?)
         .with_writer(std::io::stderr)
+        // Colour codes only where a terminal shows them, never into a log file or a pipe.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -53,6 +53,18 @@ pub struct Summary {
     pub created_at_ms: i64,
 }
 
+/// A summary whose `model` starts so was written by the session's own agent (its compaction,
+/// recorded by the gateway): it renders as the agent wrote it, since the model is to read
+/// exactly what its agent gave it.
+pub const AGENT_MODEL_PREFIX: &str = "agent:";
+
+impl Summary {
+    /// Written by the session's own agent, not by a summarizer ctxd asked.
+    pub fn by_agent(&self) -> bool {
+        self.model.starts_with(AGENT_MODEL_PREFIX)
+    }
+}
+
 pub use super::ids::{CompactionId, SummaryId};
 
 /// Why a compaction ended as it did.

@@ -66,9 +66,6 @@ pub fn conversation(
     let Value::Array(docs) = document else {
         return ("[]".to_owned(), Kept::default());
     };
-    let changed = |m: &Message| {
-        m.reduction != Reduction::None || m.stubbed_inputs > 0 || m.summary_id.is_some()
-    };
     let unchanged: Vec<bool> = sources
         .iter()
         .map(|s| !s.is_empty() && s.iter().all(|&k| !changed(&rendered[k])))
@@ -133,6 +130,11 @@ pub fn conversation(
     (text, kept)
 }
 
+/// A rendered message that is not what was stored: reduced by a step, or a summary.
+fn changed(m: &Message) -> bool {
+    m.reduction != Reduction::None || m.stubbed_inputs > 0 || m.summary_id.is_some()
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Entry {
     /// The client's entry of this index, as sent.
@@ -185,16 +187,22 @@ fn place_markers(parts: &Parts, values: &mut [Option<Value>], kept: &mut Kept) {
         if verbatim.contains(i) {
             continue;
         }
-        // The entry now holding this client message's content, if unchanged; else the newest
-        // unchanged entry before where it stands on the path.
-        let target = match map.client_end(*i) {
-            Some(end) => out
+        // The entry now holding this client message's content unchanged at its end (merged
+        // after a changed message, say); else the newest unchanged entry before where it
+        // stands on the path.
+        let holding = map.holding_entry(*i).and_then(|d| {
+            out.iter()
+                .position(|e| matches!(e, Entry::Rendered(j) if *j == d))
+        });
+        let target = match (holding, map.client_end(*i)) {
+            (Some(k), _) => Some(k),
+            (None, Some(end)) => out
                 .iter()
                 .enumerate()
                 .rev()
                 .find(|(k, e)| is_unchanged(e) && ends[*k].is_some_and(|x| x <= end))
                 .map(|(k, _)| k),
-            None => None,
+            (None, None) => None,
         };
         let Some(k) = target else { continue };
         if placed.iter().any(|(p, _)| *p == k) {
@@ -293,6 +301,10 @@ struct Map {
     doc_of: HashMap<NodeId, usize>,
     /// Position of each node on the path.
     position: HashMap<NodeId, usize>,
+    /// Nodes of rendered messages a step changed.
+    changed: HashSet<NodeId>,
+    /// Per rendered entry: the nodes of its last rendered message (where its last block is).
+    tails: Vec<Vec<NodeId>>,
 }
 
 impl Map {
@@ -338,7 +350,21 @@ impl Map {
             })
             .collect();
         let position = stored.iter().enumerate().map(|(p, n)| (n.id, p)).collect();
+        let changed = rendered
+            .iter()
+            .filter(|m| changed(m))
+            .flat_map(|m| m.node_ids.iter().copied())
+            .collect();
+        let tails = sources
+            .iter()
+            .map(|s| {
+                s.last()
+                    .map_or_else(Vec::new, |&k| rendered[k].node_ids.clone())
+            })
+            .collect();
         Self {
+            changed,
+            tails,
             client_nodes,
             doc_nodes,
             client_of,
@@ -355,6 +381,15 @@ impl Map {
             .collect();
         out.dedup();
         out
+    }
+
+    /// The rendered entry that ends with client entry `i`'s content, unchanged.
+    fn holding_entry(&self, i: usize) -> Option<usize> {
+        let nodes = self.client_nodes.get(i)?.as_ref()?;
+        let last = nodes.last()?;
+        let d = *self.doc_of.get(last)?;
+        (self.tails[d].contains(last) && nodes.iter().all(|n| !self.changed.contains(n)))
+            .then_some(d)
     }
 
     /// Where client entry `i` ends on the path.
@@ -427,43 +462,44 @@ pub struct Aligned {
     pub passed: HashSet<NodeId>,
 }
 
-/// Walks `stored` (one scope of the rendered path, oldest first) beside the request's items. A
-/// sub-agent's call node is passed over where the client answers its call as a tool result in
-/// the same group, and its result matches the client's tool result of the same call and text.
+/// Walks `stored` (one scope of the rendered path, oldest first) beside the request's items,
+/// from the newest back, as far as they agree: the path ends where the request does, but may
+/// begin elsewhere (a compacted conversation continues after the history its summary covers).
+/// A sub-agent's call node is passed over where the result of its function was matched to the
+/// client's tool result of the same call and text.
 pub fn align(stored: &[&Arc<Node>], items: &[Item]) -> Aligned {
     let mut nodes = vec![None; items.len()];
     let mut passed = HashSet::new();
-    let (mut i, mut j) = (0, 0);
-    while i < items.len() && j < stored.len() {
-        let node = stored[j];
+    let mut returned: HashSet<&str> = HashSet::new();
+    let (mut i, mut j) = (items.len(), stored.len());
+    while i > 0 && j > 0 {
+        let node = stored[j - 1];
         let same = match &node.content {
             NodeContent::FunctionCall { call_id, .. } => {
-                if answers_later(items, i, call_id) {
+                if returned.contains(call_id.as_str()) {
                     passed.insert(node.id);
-                    j += 1;
+                    j -= 1;
                     continue;
                 }
                 false
             }
-            NodeContent::FunctionResult(r) => result_matches(r, &items[i].content),
-            content => *content == items[i].content,
+            NodeContent::FunctionResult(r) => {
+                let same = result_matches(r, &items[i - 1].content);
+                if same {
+                    returned.insert(r.call_id.as_str());
+                }
+                same
+            }
+            content => *content == items[i - 1].content,
         };
         if !same {
             break;
         }
-        nodes[i] = Some(node.id);
-        i += 1;
-        j += 1;
+        nodes[i - 1] = Some(node.id);
+        i -= 1;
+        j -= 1;
     }
     Aligned { nodes, passed }
-}
-
-/// Whether the items from `i` on answer `call_id` before the next message.
-fn answers_later(items: &[Item], i: usize, call_id: &str) -> bool {
-    items[i..]
-        .iter()
-        .take_while(|c| !matches!(c.content, NodeContent::Message { .. }))
-        .any(|c| matches!(&c.content, NodeContent::ToolResult { call_id: id, .. } if id == call_id))
 }
 
 /// Whether a client's tool result is the stored result of a sub-agent's function.

@@ -7,6 +7,7 @@
 //! appended once it is whole. A request it cannot record is forwarded as it came (fail open);
 //! ctxd's own keys guard it (fail closed); provider credentials pass through, never kept.
 
+mod agent_compaction;
 mod anthropic;
 mod conversation;
 mod forward;
@@ -30,6 +31,7 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
 use crate::api::auth::{ApiKeys, gateway_tenant};
+use crate::compaction::{Compactions, PrepareArgs, PrepareOutcome};
 use crate::domain::{
     self, Budget, GatewayCall, Hash, Node, NodeContent, NodeId, Part, PathView, ProviderUsage,
     Tenant, node_hash,
@@ -50,6 +52,8 @@ pub struct Gateway {
     pub policy: GatewayPolicy,
     /// Context windows the operator set (`--context-window`), before ctxd's table.
     pub windows: Vec<Window>,
+    /// The largest request body read; a longer one is `413`.
+    pub max_body_bytes: usize,
 }
 
 impl Gateway {
@@ -64,6 +68,7 @@ impl Gateway {
             openai_upstream: openai_upstream.into(),
             policy: GatewayPolicy::default(),
             windows: Vec::new(),
+            max_body_bytes: MAX_BODY_BYTES,
         }
     }
 }
@@ -147,8 +152,9 @@ pub fn policy() -> Policy {
     }
 }
 
-/// The largest request body the gateway reads (a long session resent whole, with images).
-const MAX_BODY_BYTES: usize = 256 * 1024 * 1024;
+/// The largest request body the gateway reads by default (a long session resent whole, with
+/// images).
+pub const MAX_BODY_BYTES: usize = 256 * 1024 * 1024;
 
 /// Headers never forwarded either way: hop-by-hop ones, those the HTTP stack sets, ctxd's own.
 /// `accept-encoding` too: the gateway reads the answer it relays, so it asks for it plain.
@@ -242,9 +248,12 @@ struct App {
     openai: Arc<str>,
     policy: GatewayPolicy,
     windows: Arc<[Window]>,
+    max_body_bytes: usize,
     max_part_bytes: usize,
     /// Sessions by the keys that named them.
     keys_seen: Arc<record::SessionKeys>,
+    /// Where an agent's own summaries are laid over the history they replaced.
+    compactions: Arc<Compactions>,
 }
 
 /// Serves the gateway on its listener until the task is dropped. A call in flight when it is
@@ -260,7 +269,13 @@ pub async fn serve(
         .build()
         .map_err(std::io::Error::other)?;
     let trim = |s: &str| -> Arc<str> { Arc::from(s.trim_end_matches('/')) };
+    let compactions = Arc::new(Compactions::new(
+        workflows.store.clone(),
+        Arc::clone(&workflows.tokens),
+        None,
+    ));
     let app = App {
+        compactions,
         workflows,
         keys,
         http,
@@ -268,6 +283,7 @@ pub async fn serve(
         openai: trim(&gateway.openai_upstream),
         policy: gateway.policy,
         windows: gateway.windows.into(),
+        max_body_bytes: gateway.max_body_bytes,
         max_part_bytes,
         keys_seen: Arc::default(),
     };
@@ -277,7 +293,7 @@ pub async fn serve(
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/responses", post(responses_api))
         .fallback(other)
-        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(DefaultBodyLimit::disable())
         .with_state(app);
     // Without TCP_NODELAY a body written after its head waits ~40 ms for a delayed ACK.
     let listener = gateway.listener.tap_io(|tcp| {
@@ -288,26 +304,67 @@ pub async fn serve(
     axum::serve(listener, router).await
 }
 
-async fn messages(State(app): State<App>, uri: Uri, headers: HeaderMap, body: Bytes) -> Response {
-    app.handle(Api::Anthropic, uri, headers, body).await
+async fn messages(State(app): State<App>, uri: Uri, headers: HeaderMap, body: Body) -> Response {
+    match read_body(Api::Anthropic, body, app.max_body_bytes).await {
+        Ok(body) => app.handle(Api::Anthropic, uri, headers, body).await,
+        Err(response) => response,
+    }
 }
 
 async fn chat_completions(
     State(app): State<App>,
     uri: Uri,
     headers: HeaderMap,
-    body: Bytes,
+    body: Body,
 ) -> Response {
-    app.handle(Api::OpenAi, uri, headers, body).await
+    match read_body(Api::OpenAi, body, app.max_body_bytes).await {
+        Ok(body) => app.handle(Api::OpenAi, uri, headers, body).await,
+        Err(response) => response,
+    }
 }
 
 async fn responses_api(
     State(app): State<App>,
     uri: Uri,
     headers: HeaderMap,
-    body: Bytes,
+    body: Body,
 ) -> Response {
-    app.handle(Api::Responses, uri, headers, body).await
+    match read_body(Api::Responses, body, app.max_body_bytes).await {
+        Ok(body) => app.handle(Api::Responses, uri, headers, body).await,
+        Err(response) => response,
+    }
+}
+
+/// The request body, at most `limit` bytes; a longer one is `413` in the API's shape (an agent
+/// reads the provider's error shape, not the HTTP stack's plain text).
+#[allow(clippy::result_large_err)]
+async fn read_body(api: Api, body: Body, limit: usize) -> Result<Bytes, Response> {
+    match axum::body::to_bytes(body, limit).await {
+        Ok(bytes) => Ok(bytes),
+        Err(e) => {
+            let too_large = std::error::Error::source(&e)
+                .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
+            count(api, "invalid");
+            Err(if too_large {
+                api.error(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    match api {
+                        Api::Anthropic => "request_too_large",
+                        Api::OpenAi | Api::Responses => "invalid_request_error",
+                    },
+                    &format!("body: the request is over the ctxd gateway's limit of {limit} bytes"),
+                    Some("body"),
+                )
+            } else {
+                api.error(
+                    StatusCode::BAD_REQUEST,
+                    "invalid_request_error",
+                    &format!("body: could not be read: {e}"),
+                    Some("body"),
+                )
+            })
+        }
+    }
 }
 
 /// Any other request: forwarded unchanged, to the Anthropic upstream when it carries
@@ -317,12 +374,16 @@ async fn other(
     method: Method,
     uri: Uri,
     headers: HeaderMap,
-    body: Bytes,
+    body: Body,
 ) -> Response {
     let api = if headers.contains_key("anthropic-version") || headers.contains_key("x-api-key") {
         Api::Anthropic
     } else {
         Api::OpenAi
+    };
+    let body = match read_body(api, body, app.max_body_bytes).await {
+        Ok(body) => body,
+        Err(response) => return response,
     };
     if !uri.path().starts_with("/v1/") {
         return api.error(
@@ -345,9 +406,13 @@ async fn count_tokens(
     State(app): State<App>,
     uri: Uri,
     headers: HeaderMap,
-    body: Bytes,
+    body: Body,
 ) -> Response {
     let api = Api::Anthropic;
+    let body = match read_body(api, body, app.max_body_bytes).await {
+        Ok(body) => body,
+        Err(response) => return response,
+    };
     let tenant = match app.tenant(api, &headers) {
         Ok(t) => t,
         Err(response) => return response,
@@ -463,6 +528,9 @@ impl App {
                     .await;
             }
         };
+        if let Some(summary) = &recorded.agent_summary {
+            self.lay_agent_summary(&recorded, summary).await;
+        }
         let t_record = t0.elapsed();
         let (outgoing, forwarded_tokens) = match policy {
             GatewayPolicy::Passthrough => (body, conv.client_tokens),
@@ -514,7 +582,12 @@ impl App {
     ) -> Result<(Vec<u8>, u64), &'static str> {
         let mut options = render_options(conv, &self.window(conv, headers))
             .ok_or("a budget that leaves the history nothing")?;
-        options.seen = recorded.seen;
+        // The agent's own summary request reads everything it sent: nothing is reduced.
+        options.seen = if agent_compaction::is_summary_request(conv) {
+            render::Seen::Nothing
+        } else {
+            recorded.seen
+        };
         let target = match recorded.function {
             // A sub-agent sees its own conversation, as its client sent it.
             Some((id, _)) => {
@@ -561,6 +634,50 @@ impl App {
             "gateway: render phases"
         );
         Ok((body, tokens))
+    }
+
+    /// Lays the agent's summary over the history it replaced (a segment summary, through the
+    /// compaction workflow, so it is judged, stored and audited as any summary is). A summary
+    /// not laid leaves the branch whole; its next request is then recorded as before.
+    async fn lay_agent_summary(&self, recorded: &Recorded, summary: &record::AgentSummary) {
+        let args = PrepareArgs {
+            session: recorded.session.id(),
+            branch: recorded.branch.clone(),
+            // Any budget the range is over: the agent, not ctxd, decided to summarize.
+            budget: Budget {
+                context_window: 1,
+                ..Budget::default()
+            },
+            tokenizer: Tokenizer::Heuristic,
+            retain_turns: 0,
+            instructions: String::new(),
+            max_tool_result_chars: policy().max_tool_result_chars,
+            segment: Some((summary.from, summary.to)),
+            request_policy: None,
+        };
+        let why = match self.compactions.prepare(recorded.session, args).await {
+            Ok(PrepareOutcome::Needed { scoped, .. }) => match self
+                .compactions
+                .commit(
+                    recorded.session,
+                    scoped,
+                    summary.text.clone(),
+                    agent_compaction::CLAUDE_CODE_MODEL.to_owned(),
+                    false,
+                )
+                .await
+            {
+                Ok(outcome) if outcome.applied() => {
+                    metrics::counter!("ctxd_gateway_agent_summaries_total").increment(1);
+                    return;
+                }
+                Ok(outcome) => outcome.message,
+                Err(e) => e.to_string(),
+            },
+            Ok(PrepareOutcome::NotNeeded { reason, .. }) => reason,
+            Err(e) => e.to_string(),
+        };
+        tracing::warn!(reason = %why, "gateway: the agent's summary was not laid over its history");
     }
 
     /// The count_tokens body: what the next request's forwarded body would be.
@@ -673,7 +790,7 @@ impl App {
             Err(e) => {
                 tracing::warn!(api = api.name(), error = %without_url(&e), "gateway: the upstream cannot be reached");
                 count(api, "upstream_unreachable");
-                return api.error(
+                let mut response = api.error(
                     StatusCode::BAD_GATEWAY,
                     match api {
                         Api::Anthropic => "api_error",
@@ -685,6 +802,11 @@ impl App {
                     ),
                     None,
                 );
+                // The client can still find the session its request went to.
+                if let Some(sink) = &sink {
+                    sink.name(response.headers_mut());
+                }
+                return response;
             }
         };
         let status = upstream.status();
@@ -696,18 +818,7 @@ impl App {
                 }
             }
             if let Some(sink) = &sink {
-                let id = sink.recorded.session.id().to_string();
-                if let Ok(v) = HeaderValue::from_str(&id) {
-                    h.insert("x-ctxd-session-id", v);
-                }
-                if let Ok(v) = HeaderValue::from_str(sink.recorded.branch.as_str()) {
-                    h.insert("x-ctxd-branch", v);
-                }
-                if let Some((function, _)) = sink.recorded.function
-                    && let Ok(v) = HeaderValue::from_str(&function.to_string())
-                {
-                    h.insert("x-ctxd-function-id", v);
-                }
+                sink.name(h);
             }
         }
         let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(16);
@@ -988,6 +1099,22 @@ fn gone() {
 }
 
 impl Sink {
+    /// Names the session, branch and function the request was recorded in.
+    fn name(&self, h: &mut HeaderMap) {
+        let id = self.recorded.session.id().to_string();
+        if let Ok(v) = HeaderValue::from_str(&id) {
+            h.insert("x-ctxd-session-id", v);
+        }
+        if let Ok(v) = HeaderValue::from_str(self.recorded.branch.as_str()) {
+            h.insert("x-ctxd-branch", v);
+        }
+        if let Some((function, _)) = self.recorded.function
+            && let Ok(v) = HeaderValue::from_str(&function.to_string())
+        {
+            h.insert("x-ctxd-function-id", v);
+        }
+    }
+
     async fn append(&self, content: NodeContent) {
         append_answer(
             &self.workflows.store,

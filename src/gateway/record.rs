@@ -2,8 +2,9 @@
 //! already (found by node hash), and where the rest goes (the branch whose head it extends, or
 //! a new branch forked at the last shared node).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
+use super::agent_compaction::{continued_summary, ends_on_summary_answer, is_agent_summary_of};
 use super::conversation::Conversation;
 use super::forward::result_matches;
 use crate::domain::{
@@ -28,6 +29,17 @@ pub struct Recorded {
     /// What the model has read of the rendered path: the history up to where this request's
     /// new messages begin (the stored node its prefix reached).
     pub seen: crate::render::Seen,
+    /// The agent's own summary to lay over the history it replaced, when this request is the
+    /// first of a compacted conversation.
+    pub agent_summary: Option<AgentSummary>,
+}
+
+/// An agent's summary of a branch's top-level history from `from` through `to`.
+#[derive(Debug, Clone)]
+pub struct AgentSummary {
+    pub text: String,
+    pub from: NodeId,
+    pub to: NodeId,
 }
 
 impl Recorded {
@@ -64,6 +76,7 @@ struct Plan {
     expected: Option<(NodeId, Hash)>,
     rest: Vec<NodeContent>,
     behind: bool,
+    agent_summary: Option<AgentSummary>,
 }
 
 /// Records `conv` for `tenant`: finds or makes its session, appends what it does not hold.
@@ -86,6 +99,18 @@ pub async fn record(
     }
     if contents.is_empty() {
         return Err(Unrecorded("no messages"));
+    }
+    // A history that does not pair on its own (a result for no call) could never be appended:
+    // refused before any session is made for it, so none is left behind empty.
+    let mut tail = domain::ChainTail::default();
+    for (i, content) in contents.iter().enumerate() {
+        let mut content = content.clone();
+        if tail
+            .admit(&format!("messages[{i}]"), NodeId::new(), &mut content)
+            .is_err()
+        {
+            return Err(Unrecorded("pairing"));
+        }
     }
     let hashes = chain_hashes(&contents, None);
     let opening = opening_key(&conv.opening);
@@ -117,7 +142,15 @@ pub async fn record(
                         expected: None,
                         rest: contents.clone(),
                         behind: false,
+                        agent_summary: None,
                     }
+                } else if let Some(plan) = match continued_summary(conv) {
+                    Some(text) => {
+                        continuation(store, session, &branches, &contents, &hashes, text).await?
+                    }
+                    None => None,
+                } {
+                    plan
                 } else if let Some(plan) = match subagent(store, session, &contents).await {
                     Err(Unrecorded(RETRY)) => continue,
                     other => other?,
@@ -156,6 +189,7 @@ pub async fn record(
                 head: plan.expected,
                 behind: plan.behind,
                 seen,
+                agent_summary: plan.agent_summary,
             });
         }
         let request = AppendRequest {
@@ -184,6 +218,7 @@ pub async fn record(
                     head,
                     behind: false,
                     seen,
+                    agent_summary: plan.agent_summary,
                 });
             }
             Err(store::Error::Domain(domain::Error::Aborted(_))) => continue,
@@ -261,7 +296,75 @@ async fn extend(
         expected: Some(reached),
         rest,
         behind,
+        agent_summary: None,
     })
+}
+
+/// A conversation that opens with the agent's summary of an earlier one (its compaction): it
+/// continues the branch whose history the summary replaced. Where that summary is laid over a
+/// branch already, the conversation goes on after what it covers; else the branch that ends on
+/// the answer to the agent's summary request (the newest, if several) takes it, and the summary
+/// is to be laid over that branch's history. `None`: no such branch.
+async fn continuation(
+    store: &Store,
+    session: Scoped,
+    branches: &[domain::Branch],
+    contents: &[NodeContent],
+    hashes: &[Hash],
+    text: String,
+) -> Result<Option<Plan>, Unrecorded> {
+    let mut order: Vec<&domain::Branch> = branches.iter().filter(|b| b.head.is_some()).collect();
+    order.sort_by_key(|b| (b.name != BranchName::main(), b.name.as_str().to_owned()));
+    let mut newest: Option<(i64, BranchName, (NodeId, Hash), NodeId)> = None;
+    for branch in order {
+        let path = store
+            .load_path(session, &PathTarget::Branch(branch.name.clone()))
+            .await
+            .map_err(store_error)?;
+        if let Some(summary) = path
+            .summaries
+            .iter()
+            .rev()
+            .find(|s| is_agent_summary_of(s, &text))
+        {
+            let covered: HashSet<NodeId> = summary.covers.iter().copied().collect();
+            if let Some(end) = path.nodes.iter().rposition(|n| covered.contains(&n.id)) {
+                let node = path.nodes[end].id;
+                return extend(store, session, branches, node, contents, hashes, 1)
+                    .await
+                    .map(Some);
+            }
+        }
+        if !ends_on_summary_answer(&path.nodes) {
+            continue;
+        }
+        let (Some(head), Some(first)) = (
+            path.nodes.last(),
+            path.nodes.iter().find(|n| n.function_id.is_none()),
+        ) else {
+            continue;
+        };
+        if newest.as_ref().is_none_or(|n| head.created_at_ms > n.0) {
+            newest = Some((
+                head.created_at_ms,
+                branch.name.clone(),
+                (head.id, head.hash),
+                first.id,
+            ));
+        }
+    }
+    Ok(newest.map(|(_, branch, head, first)| Plan {
+        branch,
+        function: None,
+        expected: Some(head),
+        rest: contents[1..].to_vec(),
+        behind: false,
+        agent_summary: Some(AgentSummary {
+            text,
+            from: first,
+            to: head.0,
+        }),
+    }))
 }
 
 /// How far a request follows one branch: items matched, the stored node reached, whether that
@@ -481,6 +584,7 @@ async fn subagent(
         expected: None,
         rest: contents.to_vec(),
         behind: false,
+        agent_summary: None,
     }))
 }
 
@@ -513,6 +617,7 @@ async fn in_function(
         expected: head,
         rest: contents[done..].to_vec(),
         behind: false,
+        agent_summary: None,
     })
 }
 

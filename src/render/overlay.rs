@@ -44,6 +44,9 @@ pub fn ledger_cap(history_budget: Option<Tokens>) -> Option<Tokens> {
 
 /// The text a summary renders as: the header, the summary, then its ledger.
 pub fn summary_text(summary: &Summary, cap: Option<Tokens>, counter: &dyn Count) -> String {
+    if summary.by_agent() {
+        return summary.text.clone();
+    }
     let mut text = format!("{SUMMARY_HEADER}\n{}", summary.text);
     if let Some(ledger) = summary.ledger.as_deref() {
         let evidence = ledger.render(cap, counter);

@@ -392,7 +392,7 @@ fn assert_no_ctxd_headers(request: &Recorded) {
 }
 
 /// Sessions the unkeyed client lists.
-async fn sessions(app: &mut TestApp) -> Vec<String> {
+pub(crate) async fn sessions(app: &mut TestApp) -> Vec<String> {
     app.client
         .list_sessions(pb::ListSessionsRequest {
             page_size: 1000,
@@ -1493,6 +1493,7 @@ async fn gateway_unreachable_upstream_is_a_502_in_the_provider_shape() {
     ] {
         let answer = gw.messages(&body).await;
         assert_eq!(answer.status, 502, "{answer:?}");
+        answer.session();
         let error = answer.json();
         assert_eq!(error["type"], "error");
         assert_eq!(error["error"]["type"], "api_error", "{error}");

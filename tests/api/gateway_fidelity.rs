@@ -343,3 +343,196 @@ async fn an_operators_context_window_is_the_budget() {
         assert!(error.contains("--context-window"), "{bad}: {error}");
     }
 }
+
+// ---------------------------------------------------------------- edges
+
+#[tokio::test]
+async fn a_body_over_the_limit_is_413_in_the_providers_shape() {
+    let fake = FakeProvider::start().await;
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("local addr"));
+    let mut gateway = Gateway::new(listener, fake.url(), fake.url());
+    gateway.max_body_bytes = 64 * 1024;
+    let app = spawn_app_with(Options {
+        gateway: Some(gateway),
+        ..Options::default()
+    })
+    .await;
+    let mut gw = Gw {
+        app,
+        fake,
+        url,
+        http: http_client(),
+    };
+    let big = json!([{"role": "user", "content": "x".repeat(100 * 1024)}]);
+    let answer = gw.messages(&anthropic(big.clone())).await;
+    assert_eq!(answer.status, 413, "{}", answer.text());
+    let error = answer.json();
+    assert_eq!(error["type"], "error", "{error}");
+    assert_eq!(error["error"]["type"], "request_too_large", "{error}");
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("body:")),
+        "{error}"
+    );
+    let answer = gw.chat(&openai(big)).await;
+    assert_eq!(answer.status, 413, "{}", answer.text());
+    assert_eq!(answer.json()["error"]["param"], "body");
+    assert!(gw.fake.requests().is_empty(), "nothing forwarded");
+    assert!(sessions(&mut gw.app).await.is_empty(), "nothing recorded");
+}
+
+#[tokio::test]
+async fn a_request_that_cannot_be_recorded_leaves_no_session_behind() {
+    let mut gw = start().await;
+    // A result for a call that was never made: forwarded as it came, and recorded nowhere.
+    let body = anthropic(json!([
+        user_msg("hello"),
+        tool_result("toolu_nobody", "an orphan result"),
+    ]));
+    let answer = gw.messages(&body).await.ok();
+    assert!(answer.header("x-ctxd-session-id").is_none());
+    assert_eq!(gw.last_upstream().body, body, "forwarded as received");
+    assert!(
+        sessions(&mut gw.app).await.is_empty(),
+        "no empty session left behind"
+    );
+}
+
+// ---------------------------------------------------------------- the agent's own compaction
+
+const COMPACT_PROMPT: &str = "Your task is to create a detailed summary of the conversation so \
+    far, paying close attention to the user's explicit requests and your previous actions.";
+
+fn continued(summary: &str) -> String {
+    format!(
+        "This session is being continued from a previous conversation that ran out of context. \
+         The summary below covers the earlier portion of the conversation.\n\nSummary:\n{summary}"
+    )
+}
+
+#[tokio::test]
+async fn claude_codes_compaction_is_a_summary_over_the_same_session() {
+    let mut gw = start().await;
+    // 22 reads of 6 KB: a count step would clear the oldest of them.
+    let mut history = reads(22, 6_000);
+    gw.fake.script(Reply::text("I have read them all."));
+    let first = gw
+        .messages(&claude_code(with_marks(&history, &[history.len() - 1])))
+        .await
+        .ok();
+    let (session, branch) = (first.session(), first.branch());
+    history.push(json!({"role": "assistant", "content": [{"type": "text", "text": "I have read them all."}]}));
+
+    // The summary request: the whole history and the prompt, forwarded with nothing reduced.
+    let summary = "1. The user asked to read 22 files.\n2. All were read; nothing is pending.";
+    gw.fake.script(Reply::text(format!(
+        "<analysis>notes</analysis>\n<summary>\n{summary}\n</summary>"
+    )));
+    let mut ask = history.clone();
+    ask.push(json!({"role": "user", "content": [{"type": "text", "text": COMPACT_PROMPT}]}));
+    let body = claude_code(with_marks(&ask, &[ask.len() - 1]));
+    let asked = gw.messages(&body).await.ok();
+    assert_eq!(
+        (asked.session(), asked.branch()),
+        (session.clone(), branch.clone())
+    );
+    assert_eq!(
+        gw.last_upstream().body["messages"],
+        body["messages"],
+        "the summary request goes as the agent sent it: nothing it must summarise is cut"
+    );
+
+    // The conversation after it opens with the summary: the same session, the same branch.
+    let opening =
+        json!({"role": "user", "content": [{"type": "text", "text": continued(summary)}]});
+    gw.fake.script(Reply::text("Continuing."));
+    let after = vec![
+        opening.clone(),
+        json!({"role": "user", "content": "Now write the report."}),
+    ];
+    let answer = gw
+        .messages(&claude_code(with_marks(&after, &[1])))
+        .await
+        .ok();
+    assert_eq!(
+        (answer.session(), answer.branch()),
+        (session.clone(), branch.clone()),
+        "the compacted conversation continues its session and branch"
+    );
+    let forwarded = gw.last_upstream().body["messages"].clone();
+    assert_eq!(
+        forwarded[0]["content"][0]["text"],
+        continued(summary),
+        "the agent's summary reaches the model as the agent sent it"
+    );
+    let blocks = forwarded
+        .as_array()
+        .and_then(|m| m.last())
+        .and_then(|m| m["content"].as_array())
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(
+        blocks.last().map(|b| &b["text"]),
+        Some(&json!("Now write the report.")),
+        "the new message after it, as sent: {forwarded:#}"
+    );
+    assert_eq!(markers(&forwarded), 1, "its breakpoint forwarded");
+
+    // And on: each call appends only what is new, on the same branch.
+    let mut next = after.clone();
+    next.push(json!({"role": "assistant", "content": [{"type": "text", "text": "Continuing."}]}));
+    next.push(json!({"role": "user", "content": "Thanks."}));
+    gw.fake.script(Reply::text("Done."));
+    let body = claude_code(with_marks(&next, &[3]));
+    let again = gw.messages(&body).await.ok();
+    assert_eq!(
+        (again.session(), again.branch()),
+        (session.clone(), branch.clone())
+    );
+    let forwarded = gw.last_upstream().body["messages"].clone();
+    let forwarded = forwarded.as_array().expect("messages");
+    // The summary and the user message after it are one user turn, as the API takes them.
+    assert_eq!(
+        forwarded[1..],
+        body["messages"].as_array().expect("messages")[2..],
+        "what follows goes as the client sent it"
+    );
+    assert_eq!(
+        markers(&Value::Array(forwarded.clone())),
+        1,
+        "the client's breakpoint forwarded"
+    );
+
+    let listed = gw.app.list_summaries(&session, &branch).await;
+    assert_eq!(listed.summaries.len(), 1, "{listed:?}");
+    assert_eq!(listed.summaries[0].model, "agent:claude-code");
+    assert_eq!(listed.summaries[0].text, continued(summary));
+    assert_eq!(gw.app.get_session(&session).await.compaction_count, 1);
+    assert_eq!(
+        sessions(&mut gw.app).await.len(),
+        1,
+        "one session for the whole run"
+    );
+    let heads: Vec<_> = gw
+        .app
+        .branches(&session)
+        .await
+        .into_iter()
+        .filter(|b| !b.head_id.is_empty())
+        .collect();
+    assert_eq!(heads.len(), 1, "one branch: {heads:?}");
+    let log = gw.app.log(&session, &branch).await;
+    let newest: Vec<String> = log.iter().take(4).map(describe).collect();
+    assert_eq!(
+        newest,
+        [
+            "assistant: Done.",
+            "user: Thanks.",
+            "assistant: Continuing.",
+            "user: Now write the report.",
+        ],
+        "the continuation after the summary answer"
+    );
+}

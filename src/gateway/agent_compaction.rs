@@ -1,0 +1,113 @@
+//! An agent's own compaction as the gateway sees it: the request that asks the model for a
+//! summary of the conversation (Claude Code's compaction prompt, `/compact` or automatic;
+//! Codex's `compaction_trigger` item), and the conversation that follows it, which opens with
+//! that summary in place of the history it replaced. The summary request is forwarded with
+//! nothing reduced (the summary must see what the agent sent), and the continuation is recorded
+//! on the same branch with the agent's summary laid over the history it covers, as `ctxd import`
+//! does with a Claude Code file's `isCompactSummary` entry.
+
+use super::conversation::Conversation;
+use crate::domain::{NodeContent, Part, Role, Summary};
+
+/// Claude Code's compaction prompt begins so (2.1.x).
+const CLAUDE_CODE_PROMPT: &str =
+    "Your task is to create a detailed summary of the conversation so far";
+
+/// The first message of the conversation Claude Code continues after a compaction.
+const CLAUDE_CODE_CONTINUED: &str =
+    "This session is being continued from a previous conversation that ran out of context.";
+
+/// The model name of Claude Code's own summaries (`domain::summary::AGENT_MODEL_PREFIX`).
+pub const CLAUDE_CODE_MODEL: &str = "agent:claude-code";
+
+/// Whether `conv` asks the model for a summary of the conversation: its newest user message
+/// holds Claude Code's compaction prompt, or an item is Codex's `compaction_trigger`.
+pub fn is_summary_request(conv: &Conversation) -> bool {
+    let last_user = conv
+        .items
+        .iter()
+        .rev()
+        .find_map(|item| match &item.content {
+            NodeContent::Message {
+                role: Role::User,
+                parts,
+                ..
+            } => Some(parts),
+            _ => None,
+        });
+    let asks = last_user.is_some_and(|parts| {
+        parts
+            .iter()
+            .any(|p| matches!(p, Part::Text(t) if t.contains(CLAUDE_CODE_PROMPT)))
+    });
+    asks || conv
+        .items
+        .iter()
+        .any(|item| has_compaction_trigger(&item.content))
+}
+
+fn has_compaction_trigger(content: &NodeContent) -> bool {
+    let parts = match content {
+        NodeContent::Message { parts, .. } | NodeContent::ToolResult { parts, .. } => parts,
+        _ => return false,
+    };
+    parts.iter().any(|p| match p {
+        Part::Media {
+            mime_type,
+            source: crate::domain::MediaSource::Data(data),
+        } if crate::render::format::is_opaque(mime_type) => {
+            String::from_utf8_lossy(data).contains("\"compaction_trigger\"")
+        }
+        _ => false,
+    })
+}
+
+/// The agent's summary when `conv` continues a compacted conversation: its first message is
+/// Claude Code's continuation, whose text is the summary.
+pub fn continued_summary(conv: &Conversation) -> Option<String> {
+    match &conv.items.first()?.content {
+        NodeContent::Message {
+            role: Role::User,
+            parts,
+            tool_calls,
+        } if tool_calls.is_empty() => {
+            let text = Part::text_of(parts);
+            text.trim_start()
+                .starts_with(CLAUDE_CODE_CONTINUED)
+                .then_some(text)
+        }
+        _ => None,
+    }
+}
+
+/// Whether the stored `nodes` (a path, oldest first) end on the answer to a summary request:
+/// an assistant message after a user message holding the compaction prompt.
+pub fn ends_on_summary_answer(nodes: &[std::sync::Arc<crate::domain::Node>]) -> bool {
+    let top: Vec<&NodeContent> = nodes
+        .iter()
+        .filter(|n| n.function_id.is_none())
+        .map(|n| &n.content)
+        .collect();
+    match top.as_slice() {
+        [
+            ..,
+            NodeContent::Message {
+                role: Role::User,
+                parts,
+                ..
+            },
+            NodeContent::Message {
+                role: Role::Assistant,
+                ..
+            },
+        ] => parts
+            .iter()
+            .any(|p| matches!(p, Part::Text(t) if t.contains(CLAUDE_CODE_PROMPT))),
+        _ => false,
+    }
+}
+
+/// Whether `summary` is the agent's own summary of this `text`.
+pub fn is_agent_summary_of(summary: &Summary, text: &str) -> bool {
+    summary.by_agent() && summary.text == text
+}
