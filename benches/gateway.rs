@@ -1,23 +1,35 @@
 //! The model gateway (`ctxd serve --gateway`): `cargo bench --bench gateway`.
 //!
 //! Everything talks HTTP on 127.0.0.1:0 to the scripted fake provider of
-//! `tests/common/fake_provider.rs` (the Anthropic Messages API with an imitated prefix cache),
-//! either directly (the baseline, measured in the same run) or through the gateway of a ctxd
-//! server in this process (`ctxd::server::serve_with` over a SQLite file in a temp dir).
+//! `tests/common/fake_provider.rs` (each API priced by its provider's cache model, stated in that
+//! file's docs), either directly (the baseline, measured in the same run) or through the gateway
+//! of a ctxd server in this process (`ctxd::server::serve_with` over a SQLite file in a temp dir).
+//! The fake's clock never moves here: no cache entry expires during a run.
 //! Measured:
 //!
 //! - **economy**: every trace of `testdata/traces` replayed as a client that resends its whole
 //!   history on every model call, as Claude Code does: before each assistant message of the trace
 //!   an Anthropic Messages request (model `claude-sonnet-4-5`, `max_tokens` 8192, streamed, the
-//!   trace's leading system message as `system`, else a fixed prompt) carries every earlier
-//!   message (assistant text and `tool_use` blocks; tool results as `tool_result` blocks, the
-//!   consecutive ones in one user message; a `cache_control` marker on the last block of the last
-//!   message, as Claude Code puts one), and the fake answers with exactly that assistant message
-//!   (its text and its calls, with the trace's ids), so the next request's history is what the
-//!   gateway recorded. Once directly to the fake, then (cache cleared) through the gateway, one
-//!   session per trace (`x-ctxd-session: <trace name>`). The cost is the cache-weighted input the
-//!   fake reports (input + 1.25 × cache writes + 0.1 × cache reads), summed over calls; the ratio
-//!   is gateway over direct, per trace family and in total.
+//!   trace's leading system message as `system`, else a fixed prompt, as one text block) carries
+//!   every earlier message (assistant text and `tool_use` blocks; tool results as `tool_result`
+//!   blocks, the consecutive ones in one user message), with Claude Code's cache breakpoints: a
+//!   `cache_control` marker on the system block and one on the newest message's last block, moved
+//!   there on every call (the traces carry no tool definitions, so no tool is sent or marked).
+//!   The fake answers with exactly that assistant message (its text and its calls, with the
+//!   trace's ids), so the next request's history is what the gateway recorded. Once directly to
+//!   the fake, then (cache cleared) through the gateway, one session per trace
+//!   (`x-ctxd-session: <trace name>`). The cost is the cache-weighted input (uncached 1×, cache
+//!   writes 1.25×, 1-hour writes 2×, reads 0.1×), summed over calls; the ratio is gateway over
+//!   direct, per trace family and in total, under two cache models:
+//!   - the **breakpoint cache** (Anthropic's): what the fake billed each call, the traces being
+//!     Anthropic requests;
+//!   - the **prefix cache** (OpenAI's automatic one, no markers, from 1,024 tokens in steps of
+//!     128): the same requests priced again. Each request body the fake received (direct, or as
+//!     the gateway forwarded it) goes through the fake's own `PrefixCache` (one per replay run,
+//!     as the fake keeps one cache per run), its blocks as the items of the prefix. Pricing the
+//!     recorded bodies, rather than replaying against an OpenAI route, keeps both models on
+//!     byte-for-byte the same calls: an OpenAI replay would price a different document (the
+//!     gateway converting formats) and would double the run.
 //! - **records**: nodes stored (read back over gRPC `ListBranches` and `Log`, every branch) over
 //!   the messages the client sent (the trace's messages up to its last assistant answer, system
 //!   messages aside); branches and sessions made; calls that went through unrecorded (answers
@@ -33,7 +45,8 @@
 //!   parts, `function_call` items with `name`, `arguments` and `call_id`: the provider's `id`,
 //!   `status` and `annotations` dropped), and tool results as `function_call_output` items. The
 //!   fake answers each call with the trace's assistant message, as for the other traces; no
-//!   `x-ctxd-session` header. The same figures as above, from the Responses usage (uncached
+//!   `x-ctxd-session` header. The same figures as above, under the prefix cache only (the
+//!   Responses API's own; Codex places no markers), from the Responses usage (uncached
 //!   `input_tokens` − `cached_tokens`, cache reads `cached_tokens`, no cache writes); messages
 //!   sent counts the developer message and each trace message once (an answer of text and a
 //!   call is one message in two items). When nodes ≠ messages or a session has more than one
@@ -76,7 +89,10 @@ use std::time::{Duration, Instant};
 use ctxd::api::pb;
 use ctxd::gateway::Gateway;
 use ctxd::store::Store;
-use fake_provider::{Block, FakeProvider, Reply, anthropic_message_of_sse, responses_of_sse};
+use fake_provider::{
+    Bill, Block, FIVE_MINUTES, FakeProvider, PrefixCache, Reply, anthropic_message_of_sse,
+    anthropic_units, responses_of_sse,
+};
 use metrics_exporter_prometheus::PrometheusHandle;
 use pb::context_store_client::ContextStoreClient;
 use serde::Deserialize;
@@ -203,16 +219,18 @@ async fn run(args: Args, metrics: Option<PrometheusHandle>) {
     let gateway_url = format!("http://{}/v1/messages", server.gateway);
     let started = Instant::now();
     let mut direct = Vec::new();
+    let mut prefix = PrefixCache::default();
     for trace in &traces {
-        direct.push(replay(&http, &direct_url, &fake, trace, false).await);
+        direct.push(replay(&http, &direct_url, &fake, &mut prefix, trace, false).await);
     }
     let direct_took = started.elapsed();
     fake.clear_cache();
     let before = metric_values(metrics.as_ref());
     let started = Instant::now();
     let mut via = Vec::new();
+    let mut prefix = PrefixCache::default();
     for trace in &traces {
-        via.push(replay(&http, &gateway_url, &fake, trace, true).await);
+        via.push(replay(&http, &gateway_url, &fake, &mut prefix, trace, true).await);
     }
     let via_took = started.elapsed();
     let passthrough_metric = metric_diff(&before, &metric_values(metrics.as_ref()));
@@ -275,17 +293,34 @@ async fn run(args: Args, metrics: Option<PrometheusHandle>) {
 
     println!();
     println!(
-        "| {:<32} | {:>5} | {:>12} | {:>12} | {:>7} | {:>5} | {:>8} | {:>8} |",
-        "trace", "calls", "cost direct", "cost gateway", "ratio", "nodes", "messages", "branches"
+        "costs: breakpoint cache (Anthropic, as the fake priced the calls); prefix: the same \
+         requests priced by OpenAI's automatic prefix cache"
+    );
+    println!(
+        "| {:<32} | {:>5} | {:>12} | {:>12} | {:>7} | {:>12} | {:>12} | {:>7} | {:>5} | {:>8} | {:>8} |",
+        "trace",
+        "calls",
+        "cost direct",
+        "cost gateway",
+        "ratio",
+        "prefix dir.",
+        "prefix gw.",
+        "ratio",
+        "nodes",
+        "messages",
+        "branches"
     );
     for ((trace, (d, v)), s) in traces.iter().zip(direct.iter().zip(&via)).zip(&stored) {
         println!(
-            "| {:<32} | {:>5} | {:>12.0} | {:>12.0} | {:>6.3}× | {:>5} | {:>8} | {:>8} |",
+            "| {:<32} | {:>5} | {:>12.0} | {:>12.0} | {:>6.3}× | {:>12.0} | {:>12.0} | {:>6.3}× | {:>5} | {:>8} | {:>8} |",
             trace.name,
             trace.calls.len(),
             d.cost(),
             v.cost(),
             v.cost() / d.cost(),
+            d.prefix_cost(),
+            v.prefix_cost(),
+            v.prefix_cost() / d.prefix_cost(),
             s.nodes,
             trace.sent,
             s.branches.len()
@@ -384,31 +419,51 @@ async fn run(args: Args, metrics: Option<PrometheusHandle>) {
         .map(|(_, f)| *f)
         .filter(|f| traces.iter().any(|t| t.family == *f))
         .collect();
-    let sum = |runs: &[Replay], pick: &dyn Fn(&Trace) -> bool| -> (usize, f64, u64) {
-        runs.iter()
-            .zip(&traces)
-            .filter(|(_, t)| pick(t))
-            .fold((0, 0.0, 0), |(n, c, p), (r, _)| {
-                (n + r.calls.len(), c + r.cost(), p + r.prompt())
-            })
+    // (calls, cost under the breakpoint model, under the prefix model, prompt tokens)
+    let sum = |runs: &[Replay], pick: &dyn Fn(&Trace) -> bool| -> (usize, f64, f64, u64) {
+        runs.iter().zip(&traces).filter(|(_, t)| pick(t)).fold(
+            (0, 0.0, 0.0, 0),
+            |(n, c, x, p), (r, _)| {
+                (
+                    n + r.calls.len(),
+                    c + r.cost(),
+                    x + r.prefix_cost(),
+                    p + r.prompt(),
+                )
+            },
+        )
     };
     let mut economy_total = 0.0;
+    let mut economy_prefix_total = 0.0;
     for family in families.iter().map(Some).chain([None]) {
         let pick = |t: &Trace| family.is_none_or(|f| t.family == *f);
         let traces_in = traces.iter().filter(|t| pick(t)).count();
-        let (n, cost_d, prompt_d) = sum(&direct, &pick);
-        let (_, cost_v, prompt_v) = sum(&via, &pick);
+        let (n, cost_d, prefix_d, prompt_d) = sum(&direct, &pick);
+        let (_, cost_v, prefix_v, prompt_v) = sum(&via, &pick);
         let name = family.map_or("all traces".to_owned(), |f| (*f).to_owned());
         let ratio = cost_v / cost_d;
+        let prefix_ratio = prefix_v / prefix_d;
         if family.is_none() {
             economy_total = ratio;
+            economy_prefix_total = prefix_ratio;
         }
         rows.push(Row {
             section: "economy",
-            case: format!("{name} ({traces_in} traces): cache-weighted cost"),
+            case: format!(
+                "{name} ({traces_in} traces): cache-weighted cost, breakpoint cache (Anthropic)"
+            ),
             n: Some(n),
             value: format!("{:.0} → {:.0}", cost_d, cost_v),
             ratio: Some(ratio),
+            to: "direct".into(),
+            ..Row::default()
+        });
+        rows.push(Row {
+            section: "economy",
+            case: format!("{name}: cache-weighted cost, prefix cache (OpenAI)"),
+            n: Some(n),
+            value: format!("{:.0} → {:.0}", prefix_d, prefix_v),
+            ratio: Some(prefix_ratio),
             to: "direct".into(),
             ..Row::default()
         });
@@ -628,10 +683,18 @@ async fn run(args: Args, metrics: Option<PrometheusHandle>) {
     let within = |v: f64, goal: f64| (!v.is_nan()).then_some(v <= goal);
     let goals: Vec<(String, String, String, Option<bool>)> = vec![
         (
-            "economy: cache-weighted cost through the gateway over direct, all traces".into(),
+            "economy: cache-weighted cost through the gateway over direct, all traces, \
+             breakpoint cache (Anthropic)"
+                .into(),
             format!("{economy_total:.3}×"),
             format!("≤ {ECONOMY_GOAL}×"),
             Some(economy_total <= ECONOMY_GOAL),
+        ),
+        (
+            "economy: the same, prefix cache (OpenAI)".into(),
+            format!("{economy_prefix_total:.3}×"),
+            format!("≤ {ECONOMY_GOAL}×"),
+            Some(economy_prefix_total <= ECONOMY_GOAL),
         ),
         (
             "records: nodes stored / messages sent, all traces".into(),
@@ -695,6 +758,9 @@ async fn run(args: Args, metrics: Option<PrometheusHandle>) {
             "cost_direct": d.cost(),
             "cost_gateway": v.cost(),
             "ratio": v.cost() / d.cost(),
+            "prefix_cost_direct": d.prefix_cost(),
+            "prefix_cost_gateway": v.prefix_cost(),
+            "prefix_ratio": v.prefix_cost() / d.prefix_cost(),
             "prompt_direct": d.prompt(),
             "prompt_gateway": v.prompt(),
             "messages_sent": t.sent,
@@ -965,19 +1031,22 @@ impl Trace {
     }
 }
 
-/// A Messages API request: the fixed fields, `earlier` messages as serialised, and `last` with a
-/// cache marker on its last block (where Claude Code puts one).
+/// A Messages API request: the fixed fields, `earlier` messages as serialised, and `last`.
+/// Cache breakpoints where Claude Code puts them: on the (last) system block, and on the newest
+/// message's last block, the one marker that moves every call. Without them the provider
+/// caches nothing.
 fn request_body(system: &str, earlier: &[String], last: &Value) -> String {
+    let marker = json!({"type": "ephemeral"});
     let mut last = last.clone();
     if let Some(Value::Array(blocks)) = last.get_mut("content")
         && let Some(Value::Object(block)) = blocks.last_mut()
     {
-        block.insert("cache_control".into(), json!({"type": "ephemeral"}));
+        block.insert("cache_control".into(), marker.clone());
     }
     let head = json!({
         "model": MODEL,
         "max_tokens": MAX_TOKENS,
-        "system": system,
+        "system": [{"type": "text", "text": system, "cache_control": marker}],
         "stream": true,
     })
     .to_string();
@@ -1088,12 +1157,12 @@ async fn send(start: Instant, request: reqwest::RequestBuilder) -> Result<Answer
 
 // ---------------------------------------------------------------- economy
 
-/// What one call cost, as the fake reported it.
+/// What one call cost: as the fake priced it (its API's cache model), and the same request
+/// priced by OpenAI's automatic prefix cache.
 #[derive(Clone, Copy, Default)]
 struct Usage {
-    input: u64,
-    cache_write: u64,
-    cache_read: u64,
+    bill: Bill,
+    prefix: Bill,
     /// Messages and bytes of the request the fake received.
     messages: usize,
     bytes: usize,
@@ -1101,11 +1170,11 @@ struct Usage {
 
 impl Usage {
     fn cost(&self) -> f64 {
-        self.input as f64 + 1.25 * self.cache_write as f64 + 0.1 * self.cache_read as f64
+        self.bill.cost()
     }
 
     fn prompt(&self) -> u64 {
-        self.input + self.cache_write + self.cache_read
+        self.bill.prompt()
     }
 }
 
@@ -1152,16 +1221,24 @@ impl Replay {
         self.calls.iter().map(Usage::cost).sum()
     }
 
+    /// The cost under the prefix model (the Anthropic replays' requests priced again).
+    fn prefix_cost(&self) -> f64 {
+        self.calls.iter().map(|u| u.prefix.cost()).sum()
+    }
+
     fn prompt(&self) -> u64 {
         self.calls.iter().map(Usage::prompt).sum()
     }
 }
 
-/// Replays `trace` against `url`, the fake answering each call with the trace's answer.
+/// Replays `trace` against `url`, the fake answering each call with the trace's answer; each
+/// request the fake received is also priced by `prefix` (a prefix cache kept over the run, as
+/// the fake keeps its own).
 async fn replay(
     http: &reqwest::Client,
     url: &str,
     fake: &FakeProvider,
+    prefix: &mut PrefixCache,
     trace: &Trace,
     gateway: bool,
 ) -> Replay {
@@ -1194,11 +1271,13 @@ async fn replay(
         let requests = fake.requests();
         let usage = match requests.as_slice() {
             [one] => Usage {
-                input: one.usage["input_tokens"].as_u64().unwrap_or(0),
-                cache_write: one.usage["cache_creation_input_tokens"]
-                    .as_u64()
-                    .unwrap_or(0),
-                cache_read: one.usage["cache_read_input_tokens"].as_u64().unwrap_or(0),
+                bill: one.bill.unwrap_or_default(),
+                prefix: prefix.price(
+                    fake.now(),
+                    &anthropic_units(&one.body),
+                    FIVE_MINUTES,
+                    one.bill.is_some(),
+                ),
                 messages: one.body["messages"].as_array().map_or(0, Vec::len),
                 bytes: one.raw.len(),
             },
@@ -1228,7 +1307,8 @@ fn per_call(traces: &[Trace], direct: &[Replay], via: &[Replay], name: &str) {
 
 /// The calls of one trace in both replays; with `branches` (the Responses replay), the branch
 /// each gateway call went to (`*`: another than the call before's), and the uncached input in
-/// place of cache writes (the API has none).
+/// place of cache writes (the API has none). An Anthropic replay also shows each call's cost
+/// ratio under the prefix model.
 fn print_calls(
     name: &str,
     what: &str,
@@ -1245,9 +1325,9 @@ fn print_calls(
     };
     let shown = |u: &Usage| {
         if branches.is_some() {
-            u.input
+            u.bill.input
         } else {
-            u.cache_write
+            u.bill.write_5m + u.bill.write_1h
         }
     };
     let mut head = format!(
@@ -1256,6 +1336,8 @@ fn print_calls(
     );
     if branches.is_some() {
         head.push_str(" branch");
+    } else {
+        head.push_str(&format!(" {:>7} |", "prefix"));
     }
     println!("{head}");
     for (k, (d, v)) in direct.calls.iter().zip(&via.calls).enumerate() {
@@ -1264,12 +1346,12 @@ fn print_calls(
             d.messages,
             d.bytes / 1000,
             shown(d),
-            d.cache_read,
+            d.bill.read,
             d.cost(),
             v.messages,
             v.bytes / 1000,
             shown(v),
-            v.cache_read,
+            v.bill.read,
             v.cost(),
             v.cost() / d.cost()
         );
@@ -1281,6 +1363,8 @@ fn print_calls(
                 if moved { "*" } else { "" },
                 this.as_deref().unwrap_or("-")
             ));
+        } else {
+            line.push_str(&format!(" {:>6.3}× |", v.prefix.cost() / d.prefix.cost()));
         }
         println!("{line}");
     }
@@ -1507,19 +1591,13 @@ async fn replay_responses(
                 input.extend(read.unwrap_or(expected).iter().map(Value::to_string));
                 let requests = fake.requests();
                 let usage = match requests.as_slice() {
-                    [one] => {
-                        let prompt = one.usage["input_tokens"].as_u64().unwrap_or(0);
-                        let cached = one.usage["input_tokens_details"]["cached_tokens"]
-                            .as_u64()
-                            .unwrap_or(0);
-                        Usage {
-                            input: prompt.saturating_sub(cached),
-                            cache_write: 0,
-                            cache_read: cached,
-                            messages: one.input().len(),
-                            bytes: one.raw.len(),
-                        }
-                    }
+                    // The Responses API is priced by the prefix model already.
+                    [one] => Usage {
+                        bill: one.bill.unwrap_or_default(),
+                        prefix: one.bill.unwrap_or_default(),
+                        messages: one.input().len(),
+                        bytes: one.raw.len(),
+                    },
                     other => {
                         run.problems.push(format!(
                             "call {k}: the fake received {} requests",

@@ -1137,6 +1137,13 @@ fn request(g: &mut Gen, method: &str) -> Vec<Vec<u8>> {
             node_ids: (0..g.below(5)).map(|_| g.id(Kind::Node)).collect(),
         }
         .encode_to_vec(),
+        "ListGatewayCalls" => pb::ListGatewayCallsRequest {
+            session_id: g.id(Kind::Session),
+            page_size: g.u32(),
+            // A call id is a UUID like any other: one that names no call is a cursor too.
+            page_token: g.or_empty(0.6, |g| if g.chance(0.5) { g.uuid() } else { g.string() }),
+        }
+        .encode_to_vec(),
         "Log" => pb::LogRequest {
             session_id: g.id(Kind::Session),
             branch: g.or_empty(0.5, Gen::branch),
@@ -1523,6 +1530,7 @@ async fn sequence(g: &mut Gen, channel: &Channel, methods: &[Method], tally: &mu
         "ContextStats",
         "CreateBranch",
         "Log",
+        "ListGatewayCalls",
         "GetNodes",
         "PrepareCompaction",
         "CommitSummary",
@@ -1569,6 +1577,7 @@ fn retarget(method: &str, messages: Vec<Vec<u8>>, session: &str) -> Vec<Vec<u8>>
         "ContextStats" => with_session!(pb::ContextStatsRequest),
         "CreateBranch" => with_session!(pb::CreateBranchRequest),
         "Log" => with_session!(pb::LogRequest),
+        "ListGatewayCalls" => with_session!(pb::ListGatewayCallsRequest),
         "GetNodes" => with_session!(pb::GetNodesRequest),
         "PrepareCompaction" => with_session!(pb::PrepareCompactionRequest),
         "ListSummaries" => with_session!(pb::ListSummariesRequest),

@@ -59,6 +59,34 @@ impl ToJson for pb::GatewayUsage {
     }
 }
 
+impl ToJson for pb::GatewayCall {
+    fn to_json(&self) -> Value {
+        json!({
+            "at_unix_ms": self.at_unix_ms,
+            "api": self.api,
+            "model": self.model,
+            "client_tokens": self.client_tokens,
+            "forwarded_tokens": self.forwarded_tokens,
+            "input_tokens": self.input_tokens,
+            "cache_read_tokens": self.cache_read_tokens,
+            "cache_write_tokens": self.cache_write_tokens,
+            "output_tokens": self.output_tokens,
+            "kept_tokens": self.kept_tokens,
+            "change": self.change,
+            "unexplained_miss": self.unexplained_miss,
+        })
+    }
+}
+
+impl ToJson for pb::ListGatewayCallsResponse {
+    fn to_json(&self) -> Value {
+        json!({
+            "calls": self.calls.to_json(),
+            "next_page_token": self.next_page_token,
+        })
+    }
+}
+
 impl ToJson for pb::Branch {
     fn to_json(&self) -> Value {
         json!({

@@ -7,6 +7,7 @@ mod compaction;
 mod convert;
 mod export;
 mod framing;
+mod gateway_calls;
 pub mod json;
 pub(crate) mod lifecycle;
 mod parse;

@@ -183,6 +183,14 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
     }
 
     #[instrument(skip_all)]
+    async fn list_gateway_calls(
+        &self,
+        request: Request<pb::ListGatewayCallsRequest>,
+    ) -> Reply<pb::ListGatewayCallsResponse> {
+        self.gateway_calls(request).await
+    }
+
+    #[instrument(skip_all)]
     async fn append(&self, request: Request<pb::AppendRequest>) -> Reply<pb::AppendResponse> {
         let tenant = tenant_of(&request);
         let request = request.into_inner();

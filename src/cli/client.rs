@@ -10,7 +10,7 @@ use clap::{Args, Subcommand, ValueEnum};
 use serde_json::Value;
 
 pub use super::connect::Conn;
-use super::connect::{call, connect, failure};
+use super::connect::{Client, call, connect, failure};
 use super::{panel, show};
 use crate::api::json::ToJson;
 use crate::api::pb;
@@ -195,7 +195,8 @@ pub enum Command {
         #[command(flatten)]
         conn: Conn,
     },
-    /// Pictures where a branch's context tokens go, against a budget if given.
+    /// Pictures where a branch's context tokens go, against a budget if given; for a session
+    /// the model gateway recorded, what it forwarded and its ledger, call by call.
     Context {
         /// The session id.
         session: String,
@@ -204,6 +205,9 @@ pub enum Command {
         branch: Option<String>,
         #[command(flatten)]
         budget: BudgetArgs,
+        /// Every gateway call in the ledger, not only the newest 20.
+        #[arg(long)]
+        all_calls: bool,
         #[command(flatten)]
         conn: Conn,
     },
@@ -418,6 +422,7 @@ async fn execute(command: Command) -> Result<String> {
             session,
             branch,
             budget,
+            all_calls,
             conn,
         } => {
             let target = format!(
@@ -436,13 +441,25 @@ async fn execute(command: Command) -> Result<String> {
             let r = call("ContextStats", client.context_stats(req)).await?;
             let session = call(
                 "GetSession",
-                client.get_session(pb::GetSessionRequest { session_id }),
+                client.get_session(pb::GetSessionRequest {
+                    session_id: session_id.clone(),
+                }),
             )
             .await?;
+            // The ledger is text only (`--json` stays the report); read only for a session the
+            // gateway served, since no other has calls.
+            let calls = match (&session.gateway, conn.json) {
+                (Some(_), false) => gateway_calls(&mut client, session_id).await?,
+                _ => None,
+            };
             Ok(output(&conn, &r, || {
                 let mut picture = panel::picture(&target, &r);
                 if let Some(g) = &session.gateway {
                     picture.push_str(&panel::gateway(g));
+                }
+                if let Some(calls) = &calls {
+                    let newest = (!all_calls).then_some(panel::LEDGER_NEWEST);
+                    picture.push_str(&panel::ledger(calls, newest));
                 }
                 picture
             }))
@@ -748,6 +765,33 @@ fn progress_bar(len: usize, json: bool) -> indicatif::ProgressBar {
         bar.set_style(style);
     }
     bar
+}
+
+/// Every gateway call of `session`, in the order made (the pages followed: the newest are last,
+/// and the totals cover them all); `None` from a server that has no ledger yet.
+async fn gateway_calls(
+    client: &mut Client,
+    session_id: String,
+) -> Result<Option<Vec<pb::GatewayCall>>> {
+    let mut calls = Vec::new();
+    let mut page_token = String::new();
+    loop {
+        let req = pb::ListGatewayCallsRequest {
+            session_id: session_id.clone(),
+            page_size: 1000,
+            page_token,
+        };
+        let page = match client.list_gateway_calls(req).await {
+            Ok(page) => page.into_inner(),
+            Err(s) if s.code() == tonic::Code::Unimplemented => return Ok(None),
+            Err(s) => return Err(failure("ListGatewayCalls", &s)),
+        };
+        calls.extend(page.calls);
+        if page.next_page_token.is_empty() {
+            return Ok(Some(calls));
+        }
+        page_token = page.next_page_token;
+    }
 }
 
 /// `ctxd sessions`: pages of `filter` (its id prefix and metadata) until `limit`.

@@ -3,7 +3,8 @@
 //! One bar per category of the report's breakdown, scaled to the history budget (or to the total
 //! when it is larger, or when there is no budget), the total against the budget line, the free
 //! space, the pinned nodes' share (pins are never reduced), and what each tier of the engine
-//! did.
+//! did. For a session the model gateway recorded, what it forwarded in all and its ledger: a
+//! line per call, marking the calls whose cache read fell short of what was kept.
 
 use std::fmt::Write;
 
@@ -282,9 +283,157 @@ pub fn gateway(g: &pb::GatewayUsage) -> String {
     out
 }
 
+/// Calls the ledger shows without `--all-calls`: the newest, enough for the last few turns.
+pub const LEDGER_NEWEST: usize = 20;
+
+/// The gateway's ledger: one line per call (the newest `newest` of them, or all with `None`),
+/// in the order made, then the totals over every call. A call marked `✗` is an unexplained
+/// miss: the provider read less from its cache than the forwarded request kept of the previous
+/// one, and no expiry explains it. Lines stay within 80 columns for the usual change reasons
+/// and fewer than 1,000 calls.
+pub fn ledger(calls: &[pb::GatewayCall], newest: Option<usize>) -> String {
+    let skip = newest.map_or(0, |n| calls.len().saturating_sub(n));
+    let shown = &calls[skip..];
+    let mut out = String::new();
+    let _ = write!(out, "\ngateway ledger: ");
+    if skip > 0 {
+        let _ = writeln!(
+            out,
+            "the newest {} of {} calls (--all-calls for every one)",
+            shown.len(),
+            num(calls.len() as u64)
+        );
+    } else {
+        let _ = writeln!(out, "{} call(s)", num(calls.len() as u64));
+    }
+    out.push_str(
+        "  tokens sent by the client and forwarded; read and written by the provider's\n  \
+         cache, and its uncached input; kept: identical to the previous request up to\n  \
+         its last cache breakpoint\n",
+    );
+    let figures = |c: &pb::GatewayCall| {
+        [
+            c.client_tokens,
+            c.forwarded_tokens,
+            c.cache_read_tokens,
+            c.cache_write_tokens,
+            c.input_tokens,
+            c.kept_tokens,
+        ]
+    };
+    let columns = |cells: [String; 6]| cells.iter().map(|c| format!(" {c:>9}")).collect::<String>();
+    let _ = writeln!(
+        out,
+        " {:>3}{}  change",
+        "#",
+        columns(["sent", "forwarded", "read", "written", "uncached", "kept"].map(str::to_owned))
+    );
+    for (i, c) in shown.iter().enumerate() {
+        let mark = if c.unexplained_miss { '✗' } else { ' ' };
+        let change = if c.change.is_empty() {
+            "—"
+        } else {
+            &c.change
+        };
+        let _ = writeln!(
+            out,
+            "{mark}{:>3}{}  {change}",
+            skip + i + 1,
+            columns(figures(c).map(num))
+        );
+    }
+    let mut totals = [0u64; 6];
+    for c in calls {
+        for (t, n) in totals.iter_mut().zip(figures(c)) {
+            *t = t.saturating_add(n);
+        }
+    }
+    let misses = calls.iter().filter(|c| c.unexplained_miss).count();
+    let _ = writeln!(out, "{:>4}{}", "all", columns(totals.map(num)));
+    if misses > 0 {
+        let _ = writeln!(
+            out,
+            "✗ {} unexplained cache miss(es): the provider read less than was kept",
+            num(misses as u64)
+        );
+    } else {
+        out.push_str("no unexplained cache misses\n");
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn call(n: u64, change: &str, miss: bool) -> pb::GatewayCall {
+        pb::GatewayCall {
+            at_unix_ms: 1_750_000_000_000,
+            api: "anthropic".into(),
+            model: "claude".into(),
+            client_tokens: 120_000 + n,
+            forwarded_tokens: 90_000 + n,
+            input_tokens: 2_000,
+            cache_read_tokens: if miss { 0 } else { 85_000 },
+            cache_write_tokens: 3_000,
+            output_tokens: 500,
+            kept_tokens: 85_000,
+            change: change.into(),
+            unexplained_miss: miss,
+        }
+    }
+
+    #[test]
+    fn the_ledger_shows_the_newest_calls_marks_misses_and_adds_up_all() {
+        let calls: Vec<_> = (0..25)
+            .map(|n| match n {
+                0 => call(n, "first", false),
+                7 => call(n, "client_changed", true),
+                23 => call(n, "expired:360000", false),
+                24 => call(n, "", true),
+                _ => call(n, "step:20", false),
+            })
+            .collect();
+        let l = ledger(&calls, Some(LEDGER_NEWEST));
+        assert!(l.contains("the newest 20 of 25 calls (--all-calls"), "{l}");
+        let lines: Vec<&str> = l.lines().collect();
+        // Calls 6..=25 are shown, each once, in order; the miss among them is marked.
+        assert!(!l.contains("first"), "{l}");
+        assert!(lines.iter().any(|x| x.starts_with("   6 ")), "{l}");
+        assert!(
+            lines
+                .iter()
+                .any(|x| x.starts_with("✗ 25 ") && x.ends_with("  —")),
+            "{l}"
+        );
+        assert!(
+            lines
+                .iter()
+                .any(|x| x.starts_with("  24 ") && x.ends_with("expired:360000")),
+            "{l}"
+        );
+        // Totals are over every call, the hidden ones too.
+        let client: u64 = calls.iter().map(|c| c.client_tokens).sum();
+        let all = lines
+            .iter()
+            .find(|x| x.starts_with(" all"))
+            .expect("a totals line");
+        assert!(all.contains(&num(client)), "{all}");
+        assert!(l.contains("✗ 2 unexplained cache miss(es)"), "{l}");
+        for line in l.lines() {
+            assert!(line.chars().count() <= 80, "{line:?} is wider than 80");
+        }
+
+        let every = ledger(&calls, None);
+        assert!(every.contains("gateway ledger: 25 call(s)"), "{every}");
+        assert!(
+            every
+                .lines()
+                .any(|x| x.starts_with("✗  8 ") && x.ends_with("client_changed")),
+            "{every}"
+        );
+        assert!(every.contains("first"), "{every}");
+    }
 
     fn report(total: u32, budget: Option<u32>) -> pb::ContextReport {
         pb::ContextReport {

@@ -54,6 +54,7 @@ uuid_id!(SessionId, "session");
 uuid_id!(NodeId, "node");
 uuid_id!(SummaryId, "summary");
 uuid_id!(CompactionId, "compaction");
+uuid_id!(GatewayCallId, "call the model gateway forwarded");
 
 /// A branch name: git-ref-like, so it is safe in URLs, logs and shell commands.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]

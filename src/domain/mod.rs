@@ -17,7 +17,7 @@ pub use budget::Budget;
 pub use error::Error;
 pub use hash::{Hash, REFERENCE_CHARS, blob_hash, node_hash, parse_reference};
 pub use history::{History, ImportedOverlay, Op, Snapshot};
-pub use ids::{BranchName, NodeId, SessionId};
+pub use ids::{BranchName, GatewayCallId, NodeId, SessionId};
 pub use ledger::{Command, ErrorLine, FileUse, FunctionUse, Ledger, normalize, paths_in};
 pub use node::{
     ClosedChain, Expose, FunctionResult, FunctionStatus, MediaSource, Node, NodeContent, NodeKind,
@@ -29,4 +29,4 @@ pub use summary::{
     CompactionEvent, CompactionId, EventKind, Reason, Summary, SummaryId, SummaryKind,
 };
 pub use tenant::Tenant;
-pub use usage::{GatewayCall, GatewayUsage, ProviderUsage};
+pub use usage::{GatewayCall, GatewayUsage, PrefixChange, ProviderUsage};

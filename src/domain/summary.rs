@@ -58,10 +58,19 @@ pub struct Summary {
 /// exactly what its agent gave it.
 pub const AGENT_MODEL_PREFIX: &str = "agent:";
 
+/// An agent's summary whose words stay in the agent's own window after it (Codex's
+/// `compaction` item, which the provider reads): the overlay only hides what it replaced.
+pub const AGENT_WINDOW_MODEL_PREFIX: &str = "agent:window:";
+
 impl Summary {
     /// Written by the session's own agent, not by a summarizer ctxd asked.
     pub fn by_agent(&self) -> bool {
         self.model.starts_with(AGENT_MODEL_PREFIX)
+    }
+
+    /// Renders as no message: the agent's window after it carries the summary.
+    pub fn renders_nothing(&self) -> bool {
+        self.model.starts_with(AGENT_WINDOW_MODEL_PREFIX)
     }
 }
 

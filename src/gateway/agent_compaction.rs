@@ -20,6 +20,14 @@ const CLAUDE_CODE_CONTINUED: &str =
 /// The model name of Claude Code's own summaries (`domain::summary::AGENT_MODEL_PREFIX`).
 pub const CLAUDE_CODE_MODEL: &str = "agent:claude-code";
 
+/// The model name of the overlay laid under Codex's compacted window: the window's own
+/// `compaction` item carries the summary (`domain::summary::AGENT_WINDOW_MODEL_PREFIX`).
+pub const CODEX_MODEL: &str = "agent:window:codex";
+
+/// The text of that overlay, for audit: what the provider read instead is the compaction item.
+pub const CODEX_TEXT: &str =
+    "Codex compacted the conversation before this point; its compaction item follows.";
+
 /// Whether `conv` asks the model for a summary of the conversation: its newest user message
 /// holds Claude Code's compaction prompt, or an item is Codex's `compaction_trigger`.
 pub fn is_summary_request(conv: &Conversation) -> bool {
@@ -110,4 +118,42 @@ pub fn ends_on_summary_answer(nodes: &[std::sync::Arc<crate::domain::Node>]) -> 
 /// Whether `summary` is the agent's own summary of this `text`.
 pub fn is_agent_summary_of(summary: &Summary, text: &str) -> bool {
     summary.by_agent() && summary.text == text
+}
+
+/// The type of a Responses item kept whole as an assistant node (Codex's `compaction` and
+/// `compaction_trigger` stand alone so), if `content` is one.
+fn item_type(content: &NodeContent) -> Option<String> {
+    let NodeContent::Message {
+        role: Role::Assistant,
+        parts,
+        tool_calls,
+    } = content
+    else {
+        return None;
+    };
+    match (parts.as_slice(), tool_calls.is_empty()) {
+        (
+            [
+                Part::Media {
+                    mime_type,
+                    source: crate::domain::MediaSource::Data(data),
+                },
+            ],
+            true,
+        ) if mime_type == crate::render::format::RESPONSES_ITEM => {
+            let value: serde_json::Value = serde_json::from_slice(data).ok()?;
+            value.get("type")?.as_str().map(str::to_owned)
+        }
+        _ => None,
+    }
+}
+
+/// Whether `content` is Codex's `compaction` item (the summary it sends back in its window).
+pub fn is_codex_compaction(content: &NodeContent) -> bool {
+    item_type(content).as_deref() == Some("compaction")
+}
+
+/// Whether `content` is Codex's `compaction_trigger` item.
+pub fn is_codex_trigger(content: &NodeContent) -> bool {
+    item_type(content).as_deref() == Some("compaction_trigger")
 }

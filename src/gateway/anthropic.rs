@@ -178,6 +178,7 @@ fn read_message(conv: &mut Conversation, i: usize, message: &Value) -> Result<()
                 conv.items.push(Item {
                     content,
                     message: i,
+                    through: i,
                 });
             }
         }
@@ -192,6 +193,7 @@ fn read_message(conv: &mut Conversation, i: usize, message: &Value) -> Result<()
                     conv.items.push(Item {
                         content: tool_result(block)?,
                         message: i,
+                        through: i,
                     });
                 } else if let Some(part) = part(block) {
                     parts.push(part);
@@ -205,6 +207,7 @@ fn read_message(conv: &mut Conversation, i: usize, message: &Value) -> Result<()
                         tool_calls: Vec::new(),
                     },
                     message: i,
+                    through: i,
                 });
             } else if fields > 0 {
                 return Err(Refusal::Unrecordable(

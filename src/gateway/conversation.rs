@@ -10,6 +10,9 @@ use crate::domain::{NodeContent, Part, Role, ToolCall};
 pub struct Item {
     pub content: NodeContent,
     pub message: usize,
+    /// The last client entry it came from: a run of Responses items (reasoning, a message,
+    /// calls) is one assistant node; `message` elsewhere.
+    pub through: usize,
 }
 
 /// A request read for recording.

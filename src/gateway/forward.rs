@@ -30,7 +30,7 @@ pub enum Format {
 }
 
 /// What a forwarded conversation kept of the client's.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Kept {
     /// Client entries forwarded as their own bytes.
     pub verbatim: usize,
@@ -41,6 +41,22 @@ pub struct Kept {
     pub forwarded_markers: usize,
     /// Client breakpoints moved to an earlier message, because a step changed theirs.
     pub markers_moved: usize,
+    /// Each forwarded entry, in order: what it is, for telling whether the next request
+    /// forwards the same (see `ledger`).
+    pub shape: Vec<EntryShape>,
+    /// The forwarded entries that carry a breakpoint.
+    pub breakpoints: Vec<usize>,
+}
+
+/// One forwarded entry as the ledger compares them: an identity (the nodes it holds and what
+/// the render did to them; a client entry forwarded as sent is its nodes), its length, and
+/// whether a step changed it or it is the client's own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EntryShape {
+    pub id: u64,
+    pub chars: usize,
+    pub changed: bool,
+    pub client: bool,
 }
 
 /// The forwarded conversation (a JSON array) and what it kept.
@@ -112,12 +128,17 @@ pub fn conversation(
         };
         place_markers(&parts, &mut values, &mut kept);
     }
+    // Nodes by content (their hash), not id: a render made in memory before the request was
+    // recorded names the same nodes by other ids.
+    let hashes: HashMap<NodeId, crate::domain::Hash> =
+        path.nodes.iter().map(|n| (n.id, n.hash)).collect();
     let mut text = String::with_capacity(docs.len() * 64);
     text.push('[');
     for (k, entry) in out.iter().enumerate() {
         if k > 0 {
             text.push(',');
         }
+        let start = text.len();
         match (&values[k], entry) {
             (Some(v), _) => text.push_str(&v.to_string()),
             (None, Entry::Client(i)) => {
@@ -125,9 +146,72 @@ pub fn conversation(
             }
             (None, Entry::Rendered(j)) => text.push_str(&docs[*j].to_string()),
         }
+        let (id, changed) = match entry {
+            Entry::Client(i) => (
+                identity(0, map.client_nodes[*i].iter().flatten(), &[], &hashes),
+                false,
+            ),
+            Entry::Rendered(j) => {
+                let messages: Vec<&Message> = sources[*j].iter().map(|&r| &rendered[r]).collect();
+                let states: Vec<u64> = messages.iter().map(|m| state(m)).collect();
+                (
+                    identity(
+                        1,
+                        messages.iter().flat_map(|m| m.node_ids.iter()),
+                        &states,
+                        &hashes,
+                    ),
+                    !unchanged[*j],
+                )
+            }
+        };
+        kept.shape.push(EntryShape {
+            id,
+            chars: text.len() - start,
+            changed,
+            client: matches!(entry, Entry::Client(_)),
+        });
     }
     text.push(']');
     (text, kept)
+}
+
+/// An entry's identity: its kind, its nodes' content and what the render did to each message.
+fn identity<'a>(
+    kind: u8,
+    nodes: impl Iterator<Item = &'a NodeId>,
+    states: &[u64],
+    hashes: &HashMap<NodeId, crate::domain::Hash>,
+) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    kind.hash(&mut h);
+    for n in nodes {
+        match hashes.get(n) {
+            Some(content) => content.0.hash(&mut h),
+            None => n.hash(&mut h),
+        }
+    }
+    states.hash(&mut h);
+    h.finish()
+}
+
+/// What the render did to a message, as a number: equal for equal renders of the same nodes.
+fn state(m: &Message) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    match m.reduction {
+        Reduction::None => 0u8.hash(&mut h),
+        Reduction::Truncated {
+            cut_chars,
+            of_chars,
+        } => (1u8, cut_chars, of_chars).hash(&mut h),
+        Reduction::Cleared => 2u8.hash(&mut h),
+    }
+    m.stubbed_inputs.hash(&mut h);
+    m.summary_id.map(|s| s.to_string()).hash(&mut h);
+    Part::text_chars(&m.parts).hash(&mut h);
+    h.finish()
 }
 
 /// A rendered message that is not what was stored: reduced by a step, or a summary.
@@ -216,6 +300,7 @@ fn place_markers(parts: &Parts, values: &mut [Option<Value>], kept: &mut Kept) {
     let skip = placed.len().saturating_sub(room);
     let keep: Vec<(usize, Value)> = placed.into_iter().skip(skip).collect();
     kept.forwarded_markers = keep.len();
+    kept.breakpoints = keep.iter().map(|(k, _)| *k).collect();
     // Client entries that lose their marker (over the limit) or gain one are written anew.
     for (k, e) in out.iter().enumerate() {
         let want = keep.iter().find(|(p, _)| *p == k).map(|(_, m)| m);
@@ -318,13 +403,30 @@ impl Map {
         let entries = conv.items.iter().map(|i| i.message + 1).max().unwrap_or(0);
         let mut client_nodes: Vec<Option<Vec<NodeId>>> = vec![Some(Vec::new()); entries];
         let mut client_of = HashMap::new();
+        let entries = conv
+            .items
+            .iter()
+            .map(|i| i.through + 1)
+            .max()
+            .unwrap_or(0)
+            .max(entries);
+        client_nodes.resize(entries, Some(Vec::new()));
         for (item, node) in conv.items.iter().zip(&aligned.nodes) {
-            match (node, &mut client_nodes[item.message]) {
-                (Some(n), Some(nodes)) => {
-                    nodes.push(*n);
-                    client_of.insert(*n, item.message);
+            // A node made of several entries (a Responses run) is held by each of them.
+            let span = item.message..=item.through.max(item.message);
+            for (e, held) in client_nodes
+                .iter_mut()
+                .enumerate()
+                .take(*span.end() + 1)
+                .skip(*span.start())
+            {
+                match (node, held.as_mut()) {
+                    (Some(n), Some(nodes)) => {
+                        nodes.push(*n);
+                        client_of.entry(*n).or_insert(e);
+                    }
+                    _ => *held = None,
                 }
-                _ => client_nodes[item.message] = None,
             }
         }
         // An entry with no items (nothing ctxd records) is never forwarded as itself.

@@ -12,6 +12,7 @@ mod anthropic;
 mod conversation;
 mod forward;
 mod json;
+mod ledger;
 mod openai;
 mod record;
 mod responses;
@@ -254,6 +255,8 @@ struct App {
     keys_seen: Arc<record::SessionKeys>,
     /// Where an agent's own summaries are laid over the history they replaced.
     compactions: Arc<Compactions>,
+    /// Each conversation's newest forwarded request, for the next call's ledger.
+    ledger: Arc<ledger::Ledger>,
 }
 
 /// Serves the gateway on its listener until the task is dropped. A call in flight when it is
@@ -276,6 +279,7 @@ pub async fn serve(
     ));
     let app = App {
         compactions,
+        ledger: Arc::default(),
         workflows,
         keys,
         http,
@@ -509,6 +513,32 @@ impl App {
             }
         };
         let t_read = t0.elapsed();
+        if policy == GatewayPolicy::Stepped {
+            let located = record::locate(
+                &self.workflows.store,
+                &self.keys_seen,
+                &tenant,
+                named.as_deref(),
+                &conv,
+                self.max_part_bytes,
+            )
+            .await;
+            match located {
+                Ok(Some(located)) => {
+                    return self
+                        .handle_located(api, uri, headers, body, tenant, named, conv, located)
+                        .await;
+                }
+                Ok(None) => {}
+                Err(Unrecorded(reason)) => {
+                    passthrough(reason);
+                    count(api, "passthrough");
+                    return self
+                        .forward(api, Method::POST, &uri, &headers, body, None)
+                        .await;
+                }
+            }
+        }
         let recorded = match record::record(
             &self.workflows.store,
             &self.keys_seen,
@@ -532,17 +562,21 @@ impl App {
             self.lay_agent_summary(&recorded, summary).await;
         }
         let t_record = t0.elapsed();
-        let (outgoing, forwarded_tokens) = match policy {
-            GatewayPolicy::Passthrough => (body, conv.client_tokens),
+        let (outgoing, forwarded_tokens, verdict) = match policy {
+            GatewayPolicy::Passthrough => (body, conv.client_tokens, None),
             GatewayPolicy::Stepped => {
                 match self
                     .rendered_body(api, &conv, &recorded, &headers, &body)
                     .await
                 {
-                    Ok((bytes, tokens)) => (Bytes::from(bytes), tokens),
+                    Ok(forwarded) => {
+                        let key = (recorded.session.id(), recorded.function.map(|(id, _)| id));
+                        let verdict = self.judge(api, &conv, key, &forwarded);
+                        (Bytes::from(forwarded.body), forwarded.tokens, Some(verdict))
+                    }
                     Err(reason) => {
                         passthrough(reason);
-                        (body, conv.client_tokens)
+                        (body, conv.client_tokens, None)
                     }
                 }
             }
@@ -565,10 +599,122 @@ impl App {
             model: conv.model.clone(),
             client_tokens: conv.client_tokens,
             forwarded_tokens,
-            recorded,
+            named: Named {
+                session: recorded.session,
+                branch: recorded.branch.clone(),
+                function: recorded.function.map(|(id, _)| id),
+            },
+            recording: Recording::Done(Box::new(recorded)),
+            verdict,
+            gate: None,
         };
         self.forward(api, Method::POST, &uri, &headers, outgoing, Some(sink))
             .await
+    }
+
+    /// A request located without writing: forwarded at once, its render made in memory, and
+    /// recorded beside the upstream call once the upstream has answered (a request that never
+    /// reaches it records nothing). The answer's append waits for the recording.
+    #[allow(clippy::too_many_arguments)]
+    async fn handle_located(
+        &self,
+        api: Api,
+        uri: Uri,
+        headers: HeaderMap,
+        body: Bytes,
+        tenant: Tenant,
+        named: Option<String>,
+        conv: Conversation,
+        located: record::Located,
+    ) -> Response {
+        let (outgoing, forwarded_tokens, verdict) = match self
+            .located_body(api, &conv, &located, &headers, &body)
+            .await
+        {
+            Ok(forwarded) => {
+                let verdict = self.judge(api, &conv, (located.session.id(), None), &forwarded);
+                (Bytes::from(forwarded.body), forwarded.tokens, Some(verdict))
+            }
+            Err(reason) => {
+                passthrough(reason);
+                (body, conv.client_tokens, None)
+            }
+        };
+        count(api, "recorded");
+        metrics::counter!("ctxd_gateway_tokens_total", "kind" => "client")
+            .increment(conv.client_tokens);
+        metrics::counter!("ctxd_gateway_tokens_total", "kind" => "forwarded")
+            .increment(forwarded_tokens);
+        let (gate, opened) = tokio::sync::oneshot::channel::<()>();
+        let (stream, model, client_tokens) = (conv.stream, conv.model.clone(), conv.client_tokens);
+        let store = self.workflows.store.clone();
+        let keys = Arc::clone(&self.keys_seen);
+        let max_part_bytes = self.max_part_bytes;
+        let task = tokio::spawn(async move {
+            // The upstream answered (any status): the request is recorded; unreachable, not.
+            opened.await.ok()?;
+            match record::record(
+                &store,
+                &keys,
+                &tenant,
+                named.as_deref(),
+                &conv,
+                max_part_bytes,
+            )
+            .await
+            {
+                Ok(recorded) => Some(recorded),
+                Err(Unrecorded(reason)) => {
+                    tracing::info!(reason, "gateway: a forwarded request was not recorded");
+                    metrics::counter!("ctxd_gateway_passthrough_total", "reason" => reason)
+                        .increment(1);
+                    None
+                }
+            }
+        });
+        let sink = Sink {
+            workflows: self.workflows.clone(),
+            api,
+            stream,
+            model,
+            client_tokens,
+            forwarded_tokens,
+            named: Named {
+                session: located.session,
+                branch: located.branch,
+                function: None,
+            },
+            recording: Recording::Pending(task),
+            verdict,
+            gate: Some(gate),
+        };
+        self.forward(api, Method::POST, &uri, &headers, outgoing, Some(sink))
+            .await
+    }
+
+    /// The ledger's verdict on a forwarded request: what it kept of its conversation's previous
+    /// one, and why not the rest.
+    fn judge(
+        &self,
+        api: Api,
+        conv: &Conversation,
+        key: (domain::SessionId, Option<NodeId>),
+        forwarded: &ForwardedBody,
+    ) -> ledger::Verdict {
+        let long_ttl = conv
+            .markers
+            .iter()
+            .any(|(_, m)| m.get("ttl").and_then(Value::as_str) == Some("1h"));
+        let fixed = (conv.system_tokens as usize + conv.tools_tokens as usize) * 4;
+        let now = ledger::Forwarded::new(
+            now_ms(),
+            long_ttl,
+            fixed,
+            &forwarded.kept,
+            api == Api::Anthropic,
+        );
+        self.ledger
+            .record(key, now, forwarded.trigger, forwarded.boundary)
     }
 
     /// The body to forward: the client's, with `messages` replaced by the branch's render.
@@ -579,7 +725,7 @@ impl App {
         recorded: &Recorded,
         headers: &HeaderMap,
         body: &[u8],
-    ) -> Result<(Vec<u8>, u64), &'static str> {
+    ) -> Result<ForwardedBody, &'static str> {
         let mut options = render_options(conv, &self.window(conv, headers))
             .ok_or("a budget that leaves the history nothing")?;
         // The agent's own summary request reads everything it sent: nothing is reduced.
@@ -599,10 +745,68 @@ impl App {
                 _ => PathTarget::Branch(recorded.branch.clone()),
             },
         };
+        let path = self
+            .workflows
+            .store
+            .load_path(recorded.session, &target)
+            .await
+            .map_err(|e| {
+                tracing::warn!(error = %e, "gateway: a path was not loaded");
+                "render"
+            })?;
+        self.forwarded_body(api, conv, path, options, body).await
+    }
+
+    /// The body to forward for a request located but not yet recorded: the stored path it
+    /// reaches with what it adds after it, in memory, rendered.
+    async fn located_body(
+        &self,
+        api: Api,
+        conv: &Conversation,
+        located: &record::Located,
+        headers: &HeaderMap,
+        body: &[u8],
+    ) -> Result<ForwardedBody, &'static str> {
+        let mut options = render_options(conv, &self.window(conv, headers))
+            .ok_or("a budget that leaves the history nothing")?;
+        options.seen = if agent_compaction::is_summary_request(conv) {
+            render::Seen::Nothing
+        } else {
+            located.seen()
+        };
+        let stored = match located.expected {
+            Some((node, _)) => self
+                .workflows
+                .store
+                .load_path(located.session, &PathTarget::Node(node))
+                .await
+                .map_err(|e| {
+                    tracing::warn!(error = %e, "gateway: a path was not loaded");
+                    "render"
+                })?,
+            None => PathView::default(),
+        };
+        let path = if located.behind {
+            stored
+        } else {
+            extended(stored, &located.rest)
+        };
+        self.forwarded_body(api, conv, path, options, body).await
+    }
+
+    /// `body` with its conversation replaced by the render of `path`.
+    async fn forwarded_body(
+        &self,
+        api: Api,
+        conv: &Conversation,
+        path: PathView,
+        options: render::Options,
+        body: &[u8],
+    ) -> Result<ForwardedBody, &'static str> {
         let t0 = std::time::Instant::now();
         let (path, rendered) = self
             .workflows
-            .render(recorded.session, &target, Tokenizer::Heuristic, options)
+            .render_path(path, Tokenizer::Heuristic, options)
             .await
             .map_err(|e| {
                 tracing::warn!(error = %e, "gateway: render failed");
@@ -633,7 +837,13 @@ impl App {
             splice_us = (t0.elapsed() - t2).as_micros() as u64,
             "gateway: render phases"
         );
-        Ok((body, tokens))
+        Ok(ForwardedBody {
+            body,
+            tokens,
+            kept,
+            trigger: rendered.report.trigger,
+            boundary: rendered.report.microcompact_boundary,
+        })
     }
 
     /// Lays the agent's summary over the history it replaced (a segment summary, through the
@@ -662,7 +872,7 @@ impl App {
                     recorded.session,
                     scoped,
                     summary.text.clone(),
-                    agent_compaction::CLAUDE_CODE_MODEL.to_owned(),
+                    summary.model.to_owned(),
                     false,
                 )
                 .await
@@ -700,25 +910,15 @@ impl App {
             ),
             _ => (PathView::default(), 0),
         };
-        let now = now_ms();
         let seen = path
             .nodes
             .last()
             .map_or(render::Seen::Nothing, |n| render::Seen::Through(n.id));
-        let mut parent: Option<(NodeId, Hash)> = path.nodes.last().map(|n| (n.id, n.hash));
-        for item in &conv.items[stored..] {
-            let hash = node_hash(parent.as_ref().map(|p| &p.1), None, &item.content);
-            let node = Node {
-                id: NodeId::new(),
-                parent_id: parent.map(|p| p.0),
-                function_id: None,
-                content: item.content.clone(),
-                created_at_ms: now,
-                hash,
-            };
-            parent = Some((node.id, hash));
-            path.nodes.push(Arc::new(node));
-        }
+        let rest: Vec<NodeContent> = conv.items[stored..]
+            .iter()
+            .map(|i| i.content.clone())
+            .collect();
+        path = extended(path, &rest);
         let mut options = render_options(conv, &self.window(conv, headers))?;
         options.seen = seen;
         let (path, rendered) = self
@@ -785,8 +985,14 @@ impl App {
                 request = request.header(name, value);
             }
         }
+        let mut sink = sink;
         let upstream = match request.send().await {
-            Ok(r) => r,
+            Ok(r) => {
+                if let Some(gate) = sink.as_mut().and_then(|s| s.gate.take()) {
+                    let _ = gate.send(());
+                }
+                r
+            }
             Err(e) => {
                 tracing::warn!(api = api.name(), error = %without_url(&e), "gateway: the upstream cannot be reached");
                 count(api, "upstream_unreachable");
@@ -822,7 +1028,7 @@ impl App {
             }
         }
         let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(16);
-        tokio::spawn(relay(upstream, tx, sink.filter(|_| status.is_success())));
+        tokio::spawn(relay(upstream, tx, sink, status.is_success()));
         let body = Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx));
         response.body(body).unwrap_or_else(|_| {
             api.error(
@@ -833,6 +1039,35 @@ impl App {
             )
         })
     }
+}
+
+/// `path` with `rest` after its last node, in memory (new ids, the hashes the store would give).
+fn extended(mut path: PathView, rest: &[NodeContent]) -> PathView {
+    let now = now_ms();
+    let mut parent: Option<(NodeId, Hash)> = path.nodes.last().map(|n| (n.id, n.hash));
+    for content in rest {
+        let hash = node_hash(parent.as_ref().map(|p| &p.1), None, content);
+        let node = Node {
+            id: NodeId::new(),
+            parent_id: parent.map(|p| p.0),
+            function_id: None,
+            content: content.clone(),
+            created_at_ms: now,
+            hash,
+        };
+        parent = Some((node.id, hash));
+        path.nodes.push(Arc::new(node));
+    }
+    path
+}
+
+/// A forwarded body and what the ledger needs of it.
+struct ForwardedBody {
+    body: Vec<u8>,
+    tokens: u64,
+    kept: forward::Kept,
+    trigger: Option<render::Trigger>,
+    boundary: usize,
 }
 
 /// The window of a model ctxd does not know: no budget cuts it, only steps do.
@@ -982,7 +1217,43 @@ struct Sink {
     model: String,
     client_tokens: u64,
     forwarded_tokens: u64,
-    recorded: Recorded,
+    /// Where the request goes, as the answer's headers name it.
+    named: Named,
+    recording: Recording,
+    verdict: Option<ledger::Verdict>,
+    /// Opened once the upstream has answered: a request located without writing is recorded
+    /// then (dropped unopened, it records nothing).
+    gate: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+/// The session, branch and function a request goes to.
+struct Named {
+    session: Scoped,
+    branch: domain::BranchName,
+    function: Option<NodeId>,
+}
+
+/// A request recorded, or being recorded beside its upstream call.
+enum Recording {
+    Done(Box<Recorded>),
+    Pending(tokio::task::JoinHandle<Option<Recorded>>),
+    /// Its recording failed or never began.
+    Lost,
+}
+
+impl Recording {
+    async fn get(&mut self) -> Option<&Recorded> {
+        if let Recording::Pending(task) = self {
+            *self = match task.await {
+                Ok(Some(recorded)) => Recording::Done(Box::new(recorded)),
+                _ => Recording::Lost,
+            };
+        }
+        match self {
+            Recording::Done(recorded) => Some(recorded),
+            Recording::Pending(_) | Recording::Lost => None,
+        }
+    }
 }
 
 enum Assembly {
@@ -1026,9 +1297,11 @@ impl Assembly {
 async fn relay(
     mut upstream: reqwest::Response,
     tx: mpsc::Sender<Result<Bytes, std::io::Error>>,
-    sink: Option<Sink>,
+    mut sink: Option<Sink>,
+    answered: bool,
 ) {
-    let mut assembly = sink.as_ref().map(|s| match s.api {
+    // An error status is relayed as it came; only an answer is assembled and appended.
+    let mut assembly = sink.as_ref().filter(|_| answered).map(|s| match s.api {
         Api::Anthropic => Assembly::Anthropic(anthropic::Answer::new(s.stream)),
         Api::OpenAi => Assembly::OpenAi(openai::Answer::new(s.stream)),
         Api::Responses => Assembly::Responses(responses::Answer::new(s.stream)),
@@ -1064,6 +1337,10 @@ async fn relay(
             Ok(None) => break,
             Err(e) => {
                 tracing::warn!(error = %without_url(&e), "gateway: the upstream's answer was cut");
+                // The client sees the end once its request is recorded, whatever the end.
+                if let Some(sink) = sink.as_mut() {
+                    sink.recording.get().await;
+                }
                 for b in held {
                     let _ = tx.send(Ok(b)).await;
                 }
@@ -1078,8 +1355,13 @@ async fn relay(
         (Some(_), Some(assembly)) => assembly.finish(),
         _ => None,
     };
-    if let (Some(sink), Some((Some(content), _))) = (&sink, &answer) {
-        sink.append(content.clone()).await;
+    if let Some(sink) = sink.as_mut() {
+        match &answer {
+            Some((Some(content), _)) => sink.append(content.clone()).await,
+            _ => {
+                sink.recording.get().await;
+            }
+        }
     }
     for b in held {
         if tx.send(Ok(b)).await.is_err() {
@@ -1089,7 +1371,9 @@ async fn relay(
     drop(tx);
     match (sink, answer) {
         (Some(sink), Some((_, usage))) => sink.usage(usage).await,
-        (Some(_), None) => tracing::info!("gateway: an answer that is not whole is not recorded"),
+        (Some(_), None) if answered => {
+            tracing::info!("gateway: an answer that is not whole is not recorded");
+        }
         _ => {}
     }
 }
@@ -1099,35 +1383,39 @@ fn gone() {
 }
 
 impl Sink {
-    /// Names the session, branch and function the request was recorded in.
+    /// Names the session, branch and function the request goes to.
     fn name(&self, h: &mut HeaderMap) {
-        let id = self.recorded.session.id().to_string();
+        let id = self.named.session.id().to_string();
         if let Ok(v) = HeaderValue::from_str(&id) {
             h.insert("x-ctxd-session-id", v);
         }
-        if let Ok(v) = HeaderValue::from_str(self.recorded.branch.as_str()) {
+        if let Ok(v) = HeaderValue::from_str(self.named.branch.as_str()) {
             h.insert("x-ctxd-branch", v);
         }
-        if let Some((function, _)) = self.recorded.function
+        if let Some(function) = self.named.function
             && let Ok(v) = HeaderValue::from_str(&function.to_string())
         {
             h.insert("x-ctxd-function-id", v);
         }
     }
 
-    async fn append(&self, content: NodeContent) {
-        append_answer(
-            &self.workflows.store,
-            self.recorded.session,
-            &self.recorded,
-            content,
-        )
-        .await;
+    /// Appends the answer after the request, once the request is recorded.
+    async fn append(&mut self, content: NodeContent) {
+        let store = self.workflows.store.clone();
+        let Some(recorded) = self.recording.get().await else {
+            tracing::info!("gateway: the request was not recorded, so neither is its answer");
+            return;
+        };
+        append_answer(&store, recorded.session, recorded, content).await;
     }
 
-    async fn usage(self, usage: ProviderUsage) {
+    async fn usage(mut self, usage: ProviderUsage) {
+        // A call whose request was never recorded leaves no record of its usage either.
+        if self.recording.get().await.is_none() {
+            return;
+        }
         let store = &self.workflows.store;
-        let session = self.recorded.session;
+        let session = self.named.session;
         for (kind, n) in [
             ("upstream_input", usage.input),
             ("cache_read", usage.cache_read),
@@ -1143,6 +1431,11 @@ impl Sink {
             client_tokens: self.client_tokens,
             forwarded_tokens: self.forwarded_tokens,
             usage,
+            kept_tokens: self.verdict.map_or(0, |v| {
+                let prompt = usage.input + usage.cache_read + usage.cache_write;
+                (prompt as f64 * v.kept_share).round() as u64
+            }),
+            change: self.verdict.and_then(|v| v.change),
         };
         if let Err(e) = store.record_gateway_call(session, &call).await {
             tracing::warn!(error = %e, "gateway: the call's usage was not recorded");

@@ -137,6 +137,7 @@ fn read_message(conv: &mut Conversation, i: usize, message: &Value) -> Result<()
     conv.items.push(Item {
         content: item,
         message: i,
+        through: i,
     });
     Ok(())
 }

@@ -4,7 +4,10 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use super::agent_compaction::{continued_summary, ends_on_summary_answer, is_agent_summary_of};
+use super::agent_compaction::{
+    CLAUDE_CODE_MODEL, CODEX_MODEL, CODEX_TEXT, continued_summary, ends_on_summary_answer,
+    is_agent_summary_of, is_codex_compaction, is_codex_trigger,
+};
 use super::conversation::Conversation;
 use super::forward::result_matches;
 use crate::domain::{
@@ -40,6 +43,8 @@ pub struct AgentSummary {
     pub text: String,
     pub from: NodeId,
     pub to: NodeId,
+    /// Whose summary, and so how it renders (`agent_compaction::CLAUDE_CODE_MODEL`, `CODEX_MODEL`).
+    pub model: &'static str,
 }
 
 impl Recorded {
@@ -88,6 +93,110 @@ pub async fn record(
     conv: &Conversation,
     max_part_bytes: usize,
 ) -> Result<Recorded, Unrecorded> {
+    let contents = checked(conv, max_part_bytes)?;
+    let hashes = chain_hashes(&contents, None);
+    let opening = opening_key(&conv.opening);
+    let key = session_key(store, tenant, named, conv, &opening).await;
+    let session = open(store, keys, tenant, &key).await?;
+    record_in(
+        store, keys, tenant, conv, contents, hashes, opening, key, session,
+    )
+    .await
+}
+
+/// Where a request would be recorded, found without writing but for making its session: the
+/// branch it extends (or the fork it would make), the stored node its history reaches, and what
+/// is new. `None` where recording itself decides more than that (a sub-agent's first call, an
+/// agent's compaction, a conversation of its own): that request is recorded before it is
+/// forwarded.
+pub async fn locate(
+    store: &Store,
+    keys: &SessionKeys,
+    tenant: &Tenant,
+    named: Option<&str>,
+    conv: &Conversation,
+    max_part_bytes: usize,
+) -> Result<Option<Located>, Unrecorded> {
+    let contents = checked(conv, max_part_bytes)?;
+    let hashes = chain_hashes(&contents, None);
+    let opening = opening_key(&conv.opening);
+    let key = session_key(store, tenant, named, conv, &opening).await;
+    let session = open(store, keys, tenant, &key).await?;
+    let branches = store.list_branches(session).await.map_err(store_error)?;
+    let plan = match contents.iter().position(is_codex_compaction) {
+        Some(c) => match codex_window(store, session, &branches, &contents, &hashes, c).await? {
+            Some(plan) => Some(plan),
+            None => return Ok(None),
+        },
+        None => None,
+    };
+    let plan = match plan {
+        Some(plan) => plan,
+        None => match prefix_from_heads(store, session, &branches, &hashes).await? {
+            Some((k, node)) => {
+                extend_as(
+                    store,
+                    session,
+                    &branches,
+                    node,
+                    &contents,
+                    &hashes,
+                    k + 1,
+                    Fork::Name,
+                )
+                .await?
+            }
+            None if branches.iter().all(|b| b.head.is_none())
+                && branches.iter().any(|b| b.name == BranchName::main()) =>
+            {
+                Plan {
+                    branch: BranchName::main(),
+                    function: None,
+                    expected: None,
+                    rest: contents,
+                    behind: false,
+                    agent_summary: None,
+                }
+            }
+            None => return Ok(None),
+        },
+    };
+    if plan.agent_summary.is_some() || plan.function.is_some() {
+        return Ok(None);
+    }
+    Ok(Some(Located {
+        session,
+        branch: plan.branch,
+        expected: plan.expected,
+        rest: plan.rest,
+        behind: plan.behind,
+    }))
+}
+
+/// A request located but not yet recorded (see [`locate`]).
+#[derive(Debug, Clone)]
+pub struct Located {
+    pub session: Scoped,
+    pub branch: BranchName,
+    /// The stored node the request's history reaches, and its hash.
+    pub expected: Option<(NodeId, Hash)>,
+    /// What the request adds after it.
+    pub rest: Vec<NodeContent>,
+    pub behind: bool,
+}
+
+impl Located {
+    /// What the model has read: the history up to the node the stored part reaches.
+    pub fn seen(&self) -> crate::render::Seen {
+        self.expected
+            .map_or(crate::render::Seen::Nothing, |(id, _)| {
+                crate::render::Seen::Through(id)
+            })
+    }
+}
+
+/// The request's messages as node contents, each storable, the whole pairing on its own.
+fn checked(conv: &Conversation, max_part_bytes: usize) -> Result<Vec<NodeContent>, Unrecorded> {
     let contents: Vec<NodeContent> = conv.items.iter().map(|i| i.content.clone()).collect();
     for (i, content) in contents.iter().enumerate() {
         if content.validate(&format!("messages[{i}]")).is_err() {
@@ -112,9 +221,18 @@ pub async fn record(
             return Err(Unrecorded("pairing"));
         }
     }
-    let hashes = chain_hashes(&contents, None);
-    let opening = opening_key(&conv.opening);
-    let key = match named {
+    Ok(contents)
+}
+
+/// How the request names its session: a header, the agent's own session id, or its opening.
+async fn session_key(
+    store: &Store,
+    tenant: &Tenant,
+    named: Option<&str>,
+    conv: &Conversation,
+    opening: &str,
+) -> Key {
+    match named {
         Some(name) => match SessionId::parse("x-ctxd-session", name) {
             Ok(id) if store.scope(tenant, id).await.is_ok() => Key::Session(id),
             _ => Key::Named(name.to_owned()),
@@ -123,16 +241,42 @@ pub async fn record(
             Some(id) => Key::Named(format!("agent:{id}")),
             None => Key::Named(format!("opening:{opening}")),
         },
-    };
-    let mut session = open(store, keys, tenant, &key).await?;
+    }
+}
+
+/// [`record`] once the session is open.
+#[allow(clippy::too_many_arguments)]
+async fn record_in(
+    store: &Store,
+    keys: &SessionKeys,
+    tenant: &Tenant,
+    conv: &Conversation,
+    contents: Vec<NodeContent>,
+    hashes: Vec<Hash>,
+    opening: String,
+    key: Key,
+    session: Scoped,
+) -> Result<Recorded, Unrecorded> {
+    let mut session = session;
     let mut own_session = false;
     for _ in 0..ATTEMPTS {
         let branches = store.list_branches(session).await.map_err(store_error)?;
-        let plan = match prefix_from_heads(store, session, &branches, &hashes).await? {
-            Some((k, node)) => {
+        // Codex's compacted window resends old messages under its compaction item: it
+        // continues the branch that item answered, never a prefix of the old history.
+        let window = match contents.iter().position(is_codex_compaction) {
+            Some(c) => codex_window(store, session, &branches, &contents, &hashes, c).await?,
+            None => None,
+        };
+        let found = match window {
+            Some(plan) => Ok(plan),
+            None => Err(prefix_from_heads(store, session, &branches, &hashes).await?),
+        };
+        let plan = match found {
+            Ok(plan) => plan,
+            Err(Some((k, node))) => {
                 extend(store, session, &branches, node, &contents, &hashes, k + 1).await?
             }
-            None => {
+            Err(None) => {
                 if branches.iter().all(|b| b.head.is_none())
                     && branches.iter().any(|b| b.name == BranchName::main())
                 {
@@ -238,7 +382,8 @@ pub async fn record(
 /// request extends the branch that holds most of it; where it leaves a branch before its head,
 /// a new branch forks at the last shared node, named after the request's history so a retry
 /// finds the same one.
-async fn extend(
+#[allow(clippy::too_many_arguments)]
+async fn extend_as(
     store: &Store,
     session: Scoped,
     branches: &[domain::Branch],
@@ -246,6 +391,7 @@ async fn extend(
     contents: &[NodeContent],
     hashes: &[Hash],
     done: usize,
+    forking: Fork,
 ) -> Result<Plan, Unrecorded> {
     let mut order: Vec<&domain::Branch> = branches.iter().filter(|b| b.head.is_some()).collect();
     order.sort_by_key(|b| (b.name != BranchName::main(), b.name.as_str().to_owned()));
@@ -270,9 +416,12 @@ async fn extend(
         }
     }
     let on_branch = best.is_some();
+    let Some(fallback) = done.checked_sub(1).and_then(|d| hashes.get(d)) else {
+        return Err(Unrecorded("a history that left every branch"));
+    };
     let (matched, reached, at_head, branch, open) = best.unwrap_or((
         done,
-        (node, hashes[done - 1]),
+        (node, *fallback),
         false,
         BranchName::main(),
         Vec::new(),
@@ -288,7 +437,10 @@ async fn extend(
     let branch = if at_head || behind {
         branch
     } else {
-        fork(store, session, reached.0, branches, hashes).await?
+        match forking {
+            Fork::Create => fork(store, session, reached.0, branches, hashes).await?,
+            Fork::Name => fork_name(reached.0, branches, hashes)?,
+        }
     };
     Ok(Plan {
         branch,
@@ -363,8 +515,100 @@ async fn continuation(
             text,
             from: first,
             to: head.0,
+            model: CLAUDE_CODE_MODEL,
         }),
     }))
+}
+
+/// A Codex window after a remote compaction: the items Codex kept, then its `compaction` item
+/// (at `c`), then what is new. It continues the branch where that item answered a
+/// `compaction_trigger`: after the window already laid there (an overlay under the answer, which
+/// renders nothing, since the window's own item carries the summary), or, the first time, all of
+/// the window after the answer, with that overlay to lay. `None`: no branch holds the answer.
+async fn codex_window(
+    store: &Store,
+    session: Scoped,
+    branches: &[domain::Branch],
+    contents: &[NodeContent],
+    hashes: &[Hash],
+    c: usize,
+) -> Result<Option<Plan>, Unrecorded> {
+    let mut order: Vec<&domain::Branch> = branches.iter().filter(|b| b.head.is_some()).collect();
+    order.sort_by_key(|b| (b.name != BranchName::main(), b.name.as_str().to_owned()));
+    for branch in order {
+        let path = store
+            .load_path(session, &PathTarget::Branch(branch.name.clone()))
+            .await
+            .map_err(store_error)?;
+        for x in 1..path.nodes.len() {
+            let node = &path.nodes[x];
+            if node.function_id.is_some()
+                || node.content != contents[c]
+                || !is_codex_trigger(&path.nodes[x - 1].content)
+            {
+                continue;
+            }
+            let laid = path
+                .summaries
+                .iter()
+                .any(|s| s.renders_nothing() && s.covers.contains(&node.id));
+            if laid {
+                return extend(store, session, branches, node.id, contents, hashes, 0)
+                    .await
+                    .map(Some);
+            }
+            if x + 1 < path.nodes.len() {
+                continue;
+            }
+            let Some(first) = path.nodes.iter().find(|n| n.function_id.is_none()) else {
+                continue;
+            };
+            return Ok(Some(Plan {
+                branch: branch.name.clone(),
+                function: None,
+                expected: Some((node.id, node.hash)),
+                rest: contents.to_vec(),
+                behind: false,
+                agent_summary: Some(AgentSummary {
+                    text: CODEX_TEXT.to_owned(),
+                    from: first.id,
+                    to: node.id,
+                    model: CODEX_MODEL,
+                }),
+            }));
+        }
+    }
+    Ok(None)
+}
+
+/// [`extend_as`], making the fork it needs.
+async fn extend(
+    store: &Store,
+    session: Scoped,
+    branches: &[domain::Branch],
+    node: NodeId,
+    contents: &[NodeContent],
+    hashes: &[Hash],
+    done: usize,
+) -> Result<Plan, Unrecorded> {
+    extend_as(
+        store,
+        session,
+        branches,
+        node,
+        contents,
+        hashes,
+        done,
+        Fork::Create,
+    )
+    .await
+}
+
+/// Whether extending a branch makes the fork it needs or only names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fork {
+    Create,
+    Name,
 }
 
 /// How far a request follows one branch: items matched, the stored node reached, whether that
@@ -822,6 +1066,28 @@ async fn fork(
                 }
             }
             Err(e) => return Err(store_error(e)),
+        }
+    }
+    Err(Unrecorded("too many forks at one node"))
+}
+
+/// The name [`fork`] would give a new branch at `node` (or has given it, for a retry).
+fn fork_name(
+    node: NodeId,
+    branches: &[domain::Branch],
+    hashes: &[Hash],
+) -> Result<BranchName, Unrecorded> {
+    let last = hashes.last().map(Hash::to_hex).unwrap_or_default();
+    for n in 1..10 {
+        let name = match n {
+            1 => format!("gw-{}", &last[..12]),
+            n => format!("gw-{}-{n}", &last[..12]),
+        };
+        let name = BranchName::parse("branch", &name).map_err(|_| Unrecorded("branch name"))?;
+        match branches.iter().find(|b| b.name == name) {
+            None => return Ok(name),
+            Some(b) if b.head.is_some_and(|(h, _)| h == node) => return Ok(name),
+            Some(_) => {}
         }
     }
     Err(Unrecorded("too many forks at one node"))

@@ -6,16 +6,31 @@
 //! How items become nodes (`render::format::RESPONSES_ITEM` parts are kept as their canonical
 //! JSON and given back as themselves):
 //!
+//! - An item's bookkeeping ([`BOOKKEEPING`]: its `id`, its `status`, Codex's
+//!   `internal_chat_message_metadata_passthrough`) is no part of it here: a client restates,
+//!   adds or drops those members when it resends an item, and the model reads none of them
+//!   (as Anthropic's `cache_control`). Left out of every node, kept items included, they make
+//!   a resent item the node its first sending (or the answer that produced it) made. Where the
+//!   forwarded request holds the client's own item (`forward`), its bookkeeping goes with it;
+//!   an item written from its node has none.
 //! - System, developer and user `message` items are messages: plain `input_text` parts are
 //!   text, any other part (images, files, `output_text`) is kept whole. What the item had beside
-//!   its role and content (a missing `type`, an `id`, a `status`, content given as a string) is
-//!   a fields part (`render::format::ITEM_FIELDS`) first in the node, given back on the item.
+//!   its role and content (a missing `type`, content given as a string, any member not known
+//!   here) is a fields part (`render::format::ITEM_FIELDS`) first in the node, given back on
+//!   the item.
 //! - A run of consecutive output items (assistant messages, reasoning, function and custom tool
-//!   calls, server tools' calls, compaction items, any type not known here) is one assistant
-//!   message: every item but a call is kept whole, in order; calls are its tool calls. A call
-//!   that had fields beside its call id, name and arguments (`id`, `status`, the type
-//!   `custom_tool_call`), or that is followed in its run by something else, leaves a fields
-//!   part where it stood, so the run comes back in its order with every field.
+//!   calls, server tools' calls, any type not known here) is one assistant message: every
+//!   item but a call is kept whole, in order; calls are its tool calls. A call that had fields
+//!   beside its call id, name and arguments (the type `custom_tool_call`, a member not known
+//!   here), or that is followed in its run by something else, leaves a fields part where it
+//!   stood, so the run comes back in its order with every field.
+//! - Some items stand alone ([`ALONE`]): Codex's `compaction_trigger` (the client's request for
+//!   a compaction), the `compaction` item that is the whole answer to it, and the
+//!   `additional_tools` of Responses Lite (the client's tools sent as an input item). Each is
+//!   an assistant message of its own holding the item kept whole. Joined to a run they would
+//!   change the node of the answer they follow or precede: a trigger comes right after an
+//!   answer, and the next answer's items right after a compaction, so the resent history would
+//!   no longer be the nodes its answers made, and would fork.
 //! - A `custom_tool_call`'s free-form `input` is stored as the arguments `{"input": ..}`
 //!   (arguments must be JSON, and an object reads well in other formats); the fields part says
 //!   it was a custom call, so it is given back as one, with `input` a string again.
@@ -95,6 +110,15 @@ pub fn read(body: &Value) -> Result<Conversation, Refusal> {
     Ok(conv.finish(&instructions))
 }
 
+/// Members of an item that are the client's bookkeeping, not what the item says (see the
+/// module docs): Codex 0.171 resends its answers' items with
+/// `internal_chat_message_metadata_passthrough` (their turn id) added, and clients restate or
+/// drop the `id` and `status` the provider gave an item.
+pub const BOOKKEEPING: [&str; 3] = ["id", "status", "internal_chat_message_metadata_passthrough"];
+
+/// Item types that are a node of their own, never part of a run (see the module docs).
+pub const ALONE: [&str; 3] = ["compaction_trigger", "compaction", "additional_tools"];
+
 /// What an input item is to the gateway.
 enum Kind {
     /// A system, developer or user message.
@@ -103,6 +127,8 @@ enum Kind {
     Output,
     /// Anything a model produces (or that is not known here): part of an assistant run.
     Run,
+    /// An item that is a node of its own ([`ALONE`]).
+    Alone,
 }
 
 fn kind(i: usize, item: &Value) -> Result<Kind, Refusal> {
@@ -130,6 +156,7 @@ fn kind(i: usize, item: &Value) -> Result<Kind, Refusal> {
         },
         "function_call_output" | "custom_tool_call_output" => Kind::Output,
         "item_reference" => return Err(Refusal::Unrecordable("an item reference")),
+        t if ALONE.contains(&t) => Kind::Alone,
         _ => Kind::Run,
     })
 }
@@ -143,6 +170,7 @@ fn read_items(conv: &mut Conversation, items: &[Value]) -> Result<(), Refusal> {
                 conv.items.push(Item {
                     content,
                     message: i,
+                    through: i,
                 });
                 i += 1;
             }
@@ -151,6 +179,19 @@ fn read_items(conv: &mut Conversation, items: &[Value]) -> Result<(), Refusal> {
                 conv.items.push(Item {
                     content,
                     message: i,
+                    through: i,
+                });
+                i += 1;
+            }
+            Kind::Alone => {
+                conv.items.push(Item {
+                    content: NodeContent::Message {
+                        role: Role::Assistant,
+                        parts: vec![kept(&without_bookkeeping(&items[i]))],
+                        tool_calls: Vec::new(),
+                    },
+                    message: i,
+                    through: i,
                 });
                 i += 1;
             }
@@ -163,6 +204,7 @@ fn read_items(conv: &mut Conversation, items: &[Value]) -> Result<(), Refusal> {
                     conv.items.push(Item {
                         content,
                         message: start,
+                        through: i - 1,
                     });
                 }
             }
@@ -194,12 +236,20 @@ fn fields(call_id: Option<&str>, rest: Map<String, Value>, form: Option<&str>) -
     kept(&Value::Object(f))
 }
 
-/// `obj` without `keys`.
+/// `obj` without `keys` and without its [`BOOKKEEPING`].
 fn rest(obj: &Map<String, Value>, keys: &[&str]) -> Map<String, Value> {
     obj.iter()
-        .filter(|(k, _)| !keys.contains(&k.as_str()))
+        .filter(|(k, _)| !keys.contains(&k.as_str()) && !BOOKKEEPING.contains(&k.as_str()))
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect()
+}
+
+/// An item as its node keeps it: without its [`BOOKKEEPING`].
+fn without_bookkeeping(item: &Value) -> Value {
+    match item.as_object() {
+        Some(obj) => Value::Object(rest(obj, &[])),
+        None => item.clone(),
+    }
 }
 
 /// Whether `rest` is just `{"type": kind}`.
@@ -317,7 +367,7 @@ pub fn run(items: &[Value]) -> Result<Option<NodeContent>, Refusal> {
         read.push(match kind {
             "function_call" => call("arguments")?,
             "custom_tool_call" => call("input")?,
-            _ => RunItem::Kept(kept(item)),
+            _ => RunItem::Kept(kept(&without_bookkeeping(item))),
         });
     }
     // The calls that need no fields part: the plain function calls the run ends with.
@@ -537,6 +587,16 @@ mod tests {
             .collect()
     }
 
+    /// `items` without their bookkeeping: what is written back of them.
+    fn bare(items: &Value) -> Value {
+        items
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(without_bookkeeping)
+            .collect()
+    }
+
     fn round_trip(body: &Value) -> (Conversation, Value) {
         let conv = read(body).unwrap();
         let written = input(&rendered(&conv));
@@ -622,7 +682,11 @@ mod tests {
         else {
             panic!("not an assistant message: {:?}", conv.items[3].content);
         };
-        assert_eq!(parts.len(), 2, "the reasoning, and the call's fields");
+        assert_eq!(
+            parts.len(),
+            1,
+            "the reasoning; the call, its id and status left out, ends its run plainly"
+        );
         assert_eq!(
             tool_calls,
             &vec![ToolCall {
@@ -656,7 +720,10 @@ mod tests {
         for item in &conv.items {
             item.content.validate("n").unwrap();
         }
-        assert_eq!(canonical_items(&written), canonical_items(&body["input"]));
+        assert_eq!(
+            canonical_items(&written),
+            canonical_items(&bare(&body["input"]))
+        );
     }
 
     #[test]
@@ -689,7 +756,10 @@ mod tests {
         // reasoning, fields of `a`, web search, message; `b` and `c` end the run plainly.
         assert_eq!(parts.len(), 4);
         assert_eq!(tool_calls.len(), 3);
-        assert_eq!(canonical_items(&written), canonical_items(&body["input"]));
+        assert_eq!(
+            canonical_items(&written),
+            canonical_items(&bare(&body["input"]))
+        );
     }
 
     #[test]
@@ -715,7 +785,7 @@ mod tests {
         let (_, written) = round_trip(&body);
         assert_eq!(
             canonical_items(&written),
-            canonical_items(&json!([body["input"][0], body["input"][1]]))
+            canonical_items(&bare(&json!([body["input"][0], body["input"][1]])))
         );
     }
 
@@ -757,7 +827,7 @@ mod tests {
         );
         assert_eq!(
             written[4],
-            json!({"type": "function_call_output", "id": "o2", "call_id": "c2", "output": "lo…ng"})
+            json!({"type": "function_call_output", "call_id": "c2", "output": "lo…ng"})
         );
     }
 
@@ -943,6 +1013,165 @@ mod tests {
         // A backend whose completed response leaves the output out: the items as they were done.
         let (again, _) = answer(&stream(&items, &json!([]), "response.completed")).unwrap();
         assert_eq!(again.unwrap(), node);
+    }
+
+    /// Codex 0.171 resends its answers' items with `internal_chat_message_metadata_passthrough`
+    /// added; other clients drop the ids and statuses. Either way the resent items are the node
+    /// the answer made, and a message resent with other bookkeeping is the node it made before.
+    #[test]
+    fn bookkeeping_is_no_part_of_a_node() {
+        let items = output_items();
+        let (answer_node, _) =
+            answer(&stream(&items, &json!(items), "response.completed")).unwrap();
+        let prompt = |bookkeeping: Value| {
+            let mut item = json!({"type": "message", "role": "user",
+                                  "content": [{"type": "input_text", "text": "look"}]});
+            for (k, v) in bookkeeping.as_object().unwrap() {
+                item[k] = v.clone();
+            }
+            item
+        };
+        let with = |f: &dyn Fn(&mut Map<String, Value>)| -> Vec<Value> {
+            items
+                .iter()
+                .map(|item| {
+                    let mut item = item.clone();
+                    f(item.as_object_mut().unwrap());
+                    item
+                })
+                .collect()
+        };
+        let restated = with(&|item| {
+            item.insert(
+                "internal_chat_message_metadata_passthrough".into(),
+                json!({"turn_id": "01a2410d-ed1c"}),
+            );
+        });
+        let dropped = with(&|item| {
+            item.remove("id");
+            item.remove("status");
+        });
+        let prompts = [
+            json!({}),
+            json!({"id": "msg_01a2", "internal_chat_message_metadata_passthrough":
+                   {"content_item_kinds": ["user.text"], "create_time": 1796387761.46}}),
+            json!({"id": "msg_01b3", "status": "completed"}),
+        ];
+        let mut first = None;
+        for (resent, bookkeeping) in [items.clone(), restated, dropped].into_iter().zip(prompts) {
+            let mut input = vec![prompt(bookkeeping)];
+            input.extend(resent);
+            input.push(json!({"type": "function_call_output", "id": "fco_1",
+                "internal_chat_message_metadata_passthrough": {"turn_id": "t"},
+                "call_id": "call_9", "output": "a"}));
+            let conv = read(&json!({"model": "gpt-5", "input": input})).unwrap();
+            let nodes: Vec<NodeContent> = conv.items.iter().map(|i| i.content.clone()).collect();
+            assert_eq!(nodes.len(), 3);
+            assert_eq!(Some(&nodes[1]), answer_node.as_ref(), "{input:#?}");
+            let first = first.get_or_insert(nodes.clone());
+            assert_eq!(&nodes, first, "{input:#?}");
+            // Kept items and fields parts alike hold none of it.
+            let written = input_of(&conv);
+            assert!(
+                !written.to_string().contains("\"id\"")
+                    && !written.to_string().contains("internal_chat_message")
+                    && !written.to_string().contains("\"status\""),
+                "{written:#}"
+            );
+        }
+    }
+
+    /// The request's nodes written back as the `input` a path of them renders.
+    fn input_of(conv: &Conversation) -> Value {
+        input(&rendered(conv))
+    }
+
+    /// Codex asks for a compaction right after an answer (a `compaction_trigger` item), is
+    /// answered one `compaction` item (here only in `response.output_item.done`), and resends it
+    /// right before the next answer's items: each is a node of its own, so the resent history
+    /// is the nodes the answers made.
+    #[test]
+    fn a_compaction_and_its_trigger_stand_alone() {
+        let go = json!({"type": "message", "role": "user",
+                        "content": [{"type": "input_text", "text": "go"}]});
+        let done = json!({"type": "message", "role": "assistant", "id": "msg_1",
+            "status": "completed",
+            "content": [{"type": "output_text", "text": "done", "annotations": []}]});
+        let trigger = json!({"type": "compaction_trigger"});
+        let compaction = json!({"type": "compaction", "id": "cmp_1", "encrypted_content": "enc"});
+        let call = json!({"type": "function_call", "id": "fc_2", "status": "completed",
+            "call_id": "c2", "name": "shell", "arguments": "{}"});
+        let whole = |output: &[Value]| {
+            answer(&stream(output, &json!(output), "response.completed"))
+                .unwrap()
+                .0
+                .unwrap()
+        };
+
+        let asking = json!({"model": "gpt-5", "input": [go, done, trigger]});
+        let conv = read(&asking).unwrap();
+        assert_eq!(
+            conv.items.len(),
+            3,
+            "the trigger is not joined to the answer"
+        );
+        assert_eq!(conv.items[1].content, whole(std::slice::from_ref(&done)));
+        assert_eq!(
+            conv.items[2].content,
+            NodeContent::Message {
+                role: Role::Assistant,
+                parts: vec![kept(&trigger)],
+                tool_calls: Vec::new(),
+            }
+        );
+        assert_eq!(input_of(&conv)[2], trigger, "written back as it came");
+
+        let (compacted, _) = answer(&stream(
+            std::slice::from_ref(&compaction),
+            &json!([]),
+            "response.completed",
+        ))
+        .expect("the compaction item of output_item.done is the answer");
+        let next = json!({"model": "gpt-5", "input": [go, compaction, call,
+            {"type": "function_call_output", "call_id": "c2", "output": "ok"}]});
+        let conv = read(&next).unwrap();
+        assert_eq!(
+            conv.items.len(),
+            4,
+            "the compaction is not joined to the next answer"
+        );
+        assert_eq!(Some(&conv.items[1].content), compacted.as_ref());
+        assert_eq!(conv.items[2].content, whole(&[call]));
+        assert_eq!(input_of(&conv)[1], bare(&json!([compaction]))[0]);
+    }
+
+    /// Responses Lite's tools come as an `additional_tools` input item, with no top-level
+    /// `tools`: a node of its own, the item given back whole.
+    #[test]
+    fn additional_tools_are_kept_whole() {
+        let tools = json!({"type": "additional_tools", "tools": [
+            {"type": "function", "name": "shell", "description": "Runs a command.",
+             "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}}}]});
+        let body = json!({"model": "gpt-5", "input": [
+            {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "be brief"}]},
+            tools,
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "go"}]},
+            {"type": "function_call", "call_id": "c1", "name": "shell", "arguments": "{\"cmd\":\"ls\"}"},
+            {"type": "function_call_output", "call_id": "c1", "output": "a"}
+        ]});
+        let (conv, written) = round_trip(&body);
+        assert_eq!(conv.items.len(), 5);
+        assert_eq!(conv.tools_tokens, 0, "no top-level tools");
+        let NodeContent::Message {
+            role: Role::Assistant,
+            parts,
+            tool_calls,
+        } = &conv.items[1].content
+        else {
+            panic!("not a node of its own: {:?}", conv.items[1].content);
+        };
+        assert_eq!((parts, tool_calls.len()), (&vec![kept(&tools)], 0));
+        assert_eq!(canonical_items(&written), canonical_items(&body["input"]));
     }
 
     #[test]

@@ -89,6 +89,7 @@ pub fn router(app: App) -> Router {
         .route("/sessions/{id}/render", get(render))
         .route("/sessions/{id}/savings", get(savings))
         .route("/sessions/{id}/summaries", get(list_summaries))
+        .route("/sessions/{id}/gateway-calls", get(list_gateway_calls))
         .route("/sessions/{id}/events", get(live::events))
         .fallback(|| async { error(StatusCode::NOT_FOUND, Code::NotFound, "no such API route") })
         // Outermost last: counted, then authenticated, then admitted, as gRPC calls are.
@@ -231,6 +232,7 @@ fn rpc_name(path: &str) -> &'static str {
         ["sessions", _, "nodes"] => "ctxd.v1.ContextStore/GetNodes",
         ["sessions", _, "render"] => "ctxd.v1.ContextStore/Render",
         ["sessions", _, "summaries"] => "ctxd.v1.ContextStore/ListSummaries",
+        ["sessions", _, "gateway-calls"] => "ctxd.v1.ContextStore/ListGatewayCalls",
         ["sessions", _, "events"] => "ctxd.v1.ContextStore/Watch",
         ["sessions", _, "savings"] => "inspector/Savings",
         _ => "inspector/unknown",
@@ -483,6 +485,21 @@ async fn list_summaries(
         branch: q.string("branch"),
     };
     ok(app.service.list_summaries(rpc(&request, message)).await)
+}
+
+async fn list_gateway_calls(
+    State(app): State<App>,
+    Path(id): Path<String>,
+    RawQuery(q): RawQuery,
+    request: Request,
+) -> Answer {
+    let q = Query::parse(q.as_deref(), &["page_size", "page_token"]).map_err(bad)?;
+    let message = pb::ListGatewayCallsRequest {
+        session_id: id,
+        page_size: q.u32("page_size").map_err(bad)?.unwrap_or(0),
+        page_token: q.string("page_token"),
+    };
+    ok(app.service.list_gateway_calls(rpc(&request, message)).await)
 }
 
 #[cfg(test)]

@@ -241,6 +241,8 @@ pub fn openai_chat_document(messages: &[Message]) -> (Value, Vec<Vec<usize>>) {
             MessageRole::Developer => {
                 json!({ "role": "developer", "content": text_of(&m.parts) })
             }
+            // A message with nothing to say (a summary the agent's window carries) is left out.
+            MessageRole::User if m.parts.is_empty() => continue,
             MessageRole::User => json!({ "role": "user", "content": openai_content(&m.parts) }),
             MessageRole::Assistant => {
                 let calls: Vec<Value> = m

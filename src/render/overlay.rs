@@ -60,9 +60,16 @@ pub fn summary_text(summary: &Summary, cap: Option<Tokens>, counter: &dyn Count)
 
 /// The message a summary renders as.
 pub fn summary_message(summary: &Summary, cap: Option<Tokens>, counter: &dyn Count) -> Message {
+    // A summary whose words are in the agent's window after it hides what it covers and
+    // says nothing itself: no part, so no format writes it.
+    let parts = if summary.renders_nothing() {
+        Vec::new()
+    } else {
+        vec![Part::Text(summary_text(summary, cap, counter))]
+    };
     Message {
         role: MessageRole::User,
-        parts: vec![Part::Text(summary_text(summary, cap, counter))],
+        parts,
         tool_calls: Vec::new(),
         tool_call_id: None,
         name: None,

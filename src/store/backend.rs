@@ -276,6 +276,15 @@ pub(super) trait Reads: Lookups {
     /// The gateway's calls of `session`, added up.
     async fn gateway_usage(&mut self, session: SessionId) -> Result<domain::GatewayUsage>;
 
+    /// Up to `limit` of the gateway's calls of `session` recorded after call `after` (from the
+    /// first without it), in the order they were recorded, each with its id.
+    async fn gateway_calls(
+        &mut self,
+        session: SessionId,
+        after: Option<domain::GatewayCallId>,
+        limit: u32,
+    ) -> Result<Vec<(domain::GatewayCallId, domain::GatewayCall)>>;
+
     async fn plan(&mut self, session: SessionId, id: CompactionId) -> Result<CompactionPlan> {
         self.find_plan(session, id)
             .await?

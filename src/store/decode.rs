@@ -10,8 +10,9 @@ use super::rows::{
 };
 use super::{Error, Result};
 use crate::domain::{
-    Branch, BranchName, CompactionEvent, CompactionId, EventKind, GatewayUsage, Hash, NodeId,
-    ProviderUsage, Reason, SessionId, Summary, SummaryId, SummaryKind, Tenant, Tombstone,
+    Branch, BranchName, CompactionEvent, CompactionId, EventKind, GatewayCall, GatewayCallId,
+    GatewayUsage, Hash, NodeId, PrefixChange, ProviderUsage, Reason, SessionId, Summary, SummaryId,
+    SummaryKind, Tenant, Tombstone,
 };
 
 /// A result row, as its driver reads a column (`None`: NULL).
@@ -194,6 +195,43 @@ pub(super) fn tombstone(row: &impl Columns) -> Result<Tombstone> {
         branches: u32_of(row, "branches")?,
         summaries: u32_of(row, "summaries")?,
     })
+}
+
+/// The columns of one gateway call, as [`gateway_call`] reads them.
+pub(super) const GATEWAY_CALL_COLUMNS: &str = "id, at_ms, api, model, client_tokens, \
+     forwarded_tokens, input_tokens, cache_read_tokens, cache_write_tokens, output_tokens, \
+     kept_tokens, change";
+
+/// One gateway call ([`GATEWAY_CALL_COLUMNS`]) with its id. A stored `change` this build cannot
+/// read is corrupt, as an unknown event reason is.
+pub(super) fn gateway_call(row: &impl Columns) -> Result<(GatewayCallId, GatewayCall)> {
+    // Counts are stored from u64 saturated at i64::MAX: a negative one was never written.
+    let n = |column: &str| -> Result<u64> {
+        let v = req_int(row, column)?;
+        u64::try_from(v).map_err(|_| Error::Corrupt(format!("{column} is {v}")))
+    };
+    let change = row
+        .text("change")?
+        .map(|c| {
+            PrefixChange::parse(&c).ok_or_else(|| Error::Corrupt(format!("gateway change {c:?}")))
+        })
+        .transpose()?;
+    let call = GatewayCall {
+        at_ms: req_int(row, "at_ms")?,
+        api: req_text(row, "api")?,
+        model: req_text(row, "model")?,
+        client_tokens: n("client_tokens")?,
+        forwarded_tokens: n("forwarded_tokens")?,
+        usage: ProviderUsage {
+            input: n("input_tokens")?,
+            cache_read: n("cache_read_tokens")?,
+            cache_write: n("cache_write_tokens")?,
+            output: n("output_tokens")?,
+        },
+        kept_tokens: n("kept_tokens")?,
+        change,
+    };
+    Ok((GatewayCallId::from_bytes(req_uuid(row, "id")?), call))
 }
 
 /// A session's gateway calls added up (`calls`, `client`, `forwarded`, `input`, `cache_read`,

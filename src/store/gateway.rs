@@ -1,11 +1,12 @@
 //! What the model gateway asks of the store: a top-level node by its hash (to find the stored
-//! prefix of a resent history), and the record of each call it forwarded.
+//! prefix of a resent history), and the record of each call it forwarded, read back added up
+//! or call by call (the ledger).
 
 use std::collections::BTreeMap;
 
 use super::idempotency::CreationKey;
 use super::{Result, Scoped, Store};
-use crate::domain::{GatewayCall, GatewayUsage, Hash, NodeId, SessionId, Tenant};
+use crate::domain::{GatewayCall, GatewayCallId, GatewayUsage, Hash, NodeId, SessionId, Tenant};
 
 impl Store {
     /// The session of `tenant` made for `key` with `metadata`, made now if there is none. The
@@ -69,5 +70,31 @@ impl Store {
     /// The gateway's calls of `session`, added up (zero for a session it never served).
     pub async fn gateway_usage(&self, session: Scoped) -> Result<GatewayUsage> {
         self.read().await?.gateway_usage(session.id()).await
+    }
+
+    /// One page of the gateway's calls of `session` in the order they were recorded (newest
+    /// last): up to `page_size` calls after call `after` (from the first without it), and the
+    /// call the next page starts after, when there are more.
+    pub async fn gateway_calls(
+        &self,
+        session: Scoped,
+        page_size: u32,
+        after: Option<GatewayCallId>,
+    ) -> Result<(Vec<GatewayCall>, Option<GatewayCallId>)> {
+        // A call id is a UUID v7, so it sorts by the time the call was recorded and is the
+        // cursor; one extra row tells whether a next page exists.
+        let mut rows = self
+            .read()
+            .await?
+            .gateway_calls(session.id(), after, page_size.saturating_add(1))
+            .await?;
+        let more = rows.len() > page_size as usize;
+        rows.truncate(page_size as usize);
+        let next = if more {
+            rows.last().map(|(id, _)| *id)
+        } else {
+            None
+        };
+        Ok((rows.into_iter().map(|(_, call)| call).collect(), next))
     }
 }

@@ -418,7 +418,10 @@ async fn gateway_fake_provider_speaks_both_apis() {
         "sig+/=",
         Reply::tool_use_id("t1", "calc", json!({"x": 1})),
     ));
-    let body = anthropic_stream(json!([user_msg("hi")]));
+    // A breakpoint on the message: the imitated cache writes and reads only at one.
+    let hi = json!({"role": "user", "content": [
+        {"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}}]});
+    let body = anthropic_stream(json!([hi]));
     let response = http
         .post(format!("{}/v1/messages", fake.url()))
         .body(body.to_string())
@@ -446,7 +449,7 @@ async fn gateway_fake_provider_speaks_both_apis() {
     // The same request again: its whole prompt is read from the imitated cache.
     let response = http
         .post(format!("{}/v1/messages", fake.url()))
-        .body(anthropic(json!([user_msg("hi")])).to_string())
+        .body(anthropic(json!([hi])).to_string())
         .send()
         .await
         .expect("send");
@@ -456,7 +459,7 @@ async fn gateway_fake_provider_speaks_both_apis() {
     assert_eq!(usage["cache_creation_input_tokens"], 0);
     assert_eq!(
         usage["cache_read_input_tokens"].as_u64(),
-        Some(tokens_of(&user_msg("hi")))
+        Some(tokens_of(&json!({"type": "text", "text": "hi"})))
     );
     assert_eq!(
         answer["content"],
@@ -1501,14 +1504,10 @@ async fn gateway_unreachable_upstream_is_a_502_in_the_provider_shape() {
     let answer = gw.chat(&openai(json!([user_msg("anyone there?")]))).await;
     assert_eq!(answer.status, 502, "{answer:?}");
     assert_eq!(answer.json()["error"]["type"], "upstream_error");
-    // The request is recorded as sent (a retry finds it and appends nothing); no answer is.
-    // The three requests open alike, so they are one conversation, one session.
+    // A request that never reached the provider records nothing: the client's retry is the
+    // first the model sees. Its session is named (the three open alike: one conversation).
     assert_eq!(sessions(&mut gw.app).await.len(), 1, "one session");
-    assert_eq!(
-        gw.app.node_count().await,
-        1,
-        "the user's message, and no answer"
-    );
+    assert_eq!(gw.app.node_count().await, 0, "nothing recorded");
 }
 
 #[tokio::test]
@@ -1925,15 +1924,22 @@ async fn gateway_sub_agent_conversation_is_its_calls_function() {
 #[tokio::test]
 async fn gateway_usage_is_recorded_per_session() {
     let mut gw = start().await;
-    let u1 = user_msg("Count to three.");
-    let first = gw.messages(&anthropic(json!([u1]))).await.ok();
+    // As Claude Code marks them: a breakpoint on the newest message's last block, each call
+    // (the provider caches only at one).
+    let ephemeral = json!({"type": "ephemeral"});
+    let u1 = json!({"role": "user", "content": [{"type": "text", "text": "Count to three."}]});
+    let mut marked_u1 = u1.clone();
+    marked_u1["content"][0]["cache_control"] = ephemeral.clone();
+    let first = gw.messages(&anthropic(json!([marked_u1]))).await.ok();
     let (session, branch) = (first.session(), first.branch());
     gw.answered(&session, &branch, 2).await;
+    let u2 = json!({"role": "user", "content": [
+        {"type": "text", "text": "Now to four.", "cache_control": ephemeral}]});
     let second = gw
         .messages(&anthropic_stream(json!([
             u1,
             assistant_msg(DEFAULT_TEXT),
-            user_msg("Now to four.")
+            u2
         ])))
         .await
         .ok();

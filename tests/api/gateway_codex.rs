@@ -6,7 +6,11 @@
 //! (`{"cmd": ".."}`); Codex runs the command itself, in a temp dir, and sends its output back.
 //! Each test checks that Codex did what was scripted (the file it wrote, the answer it printed),
 //! that the ctxd session holds the conversation (the call, its output, the answer), and what
-//! went upstream. One more test checks the fake's own Responses API, with no Codex.
+//! went upstream. With its provider named `OpenAI` Codex behaves as with OpenAI's own API: it
+//! resends its items with its bookkeeping, and compacts remotely (a `compaction_trigger` item,
+//! answered with one `compaction` item); tests run it so, through a resume and a compaction.
+//! Two more tests need no Codex: Responses Lite's `additional_tools` item through the gateway,
+//! and the fake's own Responses API.
 //!
 //! Codex is found at `target/agents/node_modules/.bin/codex` (`.ci/run` installs the pinned
 //! `@openai/codex`); `CTXD_TEST_CODEX` names another. Without it the tests skip with a message,
@@ -21,7 +25,7 @@ use std::process::Command;
 use ctxd::api::pb;
 use serde_json::{Value, json};
 
-use crate::agents::{REQUIRED, gateway_app, model_calls, paths, run_bounded};
+use crate::agents::{REQUIRED, Ran, gateway_app, model_calls, paths, run_bounded};
 use crate::fake_provider::{FakeProvider, Recorded, Reply, parse_sse, responses_of_sse, tokens_of};
 use crate::helpers::TestApp;
 
@@ -344,6 +348,327 @@ async fn codex_exec_keeps_a_call_whose_stream_was_cut() {
     );
 }
 
+/// Codex with its provider named `OpenAI` (as when a user points its OpenAI provider at the
+/// gateway) resends the items of its earlier answers with a member the answer did not have
+/// (`internal_chat_message_metadata_passthrough`, naming its turn), and its messages with their
+/// ids. A run of tool calls and its resume, five model calls, must still be one session on one
+/// branch, every message one node: the gateway once saw a changed history on every call,
+/// forked a `gw-…` branch for each and stored every answer twice.
+#[tokio::test]
+async fn codex_named_openai_resends_its_answers_onto_one_branch() {
+    let Some(codex) = codex() else { return };
+    let fake = FakeProvider::start().await;
+    let (mut app, gateway) = gateway_app(&fake).await;
+    let dirs = CodexDirs::named(&gateway, "OpenAI");
+    let summary = "One command per file.";
+    let (wrote, more) = ("Wrote one.txt and two.txt.", "Wrote three.txt.");
+    fake.script_all([
+        Reply::thinking(
+            summary,
+            "gAAAA-ctxd-openai-reasoning",
+            Reply::tool_use_id("call_one", SHELL, json!({"cmd": "echo one > one.txt"})),
+        ),
+        Reply::tool_use_id("call_two", SHELL, json!({"cmd": "echo two > two.txt"})),
+        Reply::text(wrote),
+        Reply::tool_use_id(
+            "call_three",
+            SHELL,
+            json!({"cmd": "echo three > three.txt"}),
+        ),
+        Reply::text(more),
+    ]);
+
+    let first = "Write one.txt and two.txt.";
+    let ran = run_bounded("codex exec", dirs.exec(&codex, &[first])).await;
+    assert_printed(&ran, wrote, &fake);
+    let second = "Now write three.txt.";
+    let ran = run_bounded(
+        "codex exec resume",
+        dirs.exec(&codex, &["resume", "--last", second]),
+    )
+    .await;
+    assert_printed(&ran, more, &fake);
+    for name in ["one", "two", "three"] {
+        assert_eq!(
+            std::fs::read_to_string(dirs.work.join(format!("{name}.txt"))).ok(),
+            Some(format!("{name}\n")),
+            "the scripted command wrote {name}.txt"
+        );
+    }
+
+    // Upstream: five calls on one thread, each input the one before it and what is new; the
+    // answers came back with Codex's bookkeeping (the case at hand).
+    let calls = model_calls(&fake, "/v1/responses");
+    assert_eq!(calls.len(), 5, "model calls upstream: {}", paths(&fake));
+    let thread = assert_codex_call(&calls[0]);
+    for call in &calls[1..] {
+        assert_eq!(assert_codex_call(call), thread, "one thread");
+    }
+    let inputs: Vec<Vec<Value>> = calls.iter().map(Recorded::input).collect();
+    assert_each_input_extends_the_last(&inputs);
+    // (The answers' reasoning and messages go upstream as Codex resent them.)
+    let marked = inputs[1..].iter().flatten().any(|item| {
+        (item["type"] == "reasoning" || item["role"] == "assistant")
+            && item
+                .get("internal_chat_message_metadata_passthrough")
+                .is_some()
+    });
+    assert!(
+        marked,
+        "Codex, its provider named OpenAI, resends an answer's items with its bookkeeping added \
+         (else this test no longer shows the case): {inputs:#?}"
+    );
+
+    // ctxd: one session, one branch, each message once and nothing stored beside it.
+    let session = only_session(&mut app).await;
+    let branch = only_branch(&mut app, &session).await;
+    let all = log_lines(&mut app, &session, &branch).await;
+    assert_conversation(
+        &all,
+        &[
+            format!("user: {first}"),
+            format!(
+                "assistant: (reasoning: {summary}) -> call_one {SHELL} {}",
+                json!({"cmd": "echo one > one.txt"})
+            ),
+            format!("tool[call_one {SHELL}]: "),
+            format!(
+                "assistant: -> call_two {SHELL} {}",
+                json!({"cmd": "echo two > two.txt"})
+            ),
+            format!("tool[call_two {SHELL}]: "),
+            format!("assistant: {wrote}"),
+            format!("user: {second}"),
+            format!(
+                "assistant: -> call_three {SHELL} {}",
+                json!({"cmd": "echo three > three.txt"})
+            ),
+            format!("tool[call_three {SHELL}]: "),
+            format!("assistant: {more}"),
+        ],
+    );
+    assert_eq!(
+        usize::try_from(app.node_count().await).ok(),
+        Some(all.len()),
+        "every node stored is on the one branch: no answer stored twice\n{all:#?}"
+    );
+}
+
+/// Codex compacts remotely (its provider named `OpenAI`, `model_auto_compact_token_limit`
+/// passed mid-turn): it sends its history with a `compaction_trigger` item, takes the one
+/// `compaction` item of the answer (sent only in `response.output_item.done`), and goes on
+/// from a window of its context, its prompts and that item. Through the gateway: the trigger
+/// goes upstream as Codex sent it and is recorded, the compaction item reaches Codex intact
+/// (it sends it back as it was), Codex finishes, and it is all one session.
+///
+/// `CTXD_WRITE_CODEX_CORPUS=1` also writes the request bodies the fake received, scrubbed,
+/// to `testdata/gateway/corpus/codex-0.171/` (see the README there).
+#[tokio::test]
+async fn codex_remote_compaction_passes_through_the_gateway() {
+    let Some(codex) = codex() else { return };
+    // The corpus is what Codex sent, so its requests are forwarded as they came.
+    let corpus = std::env::var("CTXD_WRITE_CODEX_CORPUS").is_ok_and(|v| v == "1");
+    let mut run = compacting_run(&codex, corpus).await;
+    let calls = model_calls(&run.fake, "/v1/responses");
+    if corpus {
+        write_corpus(&calls, &run.dirs);
+    }
+    let inputs: Vec<Vec<Value>> = calls.iter().map(Recorded::input).collect();
+    let trigger = json!({"type": "compaction_trigger"});
+    let asked: Vec<usize> = (0..inputs.len())
+        .filter(|&i| inputs[i].contains(&trigger))
+        .collect();
+    assert_eq!(
+        asked,
+        vec![COMPACTION_CALL],
+        "one request asked for a compaction, the one after the long call's output: {}",
+        paths(&run.fake)
+    );
+    // The request asking for it: the history so far, then the trigger, as Codex sent it.
+    let asking = &inputs[COMPACTION_CALL];
+    assert_eq!(
+        asking.last(),
+        Some(&trigger),
+        "the trigger is last: {asking:#?}"
+    );
+    assert_each_input_extends_the_last(&inputs[..=COMPACTION_CALL]);
+    assert!(
+        call_and_output(asking, "call_two").is_some(),
+        "the trigger follows the call that passed the limit, and its output: {asking:#?}"
+    );
+    // The window after it: Codex took the compaction item whole and sends it back as it was,
+    // in place of the calls it replaced.
+    let window = &inputs[COMPACTION_CALL + 1];
+    let compactions: Vec<&Value> = window
+        .iter()
+        .filter(|item| item["type"] == "compaction")
+        .collect();
+    assert_eq!(
+        compactions,
+        vec![&compaction_item()],
+        "Codex goes on from the compaction item, intact: {window:#?}"
+    );
+    assert!(
+        call_and_output(window, "call_one").is_none(),
+        "the compacted window holds none of the calls before it: {window:#?}"
+    );
+
+    // ctxd: one session; the trigger recorded as Codex sent it, the compaction after it.
+    let session = only_session(&mut run.app).await;
+    let mut found = Vec::new();
+    for branch in run.app.branches(&session).await {
+        let nodes = ordered_log(&mut run.app, &session, &branch.name).await;
+        for pair in nodes.windows(2) {
+            if kept_items(&pair[0]) == vec![trigger.clone()] {
+                found.push((branch.name.clone(), kept_items(&pair[1])));
+            }
+        }
+    }
+    assert!(!found.is_empty(), "the trigger is recorded");
+    for (branch, answer) in &found {
+        assert_eq!(
+            answer,
+            &vec![json!({"type": "compaction", "encrypted_content": COMPACTED})],
+            "on {branch}, the trigger's answer, the compaction item (its id left out), follows it"
+        );
+    }
+}
+
+/// After a remote compaction Codex goes on from a window that opens with its context and
+/// prompts, then the compaction item, then what follows: the session goes on on the branch
+/// that holds the trigger and its answer, the window laid after that answer (it is the context
+/// the model reads from then on) over an overlay that hides the history it replaced, and no
+/// answer stored twice.
+#[tokio::test]
+async fn codex_remote_compaction_continues_on_one_branch() {
+    let Some(codex) = codex() else { return };
+    let mut run = compacting_run(&codex, false).await;
+    let session = only_session(&mut run.app).await;
+    let branch = only_branch(&mut run.app, &session).await;
+    let all = log_lines(&mut run.app, &session, &branch).await;
+    assert_conversation(
+        &all,
+        &[
+            format!("user: {FIRST_PROMPT}"),
+            format!(
+                "assistant: (reasoning: {FIRST_SUMMARY}) -> call_one {SHELL} {}",
+                json!({"cmd": "echo one > one.txt"})
+            ),
+            format!("tool[call_one {SHELL}]: "),
+            format!("assistant: {FIRST_ANSWER}"),
+            format!("user: {SECOND_PROMPT}"),
+            format!(
+                "assistant: (reasoning: {SECOND_SUMMARY}) -> call_two {SHELL} {}",
+                json!({"cmd": "echo two > two.txt"})
+            ),
+            format!("tool[call_two {SHELL}]: "),
+            "assistant: (compaction_trigger)".to_owned(),
+            "assistant: (compaction)".to_owned(),
+            // The window: the prompts Codex kept, then its compaction item.
+            format!("user: {FIRST_PROMPT}"),
+            format!("user: {SECOND_PROMPT}"),
+            "assistant: (compaction)".to_owned(),
+            format!("assistant: {SECOND_ANSWER}"),
+        ],
+    );
+    let summaries = run.app.list_summaries(&session, &branch).await;
+    assert_eq!(
+        summaries
+            .summaries
+            .iter()
+            .map(|s| s.model.as_str())
+            .collect::<Vec<_>>(),
+        ["agent:window:codex"],
+        "the history the window replaced is under one overlay"
+    );
+    assert_eq!(
+        usize::try_from(run.app.node_count().await).ok(),
+        Some(all.len()),
+        "every node stored is on the one branch\n{all:#?}"
+    );
+}
+
+/// Responses Lite sends a client's tools as an `additional_tools` input item, with no
+/// top-level `tools`. The gateway forwards the item as it came and records it as a node of its
+/// own, and the history resent with the answer and the call's output stays on its branch,
+/// nothing stored twice. (Plain HTTP: no Codex needed.)
+#[tokio::test]
+async fn gateway_passes_and_records_additional_tools() {
+    let mut gw = crate::gateway::start().await;
+    let tools = json!({"type": "additional_tools", "tools": [
+        {"type": "function", "name": "lookup", "description": "Looks a word up.", "strict": false,
+         "parameters": {"type": "object", "properties": {"word": {"type": "string"}},
+                        "required": ["word"], "additionalProperties": false}}]});
+    let developer = json!({"type": "message", "role": "developer",
+        "content": [{"type": "input_text", "text": "Answer in one word."}]});
+    let prompt = json!({"type": "message", "role": "user",
+        "content": [{"type": "input_text", "text": "What is a gateway?"}]});
+    let body = |input: &[Value]| {
+        json!({"model": MODEL, "stream": true, "store": false, "input": input,
+               "prompt_cache_key": "ctxd-lite-thread"})
+        .to_string()
+        .into_bytes()
+    };
+    let headers = [("authorization", "Bearer sk-test")];
+    gw.fake.script_all([
+        Reply::tool_use_id("call_lookup", "lookup", json!({"word": "gateway"})),
+        Reply::text("Door."),
+    ]);
+
+    let mut input = vec![developer, tools.clone(), prompt];
+    let first = gw.post("/v1/responses", &headers, body(&input)).await.ok();
+    let (_, answer) = responses_of_sse(&first.body).expect("a whole streamed answer");
+    input.extend(answer);
+    input.push(
+        json!({"type": "function_call_output", "call_id": "call_lookup",
+                      "output": "a door in a wall"}),
+    );
+    let second = gw.post("/v1/responses", &headers, body(&input)).await.ok();
+
+    for call in gw.upstream("/v1/responses") {
+        assert!(
+            call.body.get("tools").is_none(),
+            "no tools were added: {:#}",
+            call.body
+        );
+        let sent = call.input();
+        assert_eq!(
+            sent.get(1),
+            Some(&tools),
+            "the item went upstream as it came, where it stood: {sent:#?}"
+        );
+    }
+    let (session, branch) = (second.session(), second.branch());
+    assert_eq!(
+        (first.session(), first.branch()),
+        (session.clone(), branch.clone())
+    );
+    gw.answered(&session, &branch, 6).await;
+    let nodes = ordered_log(&mut gw.app, &session, &branch).await;
+    let lines: Vec<String> = nodes.iter().map(describe).collect();
+    assert_eq!(
+        lines,
+        [
+            "developer: Answer in one word.".to_owned(),
+            "assistant: (additional_tools)".to_owned(),
+            "user: What is a gateway?".to_owned(),
+            format!(
+                "assistant: -> call_lookup lookup {}",
+                json!({"word": "gateway"})
+            ),
+            "tool[call_lookup lookup]: a door in a wall".to_owned(),
+            "assistant: Door.".to_owned(),
+        ],
+        "the tools are a node of their own, in their place"
+    );
+    assert_eq!(kept_items(&nodes[1]), vec![tools], "recorded whole");
+    assert_eq!(
+        usize::try_from(gw.app.node_count().await).ok(),
+        Some(nodes.len()),
+        "nothing stored twice, nothing off the branch"
+    );
+}
+
 /// The fake provider's Responses API, as the tests above rely on it (no Codex needed): a
 /// streamed answer's events and the items they carry, the same answer whole, the imitated
 /// prefix cache, and a stream that fails.
@@ -353,8 +678,9 @@ async fn fake_provider_speaks_the_responses_api() {
     let http = reqwest::Client::builder().build().expect("an HTTP client");
     let fake = FakeProvider::start().await;
     let url = format!("{}/v1/responses", fake.url());
+    // Long enough to be cached: OpenAI caches prefixes of 1,024 tokens and more.
     let input = json!([{"type": "message", "role": "user", "content": [
-        {"type": "input_text", "text": "hi"}]}]);
+        {"type": "input_text", "text": "hi ".repeat(1500)}]}]);
     let body = |stream: bool| json!({"model": MODEL, "input": input, "stream": stream});
     fake.script_all([
         Reply::thinking(
@@ -446,7 +772,8 @@ async fn fake_provider_speaks_the_responses_api() {
     );
     assert_eq!(
         whole["usage"]["input_tokens_details"]["cached_tokens"],
-        prompt
+        prompt / 128 * 128,
+        "in steps of 128 tokens"
     );
     assert_eq!(
         fake.last_request().input(),
@@ -475,14 +802,26 @@ async fn fake_provider_speaks_the_responses_api() {
 /// A temp dir for one test's Codex runs: `work` (its cwd), `home`, and `codex_home` with the
 /// config naming the gateway.
 struct CodexDirs {
-    _dir: tempfile::TempDir,
+    /// The temp dir the others are in (removed when dropped).
+    root: tempfile::TempDir,
     work: PathBuf,
     home: PathBuf,
     codex_home: PathBuf,
+    gateway: String,
+    provider_name: String,
+    /// Lines added to the provider's table.
+    provider_extra: String,
 }
 
 impl CodexDirs {
     fn new(gateway: &str) -> Self {
+        Self::named(gateway, "ctxd gateway")
+    }
+
+    /// Dirs whose config names the gateway's provider `provider_name`. Codex treats a provider
+    /// named `OpenAI` as OpenAI's own (as when a user points its built-in provider at the
+    /// gateway): it resends its items with its own bookkeeping, and compacts remotely.
+    fn named(gateway: &str, provider_name: &str) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         let work = dir.path().join("work");
         let home = dir.path().join("home");
@@ -490,17 +829,46 @@ impl CodexDirs {
         for d in [&work, &home, &codex_home] {
             std::fs::create_dir_all(d).expect("a temp dir");
         }
+        let dirs = Self {
+            root: dir,
+            work,
+            home,
+            codex_home,
+            gateway: gateway.to_owned(),
+            provider_name: provider_name.to_owned(),
+            provider_extra: String::new(),
+        };
+        dirs.configure("");
+        dirs
+    }
+
+    /// Compacts once the context passes `tokens` (Codex's `model_auto_compact_token_limit`),
+    /// from the next run on.
+    fn compact_past(&self, tokens: u64) {
+        self.configure(&format!("model_auto_compact_token_limit = {tokens}\n"));
+    }
+
+    /// Has every request forwarded as Codex sent it (`x-ctxd-policy: passthrough`, which Codex
+    /// sends as one of its provider's `http_headers`); the gateway still records them.
+    fn forward_as_sent(&mut self) {
+        self.provider_extra = "http_headers = { \"x-ctxd-policy\" = \"passthrough\" }\n".into();
+        self.configure("");
+    }
+
+    /// Writes `config.toml`, with `top` among its top-level keys.
+    fn configure(&self, top: &str) {
+        let (gateway, name, extra) = (&self.gateway, &self.provider_name, &self.provider_extra);
         let config = format!(
             r#"model = "{MODEL}"
 model_provider = "ctxd"
 check_for_update_on_startup = false
-
+{top}
 [model_providers.ctxd]
-name = "ctxd gateway"
+name = "{name}"
 base_url = "{gateway}/v1"
 wire_api = "responses"
 env_key = "{KEY_VAR}"
-
+{extra}
 [analytics]
 enabled = false
 
@@ -510,13 +878,7 @@ remote_plugin = false
 apps = false
 "#
         );
-        std::fs::write(codex_home.join("config.toml"), config).expect("write config.toml");
-        Self {
-            _dir: dir,
-            work,
-            home,
-            codex_home,
-        }
+        std::fs::write(self.codex_home.join("config.toml"), config).expect("write config.toml");
     }
 
     /// `codex exec` with `args` after its flags, run in `work` with nothing but this dir's
@@ -639,6 +1001,249 @@ fn codex() -> Option<PathBuf> {
     }
     eprintln!("skipped: {why}; set {REQUIRED}=required to fail instead");
     None
+}
+
+// ---------------------------------------------------------------- a remote compaction
+
+const FIRST_PROMPT: &str = "Write one.txt.";
+const FIRST_SUMMARY: &str = "One command.";
+const FIRST_ANSWER: &str = "Wrote one.txt.";
+const SECOND_PROMPT: &str = "Now write two.txt.";
+const SECOND_SUMMARY: &str = "Thought long.";
+const SECOND_ANSWER: &str = "Wrote two.txt.";
+
+/// Tokens beyond the first run's last call at which Codex compacts: more than a prompt adds,
+/// less than [`long_reasoning`].
+const COMPACTION_MARGIN: u64 = 2_000;
+
+/// The index of the model call that asks for the compaction (see [`compacting_run`]).
+const COMPACTION_CALL: usize = 3;
+
+/// The compaction's opaque content.
+const COMPACTED: &str = "gAAAA-ctxd-compacted-window";
+
+/// What a run through a remote compaction leaves.
+struct CompactingRun {
+    app: TestApp,
+    fake: FakeProvider,
+    dirs: CodexDirs,
+}
+
+/// Codex, its provider named `OpenAI`, through the gateway: `codex exec` runs a call and
+/// answers (calls 0 and 1); then, with Codex set to compact [`COMPACTION_MARGIN`] tokens past
+/// that, `exec resume` is answered [`long_reasoning`] and a call (2), whose usage passes the
+/// limit; having run the call, Codex asks for a compaction (3), answered with
+/// [`compaction_item`], and goes on from the compacted window to its answer (4). Both runs
+/// must end printing their answers. `as_sent`: see [`CodexDirs::forward_as_sent`].
+async fn compacting_run(codex: &Path, as_sent: bool) -> CompactingRun {
+    let fake = FakeProvider::start().await;
+    let (app, gateway) = gateway_app(&fake).await;
+    let mut dirs = CodexDirs::named(&gateway, "OpenAI");
+    if as_sent {
+        dirs.forward_as_sent();
+    }
+    fake.script_all([
+        Reply::thinking(
+            FIRST_SUMMARY,
+            "gAAAA-ctxd-compaction-reasoning",
+            Reply::tool_use_id("call_one", SHELL, json!({"cmd": "echo one > one.txt"})),
+        ),
+        Reply::text(FIRST_ANSWER),
+    ]);
+    let ran = run_bounded("codex exec", dirs.exec(codex, &[FIRST_PROMPT])).await;
+    assert_printed(&ran, FIRST_ANSWER, &fake);
+
+    // Codex compacts when the usage its last call reported (and what it added since) passes
+    // the limit; the fake counts Codex's own instructions, so the limit is set from what it
+    // counted.
+    let calls = model_calls(&fake, "/v1/responses");
+    let counted = calls
+        .last()
+        .and_then(|c| c.usage["total_tokens"].as_u64())
+        .unwrap_or_else(|| panic!("the fake reported usage: {}", paths(&fake)));
+    dirs.compact_past(counted + COMPACTION_MARGIN);
+    fake.script_all([
+        Reply::thinking(
+            SECOND_SUMMARY,
+            long_reasoning(),
+            Reply::tool_use_id("call_two", SHELL, json!({"cmd": "echo two > two.txt"})),
+        ),
+        compaction_reply(),
+        Reply::text(SECOND_ANSWER),
+    ]);
+    let ran = run_bounded(
+        "codex exec resume",
+        dirs.exec(codex, &["resume", "--last", SECOND_PROMPT]),
+    )
+    .await;
+    assert_printed(&ran, SECOND_ANSWER, &fake);
+    assert_eq!(
+        fake.pending(),
+        0,
+        "every scripted answer was asked for: {}",
+        paths(&fake)
+    );
+    assert_eq!(
+        std::fs::read_to_string(dirs.work.join("two.txt")).ok(),
+        Some("two\n".to_owned()),
+        "the call before the compaction ran"
+    );
+    CompactingRun { app, fake, dirs }
+}
+
+/// Encrypted reasoning of 24,000 characters: some 6,000 output tokens as the fake counts them,
+/// past [`COMPACTION_MARGIN`]. (Codex prints no encrypted reasoning, where a long command
+/// output would fill its log.)
+fn long_reasoning() -> String {
+    format!("gAAAA-ctxd-long-{}", "x".repeat(24_000))
+}
+
+/// The compaction item the fake answers a `compaction_trigger` with.
+fn compaction_item() -> Value {
+    json!({"type": "compaction", "id": "cmp_ctxd_1", "encrypted_content": COMPACTED})
+}
+
+/// The answer to a compaction request: a stream whose one output item is
+/// [`compaction_item`], sent only in `response.output_item.done` (the completed response's
+/// `output` is empty), as Codex must accept. The fake's answers are built of text, calls and
+/// reasoning, so this one is its raw body: a scripted "error" answer, whose status and body
+/// are sent as they are, with the content type of a stream.
+fn compaction_reply() -> Reply {
+    let item = compaction_item();
+    let mut added = item.clone();
+    if let Some(fields) = added.as_object_mut() {
+        fields.remove("encrypted_content");
+    }
+    let response = json!({"id": "resp_ctxd_compaction", "object": "response",
+        "status": "in_progress", "model": MODEL, "output": []});
+    let mut completed = response.clone();
+    completed["status"] = json!("completed");
+    completed["usage"] = json!({"input_tokens": 1000, "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": 100, "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": 1100});
+    let events = [
+        json!({"type": "response.created", "response": response}),
+        json!({"type": "response.in_progress", "response": response}),
+        json!({"type": "response.output_item.added", "output_index": 0, "item": added}),
+        json!({"type": "response.output_item.done", "output_index": 0, "item": item}),
+        json!({"type": "response.completed", "response": completed}),
+    ];
+    let body: String = events
+        .into_iter()
+        .enumerate()
+        .map(|(n, mut event)| {
+            event["sequence_number"] = json!(n);
+            let name = event["type"].as_str().unwrap_or_default().to_owned();
+            format!("event: {name}\ndata: {event}\n\n")
+        })
+        .collect();
+    Reply::error(200, body).header("content-type", "text/event-stream")
+}
+
+/// Writes the bodies of `calls` as `testdata/gateway/corpus/codex-0.171/NN.json`, byte for
+/// byte but for the run's temp paths, which become `{{WORK}}`, `{{CODEX_HOME}}`, `{{HOME}}`
+/// and `{{TMP}}`.
+fn write_corpus(calls: &[Recorded], dirs: &CodexDirs) {
+    let out = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/gateway/corpus/codex-0.171");
+    std::fs::create_dir_all(&out).expect("the corpus dir");
+    let root = dirs.root.path();
+    let scrub = [
+        (dirs.work.as_path(), "{{WORK}}"),
+        (dirs.codex_home.as_path(), "{{CODEX_HOME}}"),
+        (dirs.home.as_path(), "{{HOME}}"),
+        (root, "{{TMP}}"),
+    ];
+    for (n, call) in calls.iter().enumerate() {
+        let mut body = String::from_utf8(call.raw.to_vec()).expect("a UTF-8 body");
+        for (path, placeholder) in scrub {
+            body = body.replace(&path.display().to_string(), placeholder);
+        }
+        serde_json::from_str::<Value>(&body).expect("the scrubbed body is JSON");
+        std::fs::write(out.join(format!("{n:02}.json")), body).expect("write a corpus body");
+    }
+}
+
+// ---------------------------------------------------------------- checks
+
+/// Codex exited 0 printing `answer`.
+#[track_caller]
+fn assert_printed(ran: &Ran, answer: &str, fake: &FakeProvider) {
+    assert!(
+        ran.status.success() && ran.stdout.trim() == answer,
+        "codex printed {answer:?}\nstatus: {}\nstdout: {}\nstderr: {}\nupstream requests: {}",
+        ran.status,
+        ran.stdout,
+        ran.stderr,
+        paths(fake)
+    );
+}
+
+/// Each upstream input starts with the one before it, unchanged, and adds to it.
+#[track_caller]
+fn assert_each_input_extends_the_last(inputs: &[Vec<Value>]) {
+    for pair in inputs.windows(2) {
+        assert!(
+            pair[1].len() > pair[0].len() && pair[1][..pair[0].len()] == pair[0][..],
+            "each upstream input starts with the previous one, unchanged\nbefore: {:#?}\n\
+             after: {:#?}",
+            pair[0],
+            pair[1]
+        );
+    }
+}
+
+/// The branch's lines `all`, from the first of `expected` on and Codex's own context
+/// messages (`system:`, `developer:`, `user: <…`) left out, are `expected`, each line starting
+/// with its expected one.
+#[track_caller]
+fn assert_conversation(all: &[String], expected: &[String]) {
+    let start = all
+        .iter()
+        .position(|l| *l == expected[0])
+        .unwrap_or_else(|| panic!("{:?} is recorded: {all:#?}", expected[0]));
+    let got: Vec<&String> = all[start..]
+        .iter()
+        .filter(|l| !l.starts_with("system: ") && !l.starts_with("developer: "))
+        .filter(|l| !l.starts_with("user: <"))
+        .collect();
+    let matches = got.len() == expected.len()
+        && got
+            .iter()
+            .zip(expected)
+            .all(|(line, want)| line.starts_with(want.as_str()));
+    assert!(
+        matches,
+        "the conversation, each message once and in order\nexpected: {expected:#?}\n\
+         branch: {all:#?}"
+    );
+}
+
+/// `branch` of `session`, oldest first.
+async fn ordered_log(app: &mut TestApp, session: &str, branch: &str) -> Vec<pb::Node> {
+    let mut nodes = app.log(session, branch).await;
+    nodes.reverse();
+    nodes
+}
+
+/// The Responses items a node keeps whole, fields parts left out.
+fn kept_items(node: &pb::Node) -> Vec<Value> {
+    use pb::node_input::Kind;
+    let parts = match node.content.as_ref().and_then(|c| c.kind.as_ref()) {
+        Some(Kind::Message(m)) => &m.parts,
+        Some(Kind::ToolResult(r)) => &r.parts,
+        _ => return Vec::new(),
+    };
+    parts
+        .iter()
+        .filter_map(|p| match &p.part {
+            Some(pb::content_part::Part::Media(m)) => match &m.source {
+                Some(pb::media::Source::Data(data)) => serde_json::from_slice::<Value>(data).ok(),
+                _ => None,
+            },
+            _ => None,
+        })
+        .filter(|item| item["type"] != "ctxd_item_fields")
+        .collect()
 }
 
 // ---------------------------------------------------------------- the gateway under test
@@ -771,5 +1376,3 @@ fn parts_text(parts: &[pb::ContentPart]) -> String {
         .collect::<Vec<_>>()
         .join("|")
 }
-
-// ---------------------------------------------------------------- child processes

@@ -536,3 +536,73 @@ async fn claude_codes_compaction_is_a_summary_over_the_same_session() {
         "the continuation after the summary answer"
     );
 }
+
+// ---------------------------------------------------------------- the ledger
+
+#[tokio::test]
+async fn the_ledger_says_per_call_what_was_kept_and_why_not() {
+    let mut gw = start().await;
+    // A session that reads 22 files of 20 KB, resent whole with Claude Code's breakpoints: the
+    // 20th result is a count step.
+    let full = reads(22, 20_000);
+    let mut session = String::new();
+    for k in 1..=22 {
+        if k < 22 {
+            gw.fake.script(Reply::tool_use_id(
+                format!("toolu_read_{:02}", k + 1),
+                "Read",
+                json!({"file_path": format!("src/f{}.rs", k + 1)}),
+            ));
+        }
+        let history = &full[..1 + 2 * k];
+        let answer = gw
+            .messages(&claude_code(with_marks(history, &[history.len() - 1])))
+            .await
+            .ok();
+        session = answer.session();
+    }
+    // A call's usage is recorded once its answer is relayed whole: the last may trail it.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let calls = loop {
+        let calls = gw
+            .app
+            .client
+            .list_gateway_calls(ctxd::api::pb::ListGatewayCallsRequest {
+                session_id: session.clone(),
+                page_size: 0,
+                page_token: String::new(),
+            })
+            .await
+            .expect("ListGatewayCalls")
+            .into_inner()
+            .calls;
+        if calls.len() >= 22 || std::time::Instant::now() > deadline {
+            break calls;
+        }
+        tokio::task::yield_now().await;
+    };
+    assert_eq!(calls.len(), 22, "one row a call");
+    let changes: Vec<&str> = calls.iter().map(|c| c.change.as_str()).collect();
+    assert_eq!(changes[0], "first", "{changes:?}");
+    assert!(
+        changes[1..19].iter().all(|c| c.is_empty()),
+        "resent unchanged, the prefix is kept: {changes:?}"
+    );
+    assert_eq!(
+        changes[19], "step:10",
+        "the step at 20 results: {changes:?}"
+    );
+    // The call after a step caps the result the model read only at the step's call (it was
+    // unseen then); from there on the prefix is kept until the next step.
+    assert!(matches!(changes[20], "" | "step:10"), "{changes:?}");
+    assert_eq!(changes[21], "", "kept again after the step: {changes:?}");
+    for (k, call) in calls.iter().enumerate().skip(1) {
+        if call.change.is_empty() {
+            assert!(call.kept_tokens > 0, "call {k} kept its prefix: {call:?}");
+        }
+        assert!(
+            !call.unexplained_miss,
+            "call {k}: the provider read what was kept: {call:?}"
+        );
+    }
+}

@@ -18,6 +18,7 @@ mod daemon;
 mod deadlines;
 mod evidence;
 mod export;
+mod fake_cache;
 #[path = "../common/fake_provider.rs"]
 mod fake_provider;
 mod faults;
@@ -26,6 +27,7 @@ mod gateway;
 mod gateway_clients;
 mod gateway_codex;
 mod gateway_fidelity;
+mod gateway_ledger;
 mod golden;
 mod held;
 mod helpers;

@@ -35,28 +35,61 @@
 //! the data as `encrypted_content`. Item ids are `msg_fake_<n>_<i>`, `fc_fake_<n>_<i>` and
 //! `rs_fake_<n>_<i>` (`n` the answer's number, `i` the item's index).
 //!
-//! Usage, a provider prefix cache imitated (the same rule on every API):
+//! Usage: each API family's own cache imitated, on a clock of the fake's
+//! ([`FakeProvider::advance`] moves it; nothing expires in real time). Everything below is
+//! computed from the request body alone, so [`BreakpointCache`] and [`PrefixCache`] can also
+//! price bodies offline (a bench prices one replay under both models).
 //! - tokens of a JSON value = ceil(chars of its compact serialisation / 4), with every
-//!   `cache_control` key removed first (at any depth); an absent field counts 0;
-//! - a request's prompt = `tools` + `system` + each message (Anthropic), or `tools` + each message
-//!   (OpenAI, where the system prompt is a message), or `tools` + `instructions` + each `input`
-//!   item (Responses; a string `input` is one user message), counted separately and summed;
-//! - the cache is keyed by (API, model, system or instructions, tools), compared as JSON values
-//!   without `cache_control` keys; every model request answered with a message (not a scripted
-//!   error or failure) stores all prefixes of its messages (input items) under its key;
-//! - `p` = the longest prefix of this request's messages (compared as JSON values, ignoring
-//!   `cache_control` keys and key order) equal to a prefix of an earlier request's under the
-//!   same key; cached = tokens(tools) + tokens(system) + tokens of those `p` messages when an
-//!   earlier request under the key exists at all (the key itself being equal means tools and
-//!   system were seen), else 0;
-//! - Anthropic: `cache_read_input_tokens` = cached, `cache_creation_input_tokens` = prompt -
-//!   cached, `input_tokens` = 0 (every prompt token is either read from or written to the cache);
-//!   OpenAI: `prompt_tokens` = prompt, `prompt_tokens_details.cached_tokens` = cached;
-//!   Responses: `input_tokens` = prompt, `input_tokens_details.cached_tokens` = cached,
-//!   `output_tokens_details.reasoning_tokens` = the thinking's share of the output tokens;
-//! - output tokens = the sum over the answer's blocks of ceil(chars / 4) of its text, thinking
-//!   (plus signature) or compact input JSON, at least 1;
-//! - count_tokens answers `{"input_tokens": prompt}` and stores nothing.
+//!   `cache_control` key removed first (at any depth); an absent field counts 0. Values are
+//!   compared (hashed) the same way, key order aside.
+//!
+//! Anthropic (`/v1/messages`), the breakpoint model:
+//! - the prompt is a sequence of blocks: each `tools` entry in order, then the system blocks,
+//!   then every content block of every message in order. A string `system` or `content` is one
+//!   block, `{"type":"text","text":<the string>}` (the API reads it as that block, and a client
+//!   or the gateway may send either form). A message's role is hashed with its first block, so
+//!   the same blocks under another role are another prompt; it counts no tokens;
+//! - breakpoints: the blocks with a `cache_control` key of their own (not one nested deeper),
+//!   the first 4 in prompt order honoured (the API refuses a fifth; the fake ignores the rest).
+//!   A breakpoint's lifetime is 1 hour when its marker is `{"type":"ephemeral","ttl":"1h"}`
+//!   (a `ttl` of `"1h"`), else 5 minutes;
+//! - an entry is keyed by (model, hash of the blocks up to and including one block);
+//! - read: for each breakpoint `b`, the live entry at the latest of `b`, `b`-1, ... `b`-19
+//!   (20 blocks, `b` included); `cache_read_input_tokens` = tokens of the blocks up to the
+//!   longest such prefix over all breakpoints (0 when none is found);
+//! - written: `cache_creation_input_tokens` = tokens after the read up to and including the
+//!   last breakpoint (0 when the read reaches it); each stretch is charged at the lifetime of
+//!   the breakpoint that ends it, reported in `cache_creation.ephemeral_5m_input_tokens` and
+//!   `cache_creation.ephemeral_1h_input_tokens`;
+//! - `input_tokens` = tokens after the last breakpoint. No breakpoint: every token is input,
+//!   nothing is read or written;
+//! - a request answered with a message (not a scripted error or failure) writes an entry at
+//!   each honoured breakpoint and refreshes the entry it read: an entry lives until its last
+//!   write or read plus its lifetime (a write never shortens it; a 1-hour write makes it a
+//!   1-hour entry). A scripted error or failure refreshes and writes nothing;
+//! - no minimum length (the API caches nothing under 1,024 tokens; left out so that small
+//!   tests see the rule).
+//!
+//! OpenAI (`/v1/chat/completions`, `/v1/responses`), the automatic prefix model (no markers):
+//! - the prompt is a sequence of items: `tools` (one item, when present), `instructions`
+//!   (Responses, when present), then each message or `input` item (a string `input` is one user
+//!   message `{"role":"user","content":<the string>}`);
+//! - entries are keyed by (API, model, `prompt_cache_key` or none, hash of the items up to and
+//!   including one item);
+//! - cached = tokens of the longest run of leading items whose prefix has a live entry; 0 when
+//!   that is under 1,024 tokens, else rounded down to a multiple of 128;
+//! - a request answered with a message writes or refreshes an entry for every prefix of its
+//!   items, live for 5 minutes after that (24 hours with `prompt_cache_retention: "24h"`);
+//! - chat completions: `prompt_tokens` = prompt, `prompt_tokens_details.cached_tokens` =
+//!   cached; Responses: `input_tokens` = prompt, `input_tokens_details.cached_tokens` = cached,
+//!   `output_tokens_details.reasoning_tokens` = the thinking's share of the output tokens.
+//!
+//! Both: output tokens = the sum over the answer's blocks of ceil(chars / 4) of its text,
+//! thinking (plus signature) or compact input JSON, at least 1; `count_tokens` answers
+//! `{"input_tokens": <tokens of the blocks>}` and neither reads nor writes. What an answered
+//! call costs ([`Bill::cost`], [`Recorded::bill`], [`FakeProvider::cost`]) is its input tokens
+//! weighted by price: uncached 1×, 5-minute writes 1.25×, 1-hour writes 2×, reads 0.1×
+//! (Anthropic's prices; OpenAI writes nothing, and its gpt-5 family reads at 0.1× too).
 //!
 //! Self-contained (axum, tokio, tokio-stream, serde_json, bytes only) so a bench can include it
 //! with `#[path = "../tests/common/fake_provider.rs"] mod fake_provider;`. Nothing sleeps unless a
@@ -64,7 +97,7 @@
 
 #![allow(dead_code)]
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -309,6 +342,9 @@ pub struct Recorded {
     pub response: Bytes,
     /// The usage reported (`Value::Null` for errors and 404s).
     pub usage: Value,
+    /// The input of an answered model call by price (`None` for errors, failures, 404s and
+    /// `count_tokens`).
+    pub bill: Option<Bill>,
 }
 
 impl Recorded {
@@ -339,6 +375,11 @@ impl Recorded {
     pub fn response_text(&self) -> String {
         String::from_utf8_lossy(&self.response).into_owned()
     }
+
+    /// The cache-weighted input of this call ([`Bill::cost`]); 0 when it was not answered.
+    pub fn cost(&self) -> f64 {
+        self.bill.as_ref().map_or(0.0, Bill::cost)
+    }
 }
 
 // ---------------------------------------------------------------- the server
@@ -347,10 +388,11 @@ struct Inner {
     queue: VecDeque<Reply>,
     default: Reply,
     requests: Vec<Recorded>,
-    /// Hashes of (cache key, message prefix), for every prefix of every answered request.
-    prefixes: HashSet<u64>,
-    /// Hashes of the cache keys seen.
-    keys: HashSet<u64>,
+    /// The fake's clock: how far [`FakeProvider::advance`] has moved it from the start.
+    now: Duration,
+    /// Anthropic's cache and OpenAI's (both APIs of it), as the module's docs state them.
+    breakpoints: BreakpointCache,
+    prefixes: PrefixCache,
     /// Counters for ids.
     next_id: u64,
 }
@@ -385,8 +427,9 @@ impl FakeProvider {
             queue: VecDeque::new(),
             default: Reply::text(DEFAULT_TEXT),
             requests: Vec::new(),
-            prefixes: HashSet::new(),
-            keys: HashSet::new(),
+            now: Duration::ZERO,
+            breakpoints: BreakpointCache::default(),
+            prefixes: PrefixCache::default(),
             next_id: 0,
         }));
         let app = Router::new().fallback(handle).with_state(shared.clone());
@@ -448,11 +491,33 @@ impl FakeProvider {
         lock(&self.shared).requests.clear();
     }
 
-    /// Forgets what the imitated prefix cache holds.
+    /// Forgets what the imitated caches hold (both models; the clock stays).
     pub fn clear_cache(&self) {
         let mut inner = lock(&self.shared);
-        inner.prefixes.clear();
-        inner.keys.clear();
+        inner.breakpoints = BreakpointCache::default();
+        inner.prefixes = PrefixCache::default();
+    }
+
+    /// Moves the fake's clock forward by `by`: cache entries expire by it, not by real time, so
+    /// a test can step past a lifetime without waiting.
+    pub fn advance(&self, by: Duration) {
+        let mut inner = lock(&self.shared);
+        inner.now += by;
+        let now = inner.now;
+        inner.breakpoints.forget_expired(now);
+        inner.prefixes.forget_expired(now);
+    }
+
+    /// The fake's clock: the sum of the [`FakeProvider::advance`] steps so far.
+    pub fn now(&self) -> Duration {
+        lock(&self.shared).now
+    }
+
+    /// The cache-weighted input ([`Bill::cost`]) summed over the answered model calls recorded
+    /// (since the last [`FakeProvider::clear_requests`]), so a run direct and a run through the
+    /// gateway compare as one number each.
+    pub fn cost(&self) -> f64 {
+        lock(&self.shared).requests.iter().map(Recorded::cost).sum()
     }
 }
 
@@ -480,6 +545,7 @@ async fn handle(State(shared): State<Shared>, request: Request) -> Response {
         status: 0,
         response: Bytes::new(),
         usage: Value::Null,
+        bill: None,
     };
     let post = parts.method == Method::POST;
     let api = match path.as_str() {
@@ -517,14 +583,14 @@ async fn handle(State(shared): State<Shared>, request: Request) -> Response {
         };
         return finish(&shared, record, 400, body.to_string());
     }
-    let (reply, usage, id, tool_base) = {
+    let (reply, bill, id, tool_base) = {
         let mut inner = lock(&shared);
         let reply = match inner.queue.pop_front() {
             Some(reply) => reply,
             None => inner.default.clone(),
         };
         let answered = matches!(reply.kind, Kind::Answer(_));
-        let (prompt, cached) = prompt_tokens(&mut inner, api, &record.body, answered);
+        let bill = price(&mut inner, api, &record.body, answered);
         inner.next_id += 1;
         let id = inner.next_id;
         let tools = match &reply.kind {
@@ -536,7 +602,7 @@ async fn handle(State(shared): State<Shared>, request: Request) -> Response {
         };
         let tool_base = inner.next_id;
         inner.next_id += tools;
-        (reply, (prompt, cached), id, tool_base)
+        (reply, bill, id, tool_base)
     };
     if !reply.delay.is_zero() {
         tokio::time::sleep(reply.delay).await;
@@ -606,8 +672,7 @@ async fn handle(State(shared): State<Shared>, request: Request) -> Response {
         model,
         blocks,
         stop_reason: reply.stop_reason.clone(),
-        prompt: usage.0,
-        cached: usage.1,
+        bill,
     };
     let (usage_value, events) = match api {
         Api::Anthropic => (
@@ -636,6 +701,7 @@ async fn handle(State(shared): State<Shared>, request: Request) -> Response {
         ),
     };
     record.usage = usage_value;
+    record.bill = Some(bill);
     let content_type = if stream {
         "text/event-stream"
     } else {
@@ -792,10 +858,7 @@ fn count_tokens(shared: &Shared, record: Recorded) -> Response {
         });
         return finish(shared, record, 400, body.to_string());
     }
-    let prompt = {
-        let mut inner = lock(shared);
-        prompt_tokens(&mut inner, Api::Anthropic, &record.body, false).0
-    };
+    let prompt: u64 = anthropic_units(&record.body).iter().map(|u| u.tokens).sum();
     finish(
         shared,
         record,
@@ -864,78 +927,350 @@ fn canonical(value: &Value, out: &mut String) {
     }
 }
 
-fn hash_value(seed: u64, value: &Value) -> u64 {
-    let mut s = String::new();
-    canonical(value, &mut s);
-    let mut h = DefaultHasher::new();
-    seed.hash(&mut h);
-    s.hash(&mut h);
-    h.finish()
+/// Anthropic's default lifetime of an entry, and OpenAI's in-memory retention.
+pub const FIVE_MINUTES: Duration = Duration::from_secs(5 * 60);
+/// Anthropic's lifetime for a `"ttl": "1h"` marker.
+pub const ONE_HOUR: Duration = Duration::from_secs(60 * 60);
+/// OpenAI's extended retention (`prompt_cache_retention: "24h"`).
+pub const ONE_DAY: Duration = Duration::from_secs(24 * 60 * 60);
+/// Anthropic: breakpoints honoured in one request.
+pub const MAX_BREAKPOINTS: usize = 4;
+/// Anthropic: blocks a breakpoint looks back over for an entry, itself included.
+pub const LOOKBACK: usize = 20;
+/// OpenAI: the shortest prefix cached, and the step a cached prefix grows by.
+pub const MIN_CACHED: u64 = 1024;
+pub const CACHE_STEP: u64 = 128;
+
+/// An answered call's input tokens by price. Anthropic fills every field; OpenAI only `input`
+/// and `read` (it charges no writes).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Bill {
+    /// Neither read nor written (Anthropic's `input_tokens`; OpenAI's prompt less the cached).
+    pub input: u64,
+    /// Written to the cache for 5 minutes, and for 1 hour.
+    pub write_5m: u64,
+    pub write_1h: u64,
+    /// Read from the cache.
+    pub read: u64,
 }
 
-/// (prompt tokens, cached tokens) of `body` under the rule in the module's docs; with
-/// `remember`, stores the request's prefixes.
-fn prompt_tokens(inner: &mut Inner, api: Api, body: &Value, remember: bool) -> (u64, u64) {
-    let system = match api {
-        Api::Anthropic => &body["system"],
-        Api::OpenAi => &Value::Null,
-        Api::Responses => &body["instructions"],
-    };
-    let tools = &body["tools"];
-    let one_message;
-    let messages: &[Value] = match (api, &body["input"]) {
-        (Api::Responses, Value::String(text)) => {
-            one_message = [json!({"role": "user", "content": text})];
-            &one_message
-        }
-        (Api::Responses, input) => input.as_array().map(Vec::as_slice).unwrap_or(&[]),
-        _ => body["messages"]
-            .as_array()
-            .map(Vec::as_slice)
-            .unwrap_or(&[]),
-    };
-    let head = tokens_of(tools) + tokens_of(system);
-    let each: Vec<u64> = messages.iter().map(tokens_of).collect();
-    let prompt = head + each.iter().sum::<u64>();
+impl Bill {
+    /// Every input token, whatever its price.
+    pub fn prompt(&self) -> u64 {
+        self.input + self.write_5m + self.write_1h + self.read
+    }
 
-    let api_tag = match api {
-        Api::Anthropic => "anthropic",
-        Api::OpenAi => "openai",
-        Api::Responses => "responses",
-    };
-    let key = hash_value(
-        0,
-        &json!([
-            api_tag,
-            body["model"],
-            strip_cache_control(system),
-            strip_cache_control(tools)
-        ]),
-    );
-    let known = inner.keys.contains(&key);
-    let mut chain = key;
-    let mut hashes = Vec::with_capacity(messages.len());
-    let mut shared_prefix = 0;
-    let mut still_shared = known;
-    for (i, m) in messages.iter().enumerate() {
-        chain = hash_value(chain, m);
-        hashes.push(chain);
-        if still_shared && inner.prefixes.contains(&chain) {
-            shared_prefix = i + 1;
-        } else {
-            still_shared = false;
+    /// Input tokens weighted by price: uncached 1×, 5-minute writes 1.25×, 1-hour writes 2×,
+    /// reads 0.1×.
+    pub fn cost(&self) -> f64 {
+        self.input as f64
+            + 1.25 * self.write_5m as f64
+            + 2.0 * self.write_1h as f64
+            + 0.1 * self.read as f64
+    }
+}
+
+/// One unit of a prompt as a cache sees it: a block (Anthropic) or an item (OpenAI).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Unit {
+    /// A hash of the prompt's scope (API, model, cache key) and of every unit up to and
+    /// including this one: the key of an entry for this prefix.
+    pub prefix: u64,
+    pub tokens: u64,
+    /// The lifetime its `cache_control` marker asks for; `None` without one.
+    pub marker: Option<Duration>,
+}
+
+/// Builds a prompt's units, each hash chained on the ones before it.
+struct Chain {
+    hash: u64,
+    units: Vec<Unit>,
+}
+
+impl Chain {
+    fn new(scope: &Value) -> Self {
+        let mut s = String::new();
+        canonical(scope, &mut s);
+        let mut h = DefaultHasher::new();
+        s.hash(&mut h);
+        Chain {
+            hash: h.finish(),
+            units: Vec::new(),
         }
     }
-    let cached = if known {
-        head + each[..shared_prefix].iter().sum::<u64>()
-    } else {
-        0
-    };
-    if remember {
-        inner.keys.insert(key);
-        inner.prefixes.extend(hashes);
+
+    /// Adds `value`; `tag` (a role, "tool", "system"...) is hashed with it but counts no tokens.
+    fn push(&mut self, tag: Option<&str>, value: &Value, marker: Option<Duration>) {
+        // The canonical form has the compact serialisation's length (keys only reordered), so
+        // one pass gives both the hash and the tokens.
+        let mut s = String::new();
+        canonical(value, &mut s);
+        let mut h = DefaultHasher::new();
+        self.hash.hash(&mut h);
+        tag.hash(&mut h);
+        s.hash(&mut h);
+        self.hash = h.finish();
+        self.units.push(Unit {
+            prefix: self.hash,
+            tokens: (s.chars().count() as u64).div_ceil(4),
+            marker,
+        });
     }
-    (prompt, cached)
+}
+
+/// A block's own marker's lifetime.
+fn marker_of(block: &Value) -> Option<Duration> {
+    let marker = block.get("cache_control").filter(|m| !m.is_null())?;
+    Some(if marker["ttl"] == "1h" {
+        ONE_HOUR
+    } else {
+        FIVE_MINUTES
+    })
+}
+
+/// The blocks of an Anthropic Messages body, in prompt order: tools, system, then each
+/// message's content (a string being one text block).
+pub fn anthropic_units(body: &Value) -> Vec<Unit> {
+    let mut chain = Chain::new(&json!(["anthropic", body["model"]]));
+    for tool in body["tools"].as_array().into_iter().flatten() {
+        chain.push(Some("tool"), tool, marker_of(tool));
+    }
+    match &body["system"] {
+        Value::String(text) => chain.push(Some("system"), &text_block(text), None),
+        Value::Array(blocks) => {
+            for block in blocks {
+                chain.push(Some("system"), block, marker_of(block));
+            }
+        }
+        _ => {}
+    }
+    for message in body["messages"].as_array().into_iter().flatten() {
+        let role = message["role"].as_str().unwrap_or_default();
+        match &message["content"] {
+            Value::String(text) => chain.push(Some(role), &text_block(text), None),
+            Value::Array(blocks) => {
+                for (i, block) in blocks.iter().enumerate() {
+                    chain.push((i == 0).then_some(role), block, marker_of(block));
+                }
+            }
+            _ => {}
+        }
+    }
+    chain.units
+}
+
+fn text_block(text: &str) -> Value {
+    json!({"type": "text", "text": text})
+}
+
+/// The items of an OpenAI body (`responses`: a Responses body, else chat completions), in
+/// prompt order: tools, instructions, then each message or input item; scoped by the API, the
+/// model and the `prompt_cache_key`.
+pub fn openai_units(body: &Value, responses: bool) -> Vec<Unit> {
+    let api = if responses { "responses" } else { "chat" };
+    let mut chain = Chain::new(&json!([api, body["model"], body["prompt_cache_key"]]));
+    if !body["tools"].is_null() {
+        chain.push(Some("tools"), &body["tools"], None);
+    }
+    if responses && !body["instructions"].is_null() {
+        chain.push(Some("instructions"), &body["instructions"], None);
+    }
+    let items = if responses {
+        &body["input"]
+    } else {
+        &body["messages"]
+    };
+    match items {
+        Value::String(text) => {
+            chain.push(None, &json!({"role": "user", "content": text}), None);
+        }
+        Value::Array(items) => {
+            for item in items {
+                chain.push(None, item, None);
+            }
+        }
+        _ => {}
+    }
+    chain.units
+}
+
+/// How long an OpenAI request's prefixes stay cached.
+pub fn prefix_retention(body: &Value) -> Duration {
+    if body["prompt_cache_retention"] == "24h" {
+        ONE_DAY
+    } else {
+        FIVE_MINUTES
+    }
+}
+
+/// One cached prefix: live while the clock is before `expires`; reads and writes push that to
+/// at least now + `life`.
+#[derive(Clone, Copy, Debug)]
+struct Entry {
+    expires: Duration,
+    life: Duration,
+}
+
+#[derive(Clone, Debug, Default)]
+struct Entries(HashMap<u64, Entry>);
+
+impl Entries {
+    fn live(&self, key: u64, now: Duration) -> bool {
+        self.0.get(&key).is_some_and(|e| now < e.expires)
+    }
+
+    /// Writes the entry, or refreshes a live one (never shortening it).
+    fn write(&mut self, key: u64, now: Duration, life: Duration) {
+        let fresh = Entry {
+            expires: now + life,
+            life,
+        };
+        let e = self.0.entry(key).or_insert(fresh);
+        if now >= e.expires {
+            *e = fresh;
+        }
+        e.life = e.life.max(life);
+        e.expires = e.expires.max(now + e.life);
+    }
+
+    fn touch(&mut self, key: u64, now: Duration) {
+        if let Some(e) = self.0.get_mut(&key) {
+            e.expires = e.expires.max(now + e.life);
+        }
+    }
+
+    fn forget_expired(&mut self, now: Duration) {
+        self.0.retain(|_, e| now < e.expires);
+    }
+}
+
+/// Anthropic's cache, the breakpoint model of the module's docs.
+#[derive(Clone, Debug, Default)]
+pub struct BreakpointCache {
+    entries: Entries,
+}
+
+impl BreakpointCache {
+    /// What a request of `blocks` ([`anthropic_units`]) costs at `now`; `answered`: it was
+    /// answered with a message, so it writes its breakpoints and refreshes what it read.
+    pub fn price(&mut self, now: Duration, blocks: &[Unit], answered: bool) -> Bill {
+        let total: u64 = blocks.iter().map(|u| u.tokens).sum();
+        let breakpoints: Vec<usize> = (0..blocks.len())
+            .filter(|&i| blocks[i].marker.is_some())
+            .take(MAX_BREAKPOINTS)
+            .collect();
+        let Some(&last) = breakpoints.last() else {
+            return Bill {
+                input: total,
+                ..Bill::default()
+            };
+        };
+        // Tokens of the blocks up to and including each.
+        let upto: Vec<u64> = blocks
+            .iter()
+            .scan(0, |sum, u| {
+                *sum += u.tokens;
+                Some(*sum)
+            })
+            .collect();
+        let read_at = breakpoints
+            .iter()
+            .filter_map(|&b| {
+                (b.saturating_sub(LOOKBACK - 1)..=b)
+                    .rev()
+                    .find(|&i| self.entries.live(blocks[i].prefix, now))
+            })
+            .max();
+        let read = read_at.map_or(0, |i| upto[i]);
+        let mut bill = Bill {
+            input: total - upto[last],
+            read,
+            ..Bill::default()
+        };
+        // Each stretch written is charged at the lifetime of the breakpoint that ends it.
+        let mut from = read;
+        for &b in &breakpoints {
+            if upto[b] > from {
+                if blocks[b].marker >= Some(ONE_HOUR) {
+                    bill.write_1h += upto[b] - from;
+                } else {
+                    bill.write_5m += upto[b] - from;
+                }
+                from = upto[b];
+            }
+        }
+        if answered {
+            if let Some(i) = read_at {
+                self.entries.touch(blocks[i].prefix, now);
+            }
+            for &b in &breakpoints {
+                let life = blocks[b].marker.unwrap_or(FIVE_MINUTES);
+                self.entries.write(blocks[b].prefix, now, life);
+            }
+        }
+        bill
+    }
+
+    /// Drops the entries no longer live at `now` (they could never be read again).
+    pub fn forget_expired(&mut self, now: Duration) {
+        self.entries.forget_expired(now);
+    }
+}
+
+/// OpenAI's cache, the automatic prefix model of the module's docs.
+#[derive(Clone, Debug, Default)]
+pub struct PrefixCache {
+    entries: Entries,
+}
+
+impl PrefixCache {
+    /// What a request of `items` ([`openai_units`], or any units: markers are ignored) costs at
+    /// `now`; `answered`: it was answered with a message, so every prefix of it is written or
+    /// refreshed to live `life` ([`prefix_retention`]).
+    pub fn price(&mut self, now: Duration, items: &[Unit], life: Duration, answered: bool) -> Bill {
+        let total: u64 = items.iter().map(|u| u.tokens).sum();
+        let matched: u64 = items
+            .iter()
+            .take_while(|u| self.entries.live(u.prefix, now))
+            .map(|u| u.tokens)
+            .sum();
+        let read = if matched < MIN_CACHED {
+            0
+        } else {
+            matched / CACHE_STEP * CACHE_STEP
+        };
+        if answered {
+            for u in items {
+                self.entries.write(u.prefix, now, life);
+            }
+        }
+        Bill {
+            input: total - read,
+            read,
+            ..Bill::default()
+        }
+    }
+
+    /// Drops the entries no longer live at `now`.
+    pub fn forget_expired(&mut self, now: Duration) {
+        self.entries.forget_expired(now);
+    }
+}
+
+/// Prices a model request on `api` at the fake's clock, updating its cache when `answered`.
+fn price(inner: &mut Inner, api: Api, body: &Value, answered: bool) -> Bill {
+    let now = inner.now;
+    match api {
+        Api::Anthropic => inner
+            .breakpoints
+            .price(now, &anthropic_units(body), answered),
+        Api::OpenAi | Api::Responses => {
+            let items = openai_units(body, api == Api::Responses);
+            inner
+                .prefixes
+                .price(now, &items, prefix_retention(body), answered)
+        }
+    }
 }
 
 // ---------------------------------------------------------------- answers
@@ -945,8 +1280,7 @@ struct Answer {
     model: String,
     blocks: Vec<Block>,
     stop_reason: Option<String>,
-    prompt: u64,
-    cached: u64,
+    bill: Bill,
 }
 
 fn sse(event: &str, data: &Value) -> Vec<u8> {
@@ -1009,10 +1343,15 @@ impl Answer {
     }
 
     fn anthropic_usage(&self) -> Value {
+        let bill = &self.bill;
         json!({
-            "input_tokens": 0,
-            "cache_creation_input_tokens": self.prompt - self.cached,
-            "cache_read_input_tokens": self.cached,
+            "input_tokens": bill.input,
+            "cache_creation_input_tokens": bill.write_5m + bill.write_1h,
+            "cache_read_input_tokens": bill.read,
+            "cache_creation": {
+                "ephemeral_5m_input_tokens": bill.write_5m,
+                "ephemeral_1h_input_tokens": bill.write_1h,
+            },
             "output_tokens": self.output_tokens(),
         })
     }
@@ -1142,10 +1481,10 @@ impl Answer {
     fn openai_usage(&self) -> Value {
         let completion = self.output_tokens();
         json!({
-            "prompt_tokens": self.prompt,
+            "prompt_tokens": self.bill.prompt(),
             "completion_tokens": completion,
-            "total_tokens": self.prompt + completion,
-            "prompt_tokens_details": {"cached_tokens": self.cached},
+            "total_tokens": self.bill.prompt() + completion,
+            "prompt_tokens_details": {"cached_tokens": self.bill.read},
         })
     }
 
@@ -1309,11 +1648,11 @@ impl Answer {
             })
             .sum();
         json!({
-            "input_tokens": self.prompt,
-            "input_tokens_details": {"cached_tokens": self.cached},
+            "input_tokens": self.bill.prompt(),
+            "input_tokens_details": {"cached_tokens": self.bill.read},
             "output_tokens": output,
             "output_tokens_details": {"reasoning_tokens": reasoning.min(output)},
-            "total_tokens": self.prompt + output,
+            "total_tokens": self.bill.prompt() + output,
         })
     }
 

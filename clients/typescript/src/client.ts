@@ -37,6 +37,8 @@ import {
   type Imported,
   importedFromPb,
   IMPORT_FORMATS,
+  type GatewayCall,
+  gatewayCallFromPb,
   type ImportFormat,
   type Node,
   nodeFromPb,
@@ -188,6 +190,13 @@ export interface ListSessionsOptions extends SessionFilter {
   /** Sessions per page: 0 (the default) is the server's, 50; at most 1000. */
   pageSize?: number;
   /** `nextPageToken` of the previous page, asked with the same filter; empty for the first. */
+  pageToken?: string;
+}
+
+export interface ListGatewayCallsOptions {
+  /** Calls per page: 0 (the default) is the server's, 100; at most 1000. */
+  pageSize?: number;
+  /** `nextPageToken` of the previous page; empty for the first (the oldest calls). */
   pageToken?: string;
 }
 
@@ -417,6 +426,21 @@ export class Client implements AsyncDisposable {
     });
     const r = await this.#call<pb.ListSessionsResponse>((m, o, cb) => this.raw.listSessions(request, m, o, cb));
     return { sessions: r.sessions.map(sessionFromPb), nextPageToken: r.nextPageToken };
+  }
+
+  /** One page of the model gateway's calls of a session, in the order they were made (newest
+   * last), with `nextPageToken` (empty on the last page): what the client sent and what was
+   * forwarded, what the provider's cache read and wrote, what was kept of the previous request
+   * and why it changed, and whether the cache missed with nothing to explain it. A session the
+   * gateway never served has none; an unknown one rejects with NotFoundError. */
+  async listGatewayCalls(session: SessionRef, options: ListGatewayCallsOptions = {}): Promise<{ calls: GatewayCall[]; nextPageToken: string }> {
+    const request = pb.ListGatewayCallsRequest.fromPartial({
+      sessionId: sessionId(session),
+      pageSize: options.pageSize ?? 0,
+      pageToken: options.pageToken ?? "",
+    });
+    const r = await this.#call<pb.ListGatewayCallsResponse>((m, o, cb) => this.raw.listGatewayCalls(request, m, o, cb));
+    return { calls: r.calls.map(gatewayCallFromPb), nextPageToken: r.nextPageToken };
   }
 
   /** Every session matching `filter`, newest first, following the pages. */

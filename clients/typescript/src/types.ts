@@ -658,6 +658,50 @@ export interface RecallToolDefinitions {
 
 // ---------------------------------------------------------------- lifecycle
 
+/** One call the model gateway forwarded for a session (`listGatewayCalls`): the tokens of the
+ * messages the client sent and of those forwarded (estimated at four characters a token), the
+ * provider's own usage (`inputTokens` excludes what its prompt cache read or wrote), and the
+ * forwarded prefix against the previous forwarded request. */
+export interface GatewayCall {
+  /** When the call was recorded (its answer complete). */
+  atUnixMs: number;
+  /** `anthropic`, `openai` (chat completions) or `responses`. */
+  api: string;
+  model: string;
+  clientTokens: number;
+  forwardedTokens: number;
+  inputTokens: number;
+  cacheReadTokens: number;
+  cacheWriteTokens: number;
+  outputTokens: number;
+  /** Tokens identical to the previous forwarded request up to its last cache breakpoint: what
+   * the provider could read from its cache. */
+  keptTokens: number;
+  /** Why the forwarded prefix differs from the previous request's: `first`, `step:N`, `budget`,
+   * `marker_moved`, `client_changed`, `expired:MS`; `""` when it is the same. */
+  change: string;
+  /** The provider read noticeably less from its cache than `keptTokens`, and no expiry
+   * explains it. */
+  unexplainedMiss: boolean;
+}
+
+export function gatewayCallFromPb(c: pb.GatewayCall): GatewayCall {
+  return {
+    atUnixMs: c.atUnixMs,
+    api: c.api,
+    model: c.model,
+    clientTokens: c.clientTokens,
+    forwardedTokens: c.forwardedTokens,
+    inputTokens: c.inputTokens,
+    cacheReadTokens: c.cacheReadTokens,
+    cacheWriteTokens: c.cacheWriteTokens,
+    outputTokens: c.outputTokens,
+    keptTokens: c.keptTokens,
+    change: c.change,
+    unexplainedMiss: c.unexplainedMiss,
+  };
+}
+
 /** What is left of a deleted session, for the audit. */
 export interface Tombstone {
   sessionId: string;

@@ -43,6 +43,9 @@ export class Server {
   address = "";
   #process!: ChildProcess;
   #log: string;
+  /** The lines printed on stdout after the first: the other listeners' addresses. */
+  #later: string[] = [];
+  #onLine: (() => void)[] = [];
 
   private constructor(dir: string) {
     this.dir = dir;
@@ -67,6 +70,13 @@ export class Server {
     });
     closeSync(log);
     const lines = createInterface({ input: this.#process.stdout! });
+    // Kept from the start: the lines after the first can come in the same chunk as it.
+    let seen = 0;
+    lines.on("line", (line) => {
+      if (seen++ === 0) return;
+      this.#later.push(line);
+      for (const wake of this.#onLine.splice(0)) wake();
+    });
     const first = new Promise<string>((resolve, reject) => {
       const timer = setTimeout(() => reject(new Error(`no line from ctxd within ${STARTUP_MS} ms`)), STARTUP_MS);
       lines.once("line", (line) => {
@@ -91,6 +101,21 @@ export class Server {
       throw new Error(`ctxd's first line was ${JSON.stringify(line)}; its log:\n${readFileSync(this.#log, "utf8")}`);
     }
     this.address = match[1];
+  }
+
+  /** The address a later stdout line gives a listener (`gateway` for `ctxd gateway on ADDR`),
+   * waited for as the address of the gRPC one is. */
+  async addressOf(listener: string): Promise<string> {
+    const deadline = Date.now() + STARTUP_MS;
+    for (;;) {
+      const line = this.#later.find((l) => l.startsWith(`ctxd ${listener} on `));
+      if (line) return line.slice(`ctxd ${listener} on `.length);
+      if (Date.now() > deadline) throw new Error(`no "ctxd ${listener} on" line within ${STARTUP_MS} ms`);
+      await new Promise<void>((wake) => {
+        this.#onLine.push(wake);
+        setTimeout(wake, 100);
+      });
+    }
   }
 
   /** Writes a file into the server's directory and returns its path. */

@@ -636,6 +636,26 @@ async function sessionPage(sid, signal) {
   const onSelect = (n) => { ui.selected = n.node_id; fill(detail, ...nodeDetail(n)); };
   const meta = h('p', { class: 'muted', id: 'session-meta' });
   const gateway = h('div', { id: 'gateway' });
+  // Folded under the gateway line, so the DAG keeps its place; it opens by itself the first time
+  // it holds an unexplained miss, which is what a reader of a gateway session looks for.
+  const ledger = h('details', { class: 'ledger', id: 'ledger', hidden: true });
+  // The ledger is read again when the session's call count moves (the gateway records a call
+  // once its answer is whole, so a live page sees it with the session's next refresh).
+  let ledgerCalls = -1;
+  let ledgerAll = false;
+  let ledgerOpened = false;
+  const loadLedger = () => gatewayCalls(sid, signal).then((calls) => {
+    if (signal.aborted) return;
+    ledger.hidden = false;
+    fill(ledger, ledgerView(calls, ledgerAll, () => { ledgerAll = true; loadLedger(); }));
+    if (!ledgerOpened && calls.some((c) => c.unexplained_miss)) ledger.open = true;
+    ledgerOpened = ledgerOpened || ledger.open;
+  }).catch((e) => {
+    if (signal.aborted) return;
+    ledger.hidden = false;
+    ledger.open = true;
+    fill(ledger, h('summary', {}, 'gateway ledger'), h('p', { class: 'error', id: 'ledger-error' }, `${e.code || 'error'}: ${e.message}`));
+  });
   const banner = h('div', { id: 'live-banner' });
   const live = h('span', { id: 'live', class: 'live', 'data-state': 'connecting', title: 'following the session as it changes' }, 'connecting…');
   const holder = h('div', { class: 'dag-holder' });
@@ -645,6 +665,10 @@ async function sessionPage(sid, signal) {
       ` (${num(dag.total)} top-level) · ${s.branches.length} branch(es) · ${s.compaction_count} compaction(s) · `,
       Object.entries(s.metadata).map(([k, val]) => `${k}=${val}`).join(' '), ` · drawn in ${drawnIn} ms`);
     fill(gateway, gatewayLine(s.gateway));
+    if (s.gateway && Number(s.gateway.calls) !== ledgerCalls) {
+      ledgerCalls = Number(s.gateway.calls);
+      loadLedger();
+    }
   };
   let v = null;
   const draw = () => {
@@ -656,7 +680,7 @@ async function sessionPage(sid, signal) {
   };
   writeMeta();
   draw();
-  fill(view(), h('h2', {}, 'Session ', h('span', { class: 'mono' }, sid), ' ', live), meta, gateway, banner,
+  fill(view(), h('h2', {}, 'Session ', h('span', { class: 'mono' }, sid), ' ', live), meta, gateway, ledger, banner,
     h('div', { class: 'split' }, holder, detail));
   v.list.repaint();
 
@@ -771,6 +795,54 @@ function gatewayLine(g) {
   return h('p', { class: 'muted', id: 'gateway-usage' },
     `gateway: ${num(g.calls)} call(s) · client sent ${num(g.client_tokens)} tokens · forwarded ${num(g.forwarded_tokens)} (${pct(g.forwarded_tokens, g.client_tokens)}) · `
     + `provider input ${num(input)}: ${num(g.cache_read_tokens)} cache reads (${pct(g.cache_read_tokens, input)}), ${num(g.cache_write_tokens)} cache writes, ${num(g.input_tokens)} uncached · output ${num(g.output_tokens)}`);
+}
+
+// ------------------------------------------------------------------ the gateway's ledger
+
+/** Calls the ledger shows until all are asked for: the newest, as `ctxd context` shows them. */
+const LEDGER_NEWEST = 20;
+
+/** Every gateway call of a session in the order made, newest last (pages of 1,000 followed). */
+async function gatewayCalls(sid, signal) {
+  const calls = [];
+  let token = '';
+  do {
+    const page = await api(`/api/sessions/${enc(sid)}/gateway-calls?page_size=1000${token ? `&page_token=${enc(token)}` : ''}`, signal);
+    calls.push(...page.calls);
+    token = page.next_page_token;
+  } while (token);
+  return calls;
+}
+
+/**
+ * The gateway's ledger: a row per call (the newest LEDGER_NEWEST until `onAll` asks for every
+ * one), what the client sent against what was forwarded, what the provider's cache read and
+ * wrote, what the forwarded request kept of the previous one and why it changed; a call whose
+ * cache read fell short of what was kept, with nothing to explain it, is marked; totals below.
+ */
+function ledgerView(calls, all, onAll) {
+  const shown = all ? calls : calls.slice(-LEDGER_NEWEST);
+  const skipped = calls.length - shown.length;
+  const figures = ['client_tokens', 'forwarded_tokens', 'cache_read_tokens', 'cache_write_tokens', 'input_tokens', 'kept_tokens'];
+  const sum = (k) => calls.reduce((a, c) => a + Number(c[k] || 0), 0);
+  const misses = calls.filter((c) => c.unexplained_miss).length;
+  const head = [['#', '', 'num'], ['recorded'], ['model'], ['client', 'tokens of the messages the client sent (estimated)', 'num'],
+    ['forwarded', 'tokens of the messages forwarded (estimated)', 'num'], ['cache read', 'the provider\'s count', 'num'],
+    ['cache write', 'the provider\'s count', 'num'], ['uncached', 'the provider\'s input read from no cache', 'num'],
+    ['kept', 'tokens identical to the previous forwarded request up to its last cache breakpoint', 'num'],
+    ['change', 'why the forwarded prefix differs from the previous request\'s'], ['', 'the provider read less than was kept, and nothing explains it']];
+  const rows = shown.map((c, i) => h('tr', { class: c.unexplained_miss ? 'miss' : null, 'data-miss': c.unexplained_miss ? 'true' : 'false' },
+    h('td', { class: 'num' }, String(skipped + i + 1)), h('td', {}, fmtTime(c.at_unix_ms)), h('td', {}, `${c.api} ${c.model}`),
+    figures.map((k) => h('td', { class: 'num' }, num(c[k]))), h('td', { class: 'mono' }, c.change || '—'),
+    h('td', { class: 'mark' }, c.unexplained_miss ? '✗ miss' : '')));
+  const totals = h('tr', { id: 'ledger-totals' }, h('td', {}, ''), h('td', {}, 'total'), h('td', {}, `${num(calls.length)} call(s)`),
+    figures.map((k) => h('td', { class: 'num' }, num(sum(k)))), h('td', {}, ''),
+    h('td', { class: 'mark' }, misses ? `${num(misses)} miss(es)` : ''));
+  return [h('summary', { id: 'ledger-summary' }, `gateway ledger: ${num(calls.length)} call(s) · `,
+      h('span', { class: misses ? 'error' : null }, `${num(misses)} unexplained cache miss(es)`)),
+    skipped ? h('p', { class: 'muted' }, `the newest ${num(shown.length)} of ${num(calls.length)} calls · `, h('button', { id: 'ledger-all', onclick: onAll }, 'show all')) : null,
+    h('table', { class: 'ledger-table', id: 'gateway-ledger' }, h('thead', {}, h('tr', {}, head.map(([t, title, cls]) => h('th', { title, class: cls }, t)))),
+      h('tbody', {}, rows), h('tfoot', {}, totals))];
 }
 
 // ------------------------------------------------------------------ render

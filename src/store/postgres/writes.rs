@@ -239,8 +239,8 @@ impl WriteTx for Conn<Write> {
         sqlx::query(
             "INSERT INTO gateway_calls (session_id, id, at_ms, api, model, client_tokens,
                  forwarded_tokens, input_tokens, cache_read_tokens, cache_write_tokens,
-                 output_tokens)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+                 output_tokens, kept_tokens, change)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
         )
         .bind(sid(session))
         .bind(uuid::Uuid::now_v7().as_bytes().as_slice().to_vec())
@@ -253,6 +253,8 @@ impl WriteTx for Conn<Write> {
         .bind(n(call.usage.cache_read))
         .bind(n(call.usage.cache_write))
         .bind(n(call.usage.output))
+        .bind(n(call.kept_tokens))
+        .bind(call.change.map(|c| c.as_text()))
         .execute(&mut *self.0.tx)
         .await?;
         Ok(())

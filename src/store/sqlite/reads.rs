@@ -7,8 +7,8 @@ use sqlx::{QueryBuilder, Row, Sqlite};
 
 use super::{BRANCH_HEAD, Conn, Connection, FUNCTION_ROW, NODE_ROW, SESSION_EXISTS};
 use crate::domain::{
-    Branch, BranchName, CompactionEvent, CompactionId, GatewayUsage, Hash, NodeId, Reason,
-    SessionFilter, SessionId, Summary, Tenant, Tombstone,
+    Branch, BranchName, CompactionEvent, CompactionId, GatewayCall, GatewayCallId, GatewayUsage,
+    Hash, NodeId, Reason, SessionFilter, SessionId, Summary, Tenant, Tombstone,
 };
 use crate::store::append::AppendOutcome;
 use crate::store::backend::{
@@ -562,6 +562,27 @@ impl<C: Connection> Reads for Conn<C> {
         .fetch_one(self.conn())
         .await?;
         decode::gateway_usage(&row)
+    }
+
+    async fn gateway_calls(
+        &mut self,
+        session: SessionId,
+        after: Option<GatewayCallId>,
+        limit: u32,
+    ) -> Result<Vec<(GatewayCallId, GatewayCall)>> {
+        // No cursor is the empty byte string, below every id, so one statement serves every page
+        // and walks the primary key (session, id) from where the page starts.
+        let sql = format!(
+            "SELECT {} FROM gateway_calls WHERE session_id = ?1 AND id > ?2 ORDER BY id LIMIT ?3",
+            decode::GATEWAY_CALL_COLUMNS
+        );
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(session.as_bytes().as_slice())
+            .bind(after.map_or_else(Vec::new, |id| id.as_bytes().to_vec()))
+            .bind(i64::from(limit))
+            .fetch_all(self.conn())
+            .await?;
+        rows.iter().map(decode::gateway_call).collect()
     }
 }
 

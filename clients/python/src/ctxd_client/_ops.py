@@ -37,6 +37,8 @@ from .types import (
     ExportChunk,
     Exported,
     GarbageCollection,
+    GatewayCall,
+    GatewayCallPage,
     Node,
     Outcome,
     Recalled,
@@ -361,6 +363,23 @@ def list_sessions(
     )
     r = yield "ListSessions", request
     return SessionPage([Session.from_pb(s) for s in r.sessions], r.next_page_token)
+
+
+def list_gateway_calls(
+    session: SessionRef, page_size: int = 0, page_token: str = ""
+) -> Exchange[GatewayCallPage]:
+    """One page of the model gateway's calls of the session, in the order they were made (newest
+    last): `page_size` of them (0: the server's default, 100; at most 1000). Pass the page's
+    `next_page_token` for the next one; it is empty on the last page. Each call says what the
+    client sent and what was forwarded, what the provider's cache read and wrote, how much of the
+    forwarded request was kept from the previous one (`kept_tokens`) and why it changed
+    (`change`), and flags an `unexplained_miss`. A session the gateway never served has none; an
+    unknown session raises `NotFound`, a bad `page_token` `InvalidArgument`."""
+    request = pb.ListGatewayCallsRequest(
+        session_id=session_id(session), page_size=page_size, page_token=page_token
+    )
+    r = yield "ListGatewayCalls", request
+    return GatewayCallPage([GatewayCall.from_pb(c) for c in r.calls], r.next_page_token)
 
 
 def delete_session(session: SessionRef) -> Exchange[DeletedSession]:

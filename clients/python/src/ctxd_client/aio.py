@@ -182,6 +182,7 @@ class AsyncClient:
     create_session = _awaiting(ops.create_session)
     get_session = _awaiting(ops.get_session)
     list_sessions = _awaiting(ops.list_sessions)
+    list_gateway_calls = _awaiting(ops.list_gateway_calls)
     delete_session = _awaiting(ops.delete_session)
 
     # ------------------------------------------------------------ appends

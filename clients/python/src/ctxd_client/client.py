@@ -223,6 +223,7 @@ class Client:
     create_session = _blocking(ops.create_session)
     get_session = _blocking(ops.get_session)
     list_sessions = _blocking(ops.list_sessions)
+    list_gateway_calls = _blocking(ops.list_gateway_calls)
     delete_session = _blocking(ops.delete_session)
 
     # ------------------------------------------------------------ appends

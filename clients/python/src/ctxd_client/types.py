@@ -745,6 +745,61 @@ class SessionPage:
 
 
 @dataclass(frozen=True)
+class GatewayCall:
+    """One call the model gateway forwarded for a session (`Client.list_gateway_calls`): the
+    tokens of the messages the client sent and of those forwarded (estimated at four characters a
+    token), the provider's own usage report (`input_tokens` excludes what its prompt cache read or
+    wrote), and the forwarded prefix against the previous forwarded request."""
+
+    at_unix_ms: int
+    """When the call was recorded (its answer complete)."""
+    api: str
+    """`anthropic`, `openai` (chat completions) or `responses`."""
+    model: str
+    client_tokens: int
+    forwarded_tokens: int
+    input_tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+    output_tokens: int
+    kept_tokens: int
+    """Tokens identical to the previous forwarded request up to its last cache breakpoint: what
+    the provider could read from its cache."""
+    change: str
+    """Why the forwarded prefix differs from the previous request's: `first`, `step:N`, `budget`,
+    `marker_moved`, `client_changed`, `expired:MS`; "" when it is the same."""
+    unexplained_miss: bool
+    """The provider read noticeably less from its cache than `kept_tokens`, and no expiry
+    explains it."""
+
+    @classmethod
+    def from_pb(cls, c: pb.GatewayCall) -> GatewayCall:
+        return cls(
+            at_unix_ms=c.at_unix_ms,
+            api=c.api,
+            model=c.model,
+            client_tokens=c.client_tokens,
+            forwarded_tokens=c.forwarded_tokens,
+            input_tokens=c.input_tokens,
+            cache_read_tokens=c.cache_read_tokens,
+            cache_write_tokens=c.cache_write_tokens,
+            output_tokens=c.output_tokens,
+            kept_tokens=c.kept_tokens,
+            change=c.change,
+            unexplained_miss=c.unexplained_miss,
+        )
+
+
+@dataclass(frozen=True)
+class GatewayCallPage:
+    """One page of `Client.list_gateway_calls`, in the order the calls were made (newest last);
+    `next_page_token` is empty on the last page."""
+
+    calls: list[GatewayCall]
+    next_page_token: str
+
+
+@dataclass(frozen=True)
 class Tombstone:
     """What stays of a deleted session, for the audit: who deleted it (the tenant, "" on a server
     without keys, or "retention"), when, and what it held."""

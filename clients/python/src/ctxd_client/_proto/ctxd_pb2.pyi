@@ -188,6 +188,52 @@ class GatewayUsage(_message.Message):
     output_tokens: int
     def __init__(self, calls: _Optional[int] = ..., client_tokens: _Optional[int] = ..., forwarded_tokens: _Optional[int] = ..., input_tokens: _Optional[int] = ..., cache_read_tokens: _Optional[int] = ..., cache_write_tokens: _Optional[int] = ..., output_tokens: _Optional[int] = ...) -> None: ...
 
+class ListGatewayCallsRequest(_message.Message):
+    __slots__ = ("session_id", "page_size", "page_token")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    page_size: int
+    page_token: str
+    def __init__(self, session_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListGatewayCallsResponse(_message.Message):
+    __slots__ = ("calls", "next_page_token")
+    CALLS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    calls: _containers.RepeatedCompositeFieldContainer[GatewayCall]
+    next_page_token: str
+    def __init__(self, calls: _Optional[_Iterable[_Union[GatewayCall, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class GatewayCall(_message.Message):
+    __slots__ = ("at_unix_ms", "api", "model", "client_tokens", "forwarded_tokens", "input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens", "kept_tokens", "change", "unexplained_miss")
+    AT_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    API_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    FORWARDED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    CACHE_READ_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    CACHE_WRITE_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    KEPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    CHANGE_FIELD_NUMBER: _ClassVar[int]
+    UNEXPLAINED_MISS_FIELD_NUMBER: _ClassVar[int]
+    at_unix_ms: int
+    api: str
+    model: str
+    client_tokens: int
+    forwarded_tokens: int
+    input_tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+    output_tokens: int
+    kept_tokens: int
+    change: str
+    unexplained_miss: bool
+    def __init__(self, at_unix_ms: _Optional[int] = ..., api: _Optional[str] = ..., model: _Optional[str] = ..., client_tokens: _Optional[int] = ..., forwarded_tokens: _Optional[int] = ..., input_tokens: _Optional[int] = ..., cache_read_tokens: _Optional[int] = ..., cache_write_tokens: _Optional[int] = ..., output_tokens: _Optional[int] = ..., kept_tokens: _Optional[int] = ..., change: _Optional[str] = ..., unexplained_miss: _Optional[bool] = ...) -> None: ...
+
 class CreateSessionRequest(_message.Message):
     __slots__ = ("metadata", "idempotency_key")
     class MetadataEntry(_message.Message):

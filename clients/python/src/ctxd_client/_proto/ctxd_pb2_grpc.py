@@ -49,6 +49,11 @@ class ContextStoreStub:
                 request_serializer=ctxd_dot_v1_dot_ctxd__pb2.ListSessionsRequest.SerializeToString,
                 response_deserializer=ctxd_dot_v1_dot_ctxd__pb2.ListSessionsResponse.FromString,
                 _registered_method=True)
+        self.ListGatewayCalls = channel.unary_unary(
+                '/ctxd.v1.ContextStore/ListGatewayCalls',
+                request_serializer=ctxd_dot_v1_dot_ctxd__pb2.ListGatewayCallsRequest.SerializeToString,
+                response_deserializer=ctxd_dot_v1_dot_ctxd__pb2.ListGatewayCallsResponse.FromString,
+                _registered_method=True)
         self.Append = channel.unary_unary(
                 '/ctxd.v1.ContextStore/Append',
                 request_serializer=ctxd_dot_v1_dot_ctxd__pb2.AppendRequest.SerializeToString,
@@ -194,6 +199,16 @@ class ContextStoreServicer:
 
     def ListSessions(self, request, context):
         """Newest first; filtered by an id prefix and metadata pairs.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListGatewayCalls(self, request, context):
+        """The model gateway's calls of a session one by one, in the order they were made (newest
+        last): what the client sent and what was forwarded, what the provider's cache read and
+        wrote, how much of the forwarded request was kept from the previous one and why it changed.
+        A session the gateway never served has none.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -418,6 +433,11 @@ def add_ContextStoreServicer_to_server(servicer, server):
                     request_deserializer=ctxd_dot_v1_dot_ctxd__pb2.ListSessionsRequest.FromString,
                     response_serializer=ctxd_dot_v1_dot_ctxd__pb2.ListSessionsResponse.SerializeToString,
             ),
+            'ListGatewayCalls': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListGatewayCalls,
+                    request_deserializer=ctxd_dot_v1_dot_ctxd__pb2.ListGatewayCallsRequest.FromString,
+                    response_serializer=ctxd_dot_v1_dot_ctxd__pb2.ListGatewayCallsResponse.SerializeToString,
+            ),
             'Append': grpc.unary_unary_rpc_method_handler(
                     servicer.Append,
                     request_deserializer=ctxd_dot_v1_dot_ctxd__pb2.AppendRequest.FromString,
@@ -625,6 +645,33 @@ class ContextStore:
             '/ctxd.v1.ContextStore/ListSessions',
             ctxd_dot_v1_dot_ctxd__pb2.ListSessionsRequest.SerializeToString,
             ctxd_dot_v1_dot_ctxd__pb2.ListSessionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListGatewayCalls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ctxd.v1.ContextStore/ListGatewayCalls',
+            ctxd_dot_v1_dot_ctxd__pb2.ListGatewayCallsRequest.SerializeToString,
+            ctxd_dot_v1_dot_ctxd__pb2.ListGatewayCallsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -221,6 +221,59 @@ export interface GatewayUsage {
   outputTokens: number;
 }
 
+export interface ListGatewayCallsRequest {
+  sessionId: string;
+  /** Default 100, at most 1000. */
+  pageSize: number;
+  /** `next_page_token` of the previous page; empty for the first page (the oldest calls). */
+  pageToken: string;
+}
+
+export interface ListGatewayCallsResponse {
+  /** In the order they were made, newest last. */
+  calls: GatewayCall[];
+  /** Empty on the last page. */
+  nextPageToken: string;
+}
+
+/**
+ * One call the model gateway forwarded: the tokens of the messages the client sent and of those
+ * forwarded (estimated at four characters a token), the usage the provider reported (input
+ * excludes what its prompt cache read or wrote), and the forwarded prefix against the previous
+ * forwarded request of the same session (and sub-agent function).
+ */
+export interface GatewayCall {
+  /** When the call was recorded (its answer complete). */
+  atUnixMs: number;
+  /** The API it was made in: `anthropic`, `openai` (chat completions) or `responses`. */
+  api: string;
+  model: string;
+  clientTokens: number;
+  forwardedTokens: number;
+  inputTokens: number;
+  cacheReadTokens: number;
+  cacheWriteTokens: number;
+  outputTokens: number;
+  /**
+   * Tokens of the forwarded request identical to the previous forwarded request up to that
+   * request's last cache breakpoint: what the provider could read from its cache.
+   */
+  keptTokens: number;
+  /**
+   * Why the forwarded prefix differs from the previous request's, up to its last breakpoint:
+   * `first` (no call before it), `step:N` (old tool results cleared at N results), `budget`
+   * (the history was reduced to fit), `marker_moved` (a cache breakpoint moved),
+   * `client_changed` (the client changed its history), `expired:MS` (the provider's cache had
+   * expired, MS milliseconds after the previous call); empty when it is the same.
+   */
+  change: string;
+  /**
+   * The provider read noticeably less from its cache than `kept_tokens` (more than 128 tokens
+   * or 2% less, of a prefix of 1,024 tokens or more) and no expiry explains it.
+   */
+  unexplainedMiss: boolean;
+}
+
 export interface CreateSessionRequest {
   metadata: { [key: string]: string };
   /**
@@ -1476,6 +1529,352 @@ export const GatewayUsage: MessageFns<GatewayUsage> = {
     message.cacheReadTokens = object.cacheReadTokens ?? 0;
     message.cacheWriteTokens = object.cacheWriteTokens ?? 0;
     message.outputTokens = object.outputTokens ?? 0;
+    return message;
+  },
+};
+
+function createBaseListGatewayCallsRequest(): ListGatewayCallsRequest {
+  return { sessionId: "", pageSize: 0, pageToken: "" };
+}
+
+export const ListGatewayCallsRequest: MessageFns<ListGatewayCallsRequest> = {
+  encode(message: ListGatewayCallsRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.sessionId !== "") {
+      writer.uint32(10).string(message.sessionId);
+    }
+    if (message.pageSize !== 0) {
+      writer.uint32(16).uint32(message.pageSize);
+    }
+    if (message.pageToken !== "") {
+      writer.uint32(26).string(message.pageToken);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListGatewayCallsRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListGatewayCallsRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.sessionId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.pageSize = reader.uint32();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.pageToken = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create<I extends Exact<DeepPartial<ListGatewayCallsRequest>, I>>(base?: I): ListGatewayCallsRequest {
+    return ListGatewayCallsRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ListGatewayCallsRequest>, I>>(object: I): ListGatewayCallsRequest {
+    const message = createBaseListGatewayCallsRequest();
+    message.sessionId = object.sessionId ?? "";
+    message.pageSize = object.pageSize ?? 0;
+    message.pageToken = object.pageToken ?? "";
+    return message;
+  },
+};
+
+function createBaseListGatewayCallsResponse(): ListGatewayCallsResponse {
+  return { calls: [], nextPageToken: "" };
+}
+
+export const ListGatewayCallsResponse: MessageFns<ListGatewayCallsResponse> = {
+  encode(message: ListGatewayCallsResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.calls) {
+      GatewayCall.encode(v!, writer.uint32(10).fork()).join();
+    }
+    if (message.nextPageToken !== "") {
+      writer.uint32(18).string(message.nextPageToken);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListGatewayCallsResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListGatewayCallsResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.calls.push(GatewayCall.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.nextPageToken = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create<I extends Exact<DeepPartial<ListGatewayCallsResponse>, I>>(base?: I): ListGatewayCallsResponse {
+    return ListGatewayCallsResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ListGatewayCallsResponse>, I>>(object: I): ListGatewayCallsResponse {
+    const message = createBaseListGatewayCallsResponse();
+    message.calls = object.calls?.map((e) => GatewayCall.fromPartial(e)) || [];
+    message.nextPageToken = object.nextPageToken ?? "";
+    return message;
+  },
+};
+
+function createBaseGatewayCall(): GatewayCall {
+  return {
+    atUnixMs: 0,
+    api: "",
+    model: "",
+    clientTokens: 0,
+    forwardedTokens: 0,
+    inputTokens: 0,
+    cacheReadTokens: 0,
+    cacheWriteTokens: 0,
+    outputTokens: 0,
+    keptTokens: 0,
+    change: "",
+    unexplainedMiss: false,
+  };
+}
+
+export const GatewayCall: MessageFns<GatewayCall> = {
+  encode(message: GatewayCall, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.atUnixMs !== 0) {
+      writer.uint32(8).int64(message.atUnixMs);
+    }
+    if (message.api !== "") {
+      writer.uint32(18).string(message.api);
+    }
+    if (message.model !== "") {
+      writer.uint32(26).string(message.model);
+    }
+    if (message.clientTokens !== 0) {
+      writer.uint32(32).uint64(message.clientTokens);
+    }
+    if (message.forwardedTokens !== 0) {
+      writer.uint32(40).uint64(message.forwardedTokens);
+    }
+    if (message.inputTokens !== 0) {
+      writer.uint32(48).uint64(message.inputTokens);
+    }
+    if (message.cacheReadTokens !== 0) {
+      writer.uint32(56).uint64(message.cacheReadTokens);
+    }
+    if (message.cacheWriteTokens !== 0) {
+      writer.uint32(64).uint64(message.cacheWriteTokens);
+    }
+    if (message.outputTokens !== 0) {
+      writer.uint32(72).uint64(message.outputTokens);
+    }
+    if (message.keptTokens !== 0) {
+      writer.uint32(80).uint64(message.keptTokens);
+    }
+    if (message.change !== "") {
+      writer.uint32(90).string(message.change);
+    }
+    if (message.unexplainedMiss !== false) {
+      writer.uint32(96).bool(message.unexplainedMiss);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GatewayCall {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGatewayCall();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.atUnixMs = longToNumber(reader.int64());
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.api = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.model = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.clientTokens = longToNumber(reader.uint64());
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.forwardedTokens = longToNumber(reader.uint64());
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.inputTokens = longToNumber(reader.uint64());
+            continue;
+          }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.cacheReadTokens = longToNumber(reader.uint64());
+            continue;
+          }
+          case 8: {
+            if (tag !== 64) {
+              break;
+            }
+
+            message.cacheWriteTokens = longToNumber(reader.uint64());
+            continue;
+          }
+          case 9: {
+            if (tag !== 72) {
+              break;
+            }
+
+            message.outputTokens = longToNumber(reader.uint64());
+            continue;
+          }
+          case 10: {
+            if (tag !== 80) {
+              break;
+            }
+
+            message.keptTokens = longToNumber(reader.uint64());
+            continue;
+          }
+          case 11: {
+            if (tag !== 90) {
+              break;
+            }
+
+            message.change = reader.string();
+            continue;
+          }
+          case 12: {
+            if (tag !== 96) {
+              break;
+            }
+
+            message.unexplainedMiss = reader.bool();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create<I extends Exact<DeepPartial<GatewayCall>, I>>(base?: I): GatewayCall {
+    return GatewayCall.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<GatewayCall>, I>>(object: I): GatewayCall {
+    const message = createBaseGatewayCall();
+    message.atUnixMs = object.atUnixMs ?? 0;
+    message.api = object.api ?? "";
+    message.model = object.model ?? "";
+    message.clientTokens = object.clientTokens ?? 0;
+    message.forwardedTokens = object.forwardedTokens ?? 0;
+    message.inputTokens = object.inputTokens ?? 0;
+    message.cacheReadTokens = object.cacheReadTokens ?? 0;
+    message.cacheWriteTokens = object.cacheWriteTokens ?? 0;
+    message.outputTokens = object.outputTokens ?? 0;
+    message.keptTokens = object.keptTokens ?? 0;
+    message.change = object.change ?? "";
+    message.unexplainedMiss = object.unexplainedMiss ?? false;
     return message;
   },
 };
@@ -9469,6 +9868,23 @@ export const ContextStoreService = {
     responseDeserialize: (value: Buffer): ListSessionsResponse => ListSessionsResponse.decode(value),
   },
   /**
+   * The model gateway's calls of a session one by one, in the order they were made (newest
+   * last): what the client sent and what was forwarded, what the provider's cache read and
+   * wrote, how much of the forwarded request was kept from the previous one and why it changed.
+   * A session the gateway never served has none.
+   */
+  listGatewayCalls: {
+    path: "/ctxd.v1.ContextStore/ListGatewayCalls" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: ListGatewayCallsRequest): Buffer =>
+      Buffer.from(ListGatewayCallsRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ListGatewayCallsRequest => ListGatewayCallsRequest.decode(value),
+    responseSerialize: (value: ListGatewayCallsResponse): Buffer =>
+      Buffer.from(ListGatewayCallsResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ListGatewayCallsResponse => ListGatewayCallsResponse.decode(value),
+  },
+  /**
    * Appends nodes to a branch, or to the internal chain of a running function.
    * All nodes of one request commit atomically, in order.
    */
@@ -9795,6 +10211,13 @@ export interface ContextStoreServer extends UntypedServiceImplementation {
   /** Newest first; filtered by an id prefix and metadata pairs. */
   listSessions: handleUnaryCall<ListSessionsRequest, ListSessionsResponse>;
   /**
+   * The model gateway's calls of a session one by one, in the order they were made (newest
+   * last): what the client sent and what was forwarded, what the provider's cache read and
+   * wrote, how much of the forwarded request was kept from the previous one and why it changed.
+   * A session the gateway never served has none.
+   */
+  listGatewayCalls: handleUnaryCall<ListGatewayCallsRequest, ListGatewayCallsResponse>;
+  /**
    * Appends nodes to a branch, or to the internal chain of a running function.
    * All nodes of one request commit atomically, in order.
    */
@@ -9947,6 +10370,27 @@ export interface ContextStoreClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: ListSessionsResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * The model gateway's calls of a session one by one, in the order they were made (newest
+   * last): what the client sent and what was forwarded, what the provider's cache read and
+   * wrote, how much of the forwarded request was kept from the previous one and why it changed.
+   * A session the gateway never served has none.
+   */
+  listGatewayCalls(
+    request: ListGatewayCallsRequest,
+    callback: (error: ServiceError | null, response: ListGatewayCallsResponse) => void,
+  ): ClientUnaryCall;
+  listGatewayCalls(
+    request: ListGatewayCallsRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ListGatewayCallsResponse) => void,
+  ): ClientUnaryCall;
+  listGatewayCalls(
+    request: ListGatewayCallsRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ListGatewayCallsResponse) => void,
   ): ClientUnaryCall;
   /**
    * Appends nodes to a branch, or to the internal chain of a running function.

@@ -1,0 +1,65 @@
+//! ListGatewayCalls: the model gateway's ledger of a session, call by call, with what the
+//! provider's cache read against what the forwarded request kept of the previous one.
+
+use tonic::Request;
+
+use super::parse::{parse, session_id};
+use super::reply::{self, Capped};
+use super::service::{ContextStoreService, Reply, tenant_of};
+use super::{pb, status};
+use crate::domain::{GatewayCall, GatewayCallId};
+
+/// Calls per page when the request does not say, and at most (as Log's nodes).
+const DEFAULT_PAGE_SIZE: u32 = 100;
+const MAX_PAGE_SIZE: u32 = 1000;
+
+impl Capped for pb::ListGatewayCallsResponse {
+    const ADVICE: &'static str = "ask for a smaller page_size";
+}
+
+impl ContextStoreService {
+    pub(super) async fn gateway_calls(
+        &self,
+        request: Request<pb::ListGatewayCallsRequest>,
+    ) -> Reply<pb::ListGatewayCallsResponse> {
+        let tenant = tenant_of(&request);
+        let r = request.into_inner();
+        let session = session_id(&r.session_id)?;
+        let page_size = match r.page_size {
+            0 => DEFAULT_PAGE_SIZE,
+            n => n.min(MAX_PAGE_SIZE),
+        };
+        // A page token is the id of the last call of the page before.
+        let after = (!r.page_token.is_empty())
+            .then(|| parse(GatewayCallId::parse("page_token", &r.page_token)))
+            .transpose()?;
+        let session = self.scope(&tenant, session).await?;
+        let (calls, next) = self
+            .store
+            .gateway_calls(session, page_size, after)
+            .await
+            .map_err(status)?;
+        let response = pb::ListGatewayCallsResponse {
+            calls: calls.iter().map(call).collect(),
+            next_page_token: next.map(|id| id.to_string()).unwrap_or_default(),
+        };
+        reply::capped(response, self.limits.max_response_bytes)
+    }
+}
+
+fn call(c: &GatewayCall) -> pb::GatewayCall {
+    pb::GatewayCall {
+        at_unix_ms: c.at_ms,
+        api: c.api.clone(),
+        model: c.model.clone(),
+        client_tokens: c.client_tokens,
+        forwarded_tokens: c.forwarded_tokens,
+        input_tokens: c.usage.input,
+        cache_read_tokens: c.usage.cache_read,
+        cache_write_tokens: c.usage.cache_write,
+        output_tokens: c.usage.output,
+        kept_tokens: c.kept_tokens,
+        change: c.change.map(|c| c.as_text()).unwrap_or_default(),
+        unexplained_miss: c.unexplained_miss(),
+    }
+}

@@ -1,0 +1,239 @@
+//! The gateway's ledger of each forwarded call: how much of it is the previous forwarded
+//! request of its session (and function) up to that request's last cache breakpoint, which is
+//! what the provider's cache can serve, and where it is not, why (a step, the budget, a marker
+//! that moved, the client's own change, or a cache that expired by time). Kept per process, for
+//! the newest call of each conversation; the provider's usage then shows whether the cache
+//! served what was kept.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use super::forward::{EntryShape, Kept};
+use crate::domain::{NodeId, PrefixChange, SessionId};
+use crate::render::Trigger;
+
+/// How long a provider keeps a cache entry unused: Anthropic's default breakpoints and
+/// OpenAI's automatic cache both hold about five minutes; `ttl: "1h"` an hour.
+const TTL_MS: i64 = 5 * 60 * 1000;
+const TTL_LONG_MS: i64 = 60 * 60 * 1000;
+
+/// How many blocks before a breakpoint Anthropic looks for an earlier one (here counted in
+/// entries, each at least one block).
+const LOOKBACK: usize = 20;
+
+/// Conversations remembered at most; past it the memory starts over.
+const REMEMBERED: usize = 10_000;
+
+/// A forwarded request as the next one is compared with it.
+#[derive(Debug, Clone)]
+pub struct Forwarded {
+    pub at_ms: i64,
+    pub ttl_ms: i64,
+    /// Characters before the conversation (system prompt, tools), cached by their own markers.
+    pub fixed_chars: usize,
+    pub entries: Vec<EntryShape>,
+    /// Entries with a breakpoint; `None`: a provider that caches any prefix (OpenAI).
+    pub breakpoints: Option<Vec<usize>>,
+}
+
+impl Forwarded {
+    pub fn new(at_ms: i64, long_ttl: bool, fixed_chars: usize, kept: &Kept, marked: bool) -> Self {
+        Self {
+            at_ms,
+            ttl_ms: if long_ttl { TTL_LONG_MS } else { TTL_MS },
+            fixed_chars,
+            entries: kept.shape.clone(),
+            breakpoints: marked.then(|| kept.breakpoints.clone()),
+        }
+    }
+
+    fn chars(&self, entries: usize) -> usize {
+        self.fixed_chars
+            + self.entries[..entries.min(self.entries.len())]
+                .iter()
+                .map(|e| e.chars)
+                .sum::<usize>()
+    }
+
+    fn total(&self) -> usize {
+        self.chars(self.entries.len())
+    }
+}
+
+/// What a call kept of the previous one: the share of its characters the cache can serve, and
+/// why the rest could not be.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Verdict {
+    pub kept_share: f64,
+    pub change: Option<PrefixChange>,
+}
+
+/// Compares `now` with the conversation's previous forwarded request. `trigger` and
+/// `boundary`: the render's step, which names a step's change.
+pub fn judge(
+    previous: Option<&Forwarded>,
+    now: &Forwarded,
+    trigger: Option<Trigger>,
+    boundary: usize,
+) -> Verdict {
+    let none = |change| Verdict {
+        kept_share: 0.0,
+        change,
+    };
+    let Some(prev) = previous else {
+        return none(Some(PrefixChange::First));
+    };
+    let idle = now.at_ms.saturating_sub(prev.at_ms);
+    if idle > prev.ttl_ms {
+        return none(Some(PrefixChange::Expired { idle_ms: idle }));
+    }
+    // What the previous request wrote: up to its last breakpoint, or all of it.
+    let written = match &prev.breakpoints {
+        None => prev.entries.len(),
+        Some(b) => match b.last() {
+            Some(&last) => last + 1,
+            None => return none(None),
+        },
+    };
+    let first_diff = (0..written).find(|&k| {
+        now.entries
+            .get(k)
+            .is_none_or(|e| e.id != prev.entries[k].id)
+    });
+    let share = |entries: usize| {
+        let total = now.total().max(1);
+        now.chars(entries) as f64 / total as f64
+    };
+    match first_diff {
+        None => {
+            // The same prefix: read only where a breakpoint of this request reaches back to it.
+            let reaches = match &now.breakpoints {
+                None => true,
+                Some(b) => b
+                    .iter()
+                    .any(|&at| at + 1 >= written && at + 1 - written < LOOKBACK),
+            };
+            if reaches {
+                Verdict {
+                    kept_share: share(written),
+                    change: None,
+                }
+            } else {
+                none(Some(PrefixChange::MarkerMoved))
+            }
+        }
+        Some(k) => {
+            // Kept: up to the last breakpoint before the change (any prefix for OpenAI).
+            let kept = match &prev.breakpoints {
+                None => k,
+                Some(b) => b.iter().rev().find(|&&at| at < k).map_or(0, |&at| at + 1),
+            };
+            let change = match now.entries.get(k) {
+                Some(e) if e.changed => match trigger {
+                    Some(Trigger::Count | Trigger::Idle) => Some(PrefixChange::Step {
+                        results: u32::try_from(boundary).unwrap_or(u32::MAX),
+                    }),
+                    _ => Some(PrefixChange::Budget),
+                },
+                _ => Some(PrefixChange::ClientChanged),
+            };
+            Verdict {
+                kept_share: share(kept),
+                change,
+            }
+        }
+    }
+}
+
+/// The newest forwarded request of each conversation (session, and function for a sub-agent).
+#[derive(Default)]
+pub struct Ledger(Mutex<HashMap<(SessionId, Option<NodeId>), Forwarded>>);
+
+impl Ledger {
+    /// Records `now` as the conversation's newest and judges it against the one before.
+    pub fn record(
+        &self,
+        key: (SessionId, Option<NodeId>),
+        now: Forwarded,
+        trigger: Option<Trigger>,
+        boundary: usize,
+    ) -> Verdict {
+        let mut map = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let verdict = judge(map.get(&key), &now, trigger, boundary);
+        if map.len() >= REMEMBERED && !map.contains_key(&key) {
+            map.clear();
+        }
+        map.insert(key, now);
+        verdict
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(id: u64, changed: bool) -> EntryShape {
+        EntryShape {
+            id,
+            chars: 100,
+            changed,
+            client: !changed,
+        }
+    }
+
+    fn forwarded(at_ms: i64, ids: &[(u64, bool)], breakpoints: &[usize]) -> Forwarded {
+        Forwarded {
+            at_ms,
+            ttl_ms: TTL_MS,
+            fixed_chars: 0,
+            entries: ids.iter().map(|&(id, c)| entry(id, c)).collect(),
+            breakpoints: Some(breakpoints.to_vec()),
+        }
+    }
+
+    #[test]
+    fn a_resent_history_keeps_what_was_written_up_to_the_last_breakpoint() {
+        let a = forwarded(0, &[(1, false), (2, false)], &[1]);
+        let b = forwarded(1000, &[(1, false), (2, false), (3, false)], &[2]);
+        let v = judge(Some(&a), &b, None, 0);
+        assert_eq!(v.change, None);
+        assert!((v.kept_share - 2.0 / 3.0).abs() < 1e-9);
+        assert_eq!(judge(None, &b, None, 0).change, Some(PrefixChange::First));
+    }
+
+    #[test]
+    fn each_reason_is_told_apart() {
+        let a = forwarded(0, &[(1, false), (2, false), (3, false)], &[2]);
+        let stepped = forwarded(1000, &[(1, false), (9, true), (3, false)], &[2]);
+        assert_eq!(
+            judge(Some(&a), &stepped, Some(Trigger::Count), 20).change,
+            Some(PrefixChange::Step { results: 20 })
+        );
+        assert_eq!(
+            judge(Some(&a), &stepped, None, 0).change,
+            Some(PrefixChange::Budget)
+        );
+        let edited = forwarded(1000, &[(1, false), (8, false), (3, false)], &[2]);
+        assert_eq!(
+            judge(Some(&a), &edited, None, 0).change,
+            Some(PrefixChange::ClientChanged)
+        );
+        let late = forwarded(TTL_MS + 1, &[(1, false), (2, false), (3, false)], &[2]);
+        assert_eq!(
+            judge(Some(&a), &late, None, 0).change,
+            Some(PrefixChange::Expired {
+                idle_ms: TTL_MS + 1
+            })
+        );
+        let ids: Vec<(u64, bool)> = (1..=40).map(|i| (i, false)).collect();
+        let far = forwarded(1000, &ids, &[39]);
+        assert_eq!(
+            judge(Some(&a), &far, None, 0).change,
+            Some(PrefixChange::MarkerMoved),
+            "a breakpoint more than 20 entries after the written one reads nothing"
+        );
+    }
+}
