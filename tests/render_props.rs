@@ -2566,3 +2566,33 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(config(500))]
+
+    /// What the model has not seen (every node after `Seen::Through`) is rendered as it was
+    /// stored, under every budget and policy: no step caps, clears, stubs or cuts it, and no
+    /// snip drops it; the rest keeps every other property.
+    #[test]
+    fn unseen_is_never_reduced(plan in big_session(), k in knobs(policy()), at in 0usize..1000) {
+        let built = build(&plan);
+        let top: Vec<NodeId> = built.path.nodes.iter().filter(|n| n.function_id.is_none()).map(|n| n.id).collect();
+        prop_assume!(!top.is_empty());
+        let seen = top[at % top.len()];
+        let position = built.path.nodes.iter().position(|n| n.id == seen).expect("on the path");
+        let unseen: HashSet<NodeId> = built.path.nodes[position + 1..].iter().map(|n| n.id).collect();
+        let mut options = options(&built.path, Callers::All, &k);
+        options.seen = ctxd::render::Seen::Through(seen);
+        let u = render(&built.path, &unbudgeted(&options), &COUNTER);
+        let b = render(&built.path, &options, &COUNTER);
+        check_pairing(&built, &b)?;
+        for m in u.messages.iter().filter(|m| m.node_ids.iter().any(|id| unseen.contains(id))) {
+            let kept = b.messages.iter().find(|r| r.node_ids == m.node_ids);
+            prop_assert!(kept.is_some(), "{:?} unseen and dropped", m.node_ids);
+            let kept = kept.expect("checked");
+            prop_assert_eq!(kept.reduction, Reduction::None, "{:?} unseen and reduced", &m.node_ids);
+            prop_assert_eq!(kept.stubbed_inputs, 0, "{:?} unseen and stubbed", &m.node_ids);
+            prop_assert_eq!(&kept.parts, &m.parts, "{:?} unseen and changed", &m.node_ids);
+        }
+    }
+}
