@@ -145,21 +145,28 @@ pub fn judge(
     }
 }
 
-/// The newest forwarded request of each conversation (session, and function for a sub-agent).
+/// A conversation (its session, and its function for a sub-agent).
+pub type Key = (SessionId, Option<NodeId>);
+
+/// The newest forwarded request of each conversation, and where its last step was taken: the
+/// step's boundary and the node the model had seen then.
 #[derive(Default)]
-pub struct Ledger(Mutex<HashMap<(SessionId, Option<NodeId>), Forwarded>>);
+pub struct Ledger {
+    forwarded: Mutex<HashMap<Key, Forwarded>>,
+    horizons: Mutex<HashMap<Key, (usize, NodeId)>>,
+}
 
 impl Ledger {
     /// Records `now` as the conversation's newest and judges it against the one before.
     pub fn record(
         &self,
-        key: (SessionId, Option<NodeId>),
+        key: Key,
         now: Forwarded,
         trigger: Option<Trigger>,
         boundary: usize,
     ) -> Verdict {
         let mut map = self
-            .0
+            .forwarded
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let verdict = judge(map.get(&key), &now, trigger, boundary);
@@ -168,6 +175,26 @@ impl Ledger {
         }
         map.insert(key, now);
         verdict
+    }
+
+    /// The conversation's last step: its boundary and the node the model had seen then.
+    pub fn horizon(&self, key: Key) -> Option<(usize, NodeId)> {
+        let map = self
+            .horizons
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        map.get(&key).copied()
+    }
+
+    pub fn set_horizon(&self, key: Key, horizon: (usize, NodeId)) {
+        let mut map = self
+            .horizons
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if map.len() >= REMEMBERED && !map.contains_key(&key) {
+            map.clear();
+        }
+        map.insert(key, horizon);
     }
 }
 

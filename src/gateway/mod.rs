@@ -754,7 +754,9 @@ impl App {
                 tracing::warn!(error = %e, "gateway: a path was not loaded");
                 "render"
             })?;
-        self.forwarded_body(api, conv, path, options, body).await
+        let key = (recorded.session.id(), recorded.function.map(|(id, _)| id));
+        self.forwarded_body(api, conv, path, options, body, key)
+            .await
     }
 
     /// The body to forward for a request located but not yet recorded: the stored path it
@@ -791,10 +793,16 @@ impl App {
         } else {
             extended(stored, &located.rest)
         };
-        self.forwarded_body(api, conv, path, options, body).await
+        self.forwarded_body(api, conv, path, options, body, (located.session.id(), None))
+            .await
     }
 
     /// `body` with its conversation replaced by the render of `path`.
+    /// A step reduces only what the model had read when the step was taken: between steps
+    /// the conversation renders with what was seen at its last step (`ledger::Ledger::horizon`),
+    /// so a result that arrived with the step is not cut the call after it, which would write the
+    /// prefix the step just wrote again; a call that takes a new step renders with what the
+    /// model has seen now, and that becomes the horizon.
     async fn forwarded_body(
         &self,
         api: Api,
@@ -802,16 +810,48 @@ impl App {
         path: PathView,
         options: render::Options,
         body: &[u8],
+        key: (domain::SessionId, Option<NodeId>),
     ) -> Result<ForwardedBody, &'static str> {
         let t0 = std::time::Instant::now();
-        let (path, rendered) = self
-            .workflows
-            .render_path(path, Tokenizer::Heuristic, options)
-            .await
-            .map_err(|e| {
-                tracing::warn!(error = %e, "gateway: render failed");
-                "render"
-            })?;
+        let render = |path: PathView, options: render::Options| async move {
+            self.workflows
+                .render_path(path, Tokenizer::Heuristic, options)
+                .await
+                .map_err(|e| {
+                    tracing::warn!(error = %e, "gateway: render failed");
+                    "render"
+                })
+        };
+        let horizon = self.ledger.horizon(key);
+        let held = match (horizon, options.seen) {
+            (Some((_, seen)), render::Seen::Through(_))
+                if path.nodes.iter().any(|n| n.id == seen) =>
+            {
+                Some(render::Options {
+                    seen: render::Seen::Through(seen),
+                    ..options
+                })
+            }
+            _ => None,
+        };
+        let (path, rendered) = match held {
+            Some(held) => {
+                let (path, rendered) = render(path, held).await?;
+                if horizon.is_some_and(|(b, _)| b == rendered.report.microcompact_boundary) {
+                    (path, rendered)
+                } else {
+                    render(path, options).await?
+                }
+            }
+            None => render(path, options).await?,
+        };
+        let boundary = rendered.report.microcompact_boundary;
+        if boundary > 0
+            && horizon.is_none_or(|(b, _)| b != boundary)
+            && let render::Seen::Through(seen) = options.seen
+        {
+            self.ledger.set_horizon(key, (boundary, seen));
+        }
         let t1 = t0.elapsed();
         let client = forward::client_entries(body, api.field());
         let (text, kept) = forward::conversation(
