@@ -24,6 +24,7 @@ mod fake_provider;
 mod faults;
 mod functions;
 mod gateway;
+mod gateway_claude_code;
 mod gateway_clients;
 mod gateway_codex;
 mod gateway_fidelity;
