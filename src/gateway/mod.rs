@@ -143,12 +143,20 @@ impl GatewayPolicy {
 
 /// The default render policy of the gateway: the stepped default, except that what arrived
 /// since the last step is never capped or stubbed (an agent edits files by quoting what it just
-/// read, and its next edit builds on the last one).
+/// read, and its next edit builds on the last one), and that its first step comes at 10 results
+/// keeping the newest 5, then every 10: an agent's calls resend the whole history under the
+/// client's breakpoints, so an earlier, smaller step is read back at a tenth of its size by
+/// every later call (in `cargo bench --bench gateway`, 0.434x of direct over the 23 traces
+/// against 0.467x for 20, 10 and 10; a scripted 26-call Claude Code session, 0.81x against
+/// 0.92x).
 pub fn policy() -> Policy {
     Policy {
         recent_tool_result_chars: usize::MAX,
         recent_tool_input_chars: usize::MAX,
         recent_assistant_text_chars: usize::MAX,
+        microcompact_first: 10,
+        microcompact_every: 10,
+        microcompact_keep: 5,
         ..Policy::default()
     }
 }

@@ -68,7 +68,8 @@ const PARENT_CALLS: usize = 26;
 /// The parent's call that starts the sub-agent (1-based).
 const AGENT_CALL: usize = 12;
 
-/// The straight cost the gateway is to reach at most (reported, not asserted).
+/// The share of the straight cost the session may cost through the gateway, at most: the
+/// breakpoint-aware fake prices both runs' very requests, so the figure is deterministic.
 const TARGET_RATIO: f64 = 0.85;
 
 // ---------------------------------------------------------------- the script
@@ -283,8 +284,9 @@ async fn claude_code_session_costs_no_more_through_the_gateway() {
     }
 
     assert!(
-        ratio <= 1.0,
-        "through the gateway the session costs {ratio:.3}x what it costs straight"
+        ratio <= TARGET_RATIO,
+        "through the gateway the session costs {ratio:.3}x what it costs straight (at most \
+         {TARGET_RATIO}x)"
     );
 
     // ctxd: the session as Claude Code made it.
