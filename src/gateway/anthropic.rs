@@ -16,6 +16,9 @@ use super::sse;
 use crate::domain::{MediaSource, NodeContent, Part, ProviderUsage, Role, ToolCall};
 use crate::render::format::{ANTHROPIC_BLOCK, MESSAGE_FIELDS};
 
+/// How Claude Code's first system block begins: `x-anthropic-billing-header: …; cch=…`.
+const BILLING_HEADER: &str = "x-anthropic-billing-header:";
+
 /// Cache breakpoints one request may carry.
 pub const MAX_MARKERS: usize = 4;
 
@@ -51,6 +54,9 @@ pub fn read(body: &Value) -> Result<Conversation, Refusal> {
             blocks
                 .iter()
                 .filter_map(|b| b.get("text").and_then(Value::as_str))
+                // Claude Code's billing block changes from request to request: it names no
+                // conversation (the body still carries it, byte-exact).
+                .filter(|t| !t.starts_with(BILLING_HEADER))
                 .collect::<Vec<_>>()
                 .join("\n")
         }
@@ -671,6 +677,23 @@ mod tests {
             b"data: {\"type\":\"error\",\"error\":{}}\n\ndata: {\"type\":\"message_stop\"}\n\n",
         );
         assert!(failed.finish().is_none());
+    }
+
+    #[test]
+    fn the_billing_block_is_no_part_of_a_conversations_opening() {
+        let with = |billing: &str| {
+            read(&json!({"model": "claude-x", "max_tokens": 100, "system": [
+                {"type": "text", "text": billing},
+                {"type": "text", "text": "You are a coding agent."},
+            ], "messages": [{"role": "user", "content": "hi"}]}))
+            .expect("a request")
+            .opening
+        };
+        assert_eq!(
+            with("x-anthropic-billing-header: cc_version=2.1.332; cch=1a2b"),
+            with("x-anthropic-billing-header: cc_version=2.1.332; cch=9f8e"),
+        );
+        assert!(!with("x-anthropic-billing-header: cch=0").contains("cch"));
     }
 
     #[test]
