@@ -63,7 +63,7 @@ pub struct EntryShape {
 pub fn conversation(
     format: Format,
     conv: &Conversation,
-    client: Option<&[Box<RawValue>]>,
+    client: Option<&[&RawValue]>,
     path: &PathView,
     rendered: &[Message],
 ) -> (String, Kept) {
@@ -337,7 +337,7 @@ fn place_markers(parts: &Parts, values: &mut [Option<Value>], kept: &mut Kept) {
 /// What marker placement reads.
 struct Parts<'a> {
     conv: &'a Conversation,
-    client: Option<&'a [Box<RawValue>]>,
+    client: Option<&'a [&'a RawValue]>,
     out: &'a [Entry],
     docs: &'a [Value],
     unchanged: &'a [bool],
@@ -622,10 +622,11 @@ pub fn result_matches(stored: &FunctionResult, client: &NodeContent) -> bool {
     }
 }
 
-/// The client's entries of `field` (`messages` or `input`) in `body`, each as its bytes; `None`
-/// when the field is not an array.
-pub fn client_entries(body: &[u8], field: &str) -> Option<Vec<Box<RawValue>>> {
-    let super::json::Fields(members) = serde_json::from_slice(body).ok()?;
-    let (_, raw) = members.into_iter().find(|(k, _)| k == field)?;
-    serde_json::from_str(raw.get()).ok()
+/// The client's entries of `field` (`messages` or `input`) among a body's members, each as its
+/// bytes, borrowed; `None` when the field is not an array.
+pub fn client_entries<'a>(
+    members: &super::json::Members<'a>,
+    field: &str,
+) -> Option<Vec<&'a RawValue>> {
+    serde_json::from_str(members.get(field)?.get()).ok()
 }

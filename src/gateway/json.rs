@@ -6,49 +6,69 @@ use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-/// A JSON object's members in their order, each value as its bytes.
-pub struct Fields(pub Vec<(String, Box<RawValue>)>);
+/// A JSON object's members in their order, each value borrowed from the body it was read
+/// from: read once, it gives a field's bytes and the body with that field replaced, copying
+/// nothing in between.
+pub struct Members<'a>(Vec<(std::borrow::Cow<'a, str>, &'a RawValue)>);
 
-impl<'de> Deserialize<'de> for Fields {
+impl<'de: 'a, 'a> Deserialize<'de> for Members<'a> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Members;
-        impl<'de> Visitor<'de> for Members {
-            type Value = Fields;
+        struct Visit<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for Visit<'a> {
+            type Value = Members<'a>;
             fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
                 f.write_str("a JSON object")
             }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Fields, A::Error> {
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Members<'a>, A::Error> {
                 let mut out = Vec::new();
-                while let Some((k, v)) = map.next_entry::<String, Box<RawValue>>()? {
+                while let Some((k, v)) =
+                    map.next_entry::<std::borrow::Cow<'a, str>, &'a RawValue>()?
+                {
                     out.push((k, v));
                 }
-                Ok(Fields(out))
+                Ok(Members(out))
             }
         }
-        deserializer.deserialize_map(Members)
+        deserializer.deserialize_map(Visit(std::marker::PhantomData))
     }
 }
 
-/// `body` with its top-level `field` replaced by `value` (already JSON), every other member
-/// byte-identical and in its place. `None` when `body` is not a JSON object.
-pub fn replace_field(body: &[u8], field: &str, value: &str) -> Option<Vec<u8>> {
-    let Fields(members) = serde_json::from_slice(body).ok()?;
-    let mut out = Vec::with_capacity(body.len());
-    out.push(b'{');
-    for (i, (k, v)) in members.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        out.extend_from_slice(serde_json::to_string(k).ok()?.as_bytes());
-        out.push(b':');
-        if k == field {
-            out.extend_from_slice(value.as_bytes());
-        } else {
-            out.extend_from_slice(v.get().as_bytes());
-        }
+impl<'a> Members<'a> {
+    /// The members of `body`; `None` when it is not a JSON object.
+    pub fn of(body: &'a [u8]) -> Option<Self> {
+        serde_json::from_slice(body).ok()
     }
-    out.push(b'}');
-    Some(out)
+
+    /// The bytes of member `field`.
+    pub fn get(&self, field: &str) -> Option<&'a RawValue> {
+        self.0.iter().find(|(k, _)| k == field).map(|(_, v)| *v)
+    }
+
+    /// The body with member `field` replaced by `value` (already JSON), every other member
+    /// byte-identical and in its place.
+    pub fn with(&self, field: &str, value: &str) -> Option<Vec<u8>> {
+        let size: usize = self
+            .0
+            .iter()
+            .map(|(k, v)| k.len() + v.get().len() + 4)
+            .sum();
+        let mut out = Vec::with_capacity(size + value.len());
+        out.push(b'{');
+        for (i, (k, v)) in self.0.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(serde_json::to_string(k.as_ref()).ok()?.as_bytes());
+            out.push(b':');
+            if k == field {
+                out.extend_from_slice(value.as_bytes());
+            } else {
+                out.extend_from_slice(v.get().as_bytes());
+            }
+        }
+        out.push(b'}');
+        Some(out)
+    }
 }
 
 /// `value` with object keys sorted and no spacing (serde_json's map is ordered by key), and
@@ -110,13 +130,15 @@ mod tests {
 
     #[test]
     fn replace_keeps_other_members_byte_exact() {
-        let body = br#"{"model" : "m",  "messages":[1,2], "z":{"b":1,"a":2}}"#;
-        let out = replace_field(body, "messages", "[3]").unwrap();
+        let body = br#"{"model" : "m",  "messages":[1,2], "z":{"b":1,"a":2}, "k\"q":0}"#;
+        let members = Members::of(body).unwrap();
+        assert_eq!(members.get("messages").map(RawValue::get), Some("[1,2]"));
+        let out = members.with("messages", "[3]").unwrap();
         assert_eq!(
             std::str::from_utf8(&out).unwrap(),
-            r#"{"model":"m","messages":[3],"z":{"b":1,"a":2}}"#
+            r#"{"model":"m","messages":[3],"z":{"b":1,"a":2},"k\"q":0}"#
         );
-        assert!(replace_field(b"[1]", "messages", "[]").is_none());
+        assert!(Members::of(b"[1]").is_none());
     }
 
     #[test]

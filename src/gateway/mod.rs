@@ -861,7 +861,8 @@ impl App {
             self.ledger.set_horizon(key, (boundary, seen));
         }
         let t1 = t0.elapsed();
-        let client = forward::client_entries(body, api.field());
+        let members = json::Members::of(body).ok_or("a body that is not an object")?;
+        let client = forward::client_entries(&members, api.field());
         let (text, kept) = forward::conversation(
             api.format(),
             conv,
@@ -877,8 +878,9 @@ impl App {
             );
         }
         let t2 = t0.elapsed();
-        let body =
-            json::replace_field(body, api.field(), &text).ok_or("a body that is not an object")?;
+        let body = members
+            .with(api.field(), &text)
+            .ok_or("a body that is not an object")?;
         tracing::debug!(
             render_us = t1.as_micros() as u64,
             document_us = (t2 - t1).as_micros() as u64,
@@ -974,7 +976,8 @@ impl App {
             .render_path(path, Tokenizer::Heuristic, options)
             .await
             .ok()?;
-        let client = forward::client_entries(body, "messages");
+        let members = json::Members::of(body)?;
+        let client = forward::client_entries(&members, "messages");
         let (messages, _) = forward::conversation(
             forward::Format::Anthropic,
             conv,
@@ -982,7 +985,7 @@ impl App {
             &path,
             &rendered.messages,
         );
-        json::replace_field(body, "messages", &messages)
+        members.with("messages", &messages)
     }
 
     /// The window a request is budgeted in: the operator's setting for its model, the
