@@ -734,14 +734,7 @@ impl App {
         headers: &HeaderMap,
         body: &[u8],
     ) -> Result<ForwardedBody, &'static str> {
-        let mut options = render_options(conv, &self.window(conv, headers))
-            .ok_or("a budget that leaves the history nothing")?;
-        // The agent's own summary request reads everything it sent: nothing is reduced.
-        options.seen = if agent_compaction::is_summary_request(conv) {
-            render::Seen::Nothing
-        } else {
-            recorded.seen
-        };
+        let mut options = self.options(conv, headers, recorded.seen)?;
         let target = match recorded.function {
             // A sub-agent sees its own conversation, as its client sent it.
             Some((id, _)) => {
@@ -767,6 +760,24 @@ impl App {
             .await
     }
 
+    /// The render options of a request whose model has read `seen`; the agent's own summary
+    /// request reads everything it sent, so nothing of it is reduced.
+    fn options(
+        &self,
+        conv: &Conversation,
+        headers: &HeaderMap,
+        seen: render::Seen,
+    ) -> Result<render::Options, &'static str> {
+        let mut options = render_options(conv, &self.window(conv, headers))
+            .ok_or("a budget that leaves the history nothing")?;
+        options.seen = if agent_compaction::is_summary_request(conv) {
+            render::Seen::Nothing
+        } else {
+            seen
+        };
+        Ok(options)
+    }
+
     /// The body to forward for a request located but not yet recorded: the stored path it
     /// reaches with what it adds after it, in memory, rendered.
     async fn located_body(
@@ -777,13 +788,7 @@ impl App {
         headers: &HeaderMap,
         body: &[u8],
     ) -> Result<ForwardedBody, &'static str> {
-        let mut options = render_options(conv, &self.window(conv, headers))
-            .ok_or("a budget that leaves the history nothing")?;
-        options.seen = if agent_compaction::is_summary_request(conv) {
-            render::Seen::Nothing
-        } else {
-            located.seen()
-        };
+        let options = self.options(conv, headers, located.seen())?;
         let stored = match located.expected {
             Some((node, _)) => self
                 .workflows

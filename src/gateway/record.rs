@@ -1044,13 +1044,8 @@ async fn fork(
     branches: &[domain::Branch],
     hashes: &[Hash],
 ) -> Result<BranchName, Unrecorded> {
-    let last = hashes.last().map(Hash::to_hex).unwrap_or_default();
-    for n in 1..10 {
-        let name = match n {
-            1 => format!("gw-{}", &last[..12]),
-            n => format!("gw-{}-{n}", &last[..12]),
-        };
-        let name = BranchName::parse("branch", &name).map_err(|_| Unrecorded("branch name"))?;
+    for name in fork_names(hashes) {
+        let name = name?;
         match store.create_branch(session, name.clone(), Some(node)).await {
             Ok(_) => return Ok(name),
             Err(store::Error::Domain(domain::Error::AlreadyExists(_))) => {
@@ -1071,19 +1066,26 @@ async fn fork(
     Err(Unrecorded("too many forks at one node"))
 }
 
+/// The names a fork of the request's history (`hashes`) may take, in the order they are tried.
+fn fork_names(hashes: &[Hash]) -> impl Iterator<Item = Result<BranchName, Unrecorded>> {
+    let last = hashes.last().map(Hash::to_hex).unwrap_or_default();
+    (1..10).map(move |n| {
+        let name = match n {
+            1 => format!("gw-{}", &last[..12]),
+            n => format!("gw-{}-{n}", &last[..12]),
+        };
+        BranchName::parse("branch", &name).map_err(|_| Unrecorded("branch name"))
+    })
+}
+
 /// The name [`fork`] would give a new branch at `node` (or has given it, for a retry).
 fn fork_name(
     node: NodeId,
     branches: &[domain::Branch],
     hashes: &[Hash],
 ) -> Result<BranchName, Unrecorded> {
-    let last = hashes.last().map(Hash::to_hex).unwrap_or_default();
-    for n in 1..10 {
-        let name = match n {
-            1 => format!("gw-{}", &last[..12]),
-            n => format!("gw-{}-{n}", &last[..12]),
-        };
-        let name = BranchName::parse("branch", &name).map_err(|_| Unrecorded("branch name"))?;
+    for name in fork_names(hashes) {
+        let name = name?;
         match branches.iter().find(|b| b.name == name) {
             None => return Ok(name),
             Some(b) if b.head.is_some_and(|(h, _)| h == node) => return Ok(name),
