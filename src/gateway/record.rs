@@ -773,10 +773,12 @@ async fn subagent(
             })
         };
         for call in tool_calls {
-            let prompt = serde_json::from_str::<serde_json::Value>(&call.arguments_json)
-                .ok()
+            let arguments = serde_json::from_str::<serde_json::Value>(&call.arguments_json).ok();
+            let prompt = arguments
+                .as_ref()
                 .and_then(|v| v.get("prompt").and_then(|p| p.as_str()).map(str::to_owned));
             if AGENT_TOOLS.contains(&call.name.as_str())
+                && !in_background(&call.name, arguments.as_ref())
                 && let Some(prompt) = prompt
                 && opens_with(&prompt)
                 && !answered(&call.call_id)
@@ -830,6 +832,18 @@ async fn subagent(
         behind: false,
         agent_summary: None,
     }))
+}
+
+/// Whether a sub-agent call runs in the background: Claude Code's `Agent` does unless its call
+/// says `run_in_background: false` (its call is answered "launched" at once and the result
+/// comes later as a notification, so the call cannot be a function whose result closes it:
+/// its conversation is a session of its own); the older `Task` never does.
+fn in_background(tool: &str, arguments: Option<&serde_json::Value>) -> bool {
+    tool == "Agent"
+        && arguments
+            .and_then(|a| a.get("run_in_background"))
+            .and_then(serde_json::Value::as_bool)
+            != Some(false)
 }
 
 /// A sub-agent's request whose function exists: what its chain holds of it, and the rest.

@@ -8,9 +8,9 @@
 //! read files and `cat` generated ones (each result 12–28 KB) that Claude Code really runs in a
 //! temp work dir, and at its 12th call start a sub-agent, whose own conversation reads and
 //! `cat`s too before it answers. The sub-agent runs in the foreground (its call says
-//! `run_in_background: false`; Claude Code's default is the background, whose launch result the
-//! gateway records as the function's end), sending its calls to the same base URL, so one reply
-//! queue cannot serve both:
+//! `run_in_background: false`; Claude Code's default is the background, whose conversation the
+//! gateway records as a session of its own, as the corpus replay shows), sending its calls to
+//! the same base URL, so one reply queue cannot serve both:
 //! two fakes, one scripted for the parent and one for the sub-agent, sit behind a loopback
 //! router that picks one by the conversation's first message. The cost of each run is the sum
 //! over both fakes; the test prints it per call, straight beside through the gateway.
@@ -292,7 +292,7 @@ async fn claude_code_session_costs_no_more_through_the_gateway() {
     // ctxd: the session as Claude Code made it.
     let mut app = through.app.expect("the gateway run has a server");
     let session = only_session(&mut app).await;
-    assert_recorded(&mut app, &session).await;
+    assert_recorded(&mut app, &session, Sub::Function).await;
 }
 
 /// One run of the session: its fakes, what the router saw, how Claude Code ended, and the
@@ -379,8 +379,7 @@ async fn run_session(claude: &Path, through_gateway: bool) -> Run {
     // The sub-agent runs in the foreground (`run_in_background: false`): the parent waits for
     // it, so its first answer is not held (the gate is open from the start). Held until the
     // parent's call after next, it is how a background agent's launch reaches the gateway
-    // first; such a launch closes the function before the sub-agent's calls arrive (README,
-    // the gateway's limits).
+    // first (a background agent is a session of its own: README, the gateway's limits).
     let mut sub_replies = replies(&sub_steps(), "s", &dirs.work);
     let (first, gate) = sub_replies.remove(0).paused_after(2);
     gate.open();
@@ -680,11 +679,18 @@ async fn only_session(app: &mut TestApp) -> String {
     ids[0].to_owned()
 }
 
+/// Where the sub-agent's conversation is recorded: the `Agent` call's function (a foreground
+/// agent), or a session of its own (a background one, Claude Code's default).
+enum Sub {
+    Function,
+    Session(String),
+}
+
 /// What ctxd must hold of the session, through the gateway or replayed: one branch with nodes
 /// (no `gw-` fork holds any) with the prompt, the parent's tool calls each once and in order,
-/// and the verdict at its head; one function, the `Agent` call's, whose chain opens with the
-/// sub-agent's prompt, holds its tool calls and ends with its answer.
-async fn assert_recorded(app: &mut TestApp, session: &str) {
+/// and the verdict at its head; the sub-agent's conversation, where `sub` says, opening with
+/// its prompt, holding its tool calls and ending with its answer.
+async fn assert_recorded(app: &mut TestApp, session: &str, sub: Sub) {
     use pb::node_input::Kind;
     let branch = only_branch(app, session).await;
     let mut nodes = app.log(session, &branch).await;
@@ -727,22 +733,33 @@ async fn assert_recorded(app: &mut TestApp, session: &str) {
         })
         .collect();
     let agent_id = format!("toolu_ctxd_p{AGENT_CALL:02}");
-    assert!(
-        functions.len() == 1 && functions[0].0 == agent_id,
-        "one function, the sub-agent's {agent_id}: {lines:#?}"
-    );
+    let (sub_session, target) = match sub {
+        Sub::Function => {
+            assert!(
+                functions.len() == 1 && functions[0].0 == agent_id,
+                "one function, the sub-agent's {agent_id}: {lines:#?}"
+            );
+            (
+                session.to_owned(),
+                pb::render_request::Target::FunctionId(functions[0].1.clone()),
+            )
+        }
+        Sub::Session(sub_session) => {
+            assert!(functions.is_empty(), "no function: {lines:#?}");
+            let branch = only_branch(app, &sub_session).await;
+            (sub_session, pb::render_request::Target::Branch(branch))
+        }
+    };
     let chain = app
         .client
         .render(pb::RenderRequest {
-            session_id: session.to_owned(),
-            target: Some(pb::render_request::Target::FunctionId(
-                functions[0].1.clone(),
-            )),
+            session_id: sub_session,
+            target: Some(target),
             callers: pb::Callers::None as i32,
             ..Default::default()
         })
         .await
-        .expect("render the function")
+        .expect("render the sub-agent's conversation")
         .into_inner()
         .messages;
     let shown: Vec<String> = chain
@@ -1046,18 +1063,21 @@ async fn claude_code_corpus_replays_through_the_gateway() {
         0,
         "every implied answer was taken, one per body"
     );
+    // Claude Code ran the sub-agent in the background (its default): its conversation is a
+    // session of its own, the parent's the session of the run.
+    let parent = sessions[0].clone();
+    sessions.sort();
     sessions.dedup();
     assert_eq!(
         sessions.len(),
-        1,
-        "one session for the whole corpus: {sessions:?}"
+        2,
+        "the run's session and the background sub-agent's: {sessions:?}"
     );
-    assert_eq!(
-        only_session(&mut gw.app).await,
-        sessions[0],
-        "the session the answers named"
-    );
-    assert_recorded(&mut gw.app, &sessions[0]).await;
+    let sub = sessions
+        .into_iter()
+        .find(|s| *s != parent)
+        .expect("the sub-agent's session");
+    assert_recorded(&mut gw.app, &parent, Sub::Session(sub)).await;
 }
 
 // ---------------------------------------------------------------- the client

@@ -94,8 +94,10 @@ fn output(seed: usize, chars: usize) -> String {
 async fn breakpoints_stay_on_their_content_after_a_sub_agent() {
     let mut gw = start().await;
     let prompt = "Find where the config is loaded and report the file.";
-    let task =
-        json!({"description": "find config", "prompt": prompt, "subagent_type": "general-purpose"});
+    // In the foreground: its answer is the call's result (a background agent: see
+    // `gateway_fidelity::a_background_sub_agent_is_a_session_of_its_own`).
+    let task = json!({"description": "find config", "prompt": prompt,
+                      "subagent_type": "general-purpose", "run_in_background": false});
     let u1 = json!({"role": "user", "content": [{"type": "text", "text": "Where is the config loaded?"}]});
 
     gw.fake
@@ -604,4 +606,84 @@ async fn the_ledger_says_per_call_what_was_kept_and_why_not() {
             "call {k}: the provider read what was kept: {call:?}"
         );
     }
+}
+
+#[tokio::test]
+async fn a_background_sub_agent_is_a_session_of_its_own() {
+    let mut gw = start().await;
+    let prompt = "Audit the appendix and report whether it agrees with its data.";
+    let task =
+        json!({"description": "audit", "prompt": prompt, "subagent_type": "general-purpose"});
+    let u1 = json!({"role": "user", "content": [{"type": "text", "text": "Audit the reports."}]});
+    gw.fake
+        .script(Reply::tool_use_id("toolu_bg", "Agent", task.clone()));
+    let first = gw.messages(&claude_code(json!([u1]))).await.ok();
+    let parent = first.session();
+
+    // The sub-agent's first call comes before the parent's next: no function is opened for a
+    // call Claude Code runs in the background.
+    gw.fake.script(Reply::tool_use_id(
+        "toolu_sub_1",
+        "Read",
+        json!({"file_path": "a.txt"}),
+    ));
+    let opening = json!({"role": "user", "content": [{"type": "text", "text": prompt}]});
+    let sub = gw.messages(&claude_code(json!([opening]))).await.ok();
+    assert!(sub.header("x-ctxd-function-id").is_none(), "no function");
+    let sub_session = sub.session();
+    assert_ne!(sub_session, parent, "a session of its own");
+
+    // The parent goes on with the launch's result, recorded as the plain tool result it is.
+    gw.fake.script(Reply::text("Waiting for the audit."));
+    let launched = tool_result("toolu_bg", "Async agent launched successfully. agentId: a1");
+    let call = tool_use("toolu_bg", "Agent", task);
+    let next = gw
+        .messages(&claude_code(json!([u1, call, launched])))
+        .await
+        .ok();
+    assert_eq!(next.session(), parent);
+
+    // The sub-agent's later calls are recorded in its session, each message once.
+    gw.fake.script(Reply::text("They agree."));
+    let again = gw
+        .messages(&claude_code(json!([
+            opening,
+            tool_use("toolu_sub_1", "Read", json!({"file_path": "a.txt"})),
+            tool_result("toolu_sub_1", "the appendix"),
+        ])))
+        .await
+        .ok();
+    assert_eq!(again.session(), sub_session);
+    let branch = again.branch();
+    let log: Vec<String> = gw
+        .app
+        .log(&sub_session, &branch)
+        .await
+        .iter()
+        .rev()
+        .map(describe)
+        .collect();
+    assert_eq!(
+        log,
+        [
+            format!("user: {prompt}"),
+            "assistant:  -> toolu_sub_1".to_owned(),
+            "tool[toolu_sub_1]: the appendix".to_owned(),
+            "assistant: They agree.".to_owned(),
+        ],
+        "the sub-agent's conversation, whole"
+    );
+    let parent_log: Vec<String> = gw
+        .app
+        .log(&parent, &next.branch())
+        .await
+        .iter()
+        .rev()
+        .map(describe)
+        .collect();
+    assert!(
+        parent_log
+            .contains(&"tool[toolu_bg]: Async agent launched successfully. agentId: a1".to_owned()),
+        "{parent_log:#?}"
+    );
 }
