@@ -531,6 +531,11 @@ impl App {
                 self.max_part_bytes,
             )
             .await;
+            tracing::debug!(
+                read_us = t_read.as_micros() as u64,
+                locate_us = (t0.elapsed() - t_read).as_micros() as u64,
+                "gateway: a request's time to read and locate"
+            );
             match located {
                 Ok(Some(located)) => {
                     return self
