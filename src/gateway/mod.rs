@@ -663,16 +663,18 @@ impl App {
         let store = self.workflows.store.clone();
         let keys = Arc::clone(&self.keys_seen);
         let max_part_bytes = self.max_part_bytes;
+        let (session, branch) = (located.session, located.branch.clone());
         let task = tokio::spawn(async move {
             // The upstream answered (any status): the request is recorded; unreachable, not.
             opened.await.ok()?;
-            match record::record(
+            match record::record_located(
                 &store,
                 &keys,
                 &tenant,
                 named.as_deref(),
                 &conv,
                 max_part_bytes,
+                located,
             )
             .await
             {
@@ -693,8 +695,8 @@ impl App {
             client_tokens,
             forwarded_tokens,
             named: Named {
-                session: located.session,
-                branch: located.branch,
+                session,
+                branch,
                 function: None,
             },
             recording: Recording::Pending(task),

@@ -173,6 +173,52 @@ pub async fn locate(
     }))
 }
 
+/// Records a request [`locate`]d before it was forwarded: what it adds is appended where
+/// locating found it goes, while that branch's head is still the node it extends; else (another
+/// request moved the head, or the fork it needs is not made yet) it is recorded afresh.
+pub async fn record_located(
+    store: &Store,
+    keys: &SessionKeys,
+    tenant: &Tenant,
+    named: Option<&str>,
+    conv: &Conversation,
+    max_part_bytes: usize,
+    located: Located,
+) -> Result<Recorded, Unrecorded> {
+    if !located.rest.is_empty() {
+        let seen = located.seen();
+        let request = AppendRequest {
+            session: located.session,
+            target: AppendTarget::Branch(located.branch.clone()),
+            expected_head: Some(located.expected.map(|(id, _)| id)),
+            idempotency_key: None,
+            nodes: located.rest,
+            pinned: Vec::new(),
+        };
+        if let Ok(outcome) = store.append(request).await {
+            return Ok(Recorded {
+                session: located.session,
+                branch: located.branch,
+                function: None,
+                head: appended(&outcome),
+                behind: false,
+                seen,
+                agent_summary: None,
+            });
+        }
+    }
+    record(store, keys, tenant, named, conv, max_part_bytes).await
+}
+
+/// The head an append left, counted in the metrics.
+fn appended(outcome: &store::AppendOutcome) -> Option<(NodeId, Hash)> {
+    metrics::counter!("ctxd_appended_nodes_total").increment(outcome.node_ids.len() as u64);
+    NodeId::parse("head_id", &outcome.head_id)
+        .ok()
+        .zip(blake3::Hash::from_hex(&outcome.head_hash).ok())
+        .map(|(id, hash)| (id, Hash(*hash.as_bytes())))
+}
+
 /// A request located but not yet recorded (see [`locate`]).
 #[derive(Debug, Clone)]
 pub struct Located {
@@ -213,7 +259,9 @@ fn checked(conv: &Conversation, max_part_bytes: usize) -> Result<Vec<NodeContent
     // refused before any session is made for it, so none is left behind empty.
     let mut tail = domain::ChainTail::default();
     for (i, content) in contents.iter().enumerate() {
-        let mut content = content.clone();
+        // Pairing reads roles, calls and result ids, never parts: a copy without them is
+        // checked, so the request's text is not copied again on its way upstream.
+        let mut content = without_parts(content);
         if tail
             .admit(&format!("messages[{i}]"), NodeId::new(), &mut content)
             .is_err()
@@ -222,6 +270,31 @@ fn checked(conv: &Conversation, max_part_bytes: usize) -> Result<Vec<NodeContent
         }
     }
     Ok(contents)
+}
+
+/// `content` as pairing reads it: its parts left out.
+fn without_parts(content: &NodeContent) -> NodeContent {
+    match content {
+        NodeContent::Message {
+            role, tool_calls, ..
+        } => NodeContent::Message {
+            role: *role,
+            parts: Vec::new(),
+            tool_calls: tool_calls.clone(),
+        },
+        NodeContent::ToolResult {
+            call_id,
+            name,
+            is_error,
+            ..
+        } => NodeContent::ToolResult {
+            call_id: call_id.clone(),
+            name: name.clone(),
+            parts: Vec::new(),
+            is_error: *is_error,
+        },
+        other => other.clone(),
+    }
 }
 
 /// How the request names its session: a header, the agent's own session id, or its opening.
@@ -349,12 +422,7 @@ async fn record_in(
         };
         match store.append(request).await {
             Ok(outcome) => {
-                let head = NodeId::parse("head_id", &outcome.head_id)
-                    .ok()
-                    .zip(blake3::Hash::from_hex(&outcome.head_hash).ok())
-                    .map(|(id, hash)| (id, Hash(*hash.as_bytes())));
-                metrics::counter!("ctxd_appended_nodes_total")
-                    .increment(outcome.node_ids.len() as u64);
+                let head = appended(&outcome);
                 return Ok(Recorded {
                     session,
                     branch: plan.branch,
@@ -393,8 +461,7 @@ async fn extend_as(
     done: usize,
     forking: Fork,
 ) -> Result<Plan, Unrecorded> {
-    let mut order: Vec<&domain::Branch> = branches.iter().filter(|b| b.head.is_some()).collect();
-    order.sort_by_key(|b| (b.name != BranchName::main(), b.name.as_str().to_owned()));
+    let order = with_heads(branches);
     let mut best: Option<Reach> = None;
     for branch in order {
         let path = store
@@ -465,8 +532,7 @@ async fn continuation(
     hashes: &[Hash],
     text: String,
 ) -> Result<Option<Plan>, Unrecorded> {
-    let mut order: Vec<&domain::Branch> = branches.iter().filter(|b| b.head.is_some()).collect();
-    order.sort_by_key(|b| (b.name != BranchName::main(), b.name.as_str().to_owned()));
+    let order = with_heads(branches);
     let mut newest: Option<(i64, BranchName, (NodeId, Hash), NodeId)> = None;
     for branch in order {
         let path = store
@@ -533,8 +599,7 @@ async fn codex_window(
     hashes: &[Hash],
     c: usize,
 ) -> Result<Option<Plan>, Unrecorded> {
-    let mut order: Vec<&domain::Branch> = branches.iter().filter(|b| b.head.is_some()).collect();
-    order.sort_by_key(|b| (b.name != BranchName::main(), b.name.as_str().to_owned()));
+    let order = with_heads(branches);
     for branch in order {
         let path = store
             .load_path(session, &PathTarget::Branch(branch.name.clone()))
@@ -579,6 +644,14 @@ async fn codex_window(
         }
     }
     Ok(None)
+}
+
+/// The branches that have a head, `main` first, then by name: the order a request's history
+/// is looked for in them.
+fn with_heads(branches: &[domain::Branch]) -> Vec<&domain::Branch> {
+    let mut order: Vec<&domain::Branch> = branches.iter().filter(|b| b.head.is_some()).collect();
+    order.sort_by_key(|b| (b.name != BranchName::main(), b.name.as_str().to_owned()));
+    order
 }
 
 /// [`extend_as`], making the fork it needs.
@@ -726,8 +799,7 @@ async fn subagent(
                     .any(|p| matches!(p, Part::Text(t) if t == prompt)))
     };
     let branches = store.list_branches(session).await.map_err(store_error)?;
-    let mut order: Vec<&domain::Branch> = branches.iter().filter(|b| b.head.is_some()).collect();
-    order.sort_by_key(|b| (b.name != BranchName::main(), b.name.as_str().to_owned()));
+    let order = with_heads(&branches);
     let mut pending: Option<(BranchName, NodeId, NodeContent)> = None;
     for branch in order {
         let path = store
