@@ -121,3 +121,11 @@ pub fn paths(fake: &FakeProvider) -> String {
         .collect();
     format!("{all:?}")
 }
+
+/// The only session of the test's server (`what` says what one session stands for, in the
+/// failure message).
+pub async fn only_session(app: &mut TestApp, what: &str) -> String {
+    let ids = crate::gateway::sessions(app).await;
+    assert_eq!(ids.len(), 1, "{what}, one session: {ids:?}");
+    ids[0].clone()
+}

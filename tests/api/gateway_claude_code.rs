@@ -291,7 +291,7 @@ async fn claude_code_session_costs_no_more_through_the_gateway() {
 
     // ctxd: the session as Claude Code made it.
     let mut app = through.app.expect("the gateway run has a server");
-    let session = only_session(&mut app).await;
+    let session = crate::agents::only_session(&mut app, "one Claude Code session").await;
     assert_recorded(&mut app, &session, Sub::Function).await;
 }
 
@@ -658,26 +658,6 @@ fn breakdown(straight: &[Recorded], through: &[Recorded], who: &str) -> String {
 }
 
 // ---------------------------------------------------------------- the session in ctxd
-
-async fn only_session(app: &mut TestApp) -> String {
-    let sessions = app
-        .client
-        .list_sessions(pb::ListSessionsRequest {
-            page_size: 1000,
-            ..Default::default()
-        })
-        .await
-        .expect("ListSessions")
-        .into_inner()
-        .sessions;
-    let ids: Vec<&str> = sessions.iter().map(|s| s.session_id.as_str()).collect();
-    assert_eq!(
-        ids.len(),
-        1,
-        "one Claude Code session, one ctxd session: {ids:?}"
-    );
-    ids[0].to_owned()
-}
 
 /// Where the sub-agent's conversation is recorded: the `Agent` call's function (a foreground
 /// agent), or a session of its own (a background one, Claude Code's default).

@@ -103,7 +103,7 @@ async fn anthropic_sdk(mode: &str) {
     );
 
     // ctxd: one session, named in both answers, holding the conversation in order.
-    let session = only_session(&mut app).await;
+    let session = crate::agents::only_session(&mut app, "one conversation").await;
     assert_eq!(
         out["sessions"],
         json!([session, session]),
@@ -189,7 +189,7 @@ async fn openai_sdk(mode: &str) {
         "the question went upstream again: {second:#?}"
     );
 
-    let session = only_session(&mut app).await;
+    let session = crate::agents::only_session(&mut app, "one conversation").await;
     assert_eq!(
         out["sessions"],
         json!([session, session]),
@@ -265,7 +265,7 @@ async fn responses_sdk(mode: &str) {
     assert_eq!(output["call_id"], TOOL_ID);
     assert_eq!(output["output"], TOOL_OUTPUT);
 
-    let session = only_session(&mut app).await;
+    let session = crate::agents::only_session(&mut app, "one conversation").await;
     assert_eq!(
         out["sessions"],
         json!([session, session]),
@@ -396,7 +396,7 @@ async fn claude_code_reads_a_file_through_the_gateway() {
 
     // ctxd: one session for the run, on one branch (a linear run forks nothing), holding the
     // prompt, the Read call, its result and the answer, each once and in that order.
-    let session = only_session(&mut app).await;
+    let session = crate::agents::only_session(&mut app, "one conversation").await;
     let branches: Vec<pb::Branch> = app
         .branches(&session)
         .await
@@ -447,23 +447,6 @@ async fn claude_code_reads_a_file_through_the_gateway() {
 }
 
 // ---------------------------------------------------------------- the gateway under test
-
-/// The only session of the test's server.
-async fn only_session(app: &mut TestApp) -> String {
-    let sessions = app
-        .client
-        .list_sessions(pb::ListSessionsRequest {
-            page_size: 1000,
-            ..Default::default()
-        })
-        .await
-        .expect("ListSessions")
-        .into_inner()
-        .sessions;
-    let ids: Vec<&str> = sessions.iter().map(|s| s.session_id.as_str()).collect();
-    assert_eq!(ids.len(), 1, "one conversation, one session: {ids:?}");
-    ids[0].to_owned()
-}
 
 /// The branch both answers named (`x-ctxd-branch`).
 fn answered_branch(out: &Value) -> String {

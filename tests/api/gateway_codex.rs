@@ -113,7 +113,7 @@ async fn codex_exec_runs_a_shell_call_through_the_gateway() {
 
     // ctxd: one session for the run, on one branch, holding the prompt, then the call, its
     // output and the answer, each once and in that order.
-    let session = only_session(&mut app).await;
+    let session = crate::agents::only_session(&mut app, "one Codex thread").await;
     let branch = only_branch(&mut app, &session).await;
     let all = log_lines(&mut app, &session, &branch).await;
     let prompt_at = all
@@ -251,7 +251,7 @@ async fn codex_exec_resume_continues_the_session() {
     );
 
     // ctxd: one session and one branch for both runs, ending with the whole exchange.
-    let session = only_session(&mut app).await;
+    let session = crate::agents::only_session(&mut app, "one Codex thread").await;
     let branch = only_branch(&mut app, &session).await;
     let all = log_lines(&mut app, &session, &branch).await;
     let expected = vec![
@@ -330,7 +330,7 @@ async fn codex_exec_keeps_a_call_whose_stream_was_cut() {
         "the last upstream input has the call and its output: {last:#?}"
     );
 
-    let session = only_session(&mut app).await;
+    let session = crate::agents::only_session(&mut app, "one Codex thread").await;
     let branch = only_branch(&mut app, &session).await;
     let all = log_lines(&mut app, &session, &branch).await;
     let tail = &all[all.len().saturating_sub(4)..];
@@ -420,7 +420,7 @@ async fn codex_named_openai_resends_its_answers_onto_one_branch() {
     );
 
     // ctxd: one session, one branch, each message once and nothing stored beside it.
-    let session = only_session(&mut app).await;
+    let session = crate::agents::only_session(&mut app, "one Codex thread").await;
     let branch = only_branch(&mut app, &session).await;
     let all = log_lines(&mut app, &session, &branch).await;
     assert_conversation(
@@ -514,7 +514,7 @@ async fn codex_remote_compaction_passes_through_the_gateway() {
     );
 
     // ctxd: one session; the trigger recorded as Codex sent it, the compaction after it.
-    let session = only_session(&mut run.app).await;
+    let session = crate::agents::only_session(&mut run.app, "one Codex thread").await;
     let mut found = Vec::new();
     for branch in run.app.branches(&session).await {
         let nodes = ordered_log(&mut run.app, &session, &branch.name).await;
@@ -543,7 +543,7 @@ async fn codex_remote_compaction_passes_through_the_gateway() {
 async fn codex_remote_compaction_continues_on_one_branch() {
     let Some(codex) = codex() else { return };
     let mut run = compacting_run(&codex, false).await;
-    let session = only_session(&mut run.app).await;
+    let session = crate::agents::only_session(&mut run.app, "one Codex thread").await;
     let branch = only_branch(&mut run.app, &session).await;
     let all = log_lines(&mut run.app, &session, &branch).await;
     assert_conversation(
@@ -1247,23 +1247,6 @@ fn kept_items(node: &pb::Node) -> Vec<Value> {
 }
 
 // ---------------------------------------------------------------- the gateway under test
-
-/// The only session of the test's server.
-async fn only_session(app: &mut TestApp) -> String {
-    let sessions = app
-        .client
-        .list_sessions(pb::ListSessionsRequest {
-            page_size: 1000,
-            ..Default::default()
-        })
-        .await
-        .expect("ListSessions")
-        .into_inner()
-        .sessions;
-    let ids: Vec<&str> = sessions.iter().map(|s| s.session_id.as_str()).collect();
-    assert_eq!(ids.len(), 1, "one Codex thread, one session: {ids:?}");
-    ids[0].to_owned()
-}
 
 /// The only branch of `session` with nodes (a linear conversation forks nothing); else fails
 /// showing each branch's nodes.
