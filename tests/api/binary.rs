@@ -418,3 +418,21 @@ async fn the_sessions_command_filters_by_metadata_and_id_prefix() {
     drop(client);
     daemon.stop().await;
 }
+
+/// Logs to a file or a pipe carry no colour codes (they would be noise in every log viewer);
+/// only a terminal gets them.
+#[tokio::test]
+async fn logs_to_a_file_carry_no_colour_codes() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("ctxd.db");
+    let daemon = Serve::new(&db).args(["--log", "ctxd=debug"]).start().await;
+    let mut client = connect(daemon.addr).await;
+    new_session(&mut client).await;
+    drop(client);
+    let log = daemon.stop().await;
+    assert!(log.contains("INFO"), "the server logged: {log}");
+    assert!(
+        !log.contains('\u{1b}'),
+        "no escape codes in a log file: {log:?}"
+    );
+}
