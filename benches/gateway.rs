@@ -63,7 +63,9 @@
 //! - **memory**: the `ctxd` binary (`ctxd serve --gateway`) as a child process; 16 streamed
 //!   requests of about 100k tokens each (distinct sessions) held open by the fake (paused after
 //!   its first events) while the server's VmRSS is read from `/proc/<pid>/status`; VmRSS idle,
-//!   during, after, and VmHWM.
+//!   during, after, and VmHWM. Then a fresh server given one body of 50 MiB in 10 tool results
+//!   of 5 MiB, forwarded and recorded: how far its VmHWM rose over its idle VmRSS, over the
+//!   body's size.
 //!
 //! Arguments (after `--`): `--per-call TRACE` (repeatable) prints every call of that trace in
 //! both replays (the Codex trace too, with the branch each gateway call went to);
@@ -131,6 +133,11 @@ const LATENCY_ROUNDS: usize = 200;
 
 /// Memory: streams held open at once, tokens each.
 const STREAMS: usize = 16;
+/// The large body: this many tool results of [`LARGE_PART`] bytes each.
+const LARGE_PARTS: usize = 10;
+const LARGE_PART: usize = 5 * 1024 * 1024;
+/// The most a large body may raise the server's peak memory, over its size.
+const LARGE_GOAL: f64 = 3.0;
 const STREAM_TOKENS: usize = 100_000;
 /// RSS samples while the streams are open, and their spacing.
 const RSS_SAMPLES: usize = 10;
@@ -146,6 +153,13 @@ const MAX_MESSAGE: usize = 256 * 1024 * 1024;
 
 fn main() {
     let args = Args::parse();
+    // A diagnostic: `RUST_LOG=ctxd::gateway=debug` prints the gateway's phase timings.
+    if std::env::var_os("RUST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .try_init();
+    }
     let _ = rustls::crypto::ring::default_provider().install_default();
     let metrics = ctxd::metrics::install().ok();
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -409,6 +423,11 @@ async fn run(args: Args, metrics: Option<PrometheusHandle>) {
         let history = source.history(STREAM_TOKENS);
         memory(&http, &source.system, &history).await
     };
+    let large = if args.skip_memory {
+        Err("skipped (--skip-memory)".to_owned())
+    } else {
+        large_body(&http).await
+    };
 
     server.stop().await;
 
@@ -667,6 +686,35 @@ async fn run(args: Args, metrics: Option<PrometheusHandle>) {
         }),
     }
 
+    let large_ratio = match &large {
+        Ok(l) => {
+            let ratio = l.peak_over_idle_kib() as f64 * 1024.0 / l.body_bytes as f64;
+            rows.push(Row {
+                section: "memory",
+                case: format!(
+                    "one body of {:.0} MiB in {LARGE_PARTS} tool results: VmHWM − VmRSS idle ({:.1} → {:.1} MiB)",
+                    l.body_bytes as f64 / 1024.0 / 1024.0,
+                    l.idle_kib as f64 / 1024.0,
+                    l.hwm_kib as f64 / 1024.0,
+                ),
+                value: format!("{:.1} MiB", l.peak_over_idle_kib() as f64 / 1024.0),
+                ratio: Some(ratio),
+                to: "the body's size".into(),
+                ..Row::default()
+            });
+            ratio
+        }
+        Err(why) => {
+            rows.push(Row {
+                section: "memory",
+                case: "one large body: not measured".into(),
+                value: why.clone(),
+                ..Row::default()
+            });
+            f64::NAN
+        }
+    };
+
     println!();
     print_table(&rows);
 
@@ -722,6 +770,15 @@ async fn run(args: Args, metrics: Option<PrometheusHandle>) {
             format!("{:.2} ms", added_at(big, Metric::FirstByte, 0.5)),
             format!("≤ {TTFB_ADDED_GOAL_MS} ms"),
             within(added_at(big, Metric::FirstByte, 0.5), TTFB_ADDED_GOAL_MS),
+        ),
+        (
+            format!(
+                "memory: peak over idle for one {} MiB body, over its size",
+                LARGE_PARTS * LARGE_PART / 1024 / 1024
+            ),
+            format!("{large_ratio:.2}×"),
+            format!("≤ {LARGE_GOAL}×"),
+            within(large_ratio, LARGE_GOAL),
         ),
     ];
     println!("\ngoals:");
@@ -797,6 +854,9 @@ async fn run(args: Args, metrics: Option<PrometheusHandle>) {
         "memory": memory.as_ref().map_or_else(|e| json!({"error": e}), |m| json!({
             "idle_kib": m.idle_kib, "during_kib": m.during_kib, "after_kib": m.after_kib,
             "hwm_kib": m.hwm_kib, "streams": STREAMS, "tokens_each": STREAM_TOKENS,
+        })),
+        "large_body": large.as_ref().map_or_else(|e| json!({"error": e}), |l| json!({
+            "body_bytes": l.body_bytes, "idle_kib": l.idle_kib, "hwm_kib": l.hwm_kib,
         })),
         "run_seconds": run_start.elapsed().as_secs_f64(),
     });
@@ -2201,6 +2261,87 @@ struct Memory {
     hwm_kib: u64,
 }
 
+/// One large request's mark on the server's memory.
+struct Large {
+    body_bytes: usize,
+    idle_kib: u64,
+    hwm_kib: u64,
+}
+
+impl Large {
+    fn peak_over_idle_kib(&self) -> u64 {
+        self.hwm_kib.saturating_sub(self.idle_kib)
+    }
+}
+
+/// A fresh `ctxd serve --gateway` given one request of [`LARGE_PARTS`] tool results of
+/// [`LARGE_PART`] bytes each (source-like text, with the newlines and quotes JSON escapes), its
+/// answer read whole and the request recorded; VmRSS before it and VmHWM after.
+async fn large_body(http: &reqwest::Client) -> Result<Large, String> {
+    let fake = FakeProvider::start().await;
+    fake.set_default(Reply::text(ANSWER));
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let daemon = start_daemon(dir.path(), &fake.url())?;
+    let pid = daemon.child.id();
+    let url = format!("http://{}/v1/messages", daemon.gateway);
+    let warm = Conversation::new(&[json!({"role": "user", "content": "hello"})]).next_body(SYSTEM);
+    let answer = post(http, &url, Some("large-warmup"), None, warm).await?;
+    if answer.status != 200 {
+        return Err(format!("warm-up request: status {}", answer.status));
+    }
+    let (idle_kib, _) = status_kib(pid)?;
+    let line = "    let value = \"some \\\"quoted\\\" text\"; // a line of a source file\n";
+    let part: String = line.repeat(LARGE_PART / line.len() + 1)[..LARGE_PART].to_owned();
+    let calls: Vec<Value> = (0..LARGE_PARTS)
+        .map(|i| {
+            json!({"type": "tool_use", "id": format!("toolu_{i}"), "name": "Read",
+            "input": {"file_path": format!("/src/file_{i}.rs")}})
+        })
+        .collect();
+    let results: Vec<Value> = (0..LARGE_PARTS)
+        .map(|i| {
+            json!({"type": "tool_result", "tool_use_id": format!("toolu_{i}"),
+            "content": format!("{i}{}", &part[1..])})
+        })
+        .collect();
+    let body = json!({
+        "model": MODEL,
+        "max_tokens": MAX_TOKENS,
+        "system": SYSTEM,
+        "stream": true,
+        "messages": [
+            {"role": "user", "content": "Read these ten files."},
+            {"role": "assistant", "content": calls},
+            {"role": "user", "content": results},
+        ],
+    })
+    .to_string();
+    let body_bytes = body.len();
+    let answer = post(http, &url, Some("large"), None, body).await?;
+    if answer.status != 200 {
+        return Err(format!(
+            "status {}: {}",
+            answer.status,
+            String::from_utf8_lossy(&answer.body[..answer.body.len().min(300)])
+        ));
+    }
+    // The request and its answer are recorded beside the relay: the peak counts them once
+    // they are stored.
+    let mut grpc = connect(daemon.grpc).await;
+    let stored = stored_nodes(&mut grpc, answer.session.as_deref(), 4).await;
+    if stored.nodes < 4 {
+        return Err(format!("{} of 4 nodes recorded", stored.nodes));
+    }
+    let (_, hwm_kib) = status_kib(pid)?;
+    drop(daemon);
+    println!("memory: one body of {body_bytes} bytes forwarded and recorded");
+    Ok(Large {
+        body_bytes,
+        idle_kib,
+        hwm_kib,
+    })
+}
+
 /// `VmRSS` and `VmHWM` of `pid`, in KiB.
 fn status_kib(pid: u32) -> Result<(u64, u64), String> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
@@ -2220,6 +2361,7 @@ fn status_kib(pid: u32) -> Result<(u64, u64), String> {
 /// The `ctxd serve` child; killed when dropped.
 struct Daemon {
     child: Child,
+    grpc: SocketAddr,
     gateway: SocketAddr,
 }
 
@@ -2267,6 +2409,7 @@ fn start_daemon(dir: &Path, upstream: &str) -> Result<Daemon, String> {
     });
     let mut daemon = Daemon {
         child,
+        grpc: SocketAddr::from(([127, 0, 0, 1], 0)),
         gateway: SocketAddr::from(([127, 0, 0, 1], 0)),
     };
     let deadline = Instant::now() + PATIENCE;
@@ -2274,6 +2417,12 @@ fn start_daemon(dir: &Path, upstream: &str) -> Result<Daemon, String> {
         let left = deadline.saturating_duration_since(Instant::now());
         match rx.recv_timeout(left) {
             Ok(line) => {
+                if let Some(addr) = line.strip_prefix("ctxd listening on ") {
+                    daemon.grpc = addr
+                        .trim()
+                        .parse()
+                        .map_err(|e| format!("gRPC address {addr:?}: {e}"))?;
+                }
                 if let Some(addr) = line.strip_prefix("ctxd gateway on ") {
                     daemon.gateway = addr
                         .trim()

@@ -22,8 +22,9 @@ const BILLING_HEADER: &str = "x-anthropic-billing-header:";
 /// Cache breakpoints one request may carry.
 pub const MAX_MARKERS: usize = 4;
 
-/// Reads a Messages API request body.
-pub fn read(body: &Value) -> Result<Conversation, Refusal> {
+/// Reads a Messages API request body. Texts are taken out of `body`, not copied: a request of
+/// many megabytes is held once while it is read.
+pub fn read(body: &mut Value) -> Result<Conversation, Refusal> {
     let Some(obj) = body.as_object() else {
         return Err(Refusal::invalid("body", "must be a JSON object"));
     };
@@ -31,9 +32,9 @@ pub fn read(body: &Value) -> Result<Conversation, Refusal> {
         Some(Value::String(m)) => m.clone(),
         _ => return Err(Refusal::invalid("model", "must be a string")),
     };
-    let Some(Value::Array(messages)) = obj.get("messages") else {
+    if !matches!(obj.get("messages"), Some(Value::Array(_))) {
         return Err(Refusal::invalid("messages", "must be an array of messages"));
-    };
+    }
     let mut conv = Conversation {
         model,
         stream: obj.get("stream").and_then(Value::as_bool).unwrap_or(false),
@@ -81,7 +82,11 @@ pub fn read(body: &Value) -> Result<Conversation, Refusal> {
         .and_then(|m| m.get("user_id"))
         .and_then(Value::as_str)
         .and_then(claude_code_session);
-    for (i, message) in messages.iter().enumerate() {
+    let messages = match body.get_mut("messages") {
+        Some(Value::Array(messages)) => messages,
+        _ => return Err(Refusal::invalid("messages", "must be an array of messages")),
+    };
+    for (i, message) in messages.iter_mut().enumerate() {
         read_message(&mut conv, i, message)?;
     }
     Ok(conv.finish(&system))
@@ -103,9 +108,14 @@ fn claude_code_session(user_id: &str) -> Option<String> {
         .filter(|id| !id.is_empty())
 }
 
-fn read_message(conv: &mut Conversation, i: usize, message: &Value) -> Result<(), Refusal> {
+fn read_message(conv: &mut Conversation, i: usize, message: &mut Value) -> Result<(), Refusal> {
     let at = format!("messages[{i}]");
-    let Some(obj) = message.as_object() else {
+    // A string content is one text block, taken as such.
+    if let Some(Value::String(s)) = message.get_mut("content") {
+        let text = std::mem::take(s);
+        message["content"] = json!([{"type": "text", "text": text}]);
+    }
+    let Some(obj) = message.as_object_mut() else {
         return Err(Refusal::invalid(at, "must be an object"));
     };
     let role = match obj.get("role").and_then(Value::as_str) {
@@ -132,12 +142,8 @@ fn read_message(conv: &mut Conversation, i: usize, message: &Value) -> Result<()
         fields.insert("type".to_owned(), Value::String(MESSAGE_FIELDS.to_owned()));
         kept(&Value::Object(fields))
     });
-    let one;
-    let blocks: &[Value] = match obj.get("content") {
-        Some(Value::String(s)) => {
-            one = [json!({"type": "text", "text": s})];
-            &one
-        }
+    let mut content = obj.remove("content");
+    let blocks: &mut [Value] = match &mut content {
         Some(Value::Array(blocks)) => blocks,
         _ => {
             return Err(Refusal::invalid(
@@ -191,7 +197,7 @@ fn read_message(conv: &mut Conversation, i: usize, message: &Value) -> Result<()
         _ => {
             let mut parts: Vec<Part> = envelope.into_iter().collect();
             let fields = parts.len();
-            for block in blocks {
+            for block in blocks.iter_mut() {
                 if block.get("type").and_then(Value::as_str) == Some("tool_result") {
                     if role != Role::User || parts.len() > fields {
                         return Err(Refusal::Unrecordable("content before tool results"));
@@ -201,7 +207,7 @@ fn read_message(conv: &mut Conversation, i: usize, message: &Value) -> Result<()
                         message: i,
                         through: i,
                     });
-                } else if let Some(part) = part(block) {
+                } else if let Some(part) = taken_part(block) {
                     parts.push(part);
                 }
             }
@@ -242,6 +248,20 @@ fn part(block: &Value) -> Option<Part> {
     }
 }
 
+/// [`part`], a plain text taken out of `block`.
+fn taken_part(block: &mut Value) -> Option<Part> {
+    if let Some(obj) = block.as_object_mut()
+        && obj.get("type").and_then(Value::as_str) == Some("text")
+        && obj
+            .keys()
+            .all(|k| ["type", "text", "cache_control"].contains(&k.as_str()))
+        && let Some(Value::String(text)) = obj.get_mut("text")
+    {
+        return (!text.is_empty()).then(|| Part::Text(std::mem::take(text)));
+    }
+    part(block)
+}
+
 fn image(source: &Value) -> Option<Part> {
     match source.get("type").and_then(Value::as_str)? {
         "base64" if source.as_object()?.len() == 3 => {
@@ -268,7 +288,7 @@ fn kept(block: &Value) -> Part {
     }
 }
 
-fn tool_result(block: &Value) -> Result<NodeContent, Refusal> {
+fn tool_result(block: &mut Value) -> Result<NodeContent, Refusal> {
     let call_id = block
         .get("tool_use_id")
         .and_then(Value::as_str)
@@ -286,21 +306,23 @@ fn tool_result(block: &Value) -> Result<NodeContent, Refusal> {
     {
         return Err(Refusal::Unrecordable("tool_result with unknown fields"));
     }
-    let parts = match block.get("content") {
+    let is_error = block
+        .get("is_error")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    let call_id = call_id.to_owned();
+    let parts = match block.get_mut("content") {
         None | Some(Value::Null) => Vec::new(),
         Some(Value::String(s)) if s.is_empty() => Vec::new(),
-        Some(Value::String(s)) => vec![Part::Text(s.clone())],
-        Some(Value::Array(blocks)) => blocks.iter().filter_map(part).collect(),
+        Some(Value::String(s)) => vec![Part::Text(std::mem::take(s))],
+        Some(Value::Array(blocks)) => blocks.iter_mut().filter_map(taken_part).collect(),
         Some(_) => return Err(Refusal::Unrecordable("tool_result content of another type")),
     };
     Ok(NodeContent::ToolResult {
-        call_id: call_id.to_owned(),
+        call_id,
         name: String::new(),
         parts,
-        is_error: block
-            .get("is_error")
-            .and_then(Value::as_bool)
-            .unwrap_or(false),
+        is_error,
     })
 }
 
@@ -519,7 +541,7 @@ mod tests {
     use crate::render::{Message, Reduction};
 
     fn request(messages: Value) -> Conversation {
-        read(&json!({"model": "claude-x", "max_tokens": 100, "messages": messages}))
+        read(&mut json!({"model": "claude-x", "max_tokens": 100, "messages": messages}))
             .expect("a request")
     }
 
@@ -607,13 +629,16 @@ mod tests {
     }
 
     fn messages_for_test(rendered: &[Message], conv: &Conversation) -> Value {
-        let (text, _) = super::super::forward::conversation(
+        let contents: Vec<&NodeContent> = conv.items.iter().map(|i| &i.content).collect();
+        let (entries, _) = super::super::forward::conversation(
             super::super::forward::Format::Anthropic,
             conv,
+            &contents,
             None,
             &crate::domain::PathView::default(),
             rendered,
         );
+        let text = format!("[{}]", entries.join(","));
         serde_json::from_str(&text).expect("the forwarded messages are JSON")
     }
 
@@ -682,10 +707,12 @@ mod tests {
     #[test]
     fn the_billing_block_is_no_part_of_a_conversations_opening() {
         let with = |billing: &str| {
-            read(&json!({"model": "claude-x", "max_tokens": 100, "system": [
+            read(
+                &mut json!({"model": "claude-x", "max_tokens": 100, "system": [
                 {"type": "text", "text": billing},
                 {"type": "text", "text": "You are a coding agent."},
-            ], "messages": [{"role": "user", "content": "hi"}]}))
+            ], "messages": [{"role": "user", "content": "hi"}]}),
+            )
             .expect("a request")
             .opening
         };
@@ -698,7 +725,7 @@ mod tests {
 
     #[test]
     fn bad_requests_name_their_field() {
-        let err = |body: Value| match read(&body) {
+        let err = |mut body: Value| match read(&mut body) {
             Err(Refusal::Invalid { field, .. }) => field,
             other => panic!("{other:?}"),
         };
@@ -715,7 +742,7 @@ mod tests {
         );
         assert!(matches!(
             read(
-                &json!({"model": "m", "messages": [{"role": "user", "content": [
+                &mut json!({"model": "m", "messages": [{"role": "user", "content": [
                 {"type": "text", "text": "x"}, {"type": "tool_result", "tool_use_id": "t"}]}]})
             ),
             Err(Refusal::Unrecordable("content before tool results"))

@@ -9,6 +9,7 @@
 //! path that holds more than the request (a sub-agent's function call, which the client sends as
 //! a tool call and its result) still maps entry to node.
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
@@ -16,7 +17,7 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use super::anthropic::MAX_MARKERS;
-use super::conversation::{Conversation, Item};
+use super::conversation::Conversation;
 use crate::domain::{FunctionResult, FunctionStatus, Node, NodeContent, NodeId, Part, PathView};
 use crate::render::format::{anthropic_document, openai_chat_document, responses_document};
 use crate::render::{Message, Reduction};
@@ -59,29 +60,23 @@ pub struct EntryShape {
     pub client: bool,
 }
 
-/// The forwarded conversation (a JSON array) and what it kept.
-pub fn conversation(
+/// The forwarded conversation, entry by entry (the client's own bytes or ctxd's render), and
+/// what it kept. The entries are written out once, into the body that carries them
+/// ([`super::json::Members::with_entries`]), not gathered into a string first.
+pub fn conversation<'a>(
     format: Format,
     conv: &Conversation,
-    client: Option<&[&RawValue]>,
+    contents: &[&NodeContent],
+    client: Option<&[&'a RawValue]>,
     path: &PathView,
     rendered: &[Message],
-) -> (String, Kept) {
-    let (document, sources) = match format {
-        Format::Anthropic => {
-            let (document, sources) = anthropic_document(rendered, true);
-            let messages = match document {
-                Value::Object(mut map) => map.remove("messages").unwrap_or(Value::Array(vec![])),
-                _ => Value::Array(vec![]),
-            };
-            (messages, sources)
-        }
-        Format::Chat => openai_chat_document(rendered),
-        Format::Responses => responses_document(rendered),
-    };
-    let Value::Array(docs) = document else {
-        return ("[]".to_owned(), Kept::default());
-    };
+) -> (Vec<Cow<'a, str>>, Kept) {
+    // Unchanged messages usually go out as the client's own entries: their documents are
+    // built hollow (texts and arguments stood in for), which keeps every structural choice (roles,
+    // grouping, pairing) and copies none of their text; a rendered entry that does hold one is
+    // then built whole, below.
+    let hollow: Vec<bool> = rendered.iter().map(|m| !changed(m)).collect();
+    let (mut docs, sources) = documents(format, rendered, Some(&hollow));
     let unchanged: Vec<bool> = sources
         .iter()
         .map(|s| !s.is_empty() && s.iter().all(|&k| !changed(&rendered[k])))
@@ -92,7 +87,7 @@ pub fn conversation(
         .iter()
         .filter(|n| n.function_id == scope)
         .collect();
-    let aligned = align(&stored, &conv.items);
+    let aligned = align(&stored, contents);
     let map = Map::new(conv, &aligned, rendered, &sources, &stored);
 
     // Output entries in order: a client entry (by index) or a rendered one.
@@ -108,6 +103,20 @@ pub fn conversation(
         }
         out.push(Entry::Rendered(j));
         j += 1;
+    }
+    // The messages whose entries go out rendered: built again, with them whole, when any was
+    // built hollow.
+    let mut needed = vec![false; rendered.len()];
+    for e in &out {
+        if let Entry::Rendered(j) = e {
+            for &k in &sources[*j] {
+                needed[k] = true;
+            }
+        }
+    }
+    if needed.iter().zip(&hollow).any(|(n, h)| *n && *h) {
+        let hollow: Vec<bool> = needed.iter().map(|n| !n).collect();
+        docs = documents(format, rendered, Some(&hollow)).0;
     }
 
     let mut kept = Kept {
@@ -132,20 +141,15 @@ pub fn conversation(
     // recorded names the same nodes by other ids.
     let hashes: HashMap<NodeId, crate::domain::Hash> =
         path.nodes.iter().map(|n| (n.id, n.hash)).collect();
-    let mut text = String::with_capacity(docs.len() * 64);
-    text.push('[');
+    let mut entries: Vec<Cow<'a, str>> = Vec::with_capacity(out.len());
     for (k, entry) in out.iter().enumerate() {
-        if k > 0 {
-            text.push(',');
-        }
-        let start = text.len();
-        match (&values[k], entry) {
-            (Some(v), _) => text.push_str(&v.to_string()),
+        let text: Cow<'a, str> = match (values[k].take(), entry) {
+            (Some(v), _) => Cow::Owned(v.to_string()),
             (None, Entry::Client(i)) => {
-                text.push_str(client.map_or("null", |c| c[*i].get()));
+                client.map_or(Cow::Borrowed("null"), |c| Cow::Borrowed(c[*i].get()))
             }
-            (None, Entry::Rendered(j)) => text.push_str(&docs[*j].to_string()),
-        }
+            (None, Entry::Rendered(j)) => Cow::Owned(docs[*j].to_string()),
+        };
         let (id, changed) = match entry {
             Entry::Client(i) => (
                 identity(0, map.client_nodes[*i].iter().flatten(), &[], &hashes),
@@ -167,13 +171,116 @@ pub fn conversation(
         };
         kept.shape.push(EntryShape {
             id,
-            chars: text.len() - start,
+            chars: text.len(),
             changed,
             client: matches!(entry, Entry::Client(_)),
         });
+        entries.push(text);
     }
-    text.push(']');
-    (text, kept)
+    (entries, kept)
+}
+
+/// The rendered messages as `format`'s entries, and which messages each holds. Messages
+/// marked in `hollow` are built with their texts and call arguments stood in for, which changes
+/// no entry's shape, only what it says.
+fn documents(
+    format: Format,
+    rendered: &[Message],
+    hollow: Option<&[bool]>,
+) -> (Vec<Value>, Vec<Vec<usize>>) {
+    let hollowed: Vec<Message>;
+    let messages = match hollow {
+        Some(hollow) => {
+            hollowed = rendered
+                .iter()
+                .zip(hollow)
+                .map(|(m, &h)| if h { hollow_copy(m, format) } else { m.clone() })
+                .collect();
+            &hollowed[..]
+        }
+        None => rendered,
+    };
+    let (document, sources) = match format {
+        Format::Anthropic => {
+            let (document, sources) = anthropic_document(messages, true);
+            let messages = match document {
+                Value::Object(mut map) => map.remove("messages").unwrap_or(Value::Array(vec![])),
+                _ => Value::Array(vec![]),
+            };
+            (messages, sources)
+        }
+        Format::Chat => openai_chat_document(messages),
+        Format::Responses => responses_document(messages),
+    };
+    match document {
+        Value::Array(docs) => (docs, sources),
+        _ => (Vec::new(), Vec::new()),
+    }
+}
+
+/// `m` with each non-empty text one character and each call's arguments `{}`: what decides an
+/// entry's shape (roles, which texts are empty, media, calls and their ids) kept, the bulk not.
+fn hollow_copy(m: &Message, format: Format) -> Message {
+    use crate::domain::MediaSource;
+    use crate::render::format::{ANTHROPIC_BLOCK, MESSAGE_FIELDS, is_opaque};
+    let parts = m
+        .parts
+        .iter()
+        .map(|p| match p {
+            Part::Text(t) if !t.is_empty() => Part::Text("x".to_owned()),
+            // A kept Anthropic block is one block (thinking, say) unless it holds the message's
+            // own fields, which the document reads.
+            Part::Media {
+                mime_type,
+                source: MediaSource::Data(data),
+            } if format == Format::Anthropic
+                && mime_type == ANTHROPIC_BLOCK
+                && !contains(data, MESSAGE_FIELDS.as_bytes()) =>
+            {
+                Part::Text("x".to_owned())
+            }
+            Part::Media {
+                mime_type,
+                source: MediaSource::Data(_),
+            } if !is_opaque(mime_type) => Part::Media {
+                mime_type: mime_type.clone(),
+                source: MediaSource::Data(Vec::new()),
+            },
+            other => other.clone(),
+        })
+        .collect();
+    let tool_calls = m
+        .tool_calls
+        .iter()
+        .map(|c| crate::domain::ToolCall {
+            call_id: c.call_id.clone(),
+            name: c.name.clone(),
+            arguments_json: "{}".to_owned(),
+        })
+        .collect();
+    Message {
+        role: m.role,
+        parts,
+        tool_calls,
+        tool_call_id: m.tool_call_id.clone(),
+        name: m.name.clone(),
+        is_error: m.is_error,
+        node_ids: m.node_ids.clone(),
+        recall: m.recall,
+        function_id: m.function_id,
+        reduction: m.reduction,
+        stubbed_inputs: m.stubbed_inputs,
+        at_ms: m.at_ms,
+        summary_id: m.summary_id,
+        pinned: m.pinned,
+        pinned_under: m.pinned_under,
+        unseen: m.unseen,
+        hidden: m.hidden.clone(),
+    }
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
 }
 
 /// An entry's identity: its kind, its nodes' content and what the render did to each message.
@@ -569,7 +676,7 @@ pub struct Aligned {
 /// begin elsewhere (a compacted conversation continues after the history its summary covers).
 /// A sub-agent's call node is passed over where the result of its function was matched to the
 /// client's tool result of the same call and text.
-pub fn align(stored: &[&Arc<Node>], items: &[Item]) -> Aligned {
+pub fn align(stored: &[&Arc<Node>], items: &[&NodeContent]) -> Aligned {
     let mut nodes = vec![None; items.len()];
     let mut passed = HashSet::new();
     let mut returned: HashSet<&str> = HashSet::new();
@@ -586,13 +693,13 @@ pub fn align(stored: &[&Arc<Node>], items: &[Item]) -> Aligned {
                 false
             }
             NodeContent::FunctionResult(r) => {
-                let same = result_matches(r, &items[i - 1].content);
+                let same = result_matches(r, items[i - 1]);
                 if same {
                     returned.insert(r.call_id.as_str());
                 }
                 same
             }
-            content => *content == items[i - 1].content,
+            content => content == items[i - 1],
         };
         if !same {
             break;

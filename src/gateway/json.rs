@@ -44,15 +44,37 @@ impl<'a> Members<'a> {
         self.0.iter().find(|(k, _)| k == field).map(|(_, v)| *v)
     }
 
-    /// The body with member `field` replaced by `value` (already JSON), every other member
-    /// byte-identical and in its place.
-    pub fn with(&self, field: &str, value: &str) -> Option<Vec<u8>> {
+    /// The body with member `field` replaced by an array of `entries` (each a JSON value's
+    /// text), every other member byte-identical and in its place, written once.
+    pub fn with_entries<S: AsRef<str>>(&self, field: &str, entries: &[S]) -> Option<Vec<u8>> {
+        let len = entries.iter().map(|e| e.as_ref().len() + 1).sum::<usize>() + 2;
+        self.written(field, len, |out| {
+            out.push(b'[');
+            for (i, e) in entries.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                out.extend_from_slice(e.as_ref().as_bytes());
+            }
+            out.push(b']');
+        })
+    }
+
+    fn written(
+        &self,
+        field: &str,
+        len: usize,
+        value: impl FnOnce(&mut Vec<u8>),
+    ) -> Option<Vec<u8>> {
+        // Exact, but for escapes in keys: a body of many megabytes is not grown (and copied)
+        // for the last few bytes.
         let size: usize = self
             .0
             .iter()
-            .map(|(k, v)| k.len() + v.get().len() + 4)
+            .map(|(k, v)| k.len() + 4 + if k == field { len } else { v.get().len() })
             .sum();
-        let mut out = Vec::with_capacity(size + value.len());
+        let mut out = Vec::with_capacity(size + 2);
+        let mut value = Some(value);
         out.push(b'{');
         for (i, (k, v)) in self.0.iter().enumerate() {
             if i > 0 {
@@ -60,10 +82,9 @@ impl<'a> Members<'a> {
             }
             out.extend_from_slice(serde_json::to_string(k.as_ref()).ok()?.as_bytes());
             out.push(b':');
-            if k == field {
-                out.extend_from_slice(value.as_bytes());
-            } else {
-                out.extend_from_slice(v.get().as_bytes());
+            match value.take_if(|_| k == field) {
+                Some(write) => write(&mut out),
+                None => out.extend_from_slice(v.get().as_bytes()),
             }
         }
         out.push(b'}');
@@ -133,10 +154,12 @@ mod tests {
         let body = br#"{"model" : "m",  "messages":[1,2], "z":{"b":1,"a":2}, "k\"q":0}"#;
         let members = Members::of(body).unwrap();
         assert_eq!(members.get("messages").map(RawValue::get), Some("[1,2]"));
-        let out = members.with("messages", "[3]").unwrap();
+        let out = members
+            .with_entries("messages", &["3", "{\"a\":4}"])
+            .unwrap();
         assert_eq!(
             std::str::from_utf8(&out).unwrap(),
-            r#"{"model":"m","messages":[3],"z":{"b":1,"a":2},"k\"q":0}"#
+            r#"{"model":"m","messages":[3,{"a":4}],"z":{"b":1,"a":2},"k\"q":0}"#
         );
         assert!(Members::of(b"[1]").is_none());
     }

@@ -18,6 +18,7 @@ mod record;
 mod responses;
 mod sse;
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use axum::Router;
@@ -214,11 +215,12 @@ impl Api {
         }
     }
 
-    fn read(self, body: &Value) -> Result<Conversation, Refusal> {
+    /// Reads a parsed request body, taking its texts rather than copying them where it can.
+    fn read(self, mut body: Value) -> Result<Conversation, Refusal> {
         match self {
-            Api::Anthropic => anthropic::read(body),
-            Api::OpenAi => openai::read(body),
-            Api::Responses => responses::read(body),
+            Api::Anthropic => anthropic::read(&mut body),
+            Api::OpenAi => openai::read(&body),
+            Api::Responses => responses::read(&body),
         }
     }
 
@@ -433,7 +435,7 @@ async fn count_tokens(
         Ok(v) => v,
         Err(e) => return api.invalid("body", &format!("not JSON: {e}")),
     };
-    let conv = match api.read(&value) {
+    let conv = match api.read(value) {
         Ok(conv) => with_client_session(conv, &headers),
         Err(Refusal::Invalid { field, message }) => return api.invalid(&field, &message),
         Err(Refusal::Unrecordable(reason)) => {
@@ -485,8 +487,9 @@ impl App {
             Ok(t) => t,
             Err(response) => return response,
         };
-        let value: Value = match serde_json::from_slice(&body) {
-            Ok(v) => v,
+        // The parsed body lives only while it is read: a large body is not held twice more.
+        let read = match serde_json::from_slice::<Value>(&body) {
+            Ok(value) => api.read(value),
             Err(e) => {
                 count(api, "invalid");
                 return api.invalid("body", &format!("not JSON: {e}"));
@@ -506,7 +509,7 @@ impl App {
                 return api.invalid("x-ctxd-session", "must be visible ASCII and not empty");
             }
         };
-        let conv = match api.read(&value) {
+        let conv = match read {
             Ok(conv) => with_client_session(conv, &headers),
             Err(Refusal::Invalid { field, message }) => {
                 count(api, "invalid");
@@ -585,7 +588,8 @@ impl App {
                     Ok(forwarded) => {
                         let key = (recorded.session.id(), recorded.function.map(|(id, _)| id));
                         let verdict = self.judge(api, &conv, key, &forwarded);
-                        (Bytes::from(forwarded.body), forwarded.tokens, Some(verdict))
+                        let outgoing = forwarded.body.map_or(body, Bytes::from);
+                        (outgoing, forwarded.tokens, Some(verdict))
                     }
                     Err(reason) => {
                         passthrough(reason);
@@ -640,13 +644,16 @@ impl App {
         conv: Conversation,
         located: record::Located,
     ) -> Response {
+        let (mut conv, mut located) = (conv, located);
         let (outgoing, forwarded_tokens, verdict) = match self
-            .located_body(api, &conv, &located, &headers, &body)
+            .located_body(api, &mut conv, &mut located, &headers, &body)
             .await
         {
             Ok(forwarded) => {
                 let verdict = self.judge(api, &conv, (located.session.id(), None), &forwarded);
-                (Bytes::from(forwarded.body), forwarded.tokens, Some(verdict))
+                // Only what is forwarded is held from here on.
+                let outgoing = forwarded.body.map_or(body, Bytes::from);
+                (outgoing, forwarded.tokens, Some(verdict))
             }
             Err(reason) => {
                 passthrough(reason);
@@ -667,12 +674,13 @@ impl App {
         let task = tokio::spawn(async move {
             // The upstream answered (any status): the request is recorded; unreachable, not.
             opened.await.ok()?;
+            let mut conv = conv;
             match record::record_located(
                 &store,
                 &keys,
                 &tenant,
                 named.as_deref(),
-                &conv,
+                &mut conv,
                 max_part_bytes,
                 located,
             )
@@ -786,12 +794,14 @@ impl App {
     }
 
     /// The body to forward for a request located but not yet recorded: the stored path it
-    /// reaches with what it adds after it, in memory, rendered.
+    /// reaches with what it adds after it, in memory, rendered. What the request adds is moved
+    /// from the conversation into that path and back into `located` once the body is written,
+    /// so a large request is held once, not once per copy (see [`record::Located::lent`]).
     async fn located_body(
         &self,
         api: Api,
-        conv: &Conversation,
-        located: &record::Located,
+        conv: &mut Conversation,
+        located: &mut record::Located,
         headers: &HeaderMap,
         body: &[u8],
     ) -> Result<ForwardedBody, &'static str> {
@@ -808,31 +818,58 @@ impl App {
                 })?,
             None => PathView::default(),
         };
-        let path = if located.behind {
-            stored
-        } else {
-            extended(stored, &located.rest)
+        let key = (located.session.id(), None);
+        if located.behind {
+            let (path, rendered) = self.rendered(stored, options, key).await?;
+            let contents: Vec<&NodeContent> = conv.items.iter().map(|i| &i.content).collect();
+            return written(api, conv, &contents, &path, rendered, body);
+        }
+        located.lend(conv);
+        let added = located.rest.len();
+        let path = extended(stored, std::mem::take(&mut located.rest));
+        let (path, rendered) = match self.rendered(path, options, key).await {
+            Ok(r) => r,
+            Err(reason) => {
+                // What was lent went with the path: the request cannot be recorded.
+                located.lost = true;
+                return Err(reason);
+            }
         };
-        self.forwarded_body(api, conv, path, options, body, (located.session.id(), None))
-            .await
+        let forwarded = {
+            let lent = located.lent;
+            let held = conv.items.len() - lent;
+            let contents: Vec<&NodeContent> = conv.items[..held]
+                .iter()
+                .map(|i| &i.content)
+                .chain(
+                    path.nodes[path.nodes.len() - lent..]
+                        .iter()
+                        .map(|n| &n.content),
+                )
+                .collect();
+            written(api, conv, &contents, &path, rendered, body)
+        };
+        let at = path.nodes.len() - added;
+        let mut nodes = path.nodes;
+        located.rest = nodes
+            .drain(at..)
+            .map(|n| Arc::try_unwrap(n).map_or_else(|n| n.content.clone(), |n| n.content))
+            .collect();
+        forwarded
     }
 
-    /// `body` with its conversation replaced by the render of `path`.
+    /// The render of `path` for the next call of conversation `key`.
     /// A step reduces only what the model had read when the step was taken: between steps
     /// the conversation renders with what was seen at its last step (`ledger::Ledger::horizon`),
     /// so a result that arrived with the step is not cut the call after it, which would write the
     /// prefix the step just wrote again; a call that takes a new step renders with what the
     /// model has seen now, and that becomes the horizon.
-    async fn forwarded_body(
+    async fn rendered(
         &self,
-        api: Api,
-        conv: &Conversation,
         path: PathView,
         options: render::Options,
-        body: &[u8],
         key: (domain::SessionId, Option<NodeId>),
-    ) -> Result<ForwardedBody, &'static str> {
-        let t0 = std::time::Instant::now();
+    ) -> Result<(PathView, render::Rendered), &'static str> {
         let render = |path: PathView, options: render::Options| async move {
             self.workflows
                 .render_path(path, Tokenizer::Heuristic, options)
@@ -872,40 +909,22 @@ impl App {
         {
             self.ledger.set_horizon(key, (boundary, seen));
         }
-        let t1 = t0.elapsed();
-        let members = json::Members::of(body).ok_or("a body that is not an object")?;
-        let client = forward::client_entries(&members, api.field());
-        let (text, kept) = forward::conversation(
-            api.format(),
-            conv,
-            client.as_deref(),
-            &path,
-            &rendered.messages,
-        );
-        let tokens = forwarded_tokens(&rendered.messages);
-        if kept.forwarded_markers < kept.client_markers.min(MAX_MESSAGE_MARKERS) {
-            tracing::debug!(
-                ?kept,
-                "gateway: fewer breakpoints forwarded than the client sent"
-            );
-        }
-        let t2 = t0.elapsed();
-        let body = members
-            .with(api.field(), &text)
-            .ok_or("a body that is not an object")?;
-        tracing::debug!(
-            render_us = t1.as_micros() as u64,
-            document_us = (t2 - t1).as_micros() as u64,
-            splice_us = (t0.elapsed() - t2).as_micros() as u64,
-            "gateway: render phases"
-        );
-        Ok(ForwardedBody {
-            body,
-            tokens,
-            kept,
-            trigger: rendered.report.trigger,
-            boundary: rendered.report.microcompact_boundary,
-        })
+        Ok((path, rendered))
+    }
+
+    /// `body` with its conversation replaced by the render of `path`.
+    async fn forwarded_body(
+        &self,
+        api: Api,
+        conv: &Conversation,
+        path: PathView,
+        options: render::Options,
+        body: &[u8],
+        key: (domain::SessionId, Option<NodeId>),
+    ) -> Result<ForwardedBody, &'static str> {
+        let (path, rendered) = self.rendered(path, options, key).await?;
+        let contents: Vec<&NodeContent> = conv.items.iter().map(|i| &i.content).collect();
+        written(api, conv, &contents, &path, rendered, body)
     }
 
     /// Lays the agent's summary over the history it replaced (a segment summary, through the
@@ -980,7 +999,7 @@ impl App {
             .iter()
             .map(|i| i.content.clone())
             .collect();
-        path = extended(path, &rest);
+        path = extended(path, rest);
         let mut options = render_options(conv, &self.window(conv, headers))?;
         options.seen = seen;
         let (path, rendered) = self
@@ -990,14 +1009,16 @@ impl App {
             .ok()?;
         let members = json::Members::of(body)?;
         let client = forward::client_entries(&members, "messages");
-        let (messages, _) = forward::conversation(
+        let contents: Vec<&NodeContent> = conv.items.iter().map(|i| &i.content).collect();
+        let (entries, _) = forward::conversation(
             forward::Format::Anthropic,
             conv,
+            &contents,
             client.as_deref(),
             &path,
             &rendered.messages,
         );
-        members.with("messages", &messages)
+        members.with_entries("messages", &entries)
     }
 
     /// The window a request is budgeted in: the operator's setting for its model, the
@@ -1105,16 +1126,16 @@ impl App {
 }
 
 /// `path` with `rest` after its last node, in memory (new ids, the hashes the store would give).
-fn extended(mut path: PathView, rest: &[NodeContent]) -> PathView {
+fn extended(mut path: PathView, rest: Vec<NodeContent>) -> PathView {
     let now = now_ms();
     let mut parent: Option<(NodeId, Hash)> = path.nodes.last().map(|n| (n.id, n.hash));
     for content in rest {
-        let hash = node_hash(parent.as_ref().map(|p| &p.1), None, content);
+        let hash = node_hash(parent.as_ref().map(|p| &p.1), None, &content);
         let node = Node {
             id: NodeId::new(),
             parent_id: parent.map(|p| p.0),
             function_id: None,
-            content: content.clone(),
+            content,
             created_at_ms: now,
             hash,
         };
@@ -1124,9 +1145,69 @@ fn extended(mut path: PathView, rest: &[NodeContent]) -> PathView {
     path
 }
 
+/// The body to forward: `body` with its conversation the render of `path` (`contents` are the
+/// request's items' contents). The render is let go before the body is written, so a large
+/// request's text is not held three times over while it is.
+fn written(
+    api: Api,
+    conv: &Conversation,
+    contents: &[&NodeContent],
+    path: &PathView,
+    rendered: render::Rendered,
+    body: &[u8],
+) -> Result<ForwardedBody, &'static str> {
+    let members = json::Members::of(body).ok_or("a body that is not an object")?;
+    let client = forward::client_entries(&members, api.field());
+    let (entries, kept) = forward::conversation(
+        api.format(),
+        conv,
+        contents,
+        client.as_deref(),
+        path,
+        &rendered.messages,
+    );
+    let tokens = forwarded_tokens(&rendered.messages);
+    let (trigger, boundary) = (
+        rendered.report.trigger,
+        rendered.report.microcompact_boundary,
+    );
+    drop(rendered);
+    if kept.forwarded_markers < kept.client_markers.min(MAX_MESSAGE_MARKERS) {
+        tracing::debug!(
+            ?kept,
+            "gateway: fewer breakpoints forwarded than the client sent"
+        );
+    }
+    // Every entry the client's own, in its order: the client's body is what goes, as sent.
+    let as_sent = client.as_deref().is_some_and(|client| {
+        client.len() == entries.len()
+            && entries
+                .iter()
+                .zip(client)
+                .all(|(e, c)| matches!(e, Cow::Borrowed(s) if std::ptr::eq(*s, c.get())))
+    });
+    let body = if as_sent {
+        None
+    } else {
+        Some(
+            members
+                .with_entries(api.field(), &entries)
+                .ok_or("a body that is not an object")?,
+        )
+    };
+    Ok(ForwardedBody {
+        body,
+        tokens,
+        kept,
+        trigger,
+        boundary,
+    })
+}
+
 /// A forwarded body and what the ledger needs of it.
 struct ForwardedBody {
-    body: Vec<u8>,
+    /// `None`: the client's body, as sent.
+    body: Option<Vec<u8>>,
     tokens: u64,
     kept: forward::Kept,
     trigger: Option<render::Trigger>,

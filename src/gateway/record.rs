@@ -123,7 +123,7 @@ pub async fn locate(
     let key = session_key(store, tenant, named, conv, &opening).await;
     let session = open(store, keys, tenant, &key).await?;
     let branches = store.list_branches(session).await.map_err(store_error)?;
-    let plan = match contents.iter().position(is_codex_compaction) {
+    let plan = match contents.iter().position(|c| is_codex_compaction(c)) {
         Some(c) => match codex_window(store, session, &branches, &contents, &hashes, c).await? {
             Some(plan) => Some(plan),
             None => return Ok(None),
@@ -153,7 +153,7 @@ pub async fn locate(
                     branch: BranchName::main(),
                     function: None,
                     expected: None,
-                    rest: contents,
+                    rest: owned(&contents),
                     behind: false,
                     agent_summary: None,
                 }
@@ -170,6 +170,8 @@ pub async fn locate(
         expected: plan.expected,
         rest: plan.rest,
         behind: plan.behind,
+        lent: 0,
+        lost: false,
     }))
 }
 
@@ -181,10 +183,14 @@ pub async fn record_located(
     keys: &SessionKeys,
     tenant: &Tenant,
     named: Option<&str>,
-    conv: &Conversation,
+    conv: &mut Conversation,
     max_part_bytes: usize,
-    located: Located,
+    mut located: Located,
 ) -> Result<Recorded, Unrecorded> {
+    if located.lost {
+        return Err(Unrecorded("render"));
+    }
+    located.give_back(conv);
     if !located.rest.is_empty() {
         let seen = located.seen();
         let request = AppendRequest {
@@ -229,9 +235,51 @@ pub struct Located {
     /// What the request adds after it.
     pub rest: Vec<NodeContent>,
     pub behind: bool,
+    /// The request's last items whose content was let go while `rest` holds it (see
+    /// [`Located::lend`]); given back before the request is recorded.
+    pub lent: usize,
+    /// What was lent is gone (the render that held it failed).
+    pub lost: bool,
 }
 
 impl Located {
+    /// Lets the request's last items go where `rest` holds the same content, so a large
+    /// request's text is held once while it is forwarded.
+    pub fn lend(&mut self, conv: &mut Conversation) {
+        let n = self.rest.len();
+        let Some(from) = conv.items.len().checked_sub(n) else {
+            return;
+        };
+        if n == 0
+            || conv.items[from..]
+                .iter()
+                .zip(&self.rest)
+                .any(|(i, r)| i.content != *r)
+        {
+            return;
+        }
+        for item in &mut conv.items[from..] {
+            item.content = NodeContent::Message {
+                role: domain::Role::User,
+                parts: Vec::new(),
+                tool_calls: Vec::new(),
+            };
+        }
+        self.lent = n;
+    }
+
+    /// Gives the lent items their content again.
+    fn give_back(&mut self, conv: &mut Conversation) {
+        if self.lent == 0 {
+            return;
+        }
+        let from = conv.items.len() - self.lent;
+        for (item, content) in conv.items[from..].iter_mut().zip(&self.rest) {
+            item.content = content.clone();
+        }
+        self.lent = 0;
+    }
+
     /// What the model has read: the history up to the node the stored part reaches.
     pub fn seen(&self) -> crate::render::Seen {
         self.expected
@@ -242,8 +290,9 @@ impl Located {
 }
 
 /// The request's messages as node contents, each storable, the whole pairing on its own.
-fn checked(conv: &Conversation, max_part_bytes: usize) -> Result<Vec<NodeContent>, Unrecorded> {
-    let contents: Vec<NodeContent> = conv.items.iter().map(|i| i.content.clone()).collect();
+fn checked(conv: &Conversation, max_part_bytes: usize) -> Result<Vec<&NodeContent>, Unrecorded> {
+    // Borrowed: only what a request adds is copied, when it is recorded.
+    let contents: Vec<&NodeContent> = conv.items.iter().map(|i| &i.content).collect();
     for (i, content) in contents.iter().enumerate() {
         if content.validate(&format!("messages[{i}]")).is_err() {
             return Err(Unrecorded("a message ctxd cannot store"));
@@ -270,6 +319,11 @@ fn checked(conv: &Conversation, max_part_bytes: usize) -> Result<Vec<NodeContent
         }
     }
     Ok(contents)
+}
+
+/// Copies of `contents`: what a request adds, to be stored.
+fn owned(contents: &[&NodeContent]) -> Vec<NodeContent> {
+    contents.iter().map(|c| (*c).clone()).collect()
 }
 
 /// `content` as pairing reads it: its parts left out.
@@ -324,7 +378,7 @@ async fn record_in(
     keys: &SessionKeys,
     tenant: &Tenant,
     conv: &Conversation,
-    contents: Vec<NodeContent>,
+    contents: Vec<&NodeContent>,
     hashes: Vec<Hash>,
     opening: String,
     key: Key,
@@ -336,7 +390,7 @@ async fn record_in(
         let branches = store.list_branches(session).await.map_err(store_error)?;
         // Codex's compacted window resends old messages under its compaction item: it
         // continues the branch that item answered, never a prefix of the old history.
-        let window = match contents.iter().position(is_codex_compaction) {
+        let window = match contents.iter().position(|c| is_codex_compaction(c)) {
             Some(c) => codex_window(store, session, &branches, &contents, &hashes, c).await?,
             None => None,
         };
@@ -357,7 +411,7 @@ async fn record_in(
                         branch: BranchName::main(),
                         function: None,
                         expected: None,
-                        rest: contents.clone(),
+                        rest: owned(&contents),
                         behind: false,
                         agent_summary: None,
                     }
@@ -456,7 +510,7 @@ async fn extend_as(
     session: Scoped,
     branches: &[domain::Branch],
     node: NodeId,
-    contents: &[NodeContent],
+    contents: &[&NodeContent],
     hashes: &[Hash],
     done: usize,
     forking: Fork,
@@ -528,7 +582,7 @@ async fn continuation(
     store: &Store,
     session: Scoped,
     branches: &[domain::Branch],
-    contents: &[NodeContent],
+    contents: &[&NodeContent],
     hashes: &[Hash],
     text: String,
 ) -> Result<Option<Plan>, Unrecorded> {
@@ -575,7 +629,7 @@ async fn continuation(
         branch,
         function: None,
         expected: Some(head),
-        rest: contents[1..].to_vec(),
+        rest: owned(&contents[1..]),
         behind: false,
         agent_summary: Some(AgentSummary {
             text,
@@ -595,7 +649,7 @@ async fn codex_window(
     store: &Store,
     session: Scoped,
     branches: &[domain::Branch],
-    contents: &[NodeContent],
+    contents: &[&NodeContent],
     hashes: &[Hash],
     c: usize,
 ) -> Result<Option<Plan>, Unrecorded> {
@@ -608,7 +662,7 @@ async fn codex_window(
         for x in 1..path.nodes.len() {
             let node = &path.nodes[x];
             if node.function_id.is_some()
-                || node.content != contents[c]
+                || node.content != *contents[c]
                 || !is_codex_trigger(&path.nodes[x - 1].content)
             {
                 continue;
@@ -632,7 +686,7 @@ async fn codex_window(
                 branch: branch.name.clone(),
                 function: None,
                 expected: Some((node.id, node.hash)),
-                rest: contents.to_vec(),
+                rest: owned(contents),
                 behind: false,
                 agent_summary: Some(AgentSummary {
                     text: CODEX_TEXT.to_owned(),
@@ -660,7 +714,7 @@ async fn extend(
     session: Scoped,
     branches: &[domain::Branch],
     node: NodeId,
-    contents: &[NodeContent],
+    contents: &[&NodeContent],
     hashes: &[Hash],
     done: usize,
 ) -> Result<Plan, Unrecorded> {
@@ -698,7 +752,7 @@ type Reach = (
 /// items matched and the index in `stored` of the last stored node matched. A sub-agent's
 /// call node is passed over when the client answers its call in the same group, and its
 /// result matches the client's tool result of the same call and text.
-fn walk(stored: &[std::sync::Arc<domain::Node>], client: &[NodeContent]) -> (usize, usize) {
+fn walk(stored: &[std::sync::Arc<domain::Node>], client: &[&NodeContent]) -> (usize, usize) {
     let (mut i, mut j) = (0, 0);
     while i < client.len() && j + 1 < stored.len() {
         let next = &stored[j + 1].content;
@@ -712,7 +766,7 @@ fn walk(stored: &[std::sync::Arc<domain::Node>], client: &[NodeContent]) -> (usi
                 false
             }
             (NodeContent::FunctionResult(r), c) => result_matches(r, c),
-            (s, c) => s == c,
+            (s, c) => s == *c,
         };
         if !same {
             break;
@@ -724,7 +778,7 @@ fn walk(stored: &[std::sync::Arc<domain::Node>], client: &[NodeContent]) -> (usi
 }
 
 /// Whether the client's items from `i` on answer `call_id` before the next message.
-fn answers_later(client: &[NodeContent], i: usize, call_id: &str) -> bool {
+fn answers_later(client: &[&NodeContent], i: usize, call_id: &str) -> bool {
     client[i..]
         .iter()
         .take_while(|c| !matches!(c, NodeContent::Message { .. }))
@@ -781,7 +835,7 @@ fn as_function_result(content: &NodeContent, open: &[(String, NodeId)]) -> NodeC
 async fn subagent(
     store: &Store,
     session: Scoped,
-    contents: &[NodeContent],
+    contents: &[&NodeContent],
 ) -> Result<Option<Plan>, Unrecorded> {
     let Some(NodeContent::Message {
         role: domain::Role::User,
@@ -900,7 +954,7 @@ async fn subagent(
         branch,
         function: Some((function, node.hash)),
         expected: None,
-        rest: contents.to_vec(),
+        rest: owned(contents),
         behind: false,
         agent_summary: None,
     }))
@@ -924,7 +978,7 @@ async fn in_function(
     session: Scoped,
     branch: BranchName,
     call: &domain::Node,
-    contents: &[NodeContent],
+    contents: &[&NodeContent],
 ) -> Result<Plan, Unrecorded> {
     let hashes = chain_hashes(contents, Some(&call.hash));
     let path = store
@@ -945,7 +999,7 @@ async fn in_function(
         branch,
         function: Some((call.id, call.hash)),
         expected: head,
-        rest: contents[done..].to_vec(),
+        rest: owned(&contents[done..]),
         behind: false,
         agent_summary: None,
     })
@@ -1033,7 +1087,7 @@ pub fn opening_key(opening: &str) -> String {
 
 /// The hash each node would have as a chain from the root (or, in a function, from its call
 /// node `scope`): `hashes[i]` covers items 0..=i.
-pub fn chain_hashes(contents: &[NodeContent], scope: Option<&Hash>) -> Vec<Hash> {
+pub fn chain_hashes(contents: &[&NodeContent], scope: Option<&Hash>) -> Vec<Hash> {
     let mut out: Vec<Hash> = Vec::with_capacity(contents.len());
     for content in contents {
         let parent = out.last().or(scope);
@@ -1189,7 +1243,7 @@ pub async fn peek(
     named: Option<&str>,
     conv: &Conversation,
 ) -> Option<(Scoped, Option<(usize, NodeId)>)> {
-    let contents: Vec<NodeContent> = conv.items.iter().map(|i| i.content.clone()).collect();
+    let contents: Vec<&NodeContent> = conv.items.iter().map(|i| &i.content).collect();
     let hashes = chain_hashes(&contents, None);
     let opening = opening_key(&conv.opening);
     let find = |name: String| async move {
