@@ -71,11 +71,15 @@ pub fn conversation<'a>(
     path: &PathView,
     rendered: &[Message],
 ) -> (Vec<Cow<'a, str>>, Kept) {
-    // Unchanged messages usually go out as the client's own entries: their documents are
+    // Unchanged messages usually go out as the client's own entries: a large one's document is
     // built hollow (texts and arguments stood in for), which keeps every structural choice (roles,
-    // grouping, pairing) and copies none of their text; a rendered entry that does hold one is
-    // then built whole, below.
-    let hollow: Vec<bool> = rendered.iter().map(|m| !changed(m)).collect();
+    // grouping, pairing) and copies none of its text; a rendered entry that does hold one is
+    // then built again, below. Small ones are built whole: a second pass over the conversation
+    // costs more than copying them.
+    let hollow: Vec<bool> = rendered
+        .iter()
+        .map(|m| !changed(m) && bulk(m) >= HOLLOW_BYTES)
+        .collect();
     let (mut docs, sources) = documents(format, rendered, Some(&hollow));
     let unchanged: Vec<bool> = sources
         .iter()
@@ -178,6 +182,18 @@ pub fn conversation<'a>(
         entries.push(text);
     }
     (entries, kept)
+}
+
+/// The size from which an unchanged message's document is built hollow.
+const HOLLOW_BYTES: usize = 64 * 1024;
+
+/// The bytes of a message's texts, media and call arguments.
+fn bulk(m: &Message) -> usize {
+    m.parts.iter().map(Part::byte_len).sum::<usize>()
+        + m.tool_calls
+            .iter()
+            .map(|c| c.arguments_json.len())
+            .sum::<usize>()
 }
 
 /// The rendered messages as `format`'s entries, and which messages each holds. Messages
@@ -736,4 +752,152 @@ pub fn client_entries<'a>(
     field: &str,
 ) -> Option<Vec<&'a RawValue>> {
     serde_json::from_str(members.get(field)?.get()).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::{MediaSource, ToolCall};
+    use crate::render::MessageRole;
+    use crate::render::format::{ANTHROPIC_BLOCK, MESSAGE_FIELDS};
+
+    fn message(role: MessageRole, parts: Vec<Part>) -> Message {
+        Message {
+            role,
+            parts,
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+            name: None,
+            is_error: false,
+            node_ids: vec![NodeId::new()],
+            recall: None,
+            function_id: None,
+            reduction: Reduction::None,
+            stubbed_inputs: 0,
+            at_ms: None,
+            summary_id: None,
+            pinned: false,
+            pinned_under: None,
+            unseen: false,
+            hidden: Vec::new(),
+        }
+    }
+
+    fn block(json: &str) -> Part {
+        Part::Media {
+            mime_type: ANTHROPIC_BLOCK.to_owned(),
+            source: MediaSource::Data(json.as_bytes().to_vec()),
+        }
+    }
+
+    /// Every shape a document decides on: texts empty and not, kept blocks (one holding the
+    /// message's own fields), an image, calls answered and not, results, system text.
+    fn conversation() -> Vec<Message> {
+        let text = |t: &str| Part::Text(t.to_owned());
+        let mut assistant = message(
+            MessageRole::Assistant,
+            vec![
+                block(r#"{"thinking":"hm","type":"thinking"}"#),
+                text("I will read"),
+            ],
+        );
+        assistant.tool_calls = vec![
+            ToolCall {
+                call_id: "a".into(),
+                name: "Read".into(),
+                arguments_json: r#"{"path":"x"}"#.into(),
+            },
+            ToolCall {
+                call_id: "b".into(),
+                name: "Read".into(),
+                arguments_json: r#"{"path":"y"}"#.into(),
+            },
+        ];
+        let result = |id: &str, body: &str| {
+            let mut m = message(MessageRole::Tool, vec![text(body)]);
+            m.tool_call_id = Some(id.into());
+            m.name = Some("Read".into());
+            m
+        };
+        let mut calls_only = message(MessageRole::Assistant, Vec::new());
+        calls_only.tool_calls = vec![ToolCall {
+            call_id: "c".into(),
+            name: "Bash".into(),
+            arguments_json: "{}".into(),
+        }];
+        vec![
+            message(MessageRole::System, vec![text("be brief")]),
+            message(
+                MessageRole::User,
+                vec![
+                    block(&format!(r#"{{"effort":"low","type":"{MESSAGE_FIELDS}"}}"#)),
+                    text("hello"),
+                    Part::Media {
+                        mime_type: "image/png".into(),
+                        source: MediaSource::Data(vec![1, 2, 3]),
+                    },
+                ],
+            ),
+            message(MessageRole::User, vec![text("")]),
+            assistant,
+            result("a", "file x"),
+            result("b", ""),
+            message(MessageRole::User, vec![text("and then?")]),
+            calls_only,
+            result("c", "ok"),
+            message(MessageRole::Assistant, vec![text("done")]),
+        ]
+    }
+
+    #[test]
+    fn hollow_documents_keep_every_entry_s_shape() {
+        let messages = conversation();
+        let all = vec![true; messages.len()];
+        for format in [Format::Anthropic, Format::Chat, Format::Responses] {
+            let (whole, whole_sources) = documents(format, &messages, None);
+            let (hollow, hollow_sources) = documents(format, &messages, Some(&all));
+            assert_eq!(hollow_sources, whole_sources, "{format:?}");
+            assert_eq!(hollow.len(), whole.len(), "{format:?}");
+            for (h, w) in hollow.iter().zip(&whole) {
+                assert_eq!(shape(h), shape(w), "{format:?}: {h} against {w}");
+            }
+            assert!(!hollow.iter().any(|d| d.to_string().contains("file x")));
+        }
+    }
+
+    /// A document entry as its shape: its role, how many blocks, items or calls it holds, and
+    /// the ids that pair them; no text.
+    fn shape(v: &Value) -> Value {
+        const KEPT: [&str; 9] = [
+            "role",
+            "content",
+            "tool_calls",
+            "id",
+            "call_id",
+            "tool_use_id",
+            "tool_call_id",
+            "name",
+            "output",
+        ];
+        match v {
+            Value::Array(a) => Value::Array(a.iter().map(shape).collect()),
+            Value::Object(o) => Value::Object(
+                o.iter()
+                    .filter(|(k, _)| KEPT.contains(&k.as_str()))
+                    .map(|(k, v)| {
+                        let v = match v {
+                            Value::String(s) if k != "content" && k != "output" => {
+                                Value::String(s.clone())
+                            }
+                            Value::String(_) => Value::String(String::new()),
+                            other => shape(other),
+                        };
+                        (k.clone(), v)
+                    })
+                    .collect(),
+            ),
+            Value::String(_) => Value::String(String::new()),
+            other => other.clone(),
+        }
+    }
 }
