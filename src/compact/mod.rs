@@ -218,25 +218,10 @@ pub fn cache_sharing_request(
     if !evidence.is_empty() {
         ask.push_str(&format!("\n\n{EVIDENCE_NOTE}\n{evidence}"));
     }
-    context.push(Message {
-        role: render::MessageRole::User,
-        parts: vec![crate::domain::Part::Text(ask)],
-        tool_calls: Vec::new(),
-        tool_call_id: None,
-        name: None,
-        is_error: false,
-        node_ids: Vec::new(),
-        recall: None,
-        function_id: None,
-        reduction: render::Reduction::None,
-        stubbed_inputs: 0,
-        at_ms: None,
-        summary_id: None,
-        pinned: false,
-        pinned_under: None,
-        unseen: false,
-        hidden: Vec::new(),
-    });
+    context.push(Message::new(
+        render::MessageRole::User,
+        vec![crate::domain::Part::Text(ask)],
+    ));
     context
 }
 

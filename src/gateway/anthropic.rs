@@ -538,7 +538,7 @@ impl Answer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::render::{Message, Reduction};
+    use crate::render::Message;
 
     fn request(messages: Value) -> Conversation {
         read(&mut json!({"model": "claude-x", "max_tokens": 100, "messages": messages}))
@@ -591,27 +591,15 @@ mod tests {
                     parts,
                     tool_calls,
                 } => Message {
-                    role: match role {
-                        Role::User => crate::render::MessageRole::User,
-                        Role::Assistant => crate::render::MessageRole::Assistant,
-                        _ => crate::render::MessageRole::System,
-                    },
-                    parts: parts.clone(),
                     tool_calls: tool_calls.clone(),
-                    tool_call_id: None,
-                    name: None,
-                    is_error: false,
-                    node_ids: Vec::new(),
-                    recall: None,
-                    function_id: None,
-                    reduction: Reduction::None,
-                    stubbed_inputs: 0,
-                    at_ms: None,
-                    summary_id: None,
-                    pinned: false,
-                    pinned_under: None,
-                    unseen: false,
-                    hidden: Vec::new(),
+                    ..Message::new(
+                        match role {
+                            Role::User => crate::render::MessageRole::User,
+                            Role::Assistant => crate::render::MessageRole::Assistant,
+                            _ => crate::render::MessageRole::System,
+                        },
+                        parts.clone(),
+                    )
                 },
                 other => panic!("{other:?}"),
             })

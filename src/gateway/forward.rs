@@ -763,23 +763,8 @@ mod tests {
 
     fn message(role: MessageRole, parts: Vec<Part>) -> Message {
         Message {
-            role,
-            parts,
-            tool_calls: Vec::new(),
-            tool_call_id: None,
-            name: None,
-            is_error: false,
             node_ids: vec![NodeId::new()],
-            recall: None,
-            function_id: None,
-            reduction: Reduction::None,
-            stubbed_inputs: 0,
-            at_ms: None,
-            summary_id: None,
-            pinned: false,
-            pinned_under: None,
-            unseen: false,
-            hidden: Vec::new(),
+            ..Message::new(role, parts)
         }
     }
 

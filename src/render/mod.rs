@@ -79,6 +79,31 @@ pub struct Message {
     pub hidden: Vec<Hidden>,
 }
 
+impl Message {
+    /// A message of `role` saying `parts`, and nothing else: no calls, from no node, unreduced.
+    pub fn new(role: MessageRole, parts: Vec<Part>) -> Self {
+        Message {
+            role,
+            parts,
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+            name: None,
+            is_error: false,
+            node_ids: Vec::new(),
+            recall: None,
+            function_id: None,
+            reduction: Reduction::None,
+            stubbed_inputs: 0,
+            at_ms: None,
+            summary_id: None,
+            pinned: false,
+            pinned_under: None,
+            unseen: false,
+            hidden: Vec::new(),
+        }
+    }
+}
+
 /// A message a summary covers, in order: when it was appended, for a tool result its
 /// characters and error flag, and for an assistant message its text's characters and whether
 /// it is pinned. `reshown`: it is a pin the summary shows again after itself, and counts here,

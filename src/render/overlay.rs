@@ -3,7 +3,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::{Hidden, Message, MessageRole, Reduction};
+use super::{Hidden, Message, MessageRole};
 use crate::domain::{NodeId, Part, PathView, Summary, SummaryId};
 use crate::tokens::{Count, Tokens};
 
@@ -68,23 +68,8 @@ pub fn summary_message(summary: &Summary, cap: Option<Tokens>, counter: &dyn Cou
         vec![Part::Text(summary_text(summary, cap, counter))]
     };
     Message {
-        role: MessageRole::User,
-        parts,
-        tool_calls: Vec::new(),
-        tool_call_id: None,
-        name: None,
-        is_error: false,
-        node_ids: Vec::new(),
-        recall: None,
-        function_id: None,
-        reduction: Reduction::None,
-        stubbed_inputs: 0,
-        at_ms: None,
         summary_id: Some(summary.id),
-        pinned: false,
-        pinned_under: None,
-        unseen: false,
-        hidden: Vec::new(),
+        ..Message::new(MessageRole::User, parts)
     }
 }
 
