@@ -11,7 +11,7 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use serde_json::{Value, json};
 
 use super::conversation::{Conversation, Item, MAX_ANSWER_PARTS, Refusal, estimate};
-use super::json::{canonical_arguments, canonical_block};
+use super::json::{canonical, canonical_block};
 use super::sse;
 use crate::domain::{MediaSource, NodeContent, Part, ProviderUsage, Role, ToolCall};
 use crate::render::format::{ANTHROPIC_BLOCK, MESSAGE_FIELDS};
@@ -340,11 +340,16 @@ pub fn assistant(blocks: &[Value]) -> Result<Option<NodeContent>, Refusal> {
             ) else {
                 return Err(Refusal::Unrecordable("tool_use without id or name"));
             };
-            let input = block.get("input").cloned().unwrap_or_else(|| json!({}));
+            // The input is parsed already: written canonically as it is, not written, read
+            // and written again.
+            let arguments_json = match block.get("input") {
+                Some(input) => canonical(input),
+                None => "{}".to_owned(),
+            };
             tool_calls.push(ToolCall {
                 call_id: id.to_owned(),
                 name: name.to_owned(),
-                arguments_json: canonical_arguments(&input.to_string()),
+                arguments_json,
             });
         } else if let Some(p) = part(block) {
             if !tool_calls.is_empty() {
