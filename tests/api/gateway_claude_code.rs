@@ -44,6 +44,7 @@ use tokio::task::JoinHandle;
 use crate::agents::{REQUIRED, Ran, run_bounded};
 use crate::fake_provider::{Bill, Block, FakeProvider, Gate, Recorded, Reply};
 use crate::gateway::{http_client, start_full};
+use crate::gateway_codex::{describe, only_branch};
 use crate::helpers::{TestApp, spawn_app_with, text_of};
 
 /// The pinned CLI whose requests the corpus holds.
@@ -771,70 +772,6 @@ async fn assert_recorded(app: &mut TestApp, session: &str, sub: Sub) {
         ),
         "the function's chain ends with the sub-agent's answer: {shown:#?}"
     );
-}
-
-/// The only branch of `session` with nodes (no `gw-` fork holds any); else fails showing each.
-async fn only_branch(app: &mut TestApp, session: &str) -> String {
-    let names: Vec<String> = app
-        .branches(session)
-        .await
-        .into_iter()
-        .filter(|b| !b.head_id.is_empty())
-        .map(|b| b.name)
-        .collect();
-    if names.len() != 1 {
-        let mut shown = String::new();
-        for name in &names {
-            let mut nodes = app.log(session, name).await;
-            nodes.reverse();
-            let lines: Vec<String> = nodes.iter().map(describe).collect();
-            shown.push_str(&format!("\n{name}: {lines:#?}"));
-        }
-        panic!(
-            "one branch with nodes, not {}: {names:?}{shown}",
-            names.len()
-        );
-    }
-    names[0].clone()
-}
-
-/// A node as one line: `user: text`, `assistant: text -> id name`, `tool[id name]: …`,
-/// `function_call[id]`, `function_result[id]`; texts cut at 200 characters.
-fn describe(node: &pb::Node) -> String {
-    use pb::node_input::Kind;
-    let cut = |text: String| -> String {
-        if text.chars().count() > 200 {
-            text.chars().take(200).chain("…".chars()).collect()
-        } else {
-            text
-        }
-    };
-    match node.content.as_ref().and_then(|c| c.kind.as_ref()) {
-        Some(Kind::Message(m)) => {
-            let role = match pb::Role::try_from(m.role) {
-                Ok(pb::Role::System) => "system",
-                Ok(pb::Role::Developer) => "developer",
-                Ok(pb::Role::User) => "user",
-                Ok(pb::Role::Assistant) => "assistant",
-                _ => "other",
-            };
-            let mut line = format!("{role}:");
-            let text = text_of(&m.parts);
-            if !text.is_empty() {
-                line = format!("{line} {}", cut(text));
-            }
-            for call in &m.tool_calls {
-                line = format!("{line} -> {} {}", call.call_id, call.name);
-            }
-            line
-        }
-        Some(Kind::ToolResult(r)) => {
-            format!("tool[{} {}]: {}", r.call_id, r.name, cut(text_of(&r.parts)))
-        }
-        Some(Kind::FunctionCall(f)) => format!("function_call[{}]", f.call_id),
-        Some(Kind::FunctionResult(r)) => format!("function_result[{}]", r.call_id),
-        None => "<no content>".into(),
-    }
 }
 
 // ---------------------------------------------------------------- the corpus

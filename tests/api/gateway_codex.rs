@@ -1250,7 +1250,7 @@ fn kept_items(node: &pb::Node) -> Vec<Value> {
 
 /// The only branch of `session` with nodes (a linear conversation forks nothing); else fails
 /// showing each branch's nodes.
-async fn only_branch(app: &mut TestApp, session: &str) -> String {
+pub(crate) async fn only_branch(app: &mut TestApp, session: &str) -> String {
     let names: Vec<String> = app
         .branches(session)
         .await
@@ -1282,7 +1282,7 @@ async fn log_lines(app: &mut TestApp, session: &str, branch: &str) -> Vec<String
 /// A node as one line: `user: text`, `assistant: text -> id name {args}`,
 /// `tool[id name]: text` (system and developer text cut at 100 characters). A kept Responses item shows as its text (a message), as
 /// `(reasoning: summary)`, or as `(type)`; the fields ctxd keeps of an item are left out.
-fn describe(node: &pb::Node) -> String {
+pub(crate) fn describe(node: &pb::Node) -> String {
     use pb::node_input::Kind;
     match node.content.as_ref().and_then(|c| c.kind.as_ref()) {
         Some(Kind::Message(m)) => {
