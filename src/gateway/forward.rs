@@ -205,7 +205,8 @@ fn documents(
     hollow: Option<&[bool]>,
 ) -> (Vec<Value>, Vec<Vec<usize>>) {
     let hollowed: Vec<Message>;
-    let messages = match hollow {
+    // Nothing hollow: the messages as they are, not a copy of them.
+    let messages = match hollow.filter(|h| h.iter().any(|&h| h)) {
         Some(hollow) => {
             hollowed = rendered
                 .iter()
