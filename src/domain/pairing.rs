@@ -3,6 +3,10 @@
 //! A chain's pairing state lives entirely after its latest message: while the latest assistant
 //! message has unanswered calls, only their answers may follow. So the store needs to read only
 //! the nodes since that message, and every stored path renders with calls and results paired.
+//!
+//! A call a function took up is answered by its function_result, or, for a function that runs in
+//! the background (a sub-agent launched and answered at once, its work reported later), by a
+//! tool_result: the caller goes on and the function stays open for its own chain.
 
 use super::{Error, FunctionResult, NodeContent, NodeId, ToolCall};
 
@@ -12,6 +16,8 @@ enum CallState {
     /// Answered by a function that has not returned yet.
     Running(NodeId),
     Answered,
+    /// Answered by a tool result while its function runs on in the background.
+    Detached,
 }
 
 /// The calls of a chain's latest assistant message and how far each is answered.
@@ -45,7 +51,7 @@ impl ChainTail {
     pub fn pending(&self) -> Vec<&str> {
         self.calls
             .iter()
-            .filter(|(_, state)| *state != CallState::Answered)
+            .filter(|(_, state)| matches!(state, CallState::Open | CallState::Running(_)))
             .map(|(call, _)| call.call_id.as_str())
             .collect()
     }
@@ -73,16 +79,12 @@ impl ChainTail {
             NodeContent::ToolResult { call_id, name, .. } => {
                 let call = self.call(field, call_id, "tool_result")?;
                 match &call.1 {
-                    CallState::Open => {}
-                    CallState::Running(_) => {
-                        return Err(Error::invalid(
-                            format!("{field}.tool_result.call_id"),
-                            format!(
-                                "call {call_id:?} is a running function; close it with a function_result"
-                            ),
-                        ));
+                    // A running function's call answered by a tool result: the function runs
+                    // on in the background.
+                    CallState::Open | CallState::Running(_) => {}
+                    CallState::Answered | CallState::Detached => {
+                        return Err(answered(field, "tool_result", call_id));
                     }
-                    CallState::Answered => return Err(answered(field, "tool_result", call_id)),
                 }
                 fill_name(field, "tool_result", name, &call.0)?;
                 Admit::Plain
@@ -100,6 +102,15 @@ impl ChainTail {
                 match call.1 {
                     CallState::Running(function_id) => Admit::ClosesFunction(function_id),
                     CallState::Answered => return Err(answered(field, "function_result", call_id)),
+                    CallState::Detached => {
+                        return Err(Error::invalid(
+                            format!("{field}.function_result.call_id"),
+                            format!(
+                                "call {call_id:?} was answered by a tool_result; its function \
+                                 runs in the background and returns no result"
+                            ),
+                        ));
+                    }
                     CallState::Open => {
                         return Err(Error::invalid(
                             format!("{field}.function_result.call_id"),
@@ -144,7 +155,16 @@ impl ChainTail {
                     .collect();
             }
             NodeContent::ToolResult { call_id, .. } => {
-                set(&mut self.calls, call_id, CallState::Answered)
+                let detached = self
+                    .calls
+                    .iter()
+                    .any(|(c, s)| c.call_id == *call_id && matches!(s, CallState::Running(_)));
+                let state = if detached {
+                    CallState::Detached
+                } else {
+                    CallState::Answered
+                };
+                set(&mut self.calls, call_id, state)
             }
             NodeContent::FunctionCall { call_id, .. } => {
                 set(&mut self.calls, call_id, CallState::Running(id))
@@ -255,7 +275,11 @@ mod tests {
             expose: Expose::Io,
         };
         assert_eq!(tail.admit("n", fid, &mut call), Ok(Admit::OpensFunction));
-        assert!(tail.admit("n", NodeId::new(), &mut result("t")).is_err());
+        assert_eq!(
+            tail.pending(),
+            vec!["t"],
+            "the caller waits for a running function"
+        );
         let mut done = NodeContent::FunctionResult(FunctionResult {
             call_id: "t".to_owned(),
             output: "ok".to_owned(),
@@ -267,5 +291,44 @@ mod tests {
             Ok(Admit::ClosesFunction(fid))
         );
         assert!(tail.admit("n", NodeId::new(), &mut done).is_err());
+    }
+
+    #[test]
+    fn a_tool_result_leaves_a_running_function_in_the_background() {
+        let mut tail = ChainTail::default();
+        tail.admit("n", NodeId::new(), &mut assistant(&["t"]))
+            .expect("assistant");
+        let mut call = NodeContent::FunctionCall {
+            call_id: "t".to_owned(),
+            name: String::new(),
+            input: "go".to_owned(),
+            expose: Expose::Io,
+        };
+        tail.admit("n", NodeId::new(), &mut call).expect("call");
+        assert_eq!(
+            tail.admit("n", NodeId::new(), &mut result("t")),
+            Ok(Admit::Plain),
+            "the launch answers the call; the function stays open"
+        );
+        assert!(tail.pending().is_empty(), "the caller goes on");
+        assert!(tail.admit("n", NodeId::new(), &mut result("t")).is_err());
+        let mut done = NodeContent::FunctionResult(FunctionResult {
+            call_id: "t".to_owned(),
+            output: "ok".to_owned(),
+            status: FunctionStatus::Completed,
+            chain: None,
+        });
+        let refused = tail.admit("n", NodeId::new(), &mut done);
+        assert!(
+            matches!(&refused, Err(Error::InvalidArgument { field, .. }) if field == "n.function_result.call_id"),
+            "{refused:?}"
+        );
+        // A replay of the stored nodes comes to the same state.
+        let replayed = ChainTail::replay([
+            (NodeId::new(), &assistant(&["t"])),
+            (NodeId::new(), &call),
+            (NodeId::new(), &result("t")),
+        ]);
+        assert!(replayed.pending().is_empty());
     }
 }

@@ -161,7 +161,15 @@ pub async fn locate(
             None => return Ok(None),
         },
     };
-    if plan.agent_summary.is_some() || plan.function.is_some() {
+    // A background sub-agent's function started by this request: recorded before forwarding,
+    // so the sub-agent's first request finds it.
+    if plan.agent_summary.is_some()
+        || plan.function.is_some()
+        || plan
+            .rest
+            .iter()
+            .any(|c| matches!(c, NodeContent::FunctionCall { .. }))
+    {
         return Ok(None);
     }
     Ok(Some(Located {
@@ -532,25 +540,22 @@ async fn extend_as(
             .as_ref()
             .is_none_or(|b| (done + matched, at_head) > (b.0, b.2));
         if better {
-            let open = open_functions(&path.nodes[..=pos + at]);
-            best = Some((done + matched, reached, at_head, branch.name.clone(), open));
+            let calls = Calls::at(&path.nodes[..=pos + at]);
+            best = Some((done + matched, reached, at_head, branch.name.clone(), calls));
         }
     }
     let on_branch = best.is_some();
     let Some(fallback) = done.checked_sub(1).and_then(|d| hashes.get(d)) else {
         return Err(Unrecorded("a history that left every branch"));
     };
-    let (matched, reached, at_head, branch, open) = best.unwrap_or((
+    let (matched, reached, at_head, branch, calls) = best.unwrap_or((
         done,
         (node, *fallback),
         false,
         BranchName::main(),
-        Vec::new(),
+        Calls::default(),
     ));
-    let rest: Vec<NodeContent> = contents[matched..]
-        .iter()
-        .map(|c| as_function_result(c, &open))
-        .collect();
+    let rest = calls.stored(&contents[matched..]);
     // A history a branch holds all of, and more (a retry of a call already answered), appends
     // nothing and forks nothing: it renders at its own last node, and an answer equal to the
     // stored one is found there (a different one forks then).
@@ -740,13 +745,7 @@ enum Fork {
 
 /// How far a request follows one branch: items matched, the stored node reached, whether that
 /// is the branch's head, the branch, and the sub-agent calls open there.
-type Reach = (
-    usize,
-    (NodeId, Hash),
-    bool,
-    BranchName,
-    Vec<(String, NodeId)>,
-);
+type Reach = (usize, (NodeId, Hash), bool, BranchName, Calls);
 
 /// How far `client` follows `stored` (which starts at the last node both share): the client
 /// items matched and the index in `stored` of the last stored node matched. A sub-agent's
@@ -785,22 +784,103 @@ fn answers_later(client: &[&NodeContent], i: usize, call_id: &str) -> bool {
         .any(|c| matches!(c, NodeContent::ToolResult { call_id: id, .. } if id == call_id))
 }
 
-/// The sub-agent calls started and not yet closed since the path's latest message: call id
-/// and function.
-fn open_functions(path: &[std::sync::Arc<domain::Node>]) -> Vec<(String, NodeId)> {
-    let start = path
-        .iter()
-        .rposition(|n| matches!(n.content, NodeContent::Message { .. }))
-        .unwrap_or(0);
-    let mut open = Vec::new();
-    for n in &path[start..] {
-        match &n.content {
-            NodeContent::FunctionCall { call_id, .. } => open.push((call_id.clone(), n.id)),
-            NodeContent::FunctionResult(r) => open.retain(|(c, _)| *c != r.call_id),
-            _ => {}
+/// The sub-agent calls of a path's latest message: those a function took up and has not closed
+/// (call id and function), and those that run in the background.
+#[derive(Debug, Default)]
+struct Calls {
+    open: Vec<(String, NodeId)>,
+    background: Vec<AgentCall>,
+}
+
+/// A sub-agent call that runs in the background: its id, tool and prompt.
+#[derive(Debug, Clone)]
+struct AgentCall {
+    call_id: String,
+    name: String,
+    prompt: String,
+}
+
+impl Calls {
+    fn at(path: &[std::sync::Arc<domain::Node>]) -> Self {
+        let Some(start) = path
+            .iter()
+            .rposition(|n| matches!(n.content, NodeContent::Message { .. }))
+        else {
+            return Self::default();
+        };
+        let mut open = Vec::new();
+        for n in &path[start..] {
+            match &n.content {
+                NodeContent::FunctionCall { call_id, .. } => open.push((call_id.clone(), n.id)),
+                NodeContent::FunctionResult(r) => open.retain(|(c, _)| *c != r.call_id),
+                _ => {}
+            }
+        }
+        Self {
+            open,
+            background: background_calls(&path[start].content),
         }
     }
-    open
+
+    /// What a request adds, as it is stored. A tool result answering a call that a sub-agent's
+    /// function took up closes that function; one answering a call that runs in the background
+    /// reports its launch, and the function runs on (started here, before the result, when the
+    /// sub-agent's first request has not come yet).
+    fn stored(mut self, rest: &[&NodeContent]) -> Vec<NodeContent> {
+        let mut out = Vec::with_capacity(rest.len());
+        for content in rest {
+            match content {
+                NodeContent::Message { .. } => {
+                    self.open.clear();
+                    self.background = background_calls(content);
+                }
+                NodeContent::ToolResult { call_id, .. } => {
+                    if let Some(call) = self.background.iter().find(|c| c.call_id == *call_id) {
+                        if !self.open.iter().any(|(c, _)| c == call_id) {
+                            out.push(NodeContent::FunctionCall {
+                                call_id: call.call_id.clone(),
+                                name: call.name.clone(),
+                                input: call.prompt.clone(),
+                                expose: domain::Expose::Io,
+                            });
+                        }
+                        out.push((*content).clone());
+                        continue;
+                    }
+                    out.push(as_function_result(content, &self.open));
+                    continue;
+                }
+                _ => {}
+            }
+            out.push((*content).clone());
+        }
+        out
+    }
+}
+
+/// The calls of an assistant message that start a sub-agent in the background.
+fn background_calls(message: &NodeContent) -> Vec<AgentCall> {
+    let NodeContent::Message {
+        role: domain::Role::Assistant,
+        tool_calls,
+        ..
+    } = message
+    else {
+        return Vec::new();
+    };
+    tool_calls
+        .iter()
+        .filter(|c| AGENT_TOOLS.contains(&c.name.as_str()))
+        .filter_map(|c| {
+            let arguments = serde_json::from_str::<serde_json::Value>(&c.arguments_json).ok()?;
+            let prompt = arguments.get("prompt")?.as_str()?;
+            (in_background(&c.name, Some(&arguments)) && !prompt.is_empty()).then(|| AgentCall {
+                call_id: c.call_id.clone(),
+                name: c.name.clone(),
+                prompt: prompt.to_owned(),
+            })
+        })
+        .collect()
 }
 
 /// A tool result that answers a call a sub-agent's function took up closes that function.
@@ -904,7 +984,6 @@ async fn subagent(
                 .as_ref()
                 .and_then(|v| v.get("prompt").and_then(|p| p.as_str()).map(str::to_owned));
             if AGENT_TOOLS.contains(&call.name.as_str())
-                && !in_background(&call.name, arguments.as_ref())
                 && let Some(prompt) = prompt
                 && opens_with(&prompt)
                 && !answered(&call.call_id)
@@ -962,8 +1041,8 @@ async fn subagent(
 
 /// Whether a sub-agent call runs in the background: Claude Code's `Agent` does unless its call
 /// says `run_in_background: false` (its call is answered "launched" at once and the result
-/// comes later as a notification, so the call cannot be a function whose result closes it:
-/// its conversation is a session of its own); the older `Task` never does.
+/// comes later as a notification, so its function runs on after the tool result that answers
+/// its call); the older `Task` never does.
 fn in_background(tool: &str, arguments: Option<&serde_json::Value>) -> bool {
     tool == "Agent"
         && arguments

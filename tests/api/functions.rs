@@ -263,6 +263,74 @@ async fn the_caller_waits_while_its_function_runs() {
 }
 
 #[tokio::test]
+async fn a_function_whose_call_a_tool_result_answers_runs_on_in_the_background() {
+    let mut app = spawn_app().await;
+    let d = open(&mut app, Expose::Io).await;
+
+    // The caller answers the call itself (a background launch)...
+    let launched = app
+        .append(&d.session, vec![tool_result("c1", "launched")])
+        .await;
+    // ... so the call has its answer: a second one, or a function_result, is refused.
+    let nodes_before = app.node_count().await;
+    for (late, field) in [
+        (tool_result("c1", "again"), "nodes[0].tool_result.call_id"),
+        (
+            function_result("c1", "X is 42", FunctionStatus::Completed),
+            "nodes[0].function_result.call_id",
+        ),
+    ] {
+        let refused = app
+            .try_append(append_req(&d.session, vec![late]))
+            .await
+            .expect_err("a second answer");
+        assert_eq!(refused.code(), Code::InvalidArgument, "{refused:?}");
+        assert!(refused.message().contains(field), "{refused:?}");
+    }
+    assert_eq!(app.node_count().await, nodes_before);
+    assert_eq!(
+        app.branch(&d.session, "main").await.head_id,
+        launched.node_ids[0]
+    );
+    // ... and goes on.
+    app.append(
+        &d.session,
+        vec![assistant("I will wait for the researcher.")],
+    )
+    .await;
+    let branch = app.render_branch(&d.session, "main").await;
+    assert_eq!(
+        transcript(&branch.messages),
+        [
+            CALLER_BEFORE[0],
+            CALLER_BEFORE[1],
+            "tool[c1]: launched",
+            "assistant: I will wait for the researcher.",
+        ],
+        "the caller shows the call and the result it got"
+    );
+
+    // The function runs on: its chain takes more nodes and renders on its own.
+    let more = app
+        .append_in_function(
+            &d.session,
+            &d.fc,
+            vec![user("and Y?"), assistant("Y is 7.")],
+        )
+        .await;
+    let inner = app
+        .render(pb::RenderRequest {
+            callers: Callers::None as i32,
+            ..render_req(&d.session, Target::FunctionId(d.fc.clone()))
+        })
+        .await;
+    let mut expected: Vec<&str> = INNER.to_vec();
+    expected.extend(["[fn] user: and Y?", "[fn] assistant: Y is 7."]);
+    assert_eq!(transcript(&inner.messages), expected);
+    assert_eq!(inner.head_id, more.node_ids[1]);
+}
+
+#[tokio::test]
 async fn a_closed_function_takes_no_more_nodes() {
     let mut app = spawn_app().await;
     let d = delegation(&mut app, Expose::Io, FunctionStatus::Completed).await;

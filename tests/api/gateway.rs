@@ -1777,7 +1777,7 @@ async fn gateway_sub_agent_conversation_is_its_calls_function() {
     let client_session = "6f1c2a34-0000-4000-8000-000000000001";
     let prompt = "Find where the config is loaded and report the file.";
     // In the foreground: its answer is the call's result (a background agent: see
-    // `gateway_fidelity::a_background_sub_agent_is_a_session_of_its_own`).
+    // `gateway_fidelity::a_background_sub_agent_is_a_function_of_its_parent`).
     let task = json!({"description": "find config", "prompt": prompt,
                       "subagent_type": "general-purpose", "run_in_background": false});
     let with_session = |mut body: Value| {

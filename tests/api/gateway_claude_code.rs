@@ -8,8 +8,8 @@
 //! read files and `cat` generated ones (each result 12–28 KB) that Claude Code really runs in a
 //! temp work dir, and at its 12th call start a sub-agent, whose own conversation reads and
 //! `cat`s too before it answers. The sub-agent runs in the foreground (its call says
-//! `run_in_background: false`; Claude Code's default is the background, whose conversation the
-//! gateway records as a session of its own, as the corpus replay shows), sending its calls to
+//! `run_in_background: false`, so the parent's calls are the same in every run; Claude Code's
+//! default is the background, which the corpus replay covers), sending its calls to
 //! the same base URL, so one reply queue cannot serve both:
 //! two fakes, one scripted for the parent and one for the sub-agent, sit behind a loopback
 //! router that picks one by the conversation's first message. The cost of each run is the sum
@@ -293,7 +293,7 @@ async fn claude_code_session_costs_no_more_through_the_gateway() {
     // ctxd: the session as Claude Code made it.
     let mut app = through.app.expect("the gateway run has a server");
     let session = crate::agents::only_session(&mut app, "one Claude Code session").await;
-    assert_recorded(&mut app, &session, Sub::Function).await;
+    assert_recorded(&mut app, &session).await;
 }
 
 /// One run of the session: its fakes, what the router saw, how Claude Code ended, and the
@@ -380,7 +380,7 @@ async fn run_session(claude: &Path, through_gateway: bool) -> Run {
     // The sub-agent runs in the foreground (`run_in_background: false`): the parent waits for
     // it, so its first answer is not held (the gate is open from the start). Held until the
     // parent's call after next, it is how a background agent's launch reaches the gateway
-    // first (a background agent is a session of its own: README, the gateway's limits).
+    // first.
     let mut sub_replies = replies(&sub_steps(), "s", &dirs.work);
     let (first, gate) = sub_replies.remove(0).paused_after(2);
     gate.open();
@@ -660,18 +660,11 @@ fn breakdown(straight: &[Recorded], through: &[Recorded], who: &str) -> String {
 
 // ---------------------------------------------------------------- the session in ctxd
 
-/// Where the sub-agent's conversation is recorded: the `Agent` call's function (a foreground
-/// agent), or a session of its own (a background one, Claude Code's default).
-enum Sub {
-    Function,
-    Session(String),
-}
-
 /// What ctxd must hold of the session, through the gateway or replayed: one branch with nodes
 /// (no `gw-` fork holds any) with the prompt, the parent's tool calls each once and in order,
-/// and the verdict at its head; the sub-agent's conversation, where `sub` says, opening with
+/// and the verdict at its head; the sub-agent's conversation, in the `Agent` call's function, opening with
 /// its prompt, holding its tool calls and ending with its answer.
-async fn assert_recorded(app: &mut TestApp, session: &str, sub: Sub) {
+async fn assert_recorded(app: &mut TestApp, session: &str) {
     use pb::node_input::Kind;
     let branch = only_branch(app, session).await;
     let mut nodes = app.log(session, &branch).await;
@@ -714,23 +707,14 @@ async fn assert_recorded(app: &mut TestApp, session: &str, sub: Sub) {
         })
         .collect();
     let agent_id = format!("toolu_ctxd_p{AGENT_CALL:02}");
-    let (sub_session, target) = match sub {
-        Sub::Function => {
-            assert!(
-                functions.len() == 1 && functions[0].0 == agent_id,
-                "one function, the sub-agent's {agent_id}: {lines:#?}"
-            );
-            (
-                session.to_owned(),
-                pb::render_request::Target::FunctionId(functions[0].1.clone()),
-            )
-        }
-        Sub::Session(sub_session) => {
-            assert!(functions.is_empty(), "no function: {lines:#?}");
-            let branch = only_branch(app, &sub_session).await;
-            (sub_session, pb::render_request::Target::Branch(branch))
-        }
-    };
+    assert!(
+        functions.len() == 1 && functions[0].0 == agent_id,
+        "one function, the sub-agent's {agent_id}: {lines:#?}"
+    );
+    let (sub_session, target) = (
+        session.to_owned(),
+        pb::render_request::Target::FunctionId(functions[0].1.clone()),
+    );
     let chain = app
         .client
         .render(pb::RenderRequest {
@@ -980,21 +964,17 @@ async fn claude_code_corpus_replays_through_the_gateway() {
         0,
         "every implied answer was taken, one per body"
     );
-    // Claude Code ran the sub-agent in the background (its default): its conversation is a
-    // session of its own, the parent's the session of the run.
+    // Claude Code ran the sub-agent in the background (its default): its launch is the
+    // call's tool result, and its conversation the call's function, in the run's one session.
     let parent = sessions[0].clone();
     sessions.sort();
     sessions.dedup();
     assert_eq!(
-        sessions.len(),
-        2,
-        "the run's session and the background sub-agent's: {sessions:?}"
+        sessions,
+        std::slice::from_ref(&parent),
+        "one session for the run"
     );
-    let sub = sessions
-        .into_iter()
-        .find(|s| *s != parent)
-        .expect("the sub-agent's session");
-    assert_recorded(&mut gw.app, &parent, Sub::Session(sub)).await;
+    assert_recorded(&mut gw.app, &parent).await;
 }
 
 // ---------------------------------------------------------------- the client

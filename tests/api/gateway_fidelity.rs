@@ -11,6 +11,7 @@ use tokio::net::TcpListener;
 
 use crate::fake_provider::*;
 use crate::gateway::*;
+use crate::gateway_codex::only_branch;
 use crate::helpers::*;
 
 const SESSION: &str = "6f1c2a34-0000-4000-8000-00000000fd01";
@@ -95,7 +96,7 @@ async fn breakpoints_stay_on_their_content_after_a_sub_agent() {
     let mut gw = start().await;
     let prompt = "Find where the config is loaded and report the file.";
     // In the foreground: its answer is the call's result (a background agent: see
-    // `gateway_fidelity::a_background_sub_agent_is_a_session_of_its_own`).
+    // `gateway_fidelity::a_background_sub_agent_is_a_function_of_its_parent`).
     let task = json!({"description": "find config", "prompt": prompt,
                       "subagent_type": "general-purpose", "run_in_background": false});
     let u1 = json!({"role": "user", "content": [{"type": "text", "text": "Where is the config loaded?"}]});
@@ -609,7 +610,21 @@ async fn the_ledger_says_per_call_what_was_kept_and_why_not() {
 }
 
 #[tokio::test]
-async fn a_background_sub_agent_is_a_session_of_its_own() {
+async fn a_background_sub_agent_is_a_function_of_its_parent() {
+    // Claude Code runs an `Agent` call in the background unless told otherwise: the call is
+    // answered "launched" at once, the parent goes on, and the sub-agent's first request reaches
+    // the gateway before or after the parent's next one. Either way it is one function.
+    for sub_agent_first in [true, false] {
+        background_sub_agent(sub_agent_first).await;
+    }
+}
+
+async fn background_sub_agent(sub_agent_first: bool) {
+    let order = if sub_agent_first {
+        "sub-agent first"
+    } else {
+        "parent first"
+    };
     let mut gw = start().await;
     let prompt = "Audit the appendix and report whether it agrees with its data.";
     let task =
@@ -618,32 +633,51 @@ async fn a_background_sub_agent_is_a_session_of_its_own() {
     gw.fake
         .script(Reply::tool_use_id("toolu_bg", "Agent", task.clone()));
     let first = gw.messages(&claude_code(json!([u1]))).await.ok();
-    let parent = first.session();
+    let (parent, branch) = (first.session(), first.branch());
+    gw.answered(&parent, &branch, 2).await;
 
-    // The sub-agent's first call comes before the parent's next: no function is opened for a
-    // call Claude Code runs in the background.
-    gw.fake.script(Reply::tool_use_id(
-        "toolu_sub_1",
-        "Read",
-        json!({"file_path": "a.txt"}),
-    ));
     let opening = json!({"role": "user", "content": [{"type": "text", "text": prompt}]});
-    let sub = gw.messages(&claude_code(json!([opening]))).await.ok();
-    assert!(sub.header("x-ctxd-function-id").is_none(), "no function");
-    let sub_session = sub.session();
-    assert_ne!(sub_session, parent, "a session of its own");
-
-    // The parent goes on with the launch's result, recorded as the plain tool result it is.
-    gw.fake.script(Reply::text("Waiting for the audit."));
-    let launched = tool_result("toolu_bg", "Async agent launched successfully. agentId: a1");
     let call = tool_use("toolu_bg", "Agent", task);
-    let next = gw
-        .messages(&claude_code(json!([u1, call, launched])))
-        .await
-        .ok();
-    assert_eq!(next.session(), parent);
+    let launched = tool_result("toolu_bg", "Async agent launched successfully. agentId: a1");
+    let sub_agent_opening = claude_code(json!([opening]));
+    let sub_agent_reply =
+        || Reply::tool_use_id("toolu_sub_1", "Read", json!({"file_path": "a.txt"}));
+    let (sub, sub_sent, next) = if sub_agent_first {
+        gw.fake.script(sub_agent_reply());
+        let sub = gw.messages(&sub_agent_opening).await.ok();
+        let sub_sent = gw.last_upstream().messages().len();
+        gw.fake.script(Reply::text("Waiting for the audit."));
+        let next = gw
+            .messages(&claude_code(json!([u1, call, launched])))
+            .await
+            .ok();
+        (sub, sub_sent, next)
+    } else {
+        gw.fake.script(Reply::text("Waiting for the audit."));
+        let next = gw
+            .messages(&claude_code(json!([u1, call, launched])))
+            .await
+            .ok();
+        gw.answered(&parent, &branch, 5).await;
+        gw.fake.script(sub_agent_reply());
+        let sub = gw.messages(&sub_agent_opening).await.ok();
+        (sub, gw.last_upstream().messages().len(), next)
+    };
+    let function = sub
+        .header("x-ctxd-function-id")
+        .unwrap_or_else(|| panic!("{order}: the sub-agent's call is its parent's function"));
+    assert_eq!(sub.session(), parent, "{order}: in the parent's session");
+    assert_eq!(
+        (next.session(), next.branch()),
+        (parent.clone(), branch.clone()),
+        "{order}: the parent goes on where it was"
+    );
+    assert_eq!(
+        sub_sent, 1,
+        "{order}: the sub-agent's upstream request is its own conversation"
+    );
 
-    // The sub-agent's later calls are recorded in its session, each message once.
+    // The sub-agent goes on in its function; the parent gets its report as a notification.
     gw.fake.script(Reply::text("They agree."));
     let again = gw
         .messages(&claude_code(json!([
@@ -653,37 +687,80 @@ async fn a_background_sub_agent_is_a_session_of_its_own() {
         ])))
         .await
         .ok();
-    assert_eq!(again.session(), sub_session);
-    let branch = again.branch();
-    let log: Vec<String> = gw
+    assert_eq!(
+        again.header("x-ctxd-function-id").as_deref(),
+        Some(function.as_str()),
+        "{order}: the same function"
+    );
+    gw.answered(&parent, &branch, 5).await;
+    gw.fake.script(Reply::text("The audit agrees."));
+    let notified = claude_code(with_marks(
+        &[
+            u1,
+            call,
+            launched,
+            json!({"role": "assistant", "content": [{"type": "text", "text": "Waiting for the audit."}]}),
+            json!({"role": "user", "content": [{"type": "text", "text": "<task-notification>They agree.</task-notification>"}]}),
+        ],
+        &[2, 4],
+    ));
+    let last = gw.messages(&notified).await.ok();
+    assert_eq!(
+        (last.session(), last.branch()),
+        (parent.clone(), branch.clone())
+    );
+    let forwarded = gw.last_upstream().body;
+    assert_eq!(
+        forwarded["messages"], notified["messages"],
+        "{order}: the parent's history goes as sent, breakpoints included"
+    );
+
+    // Stored: the parent's chain holds the function's call before the launch's result, and the
+    // function's chain holds the sub-agent's conversation, each message once, on one branch.
+    gw.answered(&parent, &branch, 7).await;
+    assert_eq!(only_branch(&mut gw.app, &parent).await, branch, "{order}");
+    let kinds: Vec<String> = gw
         .app
-        .log(&sub_session, &branch)
+        .log(&parent, &branch)
         .await
         .iter()
         .rev()
-        .map(describe)
+        .map(|n| {
+            use ctxd::api::pb::node_input::Kind;
+            match n.content.as_ref().and_then(|c| c.kind.as_ref()) {
+                Some(Kind::FunctionCall(f)) => format!("function_call[{}]", f.call_id),
+                _ => describe(n),
+            }
+        })
         .collect();
     assert_eq!(
-        log,
+        kinds,
         [
-            format!("user: {prompt}"),
-            "assistant:  -> toolu_sub_1".to_owned(),
-            "tool[toolu_sub_1]: the appendix".to_owned(),
-            "assistant: They agree.".to_owned(),
+            "user: Audit the reports.",
+            "assistant:  -> toolu_bg",
+            "function_call[toolu_bg]",
+            "tool[toolu_bg]: Async agent launched successfully. agentId: a1",
+            "assistant: Waiting for the audit.",
+            "user: <task-notification>They agree.</task-notification>",
+            "assistant: The audit agrees.",
         ],
-        "the sub-agent's conversation, whole"
+        "{order}"
     );
-    let parent_log: Vec<String> = gw
+    let chain = gw
         .app
-        .log(&parent, &next.branch())
-        .await
-        .iter()
-        .rev()
-        .map(describe)
-        .collect();
-    assert!(
-        parent_log
-            .contains(&"tool[toolu_bg]: Async agent launched successfully. agentId: a1".to_owned()),
-        "{parent_log:#?}"
+        .render(ctxd::api::pb::RenderRequest {
+            callers: ctxd::api::pb::Callers::None as i32,
+            ..render_req(&parent, Target::FunctionId(function.clone()))
+        })
+        .await;
+    assert_eq!(
+        transcript(&chain.messages),
+        [
+            format!("[fn] user: {prompt}"),
+            "[fn] assistant:  -> toolu_sub_1".to_owned(),
+            "[fn] tool[toolu_sub_1]: the appendix".to_owned(),
+            "[fn] assistant: They agree.".to_owned(),
+        ],
+        "{order}: the sub-agent's conversation, whole, in its function"
     );
 }

@@ -395,7 +395,9 @@ export interface ToolResult {
 /**
  * Opens a sub-agent (function) scope answering a tool call of the preceding
  * assistant message. Nodes appended with `AppendRequest.function_id` set to
- * this node's id form the function's internal chain.
+ * this node's id form the function's internal chain. A FunctionResult closes
+ * it; a ToolResult for the same call instead answers the call while the
+ * function runs on in the background (it then takes no FunctionResult).
  */
 export interface FunctionCall {
   callId: string;
