@@ -629,7 +629,7 @@ mod tests {
             &contents,
             None,
             &crate::domain::PathView::default(),
-            rendered,
+            &mut rendered.to_vec(),
         );
         let text = format!("[{}]", entries.join(","));
         serde_json::from_str(&text).expect("the forwarded messages are JSON")

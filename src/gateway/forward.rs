@@ -18,7 +18,9 @@ use serde_json::value::RawValue;
 
 use super::anthropic::MAX_MARKERS;
 use super::conversation::Conversation;
-use crate::domain::{FunctionResult, FunctionStatus, Node, NodeContent, NodeId, Part, PathView};
+use crate::domain::{
+    FunctionResult, FunctionStatus, Node, NodeContent, NodeId, Part, PathView, ToolCall,
+};
 use crate::render::format::{anthropic_document, openai_chat_document, responses_document};
 use crate::render::{Message, Reduction};
 
@@ -69,13 +71,13 @@ pub fn conversation<'a>(
     contents: &[&NodeContent],
     client: Option<&[&'a RawValue]>,
     path: &PathView,
-    rendered: &[Message],
+    rendered: &mut [Message],
 ) -> (Vec<Cow<'a, str>>, Kept) {
-    // Unchanged messages usually go out as the client's own entries: a large one's document is
-    // built hollow (texts and arguments stood in for), which keeps every structural choice (roles,
-    // grouping, pairing) and copies none of its text; a rendered entry that does hold one is
-    // then built again, below. Small ones are built whole: a second pass over the conversation
-    // costs more than copying them.
+    // Unchanged messages usually go out as the client's own entries: their documents are built
+    // hollow (texts and arguments stood in for), which keeps every structural choice (roles,
+    // grouping, pairing) and copies none of their text; a rendered entry that does hold one is
+    // then built again, below. The smallest are built whole: standing in for them saves less
+    // than a second pass costs.
     let hollow: Vec<bool> = rendered
         .iter()
         .map(|m| !changed(m) && bulk(m) >= HOLLOW_BYTES)
@@ -184,8 +186,88 @@ pub fn conversation<'a>(
     (entries, kept)
 }
 
+/// What forwarding the client's conversation as sent keeps, when that is what [`conversation`]
+/// would forward, found without building any document: the render changed nothing and shows
+/// the request's items, one message each, in order, each on the stored node aligned with it;
+/// every client entry holds an item and every item one entry; and the client's breakpoints fit
+/// the provider's limit. `None`: [`conversation`] decides.
+pub fn as_sent(
+    conv: &Conversation,
+    contents: &[&NodeContent],
+    client: Option<&[&RawValue]>,
+    path: &PathView,
+    rendered: &[Message],
+) -> Option<Kept> {
+    let client = client?;
+    if conv.markers.len() > MAX_MARKERS.saturating_sub(conv.fixed_markers)
+        || rendered.len() != conv.items.len()
+        || contents.len() != conv.items.len()
+    {
+        return None;
+    }
+    let mut next = 0;
+    for (item, m) in conv.items.iter().zip(rendered) {
+        // Items in entry order, no entry skipped, none spanning several.
+        if changed(m) || m.node_ids.len() != 1 || item.through != item.message {
+            return None;
+        }
+        match item.message {
+            e if e + 1 == next => {}
+            e if e == next => next += 1,
+            _ => return None,
+        }
+    }
+    if next != client.len() {
+        return None;
+    }
+    let scope = path.nodes.last().and_then(|n| n.function_id);
+    let stored: Vec<&Arc<Node>> = path
+        .nodes
+        .iter()
+        .filter(|n| n.function_id == scope)
+        .collect();
+    let aligned = align(&stored, contents);
+    if !aligned.passed.is_empty()
+        || aligned
+            .nodes
+            .iter()
+            .zip(rendered)
+            .any(|(n, m)| *n != Some(m.node_ids[0]))
+    {
+        return None;
+    }
+    let hashes: HashMap<NodeId, crate::domain::Hash> =
+        stored.iter().map(|n| (n.id, n.hash)).collect();
+    let mut shape = Vec::with_capacity(client.len());
+    let mut k = 0;
+    for (e, entry) in client.iter().enumerate() {
+        let from = k;
+        while k < conv.items.len() && conv.items[k].message == e {
+            k += 1;
+        }
+        let nodes = rendered[from..k].iter().map(|m| &m.node_ids[0]);
+        shape.push(EntryShape {
+            id: identity(0, nodes, &[], &hashes),
+            chars: entry.get().len(),
+            changed: false,
+            client: true,
+        });
+    }
+    let mut breakpoints: Vec<usize> = conv.markers.iter().map(|(i, _)| *i).collect();
+    breakpoints.sort_unstable();
+    Some(Kept {
+        verbatim: client.len(),
+        entries: client.len(),
+        client_markers: conv.markers.len(),
+        forwarded_markers: conv.markers.len(),
+        markers_moved: 0,
+        shape,
+        breakpoints,
+    })
+}
+
 /// The size from which an unchanged message's document is built hollow.
-const HOLLOW_BYTES: usize = 64 * 1024;
+const HOLLOW_BYTES: usize = 1024;
 
 /// The bytes of a message's texts, media and call arguments.
 fn bulk(m: &Message) -> usize {
@@ -198,46 +280,50 @@ fn bulk(m: &Message) -> usize {
 
 /// The rendered messages as `format`'s entries, and which messages each holds. Messages
 /// marked in `hollow` are built with their texts and call arguments stood in for, which changes
-/// no entry's shape, only what it says.
+/// no entry's shape, only what it says: their bulk is set aside while the document is built and
+/// put back after, so no message is copied.
 fn documents(
     format: Format,
-    rendered: &[Message],
+    rendered: &mut [Message],
     hollow: Option<&[bool]>,
 ) -> (Vec<Value>, Vec<Vec<usize>>) {
-    let hollowed: Vec<Message>;
-    // Nothing hollow: the messages as they are, not a copy of them.
-    let messages = match hollow.filter(|h| h.iter().any(|&h| h)) {
-        Some(hollow) => {
-            hollowed = rendered
-                .iter()
-                .zip(hollow)
-                .map(|(m, &h)| if h { hollow_copy(m, format) } else { m.clone() })
-                .collect();
-            &hollowed[..]
+    let mut aside: Vec<(usize, Vec<Part>, Vec<ToolCall>)> = Vec::new();
+    if let Some(hollow) = hollow {
+        for (i, (m, &h)) in rendered.iter_mut().zip(hollow).enumerate() {
+            if h {
+                let (parts, calls) = hollow_bulk(m, format);
+                let parts = std::mem::replace(&mut m.parts, parts);
+                let calls = std::mem::replace(&mut m.tool_calls, calls);
+                aside.push((i, parts, calls));
+            }
         }
-        None => rendered,
-    };
+    }
     let (document, sources) = match format {
         Format::Anthropic => {
-            let (document, sources) = anthropic_document(messages, true);
+            let (document, sources) = anthropic_document(rendered, true);
             let messages = match document {
                 Value::Object(mut map) => map.remove("messages").unwrap_or(Value::Array(vec![])),
                 _ => Value::Array(vec![]),
             };
             (messages, sources)
         }
-        Format::Chat => openai_chat_document(messages),
-        Format::Responses => responses_document(messages),
+        Format::Chat => openai_chat_document(rendered),
+        Format::Responses => responses_document(rendered),
     };
+    for (i, parts, calls) in aside {
+        rendered[i].parts = parts;
+        rendered[i].tool_calls = calls;
+    }
     match document {
         Value::Array(docs) => (docs, sources),
         _ => (Vec::new(), Vec::new()),
     }
 }
 
-/// `m` with each non-empty text one character and each call's arguments `{}`: what decides an
-/// entry's shape (roles, which texts are empty, media, calls and their ids) kept, the bulk not.
-fn hollow_copy(m: &Message, format: Format) -> Message {
+/// What stands in for `m`'s parts and calls in a hollow document: each non-empty text one
+/// character and each call's arguments `{}`, so what decides an entry's shape (roles, which
+/// texts are empty, media, calls and their ids) is kept, the bulk not.
+fn hollow_bulk(m: &Message, format: Format) -> (Vec<Part>, Vec<ToolCall>) {
     use crate::domain::MediaSource;
     use crate::render::format::{ANTHROPIC_BLOCK, MESSAGE_FIELDS, is_opaque};
     let parts = m
@@ -266,34 +352,16 @@ fn hollow_copy(m: &Message, format: Format) -> Message {
             other => other.clone(),
         })
         .collect();
-    let tool_calls = m
+    let calls = m
         .tool_calls
         .iter()
-        .map(|c| crate::domain::ToolCall {
+        .map(|c| ToolCall {
             call_id: c.call_id.clone(),
             name: c.name.clone(),
             arguments_json: "{}".to_owned(),
         })
         .collect();
-    Message {
-        role: m.role,
-        parts,
-        tool_calls,
-        tool_call_id: m.tool_call_id.clone(),
-        name: m.name.clone(),
-        is_error: m.is_error,
-        node_ids: m.node_ids.clone(),
-        recall: m.recall,
-        function_id: m.function_id,
-        reduction: m.reduction,
-        stubbed_inputs: m.stubbed_inputs,
-        at_ms: m.at_ms,
-        summary_id: m.summary_id,
-        pinned: m.pinned,
-        pinned_under: m.pinned_under,
-        unseen: m.unseen,
-        hidden: m.hidden.clone(),
-    }
+    (parts, calls)
 }
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
@@ -840,8 +908,10 @@ mod tests {
         let messages = conversation();
         let all = vec![true; messages.len()];
         for format in [Format::Anthropic, Format::Chat, Format::Responses] {
-            let (whole, whole_sources) = documents(format, &messages, None);
-            let (hollow, hollow_sources) = documents(format, &messages, Some(&all));
+            let mut built = messages.clone();
+            let (whole, whole_sources) = documents(format, &mut built, None);
+            let (hollow, hollow_sources) = documents(format, &mut built, Some(&all));
+            assert_eq!(built, messages, "{format:?}: the messages as they were");
             assert_eq!(hollow_sources, whole_sources, "{format:?}");
             assert_eq!(hollow.len(), whole.len(), "{format:?}");
             for (h, w) in hollow.iter().zip(&whole) {

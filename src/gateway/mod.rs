@@ -805,6 +805,7 @@ impl App {
         headers: &HeaderMap,
         body: &[u8],
     ) -> Result<ForwardedBody, &'static str> {
+        let t0 = std::time::Instant::now();
         let options = self.options(conv, headers, located.seen())?;
         let stored = match located.expected {
             Some((node, _)) => self
@@ -824,6 +825,7 @@ impl App {
             let contents: Vec<&NodeContent> = conv.items.iter().map(|i| &i.content).collect();
             return written(api, conv, &contents, &path, rendered, body);
         }
+        let t_load = t0.elapsed();
         located.lend(conv);
         let added = located.rest.len();
         let path = extended(stored, std::mem::take(&mut located.rest));
@@ -847,7 +849,15 @@ impl App {
                         .map(|n| &n.content),
                 )
                 .collect();
-            written(api, conv, &contents, &path, rendered, body)
+            let t_render = t0.elapsed();
+            let forwarded = written(api, conv, &contents, &path, rendered, body);
+            tracing::debug!(
+                load_us = t_load.as_micros() as u64,
+                render_us = (t_render - t_load).as_micros() as u64,
+                write_us = (t0.elapsed() - t_render).as_micros() as u64,
+                "gateway: a located request's time to load, render and write"
+            );
+            forwarded
         };
         let at = path.nodes.len() - added;
         let mut nodes = path.nodes;
@@ -1002,7 +1012,7 @@ impl App {
         path = extended(path, rest);
         let mut options = render_options(conv, &self.window(conv, headers))?;
         options.seen = seen;
-        let (path, rendered) = self
+        let (path, mut rendered) = self
             .workflows
             .render_path(path, Tokenizer::Heuristic, options)
             .await
@@ -1016,7 +1026,7 @@ impl App {
             &contents,
             client.as_deref(),
             &path,
-            &rendered.messages,
+            &mut rendered.messages,
         );
         members.with_entries("messages", &entries)
     }
@@ -1153,23 +1163,57 @@ fn written(
     conv: &Conversation,
     contents: &[&NodeContent],
     path: &PathView,
-    rendered: render::Rendered,
+    mut rendered: render::Rendered,
     body: &[u8],
 ) -> Result<ForwardedBody, &'static str> {
     let members = json::Members::of(body).ok_or("a body that is not an object")?;
     let client = forward::client_entries(&members, api.field());
+    let tokens = forwarded_tokens(&rendered.messages);
+    let (trigger, boundary) = (
+        rendered.report.trigger,
+        rendered.report.microcompact_boundary,
+    );
+    // The common case, a render that changed nothing: the client's body goes as sent, found
+    // without building the forwarded conversation (the tests check it against that build).
+    if let Some(kept) =
+        forward::as_sent(conv, contents, client.as_deref(), path, &rendered.messages)
+    {
+        #[cfg(debug_assertions)]
+        {
+            let (entries, built) = forward::conversation(
+                api.format(),
+                conv,
+                contents,
+                client.as_deref(),
+                path,
+                &mut rendered.messages,
+            );
+            assert_eq!(built, kept, "as_sent keeps what the full build keeps");
+            let client = client.as_deref().unwrap_or_default();
+            assert!(
+                entries.len() == client.len()
+                    && entries
+                        .iter()
+                        .zip(client)
+                        .all(|(e, c)| matches!(e, Cow::Borrowed(s) if std::ptr::eq(*s, c.get()))),
+                "as_sent forwards what the full build forwards"
+            );
+        }
+        return Ok(ForwardedBody {
+            body: None,
+            tokens,
+            kept,
+            trigger,
+            boundary,
+        });
+    }
     let (entries, kept) = forward::conversation(
         api.format(),
         conv,
         contents,
         client.as_deref(),
         path,
-        &rendered.messages,
-    );
-    let tokens = forwarded_tokens(&rendered.messages);
-    let (trigger, boundary) = (
-        rendered.report.trigger,
-        rendered.report.microcompact_boundary,
+        &mut rendered.messages,
     );
     drop(rendered);
     if kept.forwarded_markers < kept.client_markers.min(MAX_MESSAGE_MARKERS) {
