@@ -20,6 +20,7 @@
 //! - [`cli`]: the command line (`ctxd serve`).
 
 pub mod api;
+pub mod auth;
 pub mod cli;
 pub mod compact;
 pub mod compaction;

@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::api::auth::{ApiKeys, TenantRetention};
 use crate::api::lifecycle;
+use crate::auth::{ApiKeys, TenantRetention};
 use crate::domain::Tenant;
 use crate::store::{Store, Tenants, now_ms};
 

@@ -13,8 +13,9 @@ use tonic::transport::{Server, ServerTlsConfig};
 use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 
-use crate::api::auth::{ApiKeys, AuthLayer};
+use crate::api::auth::AuthLayer;
 use crate::api::{ContextStoreService, FramingLayer, Watchers, pb};
+use crate::auth::ApiKeys;
 use crate::limits::{Admission, Limits};
 use crate::metrics::MeterLayer;
 use crate::store::Store;

@@ -6,11 +6,11 @@ use std::time::Instant;
 
 use tonic::{Request, Response, Status};
 
-use super::auth::Admin;
 use super::parse::session_id;
 use super::pb;
 use super::service::{ContextStoreService, Reply, tenant_of};
 use super::{domain_status, status};
+use crate::auth::Admin;
 use crate::domain::{Error, Tombstone};
 use crate::store::{self, Deletion, Store};
 

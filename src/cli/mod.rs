@@ -15,7 +15,7 @@ mod connect;
 mod panel;
 mod show;
 
-use crate::api::auth::ApiKeys;
+use crate::auth::ApiKeys;
 use crate::limits::Limits;
 use crate::server::Shutdown;
 use crate::store::Store;

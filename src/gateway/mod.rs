@@ -32,7 +32,7 @@ use serde_json::Value;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
-use crate::api::auth::{ApiKeys, gateway_tenant};
+use crate::auth::{ApiKeys, gateway_tenant};
 use crate::compaction::{Compactions, PrepareArgs, PrepareOutcome};
 use crate::domain::{
     self, Budget, GatewayCall, Hash, Node, NodeContent, NodeId, Part, PathView, ProviderUsage,

@@ -2,7 +2,7 @@
 //! embedded pages that read it.
 //!
 //! Every `/api/` handler builds a `tonic::Request` carrying the caller's tenant (from the same
-//! API keys and `authorization: Bearer` header as gRPC, `api::auth::http_tenant`) and calls the
+//! API keys and `authorization: Bearer` header as gRPC, `auth::http_tenant`) and calls the
 //! `ContextStore` method of the server's own `ContextStoreService` in process; the response is
 //! converted by `api::json::ToJson`, as the CLI's `--json` is. Parsing, tenant scoping, limits
 //! and error messages are therefore the RPCs' own: this module only maps query strings to
@@ -28,10 +28,10 @@ use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tonic::Code;
 
-use crate::api::auth::{ApiKeys, http_tenant};
 use crate::api::json::ToJson;
 use crate::api::pb::context_store_server::ContextStore;
 use crate::api::{ContextStoreService, pb};
+use crate::auth::{ApiKeys, http_tenant};
 use crate::domain::Tenant;
 use crate::limits::Admission;
 use query::Query;
@@ -187,7 +187,8 @@ async fn authenticate(State(app): State<App>, mut request: Request, next: Next) 
             request.extensions_mut().insert(tenant);
             next.run(request).await
         }
-        Err(status) => {
+        Err(refusal) => {
+            let status = tonic::Status::unauthenticated(refusal.message());
             let mut response = failure(&status).into_response();
             response.headers_mut().insert(
                 header::WWW_AUTHENTICATE,

@@ -5,8 +5,8 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use ctxd::api::auth::ApiKeys;
 use ctxd::api::pb;
+use ctxd::auth::ApiKeys;
 use ctxd::server::Options;
 use pb::context_store_client::ContextStoreClient;
 use rcgen::{

@@ -632,14 +632,14 @@ async fn another_tenants_session_is_not_found() {
     assert!(acme.export_session(request(&s)).await.is_ok());
 }
 
-fn two_keys() -> ctxd::api::auth::ApiKeys {
+fn two_keys() -> ctxd::auth::ApiKeys {
     let keys = tempfile::NamedTempFile::new().expect("keys file");
     std::fs::write(
         &keys,
         "acme acme-key-0123456789\nglobex globex-key-0123456789\n",
     )
     .expect("keys");
-    ctxd::api::auth::ApiKeys::load(keys.path()).expect("keys")
+    ctxd::auth::ApiKeys::load(keys.path()).expect("keys")
 }
 
 type Keyed = pb::context_store_client::ContextStoreClient<

@@ -6,8 +6,8 @@
 
 use std::time::Duration;
 
-use ctxd::api::auth::ApiKeys;
 use ctxd::api::pb;
+use ctxd::auth::ApiKeys;
 use ctxd::gateway::{Gateway, GatewayPolicy};
 use ctxd::server::Options;
 use reqwest::header::HeaderMap;

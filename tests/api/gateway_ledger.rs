@@ -5,8 +5,8 @@
 
 use std::time::Duration;
 
-use ctxd::api::auth::ApiKeys;
 use ctxd::api::pb;
+use ctxd::auth::ApiKeys;
 use ctxd::domain::{GatewayCall, PrefixChange, ProviderUsage, SessionId, Tenant};
 use ctxd::gateway::GatewayPolicy;
 use ctxd::server::Options;

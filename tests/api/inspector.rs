@@ -4,8 +4,8 @@
 
 use std::net::SocketAddr;
 
-use ctxd::api::auth::ApiKeys;
 use ctxd::api::pb;
+use ctxd::auth::ApiKeys;
 use ctxd::server::Options;
 use pb::context_store_client::ContextStoreClient;
 use serde_json::Value;

@@ -5,9 +5,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use ctxd::api::auth::ApiKeys;
 use ctxd::api::pb;
 use ctxd::api::pb::context_store_client::ContextStoreClient;
+use ctxd::auth::ApiKeys;
 use ctxd::retention::Retention;
 use ctxd::server::Options;
 use tonic::Code;

@@ -1,8 +1,8 @@
 //! Recall: every placeholder a render writes names what it replaced, and `Recall` gives the
 //! original back from the store, within the caller's session alone.
 
-use ctxd::api::auth::ApiKeys;
 use ctxd::api::pb;
+use ctxd::auth::ApiKeys;
 use ctxd::server::Options;
 use tonic::Code;
 

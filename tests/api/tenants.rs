@@ -1,8 +1,8 @@
 //! Tenants: with API keys, every session belongs to the key's tenant, and another tenant's ids
 //! answer exactly like ids that do not exist, without a byte of the owner's data.
 
-use ctxd::api::auth::ApiKeys;
 use ctxd::api::pb;
+use ctxd::auth::ApiKeys;
 use ctxd::server::Options;
 use tonic::{Code, Status};
 

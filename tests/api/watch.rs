@@ -5,8 +5,8 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use ctxd::api::auth::ApiKeys;
 use ctxd::api::pb;
+use ctxd::auth::ApiKeys;
 use ctxd::limits::Limits;
 use ctxd::server::Options;
 use pb::context_store_client::ContextStoreClient;
