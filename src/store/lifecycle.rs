@@ -3,7 +3,7 @@
 
 use super::backend::{Deleted, Footprint};
 use super::clock::now_ms;
-use super::{Result, Store};
+use super::{Fault, Result, Store};
 use crate::domain::{self, CompactionId, SessionId, Tenant, Tombstone};
 
 /// What [`Store::delete_session`] did.
@@ -50,6 +50,30 @@ impl Store {
     }
 
     async fn delete(
+        &self,
+        tenant: &Tenant,
+        session: SessionId,
+        deleted_by: &str,
+        idle_since_ms: Option<i64>,
+    ) -> Result<Option<Deletion>> {
+        let mut attempt = 1;
+        loop {
+            match self
+                .delete_once(tenant, session, deleted_by, idle_since_ms)
+                .await
+            {
+                // The engine broke a lock cycle with appends to the session (PostgreSQL's
+                // deadlock detection): nothing was deleted, so the deletion runs again.
+                Err(e) if e.fault() == Some(Fault::Conflict) && attempt < DELETE_ATTEMPTS => {
+                    tracing::warn!(error = %e, attempt, "a session's deletion conflicted; retrying");
+                    attempt += 1;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn delete_once(
         &self,
         tenant: &Tenant,
         session: SessionId,
@@ -167,3 +191,6 @@ pub enum Tenants<'a> {
     /// Every tenant but these.
     Except(&'a [Tenant]),
 }
+
+/// How many times a deletion that lost a lock cycle runs at most.
+const DELETE_ATTEMPTS: u32 = 4;
