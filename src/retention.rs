@@ -5,10 +5,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::api::lifecycle;
 use crate::auth::{ApiKeys, TenantRetention};
 use crate::domain::Tenant;
-use crate::store::{Store, Tenants, now_ms};
+use crate::store::{self, Deletion, Store, Tenants, now_ms};
 
 /// Deletes sessions no branch of which moved for their tenant's idle limit.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -84,7 +83,7 @@ pub async fn run(store: Store, policy: Retention) {
             }
         }
         // Kept fresh for the metrics whether or not anything was deleted.
-        if let Err(error) = lifecycle::measure(&store).await {
+        if let Err(error) = measure(&store).await {
             tracing::debug!(%error, "could not measure the store");
         }
     }
@@ -110,7 +109,7 @@ async fn sweep(
             // Idleness is checked again in the deleting transaction: a session appended to
             // since it was found stays.
             if let Some(deletion) = store.delete_idle_session(tenant, *session, since).await? {
-                lifecycle::deleted("retention", &deletion);
+                deleted("retention", &deletion);
                 sessions += 1;
                 nodes += deletion.tombstone.nodes;
             }
@@ -131,4 +130,33 @@ async fn sweep(
         }
         tokio::task::yield_now().await;
     }
+}
+
+/// Counts a deletion in the metrics and the log; `by` is `request` or `retention`.
+pub fn deleted(by: &'static str, deletion: &Deletion) {
+    let t = &deletion.tombstone;
+    metrics::counter!("ctxd_deleted_sessions_total", "by" => by).increment(1);
+    metrics::counter!("ctxd_deleted_nodes_total").increment(t.nodes);
+    metrics::counter!("ctxd_reclaimed_blob_bytes_total").increment(deletion.blob_bytes);
+    tracing::info!(
+        session = %t.session,
+        by,
+        nodes = t.nodes,
+        blobs = deletion.blobs,
+        blob_bytes = deletion.blob_bytes,
+        "deleted a session"
+    );
+}
+
+/// Counts the sessions and measures the database for the gauges; returns the counts.
+pub async fn measure(store: &Store) -> Result<(u64, u64), store::Error> {
+    let (sessions, tombstones) = store.session_counts().await?;
+    let footprint = store.footprint().await?;
+    #[allow(clippy::cast_precision_loss)] // a gauge is a float
+    {
+        metrics::gauge!("ctxd_sessions").set(sessions as f64);
+        metrics::gauge!("ctxd_database_bytes").set(footprint.bytes as f64);
+        metrics::gauge!("ctxd_database_free_bytes").set(footprint.free_bytes as f64);
+    }
+    Ok((sessions, tombstones))
 }

@@ -12,7 +12,8 @@ use super::service::{ContextStoreService, Reply, tenant_of};
 use super::{domain_status, status};
 use crate::auth::Admin;
 use crate::domain::{Error, Tombstone};
-use crate::store::{self, Deletion, Store};
+use crate::retention::{deleted, measure};
+use crate::store;
 
 impl ContextStoreService {
     pub(super) async fn delete(
@@ -95,35 +96,6 @@ impl ContextStoreService {
             released_bytes: before.bytes.saturating_sub(after.bytes),
         }))
     }
-}
-
-/// Counts a deletion in the metrics and the log; `by` is `request` or `retention`.
-pub(crate) fn deleted(by: &'static str, deletion: &Deletion) {
-    let t = &deletion.tombstone;
-    metrics::counter!("ctxd_deleted_sessions_total", "by" => by).increment(1);
-    metrics::counter!("ctxd_deleted_nodes_total").increment(t.nodes);
-    metrics::counter!("ctxd_reclaimed_blob_bytes_total").increment(deletion.blob_bytes);
-    tracing::info!(
-        session = %t.session,
-        by,
-        nodes = t.nodes,
-        blobs = deletion.blobs,
-        blob_bytes = deletion.blob_bytes,
-        "deleted a session"
-    );
-}
-
-/// Counts the sessions and measures the database for the gauges; returns the counts.
-pub(crate) async fn measure(store: &Store) -> Result<(u64, u64), store::Error> {
-    let (sessions, tombstones) = store.session_counts().await?;
-    let footprint = store.footprint().await?;
-    #[allow(clippy::cast_precision_loss)] // a gauge is a float
-    {
-        metrics::gauge!("ctxd_sessions").set(sessions as f64);
-        metrics::gauge!("ctxd_database_bytes").set(footprint.bytes as f64);
-        metrics::gauge!("ctxd_database_free_bytes").set(footprint.free_bytes as f64);
-    }
-    Ok((sessions, tombstones))
 }
 
 /// Refuses a store-wide RPC to a caller whose key is not an admin key.
