@@ -262,30 +262,38 @@ mod tests {
         assert!(tail.pending().is_empty());
     }
 
+    fn function_call(call_id: &str) -> NodeContent {
+        NodeContent::FunctionCall {
+            call_id: call_id.to_owned(),
+            name: String::new(),
+            input: "go".to_owned(),
+            expose: Expose::Io,
+        }
+    }
+
+    fn function_result(call_id: &str) -> NodeContent {
+        NodeContent::FunctionResult(FunctionResult {
+            call_id: call_id.to_owned(),
+            output: "ok".to_owned(),
+            status: FunctionStatus::Completed,
+            chain: None,
+        })
+    }
+
     #[test]
     fn functions_open_and_close() {
         let mut tail = ChainTail::default();
         let fid = NodeId::new();
         tail.admit("n", NodeId::new(), &mut assistant(&["t"]))
             .expect("assistant");
-        let mut call = NodeContent::FunctionCall {
-            call_id: "t".to_owned(),
-            name: String::new(),
-            input: "go".to_owned(),
-            expose: Expose::Io,
-        };
+        let mut call = function_call("t");
         assert_eq!(tail.admit("n", fid, &mut call), Ok(Admit::OpensFunction));
         assert_eq!(
             tail.pending(),
             vec!["t"],
             "the caller waits for a running function"
         );
-        let mut done = NodeContent::FunctionResult(FunctionResult {
-            call_id: "t".to_owned(),
-            output: "ok".to_owned(),
-            status: FunctionStatus::Completed,
-            chain: None,
-        });
+        let mut done = function_result("t");
         assert_eq!(
             tail.admit("n", NodeId::new(), &mut done.clone()),
             Ok(Admit::ClosesFunction(fid))
@@ -298,12 +306,7 @@ mod tests {
         let mut tail = ChainTail::default();
         tail.admit("n", NodeId::new(), &mut assistant(&["t"]))
             .expect("assistant");
-        let mut call = NodeContent::FunctionCall {
-            call_id: "t".to_owned(),
-            name: String::new(),
-            input: "go".to_owned(),
-            expose: Expose::Io,
-        };
+        let mut call = function_call("t");
         tail.admit("n", NodeId::new(), &mut call).expect("call");
         assert_eq!(
             tail.admit("n", NodeId::new(), &mut result("t")),
@@ -312,12 +315,7 @@ mod tests {
         );
         assert!(tail.pending().is_empty(), "the caller goes on");
         assert!(tail.admit("n", NodeId::new(), &mut result("t")).is_err());
-        let mut done = NodeContent::FunctionResult(FunctionResult {
-            call_id: "t".to_owned(),
-            output: "ok".to_owned(),
-            status: FunctionStatus::Completed,
-            chain: None,
-        });
+        let mut done = function_result("t");
         let refused = tail.admit("n", NodeId::new(), &mut done);
         assert!(
             matches!(&refused, Err(Error::InvalidArgument { field, .. }) if field == "n.function_result.call_id"),

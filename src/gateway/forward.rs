@@ -87,12 +87,7 @@ pub fn conversation<'a>(
         .iter()
         .map(|s| !s.is_empty() && s.iter().all(|&k| !changed(&rendered[k])))
         .collect();
-    let scope = path.nodes.last().and_then(|n| n.function_id);
-    let stored: Vec<&Arc<Node>> = path
-        .nodes
-        .iter()
-        .filter(|n| n.function_id == scope)
-        .collect();
+    let stored = rendered_scope(path);
     let aligned = align(&stored, contents);
     let map = Map::new(conv, &aligned, rendered, &sources, &stored);
 
@@ -186,6 +181,28 @@ pub fn conversation<'a>(
     (entries, kept)
 }
 
+/// The nodes of the scope a path renders (its last node's: the top level, or a function's own
+/// chain), oldest first: what the request's items are aligned with.
+fn rendered_scope(path: &PathView) -> Vec<&Arc<Node>> {
+    let scope = path.nodes.last().and_then(|n| n.function_id);
+    path.nodes
+        .iter()
+        .filter(|n| n.function_id == scope)
+        .collect()
+}
+
+/// Whether `entries` are the client's own, every one and in order: the client's body is then
+/// what goes, as sent.
+pub fn all_client_entries(entries: &[Cow<'_, str>], client: Option<&[&RawValue]>) -> bool {
+    client.is_some_and(|client| {
+        client.len() == entries.len()
+            && entries
+                .iter()
+                .zip(client)
+                .all(|(e, c)| matches!(e, Cow::Borrowed(s) if std::ptr::eq(*s, c.get())))
+    })
+}
+
 /// What forwarding the client's conversation as sent keeps, when that is what [`conversation`]
 /// would forward, found without building any document: the render changed nothing and shows
 /// the request's items, one message each, in order, each on the stored node aligned with it;
@@ -220,12 +237,7 @@ pub fn as_sent(
     if next != client.len() {
         return None;
     }
-    let scope = path.nodes.last().and_then(|n| n.function_id);
-    let stored: Vec<&Arc<Node>> = path
-        .nodes
-        .iter()
-        .filter(|n| n.function_id == scope)
-        .collect();
+    let stored = rendered_scope(path);
     let aligned = align(&stored, contents);
     if !aligned.passed.is_empty()
         || aligned

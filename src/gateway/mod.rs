@@ -18,7 +18,6 @@ mod record;
 mod responses;
 mod sse;
 
-use std::borrow::Cow;
 use std::sync::Arc;
 
 use axum::Router;
@@ -1174,13 +1173,28 @@ fn written(
         rendered.report.microcompact_boundary,
     );
     // The common case, a render that changed nothing: the client's body goes as sent, found
-    // without building the forwarded conversation (the tests check it against that build).
-    if let Some(kept) =
-        forward::as_sent(conv, contents, client.as_deref(), path, &rendered.messages)
-    {
-        #[cfg(debug_assertions)]
-        {
-            let (entries, built) = forward::conversation(
+    // without building the forwarded conversation (debug builds check it against that build).
+    let as_sent = forward::as_sent(conv, contents, client.as_deref(), path, &rendered.messages);
+    #[cfg(debug_assertions)]
+    if let Some(kept) = &as_sent {
+        let (entries, built) = forward::conversation(
+            api.format(),
+            conv,
+            contents,
+            client.as_deref(),
+            path,
+            &mut rendered.messages,
+        );
+        assert_eq!(&built, kept, "as_sent keeps what the full build keeps");
+        assert!(
+            forward::all_client_entries(&entries, client.as_deref()),
+            "as_sent forwards what the full build forwards"
+        );
+    }
+    let (body, kept) = match as_sent {
+        Some(kept) => (None, kept),
+        None => {
+            let (entries, kept) = forward::conversation(
                 api.format(),
                 conv,
                 contents,
@@ -1188,56 +1202,24 @@ fn written(
                 path,
                 &mut rendered.messages,
             );
-            assert_eq!(built, kept, "as_sent keeps what the full build keeps");
-            let client = client.as_deref().unwrap_or_default();
-            assert!(
-                entries.len() == client.len()
-                    && entries
-                        .iter()
-                        .zip(client)
-                        .all(|(e, c)| matches!(e, Cow::Borrowed(s) if std::ptr::eq(*s, c.get()))),
-                "as_sent forwards what the full build forwards"
-            );
+            drop(rendered);
+            if kept.forwarded_markers < kept.client_markers.min(MAX_MESSAGE_MARKERS) {
+                tracing::debug!(
+                    ?kept,
+                    "gateway: fewer breakpoints forwarded than the client sent"
+                );
+            }
+            let body = if forward::all_client_entries(&entries, client.as_deref()) {
+                None
+            } else {
+                Some(
+                    members
+                        .with_entries(api.field(), &entries)
+                        .ok_or("a body that is not an object")?,
+                )
+            };
+            (body, kept)
         }
-        return Ok(ForwardedBody {
-            body: None,
-            tokens,
-            kept,
-            trigger,
-            boundary,
-        });
-    }
-    let (entries, kept) = forward::conversation(
-        api.format(),
-        conv,
-        contents,
-        client.as_deref(),
-        path,
-        &mut rendered.messages,
-    );
-    drop(rendered);
-    if kept.forwarded_markers < kept.client_markers.min(MAX_MESSAGE_MARKERS) {
-        tracing::debug!(
-            ?kept,
-            "gateway: fewer breakpoints forwarded than the client sent"
-        );
-    }
-    // Every entry the client's own, in its order: the client's body is what goes, as sent.
-    let as_sent = client.as_deref().is_some_and(|client| {
-        client.len() == entries.len()
-            && entries
-                .iter()
-                .zip(client)
-                .all(|(e, c)| matches!(e, Cow::Borrowed(s) if std::ptr::eq(*s, c.get())))
-    });
-    let body = if as_sent {
-        None
-    } else {
-        Some(
-            members
-                .with_entries(api.field(), &entries)
-                .ok_or("a body that is not an object")?,
-        )
     };
     Ok(ForwardedBody {
         body,

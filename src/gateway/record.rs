@@ -874,7 +874,7 @@ fn background_calls(message: &NodeContent) -> Vec<AgentCall> {
         .filter_map(|c| {
             let arguments = serde_json::from_str::<serde_json::Value>(&c.arguments_json).ok()?;
             let prompt = arguments.get("prompt")?.as_str()?;
-            (in_background(&c.name, Some(&arguments)) && !prompt.is_empty()).then(|| AgentCall {
+            (in_background(&c.name, &arguments) && !prompt.is_empty()).then(|| AgentCall {
                 call_id: c.call_id.clone(),
                 name: c.name.clone(),
                 prompt: prompt.to_owned(),
@@ -1043,10 +1043,10 @@ async fn subagent(
 /// says `run_in_background: false` (its call is answered "launched" at once and the result
 /// comes later as a notification, so its function runs on after the tool result that answers
 /// its call); the older `Task` never does.
-fn in_background(tool: &str, arguments: Option<&serde_json::Value>) -> bool {
+fn in_background(tool: &str, arguments: &serde_json::Value) -> bool {
     tool == "Agent"
         && arguments
-            .and_then(|a| a.get("run_in_background"))
+            .get("run_in_background")
             .and_then(serde_json::Value::as_bool)
             != Some(false)
 }
