@@ -32,6 +32,7 @@ pub mod import;
 pub mod inspector;
 pub mod limits;
 pub mod metrics;
+pub mod provider;
 pub mod recall;
 pub mod render;
 pub mod retention;

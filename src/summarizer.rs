@@ -196,7 +196,7 @@ impl Summarizer {
     /// which would change the prefix.
     pub async fn summarize_request(&self, request: &[Message]) -> Result<String, Error> {
         let document =
-            crate::render::format::document(crate::render::format::Format::OpenAiChat, request);
+            crate::provider::format::document(crate::provider::format::Format::OpenAiChat, request);
         let messages: serde_json::Value =
             serde_json::from_str(&document).map_err(|e| Error::Malformed(e.to_string()))?;
         let body = serde_json::json!({
@@ -350,6 +350,7 @@ fn transcript_block(m: &Message) -> String {
         match part {
             Part::Text(t) => out.push_str(t),
             Part::Media { mime_type, .. } => out.push_str(&format!("[{mime_type} attachment]")),
+            Part::Block(_) => {}
         }
     }
     for call in &m.tool_calls {

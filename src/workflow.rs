@@ -83,6 +83,7 @@ fn text_bytes(path: &PathView) -> usize {
             .iter()
             .map(|p| match p {
                 Part::Text(t) => t.len(),
+                Part::Block(b) => b.json.len(),
                 Part::Media { .. } => 0,
             })
             .sum()

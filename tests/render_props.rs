@@ -1035,6 +1035,7 @@ fn describe(built: &Built) -> String {
             .map(|p| match p {
                 Part::Text(t) => format!("{}c", t.chars().count()),
                 Part::Media { .. } => "media".to_owned(),
+                Part::Block(_) => "block".to_owned(),
             })
             .collect::<Vec<_>>()
             .join("+")
@@ -1143,7 +1144,7 @@ type Check = Result<(), TestCaseError>;
 
 /// The OpenAI and Anthropic documents of a render satisfy their pairing rules.
 fn check_documents(r: &Rendered) -> Check {
-    use ctxd::render::format::{anthropic_messages, openai_chat};
+    use ctxd::provider::format::{anthropic_messages, openai_chat};
     provider_rules::check_openai(&openai_chat(&r.messages))
         .map_err(|e| TestCaseError::fail(format!("OpenAI document: {e}")))?;
     provider_rules::check_anthropic(&anthropic_messages(&r.messages))

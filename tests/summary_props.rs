@@ -121,9 +121,9 @@ proptest! {
                 }
             }
             // The provider documents stay valid with the summary in them.
-            let openai = ctxd::render::format::openai_chat(&r.messages);
+            let openai = ctxd::provider::format::openai_chat(&r.messages);
             prop_assert!(provider_rules::check_openai(&openai).is_ok(), "{openai}");
-            let anthropic = ctxd::render::format::anthropic_messages(&r.messages);
+            let anthropic = ctxd::provider::format::anthropic_messages(&r.messages);
             prop_assert!(provider_rules::check_anthropic(&anthropic).is_ok(), "{anthropic}");
             // Same inputs, same output.
             prop_assert_eq!(&r, &render(&path, &Options::default(), &Tokenizer::Heuristic));

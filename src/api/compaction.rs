@@ -3,7 +3,6 @@
 use super::{convert, pb};
 use crate::compaction::{CommitOutcome, CompactOutcome, PrepareOutcome, SummaryListing};
 use crate::domain::{Budget, CompactionEvent, Reason, SummaryKind};
-use crate::render;
 
 fn u32_of(n: usize) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
@@ -24,7 +23,7 @@ fn reason(r: Reason) -> pb::CompactionReason {
 pub(super) fn prepare_response(
     outcome: PrepareOutcome,
     budget: Budget,
-    format: Option<render::format::Format>,
+    format: Option<crate::provider::format::Format>,
 ) -> pb::PrepareCompactionResponse {
     let history_budget = budget.history().unwrap_or(0);
     match outcome {
@@ -47,7 +46,7 @@ pub(super) fn prepare_response(
         } => pb::PrepareCompactionResponse {
             needed: true,
             summary_request_json: match (&request, format) {
-                (Some(request), Some(f)) => render::format::document(f, &request.messages),
+                (Some(request), Some(f)) => crate::provider::format::document(f, &request.messages),
                 _ => String::new(),
             },
             summary_request: request
@@ -64,7 +63,7 @@ pub(super) fn prepare_response(
             rolls_over_ids: plan.rolls_over.iter().map(ToString::to_string).collect(),
             kind: convert::summary_kind(plan.kind).into(),
             summary_input_json: format
-                .map(|f| render::format::document(f, &prepared.input))
+                .map(|f| crate::provider::format::document(f, &prepared.input))
                 .unwrap_or_default(),
             compaction_id: plan.id.to_string(),
             base_head_id: plan.base_head.to_string(),

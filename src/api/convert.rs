@@ -2,8 +2,8 @@
 
 use super::pb;
 use crate::domain::{
-    Branch, Error, Expose, FunctionResult, FunctionStatus, MediaSource, Node, NodeContent,
-    NodeKind, Part, Role, Session, ToolCall,
+    BlockFormat, Branch, Error, Expose, FunctionResult, FunctionStatus, MediaSource, Node,
+    NodeContent, NodeKind, Part, ProviderBlock, Role, Session, ToolCall,
 };
 use crate::render::{Budget, Message, MessageRole, Policy, Reduction, Report, Saved, Trigger};
 use crate::tokens::Tokens;
@@ -115,6 +115,19 @@ fn parts(field: &str, parts: Vec<pb::ContentPart>) -> Result<Vec<Part>, Error> {
         .enumerate()
         .map(|(i, part)| match part.part {
             Some(P::Text(text)) => Ok(Part::Text(text)),
+            // A provider block travels as media of its format's MIME type.
+            Some(P::Media(media)) if BlockFormat::from_mime(&media.mime_type).is_some() => {
+                let at = format!("{field}.parts[{i}].media.data");
+                let format = BlockFormat::from_mime(&media.mime_type).expect("matched above");
+                match media.source {
+                    Some(Source::Data(data)) => ProviderBlock::from_bytes(format, data)
+                        .map(Part::Block)
+                        .ok_or_else(|| {
+                            Error::invalid(at, "must be JSON text for a provider block")
+                        }),
+                    _ => Err(Error::invalid(at, "is required for a provider block")),
+                }
+            }
             Some(P::Media(media)) => Ok(Part::Media {
                 mime_type: media.mime_type,
                 source: match media.source {
@@ -274,6 +287,10 @@ fn part(p: Part) -> pb::ContentPart {
                     MediaSource::Data(data) => Source::Data(data),
                     MediaSource::Url(url) => Source::Url(url),
                 }),
+            }),
+            Part::Block(block) => P::Media(pb::Media {
+                mime_type: block.format.mime().to_owned(),
+                source: Some(Source::Data(block.json.into_bytes())),
             }),
         }),
     }

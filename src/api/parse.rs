@@ -12,7 +12,7 @@ use crate::domain::{
 };
 use crate::import;
 use crate::recall;
-use crate::render::{self, Callers, Options, Policy};
+use crate::render::{Callers, Options, Policy};
 use crate::store::{AppendRequest, AppendTarget, PathTarget, Scoped, now_ms};
 use crate::tokens::Tokenizer;
 
@@ -43,11 +43,15 @@ pub(super) fn branch_or_main(field: &str, name: &str) -> Result<BranchName, Stat
 }
 
 /// A provider document format; `None` for the neutral messages alone.
-pub(super) fn provider_format(value: i32) -> Result<Option<render::format::Format>, Status> {
+pub(super) fn provider_format(
+    value: i32,
+) -> Result<Option<crate::provider::format::Format>, Status> {
     match pb::Format::try_from(value) {
         Ok(pb::Format::Unspecified | pb::Format::Neutral) => Ok(None),
-        Ok(pb::Format::OpenaiChat) => Ok(Some(render::format::Format::OpenAiChat)),
-        Ok(pb::Format::AnthropicMessages) => Ok(Some(render::format::Format::AnthropicMessages)),
+        Ok(pb::Format::OpenaiChat) => Ok(Some(crate::provider::format::Format::OpenAiChat)),
+        Ok(pb::Format::AnthropicMessages) => {
+            Ok(Some(crate::provider::format::Format::AnthropicMessages))
+        }
         Err(_) => Err(domain_status(Error::invalid(
             "format",
             format!("unknown value {value}"),

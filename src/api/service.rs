@@ -18,7 +18,7 @@ use crate::domain::{BranchName, CompactionId, Error, NodeId, PathView, SessionId
 use crate::import;
 use crate::limits::Limits;
 use crate::recall;
-use crate::render::{self, Rendered};
+use crate::render::Rendered;
 use crate::store::{self, CreationKey, Scoped, ScopedPlan, Store};
 use crate::summarizer::Summarizer;
 use crate::tokens::TokenCache;
@@ -341,10 +341,10 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
             .unwrap_or_default();
         let report = convert::report(&rendered.report);
         let messages_json = format
-            .map(|f| render::format::document(f, &rendered.messages))
+            .map(|f| crate::provider::format::document(f, &rendered.messages))
             .unwrap_or_default();
         let uncarried = format
-            .map(|f| render::format::uncarried(f, &rendered.messages))
+            .map(|f| crate::provider::format::uncarried(f, &rendered.messages))
             .unwrap_or_default();
         if let (true, Some(format), Some(first)) = (strict, format, uncarried.first()) {
             let node = first

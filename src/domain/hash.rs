@@ -183,6 +183,14 @@ impl Canonical {
                         }
                     }
                 }
+                // Hashed as the media part it was stored as before it had a type of its own,
+                // so those sessions keep their identities.
+                Part::Block(block) => {
+                    self.tag(2);
+                    self.str(block.format.mime());
+                    self.tag(1);
+                    self.0.update(&blob_hash(block.json.as_bytes()).0);
+                }
             }
         }
     }

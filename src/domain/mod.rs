@@ -20,8 +20,8 @@ pub use history::{History, ImportedOverlay, Op, Snapshot};
 pub use ids::{BranchName, GatewayCallId, NodeId, SessionId};
 pub use ledger::{Command, ErrorLine, FileUse, FunctionUse, Ledger, normalize, paths_in};
 pub use node::{
-    ClosedChain, Expose, FunctionResult, FunctionStatus, MediaSource, Node, NodeContent, NodeKind,
-    Part, PathView, Role, ToolCall,
+    BlockFormat, ClosedChain, Expose, FunctionResult, FunctionStatus, MediaSource, Node,
+    NodeContent, NodeKind, Part, PathView, ProviderBlock, Role, ToolCall,
 };
 pub use pairing::{Admit, ChainTail};
 pub use session::{Branch, Session, SessionFilter, Tombstone};

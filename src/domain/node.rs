@@ -45,6 +45,76 @@ pub enum Part {
         mime_type: String,
         source: MediaSource,
     },
+    /// A provider's block ctxd keeps whole rather than reduce to text or media.
+    Block(ProviderBlock),
+}
+
+/// The wire format a kept provider block belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BlockFormat {
+    /// A content block of the Anthropic Messages API (thinking with its signature, server tool
+    /// use and its results, documents, citations, any type ctxd does not know), or the fields
+    /// a message carries beside `role` and `content`.
+    AnthropicMessages,
+    /// A content part of OpenAI chat completions other than plain text (audio, files, …).
+    ChatCompletions,
+    /// A whole OpenAI Responses `input` item (reasoning with its encrypted content, an
+    /// assistant message with its id, a server tool's call, any type ctxd does not know), a
+    /// content part other than plain text, or what an item stored as a call had beside it.
+    Responses,
+}
+
+impl BlockFormat {
+    pub const ALL: [BlockFormat; 3] = [
+        BlockFormat::AnthropicMessages,
+        BlockFormat::ChatCompletions,
+        BlockFormat::Responses,
+    ];
+
+    /// The MIME type a block of this format travels and is stored under where a part is media
+    /// on the wire (the gRPC contract, the stored body): the same bytes hash the same, so
+    /// sessions stored before blocks had a type of their own keep their identities.
+    pub fn mime(self) -> &'static str {
+        match self {
+            BlockFormat::AnthropicMessages => "application/vnd.ctxd.anthropic-block+json",
+            BlockFormat::ChatCompletions => "application/vnd.ctxd.openai-part+json",
+            BlockFormat::Responses => "application/vnd.ctxd.responses-item+json",
+        }
+    }
+
+    pub fn from_mime(mime: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|f| f.mime() == mime)
+    }
+
+    /// The name ctxd JSONL writes.
+    pub fn name(self) -> &'static str {
+        match self {
+            BlockFormat::AnthropicMessages => "anthropic_messages",
+            BlockFormat::ChatCompletions => "chat_completions",
+            BlockFormat::Responses => "responses",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|f| f.name() == name)
+    }
+}
+
+/// A provider block as it came, in its canonical JSON (keys sorted, no spacing, no cache
+/// marker): given back to its own API byte for byte, left out of the others.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProviderBlock {
+    pub format: BlockFormat,
+    pub json: String,
+}
+
+impl ProviderBlock {
+    /// The block of `format` that `data` holds, if it is JSON text.
+    pub fn from_bytes(format: BlockFormat, data: Vec<u8>) -> Option<Self> {
+        let json = String::from_utf8(data).ok()?;
+        serde_json::from_str::<serde::de::IgnoredAny>(&json).ok()?;
+        Some(Self { format, json })
+    }
 }
 
 impl Part {
@@ -60,6 +130,15 @@ impl Part {
                 source: MediaSource::Url(url),
                 ..
             } => url.len(),
+            Part::Block(block) => block.json.len(),
+        }
+    }
+
+    /// The text of a text part.
+    pub fn as_text(&self) -> Option<&str> {
+        match self {
+            Part::Text(t) => Some(t),
+            Part::Media { .. } | Part::Block(_) => None,
         }
     }
 
@@ -67,10 +146,7 @@ impl Part {
     pub fn text_of(parts: &[Part]) -> String {
         parts
             .iter()
-            .filter_map(|p| match p {
-                Part::Text(t) => Some(t.as_str()),
-                Part::Media { .. } => None,
-            })
+            .filter_map(Part::as_text)
             .collect::<Vec<_>>()
             .join("\n")
     }
@@ -79,10 +155,8 @@ impl Part {
     pub fn text_chars(parts: &[Part]) -> usize {
         parts
             .iter()
-            .map(|p| match p {
-                Part::Text(t) => t.chars().count(),
-                Part::Media { .. } => 0,
-            })
+            .filter_map(Part::as_text)
+            .map(|t| t.chars().count())
             .sum()
     }
 }

@@ -16,6 +16,7 @@ use super::{Branch, Export, line};
 use crate::domain::{
     Expose, FunctionStatus, MediaSource, Node, NodeContent, NodeId, Part, Role, Snapshot,
 };
+use crate::provider::format::anthropic_block;
 
 pub(super) fn export<'a>(snapshot: &'a Snapshot, branch: Branch<'a>) -> Export<'a> {
     let mut writer = Writer {
@@ -206,6 +207,9 @@ impl Writer<'_, '_> {
                     self.url_media += 1;
                     None
                 }
+                // A kept Messages API block is written as itself; other APIs' are not
+                // Claude Code's to carry.
+                Part::Block(_) => anthropic_block(p),
             })
             .collect()
     }

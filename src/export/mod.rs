@@ -117,10 +117,17 @@ impl<'a> Branch<'a> {
     }
 }
 
-/// A part as ctxd JSONL writes it: `{text}`, or `{mime_type, data (base64) | url}`.
+/// A part as ctxd JSONL writes it: `{text}`, `{mime_type, data (base64) | url}`, or a kept
+/// provider block as `{block: {format, value}}` (its JSON as a value, so the file reads).
 fn part_json(part: &Part) -> Value {
     match part {
         Part::Text(text) => json!({ "text": text }),
+        Part::Block(block) => json!({
+            "block": {
+                "format": block.format.name(),
+                "value": serde_json::from_str::<Value>(&block.json).unwrap_or(Value::Null),
+            }
+        }),
         Part::Media { mime_type, source } => match source {
             MediaSource::Data(data) => json!({
                 "mime_type": mime_type,

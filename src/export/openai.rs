@@ -11,7 +11,8 @@ use base64::Engine as _;
 use serde_json::{Value, json};
 
 use super::{Branch, Export};
-use crate::domain::{MediaSource, NodeContent, Part, Snapshot};
+use crate::domain::{BlockFormat, MediaSource, NodeContent, Part, Snapshot};
+use crate::provider::format::opaque;
 
 pub(super) fn export<'a>(snapshot: &'a Snapshot, branch: Branch<'a>) -> Export<'a> {
     let mut warnings = branch.left_out(snapshot);
@@ -135,15 +136,23 @@ fn call(id: &str, name: &str, arguments: &str) -> Value {
     })
 }
 
-/// A single text as a string (the common form); anything else as an array of parts.
+/// A single text as a string (the common form); anything else as an array of parts. Blocks
+/// kept from another API are not chat completions' to carry and are left out.
 fn content(parts: &[Part]) -> Value {
-    match parts {
+    let parts: Vec<&Part> = parts
+        .iter()
+        .filter(|p| match p {
+            Part::Block(b) => b.format == BlockFormat::ChatCompletions,
+            _ => true,
+        })
+        .collect();
+    match parts.as_slice() {
         [] => Value::Null,
         [Part::Text(text)] => Value::String(text.clone()),
         parts => parts
             .iter()
-            .map(|p| match p {
-                Part::Text(text) => json!({ "type": "text", "text": text }),
+            .filter_map(|p| match p {
+                Part::Text(text) => Some(json!({ "type": "text", "text": text })),
                 Part::Media { mime_type, source } => {
                     let url = match source {
                         MediaSource::Data(data) => format!(
@@ -152,8 +161,9 @@ fn content(parts: &[Part]) -> Value {
                         ),
                         MediaSource::Url(url) => url.clone(),
                     };
-                    json!({ "type": "image_url", "image_url": { "url": url } })
+                    Some(json!({ "type": "image_url", "image_url": { "url": url } }))
                 }
+                Part::Block(_) => opaque(p, BlockFormat::ChatCompletions),
             })
             .collect(),
     }

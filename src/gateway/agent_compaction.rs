@@ -6,8 +6,8 @@
 //! on the same branch with the agent's summary laid over the history it covers, as `ctxd import`
 //! does with a Claude Code file's `isCompactSummary` entry.
 
-use super::conversation::Conversation;
 use crate::domain::{NodeContent, Part, Role, Summary};
+use crate::provider::conversation::Conversation;
 
 /// Claude Code's compaction prompt begins so (2.1.x).
 const CLAUDE_CODE_PROMPT: &str =
@@ -60,12 +60,7 @@ fn has_compaction_trigger(content: &NodeContent) -> bool {
         _ => return false,
     };
     parts.iter().any(|p| match p {
-        Part::Media {
-            mime_type,
-            source: crate::domain::MediaSource::Data(data),
-        } if crate::render::format::is_opaque(mime_type) => {
-            String::from_utf8_lossy(data).contains("\"compaction_trigger\"")
-        }
+        Part::Block(block) => block.json.contains("\"compaction_trigger\""),
         _ => false,
     })
 }
@@ -132,16 +127,9 @@ fn item_type(content: &NodeContent) -> Option<String> {
         return None;
     };
     match (parts.as_slice(), tool_calls.is_empty()) {
-        (
-            [
-                Part::Media {
-                    mime_type,
-                    source: crate::domain::MediaSource::Data(data),
-                },
-            ],
-            true,
-        ) if mime_type == crate::render::format::RESPONSES_ITEM => {
-            let value: serde_json::Value = serde_json::from_slice(data).ok()?;
+        ([part], true) => {
+            let value =
+                crate::provider::format::opaque(part, crate::domain::BlockFormat::Responses)?;
             value.get("type")?.as_str().map(str::to_owned)
         }
         _ => None,

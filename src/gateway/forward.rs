@@ -16,12 +16,12 @@ use std::sync::Arc;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use super::anthropic::MAX_MARKERS;
-use super::conversation::Conversation;
 use crate::domain::{
     FunctionResult, FunctionStatus, Node, NodeContent, NodeId, Part, PathView, ToolCall,
 };
-use crate::render::format::{anthropic_document, openai_chat_document, responses_document};
+use crate::provider::anthropic::MAX_MARKERS;
+use crate::provider::conversation::Conversation;
+use crate::provider::format::{anthropic_document, openai_chat_document, responses_document};
 use crate::render::{Message, Reduction};
 
 /// The wire format of the forwarded conversation.
@@ -336,8 +336,9 @@ fn documents(
 /// character and each call's arguments `{}`, so what decides an entry's shape (roles, which
 /// texts are empty, media, calls and their ids) is kept, the bulk not.
 fn hollow_bulk(m: &Message, format: Format) -> (Vec<Part>, Vec<ToolCall>) {
+    use crate::domain::BlockFormat;
     use crate::domain::MediaSource;
-    use crate::render::format::{ANTHROPIC_BLOCK, MESSAGE_FIELDS, is_opaque};
+    use crate::provider::format::MESSAGE_FIELDS;
     let parts = m
         .parts
         .iter()
@@ -345,19 +346,17 @@ fn hollow_bulk(m: &Message, format: Format) -> (Vec<Part>, Vec<ToolCall>) {
             Part::Text(t) if !t.is_empty() => Part::Text("x".to_owned()),
             // A kept Anthropic block is one block (thinking, say) unless it holds the message's
             // own fields, which the document reads.
-            Part::Media {
-                mime_type,
-                source: MediaSource::Data(data),
-            } if format == Format::Anthropic
-                && mime_type == ANTHROPIC_BLOCK
-                && !contains(data, MESSAGE_FIELDS.as_bytes()) =>
+            Part::Block(block)
+                if format == Format::Anthropic
+                    && block.format == BlockFormat::AnthropicMessages
+                    && !contains(block.json.as_bytes(), MESSAGE_FIELDS.as_bytes()) =>
             {
                 Part::Text("x".to_owned())
             }
             Part::Media {
                 mime_type,
                 source: MediaSource::Data(_),
-            } if !is_opaque(mime_type) => Part::Media {
+            } => Part::Media {
                 mime_type: mime_type.clone(),
                 source: MediaSource::Data(Vec::new()),
             },
@@ -838,9 +837,10 @@ pub fn client_entries<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::{BlockFormat, ProviderBlock};
     use crate::domain::{MediaSource, ToolCall};
+    use crate::provider::format::MESSAGE_FIELDS;
     use crate::render::MessageRole;
-    use crate::render::format::{ANTHROPIC_BLOCK, MESSAGE_FIELDS};
 
     fn message(role: MessageRole, parts: Vec<Part>) -> Message {
         Message {
@@ -850,10 +850,10 @@ mod tests {
     }
 
     fn block(json: &str) -> Part {
-        Part::Media {
-            mime_type: ANTHROPIC_BLOCK.to_owned(),
-            source: MediaSource::Data(json.as_bytes().to_vec()),
-        }
+        Part::Block(ProviderBlock {
+            format: BlockFormat::AnthropicMessages,
+            json: json.to_owned(),
+        })
     }
 
     /// Every shape a document decides on: texts empty and not, kept blocks (one holding the
@@ -967,5 +967,66 @@ mod tests {
             Value::String(_) => Value::String(String::new()),
             other => other.clone(),
         }
+    }
+
+    #[test]
+    fn kept_blocks_and_message_fields_come_back_as_they_came() {
+        use crate::domain::Role;
+        use serde_json::json;
+        let thinking = json!({"type": "thinking", "thinking": "", "signature": "c2ln+/="});
+        let conv = crate::provider::anthropic::read(
+            &mut json!({"model": "claude-x", "max_tokens": 100, "messages": [
+                {"role": "user", "content": "hi"},
+                {"role": "system", "content": "be brief", "output_config": {"effort": "low"}},
+                {"role": "assistant", "content": [thinking, {"type": "text", "text": "hello"}]},
+            ]}),
+        )
+        .expect("a request");
+        let messages: Vec<Message> = conv
+            .items
+            .iter()
+            .map(|i| match &i.content {
+                NodeContent::Message {
+                    role,
+                    parts,
+                    tool_calls,
+                } => Message {
+                    tool_calls: tool_calls.clone(),
+                    ..Message::new(
+                        match role {
+                            Role::User => crate::render::MessageRole::User,
+                            Role::Assistant => crate::render::MessageRole::Assistant,
+                            _ => crate::render::MessageRole::System,
+                        },
+                        parts.clone(),
+                    )
+                },
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        let out = messages_for_test(&messages, &conv);
+        assert_eq!(
+            out,
+            json!([
+                {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+                {"role": "system", "content": [{"type": "text", "text": "be brief"}],
+                 "output_config": {"effort": "low"}},
+                {"role": "assistant", "content": [thinking, {"type": "text", "text": "hello"}]},
+            ])
+        );
+    }
+
+    fn messages_for_test(rendered: &[Message], conv: &Conversation) -> Value {
+        let contents: Vec<&NodeContent> = conv.items.iter().map(|i| &i.content).collect();
+        let (entries, _) = super::conversation(
+            Format::Anthropic,
+            conv,
+            &contents,
+            None,
+            &crate::domain::PathView::default(),
+            &mut rendered.to_vec(),
+        );
+        let text = format!("[{}]", entries.join(","));
+        serde_json::from_str(&text).expect("the forwarded messages are JSON")
     }
 }

@@ -8,15 +8,10 @@
 //! ctxd's own keys guard it (fail closed); provider credentials pass through, never kept.
 
 mod agent_compaction;
-mod anthropic;
-mod conversation;
 mod forward;
 mod json;
 mod ledger;
-mod openai;
 mod record;
-mod responses;
-mod sse;
 
 use std::sync::Arc;
 
@@ -37,11 +32,12 @@ use crate::domain::{
     self, Budget, GatewayCall, Hash, Node, NodeContent, NodeId, Part, PathView, ProviderUsage,
     Tenant, node_hash,
 };
+use crate::provider::conversation::{Conversation, Refusal, estimate};
+use crate::provider::{anthropic, chat, responses};
 use crate::render::{self, Message, Policy};
 use crate::store::{self, AppendRequest, AppendTarget, PathTarget, Scoped, now_ms};
 use crate::tokens::Tokenizer;
 use crate::workflow::Workflows;
-use conversation::{Conversation, Refusal, estimate};
 use record::{Recorded, Unrecorded};
 
 /// The gateway's listener and where it forwards.
@@ -218,7 +214,7 @@ impl Api {
     fn read(self, mut body: Value) -> Result<Conversation, Refusal> {
         match self {
             Api::Anthropic => anthropic::read(&mut body),
-            Api::OpenAi => openai::read(&body),
+            Api::OpenAi => chat::read(&body),
             Api::Responses => responses::read(&body),
         }
     }
@@ -227,7 +223,7 @@ impl Api {
     fn error(self, status: StatusCode, kind: &str, message: &str, param: Option<&str>) -> Response {
         let body = match self {
             Api::Anthropic => anthropic::error(kind, message),
-            Api::OpenAi => openai::error(kind, message, param),
+            Api::OpenAi => chat::error(kind, message, param),
             Api::Responses => responses::error(kind, message, param),
         };
         let mut response = (status, body.to_string()).into_response();
@@ -1428,7 +1424,7 @@ impl Recording {
 
 enum Assembly {
     Anthropic(anthropic::Answer),
-    OpenAi(openai::Answer),
+    OpenAi(chat::Answer),
     Responses(responses::Answer),
 }
 
@@ -1473,7 +1469,7 @@ async fn relay(
     // An error status is relayed as it came; only an answer is assembled and appended.
     let mut assembly = sink.as_ref().filter(|_| answered).map(|s| match s.api {
         Api::Anthropic => Assembly::Anthropic(anthropic::Answer::new(s.stream)),
-        Api::OpenAi => Assembly::OpenAi(openai::Answer::new(s.stream)),
+        Api::OpenAi => Assembly::OpenAi(chat::Answer::new(s.stream)),
         Api::Responses => Assembly::Responses(responses::Answer::new(s.stream)),
     });
     let streamed = sink.as_ref().is_none_or(|s| s.stream);

@@ -8,11 +8,11 @@ use super::agent_compaction::{
     CLAUDE_CODE_MODEL, CODEX_MODEL, CODEX_TEXT, continued_summary, ends_on_summary_answer,
     is_agent_summary_of, is_codex_compaction, is_codex_trigger,
 };
-use super::conversation::Conversation;
 use super::forward::result_matches;
 use crate::domain::{
     self, BranchName, Hash, NodeContent, NodeId, Part, SessionId, Tenant, node_hash,
 };
+use crate::provider::conversation::Conversation;
 use crate::store::{self, AppendRequest, AppendTarget, PathTarget, Scoped, Store};
 
 /// Where a recorded request went: the branch (and, for a sub-agent's conversation, the

@@ -5,16 +5,18 @@
 //! Sidechain lines may follow the main session in the same stream (a sub-agent file appended to
 //! its session's file); they are linked to their call through the session's `agent_progress`
 //! entries, or else by their prompt. Lines are taken in file order; `parentUuid` forks from
-//! parallel tool calls need nothing more. Thinking blocks and local UI entries (progress,
-//! snapshots, system lines) are never sent to a model and are left out.
+//! parallel tool calls need nothing more. Each message's content is read by the Anthropic
+//! Messages codec (`provider::anthropic`), as the gateway reads it, so thinking blocks and any
+//! block ctxd does not reduce are kept whole; local UI entries (progress, snapshots, system
+//! lines) are never sent to a model and are left out.
 
 use std::collections::HashMap;
 
-use base64::Engine as _;
 use serde_json::Value;
 
-use super::{Builder, History, arguments};
-use crate::domain::{Error, MediaSource, Part, Role, ToolCall};
+use super::{Builder, History, refused};
+use crate::domain::{Error, NodeContent, Part, Role, ToolCall};
+use crate::provider::anthropic;
 
 /// One conversational line, parsed.
 struct Entry {
@@ -114,14 +116,7 @@ pub(super) fn parse(text: &str) -> Result<History, Error> {
 }
 
 fn first_text(e: &Entry) -> String {
-    e.parts
-        .iter()
-        .filter_map(|p| match p {
-            Part::Text(t) => Some(t.as_str()),
-            Part::Media { .. } => None,
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
+    Part::text_of(&e.parts)
 }
 
 /// Writes one chain's entries: assistant lines of one message are merged, their results follow
@@ -210,119 +205,59 @@ fn entry(v: &Value, kind: &str, line: usize, at: &str) -> Result<Entry, Error> {
         compact_summary: v.get("isCompactSummary").and_then(Value::as_bool) == Some(true),
     };
     let at = format!("{at}.message.content");
-    match message.get("content") {
-        Some(Value::String(s)) if !s.is_empty() => e.parts.push(Part::Text(s.clone())),
-        Some(Value::String(_)) | None | Some(Value::Null) => {}
-        Some(Value::Array(blocks)) => {
-            for (k, block) in blocks.iter().enumerate() {
-                let at = format!("{at}[{k}]");
-                let kind = block
-                    .get("type")
-                    .and_then(Value::as_str)
-                    .ok_or_else(|| Error::invalid(format!("{at}.type"), "must be a string"))?;
-                match kind {
-                    "text" => {
-                        let t = block
-                            .get("text")
-                            .and_then(Value::as_str)
-                            .unwrap_or_default();
-                        if !t.is_empty() {
-                            e.parts.push(Part::Text(t.to_owned()));
-                        }
-                    }
-                    "image" => e.parts.push(image(block, &at)?),
-                    "tool_use" if role == Role::Assistant => {
-                        let id = block.get("id").and_then(Value::as_str).ok_or_else(|| {
-                            Error::invalid(format!("{at}.id"), "must be a string")
-                        })?;
-                        let name = block.get("name").and_then(Value::as_str).ok_or_else(|| {
-                            Error::invalid(format!("{at}.name"), "must be a string")
-                        })?;
-                        let input = block.get("input");
-                        let prompt = input
-                            .and_then(|i| i.get("prompt"))
-                            .and_then(Value::as_str)
-                            .map(str::to_owned);
-                        e.calls.push((
-                            ToolCall {
-                                call_id: id.to_owned(),
-                                name: name.to_owned(),
-                                arguments_json: arguments(input, &format!("{at}.input"))?,
-                            },
-                            prompt,
-                        ));
-                    }
-                    "tool_result" if role == Role::User => {
-                        let id = block
-                            .get("tool_use_id")
-                            .and_then(Value::as_str)
-                            .ok_or_else(|| {
-                                Error::invalid(format!("{at}.tool_use_id"), "must be a string")
-                            })?;
-                        let parts = result_content(block.get("content"), &format!("{at}.content"))?;
-                        let is_error = block.get("is_error").and_then(Value::as_bool) == Some(true);
-                        e.results.push((id.to_owned(), parts, is_error));
-                    }
-                    // Never sent back to a model.
-                    "thinking" | "redacted_thinking" => {}
-                    other => {
-                        return Err(Error::invalid(
-                            format!("{at}.type"),
-                            format!("unexpected {other:?} block in a {kind} line"),
-                        ));
-                    }
-                }
+    // Read as the gateway reads the same message when Claude Code sends it: a session imported
+    // here and continued through the gateway matches node for node.
+    let mut blocks = match message.get("content") {
+        Some(Value::String(s)) if !s.is_empty() => {
+            e.parts.push(Part::Text(s.clone()));
+            return Ok(e);
+        }
+        Some(Value::String(_)) | None | Some(Value::Null) => return Ok(e),
+        Some(Value::Array(blocks)) => blocks.clone(),
+        Some(_) => return Err(Error::invalid(at, "must be a string or an array")),
+    };
+    for (k, block) in blocks.iter().enumerate() {
+        if block.get("type").and_then(Value::as_str).is_none() {
+            return Err(Error::invalid(
+                format!("{at}[{k}].type"),
+                "must be a string",
+            ));
+        }
+    }
+    if role == Role::Assistant {
+        for (k, block) in blocks.iter().enumerate() {
+            let one = anthropic::assistant(std::slice::from_ref(block))
+                .map_err(|r| refused(&format!("{at}[{k}]"), r))?;
+            let Some(NodeContent::Message {
+                parts, tool_calls, ..
+            }) = one
+            else {
+                continue;
+            };
+            e.parts.extend(parts);
+            // A sub-agent's transcript is linked to its call by the prompt it was started with.
+            let prompt = block
+                .get("input")
+                .and_then(|i| i.get("prompt"))
+                .and_then(Value::as_str)
+                .map(str::to_owned);
+            e.calls
+                .extend(tool_calls.into_iter().map(|c| (c, prompt.clone())));
+        }
+    } else {
+        let (results, parts) = anthropic::user_blocks(&mut blocks).map_err(|r| refused(&at, r))?;
+        e.parts = parts;
+        for result in results {
+            if let NodeContent::ToolResult {
+                call_id,
+                parts,
+                is_error,
+                ..
+            } = result
+            {
+                e.results.push((call_id, parts, is_error));
             }
         }
-        Some(_) => return Err(Error::invalid(at, "must be a string or an array")),
     }
     Ok(e)
-}
-
-fn result_content(v: Option<&Value>, at: &str) -> Result<Vec<Part>, Error> {
-    Ok(match v {
-        None | Some(Value::Null) => Vec::new(),
-        Some(Value::String(s)) => vec![Part::Text(s.clone())],
-        Some(Value::Array(blocks)) => {
-            let mut parts = Vec::new();
-            for (k, block) in blocks.iter().enumerate() {
-                let at = format!("{at}[{k}]");
-                match block.get("type").and_then(Value::as_str) {
-                    Some("text") => parts.push(Part::Text(
-                        block
-                            .get("text")
-                            .and_then(Value::as_str)
-                            .unwrap_or_default()
-                            .to_owned(),
-                    )),
-                    Some("image") => parts.push(image(block, &at)?),
-                    _ => parts.push(Part::Text(block.to_string())),
-                }
-            }
-            parts
-        }
-        Some(other) => vec![Part::Text(other.to_string())],
-    })
-}
-
-fn image(block: &Value, at: &str) -> Result<Part, Error> {
-    let source = block
-        .get("source")
-        .ok_or_else(|| Error::invalid(format!("{at}.source"), "is required"))?;
-    let mime = source
-        .get("media_type")
-        .and_then(Value::as_str)
-        .unwrap_or("image/png")
-        .to_owned();
-    let data = source
-        .get("data")
-        .and_then(Value::as_str)
-        .ok_or_else(|| Error::invalid(format!("{at}.source.data"), "must be a string"))?;
-    let bytes = base64::engine::general_purpose::STANDARD
-        .decode(data)
-        .map_err(|e| Error::invalid(format!("{at}.source.data"), format!("bad base64: {e}")))?;
-    Ok(Part::Media {
-        mime_type: mime,
-        source: MediaSource::Data(bytes),
-    })
 }

@@ -12,9 +12,10 @@ use serde_json::Value;
 
 use super::{History, Op, string_field};
 use crate::domain::{
-    BranchName, Error, Expose, FunctionResult, FunctionStatus, ImportedOverlay, Ledger,
-    MediaSource, NodeContent, Part, Role, SummaryKind, ToolCall,
+    BlockFormat, BranchName, Error, Expose, FunctionResult, FunctionStatus, ImportedOverlay,
+    Ledger, MediaSource, NodeContent, Part, ProviderBlock, Role, SummaryKind, ToolCall,
 };
+use crate::provider::canonical::canonical;
 
 /// Where an exported node went: its op, and whether it is top-level.
 struct Placed {
@@ -439,6 +440,9 @@ fn parts(v: &Value, at: &str) -> Result<Vec<Part>, Error> {
                     .map(|t| Part::Text(t.to_owned()))
                     .ok_or_else(|| Error::invalid(format!("{at}.text"), "must be a string"));
             }
+            if let Some(block) = p.get("block") {
+                return provider_block(block, &format!("{at}.block"));
+            }
             let mime_type = string_field(p, &at, "mime_type")?.to_owned();
             let source = match (p.get("data"), p.get("url")) {
                 (Some(Value::String(data)), _) => MediaSource::Data(
@@ -456,7 +460,33 @@ fn parts(v: &Value, at: &str) -> Result<Vec<Part>, Error> {
                     ));
                 }
             };
+            // Files written before blocks had a form of their own carry them as media.
+            if let (Some(format), MediaSource::Data(data)) =
+                (BlockFormat::from_mime(&mime_type), &source)
+            {
+                return ProviderBlock::from_bytes(format, data.clone())
+                    .map(Part::Block)
+                    .ok_or_else(|| Error::invalid(format!("{at}.data"), "must be a JSON block"));
+            }
             Ok(Part::Media { mime_type, source })
         })
         .collect()
+}
+
+/// A kept provider block: `{format, value}`, its JSON written canonically as when it was kept.
+fn provider_block(v: &Value, at: &str) -> Result<Part, Error> {
+    let name = string_field(v, at, "format")?;
+    let format = BlockFormat::from_name(name).ok_or_else(|| {
+        Error::invalid(
+            format!("{at}.format"),
+            format!("unknown format {name:?} (anthropic_messages, chat_completions, responses)"),
+        )
+    })?;
+    match v.get("value") {
+        Some(value) if !value.is_null() => Ok(Part::Block(ProviderBlock {
+            format,
+            json: canonical(value),
+        })),
+        _ => Err(Error::invalid(format!("{at}.value"), "is required")),
+    }
 }

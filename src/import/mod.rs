@@ -197,14 +197,7 @@ impl Builder {
             .and_then(|c| c.running.get(&call_id))
             .copied()
         {
-            let output = parts
-                .iter()
-                .filter_map(|p| match p {
-                    Part::Text(t) => Some(t.as_str()),
-                    Part::Media { .. } => None,
-                })
-                .collect::<Vec<_>>()
-                .join("\n");
+            let output = Part::text_of(&parts);
             self.close_function(scope, &call_id, op, output, is_error, line);
             return;
         }
@@ -310,6 +303,24 @@ fn string_field<'a>(value: &'a serde_json::Value, at: &str, field: &str) -> Resu
         .get(field)
         .and_then(serde_json::Value::as_str)
         .ok_or_else(|| Error::invalid(format!("{at}.{field}"), "must be a string"))
+}
+
+/// What a provider codec refused in a file: `at` is where the codec read (empty: the document
+/// itself), the field it names is below that.
+fn refused(at: &str, refusal: crate::provider::conversation::Refusal) -> Error {
+    use crate::provider::conversation::Refusal;
+    let below = |field: &str| match (at, field) {
+        ("", f) => f.to_owned(),
+        (a, "") => a.to_owned(),
+        (a, f) => format!("{a}.{f}"),
+    };
+    match refusal {
+        Refusal::Invalid { field, message } => Error::invalid(below(&field), message),
+        Refusal::Unrecordable(what) => Error::invalid(
+            below("messages"),
+            format!("holds a shape ctxd does not record: {what}"),
+        ),
+    }
 }
 
 /// Tool-call arguments as a JSON string: a string must already be JSON; anything else is

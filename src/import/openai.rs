@@ -1,133 +1,65 @@
-//! An OpenAI chat-completions `messages` array.
+//! An OpenAI chat-completions `messages` array (or a whole request body), read by the chat
+//! completions codec (`provider::chat`) as the gateway reads the same request, so a session
+//! imported here and continued through the gateway matches node for node (tool-call arguments
+//! in their canonical JSON, content parts other than text kept whole).
 
-use base64::Engine as _;
-use serde_json::Value;
+use serde_json::{Value, json};
 
-use super::{Builder, History, arguments, string_field};
-use crate::domain::{Error, MediaSource, Part, Role, ToolCall};
+use super::{Builder, History, refused};
+use crate::domain::{Error, NodeContent};
+use crate::provider::chat;
 
 pub(super) fn parse(text: &str) -> Result<History, Error> {
     let v: Value = serde_json::from_str(text)
         .map_err(|e| Error::invalid(format!("line {}", e.line()), format!("not JSON: {e}")))?;
-    let messages = match &v {
-        Value::Array(messages) => messages,
+    let body = match v {
+        Value::Array(messages) => json!({ "model": "", "messages": messages }),
         // A whole request body is fine too.
-        Value::Object(body) => body
-            .get("messages")
-            .and_then(Value::as_array)
-            .ok_or_else(|| Error::invalid("messages", "must be an array"))?,
+        Value::Object(mut body) => {
+            if !body.get("model").is_some_and(Value::is_string) {
+                body.insert("model".to_owned(), Value::String(String::new()));
+            }
+            Value::Object(body)
+        }
         _ => return Err(Error::invalid("messages", "must be an array")),
     };
+    let conversation = chat::read(&body).map_err(|r| refused("", r))?;
     let mut b = Builder::default();
-    for (i, m) in messages.iter().enumerate() {
-        let at = format!("messages[{i}]");
-        let line = i + 1;
-        let role = string_field(m, &at, "role")?;
-        let parts = content(m.get("content"), &format!("{at}.content"))?;
-        match role {
-            "tool" => {
-                let call_id = string_field(m, &at, "tool_call_id")?.to_owned();
-                b.tool_result(None, call_id, parts, false, line);
-            }
-            "system" | "developer" | "user" | "assistant" => {
-                let role = Role::from_str_opt(role).expect("matched above");
-                let calls = tool_calls(m, &at)?;
-                if !calls.is_empty() && role != Role::Assistant {
-                    return Err(Error::invalid(
-                        format!("{at}.tool_calls"),
-                        "only assistant messages carry tool calls",
-                    ));
+    let messages = body["messages"].as_array().map_or(0, Vec::len);
+    for item in conversation.items {
+        let line = item.message + 1;
+        match item.content {
+            NodeContent::Message {
+                role,
+                parts,
+                tool_calls,
+            } => {
+                // The codec passes arguments that are not JSON through (a gateway forwards
+                // them); a file holding them is refused here, naming the call.
+                for (k, call) in tool_calls.iter().enumerate() {
+                    if let Err(e) =
+                        serde_json::from_str::<serde::de::IgnoredAny>(&call.arguments_json)
+                    {
+                        return Err(Error::invalid(
+                            format!(
+                                "messages[{}].tool_calls[{k}].function.arguments",
+                                item.message
+                            ),
+                            format!("not JSON: {e}"),
+                        ));
+                    }
                 }
-                b.message(None, role, parts, calls, line);
+                b.message(None, role, parts, tool_calls, line)
             }
-            other => {
-                return Err(Error::invalid(
-                    format!("{at}.role"),
-                    format!("unknown role {other:?}"),
-                ));
-            }
+            NodeContent::ToolResult {
+                call_id,
+                parts,
+                is_error,
+                ..
+            } => b.tool_result(None, call_id, parts, is_error, line),
+            // The codec reads messages, results and calls only.
+            NodeContent::FunctionCall { .. } | NodeContent::FunctionResult(_) => {}
         }
     }
-    Ok(b.finish(messages.len()))
-}
-
-fn content(v: Option<&Value>, at: &str) -> Result<Vec<Part>, Error> {
-    match v {
-        None | Some(Value::Null) => Ok(Vec::new()),
-        Some(Value::String(s)) if s.is_empty() => Ok(Vec::new()),
-        Some(Value::String(s)) => Ok(vec![Part::Text(s.clone())]),
-        Some(Value::Array(parts)) => parts
-            .iter()
-            .enumerate()
-            .map(|(k, p)| {
-                let at = format!("{at}[{k}]");
-                match string_field(p, &at, "type")? {
-                    "text" => Ok(Part::Text(string_field(p, &at, "text")?.to_owned())),
-                    "image_url" => {
-                        let url = p
-                            .get("image_url")
-                            .and_then(|u| u.get("url"))
-                            .and_then(Value::as_str)
-                            .ok_or_else(|| {
-                                Error::invalid(format!("{at}.image_url.url"), "must be a string")
-                            })?;
-                        Ok(media_from_url(url, &at)?)
-                    }
-                    other => Err(Error::invalid(
-                        format!("{at}.type"),
-                        format!("unsupported content part {other:?}"),
-                    )),
-                }
-            })
-            .collect(),
-        Some(_) => Err(Error::invalid(at, "must be a string or an array of parts")),
-    }
-}
-
-/// A `data:` URL becomes bytes (stored once, content-addressed); any other URL stays a URL.
-fn media_from_url(url: &str, at: &str) -> Result<Part, Error> {
-    if let Some(rest) = url.strip_prefix("data:")
-        && let Some((mime, data)) = rest.split_once(";base64,")
-    {
-        let bytes = base64::engine::general_purpose::STANDARD
-            .decode(data)
-            .map_err(|e| {
-                Error::invalid(format!("{at}.image_url.url"), format!("bad base64: {e}"))
-            })?;
-        return Ok(Part::Media {
-            mime_type: mime.to_owned(),
-            source: MediaSource::Data(bytes),
-        });
-    }
-    Ok(Part::Media {
-        mime_type: "image/*".to_owned(),
-        source: MediaSource::Url(url.to_owned()),
-    })
-}
-
-fn tool_calls(m: &Value, at: &str) -> Result<Vec<ToolCall>, Error> {
-    let Some(calls) = m.get("tool_calls").filter(|c| !c.is_null()) else {
-        return Ok(Vec::new());
-    };
-    let calls = calls
-        .as_array()
-        .ok_or_else(|| Error::invalid(format!("{at}.tool_calls"), "must be an array"))?;
-    calls
-        .iter()
-        .enumerate()
-        .map(|(k, c)| {
-            let at = format!("{at}.tool_calls[{k}]");
-            let function = c
-                .get("function")
-                .ok_or_else(|| Error::invalid(format!("{at}.function"), "is required"))?;
-            Ok(ToolCall {
-                call_id: string_field(c, &at, "id")?.to_owned(),
-                name: string_field(function, &format!("{at}.function"), "name")?.to_owned(),
-                arguments_json: arguments(
-                    function.get("arguments"),
-                    &format!("{at}.function.arguments"),
-                )?,
-            })
-        })
-        .collect()
+    Ok(b.finish(messages))
 }

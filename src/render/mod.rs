@@ -5,7 +5,6 @@
 //! visibility, the summary overlay, budget reduction, microcompact, snip, and a report that
 //! says what each did. Rendering is lossy, never failing: `Result` is for invalid input only.
 
-pub mod format;
 mod overlay;
 mod stub;
 mod tiers;
@@ -426,10 +425,7 @@ pub fn message_breakdown(message: &Message, counter: &dyn Count) -> Breakdown {
         text = text.saturating_add(match part {
             Part::Text(t) => counter.count(t),
             // A kept provider block (thinking, a server tool's result) is text the model reads.
-            Part::Media {
-                mime_type,
-                source: crate::domain::MediaSource::Data(data),
-            } if format::is_opaque(mime_type) => counter.count(&String::from_utf8_lossy(data)),
+            Part::Block(block) => counter.count(&block.json),
             Part::Media { .. } => MEDIA_TOKENS,
         });
     }

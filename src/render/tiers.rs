@@ -98,7 +98,7 @@ fn truncated(message: &Message, cap: usize, keep: Keep) -> Option<(Vec<Part>, Re
     let mut parts: Vec<Part> = message
         .parts
         .iter()
-        .filter(|p| matches!(p, Part::Media { .. }))
+        .filter(|p| !matches!(p, Part::Text(_)))
         .cloned()
         .collect();
     parts.insert(first_text.min(parts.len()), Part::Text(reduced));

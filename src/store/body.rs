@@ -4,8 +4,8 @@ use serde::{Deserialize, Serialize};
 
 use super::Error;
 use crate::domain::{
-    ClosedChain, Expose, FunctionResult, FunctionStatus, Hash, MediaSource, NodeContent, NodeId,
-    NodeKind, Part, Role, ToolCall, blob_hash,
+    BlockFormat, ClosedChain, Expose, FunctionResult, FunctionStatus, Hash, MediaSource,
+    NodeContent, NodeId, NodeKind, Part, ProviderBlock, Role, ToolCall, blob_hash,
 };
 
 #[derive(Serialize, Deserialize)]
@@ -117,6 +117,16 @@ pub(super) fn encode<'a>(content: &'a NodeContent) -> (String, Vec<(Hash, &'a [u
                         url: Some(url.clone()),
                     },
                 },
+                // Stored as the media part it was before blocks had a type of their own.
+                Part::Block(block) => {
+                    let hash = blob_hash(block.json.as_bytes());
+                    blobs.push((hash, block.json.as_bytes()));
+                    PartRef::Media {
+                        mime: block.format.mime().to_owned(),
+                        blob: Some(hash.to_hex()),
+                        url: None,
+                    }
+                }
             })
             .collect()
     };
@@ -228,6 +238,18 @@ impl Body {
                                 .map_err(|_| Error::Corrupt(format!("blob {t} is not UTF-8")))?,
                         ),
                         PartRef::Inline { s } => Part::Text(s),
+                        PartRef::Media {
+                            mime,
+                            blob: Some(hex),
+                            ..
+                        } if BlockFormat::from_mime(&mime).is_some() => {
+                            let format = BlockFormat::from_mime(&mime).expect("matched above");
+                            Part::Block(
+                                ProviderBlock::from_bytes(format, fetch(&hex)?).ok_or_else(
+                                    || Error::Corrupt(format!("blob {hex} is not a JSON block")),
+                                )?,
+                            )
+                        }
                         PartRef::Media { mime, blob, url } => Part::Media {
                             mime_type: mime,
                             source: match (blob, url) {

@@ -424,13 +424,7 @@ impl ReadCache {
                 .content
                 .parts()
                 .iter()
-                .map(|p| match p {
-                    domain::Part::Text(t) => t.len(),
-                    domain::Part::Media { source, .. } => match source {
-                        domain::MediaSource::Data(d) => d.len(),
-                        domain::MediaSource::Url(u) => u.len(),
-                    },
-                })
+                .map(domain::Part::byte_len)
                 .sum::<usize>();
         if self.node_bytes + bytes > CACHED_NODE_BYTES {
             self.nodes.clear();

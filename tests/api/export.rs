@@ -17,7 +17,7 @@ type Exported = (Vec<u8>, Vec<pb::Branch>, Vec<String>);
 
 /// Exports `session` as `format` (branch `branch`); the data, and the first chunk's heads and
 /// warnings.
-async fn export(
+pub(crate) async fn export(
     client: &mut Client,
     session: &str,
     format: pb::ExportFormat,
@@ -46,7 +46,7 @@ async fn export(
     Ok((data, branches, warnings))
 }
 
-async fn import(
+pub(crate) async fn import(
     client: &mut Client,
     format: pb::ImportFormat,
     data: &[u8],

@@ -13,6 +13,7 @@ mod cas;
 #[path = "../common/chat_http.rs"]
 mod chat_http;
 mod concurrency;
+mod continuation;
 mod crash;
 mod daemon;
 mod deadlines;

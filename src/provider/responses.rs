@@ -3,7 +3,7 @@
 //! assistant node it appends, the rendered branch as the `input` it forwards, and the API's
 //! error shape.
 //!
-//! How items become nodes (`render::format::RESPONSES_ITEM` parts are kept as their canonical
+//! How items become nodes (`Part::Block` of `BlockFormat::Responses` are kept as their canonical
 //! JSON and given back as themselves):
 //!
 //! - An item's bookkeeping ([`BOOKKEEPING`]: its `id`, its `status`, Codex's
@@ -16,7 +16,7 @@
 //! - System, developer and user `message` items are messages: plain `input_text` parts are
 //!   text, any other part (images, files, `output_text`) is kept whole. What the item had beside
 //!   its role and content (a missing `type`, content given as a string, any member not known
-//!   here) is a fields part (`render::format::ITEM_FIELDS`) first in the node, given back on
+//!   here) is a fields part (`crate::provider::format::ITEM_FIELDS`) first in the node, given back on
 //!   the item.
 //! - A run of consecutive output items (assistant messages, reasoning, function and custom tool
 //!   calls, server tools' calls, any type not known here) is one assistant message: every
@@ -46,11 +46,11 @@
 
 use serde_json::{Map, Value, json};
 
+use super::canonical::{canonical, canonical_arguments, canonical_block};
 use super::conversation::{Conversation, Item, Refusal, estimate};
-use super::json::{canonical, canonical_arguments, canonical_block};
+use super::format::ITEM_FIELDS;
 use super::sse;
-use crate::domain::{MediaSource, NodeContent, Part, ProviderUsage, Role, ToolCall};
-use crate::render::format::{ITEM_FIELDS, RESPONSES_ITEM};
+use crate::domain::{BlockFormat, NodeContent, Part, ProviderBlock, ProviderUsage, Role, ToolCall};
 
 /// Reads a Responses API request body.
 pub fn read(body: &Value) -> Result<Conversation, Refusal> {
@@ -215,10 +215,10 @@ fn read_items(conv: &mut Conversation, items: &[Value]) -> Result<(), Refusal> {
 
 /// A kept item or content part.
 fn kept(value: &Value) -> Part {
-    Part::Media {
-        mime_type: RESPONSES_ITEM.to_owned(),
-        source: MediaSource::Data(canonical_block(value).into_bytes()),
-    }
+    Part::Block(ProviderBlock {
+        format: BlockFormat::Responses,
+        json: canonical_block(value),
+    })
 }
 
 /// The fields part of an item: `rest` (its members ctxd stores elsewhere taken out), the call
@@ -544,8 +544,8 @@ mod tests {
 
     use super::*;
     use crate::domain::{Node, NodeId, PathView, node_hash};
+    use crate::provider::format::responses_input as input;
     use crate::render::Message;
-    use crate::render::format::responses_input as input;
     use crate::render::{Callers, Reduction, visible};
 
     /// The request's nodes as a stored path renders them, untouched by any budget step.
@@ -582,7 +582,7 @@ mod tests {
                     item["arguments"] = json!(canonical_arguments(&a));
                 }
                 // A null member and an absent one are the same item.
-                super::super::json::canonical_block(&item)
+                super::super::canonical::canonical_block(&item)
             })
             .collect()
     }

@@ -2,15 +2,18 @@
 //! (system and developer messages included, since they are messages there), an answer (whole
 //! or streamed chunks) as the assistant node it appends, the rendered branch as the `messages`
 //! it forwards, and the API's error shape. Content parts other than text are kept whole
-//! (`render::format::OPENAI_PART`).
+//! (`Part::Block`).
 
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
 use serde_json::{Value, json};
 
+use super::canonical::{canonical_arguments, canonical_block};
 use super::conversation::{Conversation, Item, MAX_ANSWER_PARTS, Refusal, estimate};
-use super::json::{canonical_arguments, canonical_block};
 use super::sse;
-use crate::domain::{MediaSource, NodeContent, Part, ProviderUsage, Role, ToolCall};
-use crate::render::format::OPENAI_PART;
+use crate::domain::{
+    BlockFormat, MediaSource, NodeContent, Part, ProviderBlock, ProviderUsage, Role, ToolCall,
+};
 
 /// Reads a chat-completions request body.
 pub fn read(body: &Value) -> Result<Conversation, Refusal> {
@@ -158,15 +161,44 @@ fn parts(content: Option<&Value>) -> Vec<Part> {
                 ) {
                     (Some("text"), Some("")) if plain => None,
                     (Some("text"), Some(t)) if plain => Some(Part::Text(t.to_owned())),
-                    _ => Some(Part::Media {
-                        mime_type: OPENAI_PART.to_owned(),
-                        source: MediaSource::Data(canonical_block(p).into_bytes()),
-                    }),
+                    (Some("image_url"), _) if image(p).is_some() => image(p),
+                    _ => Some(Part::Block(ProviderBlock {
+                        format: BlockFormat::ChatCompletions,
+                        json: canonical_block(p),
+                    })),
                 }
             })
             .collect(),
         _ => Vec::new(),
     }
+}
+
+/// An `image_url` part that is only its URL, as media: a `data:` URL's bytes (only where
+/// encoding them again gives back the very URL, so the part is written back as it came), any
+/// other URL as a link.
+fn image(part: &Value) -> Option<Part> {
+    let obj = part.as_object()?;
+    let image = obj.get("image_url")?.as_object()?;
+    if obj.len() != 2 || image.len() != 1 {
+        return None;
+    }
+    let url = image.get("url")?.as_str()?;
+    if let Some((mime, data)) = url
+        .strip_prefix("data:")
+        .and_then(|rest| rest.split_once(";base64,"))
+    {
+        let bytes = BASE64.decode(data).ok()?;
+        return (BASE64.encode(&bytes) == data && mime.starts_with("image/")).then(|| {
+            Part::Media {
+                mime_type: mime.to_owned(),
+                source: MediaSource::Data(bytes),
+            }
+        });
+    }
+    (url.starts_with("https://") || url.starts_with("http://")).then(|| Part::Media {
+        mime_type: "image/*".to_owned(),
+        source: MediaSource::Url(url.to_owned()),
+    })
 }
 
 /// An assistant message as its node; the same function reads a resent message and an answer.

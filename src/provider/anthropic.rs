@@ -4,17 +4,19 @@
 //!
 //! Blocks ctxd does not reduce (thinking and its signature, redacted thinking, server tool use
 //! and its results, documents, citations, compaction blocks, any type it does not know) are
-//! kept as their canonical JSON (`render::format::ANTHROPIC_BLOCK`) and given back as such.
+//! kept as their canonical JSON (`Part::Block`) and given back as such.
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use serde_json::{Value, json};
 
+use super::canonical::{canonical, canonical_block};
 use super::conversation::{Conversation, Item, MAX_ANSWER_PARTS, Refusal, estimate};
-use super::json::{canonical, canonical_block};
+use super::format::MESSAGE_FIELDS;
 use super::sse;
-use crate::domain::{MediaSource, NodeContent, Part, ProviderUsage, Role, ToolCall};
-use crate::render::format::{ANTHROPIC_BLOCK, MESSAGE_FIELDS};
+use crate::domain::{
+    BlockFormat, MediaSource, NodeContent, Part, ProviderBlock, ProviderUsage, Role, ToolCall,
+};
 
 /// How Claude Code's first system block begins: `x-anthropic-billing-header: …; cch=…`.
 const BILLING_HEADER: &str = "x-anthropic-billing-header:";
@@ -195,23 +197,17 @@ fn read_message(conv: &mut Conversation, i: usize, message: &mut Value) -> Resul
             }
         }
         _ => {
-            let mut parts: Vec<Part> = envelope.into_iter().collect();
-            let fields = parts.len();
-            for block in blocks.iter_mut() {
-                if block.get("type").and_then(Value::as_str) == Some("tool_result") {
-                    if role != Role::User || parts.len() > fields {
-                        return Err(Refusal::Unrecordable("content before tool results"));
-                    }
-                    conv.items.push(Item {
-                        content: tool_result(block)?,
-                        message: i,
-                        through: i,
-                    });
-                } else if let Some(part) = taken_part(block) {
-                    parts.push(part);
-                }
+            let (results, mut parts) = user_blocks(blocks)?;
+            if !results.is_empty() && role != Role::User {
+                return Err(Refusal::Unrecordable("content before tool results"));
             }
-            if parts.len() > fields {
+            conv.items.extend(results.into_iter().map(|content| Item {
+                content,
+                message: i,
+                through: i,
+            }));
+            if !parts.is_empty() {
+                parts.splice(0..0, envelope);
                 conv.items.push(Item {
                     content: NodeContent::Message {
                         role,
@@ -221,7 +217,7 @@ fn read_message(conv: &mut Conversation, i: usize, message: &mut Value) -> Resul
                     message: i,
                     through: i,
                 });
-            } else if fields > 0 {
+            } else if envelope.is_some() {
                 return Err(Refusal::Unrecordable(
                     "message fields on a message of results only",
                 ));
@@ -229,6 +225,25 @@ fn read_message(conv: &mut Conversation, i: usize, message: &mut Value) -> Resul
         }
     }
     Ok(())
+}
+
+/// A user message's blocks as the nodes they make: its tool results, each a node of its own and
+/// all before any other content, then the parts of the message the rest makes (none: no
+/// message). Plain texts are taken out of `blocks`.
+pub fn user_blocks(blocks: &mut [Value]) -> Result<(Vec<NodeContent>, Vec<Part>), Refusal> {
+    let mut results = Vec::new();
+    let mut parts = Vec::new();
+    for block in blocks.iter_mut() {
+        if block.get("type").and_then(Value::as_str) == Some("tool_result") {
+            if !parts.is_empty() {
+                return Err(Refusal::Unrecordable("content before tool results"));
+            }
+            results.push(tool_result(block)?);
+        } else if let Some(part) = taken_part(block) {
+            parts.push(part);
+        }
+    }
+    Ok((results, parts))
 }
 
 /// A block as a content part: plain text as text, a base64 or URL image as media, anything
@@ -282,10 +297,10 @@ fn image(source: &Value) -> Option<Part> {
 }
 
 fn kept(block: &Value) -> Part {
-    Part::Media {
-        mime_type: ANTHROPIC_BLOCK.to_owned(),
-        source: MediaSource::Data(canonical_block(block).into_bytes()),
-    }
+    Part::Block(ProviderBlock {
+        format: BlockFormat::AnthropicMessages,
+        json: canonical_block(block),
+    })
 }
 
 fn tool_result(block: &mut Value) -> Result<NodeContent, Refusal> {
@@ -543,7 +558,6 @@ impl Answer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::render::Message;
 
     fn request(messages: Value) -> Conversation {
         read(&mut json!({"model": "claude-x", "max_tokens": 100, "messages": messages}))
@@ -577,62 +591,6 @@ mod tests {
         assert!(
             matches!(&a.items[2].content, NodeContent::ToolResult { name, .. } if name == "Read")
         );
-    }
-
-    #[test]
-    fn kept_blocks_and_message_fields_come_back_as_they_came() {
-        let thinking = json!({"type": "thinking", "thinking": "", "signature": "c2ln+/="});
-        let conv = request(json!([
-            {"role": "user", "content": "hi"},
-            {"role": "system", "content": "be brief", "output_config": {"effort": "low"}},
-            {"role": "assistant", "content": [thinking, {"type": "text", "text": "hello"}]},
-        ]));
-        let messages: Vec<Message> = conv
-            .items
-            .iter()
-            .map(|i| match &i.content {
-                NodeContent::Message {
-                    role,
-                    parts,
-                    tool_calls,
-                } => Message {
-                    tool_calls: tool_calls.clone(),
-                    ..Message::new(
-                        match role {
-                            Role::User => crate::render::MessageRole::User,
-                            Role::Assistant => crate::render::MessageRole::Assistant,
-                            _ => crate::render::MessageRole::System,
-                        },
-                        parts.clone(),
-                    )
-                },
-                other => panic!("{other:?}"),
-            })
-            .collect();
-        let out = messages_for_test(&messages, &conv);
-        assert_eq!(
-            out,
-            json!([
-                {"role": "user", "content": [{"type": "text", "text": "hi"}]},
-                {"role": "system", "content": [{"type": "text", "text": "be brief"}],
-                 "output_config": {"effort": "low"}},
-                {"role": "assistant", "content": [thinking, {"type": "text", "text": "hello"}]},
-            ])
-        );
-    }
-
-    fn messages_for_test(rendered: &[Message], conv: &Conversation) -> Value {
-        let contents: Vec<&NodeContent> = conv.items.iter().map(|i| &i.content).collect();
-        let (entries, _) = super::super::forward::conversation(
-            super::super::forward::Format::Anthropic,
-            conv,
-            &contents,
-            None,
-            &crate::domain::PathView::default(),
-            &mut rendered.to_vec(),
-        );
-        let text = format!("[{}]", entries.join(","));
-        serde_json::from_str(&text).expect("the forwarded messages are JSON")
     }
 
     #[test]

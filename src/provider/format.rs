@@ -11,8 +11,8 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use serde_json::{Value, json};
 
-use super::{Message, MessageRole};
-use crate::domain::{MediaSource, NodeId, Part};
+use crate::domain::{BlockFormat, MediaSource, NodeId, Part};
+use crate::render::{Message, MessageRole, Reduction};
 
 /// A request document format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,18 +30,6 @@ impl Format {
     }
 }
 
-/// The MIME type of a content block of the Anthropic Messages API that ctxd keeps as it came
-/// (thinking with its signature, server tool use and its results, documents, citations, any
-/// type it does not know): its canonical JSON, given back as that block by the Anthropic
-/// document and left out of other formats.
-pub const ANTHROPIC_BLOCK: &str = "application/vnd.ctxd.anthropic-block+json";
-/// The same for a content part of OpenAI chat completions (audio, files, any part but text).
-pub const OPENAI_PART: &str = "application/vnd.ctxd.openai-part+json";
-/// The same for the OpenAI Responses API: a whole `input` item (reasoning with its encrypted
-/// content, an assistant message with its id and annotations, a server tool's call, any type
-/// ctxd does not know) or a content part other than plain `input_text` (images, files).
-pub const RESPONSES_ITEM: &str = "application/vnd.ctxd.responses-item+json";
-
 /// The `type` of a kept Anthropic block that holds a message's own fields beside `role` and
 /// `content` (such as a per-turn `output_config`): given back on the message, not as a block.
 pub const MESSAGE_FIELDS: &str = "ctxd_message_fields";
@@ -53,20 +41,17 @@ pub const MESSAGE_FIELDS: &str = "ctxd_message_fields";
 /// back on the item it belongs to, never as an item of its own.
 pub const ITEM_FIELDS: &str = "ctxd_item_fields";
 
-/// Whether `mime` is a provider's opaque block (see [`ANTHROPIC_BLOCK`]).
-pub fn is_opaque(mime: &str) -> bool {
-    mime == ANTHROPIC_BLOCK || mime == OPENAI_PART || mime == RESPONSES_ITEM
-}
-
-/// The stored JSON of an opaque block of `mime`, if `part` is one.
-fn opaque(part: &Part, mime: &str) -> Option<Value> {
+/// The JSON of a kept block of `format`, if `part` is one.
+pub fn opaque(part: &Part, format: BlockFormat) -> Option<Value> {
     match part {
-        Part::Media {
-            mime_type,
-            source: MediaSource::Data(data),
-        } if mime_type == mime => serde_json::from_slice(data).ok(),
+        Part::Block(block) if block.format == format => serde_json::from_str(&block.json).ok(),
         _ => None,
     }
+}
+
+/// Whether `part` is a kept block of one of `formats`.
+fn block_of(part: &Part, formats: &[BlockFormat]) -> bool {
+    matches!(part, Part::Block(b) if formats.contains(&b.format))
 }
 
 /// A media part a document cannot carry where it stands, so it is sent as the text
@@ -98,7 +83,6 @@ pub fn uncarried(format: Format, messages: &[Message]) -> Vec<Uncarried> {
         };
         for (k, part) in m.parts.iter().enumerate() {
             if let Part::Media { mime_type, .. } = part
-                && !is_opaque(mime_type)
                 && !carries(mime_type)
             {
                 lost.push(Uncarried {
@@ -169,7 +153,7 @@ fn text_of(parts: &[Part]) -> String {
         .iter()
         .filter_map(|p| match p {
             Part::Text(t) => Some(t.clone()),
-            Part::Media { mime_type, .. } if is_opaque(mime_type) => None,
+            Part::Block(_) => None,
             Part::Media { mime_type, .. } => Some(format!("[{mime_type} attachment]")),
         })
         .collect::<Vec<_>>()
@@ -192,7 +176,7 @@ fn arguments_object(arguments: &str) -> Value {
 // ---------------------------------------------------------------- OpenAI
 
 fn openai_content(parts: &[Part]) -> Value {
-    let foreign = |p: &Part| matches!(p, Part::Media { mime_type, .. } if mime_type == ANTHROPIC_BLOCK || mime_type == RESPONSES_ITEM);
+    let foreign = |p: &Part| block_of(p, &[BlockFormat::AnthropicMessages, BlockFormat::Responses]);
     if parts
         .iter()
         .all(|p| matches!(p, Part::Text(_)) || foreign(p))
@@ -205,9 +189,7 @@ fn openai_content(parts: &[Part]) -> Value {
             .filter(|p| !foreign(p))
             .map(|p| match p {
                 Part::Text(t) => json!({ "type": "text", "text": t }),
-                Part::Media { mime_type, .. } if mime_type == OPENAI_PART => {
-                    opaque(p, OPENAI_PART).unwrap_or(Value::Null)
-                }
+                Part::Block(_) => opaque(p, BlockFormat::ChatCompletions).unwrap_or(Value::Null),
                 Part::Media { mime_type, source } if openai_carries(mime_type) => {
                     let url = match source {
                         MediaSource::Url(url) => url.clone(),
@@ -287,7 +269,7 @@ pub fn openai_chat_document(messages: &[Message]) -> (Value, Vec<Vec<usize>>) {
 
 /// A kept Responses item's fields part (see [`ITEM_FIELDS`]), if `part` is one.
 fn item_fields(part: &Part) -> Option<serde_json::Map<String, Value>> {
-    match opaque(part, RESPONSES_ITEM)? {
+    match opaque(part, BlockFormat::Responses)? {
         Value::Object(map)
             if map.get("type").and_then(Value::as_str) == Some(ITEM_FIELDS)
                 && map.get("item").is_some_and(Value::is_object) =>
@@ -314,10 +296,8 @@ fn responses_content(parts: &[Part], text_type: &str) -> Vec<Value> {
         .iter()
         .filter_map(|p| match p {
             Part::Text(t) => Some(json!({ "type": text_type, "text": t })),
-            Part::Media { mime_type, .. } if mime_type == RESPONSES_ITEM => {
-                opaque(p, RESPONSES_ITEM).filter(|v| item_fields(p).is_none() && !v.is_null())
-            }
-            Part::Media { mime_type, .. } if is_opaque(mime_type) => None,
+            Part::Block(_) => opaque(p, BlockFormat::Responses)
+                .filter(|v| item_fields(p).is_none() && !v.is_null()),
             Part::Media { mime_type, source } if openai_carries(mime_type) => {
                 let url = match source {
                     MediaSource::Url(url) => url.clone(),
@@ -432,7 +412,7 @@ pub fn responses_document(messages: &[Message]) -> (Value, Vec<Vec<usize>>) {
                     match p {
                         Part::Text(t) if t.is_empty() => {}
                         Part::Text(t) => text.push(json!({ "type": "output_text", "text": t })),
-                        Part::Media { mime_type, .. } if mime_type == RESPONSES_ITEM => {
+                        Part::Block(b) if b.format == BlockFormat::Responses => {
                             flush(&mut text, &mut out);
                             if let Some(fields) = item_fields(p) {
                                 let id = fields.get("call_id").and_then(Value::as_str);
@@ -450,11 +430,11 @@ pub fn responses_document(messages: &[Message]) -> (Value, Vec<Vec<usize>>) {
                                     }
                                     out.push(responses_call(call, item));
                                 }
-                            } else if let Some(item) = opaque(p, RESPONSES_ITEM) {
+                            } else if let Some(item) = opaque(p, BlockFormat::Responses) {
                                 out.push(item);
                             }
                         }
-                        Part::Media { mime_type, .. } if is_opaque(mime_type) => {}
+                        Part::Block(_) => {}
                         Part::Media { mime_type, .. } => text.push(json!({
                             "type": "output_text",
                             "text": format!("[{mime_type} attachment]"),
@@ -490,7 +470,7 @@ pub fn responses_document(messages: &[Message]) -> (Value, Vec<Vec<usize>>) {
                     .parts
                     .iter()
                     .all(|p| matches!(p, Part::Text(_)) || item_fields(p).is_some());
-                let output = if m.reduction != super::Reduction::None || (!array && all_text) {
+                let output = if m.reduction != Reduction::None || (!array && all_text) {
                     Value::String(text_of(&m.parts))
                 } else {
                     Value::Array(responses_content(&m.parts, "input_text"))
@@ -518,14 +498,7 @@ fn anthropic_blocks(parts: &[Part]) -> Vec<Value> {
         .filter_map(|p| match p {
             Part::Text(t) if t.is_empty() => None,
             Part::Text(t) => Some(json!({ "type": "text", "text": t })),
-            Part::Media { mime_type, .. } if mime_type == ANTHROPIC_BLOCK => {
-                opaque(p, ANTHROPIC_BLOCK).filter(|b| !is_message_fields(b))
-            }
-            Part::Media { mime_type, .. }
-                if mime_type == OPENAI_PART || mime_type == RESPONSES_ITEM =>
-            {
-                None
-            }
+            Part::Block(_) => anthropic_block(p),
             Part::Media { mime_type, source } => {
                 if !anthropic_carries(mime_type) {
                     return Some(
@@ -551,6 +524,11 @@ fn anthropic_blocks(parts: &[Part]) -> Vec<Value> {
         .collect()
 }
 
+/// A kept Messages API block as itself (`None`: another API's, or a message's own fields).
+pub fn anthropic_block(part: &Part) -> Option<Value> {
+    opaque(part, BlockFormat::AnthropicMessages).filter(|b| !is_message_fields(b))
+}
+
 fn is_message_fields(block: &Value) -> bool {
     block.get("type").and_then(Value::as_str) == Some(MESSAGE_FIELDS)
 }
@@ -559,7 +537,7 @@ fn is_message_fields(block: &Value) -> bool {
 fn message_fields(parts: &[Part]) -> Vec<(String, Value)> {
     parts
         .iter()
-        .filter_map(|p| opaque(p, ANTHROPIC_BLOCK))
+        .filter_map(|p| opaque(p, BlockFormat::AnthropicMessages))
         .filter(is_message_fields)
         .filter_map(|b| match b {
             Value::Object(map) => Some(map.into_iter().filter(|(k, _)| k != "type")),
@@ -572,7 +550,7 @@ fn message_fields(parts: &[Part]) -> Vec<(String, Value)> {
 /// A tool result's content: one string when it is text alone (as clients send it), else its
 /// blocks, so images and kept blocks reach the model as themselves.
 fn anthropic_result_content(parts: &[Part]) -> Value {
-    let foreign = |p: &Part| matches!(p, Part::Media { mime_type, .. } if mime_type == OPENAI_PART || mime_type == RESPONSES_ITEM);
+    let foreign = |p: &Part| block_of(p, &[BlockFormat::ChatCompletions, BlockFormat::Responses]);
     if parts
         .iter()
         .all(|p| matches!(p, Part::Text(_)) || foreign(p))

@@ -1,0 +1,14 @@
+//! The provider wire formats, one codec each: Anthropic Messages (`anthropic`), OpenAI chat
+//! completions (`chat`) and the OpenAI Responses API (`responses`), each reading a conversation
+//! into domain nodes and writing the domain back (rendered documents in `format`, answers,
+//! errors), with one identity canonicalisation (`canonical`). The gateway, import, export, the
+//! API's rendered documents and the summarizer all go through these; nothing else knows a
+//! provider's JSON field names.
+
+pub mod anthropic;
+pub mod canonical;
+pub mod chat;
+pub mod conversation;
+pub mod format;
+pub mod responses;
+pub mod sse;
