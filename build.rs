@@ -14,7 +14,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build_client(true)
         .build_server(true)
         // prost's codec, except that an undecodable request is INVALID_ARGUMENT, not INTERNAL.
-        .codec_path("crate::api::codec::ProtoCodec")
+        .codec_path("crate::proto::codec::ProtoCodec")
         .file_descriptor_set_path(out_dir.join("ctxd_descriptor.bin"))
         .compile_with_config(config, &["proto/ctxd/v1/ctxd.proto"], &["proto"])?;
     println!("cargo:rerun-if-changed=proto");

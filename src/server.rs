@@ -14,12 +14,19 @@ use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 
 use crate::api::auth::AuthLayer;
-use crate::api::{ContextStoreService, FramingLayer, Watchers, pb};
+use crate::api::{ContextStoreService, FramingLayer, Watchers};
 use crate::auth::ApiKeys;
+use crate::inspector::Reply;
 use crate::limits::{Admission, Limits};
 use crate::metrics::MeterLayer;
+use crate::proto::pb;
+use crate::proto::pb::context_store_server::ContextStore;
 use crate::store::Store;
 use crate::summarizer::Summarizer;
+use crate::workflow::{SavingsReport, Workflows};
+
+// How `serve` configures the gateway door: the assembly's to hand on.
+pub use crate::gateway::{Gateway, GatewayPolicy, Window};
 
 /// Serves on `listener` until `shutdown` resolves, then finishes in-flight requests (see
 /// [`Shutdown`]).
@@ -70,7 +77,7 @@ pub struct Options {
     /// Deletes idle sessions in the background (`--retain-idle-days`, and the tenants' own
     /// `retain=` in the keys file, which run it even when this is `None`); stops with the
     /// server.
-    pub retention: Option<crate::retention::Retention>,
+    pub retention: Option<crate::workflow::retention::Retention>,
     /// The model gateway (`--gateway`): records and forwards provider API calls, over this
     /// server's store and behind the same keys (sent as `x-ctxd-api-key`); stops when
     /// `serve_with` returns.
@@ -123,8 +130,15 @@ pub async fn serve_with(
     let _retention = retention
         .unwrap_or_default()
         .with_keys(api_keys.as_ref())
-        .map(|policy| AbortOnDrop(tokio::spawn(crate::retention::run(store.clone(), policy))));
-    let service = ContextStoreService::new(store, summarizer).with_limits(limits);
+        .map(|policy| {
+            AbortOnDrop(tokio::spawn(crate::workflow::retention::run(
+                store.clone(),
+                policy,
+            )))
+        });
+    // The state every door shares, built once.
+    let workflows = Workflows::new(store, summarizer);
+    let service = ContextStoreService::new(workflows.clone()).with_limits(limits);
     let watchers = service.watchers();
     let api_keys = api_keys.map(Arc::new);
     let admission = Admission::new(&limits);
@@ -132,7 +146,11 @@ pub async fn serve_with(
     let _inspector = http.map(|listener| {
         let served = crate::inspector::serve(
             listener,
-            crate::inspector::App::new(service.clone(), api_keys.clone(), admission.clone()),
+            crate::inspector::App::new(
+                Arc::new(service.clone()),
+                api_keys.clone(),
+                admission.clone(),
+            ),
             http_tls,
         );
         AbortOnDrop(tokio::spawn(async move {
@@ -144,7 +162,7 @@ pub async fn serve_with(
     let _gateway = gateway.map(|gateway| {
         let served = crate::gateway::serve(
             gateway,
-            service.workflows(),
+            workflows.clone(),
             api_keys.clone(),
             limits.max_part_bytes,
         );
@@ -268,5 +286,57 @@ struct AbortOnDrop(tokio::task::JoinHandle<()>);
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
         self.0.abort();
+    }
+}
+
+/// The inspector reads through the gRPC service in process: its parsing, scoping and limits.
+#[async_trait::async_trait]
+impl crate::inspector::Source for ContextStoreService {
+    async fn list_sessions(
+        &self,
+        r: tonic::Request<pb::ListSessionsRequest>,
+    ) -> Reply<pb::ListSessionsResponse> {
+        ContextStore::list_sessions(self, r).await
+    }
+    async fn get_session(&self, r: tonic::Request<pb::GetSessionRequest>) -> Reply<pb::Session> {
+        ContextStore::get_session(self, r).await
+    }
+    async fn log(&self, r: tonic::Request<pb::LogRequest>) -> Reply<pb::LogResponse> {
+        ContextStore::log(self, r).await
+    }
+    async fn get_nodes(
+        &self,
+        r: tonic::Request<pb::GetNodesRequest>,
+    ) -> Reply<pb::GetNodesResponse> {
+        ContextStore::get_nodes(self, r).await
+    }
+    async fn render(&self, r: tonic::Request<pb::RenderRequest>) -> Reply<pb::RenderResponse> {
+        ContextStore::render(self, r).await
+    }
+    async fn list_summaries(
+        &self,
+        r: tonic::Request<pb::ListSummariesRequest>,
+    ) -> Reply<pb::ListSummariesResponse> {
+        ContextStore::list_summaries(self, r).await
+    }
+    async fn list_gateway_calls(
+        &self,
+        r: tonic::Request<pb::ListGatewayCallsRequest>,
+    ) -> Reply<pb::ListGatewayCallsResponse> {
+        ContextStore::list_gateway_calls(self, r).await
+    }
+    async fn watch(
+        &self,
+        r: tonic::Request<pb::WatchRequest>,
+    ) -> Result<crate::inspector::Events, tonic::Status> {
+        let stream = ContextStore::watch(self, r).await?.into_inner();
+        Ok(Box::pin(stream))
+    }
+    async fn savings(
+        &self,
+        r: tonic::Request<pb::RenderRequest>,
+        calls: usize,
+    ) -> Result<SavingsReport, tonic::Status> {
+        ContextStoreService::savings(self, r, calls).await
     }
 }

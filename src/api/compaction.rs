@@ -1,8 +1,8 @@
 //! The summary RPCs' answers: the compaction workflow's outcomes as protobuf.
 
 use super::{convert, pb};
-use crate::compaction::{CommitOutcome, CompactOutcome, PrepareOutcome, SummaryListing};
 use crate::domain::{Budget, CompactionEvent, Reason, SummaryKind};
+use crate::workflow::compaction::{CommitOutcome, CompactOutcome, PrepareOutcome, SummaryListing};
 
 fn u32_of(n: usize) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)

@@ -12,8 +12,8 @@ use super::service::{ContextStoreService, Reply, tenant_of};
 use super::{domain_status, status};
 use crate::auth::Admin;
 use crate::domain::{Error, Tombstone};
-use crate::retention::{deleted, measure};
 use crate::store;
+use crate::workflow::retention::{deleted, measure};
 
 impl ContextStoreService {
     pub(super) async fn delete(

@@ -1,14 +1,12 @@
-//! The gRPC service: request → domain → store/engine → response. The only place with prost types.
+//! The gRPC door: request → domain → workflow → response, over the contract in `proto`.
 
 mod append_stream;
 pub mod auth;
-mod codec;
 mod compaction;
 mod convert;
 mod export;
 mod framing;
 mod gateway_calls;
-pub mod json;
 pub(crate) mod lifecycle;
 mod parse;
 #[cfg(test)]
@@ -18,23 +16,16 @@ mod service;
 mod watch;
 
 pub use framing::FramingLayer;
-pub use service::{ContextStoreService, SavingsReport};
+pub use service::ContextStoreService;
 pub use watch::Watchers;
 
-/// Code generated from `proto/ctxd/v1/ctxd.proto`.
-#[allow(clippy::all, clippy::pedantic)]
-pub mod pb {
-    tonic::include_proto!("ctxd.v1");
-
-    /// The encoded descriptors, for server reflection.
-    pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("ctxd_descriptor");
-}
+// The contract's types under the door's name, for the code and tests that speak gRPC.
+pub use crate::proto::{json, pb};
 
 use tonic::Status;
 
-use crate::compaction::Error as CompactionError;
 use crate::store::Fault;
-use crate::{domain, store};
+use crate::{domain, store, workflow};
 
 /// The one mapping from errors to gRPC status. Internal detail goes to the log, not the client.
 pub(crate) fn status(error: store::Error) -> Status {
@@ -85,12 +76,12 @@ pub(crate) fn status(error: store::Error) -> Status {
     }
 }
 
-/// The compaction workflow's errors: the store's through [`status`], and its own two.
-pub(crate) fn compaction_status(error: CompactionError) -> Status {
+/// The one mapping of the workflows' errors: the store's through [`status`], and their own.
+pub(crate) fn workflow_status(error: workflow::Error) -> Status {
     match error {
-        CompactionError::Store(e) => status(e),
-        CompactionError::UnknownTokenizer => Status::data_loss(error.to_string()),
-        CompactionError::Task(_) => Status::internal(error.to_string()),
+        workflow::Error::Store(e) => status(e),
+        workflow::Error::UnknownTokenizer => Status::data_loss(error.to_string()),
+        workflow::Error::Task(_) => Status::internal(error.to_string()),
     }
 }
 

@@ -5,7 +5,6 @@ use std::collections::HashMap;
 use tonic::Status;
 
 use super::{convert, domain_status, pb};
-use crate::compaction::PrepareArgs;
 use crate::domain::{
     BranchName, Budget, CompactionId, Error, NodeId, REFERENCE_CHARS, SessionFilter, SessionId,
     parse_reference,
@@ -15,6 +14,7 @@ use crate::recall;
 use crate::render::{Callers, Options, Policy};
 use crate::store::{AppendRequest, AppendTarget, PathTarget, Scoped, now_ms};
 use crate::tokens::Tokenizer;
+use crate::workflow::compaction::PrepareArgs;
 
 const DEFAULT_PAGE_SIZE: u32 = 50;
 const MAX_PAGE_SIZE: u32 = 1000;

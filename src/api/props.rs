@@ -8,11 +8,11 @@ use super::parse::{
     RenderArgs, append_request, create_branch_request, log_request, render_request,
 };
 use super::{convert, pb};
-use crate::compaction::PrepareArgs;
 use crate::domain::{BranchName, Node, NodeId};
 use crate::render::{Callers, Microcompact, Policy};
 use crate::store::{AppendTarget, PathTarget};
 use crate::tokens::Tokenizer;
+use crate::workflow::compaction::PrepareArgs;
 
 fn config() -> ProptestConfig {
     ProptestConfig {

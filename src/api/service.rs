@@ -12,41 +12,36 @@ use super::parse::{
     log_request, parse, provider_format, render_request, reset_branch_request, session_id,
 };
 use super::reply::{self, Capped};
-use super::{compaction, compaction_status, convert, domain_status, pb, status};
-use crate::compaction::{Compactions, PrepareArgs, PrepareOutcome};
+use super::{compaction, convert, domain_status, pb, status, workflow_status};
 use crate::domain::{BranchName, CompactionId, Error, NodeId, PathView, SessionId, Tenant};
 use crate::import;
 use crate::limits::Limits;
 use crate::recall;
 use crate::render::Rendered;
 use crate::store::{self, CreationKey, Scoped, ScopedPlan, Store};
-use crate::summarizer::Summarizer;
-use crate::tokens::TokenCache;
-use crate::workflow::Workflows;
+use crate::workflow::compaction::{Compactions, PrepareArgs, PrepareOutcome};
+use crate::workflow::{SavingsReport, Workflows};
 
 /// The largest session file an import takes; it is parsed in memory.
 const MAX_IMPORT_BYTES: usize = 512 * 1024 * 1024;
 
 #[derive(Clone)]
 pub struct ContextStoreService {
+    /// The use cases, and the state every door shares.
+    pub(super) workflows: Workflows,
     pub(super) store: Store,
-    /// Token counts, shared by every render and by the compaction workflow.
-    pub(super) tokens: Arc<TokenCache>,
-    pub(super) compactions: Compactions,
+    pub(super) compactions: Arc<Compactions>,
     pub(super) limits: Limits,
     /// Ended at shutdown.
     pub(super) watchers: super::watch::Watchers,
 }
 
 impl ContextStoreService {
-    pub fn new(store: Store, summarizer: Option<Summarizer>) -> Self {
-        let tokens = Arc::new(TokenCache::default());
-        let compactions =
-            Compactions::new(store.clone(), Arc::clone(&tokens), summarizer.map(Arc::new));
+    pub fn new(workflows: Workflows) -> Self {
         Self {
-            store,
-            tokens,
-            compactions,
+            store: workflows.store.clone(),
+            compactions: Arc::clone(&workflows.compactions),
+            workflows,
             limits: Limits::default(),
             watchers: super::watch::Watchers::default(),
         }
@@ -71,7 +66,7 @@ impl ContextStoreService {
         self.compactions
             .scope(tenant, id)
             .await
-            .map_err(compaction_status)
+            .map_err(workflow_status)
     }
 
     /// The stale outcome of compaction `id` of `tenant`, when its session was deleted while the
@@ -80,11 +75,11 @@ impl ContextStoreService {
         &self,
         tenant: &Tenant,
         id: CompactionId,
-    ) -> Result<Option<crate::compaction::CommitOutcome>, Status> {
+    ) -> Result<Option<crate::workflow::compaction::CommitOutcome>, Status> {
         let found = self.store.plan_tombstone(id).await.map_err(status)?;
         Ok(found
             .filter(|t| &t.tenant == tenant)
-            .map(|_| crate::compaction::CommitOutcome::session_deleted(id)))
+            .map(|_| crate::workflow::compaction::CommitOutcome::session_deleted(id)))
     }
 
     /// The part and response size limits (`Limits::max_part_bytes`, `max_response_bytes`).
@@ -451,7 +446,7 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
             .compactions
             .prepare(session, args)
             .await
-            .map_err(compaction_status)?;
+            .map_err(workflow_status)?;
         let plan = match &outcome {
             PrepareOutcome::Needed { scoped, .. } => Some(*scoped),
             PrepareOutcome::NotNeeded { .. } => None,
@@ -463,7 +458,7 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
             self.compactions
                 .cancel(plan, "the summary input was over --max-response-bytes")
                 .await
-                .map_err(compaction_status)?;
+                .map_err(workflow_status)?;
         }
         replied
     }
@@ -487,7 +482,7 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
             .compactions
             .commit(session, plan, r.text, r.model, true)
             .await
-            .map_err(compaction_status)?;
+            .map_err(workflow_status)?;
         self.reply(compaction::commit_outcome(outcome))
     }
 
@@ -511,7 +506,7 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
         self.compactions
             .cancel(plan, &reason)
             .await
-            .map_err(compaction_status)?;
+            .map_err(workflow_status)?;
         self.reply(pb::CancelCompactionResponse {})
     }
 
@@ -529,7 +524,7 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
             .compactions
             .summaries(session, branch)
             .await
-            .map_err(compaction_status)?;
+            .map_err(workflow_status)?;
         self.reply(compaction::summaries_response(listing))
     }
 
@@ -562,35 +557,24 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
         let source = parse::import_source(format, &data)?;
         let metadata: BTreeMap<String, String> = metadata.into_iter().collect();
         let key = CreationKey::import(idempotency_key, format, &metadata, &data);
-        let mut plan = tokio::task::spawn_blocking(move || import::parse(source, &data))
+        let parsed = self
+            .workflows
+            .parse_import(source, data, metadata, self.limits.max_part_bytes)
             .await
-            .map_err(|_| Status::internal("import failed"))?
-            .map_err(domain_status)?;
-        // The file's own metadata (ctxd JSONL carries it) under the request's.
-        let mut metadata = metadata;
-        if !plan.metadata.is_empty() {
-            for (k, v) in std::mem::take(&mut plan.metadata) {
-                metadata.entry(k).or_insert(v);
-            }
-            let merged: HashMap<String, String> = metadata.clone().into_iter().collect();
-            self.reply_fits(
-                reply::new_session_len(&merged) + reply::WARNINGS_NOTE_BYTES,
-                "data",
-                "the file's metadata is too large for the reply",
-            )?;
-        }
-        let max_part = self.limits.max_part_bytes;
-        for op in &plan.ops {
-            if let import::Op::Node { content, line, .. } = op {
-                parse(content.check_part_sizes(&format!("line {line}"), max_part))?;
-            }
-        }
+            .map_err(workflow_status)?;
+        // The file's own metadata must fit the reply too; checked before anything is written.
+        let merged: HashMap<String, String> = parsed.metadata.clone().into_iter().collect();
+        self.reply_fits(
+            reply::new_session_len(&merged) + reply::WARNINGS_NOTE_BYTES,
+            "data",
+            "the file's metadata is too large for the reply",
+        )?;
         let session = self
-            .store
-            .import(&tenant, metadata, &plan, key.as_ref())
+            .workflows
+            .import(&tenant, &parsed, key.as_ref())
             .await
-            .map_err(status)?;
-        metrics::counter!("ctxd_imported_sessions_total").increment(1);
+            .map_err(workflow_status)?;
+        let plan = parsed.plan;
         let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
         let mut response = pb::ImportSessionResponse {
             session: Some(convert::session(session)),
@@ -661,7 +645,7 @@ impl pb::context_store_server::ContextStore for ContextStoreService {
             .compactions
             .compact(session, args)
             .await
-            .map_err(compaction_status)?;
+            .map_err(workflow_status)?;
         self.reply(compaction::compact_outcome(outcome))
     }
 
@@ -723,15 +707,14 @@ impl ContextStoreService {
     ) -> Result<(PathView, Rendered), Status> {
         let (session, target, tokenizer, options) = render_request(args)?;
         let session = self.scope(tenant, session).await?;
-        self.workflows()
+        self.workflows
             .render(session, &target, tokenizer, options)
             .await
             .map_err(workflow_status)
     }
 
     /// What a render request's policy saved over the session's newest `calls` model calls,
-    /// replayed (the inspector's savings view); with the head replayed to, the tokenizer, and
-    /// what the model gateway reported for the session.
+    /// replayed (the inspector's savings view).
     pub async fn savings(
         &self,
         request: Request<pb::RenderRequest>,
@@ -740,59 +723,14 @@ impl ContextStoreService {
         let tenant = tenant_of(&request);
         let (session, target, tokenizer, options) = render_request(request.into_inner().into())?;
         let session = self.scope(&tenant, session).await?;
-        let path = self
-            .store
-            .load_path(session, &target)
+        self.workflows
+            .savings(session, &target, tokenizer, options, calls)
             .await
-            .map_err(status)?;
-        let gateway =
-            convert::gateway_usage(self.store.gateway_usage(session).await.map_err(status)?);
-        let head_id = path
-            .nodes
-            .last()
-            .map(|n| n.id.to_string())
-            .unwrap_or_default();
-        let cache = Arc::clone(&self.tokens);
-        // A replay renders the path once per call: CPU work, off the I/O threads.
-        let savings = tokio::task::spawn_blocking(move || {
-            crate::economy::replay(&path, &options, &cache.counter(tokenizer), calls)
-        })
-        .await
-        .map_err(|e| {
-            tracing::error!(error = %e, "savings replay failed");
-            Status::internal("the savings replay failed")
-        })?;
-        Ok(SavingsReport {
-            savings,
-            head_id,
-            tokenizer: tokenizer.name(),
-            gateway,
-        })
-    }
-
-    /// The workflows this service runs, for the other front doors (the gateway) to share.
-    pub fn workflows(&self) -> Workflows {
-        Workflows::new(self.store.clone(), Arc::clone(&self.tokens))
+            .map_err(workflow_status)
     }
 
     /// The size limits this service applies.
     pub fn limits(&self) -> Limits {
         self.limits
     }
-}
-
-fn workflow_status(e: crate::workflow::Error) -> Status {
-    match e {
-        crate::workflow::Error::Store(e) => status(e),
-        crate::workflow::Error::Render => Status::internal("render failed"),
-    }
-}
-
-/// [`ContextStoreService::savings`]: the replay's figures and what they were replayed on.
-#[derive(Debug, Clone)]
-pub struct SavingsReport {
-    pub savings: crate::economy::Savings,
-    pub head_id: String,
-    pub tokenizer: &'static str,
-    pub gateway: Option<pb::GatewayUsage>,
 }

@@ -12,8 +12,8 @@ use serde_json::Value;
 pub use super::connect::Conn;
 use super::connect::{Client, call, connect, failure};
 use super::{panel, show};
-use crate::api::json::ToJson;
-use crate::api::pb;
+use crate::proto::json::ToJson;
+use crate::proto::pb;
 
 /// Bytes per `ImportChunk`.
 const CHUNK_BYTES: usize = 64 * 1024;

@@ -11,7 +11,7 @@ use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
 
 use super::client::{Failure, Result};
-use crate::api::pb::context_store_client::ContextStoreClient;
+use crate::proto::pb::context_store_client::ContextStoreClient;
 
 pub(super) type Client = ContextStoreClient<InterceptedService<Channel, Credentials>>;
 

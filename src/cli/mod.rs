@@ -112,8 +112,8 @@ struct GatewayArgs {
     /// The context window of a model, in tokens, in place of ctxd's table (`MODEL=TOKENS`;
     /// `MODEL` may end in `*` to name every model it starts; repeatable). A model neither names
     /// is budgeted by the table, and one the table does not know is never cut by budget.
-    #[arg(long = "context-window", value_name = "MODEL=TOKENS", value_parser = crate::gateway::Window::parse)]
-    context_windows: Vec<crate::gateway::Window>,
+    #[arg(long = "context-window", value_name = "MODEL=TOKENS", value_parser = crate::server::Window::parse)]
+    context_windows: Vec<crate::server::Window>,
 }
 
 /// How the database is used when another process holds it or the disk fills up.
@@ -150,12 +150,12 @@ struct StorageArgs {
 
 impl StorageArgs {
     /// The default policy; the server adds the tenants' own from the keys file.
-    fn retention(&self) -> Option<crate::retention::Retention> {
+    fn retention(&self) -> Option<crate::workflow::retention::Retention> {
         let policy = match self.retain_idle_days {
-            Some(days) => crate::retention::Retention::idle_days(days),
-            None => crate::retention::Retention::default(),
+            Some(days) => crate::workflow::retention::Retention::idle_days(days),
+            None => crate::workflow::retention::Retention::default(),
         };
-        Some(crate::retention::Retention {
+        Some(crate::workflow::retention::Retention {
             batch: self.retention_batch,
             ..policy
         })
@@ -531,13 +531,12 @@ async fn serve(
             .await
             .with_context(|| format!("listening for the gateway on {addr}"))?;
         writeln!(stdout, "ctxd gateway on {}", listener.local_addr()?)?;
-        let mut g = crate::gateway::Gateway::new(
+        let mut g = crate::server::Gateway::new(
             listener,
             gateway.anthropic_upstream,
             gateway.openai_upstream,
         );
-        g.policy =
-            crate::gateway::GatewayPolicy::parse(&gateway.gateway_policy).unwrap_or_default();
+        g.policy = crate::server::GatewayPolicy::parse(&gateway.gateway_policy).unwrap_or_default();
         g.windows = gateway.context_windows;
         options.gateway = Some(g);
     }

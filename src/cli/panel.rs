@@ -9,7 +9,7 @@
 use std::fmt::Write;
 
 use super::show::num;
-use crate::api::pb;
+use crate::proto::pb;
 
 /// Cells of a bar; with the label and the numbers a line stays under 80 columns.
 const WIDTH: usize = 40;

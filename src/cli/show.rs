@@ -2,7 +2,7 @@
 
 use std::fmt::Write;
 
-use crate::api::pb;
+use crate::proto::pb;
 
 /// Width of the shortened text at the end of `log` and `render` lines.
 const TEXT_WIDTH: usize = 72;

@@ -169,6 +169,27 @@ pub struct ToolCall {
     pub arguments_json: String,
 }
 
+impl FunctionResult {
+    /// Whether a client's tool result is this result of a sub-agent's function: the same call,
+    /// text alone, the same text and the same error status.
+    pub fn answered_by(&self, client: &NodeContent) -> bool {
+        match client {
+            NodeContent::ToolResult {
+                call_id,
+                parts,
+                is_error,
+                ..
+            } => {
+                *call_id == self.call_id
+                    && parts.iter().all(|p| matches!(p, Part::Text(_)))
+                    && Part::text_of(parts) == self.output
+                    && *is_error == (self.status == FunctionStatus::Error)
+            }
+            _ => false,
+        }
+    }
+}
+
 /// How a completed function shows in its caller's render.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Expose {

@@ -16,9 +16,7 @@ use std::sync::Arc;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use crate::domain::{
-    FunctionResult, FunctionStatus, Node, NodeContent, NodeId, Part, PathView, ToolCall,
-};
+use crate::domain::{Node, NodeContent, NodeId, Part, PathView, ToolCall};
 use crate::provider::anthropic::MAX_MARKERS;
 use crate::provider::conversation::Conversation;
 use crate::provider::format::{anthropic_document, openai_chat_document, responses_document};
@@ -789,7 +787,7 @@ pub fn align(stored: &[&Arc<Node>], items: &[&NodeContent]) -> Aligned {
                 false
             }
             NodeContent::FunctionResult(r) => {
-                let same = result_matches(r, items[i - 1]);
+                let same = r.answered_by(items[i - 1]);
                 if same {
                     returned.insert(r.call_id.as_str());
                 }
@@ -805,24 +803,6 @@ pub fn align(stored: &[&Arc<Node>], items: &[&NodeContent]) -> Aligned {
         j -= 1;
     }
     Aligned { nodes, passed }
-}
-
-/// Whether a client's tool result is the stored result of a sub-agent's function.
-pub fn result_matches(stored: &FunctionResult, client: &NodeContent) -> bool {
-    match client {
-        NodeContent::ToolResult {
-            call_id,
-            parts,
-            is_error,
-            ..
-        } => {
-            *call_id == stored.call_id
-                && parts.iter().all(|p| matches!(p, Part::Text(_)))
-                && Part::text_of(parts) == stored.output
-                && *is_error == (stored.status == FunctionStatus::Error)
-        }
-        _ => false,
-    }
 }
 
 /// The client's entries of `field` (`messages` or `input`) among a body's members, each as its

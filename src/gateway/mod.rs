@@ -7,11 +7,9 @@
 //! appended once it is whole. A request it cannot record is forwarded as it came (fail open);
 //! ctxd's own keys guard it (fail closed); provider credentials pass through, never kept.
 
-mod agent_compaction;
 mod forward;
 mod json;
 mod ledger;
-mod record;
 
 use std::sync::Arc;
 
@@ -27,7 +25,6 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
 use crate::auth::{ApiKeys, gateway_tenant};
-use crate::compaction::{Compactions, PrepareArgs, PrepareOutcome};
 use crate::domain::{
     self, Budget, GatewayCall, Hash, Node, NodeContent, NodeId, Part, PathView, ProviderUsage,
     Tenant, node_hash,
@@ -38,7 +35,8 @@ use crate::render::{self, Message, Policy};
 use crate::store::{self, AppendRequest, AppendTarget, PathTarget, Scoped, now_ms};
 use crate::tokens::Tokenizer;
 use crate::workflow::Workflows;
-use record::{Recorded, Unrecorded};
+use crate::workflow::compaction::{Compactions, PrepareArgs, PrepareOutcome};
+use crate::workflow::record::{self, Recorded, Unrecorded};
 
 /// The gateway's listener and where it forwards.
 pub struct Gateway {
@@ -277,13 +275,9 @@ pub async fn serve(
         .build()
         .map_err(std::io::Error::other)?;
     let trim = |s: &str| -> Arc<str> { Arc::from(s.trim_end_matches('/')) };
-    let compactions = Arc::new(Compactions::new(
-        workflows.store.clone(),
-        Arc::clone(&workflows.tokens),
-        None,
-    ));
     let app = App {
-        compactions,
+        compactions: Arc::clone(&workflows.compactions),
+        keys_seen: Arc::clone(&workflows.session_keys),
         ledger: Arc::default(),
         workflows,
         keys,
@@ -294,7 +288,6 @@ pub async fn serve(
         windows: gateway.windows.into(),
         max_body_bytes: gateway.max_body_bytes,
         max_part_bytes,
-        keys_seen: Arc::default(),
     };
     let router = Router::new()
         .route("/v1/messages", post(messages))
@@ -780,7 +773,7 @@ impl App {
     ) -> Result<render::Options, &'static str> {
         let mut options = render_options(conv, &self.window(conv, headers))
             .ok_or("a budget that leaves the history nothing")?;
-        options.seen = if agent_compaction::is_summary_request(conv) {
+        options.seen = if crate::provider::agents::is_summary_request(conv) {
             render::Seen::Nothing
         } else {
             seen

@@ -13,9 +13,8 @@ use futures_util::StreamExt as _;
 use serde_json::json;
 
 use super::{Answer, App, Query, bad, failure, rpc, screaming};
-use crate::api::json::ToJson;
-use crate::api::pb;
-use crate::api::pb::context_store_server::ContextStore;
+use crate::proto::json::ToJson;
+use crate::proto::pb;
 use pb::watch_event::Event as Watched;
 
 pub(super) async fn events(
@@ -45,8 +44,7 @@ pub(super) async fn events(
         .service
         .watch(rpc(&request, message))
         .await
-        .map_err(|s| failure(&s))?
-        .into_inner();
+        .map_err(|s| failure(&s))?;
     // An error ends the stream after it is told: the Watch stream has ended too.
     let events = watch
         .scan(false, |ended, item| {

@@ -2,9 +2,10 @@
 //! embedded pages that read it.
 //!
 //! Every `/api/` handler builds a `tonic::Request` carrying the caller's tenant (from the same
-//! API keys and `authorization: Bearer` header as gRPC, `auth::http_tenant`) and calls the
-//! `ContextStore` method of the server's own `ContextStoreService` in process; the response is
-//! converted by `api::json::ToJson`, as the CLI's `--json` is. Parsing, tenant scoping, limits
+//! API keys and `authorization: Bearer` header as gRPC, `auth::http_tenant`) and asks its
+//! [`Source`]: the contract's read calls, which the assembly (`server`) answers with the gRPC
+//! service in process; the response is converted by `proto::json::ToJson`, as the CLI's
+//! `--json` is. Parsing, tenant scoping, limits
 //! and error messages are therefore the RPCs' own: this module only maps query strings to
 //! requests and gRPC codes to HTTP statuses. Calls are admitted under the gRPC server's
 //! concurrency limit and counted in its metrics (`via="http"`); `events` follows a session
@@ -28,29 +29,64 @@ use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tonic::Code;
 
-use crate::api::json::ToJson;
-use crate::api::pb::context_store_server::ContextStore;
-use crate::api::{ContextStoreService, pb};
 use crate::auth::{ApiKeys, http_tenant};
 use crate::domain::Tenant;
 use crate::limits::Admission;
+use crate::proto::json::ToJson;
+use crate::proto::pb;
+use crate::workflow::SavingsReport;
 use query::Query;
 
-/// What every handler shares: the service the gRPC server runs, the keys it checks and its
-/// admission (one pool of call slots for both front doors).
+/// A gRPC answer as the contract gives it.
+pub type Reply<T> = Result<tonic::Response<T>, tonic::Status>;
+
+/// The events a Watch streams.
+pub type Events = std::pin::Pin<
+    Box<dyn futures_util::Stream<Item = Result<pb::WatchEvent, tonic::Status>> + Send>,
+>;
+
+/// What the inspector reads: the contract's read calls and the savings replay, each answered
+/// (with its parsing, tenant scoping, limits and error messages) as the gRPC door answers it.
+#[async_trait::async_trait]
+pub trait Source: Send + Sync + 'static {
+    async fn list_sessions(
+        &self,
+        r: tonic::Request<pb::ListSessionsRequest>,
+    ) -> Reply<pb::ListSessionsResponse>;
+    async fn get_session(&self, r: tonic::Request<pb::GetSessionRequest>) -> Reply<pb::Session>;
+    async fn log(&self, r: tonic::Request<pb::LogRequest>) -> Reply<pb::LogResponse>;
+    async fn get_nodes(
+        &self,
+        r: tonic::Request<pb::GetNodesRequest>,
+    ) -> Reply<pb::GetNodesResponse>;
+    async fn render(&self, r: tonic::Request<pb::RenderRequest>) -> Reply<pb::RenderResponse>;
+    async fn list_summaries(
+        &self,
+        r: tonic::Request<pb::ListSummariesRequest>,
+    ) -> Reply<pb::ListSummariesResponse>;
+    async fn list_gateway_calls(
+        &self,
+        r: tonic::Request<pb::ListGatewayCallsRequest>,
+    ) -> Reply<pb::ListGatewayCallsResponse>;
+    async fn watch(&self, r: tonic::Request<pb::WatchRequest>) -> Result<Events, tonic::Status>;
+    async fn savings(
+        &self,
+        r: tonic::Request<pb::RenderRequest>,
+        calls: usize,
+    ) -> Result<SavingsReport, tonic::Status>;
+}
+
+/// What every handler shares: what it reads, the keys the gRPC server checks and its admission
+/// (one pool of call slots for both front doors).
 #[derive(Clone)]
 pub struct App {
-    service: ContextStoreService,
+    service: Arc<dyn Source>,
     keys: Option<Arc<ApiKeys>>,
     admission: Admission,
 }
 
 impl App {
-    pub fn new(
-        service: ContextStoreService,
-        keys: Option<Arc<ApiKeys>>,
-        admission: Admission,
-    ) -> Self {
+    pub fn new(service: Arc<dyn Source>, keys: Option<Arc<ApiKeys>>, admission: Admission) -> Self {
         Self {
             service,
             keys,
@@ -453,17 +489,24 @@ async fn savings(
         })
     };
     let s = &report.savings;
+    // The gateway's figures as `ListGatewayCalls` words them, and their cache-weighted sum.
     let gateway = report.gateway.as_ref().map(|g| {
-        let mut usage = g.to_json();
-        usage["weighted_input"] = json!(
-            g.input_tokens as f64
-                + crate::economy::CACHE_READ * g.cache_read_tokens as f64
-                + crate::economy::CACHE_WRITE * g.cache_write_tokens as f64
-        );
-        usage
+        let u = &g.usage;
+        json!({
+            "calls": g.calls,
+            "client_tokens": g.client_tokens,
+            "forwarded_tokens": g.forwarded_tokens,
+            "input_tokens": u.input,
+            "cache_read_tokens": u.cache_read,
+            "cache_write_tokens": u.cache_write,
+            "output_tokens": u.output,
+            "weighted_input": u.input as f64
+                + crate::economy::CACHE_READ * u.cache_read as f64
+                + crate::economy::CACHE_WRITE * u.cache_write as f64,
+        })
     });
     let body = json!({
-        "head_id": report.head_id,
+        "head_id": report.head_id.map(|id| id.to_string()).unwrap_or_default(),
         "tokenizer": report.tokenizer,
         "calls_total": s.calls_total,
         "calls_replayed": s.calls_replayed,

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::api::pb;
+use crate::proto::pb;
 
 /// A route's query: each key at most once (but for the keys a route lets repeat), and only the
 /// keys the route knows, so a misspelt parameter is an error instead of silently ignored.

@@ -5,6 +5,7 @@
 //! API's rendered documents and the summarizer all go through these; nothing else knows a
 //! provider's JSON field names.
 
+pub mod agents;
 pub mod anthropic;
 pub mod canonical;
 pub mod chat;

@@ -8,8 +8,8 @@ use std::time::Duration;
 use ctxd::api::pb;
 use ctxd::api::pb::context_store_client::ContextStoreClient;
 use ctxd::auth::ApiKeys;
-use ctxd::retention::Retention;
 use ctxd::server::Options;
+use ctxd::workflow::retention::Retention;
 use tonic::Code;
 
 use crate::helpers::*;

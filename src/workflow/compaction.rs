@@ -8,6 +8,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
+use super::Error;
 use crate::compact::{self, Prepared, SummaryPlan, Verdict};
 use crate::domain::{
     self, BranchName, Budget, CompactionEvent, CompactionId, Hash, NodeId, PathView, Reason,
@@ -24,27 +25,6 @@ use crate::tokens::{TokenCache, Tokenizer, Tokens};
 const COMMIT_ATTEMPTS: usize = 3;
 /// Commits in a row without a summary, on the same base, before Prepare refuses.
 const LOOP_GUARD: usize = 3;
-
-/// Why a compaction step failed: the store's and the domain's errors, and the two failures of
-/// the workflow itself, which `api` maps to status codes beside the store's.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error(transparent)]
-    Store(#[from] store::Error),
-    /// A stored plan names a tokenizer this build does not know.
-    #[error("a stored plan names an unknown tokenizer")]
-    UnknownTokenizer,
-    /// The blocking task measuring or judging a path did not finish (it panicked); the name is
-    /// the step's.
-    #[error("{0} failed")]
-    Task(&'static str),
-}
-
-impl From<domain::Error> for Error {
-    fn from(error: domain::Error) -> Self {
-        Self::Store(store::Error::Domain(error))
-    }
-}
 
 type Result<T, E = Error> = std::result::Result<T, E>;
 

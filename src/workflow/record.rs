@@ -4,13 +4,12 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use super::agent_compaction::{
-    CLAUDE_CODE_MODEL, CODEX_MODEL, CODEX_TEXT, continued_summary, ends_on_summary_answer,
-    is_agent_summary_of, is_codex_compaction, is_codex_trigger,
-};
-use super::forward::result_matches;
 use crate::domain::{
     self, BranchName, Hash, NodeContent, NodeId, Part, SessionId, Tenant, node_hash,
+};
+use crate::provider::agents::{
+    CLAUDE_CODE_MODEL, CODEX_MODEL, CODEX_TEXT, continued_summary, ends_on_summary_answer,
+    is_agent_summary_of, is_codex_compaction, is_codex_trigger,
 };
 use crate::provider::conversation::Conversation;
 use crate::store::{self, AppendRequest, AppendTarget, PathTarget, Scoped, Store};
@@ -764,7 +763,7 @@ fn walk(stored: &[std::sync::Arc<domain::Node>], client: &[&NodeContent]) -> (us
                 }
                 false
             }
-            (NodeContent::FunctionResult(r), c) => result_matches(r, c),
+            (NodeContent::FunctionResult(r), c) => r.answered_by(c),
             (s, c) => s == *c,
         };
         if !same {

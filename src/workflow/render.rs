@@ -1,36 +1,15 @@
-//! The workflows both front doors run over the store and the engine, in domain types: gRPC
-//! (`api`) and the model gateway (`gateway`) call these, so a path is loaded and rendered one
-//! way whoever asks.
+//! Loading a path and rendering it, one way whoever asks (gRPC, the gateway, the inspector): real
+//! BPE counts off the I/O threads, short heuristic renders inline.
 
 use std::sync::Arc;
 
+use super::{Error, Workflows};
 use crate::domain::{NodeContent, Part, PathView};
 use crate::render::{self, Rendered};
-use crate::store::{self, PathTarget, Scoped, Store};
-use crate::tokens::{TokenCache, Tokenizer};
-
-/// Why a workflow failed.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error(transparent)]
-    Store(#[from] store::Error),
-    /// The render's worker thread failed (a bug, logged where it happened).
-    #[error("render failed")]
-    Render,
-}
-
-/// The store and the token counts every render shares.
-#[derive(Clone)]
-pub struct Workflows {
-    pub store: Store,
-    pub tokens: Arc<TokenCache>,
-}
+use crate::store::{PathTarget, Scoped};
+use crate::tokens::Tokenizer;
 
 impl Workflows {
-    pub fn new(store: Store, tokens: Arc<TokenCache>) -> Self {
-        Self { store, tokens }
-    }
-
     /// Loads `target` of `session` and renders it.
     pub async fn render(
         &self,
@@ -63,7 +42,7 @@ impl Workflows {
         } else {
             tokio::task::spawn_blocking(work).await.map_err(|e| {
                 tracing::error!(error = %e, "render task failed");
-                Error::Render
+                Error::Task("render")
             })?
         };
         metrics::counter!("ctxd_renders_total", "tokenizer" => tokenizer.name()).increment(1);

@@ -6,7 +6,7 @@
 
 use serde_json::{Value, json};
 
-use crate::api::pb;
+use crate::proto::pb;
 
 pub trait ToJson {
     fn to_json(&self) -> Value;
