@@ -258,7 +258,7 @@ async fn a_ledger_over_its_cap_degrades_by_category_and_keeps_every_path() {
 
 /// The path-survival measure: on every trace (and every raw Claude Code session file), a
 /// segment summary of the oldest ~80% with a short fixed text, then a render at a 16k history budget. Every file path a tool call of the covered
-/// range names must appear in the rendered context. Prints the figures README quotes:
+/// range names must appear in the rendered context. Prints the figures docs/api.md quotes:
 /// `cargo test --test api path_survival -- --nocapture`.
 #[tokio::test]
 async fn path_survival_on_every_trace() {

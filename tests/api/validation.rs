@@ -591,8 +591,8 @@ fn row<T>(
     }
 }
 
-/// README's error table, RPC by RPC: each documented status, provoked, with a message that
-/// names the field or resource.
+/// The error table of docs/api.md, RPC by RPC: each documented status, provoked, with a message
+/// that names the field or resource.
 #[tokio::test]
 async fn every_rpc_answers_its_documented_errors() {
     let mut app = spawn_app().await;

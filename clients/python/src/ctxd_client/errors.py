@@ -1,6 +1,6 @@
 """Exceptions: every failed RPC becomes a `CtxdError` carrying the server's status and message.
 
-The server's codes say what a caller can do (README, "Errors"), so the classes follow them:
+The server's codes say what a caller can do (docs/api.md, "Errors"), so the classes follow them:
 `Conflict` (ABORTED) means re-read the head and retry, `FailedPrecondition` means the session is
 not in a state that allows the request (calls still pending, a closed function), and so on.
 """

@@ -265,7 +265,7 @@ class TokenBreakdown:
 
 @dataclass(frozen=True)
 class ContextReport:
-    """What a render did and where the tokens went (README, "Rendering under a budget")."""
+    """What a render did and where the tokens went (docs/api.md, "Rendering under a budget")."""
 
     total_tokens: int
     tokens: TokenBreakdown
