@@ -199,12 +199,12 @@ impl Summarizer {
             crate::provider::format::document(crate::provider::format::Format::OpenAiChat, request);
         let messages: serde_json::Value =
             serde_json::from_str(&document).map_err(|e| Error::Malformed(e.to_string()))?;
-        let body = serde_json::json!({
-            "model": self.config.model,
-            "messages": messages,
-            "max_tokens": self.config.max_output_tokens,
-            "temperature": 0.0,
-        });
+        let body = crate::provider::format::request(
+            &self.config.model,
+            messages,
+            self.config.max_output_tokens,
+            0.0,
+        );
         tokio::time::timeout(self.config.timeout, self.post(&body))
             .await
             .map_err(|_| Error::Timeout(self.config.timeout))?

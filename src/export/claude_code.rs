@@ -16,7 +16,7 @@ use super::{Branch, Export, line};
 use crate::domain::{
     Expose, FunctionStatus, MediaSource, Node, NodeContent, NodeId, Part, Role, Snapshot,
 };
-use crate::provider::format::anthropic_block;
+use crate::provider::format::{anthropic_block, tool_result_message, tool_use_block};
 
 pub(super) fn export<'a>(snapshot: &'a Snapshot, branch: Branch<'a>) -> Export<'a> {
     let mut writer = Writer {
@@ -85,11 +85,11 @@ impl Writer<'_, '_> {
                         Role::User => Some(("user", json!({ "role": "user", "content": content }))),
                         Role::Assistant => {
                             for c in tool_calls {
-                                let input: Value = serde_json::from_str(&c.arguments_json)
-                                    .unwrap_or_else(|_| json!({}));
-                                content.push(json!({
-                                    "type": "tool_use", "id": c.call_id, "name": c.name, "input": input,
-                                }));
+                                content.push(tool_use_block(
+                                    &c.call_id,
+                                    &c.name,
+                                    &c.arguments_json,
+                                ));
                             }
                             open = tool_calls.iter().map(|c| c.call_id.clone()).collect();
                             Some((
@@ -107,7 +107,10 @@ impl Writer<'_, '_> {
                 } => {
                     open.remove(call_id);
                     let content = self.blocks(parts);
-                    Some(("user", result(call_id, Value::Array(content), *is_error)))
+                    Some((
+                        "user",
+                        tool_result_message(call_id, Value::Array(content), *is_error),
+                    ))
                 }
                 NodeContent::FunctionCall {
                     call_id,
@@ -126,8 +129,11 @@ impl Writer<'_, '_> {
                             agent,
                             json!({
                                 "id": format!("msg_{call_uuid}"), "role": "assistant",
-                                "content": [{ "type": "tool_use", "id": call_id, "name": name,
-                                              "input": { "prompt": input } }],
+                                "content": [tool_use_block(
+                                    call_id,
+                                    name,
+                                    &json!({ "prompt": input }).to_string(),
+                                )],
                             }),
                         );
                         open.clear();
@@ -149,7 +155,7 @@ impl Writer<'_, '_> {
                 }
                 NodeContent::FunctionResult(r) => Some((
                     "user",
-                    result(
+                    tool_result_message(
                         &r.call_id,
                         json!([{ "type": "text", "text": r.output }]),
                         r.status == FunctionStatus::Error,
@@ -213,13 +219,4 @@ impl Writer<'_, '_> {
             })
             .collect()
     }
-}
-
-fn result(call_id: &str, content: Value, is_error: bool) -> Value {
-    json!({
-        "role": "user",
-        "content": [{
-            "type": "tool_result", "tool_use_id": call_id, "content": content, "is_error": is_error,
-        }],
-    })
 }

@@ -7,12 +7,11 @@
 
 use std::collections::HashSet;
 
-use base64::Engine as _;
 use serde_json::{Value, json};
 
 use super::{Branch, Export};
-use crate::domain::{BlockFormat, MediaSource, NodeContent, Part, Snapshot};
-use crate::provider::format::opaque;
+use crate::domain::{MediaSource, NodeContent, Part, Snapshot};
+use crate::provider::format::{session_content, tool_call, tool_message};
 
 pub(super) fn export<'a>(snapshot: &'a Snapshot, branch: Branch<'a>) -> Export<'a> {
     let mut warnings = branch.left_out(snapshot);
@@ -39,11 +38,11 @@ pub(super) fn export<'a>(snapshot: &'a Snapshot, branch: Branch<'a>) -> Export<'
                         )
                     })
                     .count();
-                let mut m = json!({ "role": role.as_str(), "content": content(parts) });
+                let mut m = json!({ "role": role.as_str(), "content": session_content(parts) });
                 if !tool_calls.is_empty() {
                     m["tool_calls"] = tool_calls
                         .iter()
-                        .map(|c| call(&c.call_id, &c.name, &c.arguments_json))
+                        .map(|c| tool_call(&c.call_id, &c.name, &c.arguments_json))
                         .collect();
                 }
                 open = tool_calls.iter().map(|c| c.call_id.as_str()).collect();
@@ -61,11 +60,7 @@ pub(super) fn export<'a>(snapshot: &'a Snapshot, branch: Branch<'a>) -> Export<'
                     .filter(|p| matches!(p, Part::Media { .. }))
                     .count();
                 open.remove(call_id.as_str());
-                messages.push(json!({
-                    "role": "tool",
-                    "tool_call_id": call_id,
-                    "content": Part::text_of(parts),
-                }));
+                messages.push(tool_message(call_id, &Part::text_of(parts)));
             }
             NodeContent::FunctionCall {
                 call_id,
@@ -80,17 +75,13 @@ pub(super) fn export<'a>(snapshot: &'a Snapshot, branch: Branch<'a>) -> Export<'
                     messages.push(json!({
                         "role": "assistant",
                         "content": Value::Null,
-                        "tool_calls": [call(call_id, name, &arguments)],
+                        "tool_calls": [tool_call(call_id, name, &arguments)],
                     }));
                     open.clear();
                 }
             }
             NodeContent::FunctionResult(result) => {
-                messages.push(json!({
-                    "role": "tool",
-                    "tool_call_id": result.call_id,
-                    "content": result.output,
-                }));
+                messages.push(tool_message(&result.call_id, &result.output));
             }
         }
     }
@@ -125,46 +116,5 @@ pub(super) fn export<'a>(snapshot: &'a Snapshot, branch: Branch<'a>) -> Export<'
     Export {
         warnings,
         pieces: Box::new(pieces),
-    }
-}
-
-fn call(id: &str, name: &str, arguments: &str) -> Value {
-    json!({
-        "id": id,
-        "type": "function",
-        "function": { "name": name, "arguments": arguments },
-    })
-}
-
-/// A single text as a string (the common form); anything else as an array of parts. Blocks
-/// kept from another API are not chat completions' to carry and are left out.
-fn content(parts: &[Part]) -> Value {
-    let parts: Vec<&Part> = parts
-        .iter()
-        .filter(|p| match p {
-            Part::Block(b) => b.format == BlockFormat::ChatCompletions,
-            _ => true,
-        })
-        .collect();
-    match parts.as_slice() {
-        [] => Value::Null,
-        [Part::Text(text)] => Value::String(text.clone()),
-        parts => parts
-            .iter()
-            .filter_map(|p| match p {
-                Part::Text(text) => Some(json!({ "type": "text", "text": text })),
-                Part::Media { mime_type, source } => {
-                    let url = match source {
-                        MediaSource::Data(data) => format!(
-                            "data:{mime_type};base64,{}",
-                            base64::engine::general_purpose::STANDARD.encode(data)
-                        ),
-                        MediaSource::Url(url) => url.clone(),
-                    };
-                    Some(json!({ "type": "image_url", "image_url": { "url": url } }))
-                }
-                Part::Block(_) => opaque(p, BlockFormat::ChatCompletions),
-            })
-            .collect(),
     }
 }
