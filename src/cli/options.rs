@@ -295,23 +295,16 @@ impl SecurityArgs {
                  anyway"
             );
         }
-        let tls = match (&self.tls_cert, &self.tls_key) {
-            (Some(cert), Some(key)) => Some(crate::tls::server(
-                cert,
-                key,
-                self.tls_client_ca.as_deref(),
-            )?),
-            _ => None,
-        };
+        let pair = self.tls_cert.as_deref().zip(self.tls_key.as_deref());
+        let client_ca = self.tls_client_ca.as_deref();
+        let tls = pair
+            .map(|(cert, key)| crate::tls::server(cert, key, client_ca))
+            .transpose()?;
         // The inspector serves HTTPS with the same certificate, key and client CA.
-        let http_tls = match (&self.tls_cert, &self.tls_key, http) {
-            (Some(cert), Some(key), Some(_)) => Some(crate::tls::http_server(
-                cert,
-                key,
-                self.tls_client_ca.as_deref(),
-            )?),
-            _ => None,
-        };
+        let http_tls = pair
+            .filter(|_| http.is_some())
+            .map(|(cert, key)| crate::tls::http_server(cert, key, client_ca))
+            .transpose()?;
         Ok(Security {
             keys,
             tls,
