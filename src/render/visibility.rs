@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::{Callers, Message, MessageRole, Reduction};
+use super::{Callers, Message, MessageRole};
 use crate::domain::{Expose, FunctionStatus, Node, NodeContent, NodeId, Part, PathView, Role};
 
 /// The messages a path shows before any budget step.
@@ -42,7 +42,6 @@ fn chain(nodes: &[Arc<Node>], chains: &HashMap<NodeId, Vec<Arc<Node>>>, out: &mu
     // followed by all its results before any transcript.
     let mut deferred: Vec<NodeId> = Vec::new();
     for node in nodes {
-        let function_id = node.function_id;
         match &node.content {
             NodeContent::Message {
                 role,
@@ -53,29 +52,15 @@ fn chain(nodes: &[Arc<Node>], chains: &HashMap<NodeId, Vec<Arc<Node>>>, out: &mu
                 if *role == Role::Assistant {
                     latest_assistant = Some(out.len());
                 }
+                let role = match role {
+                    Role::System => MessageRole::System,
+                    Role::Developer => MessageRole::Developer,
+                    Role::User => MessageRole::User,
+                    Role::Assistant => MessageRole::Assistant,
+                };
                 out.push(Message {
-                    role: match role {
-                        Role::System => MessageRole::System,
-                        Role::Developer => MessageRole::Developer,
-                        Role::User => MessageRole::User,
-                        Role::Assistant => MessageRole::Assistant,
-                    },
-                    parts: parts.clone(),
                     tool_calls: tool_calls.clone(),
-                    tool_call_id: None,
-                    name: None,
-                    is_error: false,
-                    node_ids: vec![node.id],
-                    recall: Some(node.hash),
-                    function_id,
-                    reduction: Reduction::None,
-                    stubbed_inputs: 0,
-                    at_ms: Some(node.created_at_ms),
-                    summary_id: None,
-                    pinned: false,
-                    pinned_under: None,
-                    unseen: false,
-                    hidden: Vec::new(),
+                    ..of_node(node, role, parts.clone())
                 });
             }
             NodeContent::ToolResult {
@@ -84,23 +69,10 @@ fn chain(nodes: &[Arc<Node>], chains: &HashMap<NodeId, Vec<Arc<Node>>>, out: &mu
                 parts,
                 is_error,
             } => out.push(Message {
-                role: MessageRole::Tool,
-                parts: parts.clone(),
-                tool_calls: Vec::new(),
                 tool_call_id: Some(call_id.clone()),
                 name: Some(name.clone()),
                 is_error: *is_error,
-                node_ids: vec![node.id],
-                recall: Some(node.hash),
-                function_id,
-                reduction: Reduction::None,
-                stubbed_inputs: 0,
-                at_ms: Some(node.created_at_ms),
-                summary_id: None,
-                pinned: false,
-                pinned_under: None,
-                unseen: false,
-                hidden: Vec::new(),
+                ..of_node(node, MessageRole::Tool, parts.clone())
             }),
             NodeContent::FunctionCall {
                 call_id,
@@ -129,24 +101,13 @@ fn chain(nodes: &[Arc<Node>], chains: &HashMap<NodeId, Vec<Arc<Node>>>, out: &mu
                 } else {
                     vec![call_node, node.id]
                 };
+                let output = vec![Part::Text(result.output.clone())];
                 out.push(Message {
-                    role: MessageRole::Tool,
-                    parts: vec![Part::Text(result.output.clone())],
-                    tool_calls: Vec::new(),
                     tool_call_id: Some(result.call_id.clone()),
                     name: Some(name.to_owned()),
                     is_error: result.status == FunctionStatus::Error,
                     node_ids,
-                    recall: Some(node.hash),
-                    function_id,
-                    reduction: Reduction::None,
-                    stubbed_inputs: 0,
-                    at_ms: Some(node.created_at_ms),
-                    summary_id: None,
-                    pinned: false,
-                    pinned_under: None,
-                    unseen: false,
-                    hidden: Vec::new(),
+                    ..of_node(node, MessageRole::Tool, output)
                 });
                 if expose == Expose::Full {
                     deferred.push(call_node);
@@ -162,6 +123,17 @@ fn chain(nodes: &[Arc<Node>], chains: &HashMap<NodeId, Vec<Arc<Node>>>, out: &mu
         if out[at].parts.is_empty() && out[at].tool_calls.is_empty() {
             out.remove(at);
         }
+    }
+}
+
+/// A message of `role` saying `parts`, from `node` alone: its recall, scope and time.
+fn of_node(node: &Node, role: MessageRole, parts: Vec<Part>) -> Message {
+    Message {
+        node_ids: vec![node.id],
+        recall: Some(node.hash),
+        function_id: node.function_id,
+        at_ms: Some(node.created_at_ms),
+        ..Message::new(role, parts)
     }
 }
 

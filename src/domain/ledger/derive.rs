@@ -1,53 +1,20 @@
-//! Deriving a ledger from nodes: tool calls and results read generically.
-//!
-//! Longer than most modules on purpose: one pass pairs each call with its result, and the rules
-//! for each tool style (editors, shells, patches, SWE-agent commands, results naming a file)
-//! read that pairing; split apart, they would each need it passed around.
+//! Deriving a ledger from nodes: one pass pairs each tool call with its result and records what
+//! the pair did. What a call or a result says is read generically by `tools`, `paths`,
+//! `commands` and `errors`; the rules for each tool style (editors, shells, patches, SWE-agent
+//! commands, results naming a file) meet here, where the pairing is.
 
 use std::collections::HashMap;
 
 use serde_json::Value;
 
-use super::{
-    COMMAND_CHARS, Command, ERROR_CHARS, ERROR_SCAN_LINES, ErrorLine, FUNCTION_CHARS, FileUse,
-    FunctionUse, Ledger, REQUEST_CHARS,
-};
+use super::REQUEST_CHARS;
+use super::commands::{Aci, aci, exit_code, shell_command};
+use super::errors::error_line;
+use super::paths::{FILE_KEYS, SEARCH_KEYS, editor_command, normalize, opened_path};
+use super::paths::{patch_paths, path_values, resolve, result_paths};
+use super::tools::{Class, agent_input, classify, is_agent, top_strings, words};
+use super::{COMMAND_CHARS, Command, ErrorLine, FUNCTION_CHARS, FileUse, FunctionUse, Ledger};
 use crate::domain::{FunctionStatus, NodeContent, Part, Role, ToolCall};
-
-/// Normalises a path lexically: trimmed, `//` collapsed, `.` segments dropped, `a/../b`
-/// resolved, no trailing `/`; absolute or relative as given. `None` for what is no path (empty,
-/// multi-line, a URL).
-pub fn normalize(path: &str) -> Option<String> {
-    let path = path.trim();
-    if path.is_empty() || path.contains(['\n', '\r', '\0']) || path.contains("://") {
-        return None;
-    }
-    let absolute = path.starts_with('/');
-    let mut segments: Vec<&str> = Vec::new();
-    for segment in path.split('/') {
-        match segment {
-            "" | "." => {}
-            ".." => match segments.last() {
-                Some(&last) if last != ".." => {
-                    segments.pop();
-                }
-                // Above the root is the root; above a relative start stays relative.
-                _ if absolute => {}
-                _ => segments.push(".."),
-            },
-            s => segments.push(s),
-        }
-    }
-    let joined = segments.join("/");
-    Some(match (absolute, joined.is_empty()) {
-        (true, _) => format!("/{joined}"),
-        (false, true) => ".".to_owned(),
-        (false, false) => joined,
-    })
-}
-
-// ---------------------------------------------------------------------------------------------
-// Derivation
 
 /// What a call left to its result.
 struct Pending {
@@ -74,82 +41,10 @@ pub(super) struct Deriver {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Use {
+pub(super) enum Use {
     Read,
     Modify,
 }
-
-/// How a tool's name says it uses the paths its arguments name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Class {
-    Modify,
-    /// Glob, grep, find, list: only a directory-ish argument is a path, never the pattern.
-    Search,
-    /// Reads, and whatever else names a path.
-    Read,
-}
-
-const MODIFY_WORDS: &[&str] = &[
-    "write", "edit", "create", "patch", "replace", "insert", "delete", "remove", "rm", "move",
-    "mv", "rename", "append", "update", "save", "apply", "touch", "mkdir",
-];
-const SEARCH_WORDS: &[&str] = &["glob", "grep", "search", "find", "rg", "ls", "list"];
-const SHELL_WORDS: &[&str] = &[
-    "bash",
-    "shell",
-    "sh",
-    "zsh",
-    "terminal",
-    "exec",
-    "powershell",
-    "cmd",
-    "command",
-    "console",
-];
-/// Argument keys naming files, for all but search tools.
-const FILE_KEYS: &[&str] = &[
-    "file_path",
-    "filepath",
-    "path",
-    "paths",
-    "notebook_path",
-    "filename",
-    "file_name",
-    "target_file",
-    "target_path",
-    "file",
-    "files",
-    "file_paths",
-    "source_path",
-    "destination_path",
-    "dest_path",
-    "old_path",
-    "new_path",
-];
-/// Argument keys of search tools that name where they searched (read), not what.
-const SEARCH_KEYS: &[&str] = &[
-    "path",
-    "paths",
-    "dir",
-    "directory",
-    "file_path",
-    "filepath",
-    "target_directory",
-];
-/// Editor-style tools (str_replace_editor) say what they do in a `command` argument.
-const EDITOR_COMMANDS: &[(&str, Use)] = &[
-    ("view", Use::Read),
-    ("read", Use::Read),
-    ("create", Use::Modify),
-    ("str_replace", Use::Modify),
-    ("insert", Use::Modify),
-    ("undo_edit", Use::Modify),
-    ("write", Use::Modify),
-    ("edit", Use::Modify),
-    ("delete", Use::Modify),
-    ("rename", Use::Modify),
-    ("append", Use::Modify),
-];
 
 impl Deriver {
     pub(super) fn node(&mut self, content: &NodeContent) {
@@ -185,27 +80,14 @@ impl Deriver {
                             f.input = input;
                         }
                     }
-                    None => {
-                        self.functions_at
-                            .insert(call_id.clone(), self.ledger.functions.len());
-                        self.ledger.functions.push(FunctionUse {
-                            name: name.clone(),
-                            input,
-                            output: String::new(),
-                            is_error: false,
-                        });
-                    }
+                    None => self.function(call_id, name, input),
                 }
             }
             NodeContent::FunctionResult(result) => {
                 let failed = result.status == FunctionStatus::Error;
-                let mut tool = "function".to_owned();
-                if let Some(&i) = self.functions_at.get(&result.call_id) {
-                    let f = &mut self.ledger.functions[i];
-                    f.output = first_line(&result.output, FUNCTION_CHARS);
-                    f.is_error = failed;
-                    tool.clone_from(&f.name);
-                }
+                let tool = self
+                    .function_done(&result.call_id, &result.output, failed)
+                    .unwrap_or_else(|| "function".to_owned());
                 if failed {
                     self.ledger.errors.push(ErrorLine {
                         tool,
@@ -214,6 +96,28 @@ impl Deriver {
                 }
             }
         }
+    }
+
+    /// A sub-agent `call_id` started, by its tool call or its function node, whichever came
+    /// first.
+    fn function(&mut self, call_id: &str, name: &str, input: String) {
+        self.functions_at
+            .insert(call_id.to_owned(), self.ledger.functions.len());
+        self.ledger.functions.push(FunctionUse {
+            name: name.to_owned(),
+            input,
+            output: String::new(),
+            is_error: false,
+        });
+    }
+
+    /// The output and failure of the sub-agent `call_id` started, if one did; its name.
+    fn function_done(&mut self, call_id: &str, output: &str, is_error: bool) -> Option<String> {
+        let &i = self.functions_at.get(call_id)?;
+        let f = &mut self.ledger.functions[i];
+        f.output = first_line(output, FUNCTION_CHARS);
+        f.is_error = is_error;
+        Some(f.name.clone())
     }
 
     fn request(&mut self, parts: &[Part]) {
@@ -246,14 +150,7 @@ impl Deriver {
             }
         }
         if is_agent(&call.name) {
-            self.functions_at
-                .insert(call.call_id.clone(), self.ledger.functions.len());
-            self.ledger.functions.push(FunctionUse {
-                name: call.name.clone(),
-                input: agent_input(&args),
-                output: String::new(),
-                is_error: false,
-            });
+            self.function(&call.call_id, &call.name, agent_input(&args));
         } else if let Some(how) = editor_command(&args) {
             for path in path_values(&args, FILE_KEYS) {
                 self.arg_path(&mut pending, how, path);
@@ -329,11 +226,7 @@ impl Deriver {
             command.exit_code = exit_code(text);
             command.is_error = is_error;
         }
-        if let Some(&i) = self.functions_at.get(call_id) {
-            let f = &mut self.ledger.functions[i];
-            f.output = first_line(text, FUNCTION_CHARS);
-            f.is_error = is_error;
-        }
+        self.function_done(call_id, text, is_error);
         if is_error {
             self.ledger.errors.push(ErrorLine {
                 tool,
@@ -428,443 +321,8 @@ pub(super) fn merge_files(older: &mut Vec<FileUse>, newer: Vec<FileUse>) {
     }
 }
 
-/// A tool name as lowercase words: split at non-alphanumerics and lower→upper case changes.
-fn words(name: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut word = String::new();
-    let mut after_lower = false;
-    for c in name.chars() {
-        if !c.is_alphanumeric() {
-            if !word.is_empty() {
-                out.push(std::mem::take(&mut word));
-            }
-            after_lower = false;
-            continue;
-        }
-        if c.is_uppercase() && after_lower && !word.is_empty() {
-            out.push(std::mem::take(&mut word));
-        }
-        after_lower = c.is_lowercase() || c.is_ascii_digit();
-        word.extend(c.to_lowercase());
-    }
-    if !word.is_empty() {
-        out.push(word);
-    }
-    out
-}
-
-/// Whether a word list holds a verb: whole short words (`ls`, `rm`), prefixes of longer ones
-/// (`editor` holds `edit`).
-fn has_word(words: &[String], verbs: &[&str]) -> bool {
-    words.iter().any(|w| {
-        verbs
-            .iter()
-            .any(|v| w == v || (v.len() >= 4 && w.starts_with(v)))
-    })
-}
-
-fn classify(words: &[String]) -> Class {
-    // Modify first: a search-and-replace tool modifies.
-    if has_word(words, MODIFY_WORDS) {
-        Class::Modify
-    } else if has_word(words, SEARCH_WORDS) {
-        Class::Search
-    } else {
-        Class::Read
-    }
-}
-
-/// Sub-agent launchers (Claude Code's `Task`, `dispatch_agent`, `spawn_agent`…), but not
-/// tools about tasks (`TaskOutput`, `TodoWrite`).
-fn is_agent(name: &str) -> bool {
-    let words = words(name);
-    match words.as_slice() {
-        [only] => matches!(only.as_str(), "task" | "agent" | "subagent"),
-        [.., last] => matches!(last.as_str(), "agent" | "subagent"),
-        [] => false,
-    }
-}
-
-fn agent_input(args: &Value) -> String {
-    let text = match args {
-        Value::String(s) => Some(s.as_str()),
-        Value::Object(map) => ["description", "prompt", "task", "input", "message"]
-            .iter()
-            .find_map(|k| get_key(map, k).and_then(Value::as_str)),
-        _ => None,
-    };
-    first_line(text.unwrap_or_default(), FUNCTION_CHARS)
-}
-
-fn get_key<'a>(map: &'a serde_json::Map<String, Value>, key: &str) -> Option<&'a Value> {
-    map.iter()
-        .find(|(k, _)| k.eq_ignore_ascii_case(key))
-        .map(|(_, v)| v)
-}
-
-/// The string values at the top of the arguments (and in their top arrays).
-fn top_strings(args: &Value) -> Vec<&str> {
-    let values: Vec<&Value> = match args {
-        Value::Object(map) => map.values().collect(),
-        other => vec![other],
-    };
-    values
-        .into_iter()
-        .flat_map(|v| match v {
-            Value::String(s) => vec![s.as_str()],
-            Value::Array(items) => items.iter().filter_map(Value::as_str).collect(),
-            _ => Vec::new(),
-        })
-        .collect()
-}
-
-/// The values of `keys` (strings or arrays of strings), at the top and one level into arrays
-/// of objects (a multi-file edit's entries).
-fn path_values<'a>(args: &'a Value, keys: &[&str]) -> Vec<&'a str> {
-    fn collect<'a>(map: &'a serde_json::Map<String, Value>, keys: &[&str], out: &mut Vec<&'a str>) {
-        for (k, v) in map {
-            if !keys.iter().any(|key| k.eq_ignore_ascii_case(key)) {
-                continue;
-            }
-            match v {
-                Value::String(s) => out.push(s),
-                Value::Array(items) => out.extend(items.iter().filter_map(Value::as_str)),
-                _ => {}
-            }
-        }
-    }
-    let mut out = Vec::new();
-    let Value::Object(map) = args else {
-        return out;
-    };
-    collect(map, keys, &mut out);
-    for v in map.values() {
-        if let Value::Array(items) = v {
-            for item in items {
-                if let Value::Object(m) = item {
-                    collect(m, keys, &mut out);
-                }
-            }
-        }
-    }
-    out
-}
-
-fn editor_command(args: &Value) -> Option<Use> {
-    let Value::Object(map) = args else {
-        return None;
-    };
-    let command = get_key(map, "command")?
-        .as_str()?
-        .trim()
-        .to_ascii_lowercase();
-    let how = EDITOR_COMMANDS
-        .iter()
-        .find(|(name, _)| *name == command)
-        .map(|&(_, how)| how)?;
-    (!path_values(args, FILE_KEYS).is_empty()).then_some(how)
-}
-
-/// The command a shell-like call runs: a `command`/`cmd` argument on any tool, a few more keys
-/// (or the whole argument) on tools named like shells.
-fn shell_command(words: &[String], args: &Value) -> Option<String> {
-    let shell = has_word(words, SHELL_WORDS);
-    match args {
-        Value::Object(map) => {
-            let keys: &[&str] = if shell {
-                &["command", "cmd", "script", "commands", "input", "code"]
-            } else {
-                &["command", "cmd"]
-            };
-            keys.iter()
-                .find_map(|k| get_key(map, k).and_then(command_text))
-        }
-        Value::String(_) | Value::Array(_) if shell => command_text(args),
-        _ => None,
-    }
-}
-
-fn command_text(v: &Value) -> Option<String> {
-    match v {
-        Value::String(s) => Some(s.clone()),
-        Value::Array(items) => {
-            let argv: Vec<&str> = items.iter().filter_map(Value::as_str).collect();
-            match argv.as_slice() {
-                [] => None,
-                // `["bash", "-lc", "script"]`: the script is the command.
-                [_, flag, .., script] if matches!(*flag, "-c" | "-lc" | "-ic") => {
-                    Some((*script).to_owned())
-                }
-                _ => Some(argv.join(" ")),
-            }
-        }
-        _ => None,
-    }
-}
-
-/// SWE-agent's file commands, issued through its shell tool.
-enum Aci<'a> {
-    Open(&'a str),
-    Create(&'a str),
-    /// Edits the open file, which only the result names.
-    Edit,
-}
-
-fn aci(line: &str) -> Option<Aci<'_>> {
-    let plausible = |p: &str| !p.starts_with('-') && !p.contains("://");
-    let number = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_digit() || c == ':');
-    let args: Vec<&str> = line.split_whitespace().collect();
-    match args.as_slice() {
-        ["open", path] | ["open", path, _] if plausible(path) => {
-            if args.len() == 3 && !number(args[2]) {
-                return None;
-            }
-            Some(Aci::Open(path.trim_matches(['"', '\''])))
-        }
-        ["create", path] if plausible(path) => Some(Aci::Create(path.trim_matches(['"', '\'']))),
-        ["edit"] | ["append"] => Some(Aci::Edit),
-        ["edit" | "insert", at] if number(at) => Some(Aci::Edit),
-        _ => None,
-    }
-}
-
-/// Files a patch body (`*** Begin Patch` format) adds, updates, deletes or moves.
-fn patch_paths(text: &str) -> Vec<&str> {
-    if !text.contains("*** ") {
-        return Vec::new();
-    }
-    const MARKERS: [&str; 4] = [
-        "*** Update File: ",
-        "*** Add File: ",
-        "*** Delete File: ",
-        "*** Move to: ",
-    ];
-    text.lines()
-        .filter_map(|line| {
-            let line = line.trim_start();
-            MARKERS
-                .iter()
-                .find_map(|m| line.strip_prefix(m))
-                .map(str::trim)
-        })
-        .collect()
-}
-
-/// Paths a successful result says it wrote ("File created successfully at: p", "The file p
-/// has been updated").
-fn result_paths(text: &str) -> Vec<&str> {
-    let mut out = Vec::new();
-    for line in text.lines().take(3) {
-        let line = line.trim();
-        if let Some(path) = line.strip_prefix("File created successfully at: ") {
-            out.push(path.trim());
-        } else if let Some(rest) = line.strip_prefix("The file ")
-            && let Some(end) = rest.find(" has been ")
-        {
-            let verb = &rest[end + " has been ".len()..];
-            let wrote = [
-                "updated",
-                "edited",
-                "created",
-                "modified",
-                "written",
-                "saved",
-                "overwritten",
-            ]
-            .iter()
-            .any(|v| verb.starts_with(v));
-            if wrote {
-                out.push(&rest[..end]);
-            }
-        }
-    }
-    out
-}
-
-/// The file a SWE-agent result shows: its `[File: p (n lines total)]` banner, else the
-/// `(Open file: p)` status line.
-fn opened_path(text: &str) -> Option<&str> {
-    banner_path(text).or_else(|| open_file(text))
-}
-
-fn banner_path(text: &str) -> Option<&str> {
-    text.lines().take(3).find_map(|line| {
-        let rest = line.trim().strip_prefix("[File: ")?;
-        rest.rfind(" (").map(|end| &rest[..end])
-    })
-}
-
-fn open_file(text: &str) -> Option<&str> {
-    text.lines()
-        .rev()
-        .take(6)
-        .find_map(|line| {
-            line.trim()
-                .strip_prefix("(Open file: ")
-                .and_then(|r| r.strip_suffix(')'))
-        })
-        .filter(|p| *p != "n/a")
-}
-
-/// The absolute form of relative path `relative` that a result shows, if it shows one.
-fn resolve(relative: &str, text: &str) -> Option<String> {
-    let tail = format!("/{relative}");
-    banner_path(text)
-        .into_iter()
-        .chain(open_file(text))
-        .chain(result_paths(text))
-        .filter_map(normalize)
-        .find(|p| p.starts_with('/') && p.ends_with(&tail))
-}
-
-/// The exit code a result states on one of its first or last three non-blank lines.
-pub(super) fn exit_code(text: &str) -> Option<i32> {
-    let filled = |l: &&str| !l.trim().is_empty();
-    let first = text.lines().filter(filled).take(3);
-    let last = text.lines().rev().filter(filled).take(3);
-    first.chain(last).find_map(code_in)
-}
-
-fn code_in(line: &str) -> Option<i32> {
-    const MARKERS: [&str; 7] = [
-        "exit code",
-        "exit status",
-        "exited with code",
-        "exited with status",
-        "exit_code",
-        "exitcode",
-        "return code",
-    ];
-    // ASCII lowercasing keeps byte offsets.
-    let lower = line.to_ascii_lowercase();
-    MARKERS.iter().find_map(|m| {
-        let at = lower.find(m)?;
-        let rest = lower[at + m.len()..].trim_start_matches([' ', ':', '=', '[', '(']);
-        let digits = rest.strip_prefix('-').unwrap_or(rest);
-        let len = digits.chars().take_while(char::is_ascii_digit).count();
-        if len == 0 || len > 10 {
-            return None;
-        }
-        let sign = rest.len() - digits.len();
-        rest[..sign + len].parse().ok()
-    })
-}
-
-/// The line of a failure that says what went wrong: an error or exception line if there is
-/// one, else the first line with an error word, else the first line that is no wrapper.
-pub(super) fn error_line(text: &str) -> String {
-    let mut keyword = None;
-    let mut first = None;
-    for raw in text.lines().take(ERROR_SCAN_LINES) {
-        let line = strip_tags(raw.trim());
-        if line.is_empty() || is_wrapper(line) {
-            continue;
-        }
-        if is_exception(line) {
-            return bound(line, ERROR_CHARS);
-        }
-        if keyword.is_none() && has_error_word(line) {
-            keyword = Some(line);
-        }
-        first.get_or_insert(line);
-    }
-    bound(keyword.or(first).unwrap_or_default(), ERROR_CHARS)
-}
-
-/// A line without its enclosing markup tags (`<tool_use_error>…</tool_use_error>`).
-fn strip_tags(mut line: &str) -> &str {
-    let tag = |t: &str| {
-        !t.is_empty()
-            && t.chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '/'))
-    };
-    while line.starts_with('<')
-        && let Some(end) = line.find('>')
-        && tag(&line[1..end])
-    {
-        line = line[end + 1..].trim_start();
-    }
-    while line.ends_with('>')
-        && let Some(start) = line.rfind('<')
-        && tag(&line[start + 1..line.len() - 1])
-    {
-        line = line[..start].trim_end();
-    }
-    line
-}
-
-fn is_wrapper(line: &str) -> bool {
-    let lower = line.to_ascii_lowercase();
-    let plain = lower.trim_end_matches(':');
-    matches!(
-        plain,
-        "error" | "errors" | "traceback (most recent call last)" | "stderr" | "stdout" | "output"
-    ) || lower.starts_with("```")
-        || lower.chars().all(|c| matches!(c, '-' | '=' | '~' | '*'))
-        // "Exit code 1", "[exit code 1]": the code is kept with the command.
-        || (line.len() <= 32 && code_in(line).is_some())
-}
-
-fn is_exception(line: &str) -> bool {
-    let lower = line.to_lowercase();
-    const STARTS: [&str; 10] = [
-        "error:",
-        "error[",
-        "error ",
-        "fatal:",
-        "fatal error",
-        "panic:",
-        "** (",
-        "e   ",
-        "failed:",
-        "exception:",
-    ];
-    if STARTS.iter().any(|s| lower.starts_with(s))
-        || lower.contains("panicked at")
-        || lower.contains("[error]")
-    {
-        return true;
-    }
-    // Python-style `module.KindError: message`.
-    let head = line.split(':').next().unwrap_or_default();
-    !head.is_empty()
-        && head
-            .chars()
-            .all(|c| c.is_alphanumeric() || matches!(c, '_' | '.'))
-        && (head.ends_with("Error") || head.ends_with("Exception"))
-}
-
-fn has_error_word(line: &str) -> bool {
-    const WORDS: [&str; 22] = [
-        "error",
-        "fail",
-        "exception",
-        "not found",
-        "no such",
-        "denied",
-        "cannot",
-        "can't",
-        "could not",
-        "couldn't",
-        "undefined",
-        "does not exist",
-        "doesn't exist",
-        "invalid",
-        "unexpected",
-        "refused",
-        "timed out",
-        "exceeds",
-        "not allowed",
-        "rejected",
-        "fatal",
-        "panic",
-    ];
-    let lower = line.to_lowercase();
-    WORDS.iter().any(|w| lower.contains(w))
-}
-
 /// The first non-blank line, trimmed and bounded.
-fn first_line(text: &str, max: usize) -> String {
+pub(super) fn first_line(text: &str, max: usize) -> String {
     let line = text
         .lines()
         .map(str::trim)

@@ -34,17 +34,21 @@
 //! without line breaks, commas, braces or parentheses (the group syntax); other paths are still
 //! written, but may not read back as they were.
 
+mod commands;
 mod derive;
+mod errors;
+mod paths;
 #[cfg(test)]
 mod tests;
 mod text;
+mod tools;
 
 use serde::{Deserialize, Serialize};
 
 use super::Node;
 use derive::{Deriver, merge_files};
 
-pub use derive::normalize;
+pub use paths::normalize;
 pub use text::paths_in;
 
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]

@@ -1,7 +1,8 @@
 //! Tests of ledger derivation and its text form: one per tool style and rule, so long, and
 //! kept apart from the code they test.
 
-use super::derive::{error_line, exit_code};
+use super::commands::exit_code;
+use super::errors::error_line;
 use super::text::LEVELS;
 use super::*;
 use crate::domain::{Expose, FunctionResult, Hash, MediaSource, NodeId};
@@ -993,6 +994,19 @@ fn file_groups_render_and_read_back() {
     );
 }
 
+/// The nodes of a recorded trace, as importing it makes them.
+fn trace(file: &std::path::Path) -> Vec<Node> {
+    let data = std::fs::read(file).unwrap();
+    let plan = crate::import::parse(crate::import::detect(&data), &data).unwrap();
+    plan.ops
+        .into_iter()
+        .filter_map(|op| match op {
+            crate::domain::Op::Node { content, .. } => Some(node(content)),
+            _ => None,
+        })
+        .collect()
+}
+
 #[test]
 fn real_traces_keep_every_path() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/traces");
@@ -1005,16 +1019,7 @@ fn real_traces_keep_every_path() {
     assert!(!files.is_empty());
     let plain = |p: &str| !p.contains([',', '{', '}', '(', ')']);
     for file in files {
-        let data = std::fs::read(&file).unwrap();
-        let plan = crate::import::parse(crate::import::detect(&data), &data).unwrap();
-        let nodes: Vec<Node> = plan
-            .ops
-            .into_iter()
-            .filter_map(|op| match op {
-                crate::domain::Op::Node { content, .. } => Some(node(content)),
-                _ => None,
-            })
-            .collect();
+        let nodes = trace(&file);
         let l = Ledger::derive(&nodes);
         assert_eq!(l, Ledger::derive(&nodes), "{file:?}");
         assert!(!l.is_empty(), "{file:?}");
@@ -1037,17 +1042,7 @@ fn swe_pydicom_trace() {
         env!("CARGO_MANIFEST_DIR"),
         "/testdata/traces/swe-pydicom-1458.jsonl"
     );
-    let data = std::fs::read(path).unwrap();
-    let plan = crate::import::parse(crate::import::detect(&data), &data).unwrap();
-    let nodes: Vec<Node> = plan
-        .ops
-        .into_iter()
-        .filter_map(|op| match op {
-            crate::domain::Op::Node { content, .. } => Some(node(content)),
-            _ => None,
-        })
-        .collect();
-    let l = Ledger::derive(&nodes);
+    let l = Ledger::derive(&trace(std::path::Path::new(path)));
     assert_eq!(
         l.paths(),
         [
