@@ -257,6 +257,28 @@ pub enum NodeKind {
 }
 
 impl NodeContent {
+    /// The bytes of what a model reads of this content: its parts, its calls' names and
+    /// arguments, a function's input or output.
+    pub fn byte_len(&self) -> usize {
+        let parts = |parts: &[Part]| -> usize { parts.iter().map(Part::byte_len).sum() };
+        match self {
+            NodeContent::Message {
+                parts: p,
+                tool_calls,
+                ..
+            } => {
+                parts(p)
+                    + tool_calls
+                        .iter()
+                        .map(|c| c.name.len() + c.arguments_json.len())
+                        .sum::<usize>()
+            }
+            NodeContent::ToolResult { parts: p, .. } => parts(p),
+            NodeContent::FunctionCall { input, .. } => input.len(),
+            NodeContent::FunctionResult(r) => r.output.len(),
+        }
+    }
+
     pub fn kind(&self) -> NodeKind {
         match self {
             NodeContent::Message { .. } => NodeKind::Message,

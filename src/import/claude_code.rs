@@ -14,7 +14,7 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 
-use super::{Builder, History, refused};
+use super::{Builder, History, json_lines, refused};
 use crate::domain::{Error, NodeContent, Part, Role, ToolCall};
 use crate::provider::anthropic;
 
@@ -37,15 +37,9 @@ pub(super) fn parse(text: &str) -> Result<History, Error> {
     // agentId → the tool_use that started it, from the session's progress entries.
     let mut links: HashMap<String, String> = HashMap::new();
     let mut last = 0;
-    for (i, raw) in text.lines().enumerate() {
-        let line = i + 1;
-        if raw.trim().is_empty() {
-            continue;
-        }
+    for record in json_lines(text) {
+        let (line, at, v) = record?;
         last = line;
-        let at = format!("line {line}");
-        let v: Value = serde_json::from_str(raw)
-            .map_err(|e| Error::invalid(at.clone(), format!("not JSON: {e}")))?;
         let kind = v
             .get("type")
             .and_then(Value::as_str)

@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, HashMap};
 use base64::Engine as _;
 use serde_json::Value;
 
-use super::{History, Op, string_field};
+use super::{History, Op, json_lines, string_field};
 use crate::domain::{
     BlockFormat, BranchName, Error, Expose, FunctionResult, FunctionStatus, ImportedOverlay,
     Ledger, MediaSource, NodeContent, Part, ProviderBlock, Role, SummaryKind, ToolCall,
@@ -38,14 +38,8 @@ struct Reader {
 pub(super) fn parse(text: &str) -> Result<History, Error> {
     let mut r = Reader::default();
     let mut header = false;
-    for (i, raw) in text.lines().enumerate() {
-        let line = i + 1;
-        if raw.trim().is_empty() {
-            continue;
-        }
-        let at = format!("line {line}");
-        let v: Value = serde_json::from_str(raw)
-            .map_err(|e| Error::invalid(at.clone(), format!("not JSON: {e}")))?;
+    for record in json_lines(text) {
+        let (line, at, v) = record?;
         let record = string_field(&v, &at, "ctxd")?;
         if !header {
             if record != "session" {

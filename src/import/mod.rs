@@ -297,6 +297,22 @@ impl Builder {
     }
 }
 
+/// The JSON lines of `text`, blank ones skipped: each its line number, its name in errors
+/// (`line N`) and its value, or an error naming the line that is not JSON.
+fn json_lines(
+    text: &str,
+) -> impl Iterator<Item = Result<(usize, String, serde_json::Value), Error>> + '_ {
+    text.lines()
+        .enumerate()
+        .filter(|(_, raw)| !raw.trim().is_empty())
+        .map(|(i, raw)| {
+            let at = format!("line {}", i + 1);
+            serde_json::from_str(raw)
+                .map(|v| (i + 1, at.clone(), v))
+                .map_err(|e| Error::invalid(at, format!("not JSON: {e}")))
+        })
+}
+
 /// A JSON value's field as a string, or an error naming where.
 fn string_field<'a>(value: &'a serde_json::Value, at: &str, field: &str) -> Result<&'a str, Error> {
     value

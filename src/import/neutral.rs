@@ -3,21 +3,15 @@
 
 use serde_json::Value;
 
-use super::{Builder, History, arguments, string_field};
+use super::{Builder, History, arguments, json_lines, string_field};
 use crate::domain::{Error, Part, Role, ToolCall};
 
 pub(super) fn parse(text: &str) -> Result<History, Error> {
     let mut b = Builder::default();
     let mut last = 0;
-    for (i, raw) in text.lines().enumerate() {
-        let line = i + 1;
-        if raw.trim().is_empty() {
-            continue;
-        }
+    for record in json_lines(text) {
+        let (line, at, v) = record?;
         last = line;
-        let at = format!("line {line}");
-        let v: Value = serde_json::from_str(raw)
-            .map_err(|e| Error::invalid(at.clone(), format!("not JSON: {e}")))?;
         let role = string_field(&v, &at, "role")?;
         let content = match v.get("content") {
             None | Some(Value::Null) => String::new(),

@@ -57,7 +57,7 @@ impl Conversation {
         self.client_tokens = self
             .items
             .iter()
-            .map(|i| estimate(item_chars(&i.content)) + 4)
+            .map(|i| estimate(i.content.byte_len()) + 4)
             .sum();
         self
     }
@@ -108,26 +108,5 @@ fn fill_result_names(items: &mut [Item]) {
             }
             _ => {}
         }
-    }
-}
-
-/// The characters of an item as the model reads them.
-fn item_chars(content: &NodeContent) -> usize {
-    let parts = |parts: &[Part]| -> usize { parts.iter().map(Part::byte_len).sum() };
-    match content {
-        NodeContent::Message {
-            parts: p,
-            tool_calls,
-            ..
-        } => {
-            parts(p)
-                + tool_calls
-                    .iter()
-                    .map(|c| c.name.len() + c.arguments_json.len())
-                    .sum::<usize>()
-        }
-        NodeContent::ToolResult { parts: p, .. } => parts(p),
-        NodeContent::FunctionCall { input, .. } => input.len(),
-        NodeContent::FunctionResult(r) => r.output.len(),
     }
 }

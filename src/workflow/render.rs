@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::{Error, Workflows};
-use crate::domain::{NodeContent, Part, PathView};
+use crate::domain::PathView;
 use crate::render::{self, Rendered};
 use crate::store::{PathTarget, Scoped};
 use crate::tokens::Tokenizer;
@@ -54,35 +54,7 @@ impl Workflows {
 
 /// Bytes of text a render may copy and count on an I/O thread (tens of microseconds).
 const INLINE_RENDER: usize = 256 * 1024;
-
 /// The text a render of `path` copies and counts: every node it may show.
 fn text_bytes(path: &PathView) -> usize {
-    let parts = |parts: &[Part]| -> usize {
-        parts
-            .iter()
-            .map(|p| match p {
-                Part::Text(t) => t.len(),
-                Part::Block(b) => b.json.len(),
-                Part::Media { .. } => 0,
-            })
-            .sum()
-    };
-    path.all_nodes()
-        .map(|n| match &n.content {
-            NodeContent::Message {
-                parts: p,
-                tool_calls,
-                ..
-            } => {
-                parts(p)
-                    + tool_calls
-                        .iter()
-                        .map(|c| c.arguments_json.len())
-                        .sum::<usize>()
-            }
-            NodeContent::ToolResult { parts: p, .. } => parts(p),
-            NodeContent::FunctionCall { input, .. } => input.len(),
-            NodeContent::FunctionResult(result) => result.output.len(),
-        })
-        .sum()
+    path.all_nodes().map(|n| n.content.byte_len()).sum()
 }
