@@ -68,14 +68,12 @@ async fn an_imported_claude_code_session_continues_through_the_gateway_on_main()
         "the session holds thinking blocks"
     );
     let mut gw = start().await;
-    let imported = import(
-        &mut gw.app.client,
+    let session = imported(
+        &mut gw.app,
         pb::ImportFormat::ClaudeCodeJsonl,
         file.as_bytes(),
     )
-    .await
-    .expect("the import");
-    let session = imported.session.expect("a session").session_id;
+    .await;
     let (before, branches) = shape(&mut gw.app, &session).await;
     assert_eq!(branches, ["main"]);
 
@@ -122,14 +120,13 @@ async fn an_imported_openai_conversation_continues_through_the_gateway_on_main()
         // The same object spaced and ordered otherwise, as another client library writes it.
         "{\"all\":true,\"path\":\".\"}",
     ] {
-        let imported = import(
-            &mut gw.app.client,
+        let data = messages.to_string();
+        let session = imported(
+            &mut gw.app,
             pb::ImportFormat::OpenaiMessages,
-            messages.to_string().as_bytes(),
+            data.as_bytes(),
         )
-        .await
-        .expect("the import");
-        let session = imported.session.expect("a session").session_id;
+        .await;
         let (before, branches) = shape(&mut gw.app, &session).await;
         assert_eq!((before, branches), (5, vec!["main".to_owned()]));
 
@@ -194,25 +191,8 @@ async fn kept_blocks_leave_an_export_and_come_back_byte_exact() {
     ];
     let file: String = lines.iter().map(|l| format!("{l}\n")).collect();
     let mut app = spawn_app().await;
-    let first = import(
-        &mut app.client,
-        pb::ImportFormat::ClaudeCodeJsonl,
-        file.as_bytes(),
-    )
-    .await
-    .expect("the import")
-    .session
-    .expect("a session")
-    .session_id;
-
-    let (once, _, warnings) = export(
-        &mut app.client,
-        &first,
-        pb::ExportFormat::ClaudeCodeJsonl,
-        "main",
-    )
-    .await
-    .expect("the export");
+    let first = imported(&mut app, pb::ImportFormat::ClaudeCodeJsonl, file.as_bytes()).await;
+    let (once, warnings) = exported(&mut app, &first, pb::ExportFormat::ClaudeCodeJsonl).await;
     assert!(warnings.is_empty(), "{warnings:?}");
     let messages = exported_messages(&once);
     assert_eq!(
@@ -222,38 +202,33 @@ async fn kept_blocks_leave_an_export_and_come_back_byte_exact() {
     );
 
     // Claude Code JSONL and ctxd JSONL alike: export, import, export again, the same bytes.
-    let second = import(&mut app.client, pb::ImportFormat::ClaudeCodeJsonl, &once)
+    let second = imported(&mut app, pb::ImportFormat::ClaudeCodeJsonl, &once).await;
+    let (twice, _) = exported(&mut app, &second, pb::ExportFormat::ClaudeCodeJsonl).await;
+    assert_eq!(exported_messages(&twice), messages);
+    let (whole, _) = exported(&mut app, &second, pb::ExportFormat::CtxdJsonl).await;
+    let third = imported(&mut app, pb::ImportFormat::CtxdJsonl, &whole).await;
+    let (back, _) = exported(&mut app, &third, pb::ExportFormat::ClaudeCodeJsonl).await;
+    assert_eq!(exported_messages(&back), messages);
+}
+
+/// The session `data` imports as.
+async fn imported(app: &mut TestApp, format: pb::ImportFormat, data: &[u8]) -> String {
+    import(&mut app.client, format, data)
         .await
-        .expect("the export imports back")
+        .expect("the import")
         .session
         .expect("a session")
-        .session_id;
-    let (twice, _, _) = export(
-        &mut app.client,
-        &second,
-        pb::ExportFormat::ClaudeCodeJsonl,
-        "main",
-    )
-    .await
-    .expect("the export");
-    assert_eq!(exported_messages(&twice), messages);
+        .session_id
+}
 
-    let (whole, _, _) = export(&mut app.client, &second, pb::ExportFormat::CtxdJsonl, "")
+/// `session`'s `main` exported as `format`, and the export's warnings.
+async fn exported(
+    app: &mut TestApp,
+    session: &str,
+    format: pb::ExportFormat,
+) -> (Vec<u8>, Vec<String>) {
+    let (data, _, warnings) = export(&mut app.client, session, format, "main")
         .await
         .expect("the export");
-    let third = import(&mut app.client, pb::ImportFormat::CtxdJsonl, &whole)
-        .await
-        .expect("a ctxd export imports back")
-        .session
-        .expect("a session")
-        .session_id;
-    let (back, _, _) = export(
-        &mut app.client,
-        &third,
-        pb::ExportFormat::ClaudeCodeJsonl,
-        "main",
-    )
-    .await
-    .expect("the export");
-    assert_eq!(exported_messages(&back), messages);
+    (data, warnings)
 }
