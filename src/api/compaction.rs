@@ -1,8 +1,153 @@
-//! The summary RPCs' answers: the compaction workflow's outcomes as protobuf.
+//! The summary RPCs (`PrepareCompaction`, `CommitSummary`, `CancelCompaction`, `ListSummaries`,
+//! `Compact`) and their answers: the compaction workflow's outcomes as protobuf.
 
-use super::{convert, pb};
+use tonic::{Request, Status};
+
+use super::parse::{self, branch_or_main, compaction_id, provider_format, session_id};
+use super::{compaction, convert, pb, status, workflow_status};
+use crate::domain::{CompactionId, Tenant};
+use crate::store::{Scoped, ScopedPlan};
+use crate::workflow::compaction::{
+    CommitOutcome, CompactOutcome, PrepareArgs, PrepareOutcome, SummaryListing,
+};
+
+use super::service::{ContextStoreService, Reply, tenant_of};
 use crate::domain::{Budget, CompactionEvent, Reason, SummaryKind};
-use crate::workflow::compaction::{CommitOutcome, CompactOutcome, PrepareOutcome, SummaryListing};
+
+impl ContextStoreService {
+    pub(super) async fn prepare(
+        &self,
+        request: Request<pb::PrepareCompactionRequest>,
+    ) -> Reply<pb::PrepareCompactionResponse> {
+        let tenant = tenant_of(&request);
+        let r = request.into_inner();
+        let format = provider_format(r.format)?;
+        let args = PrepareArgs::try_from(r)?;
+        let session = self.scope(&tenant, args.session).await?;
+        let budget = args.budget;
+        let outcome = self
+            .compactions
+            .prepare(session, args)
+            .await
+            .map_err(workflow_status)?;
+        let plan = match &outcome {
+            PrepareOutcome::Needed { scoped, .. } => Some(*scoped),
+            PrepareOutcome::NotNeeded { .. } => None,
+        };
+        let response = compaction::prepare_response(outcome, budget, format);
+        let replied = self.reply(response);
+        if let (Err(_), Some(plan)) = (&replied, plan) {
+            // Nobody can commit a summary of an input they never received.
+            self.compactions
+                .cancel(plan, "the summary input was over --max-response-bytes")
+                .await
+                .map_err(workflow_status)?;
+        }
+        replied
+    }
+
+    pub(super) async fn commit(
+        &self,
+        request: Request<pb::CommitSummaryRequest>,
+    ) -> Reply<pb::CompactionOutcome> {
+        let tenant = tenant_of(&request);
+        let r = request.into_inner();
+        let id = compaction_id(&r.compaction_id)?;
+        let (session, plan) = match self.scope_compaction(&tenant, id).await {
+            Ok(scoped) => scoped,
+            Err(unknown) => match self.deleted_plan(&tenant, id).await? {
+                Some(outcome) => return self.reply(compaction::commit_outcome(outcome)),
+                None => return Err(unknown),
+            },
+        };
+        let outcome = self
+            .compactions
+            .commit(session, plan, r.text, r.model, true)
+            .await
+            .map_err(workflow_status)?;
+        self.reply(compaction::commit_outcome(outcome))
+    }
+
+    pub(super) async fn cancel(
+        &self,
+        request: Request<pb::CancelCompactionRequest>,
+    ) -> Reply<pb::CancelCompactionResponse> {
+        let tenant = tenant_of(&request);
+        let r = request.into_inner();
+        let id = compaction_id(&r.compaction_id)?;
+        let (_, plan) = match self.scope_compaction(&tenant, id).await {
+            Ok(scoped) => scoped,
+            // Its session is gone, and the plan with it: there is nothing left to cancel.
+            Err(unknown) => match self.deleted_plan(&tenant, id).await? {
+                Some(_) => return self.reply(pb::CancelCompactionResponse {}),
+                None => return Err(unknown),
+            },
+        };
+        let reason = parse::cancel_reason(r.reason);
+        self.compactions
+            .cancel(plan, &reason)
+            .await
+            .map_err(workflow_status)?;
+        self.reply(pb::CancelCompactionResponse {})
+    }
+
+    pub(super) async fn summaries(
+        &self,
+        request: Request<pb::ListSummariesRequest>,
+    ) -> Reply<pb::ListSummariesResponse> {
+        let tenant = tenant_of(&request);
+        let r = request.into_inner();
+        let session = session_id(&r.session_id)?;
+        let session = self.scope(&tenant, session).await?;
+        let branch = branch_or_main("branch", &r.branch)?;
+        let listing = self
+            .compactions
+            .summaries(session, branch)
+            .await
+            .map_err(workflow_status)?;
+        self.reply(compaction::summaries_response(listing))
+    }
+
+    pub(super) async fn compact_branch(
+        &self,
+        request: Request<pb::CompactRequest>,
+    ) -> Reply<pb::CompactionOutcome> {
+        let tenant = tenant_of(&request);
+        let args = PrepareArgs::try_from(request.into_inner())?;
+        let session = self.scope(&tenant, args.session).await?;
+        let outcome = self
+            .compactions
+            .compact(session, args)
+            .await
+            .map_err(workflow_status)?;
+        self.reply(compaction::compact_outcome(outcome))
+    }
+
+    /// Lets `tenant` at compaction `id`, or answers exactly what an unknown compaction answers.
+    async fn scope_compaction(
+        &self,
+        tenant: &Tenant,
+        id: CompactionId,
+    ) -> Result<(Scoped, ScopedPlan), Status> {
+        self.compactions
+            .scope(tenant, id)
+            .await
+            .map_err(workflow_status)
+    }
+
+    /// The stale outcome of compaction `id` of `tenant`, when its session was deleted while the
+    /// plan was open (a live plan, or another tenant's, answers `None`).
+    async fn deleted_plan(
+        &self,
+        tenant: &Tenant,
+        id: CompactionId,
+    ) -> Result<Option<crate::workflow::compaction::CommitOutcome>, Status> {
+        let found = self.store.plan_tombstone(id).await.map_err(status)?;
+        Ok(found
+            .filter(|t| &t.tenant == tenant)
+            .map(|_| crate::workflow::compaction::CommitOutcome::session_deleted(id)))
+    }
+}
 
 fn u32_of(n: usize) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)

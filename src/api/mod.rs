@@ -7,12 +7,15 @@ mod convert;
 mod export;
 mod framing;
 mod gateway_calls;
+mod import;
 pub(crate) mod lifecycle;
 mod parse;
 #[cfg(test)]
 mod props;
+mod render;
 mod reply;
 mod service;
+mod sessions;
 mod watch;
 
 pub use framing::FramingLayer;

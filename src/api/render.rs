@@ -1,0 +1,157 @@
+//! The reading RPCs: `Render`, `ContextStats`, `Recall`, `RecallTool`, and the inspector's
+//! savings replay.
+
+use tonic::{Request, Status};
+
+use super::parse::{self, RenderArgs, provider_format, render_request, session_id};
+use super::{convert, domain_status, pb, status, workflow_status};
+use crate::domain::{PathView, Tenant};
+use crate::recall;
+use crate::render::Rendered;
+use crate::workflow::SavingsReport;
+
+use super::service::{ContextStoreService, Reply, tenant_of};
+
+impl ContextStoreService {
+    pub(super) async fn render_branch(
+        &self,
+        request: Request<pb::RenderRequest>,
+    ) -> Reply<pb::RenderResponse> {
+        let tenant = tenant_of(&request);
+        let r = request.into_inner();
+        let format = provider_format(r.format)?;
+        let strict = r.strict_format;
+        let (path, rendered) = self.rendered(&tenant, r.into()).await?;
+        let (head_id, head_hash) = path
+            .nodes
+            .last()
+            .map(|n| (n.id.to_string(), n.hash.to_hex()))
+            .unwrap_or_default();
+        let report = convert::report(&rendered.report);
+        let messages_json = format
+            .map(|f| crate::provider::format::document(f, &rendered.messages))
+            .unwrap_or_default();
+        let uncarried = format
+            .map(|f| crate::provider::format::uncarried(f, &rendered.messages))
+            .unwrap_or_default();
+        if let (true, Some(format), Some(first)) = (strict, format, uncarried.first()) {
+            let node = first
+                .node_id
+                .map_or_else(|| "a summary".to_owned(), |id| format!("node {id}"));
+            return Err(domain_status(crate::domain::Error::invalid(
+                "strict_format",
+                format!(
+                    "{node} part {} ({}) cannot be carried by {}{}",
+                    first.part_index,
+                    first.mime_type,
+                    format.name(),
+                    match uncarried.len() {
+                        1 => String::new(),
+                        n => format!(", nor {} more part(s)", n - 1),
+                    }
+                ),
+            )));
+        }
+        self.reply(pb::RenderResponse {
+            messages: rendered
+                .messages
+                .into_iter()
+                .zip(rendered.tokens)
+                .map(|(m, t)| convert::rendered(m, t))
+                .collect(),
+            head_id,
+            head_hash,
+            total_tokens: report.total_tokens,
+            tokenizer: report.tokenizer.clone(),
+            report: Some(report),
+            messages_json,
+            uncarried: uncarried
+                .into_iter()
+                .map(|u| pb::UncarriedPart {
+                    node_id: u.node_id.map(|id| id.to_string()).unwrap_or_default(),
+                    part_index: u32::try_from(u.part_index).unwrap_or(u32::MAX),
+                    mime_type: u.mime_type,
+                })
+                .collect(),
+        })
+    }
+
+    pub(super) async fn stats(
+        &self,
+        request: Request<pb::ContextStatsRequest>,
+    ) -> Reply<pb::ContextReport> {
+        let tenant = tenant_of(&request);
+        let (_, rendered) = self.rendered(&tenant, request.into_inner().into()).await?;
+        self.reply(convert::report(&rendered.report))
+    }
+
+    pub(super) async fn recall_nodes(
+        &self,
+        request: Request<pb::RecallRequest>,
+    ) -> Reply<pb::RecallResponse> {
+        let tenant = tenant_of(&request);
+        let request = request.into_inner();
+        let session = session_id(&request.session_id)?;
+        let prefix = parse::reference(&request.reference)?;
+        let max_chars = parse::recall_max_chars(request.max_chars)?;
+        let session = self.scope(&tenant, session).await?;
+        let node = self
+            .store
+            .node_by_reference(session, &prefix)
+            .await
+            .map_err(status)?;
+        let recalled = recall::recalled(&node, max_chars);
+        self.reply(pb::RecallResponse {
+            node_id: node.id.to_string(),
+            kind: recalled.kind.to_owned(),
+            content: recalled.content,
+            total_chars: u64::try_from(recalled.total_chars).unwrap_or(u64::MAX),
+            truncated: recalled.truncated,
+            tool_call_id: recalled.tool_call_id,
+            tool_name: recalled.tool_name,
+        })
+    }
+
+    pub(super) async fn recall_tool_specs(
+        &self,
+        _request: Request<pb::RecallToolRequest>,
+    ) -> Reply<pb::RecallToolResponse> {
+        self.reply(pb::RecallToolResponse {
+            name: recall::TOOL_NAME.to_owned(),
+            anthropic_json: recall::anthropic_tool().to_string(),
+            openai_json: recall::openai_tool().to_string(),
+            responses_json: recall::responses_tool().to_string(),
+        })
+    }
+
+    /// Parses, loads and renders; the one path behind `Render` and `ContextStats`, so the two
+    /// always agree.
+    async fn rendered(
+        &self,
+        tenant: &Tenant,
+        args: RenderArgs,
+    ) -> Result<(PathView, Rendered), Status> {
+        let (session, target, tokenizer, options) = render_request(args)?;
+        let session = self.scope(tenant, session).await?;
+        self.workflows
+            .render(session, &target, tokenizer, options)
+            .await
+            .map_err(workflow_status)
+    }
+
+    /// What a render request's policy saved over the session's newest `calls` model calls,
+    /// replayed (the inspector's savings view).
+    pub async fn savings(
+        &self,
+        request: Request<pb::RenderRequest>,
+        calls: usize,
+    ) -> Result<SavingsReport, Status> {
+        let tenant = tenant_of(&request);
+        let (session, target, tokenizer, options) = render_request(request.into_inner().into())?;
+        let session = self.scope(&tenant, session).await?;
+        self.workflows
+            .savings(session, &target, tokenizer, options, calls)
+            .await
+            .map_err(workflow_status)
+    }
+}

@@ -1,0 +1,177 @@
+//! Where an answer goes once whole: the request's recording it waits for, the answer appended
+//! after the request's history, and the call's usage recorded.
+
+use axum::http::{HeaderMap, HeaderValue};
+
+use super::{Api, ledger};
+use crate::domain::{self, GatewayCall, NodeContent, NodeId, ProviderUsage, node_hash};
+use crate::store::{self, AppendRequest, AppendTarget, Scoped, now_ms};
+use crate::workflow::Workflows;
+use crate::workflow::record::Recorded;
+
+/// Where an answer goes once whole.
+pub(super) struct Sink {
+    pub(super) workflows: Workflows,
+    pub(super) api: Api,
+    pub(super) stream: bool,
+    pub(super) model: String,
+    pub(super) client_tokens: u64,
+    pub(super) forwarded_tokens: u64,
+    /// Where the request goes, as the answer's headers name it.
+    pub(super) named: Named,
+    pub(super) recording: Recording,
+    pub(super) verdict: Option<ledger::Verdict>,
+    /// Opened once the upstream has answered: a request located without writing is recorded
+    /// then (dropped unopened, it records nothing).
+    pub(super) gate: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+/// The session, branch and function a request goes to.
+pub(super) struct Named {
+    pub(super) session: Scoped,
+    pub(super) branch: domain::BranchName,
+    pub(super) function: Option<NodeId>,
+}
+
+/// A request recorded, or being recorded beside its upstream call.
+pub(super) enum Recording {
+    Done(Box<Recorded>),
+    Pending(tokio::task::JoinHandle<Option<Recorded>>),
+    /// Its recording failed or never began.
+    Lost,
+}
+
+impl Recording {
+    pub(super) async fn get(&mut self) -> Option<&Recorded> {
+        if let Recording::Pending(task) = self {
+            *self = match task.await {
+                Ok(Some(recorded)) => Recording::Done(Box::new(recorded)),
+                _ => Recording::Lost,
+            };
+        }
+        match self {
+            Recording::Done(recorded) => Some(recorded),
+            Recording::Pending(_) | Recording::Lost => None,
+        }
+    }
+}
+
+impl Sink {
+    /// Names the session, branch and function the request goes to.
+    pub(super) fn name(&self, h: &mut HeaderMap) {
+        let id = self.named.session.id().to_string();
+        if let Ok(v) = HeaderValue::from_str(&id) {
+            h.insert("x-ctxd-session-id", v);
+        }
+        if let Ok(v) = HeaderValue::from_str(self.named.branch.as_str()) {
+            h.insert("x-ctxd-branch", v);
+        }
+        if let Some(function) = self.named.function
+            && let Ok(v) = HeaderValue::from_str(&function.to_string())
+        {
+            h.insert("x-ctxd-function-id", v);
+        }
+    }
+
+    /// Appends the answer after the request, once the request is recorded.
+    pub(super) async fn append(&mut self, content: NodeContent) {
+        let store = self.workflows.store.clone();
+        let Some(recorded) = self.recording.get().await else {
+            tracing::info!("gateway: the request was not recorded, so neither is its answer");
+            return;
+        };
+        append_answer(&store, recorded.session, recorded, content).await;
+    }
+
+    pub(super) async fn usage(mut self, usage: ProviderUsage) {
+        // A call whose request was never recorded leaves no record of its usage either.
+        if self.recording.get().await.is_none() {
+            return;
+        }
+        let store = &self.workflows.store;
+        let session = self.named.session;
+        for (kind, n) in [
+            ("upstream_input", usage.input),
+            ("cache_read", usage.cache_read),
+            ("cache_write", usage.cache_write),
+            ("output", usage.output),
+        ] {
+            metrics::counter!("ctxd_gateway_tokens_total", "kind" => kind).increment(n);
+        }
+        let call = GatewayCall {
+            at_ms: now_ms(),
+            api: self.api.name().to_owned(),
+            model: self.model,
+            client_tokens: self.client_tokens,
+            forwarded_tokens: self.forwarded_tokens,
+            usage,
+            kept_tokens: self.verdict.map_or(0, |v| {
+                let prompt = usage.input + usage.cache_read + usage.cache_write;
+                (prompt as f64 * v.kept_share).round() as u64
+            }),
+            change: self.verdict.and_then(|v| v.change),
+        };
+        if let Err(e) = store.record_gateway_call(session, &call).await {
+            tracing::warn!(error = %e, "gateway: the call's usage was not recorded");
+        }
+    }
+}
+
+/// Appends the answer after the request's history. When the branch moved meanwhile (the
+/// client's next request, carrying this answer, came first), the answer is already stored, or
+/// it goes on a branch of its own at the request's head (a function's chain cannot fork: there
+/// it is left out).
+async fn append_answer(
+    store: &store::Store,
+    session: Scoped,
+    recorded: &Recorded,
+    content: NodeContent,
+) {
+    let append = |target: AppendTarget, content: NodeContent| AppendRequest {
+        session,
+        target,
+        expected_head: Some(recorded.head.map(|(id, _)| id)),
+        idempotency_key: None,
+        nodes: vec![content],
+        pinned: Vec::new(),
+    };
+    // The answer chains from the request's head (or, first in a function's chain, from the
+    // function's call node), whose hash recording already knew.
+    let scope = recorded.function.map(|(_, hash)| hash);
+    let parent = recorded.head.map(|(_, hash)| hash).or(scope);
+    // The same answer after the same history is stored already (a retry answered alike).
+    let hash = node_hash(parent.as_ref(), scope.as_ref(), &content);
+    if matches!(store.node_by_hash(session, &hash).await, Ok(Some(_))) {
+        return;
+    }
+    match store
+        .append(append(recorded.target(), content.clone()))
+        .await
+    {
+        Ok(_) => {}
+        Err(store::Error::Domain(domain::Error::Aborted(_))) => {
+            if matches!(store.node_by_hash(session, &hash).await, Ok(Some(_))) {
+                return;
+            }
+            if recorded.function.is_some() {
+                tracing::info!("gateway: a sub-agent's chain moved on; its answer is not recorded");
+                return;
+            }
+            let name = format!("gw-{}", &hash.to_hex()[..12]);
+            let Ok(name) = domain::BranchName::parse("branch", &name) else {
+                return;
+            };
+            let forked = store
+                .create_branch(session, name.clone(), recorded.head.map(|(id, _)| id))
+                .await;
+            if forked.is_ok()
+                && let Err(e) = store
+                    .append(append(AppendTarget::Branch(name), content))
+                    .await
+            {
+                tracing::warn!(error = %e, "gateway: the answer was not recorded");
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "gateway: the answer was not recorded"),
+    }
+}

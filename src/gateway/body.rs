@@ -1,0 +1,340 @@
+//! The body forwarded upstream: the client's body with its conversation replaced by the render
+//! of the branch it extends, or the client's bytes as sent where the render changed nothing.
+
+use std::sync::Arc;
+
+use axum::http::HeaderMap;
+
+use super::config::render_options;
+use super::{Api, App, forward, json};
+use crate::domain::{self, Hash, Node, NodeContent, NodeId, Part, PathView, node_hash};
+use crate::provider::anthropic;
+use crate::provider::conversation::{Conversation, estimate};
+use crate::render::{self, Message};
+use crate::store::{PathTarget, now_ms};
+use crate::tokens::Tokenizer;
+use crate::workflow::record::{self, Recorded};
+
+impl App {
+    /// The body to forward: the client's, with `messages` replaced by the branch's render.
+    pub(super) async fn rendered_body(
+        &self,
+        api: Api,
+        conv: &Conversation,
+        recorded: &Recorded,
+        headers: &HeaderMap,
+        body: &[u8],
+    ) -> Result<ForwardedBody, &'static str> {
+        let mut options = self.options(conv, headers, recorded.seen)?;
+        let target = match recorded.function {
+            // A sub-agent sees its own conversation, as its client sent it.
+            Some((id, _)) => {
+                options.callers = render::Callers::None;
+                PathTarget::Function(id)
+            }
+            None => match (recorded.behind, recorded.head) {
+                (true, Some((head, _))) => PathTarget::Node(head),
+                _ => PathTarget::Branch(recorded.branch.clone()),
+            },
+        };
+        let path = self
+            .workflows
+            .store
+            .load_path(recorded.session, &target)
+            .await
+            .map_err(|e| {
+                tracing::warn!(error = %e, "gateway: a path was not loaded");
+                "render"
+            })?;
+        let key = (recorded.session.id(), recorded.function.map(|(id, _)| id));
+        self.forwarded_body(api, conv, path, options, body, key)
+            .await
+    }
+
+    /// The render options of a request whose model has read `seen`; the agent's own summary
+    /// request reads everything it sent, so nothing of it is reduced.
+    fn options(
+        &self,
+        conv: &Conversation,
+        headers: &HeaderMap,
+        seen: render::Seen,
+    ) -> Result<render::Options, &'static str> {
+        let mut options = render_options(conv, &self.window(conv, headers))
+            .ok_or("a budget that leaves the history nothing")?;
+        options.seen = if crate::provider::agents::is_summary_request(conv) {
+            render::Seen::Nothing
+        } else {
+            seen
+        };
+        Ok(options)
+    }
+
+    /// The body to forward for a request located but not yet recorded: the stored path it
+    /// reaches with what it adds after it, in memory, rendered. What the request adds is moved
+    /// from the conversation into that path and back into `located` once the body is written,
+    /// so a large request is held once, not once per copy (see [`record::Located::lent`]).
+    pub(super) async fn located_body(
+        &self,
+        api: Api,
+        conv: &mut Conversation,
+        located: &mut record::Located,
+        headers: &HeaderMap,
+        body: &[u8],
+    ) -> Result<ForwardedBody, &'static str> {
+        let t0 = std::time::Instant::now();
+        let options = self.options(conv, headers, located.seen())?;
+        let stored = match located.expected {
+            Some((node, _)) => self
+                .workflows
+                .store
+                .load_path(located.session, &PathTarget::Node(node))
+                .await
+                .map_err(|e| {
+                    tracing::warn!(error = %e, "gateway: a path was not loaded");
+                    "render"
+                })?,
+            None => PathView::default(),
+        };
+        let key = (located.session.id(), None);
+        if located.behind {
+            let (path, rendered) = self.rendered(stored, options, key).await?;
+            let contents: Vec<&NodeContent> = conv.items.iter().map(|i| &i.content).collect();
+            return written(api, conv, &contents, &path, rendered, body);
+        }
+        let t_load = t0.elapsed();
+        located.lend(conv);
+        let added = located.rest.len();
+        let path = extended(stored, std::mem::take(&mut located.rest));
+        let (path, rendered) = match self.rendered(path, options, key).await {
+            Ok(r) => r,
+            Err(reason) => {
+                // What was lent went with the path: the request cannot be recorded.
+                located.lost = true;
+                return Err(reason);
+            }
+        };
+        let forwarded = {
+            let lent = located.lent;
+            let held = conv.items.len() - lent;
+            let contents: Vec<&NodeContent> = conv.items[..held]
+                .iter()
+                .map(|i| &i.content)
+                .chain(
+                    path.nodes[path.nodes.len() - lent..]
+                        .iter()
+                        .map(|n| &n.content),
+                )
+                .collect();
+            let t_render = t0.elapsed();
+            let forwarded = written(api, conv, &contents, &path, rendered, body);
+            tracing::debug!(
+                load_us = t_load.as_micros() as u64,
+                render_us = (t_render - t_load).as_micros() as u64,
+                write_us = (t0.elapsed() - t_render).as_micros() as u64,
+                "gateway: a located request's time to load, render and write"
+            );
+            forwarded
+        };
+        let at = path.nodes.len() - added;
+        let mut nodes = path.nodes;
+        located.rest = nodes
+            .drain(at..)
+            .map(|n| Arc::try_unwrap(n).map_or_else(|n| n.content.clone(), |n| n.content))
+            .collect();
+        forwarded
+    }
+
+    /// The render of `path` for the next call of conversation `key`.
+    /// A step reduces only what the model had read when the step was taken: between steps
+    /// the conversation renders with what was seen at its last step (`ledger::Ledger::horizon`),
+    /// so a result that arrived with the step is not cut the call after it, which would write the
+    /// prefix the step just wrote again; a call that takes a new step renders with what the
+    /// model has seen now, and that becomes the horizon.
+    async fn rendered(
+        &self,
+        path: PathView,
+        options: render::Options,
+        key: (domain::SessionId, Option<NodeId>),
+    ) -> Result<(PathView, render::Rendered), &'static str> {
+        let render = |path: PathView, options: render::Options| async move {
+            self.workflows
+                .render_path(path, Tokenizer::Heuristic, options)
+                .await
+                .map_err(|e| {
+                    tracing::warn!(error = %e, "gateway: render failed");
+                    "render"
+                })
+        };
+        let horizon = self.ledger.horizon(key);
+        let held = match (horizon, options.seen) {
+            (Some((_, seen)), render::Seen::Through(_))
+                if path.nodes.iter().any(|n| n.id == seen) =>
+            {
+                Some(render::Options {
+                    seen: render::Seen::Through(seen),
+                    ..options
+                })
+            }
+            _ => None,
+        };
+        let (path, rendered) = match held {
+            Some(held) => {
+                let (path, rendered) = render(path, held).await?;
+                if horizon.is_some_and(|(b, _)| b == rendered.report.microcompact_boundary) {
+                    (path, rendered)
+                } else {
+                    render(path, options).await?
+                }
+            }
+            None => render(path, options).await?,
+        };
+        let boundary = rendered.report.microcompact_boundary;
+        if boundary > 0
+            && horizon.is_none_or(|(b, _)| b != boundary)
+            && let render::Seen::Through(seen) = options.seen
+        {
+            self.ledger.set_horizon(key, (boundary, seen));
+        }
+        Ok((path, rendered))
+    }
+
+    /// `body` with its conversation replaced by the render of `path`.
+    async fn forwarded_body(
+        &self,
+        api: Api,
+        conv: &Conversation,
+        path: PathView,
+        options: render::Options,
+        body: &[u8],
+        key: (domain::SessionId, Option<NodeId>),
+    ) -> Result<ForwardedBody, &'static str> {
+        let (path, rendered) = self.rendered(path, options, key).await?;
+        let contents: Vec<&NodeContent> = conv.items.iter().map(|i| &i.content).collect();
+        written(api, conv, &contents, &path, rendered, body)
+    }
+}
+
+/// `path` with `rest` after its last node, in memory (new ids, the hashes the store would give).
+pub(super) fn extended(mut path: PathView, rest: Vec<NodeContent>) -> PathView {
+    let now = now_ms();
+    let mut parent: Option<(NodeId, Hash)> = path.nodes.last().map(|n| (n.id, n.hash));
+    for content in rest {
+        let hash = node_hash(parent.as_ref().map(|p| &p.1), None, &content);
+        let node = Node {
+            id: NodeId::new(),
+            parent_id: parent.map(|p| p.0),
+            function_id: None,
+            content,
+            created_at_ms: now,
+            hash,
+        };
+        parent = Some((node.id, hash));
+        path.nodes.push(Arc::new(node));
+    }
+    path
+}
+
+/// The body to forward: `body` with its conversation the render of `path` (`contents` are the
+/// request's items' contents). The render is let go before the body is written, so a large
+/// request's text is not held three times over while it is.
+fn written(
+    api: Api,
+    conv: &Conversation,
+    contents: &[&NodeContent],
+    path: &PathView,
+    mut rendered: render::Rendered,
+    body: &[u8],
+) -> Result<ForwardedBody, &'static str> {
+    let members = json::Members::of(body).ok_or("a body that is not an object")?;
+    let client = forward::client_entries(&members, api.field());
+    let tokens = forwarded_tokens(&rendered.messages);
+    let (trigger, boundary) = (
+        rendered.report.trigger,
+        rendered.report.microcompact_boundary,
+    );
+    // The common case, a render that changed nothing: the client's body goes as sent, found
+    // without building the forwarded conversation (debug builds check it against that build).
+    let as_sent = forward::as_sent(conv, contents, client.as_deref(), path, &rendered.messages);
+    #[cfg(debug_assertions)]
+    if let Some(kept) = &as_sent {
+        let (entries, built) = forward::conversation(
+            api.format(),
+            conv,
+            contents,
+            client.as_deref(),
+            path,
+            &mut rendered.messages,
+        );
+        assert_eq!(&built, kept, "as_sent keeps what the full build keeps");
+        assert!(
+            forward::all_client_entries(&entries, client.as_deref()),
+            "as_sent forwards what the full build forwards"
+        );
+    }
+    let (body, kept) = match as_sent {
+        Some(kept) => (None, kept),
+        None => {
+            let (entries, kept) = forward::conversation(
+                api.format(),
+                conv,
+                contents,
+                client.as_deref(),
+                path,
+                &mut rendered.messages,
+            );
+            drop(rendered);
+            if kept.forwarded_markers < kept.client_markers.min(MAX_MESSAGE_MARKERS) {
+                tracing::debug!(
+                    ?kept,
+                    "gateway: fewer breakpoints forwarded than the client sent"
+                );
+            }
+            let body = if forward::all_client_entries(&entries, client.as_deref()) {
+                None
+            } else {
+                Some(
+                    members
+                        .with_entries(api.field(), &entries)
+                        .ok_or("a body that is not an object")?,
+                )
+            };
+            (body, kept)
+        }
+    };
+    Ok(ForwardedBody {
+        body,
+        tokens,
+        kept,
+        trigger,
+        boundary,
+    })
+}
+
+/// A forwarded body and what the ledger needs of it.
+pub(super) struct ForwardedBody {
+    /// `None`: the client's body, as sent.
+    pub(super) body: Option<Vec<u8>>,
+    pub(super) tokens: u64,
+    pub(super) kept: forward::Kept,
+    pub(super) trigger: Option<render::Trigger>,
+    pub(super) boundary: usize,
+}
+
+/// Breakpoints a client can place on messages at most (the API's four).
+const MAX_MESSAGE_MARKERS: usize = anthropic::MAX_MARKERS;
+
+/// Tokens of the forwarded messages, counted as the client's are.
+fn forwarded_tokens(messages: &[Message]) -> u64 {
+    messages
+        .iter()
+        .map(|m| {
+            let parts: usize = m.parts.iter().map(Part::byte_len).sum();
+            let calls: usize = m
+                .tool_calls
+                .iter()
+                .map(|c| c.name.len() + c.arguments_json.len())
+                .sum();
+            estimate(parts + calls) + 4
+        })
+        .sum()
+}

@@ -1,0 +1,334 @@
+//! One call through the gateway: read, record (or locate, to record beside the upstream call),
+//! render and forward; the ledger's verdict on what was forwarded, and an agent's own summary
+//! laid over the history it replaced.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::http::{HeaderMap, Method, Uri};
+use axum::response::Response;
+use serde_json::Value;
+
+use super::answer::{Named, Recording, Sink};
+use super::body::ForwardedBody;
+use super::config::{GatewayPolicy, policy};
+use super::{
+    Api, App, count, ledger, passthrough, request_policy, session_header, with_client_session,
+};
+use crate::domain::{self, Budget, NodeId, Tenant};
+use crate::provider::conversation::{Conversation, Refusal};
+use crate::store::now_ms;
+use crate::tokens::Tokenizer;
+use crate::workflow::compaction::{PrepareArgs, PrepareOutcome};
+use crate::workflow::record::{self, Recorded, Unrecorded};
+
+impl App {
+    pub(super) async fn handle(
+        &self,
+        api: Api,
+        uri: Uri,
+        headers: HeaderMap,
+        body: Bytes,
+    ) -> Response {
+        let t0 = std::time::Instant::now();
+        let tenant = match self.tenant(api, &headers) {
+            Ok(t) => t,
+            Err(response) => return response,
+        };
+        // The parsed body lives only while it is read: a large body is not held twice more.
+        let read = match serde_json::from_slice::<Value>(&body) {
+            Ok(value) => api.read(value),
+            Err(e) => {
+                count(api, "invalid");
+                return api.invalid("body", &format!("not JSON: {e}"));
+            }
+        };
+        let policy = match request_policy(self.policy, &headers) {
+            Ok(p) => p,
+            Err(()) => {
+                count(api, "invalid");
+                return api.invalid("x-ctxd-policy", "must be \"stepped\" or \"passthrough\"");
+            }
+        };
+        let named = match session_header(&headers) {
+            Ok(n) => n,
+            Err(()) => {
+                count(api, "invalid");
+                return api.invalid("x-ctxd-session", "must be visible ASCII and not empty");
+            }
+        };
+        let conv = match read {
+            Ok(conv) => with_client_session(conv, &headers),
+            Err(Refusal::Invalid { field, message }) => {
+                count(api, "invalid");
+                return api.invalid(&field, &message);
+            }
+            Err(Refusal::Unrecordable(reason)) => {
+                passthrough(reason);
+                count(api, "passthrough");
+                return self
+                    .forward(api, Method::POST, &uri, &headers, body, None)
+                    .await;
+            }
+        };
+        let t_read = t0.elapsed();
+        if policy == GatewayPolicy::Stepped {
+            let located = record::locate(
+                &self.workflows.store,
+                &self.keys_seen,
+                &tenant,
+                named.as_deref(),
+                &conv,
+                self.max_part_bytes,
+            )
+            .await;
+            tracing::debug!(
+                read_us = t_read.as_micros() as u64,
+                locate_us = (t0.elapsed() - t_read).as_micros() as u64,
+                "gateway: a request's time to read and locate"
+            );
+            match located {
+                Ok(Some(located)) => {
+                    return self
+                        .handle_located(api, uri, headers, body, tenant, named, conv, located)
+                        .await;
+                }
+                Ok(None) => {}
+                Err(Unrecorded(reason)) => {
+                    passthrough(reason);
+                    count(api, "passthrough");
+                    return self
+                        .forward(api, Method::POST, &uri, &headers, body, None)
+                        .await;
+                }
+            }
+        }
+        let recorded = match record::record(
+            &self.workflows.store,
+            &self.keys_seen,
+            &tenant,
+            named.as_deref(),
+            &conv,
+            self.max_part_bytes,
+        )
+        .await
+        {
+            Ok(r) => r,
+            Err(Unrecorded(reason)) => {
+                passthrough(reason);
+                count(api, "passthrough");
+                return self
+                    .forward(api, Method::POST, &uri, &headers, body, None)
+                    .await;
+            }
+        };
+        if let Some(summary) = &recorded.agent_summary {
+            self.lay_agent_summary(&recorded, summary).await;
+        }
+        let t_record = t0.elapsed();
+        let (outgoing, forwarded_tokens, verdict) = match policy {
+            GatewayPolicy::Passthrough => (body, conv.client_tokens, None),
+            GatewayPolicy::Stepped => {
+                match self
+                    .rendered_body(api, &conv, &recorded, &headers, &body)
+                    .await
+                {
+                    Ok(forwarded) => {
+                        let key = (recorded.session.id(), recorded.function.map(|(id, _)| id));
+                        let verdict = self.judge(api, &conv, key, &forwarded);
+                        let outgoing = forwarded.body.map_or(body, Bytes::from);
+                        (outgoing, forwarded.tokens, Some(verdict))
+                    }
+                    Err(reason) => {
+                        passthrough(reason);
+                        (body, conv.client_tokens, None)
+                    }
+                }
+            }
+        };
+        tracing::debug!(
+            read_us = t_read.as_micros() as u64,
+            record_us = (t_record - t_read).as_micros() as u64,
+            render_us = (t0.elapsed() - t_record).as_micros() as u64,
+            "gateway: a request's time before forwarding"
+        );
+        count(api, "recorded");
+        metrics::counter!("ctxd_gateway_tokens_total", "kind" => "client")
+            .increment(conv.client_tokens);
+        metrics::counter!("ctxd_gateway_tokens_total", "kind" => "forwarded")
+            .increment(forwarded_tokens);
+        let sink = Sink {
+            workflows: self.workflows.clone(),
+            api,
+            stream: conv.stream,
+            model: conv.model.clone(),
+            client_tokens: conv.client_tokens,
+            forwarded_tokens,
+            named: Named {
+                session: recorded.session,
+                branch: recorded.branch.clone(),
+                function: recorded.function.map(|(id, _)| id),
+            },
+            recording: Recording::Done(Box::new(recorded)),
+            verdict,
+            gate: None,
+        };
+        self.forward(api, Method::POST, &uri, &headers, outgoing, Some(sink))
+            .await
+    }
+
+    /// A request located without writing: forwarded at once, its render made in memory, and
+    /// recorded beside the upstream call once the upstream has answered (a request that never
+    /// reaches it records nothing). The answer's append waits for the recording.
+    #[allow(clippy::too_many_arguments)]
+    async fn handle_located(
+        &self,
+        api: Api,
+        uri: Uri,
+        headers: HeaderMap,
+        body: Bytes,
+        tenant: Tenant,
+        named: Option<String>,
+        conv: Conversation,
+        located: record::Located,
+    ) -> Response {
+        let (mut conv, mut located) = (conv, located);
+        let (outgoing, forwarded_tokens, verdict) = match self
+            .located_body(api, &mut conv, &mut located, &headers, &body)
+            .await
+        {
+            Ok(forwarded) => {
+                let verdict = self.judge(api, &conv, (located.session.id(), None), &forwarded);
+                // Only what is forwarded is held from here on.
+                let outgoing = forwarded.body.map_or(body, Bytes::from);
+                (outgoing, forwarded.tokens, Some(verdict))
+            }
+            Err(reason) => {
+                passthrough(reason);
+                (body, conv.client_tokens, None)
+            }
+        };
+        count(api, "recorded");
+        metrics::counter!("ctxd_gateway_tokens_total", "kind" => "client")
+            .increment(conv.client_tokens);
+        metrics::counter!("ctxd_gateway_tokens_total", "kind" => "forwarded")
+            .increment(forwarded_tokens);
+        let (gate, opened) = tokio::sync::oneshot::channel::<()>();
+        let (stream, model, client_tokens) = (conv.stream, conv.model.clone(), conv.client_tokens);
+        let store = self.workflows.store.clone();
+        let keys = Arc::clone(&self.keys_seen);
+        let max_part_bytes = self.max_part_bytes;
+        let (session, branch) = (located.session, located.branch.clone());
+        let task = tokio::spawn(async move {
+            // The upstream answered (any status): the request is recorded; unreachable, not.
+            opened.await.ok()?;
+            let mut conv = conv;
+            match record::record_located(
+                &store,
+                &keys,
+                &tenant,
+                named.as_deref(),
+                &mut conv,
+                max_part_bytes,
+                located,
+            )
+            .await
+            {
+                Ok(recorded) => Some(recorded),
+                Err(Unrecorded(reason)) => {
+                    tracing::info!(reason, "gateway: a forwarded request was not recorded");
+                    metrics::counter!("ctxd_gateway_passthrough_total", "reason" => reason)
+                        .increment(1);
+                    None
+                }
+            }
+        });
+        let sink = Sink {
+            workflows: self.workflows.clone(),
+            api,
+            stream,
+            model,
+            client_tokens,
+            forwarded_tokens,
+            named: Named {
+                session,
+                branch,
+                function: None,
+            },
+            recording: Recording::Pending(task),
+            verdict,
+            gate: Some(gate),
+        };
+        self.forward(api, Method::POST, &uri, &headers, outgoing, Some(sink))
+            .await
+    }
+
+    /// The ledger's verdict on a forwarded request: what it kept of its conversation's previous
+    /// one, and why not the rest.
+    fn judge(
+        &self,
+        api: Api,
+        conv: &Conversation,
+        key: (domain::SessionId, Option<NodeId>),
+        forwarded: &ForwardedBody,
+    ) -> ledger::Verdict {
+        let long_ttl = conv
+            .markers
+            .iter()
+            .any(|(_, m)| m.get("ttl").and_then(Value::as_str) == Some("1h"));
+        let fixed = (conv.system_tokens as usize + conv.tools_tokens as usize) * 4;
+        let now = ledger::Forwarded::new(
+            now_ms(),
+            long_ttl,
+            fixed,
+            &forwarded.kept,
+            api == Api::Anthropic,
+        );
+        self.ledger
+            .record(key, now, forwarded.trigger, forwarded.boundary)
+    }
+
+    /// Lays the agent's summary over the history it replaced (a segment summary, through the
+    /// compaction workflow, so it is judged, stored and audited as any summary is). A summary
+    /// not laid leaves the branch whole; its next request is then recorded as before.
+    async fn lay_agent_summary(&self, recorded: &Recorded, summary: &record::AgentSummary) {
+        let args = PrepareArgs {
+            session: recorded.session.id(),
+            branch: recorded.branch.clone(),
+            // Any budget the range is over: the agent, not ctxd, decided to summarize.
+            budget: Budget {
+                context_window: 1,
+                ..Budget::default()
+            },
+            tokenizer: Tokenizer::Heuristic,
+            retain_turns: 0,
+            instructions: String::new(),
+            max_tool_result_chars: policy().max_tool_result_chars,
+            segment: Some((summary.from, summary.to)),
+            request_policy: None,
+        };
+        let why = match self.compactions.prepare(recorded.session, args).await {
+            Ok(PrepareOutcome::Needed { scoped, .. }) => match self
+                .compactions
+                .commit(
+                    recorded.session,
+                    scoped,
+                    summary.text.clone(),
+                    summary.model.to_owned(),
+                    false,
+                )
+                .await
+            {
+                Ok(outcome) if outcome.applied() => {
+                    metrics::counter!("ctxd_gateway_agent_summaries_total").increment(1);
+                    return;
+                }
+                Ok(outcome) => outcome.message,
+                Err(e) => e.to_string(),
+            },
+            Ok(PrepareOutcome::NotNeeded { reason, .. }) => reason,
+            Err(e) => e.to_string(),
+        };
+        tracing::warn!(reason = %why, "gateway: the agent's summary was not laid over its history");
+    }
+}

@@ -1,0 +1,124 @@
+//! `count_tokens`: the count of what the gateway would forward, previewed without recording.
+
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, Method, Uri};
+use axum::response::Response;
+use serde_json::Value;
+
+use super::body::extended;
+use super::config::{GatewayPolicy, render_options};
+use super::{
+    Api, App, forward, json, passthrough, read_body, request_policy, session_header,
+    with_client_session,
+};
+use crate::domain::{NodeContent, PathView, Tenant};
+use crate::provider::conversation::{Conversation, Refusal};
+use crate::render;
+use crate::store::PathTarget;
+use crate::tokens::Tokenizer;
+use crate::workflow::record;
+
+/// `count_tokens` answers for the context the gateway would forward: the stored branch with
+/// the request's new messages after it, rendered; nothing is recorded.
+pub(super) async fn count_tokens(
+    State(app): State<App>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let api = Api::Anthropic;
+    let body = match read_body(api, body, app.max_body_bytes).await {
+        Ok(body) => body,
+        Err(response) => return response,
+    };
+    let tenant = match app.tenant(api, &headers) {
+        Ok(t) => t,
+        Err(response) => return response,
+    };
+    let value: Value = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(e) => return api.invalid("body", &format!("not JSON: {e}")),
+    };
+    let conv = match api.read(value) {
+        Ok(conv) => with_client_session(conv, &headers),
+        Err(Refusal::Invalid { field, message }) => return api.invalid(&field, &message),
+        Err(Refusal::Unrecordable(reason)) => {
+            passthrough(reason);
+            return app
+                .forward(api, Method::POST, &uri, &headers, body, None)
+                .await;
+        }
+    };
+    let policy = match request_policy(app.policy, &headers) {
+        Ok(p) => p,
+        Err(()) => return api.invalid("x-ctxd-policy", "must be \"stepped\" or \"passthrough\""),
+    };
+    if policy == GatewayPolicy::Passthrough {
+        return app
+            .forward(api, Method::POST, &uri, &headers, body, None)
+            .await;
+    }
+    let named = match session_header(&headers) {
+        Ok(n) => n,
+        Err(()) => return api.invalid("x-ctxd-session", "must be visible ASCII"),
+    };
+    let forwarded = app
+        .counted_body(&tenant, named.as_deref(), &conv, &headers, &body)
+        .await;
+    let body = forwarded.map_or(body, Bytes::from);
+    app.forward(api, Method::POST, &uri, &headers, body, None)
+        .await
+}
+
+impl App {
+    /// The count_tokens body: what the next request's forwarded body would be.
+    async fn counted_body(
+        &self,
+        tenant: &Tenant,
+        named: Option<&str>,
+        conv: &Conversation,
+        headers: &HeaderMap,
+        body: &[u8],
+    ) -> Option<Vec<u8>> {
+        let store = &self.workflows.store;
+        let (mut path, stored) = match record::peek(store, tenant, named, conv).await {
+            Some((session, Some((k, node)))) => (
+                store
+                    .load_path(session, &PathTarget::Node(node))
+                    .await
+                    .ok()?,
+                k + 1,
+            ),
+            _ => (PathView::default(), 0),
+        };
+        let seen = path
+            .nodes
+            .last()
+            .map_or(render::Seen::Nothing, |n| render::Seen::Through(n.id));
+        let rest: Vec<NodeContent> = conv.items[stored..]
+            .iter()
+            .map(|i| i.content.clone())
+            .collect();
+        path = extended(path, rest);
+        let mut options = render_options(conv, &self.window(conv, headers))?;
+        options.seen = seen;
+        let (path, mut rendered) = self
+            .workflows
+            .render_path(path, Tokenizer::Heuristic, options)
+            .await
+            .ok()?;
+        let members = json::Members::of(body)?;
+        let client = forward::client_entries(&members, "messages");
+        let contents: Vec<&NodeContent> = conv.items.iter().map(|i| &i.content).collect();
+        let (entries, _) = forward::conversation(
+            forward::Format::Anthropic,
+            conv,
+            &contents,
+            client.as_deref(),
+            &path,
+            &mut rendered.messages,
+        );
+        members.with_entries("messages", &entries)
+    }
+}

@@ -1,0 +1,175 @@
+//! A Messages API answer, assembled from the whole body or the streamed events as they are
+//! relayed, into the assistant node it appends.
+
+use serde_json::{Value, json};
+
+use super::assistant;
+use crate::domain::{NodeContent, ProviderUsage};
+use crate::provider::conversation::MAX_ANSWER_PARTS;
+use crate::provider::sse;
+
+/// Reads `usage` as the API reports it.
+fn usage(u: &Value, into: &mut ProviderUsage) {
+    let n = |k: &str| u.get(k).and_then(Value::as_u64);
+    if let Some(v) = n("input_tokens") {
+        into.input = v;
+    }
+    if let Some(v) = n("cache_read_input_tokens") {
+        into.cache_read = v;
+    }
+    if let Some(v) = n("cache_creation_input_tokens") {
+        into.cache_write = v;
+    }
+    if let Some(v) = n("output_tokens") {
+        into.output = v;
+    }
+}
+
+/// The answer, assembled from what the upstream sends as it is relayed.
+#[derive(Debug, Default)]
+pub struct Answer {
+    stream: bool,
+    body: Vec<u8>,
+    sse: sse::Parser,
+    blocks: Vec<Value>,
+    partial: Vec<String>,
+    usage: ProviderUsage,
+    stopped: bool,
+    failed: bool,
+}
+
+impl Answer {
+    pub fn new(stream: bool) -> Self {
+        Self {
+            stream,
+            ..Self::default()
+        }
+    }
+
+    /// A streamed answer's terminal event has arrived (never for a whole body).
+    pub fn complete(&self) -> bool {
+        self.stream && self.stopped
+    }
+
+    pub fn feed(&mut self, bytes: &[u8]) {
+        if !self.stream {
+            self.body.extend_from_slice(bytes);
+            return;
+        }
+        for event in self.sse.feed(bytes) {
+            let Ok(data) = serde_json::from_str::<Value>(&event.data) else {
+                continue;
+            };
+            self.event(&data);
+        }
+    }
+
+    fn event(&mut self, data: &Value) {
+        let index = data
+            .get("index")
+            .and_then(Value::as_u64)
+            .and_then(|i| usize::try_from(i).ok());
+        match data.get("type").and_then(Value::as_str).unwrap_or_default() {
+            "message_start" => {
+                if let Some(u) = data.get("message").and_then(|m| m.get("usage")) {
+                    usage(u, &mut self.usage);
+                }
+            }
+            "content_block_start" => {
+                if let (Some(i), Some(block)) = (index, data.get("content_block")) {
+                    if i >= MAX_ANSWER_PARTS {
+                        self.failed = true;
+                        return;
+                    }
+                    if self.blocks.len() <= i {
+                        self.blocks.resize(i + 1, Value::Null);
+                        self.partial.resize(i + 1, String::new());
+                    }
+                    self.blocks[i] = block.clone();
+                }
+            }
+            "content_block_delta" => {
+                let (Some(i), Some(delta)) = (index, data.get("delta")) else {
+                    return;
+                };
+                let Some(Value::Object(block)) = self.blocks.get_mut(i) else {
+                    return;
+                };
+                let append = |block: &mut serde_json::Map<String, Value>, key: &str, s: &str| {
+                    let old = block.get(key).and_then(Value::as_str).unwrap_or_default();
+                    let joined = format!("{old}{s}");
+                    block.insert(key.to_owned(), Value::String(joined));
+                };
+                let s = |k: &str| delta.get(k).and_then(Value::as_str).unwrap_or_default();
+                match delta
+                    .get("type")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                {
+                    "text_delta" => append(block, "text", s("text")),
+                    "thinking_delta" => append(block, "thinking", s("thinking")),
+                    "signature_delta" => append(block, "signature", s("signature")),
+                    "input_json_delta" => self.partial[i].push_str(s("partial_json")),
+                    "citations_delta" => {
+                        if let Some(c) = delta.get("citation") {
+                            match block.get_mut("citations") {
+                                Some(Value::Array(list)) => list.push(c.clone()),
+                                _ => {
+                                    block.insert("citations".into(), json!([c]));
+                                }
+                            }
+                        }
+                    }
+                    // A delta of a kind not known here: the block cannot be given back whole.
+                    _ => self.failed = true,
+                }
+            }
+            "content_block_stop" => {
+                if let Some(i) = index
+                    && let Some(partial) = self.partial.get(i)
+                    && !partial.is_empty()
+                {
+                    match serde_json::from_str::<Value>(partial) {
+                        Ok(input) => match self.blocks.get_mut(i) {
+                            Some(Value::Object(block)) => {
+                                block.insert("input".to_owned(), input);
+                            }
+                            _ => self.failed = true,
+                        },
+                        Err(_) => self.failed = true,
+                    }
+                }
+            }
+            "message_delta" => {
+                if let Some(u) = data.get("usage") {
+                    usage(u, &mut self.usage);
+                }
+            }
+            "message_stop" => self.stopped = true,
+            "error" => self.failed = true,
+            _ => {}
+        }
+    }
+
+    /// The assistant node to append and the usage, once the answer is whole; `None` for an
+    /// answer cut short, an error, or one that is not a message.
+    pub fn finish(self) -> Option<(Option<NodeContent>, ProviderUsage)> {
+        if self.stream {
+            if !self.stopped || self.failed {
+                return None;
+            }
+            let content = assistant(&self.blocks).ok()?;
+            return Some((content, self.usage));
+        }
+        let body: Value = serde_json::from_slice(&self.body).ok()?;
+        if body.get("type").and_then(Value::as_str) != Some("message") {
+            return None;
+        }
+        let mut u = ProviderUsage::default();
+        if let Some(v) = body.get("usage") {
+            usage(v, &mut u);
+        }
+        let blocks = body.get("content")?.as_array()?;
+        Some((assistant(blocks).ok()?, u))
+    }
+}
