@@ -4,8 +4,8 @@
 use axum::http::{HeaderMap, HeaderValue};
 
 use super::{Api, ledger};
-use crate::domain::{self, GatewayCall, NodeContent, NodeId, ProviderUsage, node_hash};
-use crate::store::{self, AppendRequest, AppendTarget, Scoped, now_ms};
+use crate::domain::{self, GatewayCall, NodeContent, NodeId, ProviderUsage};
+use crate::store::{Scoped, now_ms};
 use crate::workflow::Workflows;
 use crate::workflow::record::Recorded;
 
@@ -75,28 +75,17 @@ impl Sink {
 
     /// Appends the answer after the request, once the request is recorded.
     pub(super) async fn append(&mut self, content: NodeContent) {
-        let store = self.workflows.store.clone();
         let Some(recorded) = self.recording.get().await else {
             tracing::info!("gateway: the request was not recorded, so neither is its answer");
             return;
         };
-        append_answer(&store, recorded.session, recorded, content).await;
+        self.workflows.append_answer(recorded, content).await;
     }
 
     pub(super) async fn usage(mut self, usage: ProviderUsage) {
         // A call whose request was never recorded leaves no record of its usage either.
         if self.recording.get().await.is_none() {
             return;
-        }
-        let store = &self.workflows.store;
-        let session = self.named.session;
-        for (kind, n) in [
-            ("upstream_input", usage.input),
-            ("cache_read", usage.cache_read),
-            ("cache_write", usage.cache_write),
-            ("output", usage.output),
-        ] {
-            metrics::counter!("ctxd_gateway_tokens_total", "kind" => kind).increment(n);
         }
         let call = GatewayCall {
             at_ms: now_ms(),
@@ -111,67 +100,6 @@ impl Sink {
             }),
             change: self.verdict.and_then(|v| v.change),
         };
-        if let Err(e) = store.record_gateway_call(session, &call).await {
-            tracing::warn!(error = %e, "gateway: the call's usage was not recorded");
-        }
-    }
-}
-
-/// Appends the answer after the request's history. When the branch moved meanwhile (the
-/// client's next request, carrying this answer, came first), the answer is already stored, or
-/// it goes on a branch of its own at the request's head (a function's chain cannot fork: there
-/// it is left out).
-async fn append_answer(
-    store: &store::Store,
-    session: Scoped,
-    recorded: &Recorded,
-    content: NodeContent,
-) {
-    let append = |target: AppendTarget, content: NodeContent| AppendRequest {
-        session,
-        target,
-        expected_head: Some(recorded.head.map(|(id, _)| id)),
-        idempotency_key: None,
-        nodes: vec![content],
-        pinned: Vec::new(),
-    };
-    // The answer chains from the request's head (or, first in a function's chain, from the
-    // function's call node), whose hash recording already knew.
-    let scope = recorded.function.map(|(_, hash)| hash);
-    let parent = recorded.head.map(|(_, hash)| hash).or(scope);
-    // The same answer after the same history is stored already (a retry answered alike).
-    let hash = node_hash(parent.as_ref(), scope.as_ref(), &content);
-    if matches!(store.node_by_hash(session, &hash).await, Ok(Some(_))) {
-        return;
-    }
-    match store
-        .append(append(recorded.target(), content.clone()))
-        .await
-    {
-        Ok(_) => {}
-        Err(store::Error::Domain(domain::Error::Aborted(_))) => {
-            if matches!(store.node_by_hash(session, &hash).await, Ok(Some(_))) {
-                return;
-            }
-            if recorded.function.is_some() {
-                tracing::info!("gateway: a sub-agent's chain moved on; its answer is not recorded");
-                return;
-            }
-            let name = format!("gw-{}", &hash.to_hex()[..12]);
-            let Ok(name) = domain::BranchName::parse("branch", &name) else {
-                return;
-            };
-            let forked = store
-                .create_branch(session, name.clone(), recorded.head.map(|(id, _)| id))
-                .await;
-            if forked.is_ok()
-                && let Err(e) = store
-                    .append(append(AppendTarget::Branch(name), content))
-                    .await
-            {
-                tracing::warn!(error = %e, "gateway: the answer was not recorded");
-            }
-        }
-        Err(e) => tracing::warn!(error = %e, "gateway: the answer was not recorded"),
+        self.workflows.record_call(self.named.session, &call).await;
     }
 }

@@ -7,13 +7,13 @@ use axum::http::HeaderMap;
 
 use super::config::render_options;
 use super::{Api, App, forward, json};
-use crate::domain::{self, Hash, Node, NodeContent, NodeId, Part, PathView, node_hash};
+use crate::domain::{self, NodeContent, NodeId, Part, PathView};
 use crate::provider::anthropic;
 use crate::provider::conversation::{Conversation, estimate};
 use crate::render::{self, Message};
-use crate::store::{PathTarget, now_ms};
+use crate::store::PathTarget;
 use crate::tokens::Tokenizer;
-use crate::workflow::record::{self, Recorded};
+use crate::workflow::record::{self, Recorded, extended};
 
 impl App {
     /// The body to forward: the client's, with `messages` replaced by the branch's render.
@@ -212,26 +212,6 @@ impl App {
         let contents: Vec<&NodeContent> = conv.items.iter().map(|i| &i.content).collect();
         written(api, conv, &contents, &path, rendered, body)
     }
-}
-
-/// `path` with `rest` after its last node, in memory (new ids, the hashes the store would give).
-pub(super) fn extended(mut path: PathView, rest: Vec<NodeContent>) -> PathView {
-    let now = now_ms();
-    let mut parent: Option<(NodeId, Hash)> = path.nodes.last().map(|n| (n.id, n.hash));
-    for content in rest {
-        let hash = node_hash(parent.as_ref().map(|p| &p.1), None, &content);
-        let node = Node {
-            id: NodeId::new(),
-            parent_id: parent.map(|p| p.0),
-            function_id: None,
-            content,
-            created_at_ms: now,
-            hash,
-        };
-        parent = Some((node.id, hash));
-        path.nodes.push(Arc::new(node));
-    }
-    path
 }
 
 /// The body to forward: `body` with its conversation the render of `path` (`contents` are the

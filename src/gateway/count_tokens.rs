@@ -6,18 +6,13 @@ use axum::http::{HeaderMap, Method, Uri};
 use axum::response::Response;
 use serde_json::Value;
 
-use super::body::extended;
 use super::config::{GatewayPolicy, render_options};
 use super::{
     Api, App, forward, json, passthrough, read_body, request_policy, session_header,
     with_client_session,
 };
-use crate::domain::{NodeContent, PathView, Tenant};
+use crate::domain::{NodeContent, Tenant};
 use crate::provider::conversation::{Conversation, Refusal};
-use crate::render;
-use crate::store::PathTarget;
-use crate::tokens::Tokenizer;
-use crate::workflow::record;
 
 /// `count_tokens` answers for the context the gateway would forward: the stored branch with
 /// the request's new messages after it, rendered; nothing is recorded.
@@ -81,33 +76,8 @@ impl App {
         headers: &HeaderMap,
         body: &[u8],
     ) -> Option<Vec<u8>> {
-        let store = &self.workflows.store;
-        let (mut path, stored) = match record::peek(store, tenant, named, conv).await {
-            Some((session, Some((k, node)))) => (
-                store
-                    .load_path(session, &PathTarget::Node(node))
-                    .await
-                    .ok()?,
-                k + 1,
-            ),
-            _ => (PathView::default(), 0),
-        };
-        let seen = path
-            .nodes
-            .last()
-            .map_or(render::Seen::Nothing, |n| render::Seen::Through(n.id));
-        let rest: Vec<NodeContent> = conv.items[stored..]
-            .iter()
-            .map(|i| i.content.clone())
-            .collect();
-        path = extended(path, rest);
-        let mut options = render_options(conv, &self.window(conv, headers))?;
-        options.seen = seen;
-        let (path, mut rendered) = self
-            .workflows
-            .render_path(path, Tokenizer::Heuristic, options)
-            .await
-            .ok()?;
+        let options = render_options(conv, &self.window(conv, headers))?;
+        let (path, mut rendered) = self.workflows.preview(tenant, named, conv, options).await?;
         let members = json::Members::of(body)?;
         let client = forward::client_entries(&members, "messages");
         let contents: Vec<&NodeContent> = conv.items.iter().map(|i| &i.content).collect();

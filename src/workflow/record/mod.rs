@@ -12,12 +12,16 @@ use crate::provider::agents::{continued_summary, is_codex_compaction};
 use crate::provider::conversation::Conversation;
 use crate::store::{self, AppendRequest, AppendTarget, Scoped, Store};
 
+mod answer;
+mod preview;
+
 use compacted::{codex_window, continuation};
 use prefix::{Fork, extend, extend_as, prefix_from_heads};
 use sessions::{Key, open, session_key};
 use subagent::subagent;
 
 pub use prefix::chain_hashes;
+pub use preview::extended;
 pub use sessions::{KEY_METADATA, SessionKeys, opening_key, peek};
 
 /// Where a recorded request went: the branch (and, for a sub-agent's conversation, the
