@@ -68,6 +68,9 @@ const MAX_LINES: usize = 600;
 
 type Files = BTreeMap<String, String>;
 
+/// A rule: what breaks it, one line each.
+type Rule = fn(&Files) -> Vec<String>;
+
 /// Every `.rs` file under `src/`, by its path from `src/`.
 fn sources() -> Files {
     fn walk(dir: &Path, root: &Path, out: &mut Files) {
@@ -264,7 +267,7 @@ fn rooms_sized(files: &Files) -> Vec<String> {
         .collect()
 }
 
-const RULES: [(&str, fn(&Files) -> Vec<String>); 6] = [
+const RULES: [(&str, Rule); 6] = [
     ("no door imports another door", doors_apart),
     ("the engine does no I/O", engine_pure),
     ("only store/ names sqlx", sql_in_store),
@@ -304,7 +307,7 @@ fn planted(files: &Files, path: &str, line: &str) -> Files {
 #[test]
 fn each_rule_catches_a_planted_violation() {
     let files = sources();
-    let cases: [(&str, &str, fn(&Files) -> Vec<String>); 8] = [
+    let cases: [(&str, &str, Rule); 8] = [
         ("gateway/mod.rs", "use crate::api::pb;", doors_apart),
         (
             "inspector/mod.rs",
