@@ -15,16 +15,16 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use futures_util::future::join_all;
 use tokio::sync::{Mutex, mpsc, oneshot};
 
-use super::append::{AppendOutcome, AppendRequest, AppendTarget};
-use super::backend::{AppendTx, CommitterConnection, Lookups};
 use super::batch::{Batch, FoundTarget};
-use super::changes::Changes;
-use super::clock::now_ms;
 use super::idempotency::append_fingerprint;
-use super::rows::NodeRow;
-use super::writes::{BatchRows, NodeInsert, NodeWrite};
+use super::planned::{BatchRows, NodeInsert, NodeWrite};
+use super::request::{AppendOutcome, AppendRequest, AppendTarget};
 use super::{Error, Fault, Result};
 use crate::domain::{BranchName, ChainTail, Hash, NodeId, SessionId};
+use crate::store::backend::{AppendTx, CommitterConnection, Lookups};
+use crate::store::form::clock::now_ms;
+use crate::store::form::rows::NodeRow;
+use crate::store::read::changes::Changes;
 
 /// Appends waiting for the group committer: one, or a stream's run of them written in order
 /// until the first that is refused.
@@ -166,7 +166,7 @@ pub(super) struct Core {
 /// Where appends go: the committer's inbox, and, where the backend allows it, the committer's
 /// core itself for an append that finds nothing queued.
 #[derive(Clone)]
-pub(super) struct CommitQueue {
+pub(in crate::store) struct CommitQueue {
     inbox: mpsc::Sender<Message>,
     /// Set where a batch never suspends once it has begun (SQLite's synchronous connection):
     /// a caller that goes away cannot leave a transaction half-done, so an idle committer's
@@ -192,7 +192,7 @@ impl CommitQueue {
     /// The queue over `lanes` (the connections shards' transactions run on at once) and the
     /// committer's loop, for the backend to run where it likes; `inline` as on
     /// [`CommitQueue::inline`].
-    pub(super) fn start(
+    pub(in crate::store) fn start(
         lanes: Vec<Box<dyn CommitterConnection>>,
         changes: Changes,
         stats: Arc<CommitStats>,
@@ -253,7 +253,7 @@ impl CommitQueue {
     /// Whether another connection or process has committed since this was last asked, as
     /// the committer's connection tells without a read (`None`: it cannot tell, or is busy
     /// with a batch, so assume it has).
-    pub(super) fn others_committed(&self) -> Option<bool> {
+    pub(in crate::store) fn others_committed(&self) -> Option<bool> {
         let mut core = self.core.try_lock().ok()?;
         if core.closed {
             return None;
@@ -262,7 +262,7 @@ impl CommitQueue {
     }
 
     /// Stops the committer after the batch in hand and closes its connections.
-    pub(super) async fn close(&self) {
+    pub(in crate::store) async fn close(&self) {
         let (reply, closed) = oneshot::channel();
         if self.inbox.send(Message::Close(reply)).await.is_ok() {
             let _ = closed.await;
