@@ -5,7 +5,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::commit::{KnownBlobs, TargetCache, TargetKey, TargetState};
+use super::memory::{KnownBlobs, TargetCache, TargetKey, TargetState};
 use super::planned::{BatchRows, IdempotencyRow, NodeInsert};
 use super::request::{AppendOutcome, AppendRequest, AppendTarget};
 use super::{Error, Result};

@@ -4,7 +4,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::commit::KnownBlobs;
+use super::memory::KnownBlobs;
 use crate::domain::{BranchName, Hash, NodeContent, NodeId, SessionId};
 use crate::store::form::body;
 use crate::store::form::codec::{CODEC_ZSTD, compress};
