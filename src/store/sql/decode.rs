@@ -222,12 +222,15 @@ pub(in crate::store) fn gateway_call(row: &impl Columns) -> Result<(GatewayCallI
         model: req_text(row, "model")?,
         client_tokens: n("client_tokens")?,
         forwarded_tokens: n("forwarded_tokens")?,
-        usage: ProviderUsage {
-            input: n("input_tokens")?,
-            cache_read: n("cache_read_tokens")?,
-            cache_write: n("cache_write_tokens")?,
-            output: n("output_tokens")?,
-        },
+        usage: provider_usage(
+            &n,
+            [
+                "input_tokens",
+                "cache_read_tokens",
+                "cache_write_tokens",
+                "output_tokens",
+            ],
+        )?,
         kept_tokens: n("kept_tokens")?,
         change,
     };
@@ -247,11 +250,20 @@ pub(in crate::store) fn gateway_usage(row: &impl Columns) -> Result<GatewayUsage
         calls: n("calls")?,
         client_tokens: n("client")?,
         forwarded_tokens: n("forwarded")?,
-        usage: ProviderUsage {
-            input: n("input")?,
-            cache_read: n("cache_read")?,
-            cache_write: n("cache_write")?,
-            output: n("output")?,
-        },
+        usage: provider_usage(&n, ["input", "cache_read", "cache_write", "output"])?,
+    })
+}
+
+/// A provider's counts (input, cache read, cache write, output), each of `columns` as `n` reads
+/// it.
+fn provider_usage(
+    n: &dyn Fn(&str) -> Result<u64>,
+    [input, cache_read, cache_write, output]: [&str; 4],
+) -> Result<ProviderUsage> {
+    Ok(ProviderUsage {
+        input: n(input)?,
+        cache_read: n(cache_read)?,
+        cache_write: n(cache_write)?,
+        output: n(output)?,
     })
 }
