@@ -15,12 +15,12 @@ use std::collections::BTreeMap;
 
 use async_trait::async_trait;
 
-use super::append::AppendOutcome;
-use super::compaction::{CompactionPlan, PlanState};
-use super::idempotency::CreationKey;
-use super::lifecycle::Tenants;
-use super::rows::NodeRow;
-use super::writes::BatchRows;
+use super::append::idempotency::CreationKey;
+use super::append::planned::BatchRows;
+use super::append::request::AppendOutcome;
+use super::form::rows::NodeRow;
+use super::session::compaction::{CompactionPlan, PlanState};
+use super::session::lifecycle::Tenants;
 use super::{Error, Result};
 use crate::domain::{
     self, Branch, BranchName, CompactionEvent, CompactionId, EventKind, Hash, NodeId, Reason,

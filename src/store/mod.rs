@@ -1,55 +1,38 @@
 //! Persistence: sessions, the node DAG, blobs, branches, functions, summaries. The store's rules
-//! are written once, here, against the seam in `backend`; each database engine (`sqlite`)
-//! implements that seam with its SQL, connections and migrations. An append is acknowledged
-//! only after its COMMIT.
+//! are written once, against the seam in `backend`, and grouped by concern: `append` (appends,
+//! their checks and the group committer), `session` (sessions and what is kept per session:
+//! branches, pins, compactions, the gateway's records, deletion, import), `read` (renders' paths,
+//! watching, export) and `form` (the stored form of rows and node content). Each database engine
+//! (`sqlite`, `postgres`) implements the seam with its SQL, connections and migrations; `sql`
+//! holds what the two share. An append is acknowledged only after its COMMIT.
 
 mod append;
 mod backend;
-mod batch;
-mod body;
-mod branches;
-mod changes;
-mod clock;
-mod codec;
-mod commit;
-mod compaction;
-mod decode;
-mod driver;
-mod export;
-mod gateway;
-mod idempotency;
-mod import;
-mod lifecycle;
+mod form;
 mod open;
-mod pins;
 mod postgres;
-mod reads;
-mod recall;
-mod rows;
-mod scope;
-mod sessions;
+mod read;
+mod session;
+mod sql;
 mod sqlite;
-mod states;
-mod watch;
-mod writes;
 
 use std::path::PathBuf;
 
 use crate::domain;
-pub use append::{AppendOutcome, AppendRequest, AppendTarget};
+pub use append::commit::{CommitCounts, CommitStats};
+pub use append::idempotency::CreationKey;
+pub use append::request::{AppendOutcome, AppendRequest, AppendTarget};
 pub use backend::Footprint;
-pub use clock::now_ms;
-pub use commit::{CommitCounts, CommitStats};
-pub use compaction::{Applied, CompactionPlan, PlanState};
-pub use idempotency::CreationKey;
-pub use lifecycle::{Deletion, Tenants};
+pub use form::clock::now_ms;
 pub use open::{Config, Database, Store};
 /// The tables ctxd distributes on a Citus cluster: each with its distribution column and what it
 /// is co-located with.
 pub use postgres::DISTRIBUTION;
-pub use reads::PathTarget;
-pub use scope::{Scoped, ScopedPlan};
-pub use watch::{Change, Position};
+pub use read::reads::PathTarget;
+pub use read::watch::{Change, Position};
+pub use session::compaction::{Applied, CompactionPlan, PlanState};
+pub use session::lifecycle::{Deletion, Tenants};
+pub use session::scope::{Scoped, ScopedPlan};
 
 /// Copies the database `db` names to the new file `to`, consistent at one moment, while servers
 /// keep writing to it; returns the copy's size. SQLite only: PostgreSQL has `pg_dump`.

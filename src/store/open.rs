@@ -5,10 +5,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::append::commit::{CommitCounts, CommitQueue, CommitStats};
 use super::backend::{Backend, Reads, WriteTx};
-use super::changes::Changes;
-use super::commit::{CommitCounts, CommitQueue, CommitStats};
-use super::reads::ReadCache;
+use super::read::changes::Changes;
+use super::read::reads::ReadCache;
 use super::{Error, Result, postgres, sqlite};
 
 #[derive(Clone)]
@@ -18,7 +18,7 @@ pub struct Store {
     /// Appends go to the group committer, which writes many in one transaction.
     pub(super) appends: CommitQueue,
     /// Sessions whose tenant a scope check (or their creation) established.
-    pub(super) owners: super::scope::SharedOwners,
+    pub(super) owners: super::session::scope::SharedOwners,
     /// Signalled after every committed write, with its session: watchers wake on it.
     pub(super) changes: Changes,
     /// What the group committer counted.

@@ -12,8 +12,8 @@ use sqlx::{PgConnection, Postgres};
 use super::{Conn, Connection};
 use crate::domain::{BranchName, NodeId, SessionId};
 use crate::store::Result;
+use crate::store::append::planned::BatchRows;
 use crate::store::backend::CommitterConnection;
-use crate::store::writes::BatchRows;
 
 /// How the committer splits a batch into transactions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -22,9 +22,9 @@ use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::{PgConnection, Postgres};
 
+use super::append::commit::{CommitQueue, CommitStats};
 use super::backend::{Backend, Footprint, Reads, WriteTx};
-use super::changes::Changes;
-use super::commit::{CommitQueue, CommitStats};
+use super::read::changes::Changes;
 use super::{Config, Error, Result};
 
 pub use distribute::TABLES as DISTRIBUTION;
@@ -56,7 +56,12 @@ pub(super) async fn open(
     // until its acquire timeout.
     let probe = <PgConnection as sqlx::Connection>::connect_with(&options)
         .await
-        .map_err(|e| unusable(format!("cannot be reached: {}", super::driver::message(&e))))?;
+        .map_err(|e| {
+            unusable(format!(
+                "cannot be reached: {}",
+                super::sql::driver::message(&e)
+            ))
+        })?;
     let _ = sqlx::Connection::close(probe).await;
     let pool = |size: u32| {
         // No ping before each use: it is a round trip, and a connection found dead fails its
@@ -69,7 +74,12 @@ pub(super) async fn open(
     let main = pool(config.pg_pool_size)
         .connect_with(options.clone())
         .await
-        .map_err(|e| unusable(format!("cannot be reached: {}", super::driver::message(&e))))?;
+        .map_err(|e| {
+            unusable(format!(
+                "cannot be reached: {}",
+                super::sql::driver::message(&e)
+            ))
+        })?;
     sqlx::migrate!("./migrations/postgres")
         .run(&main)
         .await
@@ -95,10 +105,12 @@ pub(super) async fn open(
     };
     let lanes = COMMIT_LANES;
     // The committer's own connections: a batch never waits behind the pool's readers.
-    let batches = pool(lanes)
-        .connect_with(options)
-        .await
-        .map_err(|e| unusable(format!("cannot be reached: {}", super::driver::message(&e))))?;
+    let batches = pool(lanes).connect_with(options).await.map_err(|e| {
+        unusable(format!(
+            "cannot be reached: {}",
+            super::sql::driver::message(&e)
+        ))
+    })?;
     let lanes = (0..lanes)
         .map(|_| {
             Box::new(Conn(committer::Committer::new(batches.clone(), batching)))

@@ -12,11 +12,11 @@ use crate::domain::{
     BranchName, CompactionId, Hash, NodeId, SessionId, Summary, Tenant, Tombstone,
 };
 use crate::store::Result;
+use crate::store::append::idempotency::CreationKey;
+use crate::store::append::planned::BatchRows;
 use crate::store::backend::{AppendTx, Deleted, NewEvent, WriteTx};
-use crate::store::compaction::{CompactionPlan, PlanState};
-use crate::store::idempotency::CreationKey;
-use crate::store::rows::{budget_json, ledger_json, metadata_json, pack_ids, pack_summaries};
-use crate::store::writes::BatchRows;
+use crate::store::form::rows::{budget_json, ledger_json, metadata_json, pack_ids, pack_summaries};
+use crate::store::session::compaction::{CompactionPlan, PlanState};
 
 /// Rows a statement carries at most: 9 binds a node, well under PostgreSQL's 65535.
 const ROWS_PER_STATEMENT: usize = 1000;

@@ -41,7 +41,10 @@ pub(in crate::store) async fn copy(db: &Path, to: &Path) -> Result<u64> {
         .map_err(|e| {
             check::unusable(
                 db,
-                format!("cannot be opened: {}", crate::store::driver::message(&e)),
+                format!(
+                    "cannot be opened: {}",
+                    crate::store::sql::driver::message(&e)
+                ),
             )
         })?;
     let copied = sqlx::query("VACUUM INTO ?")

@@ -247,7 +247,10 @@ pub(super) async fn quick_check(path: &Path, wal: bool) -> Result<(), Error> {
         .map_err(|e| {
             unusable(
                 path,
-                format!("cannot be opened: {}", crate::store::driver::message(&e)),
+                format!(
+                    "cannot be opened: {}",
+                    crate::store::sql::driver::message(&e)
+                ),
             )
         })?;
     let rows: Result<Vec<String>, sqlx::Error> = sqlx::query_scalar("PRAGMA quick_check")
@@ -262,7 +265,7 @@ pub(super) async fn quick_check(path: &Path, wal: bool) -> Result<(), Error> {
             rows.len(),
             if rows.len() == 1 { "" } else { "s" }
         ))),
-        Err(e) => Err(failed(crate::store::driver::message(&e))),
+        Err(e) => Err(failed(crate::store::sql::driver::message(&e))),
     }
 }
 

@@ -19,12 +19,12 @@ use super::{
     insert_blob_refs, insert_blobs, insert_functions, insert_nodes,
 };
 use crate::domain::{BranchName, Hash, NodeId, SessionId};
-use crate::store::append::AppendOutcome;
+use crate::store::append::commit::{CommitQueue, CommitStats};
+use crate::store::append::planned::BatchRows;
+use crate::store::append::request::AppendOutcome;
 use crate::store::backend::{AppendTx, CommitterConnection, Lookups};
-use crate::store::changes::Changes;
-use crate::store::commit::{CommitQueue, CommitStats};
-use crate::store::rows::{NodeColumns, NodeRow, hash_from, uuid_from};
-use crate::store::writes::BatchRows;
+use crate::store::form::rows::{NodeColumns, NodeRow, hash_from, uuid_from};
+use crate::store::read::changes::Changes;
 use crate::store::{Error, Result};
 
 /// Opens the committer's connection to the migrated database at `path`, with the store's

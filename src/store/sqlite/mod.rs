@@ -25,10 +25,10 @@ use sqlx::sqlite::{
 };
 use sqlx::{Sqlite, SqliteConnection};
 
+use super::append::commit::CommitQueue;
+use super::append::commit::CommitStats;
 use super::backend::{Backend, Footprint, Reads, WriteTx};
-use super::changes::Changes;
-use super::commit::CommitQueue;
-use super::commit::CommitStats;
+use super::read::changes::Changes;
 use super::{Config, Error, Fault, Result};
 use fault::Quota;
 
@@ -328,8 +328,8 @@ async fn backfill_blob_refs(writer: &SqlitePool) -> Result<()> {
         after = sqlx::Row::try_get(last, "rowid")?;
         for row in &rows {
             let session: Vec<u8> = sqlx::Row::try_get(row, "session_id")?;
-            let node = super::decode::node(row)?;
-            for hash in super::body::Body::parse(&node.body)?.blob_refs() {
+            let node = super::sql::decode::node(row)?;
+            for hash in super::form::body::Body::parse(&node.body)?.blob_refs() {
                 sqlx::query(concat!(
                     insert_blob_refs!(),
                     "VALUES (?, ?)",

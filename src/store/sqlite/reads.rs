@@ -10,14 +10,14 @@ use crate::domain::{
     Branch, BranchName, CompactionEvent, CompactionId, GatewayCall, GatewayCallId, GatewayUsage,
     Hash, NodeId, Reason, SessionFilter, SessionId, Summary, Tenant, Tombstone,
 };
-use crate::store::append::AppendOutcome;
+use crate::store::append::request::AppendOutcome;
 use crate::store::backend::{
     BranchStart, Lookups, Reads, SessionRow, StoredBlob, metadata_filter, tenant_filter,
 };
-use crate::store::compaction::CompactionPlan;
-use crate::store::decode::{self, Columns, SUMMARY_COLUMNS, TOMBSTONE_COLUMNS};
-use crate::store::lifecycle::Tenants;
-use crate::store::rows::NodeRow;
+use crate::store::form::rows::NodeRow;
+use crate::store::session::compaction::CompactionPlan;
+use crate::store::session::lifecycle::Tenants;
+use crate::store::sql::decode::{self, Columns, SUMMARY_COLUMNS, TOMBSTONE_COLUMNS};
 use crate::store::{Error, Result};
 
 /// Bound parameters per `IN (…)` list, well under SQLite's limit.

@@ -19,7 +19,7 @@ impl Scoped {
 
     /// For the store's own use: a session it created for the caller, or read back by a key
     /// scoped to the caller's tenant.
-    pub(super) fn trusted(id: SessionId) -> Self {
+    pub(in crate::store) fn trusted(id: SessionId) -> Self {
         Self(id)
     }
 }
@@ -54,7 +54,7 @@ impl ScopedPlan {
 /// Sessions whose tenant is known: a session's tenant never changes, and a deleted session is
 /// forgotten.
 #[derive(Default)]
-pub(super) struct Owners(Mutex<HashMap<SessionId, Tenant>>);
+pub(in crate::store) struct Owners(Mutex<HashMap<SessionId, Tenant>>);
 
 /// Owners remembered at most; past that the map starts over.
 const OWNERS_CACHED: usize = 1_000_000;
@@ -78,7 +78,7 @@ impl Owners {
     }
 }
 
-pub(super) type SharedOwners = Arc<Owners>;
+pub(in crate::store) type SharedOwners = Arc<Owners>;
 
 impl Store {
     /// Lets `tenant` at `session`, or answers exactly what an unknown session answers.

@@ -1,9 +1,9 @@
 //! Branches: listing, creating at a top-level node, deleting (the nodes stay).
 
-use super::backend::WriteTx;
-use super::clock::now_ms;
 use super::{Result, Scoped, Store};
 use crate::domain::{self, Branch, BranchName, Hash, NodeId, SessionId};
+use crate::store::backend::WriteTx;
+use crate::store::form::clock::now_ms;
 
 impl Store {
     pub async fn list_branches(&self, session: Scoped) -> Result<Vec<Branch>> {

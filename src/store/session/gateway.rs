@@ -4,9 +4,9 @@
 
 use std::collections::BTreeMap;
 
-use super::idempotency::CreationKey;
 use super::{Result, Scoped, Store};
 use crate::domain::{GatewayCall, GatewayCallId, GatewayUsage, Hash, NodeId, SessionId, Tenant};
+use crate::store::append::idempotency::CreationKey;
 
 impl Store {
     /// The session of `tenant` made for `key` with `metadata`, made now if there is none. The

@@ -1,11 +1,11 @@
 //! Pins: events that mark nodes to keep verbatim; a node's latest event is its state.
 
-use super::clock::now_ms;
 use super::{Result, Scoped, Store};
 use crate::domain::NodeId;
+use crate::store::form::clock::now_ms;
 
 /// Folds pin events, oldest first, into the pinned nodes in the order of their latest pin.
-pub(super) fn fold(events: &[(NodeId, bool)]) -> Vec<NodeId> {
+pub(in crate::store) fn fold(events: &[(NodeId, bool)]) -> Vec<NodeId> {
     let mut order: Vec<NodeId> = Vec::new();
     for &(node, pin) in events {
         order.retain(|id| *id != node);

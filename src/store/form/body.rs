@@ -10,7 +10,7 @@ use crate::domain::{
 
 #[derive(Serialize, Deserialize)]
 #[serde(tag = "k")]
-pub(super) enum Body {
+pub(in crate::store) enum Body {
     #[serde(rename = "message")]
     Message {
         role: String,
@@ -46,7 +46,7 @@ pub(super) enum Body {
 }
 
 #[derive(Serialize, Deserialize)]
-pub(super) struct CallRow {
+pub(in crate::store) struct CallRow {
     id: String,
     name: String,
     args: String,
@@ -54,7 +54,7 @@ pub(super) struct CallRow {
 
 #[derive(Serialize, Deserialize)]
 #[serde(untagged)]
-pub(super) enum PartRef {
+pub(in crate::store) enum PartRef {
     /// A text part: `t` is its blob's hash.
     Text { t: String },
     /// A short text part, in the body itself.
@@ -72,7 +72,7 @@ fn is_false(b: &bool) -> bool {
     !b
 }
 
-pub(super) fn kind_code(kind: NodeKind) -> i64 {
+pub(in crate::store) fn kind_code(kind: NodeKind) -> i64 {
     match kind {
         NodeKind::Message => 1,
         NodeKind::ToolResult => 2,
@@ -87,7 +87,7 @@ pub(super) fn kind_code(kind: NodeKind) -> i64 {
 pub(super) const INLINE_TEXT_BYTES: usize = 1024;
 
 /// Splits content into its stored body and the blobs it refers to.
-pub(super) fn encode<'a>(content: &'a NodeContent) -> (String, Vec<(Hash, &'a [u8])>) {
+pub(in crate::store) fn encode<'a>(content: &'a NodeContent) -> (String, Vec<(Hash, &'a [u8])>) {
     let mut blobs = Vec::new();
     let mut parts = |parts: &'a [Part]| -> Vec<PartRef> {
         parts
@@ -198,12 +198,12 @@ pub(super) fn encode<'a>(content: &'a NodeContent) -> (String, Vec<(Hash, &'a [u
 }
 
 impl Body {
-    pub(super) fn parse(json: &str) -> Result<Self, Error> {
+    pub(in crate::store) fn parse(json: &str) -> Result<Self, Error> {
         serde_json::from_str(json).map_err(|e| Error::Corrupt(format!("node body: {e}")))
     }
 
     /// The blobs this body refers to.
-    pub(super) fn blob_refs(&self) -> Vec<Hash> {
+    pub(in crate::store) fn blob_refs(&self) -> Vec<Hash> {
         let parts = match self {
             Body::Message { parts, .. } | Body::ToolResult { parts, .. } => parts.as_slice(),
             Body::FunctionCall { .. } | Body::FunctionResult { .. } => &[],
@@ -220,7 +220,7 @@ impl Body {
     }
 
     /// Rebuilds the content, taking blob bytes from `blob`.
-    pub(super) fn decode(
+    pub(in crate::store) fn decode(
         self,
         blob: &dyn Fn(&Hash) -> Option<Vec<u8>>,
     ) -> Result<NodeContent, Error> {

@@ -7,12 +7,12 @@ use std::collections::{BTreeMap, HashSet};
 
 use tokio::sync::broadcast;
 
-use super::backend::Reads;
 use super::reads::hydrate;
 use super::{Result, Scoped, Store};
 use crate::domain::{
     self, Branch, BranchName, CompactionEvent, Node, NodeContent, NodeId, SessionId,
 };
+use crate::store::backend::Reads;
 
 /// How far a watcher has reported, and so where it resumes: the heads it last reported.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -4,64 +4,64 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::body;
-use super::codec::{CODEC_ZSTD, compress};
-use super::commit::KnownBlobs;
+use super::memory::KnownBlobs;
 use crate::domain::{BranchName, Hash, NodeContent, NodeId, SessionId};
+use crate::store::form::body;
+use crate::store::form::codec::{CODEC_ZSTD, compress};
 
-pub(super) struct NodeInsert {
-    pub(super) id: NodeId,
-    pub(super) session: SessionId,
-    pub(super) parent: Option<NodeId>,
-    pub(super) function: Option<NodeId>,
-    pub(super) created_at_ms: i64,
-    pub(super) hash: Hash,
+pub(in crate::store) struct NodeInsert {
+    pub(in crate::store) id: NodeId,
+    pub(in crate::store) session: SessionId,
+    pub(in crate::store) parent: Option<NodeId>,
+    pub(in crate::store) function: Option<NodeId>,
+    pub(in crate::store) created_at_ms: i64,
+    pub(in crate::store) hash: Hash,
 }
 
-pub(super) struct NodeWrite {
-    pub(super) insert: NodeInsert,
-    pub(super) kind: i64,
-    pub(super) body: String,
-    pub(super) body_z: Option<Vec<u8>>,
+pub(in crate::store) struct NodeWrite {
+    pub(in crate::store) insert: NodeInsert,
+    pub(in crate::store) kind: i64,
+    pub(in crate::store) body: String,
+    pub(in crate::store) body_z: Option<Vec<u8>>,
 }
 
-pub(super) struct BlobRow {
+pub(in crate::store) struct BlobRow {
     /// Blobs are stored per session where the engine spreads sessions apart (PostgreSQL); an
     /// engine on one file may store each once for all (SQLite).
-    pub(super) session: SessionId,
-    pub(super) hash: Hash,
-    pub(super) size: i64,
-    pub(super) codec: i64,
-    pub(super) data: Vec<u8>,
+    pub(in crate::store) session: SessionId,
+    pub(in crate::store) hash: Hash,
+    pub(in crate::store) size: i64,
+    pub(in crate::store) codec: i64,
+    pub(in crate::store) data: Vec<u8>,
 }
 
-pub(super) struct IdempotencyRow {
-    pub(super) session: SessionId,
-    pub(super) key: String,
-    pub(super) request_hash: Hash,
-    pub(super) response: String,
-    pub(super) created_at_ms: i64,
+pub(in crate::store) struct IdempotencyRow {
+    pub(in crate::store) session: SessionId,
+    pub(in crate::store) key: String,
+    pub(in crate::store) request_hash: Hash,
+    pub(in crate::store) response: String,
+    pub(in crate::store) created_at_ms: i64,
 }
 
 /// The rows a batch writes, in the order their references need: blobs, nodes, functions
 /// opened, functions closed, heads, idempotency records.
 #[derive(Default)]
-pub(super) struct BatchRows {
-    pub(super) blobs: Vec<BlobRow>,
-    pub(super) blob_hashes: HashSet<(SessionId, Hash)>,
-    pub(super) nodes: Vec<NodeWrite>,
+pub(in crate::store) struct BatchRows {
+    pub(in crate::store) blobs: Vec<BlobRow>,
+    pub(in crate::store) blob_hashes: HashSet<(SessionId, Hash)>,
+    pub(in crate::store) nodes: Vec<NodeWrite>,
     /// Functions opened: (call node, session).
-    pub(super) opened: Vec<(NodeId, SessionId)>,
+    pub(in crate::store) opened: Vec<(NodeId, SessionId)>,
     /// Functions closed, in order (the first result is the record): (session, result node,
     /// function).
-    pub(super) closes: Vec<(SessionId, NodeId, NodeId)>,
+    pub(in crate::store) closes: Vec<(SessionId, NodeId, NodeId)>,
     /// New heads of branches, with the time they moved.
-    pub(super) branch_heads: HashMap<(SessionId, BranchName), (NodeId, i64)>,
+    pub(in crate::store) branch_heads: HashMap<(SessionId, BranchName), (NodeId, i64)>,
     /// New heads of functions: (session, function) → head.
-    pub(super) function_heads: HashMap<(SessionId, NodeId), NodeId>,
+    pub(in crate::store) function_heads: HashMap<(SessionId, NodeId), NodeId>,
     /// Nodes pinned as they are appended: (session, node, time).
-    pub(super) pins: Vec<(SessionId, NodeId, i64)>,
-    pub(super) idempotency: Vec<IdempotencyRow>,
+    pub(in crate::store) pins: Vec<(SessionId, NodeId, i64)>,
+    pub(in crate::store) idempotency: Vec<IdempotencyRow>,
 }
 
 impl BatchRows {

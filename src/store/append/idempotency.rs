@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use super::append::{AppendRequest, AppendTarget};
+use super::request::{AppendRequest, AppendTarget};
 use crate::domain::{Hash, node_hash};
 
 /// The idempotency key of a write that creates a session, and the fingerprint of what it asked

@@ -2,21 +2,21 @@
 //! or an integer (`Columns`, its only part), and these turn columns into ids, hashes, nodes,
 //! sessions, branches, pins, summaries, plans and events.
 
-use super::backend::SessionRow;
-use super::compaction::{CompactionPlan, PlanState};
-use super::rows::{
-    NodeColumns, NodeRow, hash_from, parse_budget, parse_ledger, parse_metadata, u32_from,
-    unpack_ids, unpack_summaries, uuid_from,
-};
 use super::{Error, Result};
 use crate::domain::{
     Branch, BranchName, CompactionEvent, CompactionId, EventKind, GatewayCall, GatewayCallId,
     GatewayUsage, Hash, NodeId, PrefixChange, ProviderUsage, Reason, SessionId, Summary, SummaryId,
     SummaryKind, Tenant, Tombstone,
 };
+use crate::store::backend::SessionRow;
+use crate::store::form::rows::{
+    NodeColumns, NodeRow, hash_from, parse_budget, parse_ledger, parse_metadata, u32_from,
+    unpack_ids, unpack_summaries, uuid_from,
+};
+use crate::store::session::compaction::{CompactionPlan, PlanState};
 
 /// A result row, as its driver reads a column (`None`: NULL).
-pub(super) trait Columns {
+pub(in crate::store) trait Columns {
     fn bytes(&self, column: &str) -> Result<Option<Vec<u8>>>;
     fn text(&self, column: &str) -> Result<Option<String>>;
     fn int(&self, column: &str) -> Result<Option<i64>>;
@@ -39,20 +39,20 @@ pub(super) fn req_int(row: &impl Columns, column: &str) -> Result<i64> {
 }
 
 /// A nullable 16-byte id column (any UUID-keyed id).
-pub(super) fn uuid(row: &impl Columns, column: &str) -> Result<Option<[u8; 16]>> {
+pub(in crate::store) fn uuid(row: &impl Columns, column: &str) -> Result<Option<[u8; 16]>> {
     uuid_from(row.bytes(column)?, column)
 }
 
 /// A non-null 16-byte id column.
-pub(super) fn req_uuid(row: &impl Columns, column: &str) -> Result<[u8; 16]> {
+pub(in crate::store) fn req_uuid(row: &impl Columns, column: &str) -> Result<[u8; 16]> {
     uuid(row, column)?.ok_or_else(|| null(column))
 }
 
-pub(super) fn node_id(row: &impl Columns, column: &str) -> Result<Option<NodeId>> {
+pub(in crate::store) fn node_id(row: &impl Columns, column: &str) -> Result<Option<NodeId>> {
     Ok(uuid(row, column)?.map(NodeId::from_bytes))
 }
 
-pub(super) fn hash(row: &impl Columns, column: &str) -> Result<Hash> {
+pub(in crate::store) fn hash(row: &impl Columns, column: &str) -> Result<Hash> {
     hash_from(&req_bytes(row, column)?, column)
 }
 
@@ -61,7 +61,7 @@ fn u32_of(row: &impl Columns, column: &str) -> Result<u32> {
 }
 
 /// A node row: `id, parent_id, function_id, created_at_ms, hash, body, body_z`.
-pub(super) fn node(row: &impl Columns) -> Result<NodeRow> {
+pub(in crate::store) fn node(row: &impl Columns) -> Result<NodeRow> {
     NodeRow::from_columns(NodeColumns {
         id: req_bytes(row, "id")?,
         parent_id: row.bytes("parent_id")?,
@@ -74,7 +74,7 @@ pub(super) fn node(row: &impl Columns) -> Result<NodeRow> {
 }
 
 /// `id, created_at_ms, metadata, compaction_count`.
-pub(super) fn session(row: &impl Columns) -> Result<SessionRow> {
+pub(in crate::store) fn session(row: &impl Columns) -> Result<SessionRow> {
     Ok(SessionRow {
         id: SessionId::from_bytes(req_uuid(row, "id")?),
         created_at_ms: req_int(row, "created_at_ms")?,
@@ -84,7 +84,7 @@ pub(super) fn session(row: &impl Columns) -> Result<SessionRow> {
 }
 
 /// `name, head_id, updated_at_ms` and the head's `hash`.
-pub(super) fn branch(row: &impl Columns) -> Result<Branch> {
+pub(in crate::store) fn branch(row: &impl Columns) -> Result<Branch> {
     let head = match node_id(row, "head_id")? {
         Some(id) => Some((id, hash(row, "hash")?)),
         None => None,
@@ -97,7 +97,7 @@ pub(super) fn branch(row: &impl Columns) -> Result<Branch> {
 }
 
 /// `node_id, pinned`.
-pub(super) fn pin(row: &impl Columns) -> Result<(NodeId, bool)> {
+pub(in crate::store) fn pin(row: &impl Columns) -> Result<(NodeId, bool)> {
     let node = node_id(row, "node_id")?.ok_or_else(|| null("node_id"))?;
     Ok((node, req_int(row, "pinned")? != 0))
 }
@@ -107,7 +107,7 @@ fn kind(row: &impl Columns) -> Result<SummaryKind> {
     SummaryKind::parse(&kind).ok_or_else(|| Error::Corrupt(format!("summary kind {kind:?}")))
 }
 
-pub(super) fn reason(row: &impl Columns) -> Result<Option<Reason>> {
+pub(in crate::store) fn reason(row: &impl Columns) -> Result<Option<Reason>> {
     row.text("reason")?
         .map(|r| Reason::parse(&r).ok_or_else(|| Error::Corrupt(format!("event reason {r:?}"))))
         .transpose()
@@ -118,11 +118,11 @@ fn range(row: &impl Columns) -> Result<Option<(NodeId, NodeId)>> {
 }
 
 /// The columns [`summary`] reads.
-pub(super) const SUMMARY_COLUMNS: &str = "id, compaction_id, kind, covers, range_from_id, \
+pub(in crate::store) const SUMMARY_COLUMNS: &str = "id, compaction_id, kind, covers, range_from_id, \
      range_to_id, text, rolls_over, ledger, model, base_head_id, tokens_before, tokens_after, \
      created_at_ms";
 
-pub(super) fn summary(row: &impl Columns) -> Result<Summary> {
+pub(in crate::store) fn summary(row: &impl Columns) -> Result<Summary> {
     Ok(Summary {
         id: SummaryId::from_bytes(req_uuid(row, "id")?),
         compaction_id: CompactionId::from_bytes(req_uuid(row, "compaction_id")?),
@@ -140,7 +140,7 @@ pub(super) fn summary(row: &impl Columns) -> Result<Summary> {
     })
 }
 
-pub(super) fn plan(id: CompactionId, row: &impl Columns) -> Result<CompactionPlan> {
+pub(in crate::store) fn plan(id: CompactionId, row: &impl Columns) -> Result<CompactionPlan> {
     let state = req_text(row, "state")?;
     Ok(CompactionPlan {
         id,
@@ -164,7 +164,7 @@ pub(super) fn plan(id: CompactionId, row: &impl Columns) -> Result<CompactionPla
     })
 }
 
-pub(super) fn event(row: &impl Columns) -> Result<CompactionEvent> {
+pub(in crate::store) fn event(row: &impl Columns) -> Result<CompactionEvent> {
     let kind = req_text(row, "kind")?;
     Ok(CompactionEvent {
         compaction_id: CompactionId::from_bytes(req_uuid(row, "compaction_id")?),
@@ -182,10 +182,10 @@ pub(super) fn event(row: &impl Columns) -> Result<CompactionEvent> {
 }
 
 /// Columns: session_id, tenant, deleted_by, deleted_at_ms, nodes, branches, summaries.
-pub(super) const TOMBSTONE_COLUMNS: &str =
+pub(in crate::store) const TOMBSTONE_COLUMNS: &str =
     "t.session_id, t.tenant, t.deleted_by, t.deleted_at_ms, t.nodes, t.branches, t.summaries";
 
-pub(super) fn tombstone(row: &impl Columns) -> Result<Tombstone> {
+pub(in crate::store) fn tombstone(row: &impl Columns) -> Result<Tombstone> {
     Ok(Tombstone {
         session: SessionId::from_bytes(req_uuid(row, "session_id")?),
         tenant: Tenant::new(req_text(row, "tenant")?),
@@ -198,13 +198,13 @@ pub(super) fn tombstone(row: &impl Columns) -> Result<Tombstone> {
 }
 
 /// The columns of one gateway call, as [`gateway_call`] reads them.
-pub(super) const GATEWAY_CALL_COLUMNS: &str = "id, at_ms, api, model, client_tokens, \
+pub(in crate::store) const GATEWAY_CALL_COLUMNS: &str = "id, at_ms, api, model, client_tokens, \
      forwarded_tokens, input_tokens, cache_read_tokens, cache_write_tokens, output_tokens, \
      kept_tokens, change";
 
 /// One gateway call ([`GATEWAY_CALL_COLUMNS`]) with its id. A stored `change` this build cannot
 /// read is corrupt, as an unknown event reason is.
-pub(super) fn gateway_call(row: &impl Columns) -> Result<(GatewayCallId, GatewayCall)> {
+pub(in crate::store) fn gateway_call(row: &impl Columns) -> Result<(GatewayCallId, GatewayCall)> {
     // Counts are stored from u64 saturated at i64::MAX: a negative one was never written.
     let n = |column: &str| -> Result<u64> {
         let v = req_int(row, column)?;
@@ -222,12 +222,15 @@ pub(super) fn gateway_call(row: &impl Columns) -> Result<(GatewayCallId, Gateway
         model: req_text(row, "model")?,
         client_tokens: n("client_tokens")?,
         forwarded_tokens: n("forwarded_tokens")?,
-        usage: ProviderUsage {
-            input: n("input_tokens")?,
-            cache_read: n("cache_read_tokens")?,
-            cache_write: n("cache_write_tokens")?,
-            output: n("output_tokens")?,
-        },
+        usage: provider_usage(
+            &n,
+            [
+                "input_tokens",
+                "cache_read_tokens",
+                "cache_write_tokens",
+                "output_tokens",
+            ],
+        )?,
         kept_tokens: n("kept_tokens")?,
         change,
     };
@@ -236,7 +239,7 @@ pub(super) fn gateway_call(row: &impl Columns) -> Result<(GatewayCallId, Gateway
 
 /// A session's gateway calls added up (`calls`, `client`, `forwarded`, `input`, `cache_read`,
 /// `cache_write`, `output`; a sum over no rows is NULL, read as 0).
-pub(super) fn gateway_usage(row: &impl Columns) -> Result<GatewayUsage> {
+pub(in crate::store) fn gateway_usage(row: &impl Columns) -> Result<GatewayUsage> {
     let n = |column: &str| -> Result<u64> {
         Ok(row
             .int(column)?
@@ -247,11 +250,20 @@ pub(super) fn gateway_usage(row: &impl Columns) -> Result<GatewayUsage> {
         calls: n("calls")?,
         client_tokens: n("client")?,
         forwarded_tokens: n("forwarded")?,
-        usage: ProviderUsage {
-            input: n("input")?,
-            cache_read: n("cache_read")?,
-            cache_write: n("cache_write")?,
-            output: n("output")?,
-        },
+        usage: provider_usage(&n, ["input", "cache_read", "cache_write", "output"])?,
+    })
+}
+
+/// A provider's counts (input, cache read, cache write, output), each of `columns` as `n` reads
+/// it.
+fn provider_usage(
+    n: &dyn Fn(&str) -> Result<u64>,
+    [input, cache_read, cache_write, output]: [&str; 4],
+) -> Result<ProviderUsage> {
+    Ok(ProviderUsage {
+        input: n(input)?,
+        cache_read: n(cache_read)?,
+        cache_write: n(cache_write)?,
+        output: n(output)?,
     })
 }

@@ -1,12 +1,12 @@
 //! Compaction plans, summaries and their audit trail.
 
-use super::backend::{NewEvent, WriteTx};
-use super::clock::now_ms;
 use super::{Result, Scoped, ScopedPlan, Store};
 use crate::domain::{
     self, BranchName, Budget, CompactionEvent, CompactionId, EventKind, Hash, Ledger, NodeId,
     Reason, SessionId, Summary, SummaryId, SummaryKind, Tenant,
 };
+use crate::store::backend::{NewEvent, WriteTx};
+use crate::store::form::clock::now_ms;
 
 /// Where a compaction plan stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

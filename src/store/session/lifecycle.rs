@@ -1,10 +1,10 @@
 //! The end of a session's life: deleting it (with its tombstone), the sessions a retention
 //! policy finds idle, and the store's size and free space.
 
-use super::backend::{Deleted, Footprint};
-use super::clock::now_ms;
 use super::{Fault, Result, Store};
 use crate::domain::{self, CompactionId, SessionId, Tenant, Tombstone};
+use crate::store::backend::{Deleted, Footprint};
+use crate::store::form::clock::now_ms;
 
 /// What [`Store::delete_session`] did.
 #[derive(Debug, Clone)]

@@ -3,11 +3,11 @@
 
 use std::collections::BTreeMap;
 
-use super::backend::{Reads, SessionRow, WriteTx};
-use super::clock::now_ms;
-use super::idempotency::CreationKey;
 use super::{Result, Scoped, Store};
 use crate::domain::{self, Branch, BranchName, Session, SessionFilter, SessionId, Tenant};
+use crate::store::append::idempotency::CreationKey;
+use crate::store::backend::{Reads, SessionRow, WriteTx};
+use crate::store::form::clock::now_ms;
 
 impl Store {
     /// A new session of `tenant`, with branch `main` and no head; with a `key` already used

@@ -24,7 +24,7 @@ pub struct Changes {
 }
 
 impl Changes {
-    pub(super) fn new() -> Self {
+    pub(in crate::store) fn new() -> Self {
         Self {
             signal: broadcast::channel(BUFFERED).0,
             states: Arc::default(),
@@ -33,14 +33,14 @@ impl Changes {
 
     /// `session` has a committed change other than appends: the starts remembered for its
     /// branches are read again. Signalling costs nothing when nobody watches.
-    pub(super) fn touched(&self, session: SessionId) {
+    pub(in crate::store) fn touched(&self, session: SessionId) {
         self.states.forget(session);
         self.signal(session);
     }
 
     /// Appends to `session` committed, moving each of `moved` (a branch, its head before
     /// and after); `pinned`: they pinned nodes too.
-    pub(super) fn appended(
+    pub(in crate::store) fn appended(
         &self,
         session: SessionId,
         moved: &[(&BranchName, Option<NodeId>, Option<NodeId>)],

@@ -8,10 +8,11 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use super::backend::Reads;
 use super::reads::hydrate;
-use super::{Result, Scoped, Store, pins};
+use super::{Result, Scoped, Store};
 use crate::domain::{Node, NodeContent, NodeId, SessionId, Snapshot, Summary};
+use crate::store::backend::Reads;
+use crate::store::session::pins;
 
 impl Store {
     pub async fn snapshot(&self, session: Scoped) -> Result<Snapshot> {

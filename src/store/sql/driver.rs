@@ -2,7 +2,8 @@
 //! by the engine that answered (`store::sqlite::fault`, `store::postgres::fault`), and only its
 //! message is kept, in the engine's own words.
 
-use super::{Error, Fault, postgres, sqlite};
+use super::{Error, Fault};
+use crate::store::{postgres, sqlite};
 
 impl From<sqlx::Error> for Error {
     fn from(error: sqlx::Error) -> Self {
@@ -50,7 +51,7 @@ fn sqlx_fault(error: &sqlx::Error) -> Fault {
 }
 
 /// The database's own words for a failure, without sqlx's wrapping.
-pub(super) fn message(error: &sqlx::Error) -> String {
+pub(in crate::store) fn message(error: &sqlx::Error) -> String {
     match error {
         sqlx::Error::Database(db) => db.message().to_owned(),
         other => other.to_string(),

@@ -7,16 +7,17 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::append::AppendTarget;
-use super::backend::WriteTx;
-use super::clock::now_ms;
-use super::idempotency::CreationKey;
 use super::sessions::{keyed_session, start_session};
-use super::{Error, Result, Scoped, Store, batch, compaction};
+use super::{Error, Result, Scoped, Store, compaction};
 use crate::domain::{
     self, BranchName, CompactionId, NodeContent, NodeId, Session, SessionId, Summary, SummaryId,
     Tenant,
 };
+use crate::store::append::batch;
+use crate::store::append::idempotency::CreationKey;
+use crate::store::append::request::AppendTarget;
+use crate::store::backend::WriteTx;
+use crate::store::form::clock::now_ms;
 
 impl Store {
     /// Creates a session holding an imported plan, in one transaction: a plan the rules refuse

@@ -5,19 +5,19 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::append::{AppendOutcome, AppendRequest, AppendTarget};
-use super::backend::AppendTx;
-use super::body::Body;
-use super::commit::{KnownBlobs, TargetCache, TargetKey, TargetState};
-use super::writes::{BatchRows, IdempotencyRow, NodeInsert};
+use super::memory::{KnownBlobs, TargetCache, TargetKey, TargetState};
+use super::planned::{BatchRows, IdempotencyRow, NodeInsert};
+use super::request::{AppendOutcome, AppendRequest, AppendTarget};
 use super::{Error, Result};
 use crate::domain::{
     self, Admit, ChainTail, ClosedChain, Hash, NodeContent, NodeId, SessionId, node_hash,
 };
+use crate::store::backend::AppendTx;
+use crate::store::form::body::Body;
 
 /// A target as this batch found or left it.
 #[derive(Clone)]
-pub(super) struct FoundTarget {
+pub(in crate::store) struct FoundTarget {
     pub(super) state: TargetState,
     /// A function target closed when it was read.
     pub(super) closed: bool,
@@ -27,18 +27,18 @@ pub(super) struct FoundTarget {
 
 /// One batch being checked: the targets as it found and left them, and the rows it will
 /// write. Also what an import writes its runs with.
-pub(super) struct Batch<'c> {
+pub(in crate::store) struct Batch<'c> {
     targets: &'c TargetCache,
     blobs: &'c KnownBlobs,
     now: i64,
-    pub(super) seen: HashMap<TargetKey, FoundTarget>,
+    pub(in crate::store) seen: HashMap<TargetKey, FoundTarget>,
     /// Idempotency records this batch writes.
     keys: HashMap<(SessionId, String), (Hash, AppendOutcome)>,
     /// Functions this batch closes.
     pub(super) closed: HashSet<(SessionId, NodeId)>,
     pub(super) pending: BatchRows,
     /// Takes a remembered target's state without reading its head: the write then checks
-    /// the head it replaces ([`super::backend::CommitterConnection::write_at_once`]).
+    /// the head it replaces ([`crate::store::backend::CommitterConnection::write_at_once`]).
     trusted: bool,
 }
 
@@ -68,7 +68,7 @@ impl<'c> Batch<'c> {
     }
 
     /// A batch that remembers nothing and reads everything.
-    pub(super) fn standalone(now: i64) -> Batch<'static> {
+    pub(in crate::store) fn standalone(now: i64) -> Batch<'static> {
         Batch::new(&NO_TARGETS, &NO_BLOBS, now)
     }
 
@@ -369,7 +369,7 @@ impl<'c> Batch<'c> {
 
     /// Checks and writes `nodes` after `target`'s head inside the caller's transaction (an
     /// import's run of nodes); returns each node's id and hash.
-    pub(super) async fn write(
+    pub(in crate::store) async fn write(
         &mut self,
         tx: &mut (impl AppendTx + ?Sized),
         session: SessionId,

@@ -1,6 +1,6 @@
 //! The group committer: appends queue for one task, where every one waiting is checked
-//! (`batch`) and written in one transaction of the backend's committer connection, and
-//! acknowledged after its COMMIT: a batch shares one durable commit (one fsync on SQLite).
+//! (`batch`) and written in one transaction of the backend's committer connection (`write`),
+//! and acknowledged after its COMMIT: a batch shares one durable commit (one fsync on SQLite).
 //!
 //! The backend chooses where the loop runs (SQLite: a thread of its own over a synchronous
 //! connection, so a batch makes no thread hop per statement), and whether a batch is split:
@@ -15,23 +15,22 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use futures_util::future::join_all;
 use tokio::sync::{Mutex, mpsc, oneshot};
 
-use super::append::{AppendOutcome, AppendRequest, AppendTarget};
-use super::backend::{AppendTx, CommitterConnection, Lookups};
-use super::batch::{Batch, FoundTarget};
-use super::changes::Changes;
-use super::clock::now_ms;
 use super::idempotency::append_fingerprint;
-use super::rows::NodeRow;
-use super::writes::{BatchRows, NodeInsert, NodeWrite};
+use super::memory::{KnownBlobs, TargetCache};
+use super::planned::NodeInsert;
+use super::request::{AppendOutcome, AppendRequest, AppendTarget};
+use super::write::{CommittedBatch, write_batch};
 use super::{Error, Fault, Result};
-use crate::domain::{BranchName, ChainTail, Hash, NodeId, SessionId};
+use crate::domain::{Hash, NodeId, SessionId};
+use crate::store::backend::CommitterConnection;
+use crate::store::read::changes::Changes;
 
 /// Appends waiting for the group committer: one, or a stream's run of them written in order
 /// until the first that is refused.
 pub(super) struct Job {
-    requests: Vec<AppendRequest>,
+    pub(super) requests: Vec<AppendRequest>,
     /// With an idempotency key: what a retry must repeat ([`append_fingerprint`]).
-    fingerprints: Vec<Option<Hash>>,
+    pub(super) fingerprints: Vec<Option<Hash>>,
     reply: oneshot::Sender<Answer>,
 }
 
@@ -79,43 +78,14 @@ pub(super) enum Message {
 /// Appends one transaction may carry.
 pub(super) const MAX_BATCH: usize = 256;
 
-pub(super) type TargetKey = (SessionId, AppendTarget);
-
-/// What the committer remembers of an append target: its head, the hashes new nodes chain
-/// from, and its pairing state. All of it follows from the head, so it is used only while the
-/// stored head is still `head`.
-#[derive(Clone)]
-pub(super) struct TargetState {
-    pub(super) head: Option<NodeId>,
-    pub(super) head_hash: Option<Hash>,
-    pub(super) scope_hash: Option<Hash>,
-    pub(super) tail: ChainTail,
-}
-
-#[derive(Default)]
-pub(super) struct TargetCache(pub(super) HashMap<TargetKey, TargetState>);
-
-/// Targets remembered at most; past that the cache starts over.
-const CACHE_TARGETS: usize = 100_000;
-
-/// Blobs known to be stored, by session and hash. A blob goes only when the last session
-/// referring to it is deleted, and a deleted session takes no more appends, so a pair once
-/// stored stays true; a blob not known here is written with `ON CONFLICT DO NOTHING` all the
-/// same.
-#[derive(Default)]
-pub(super) struct KnownBlobs(pub(super) HashSet<(SessionId, Hash)>);
-
-/// Blobs remembered at most (48 bytes each); past that the set starts over.
-const KNOWN_BLOBS: usize = 200_000;
-
 /// What the committer counts, for tests and operators (also exported as metrics).
 #[derive(Debug, Default)]
 pub struct CommitStats {
     batches: AtomicU64,
     inline: AtomicU64,
-    at_once: AtomicU64,
-    transactions: AtomicU64,
-    conflict_retries: AtomicU64,
+    pub(super) at_once: AtomicU64,
+    pub(super) transactions: AtomicU64,
+    pub(super) conflict_retries: AtomicU64,
 }
 
 /// [`CommitStats`] read at one moment.
@@ -166,7 +136,7 @@ pub(super) struct Core {
 /// Where appends go: the committer's inbox, and, where the backend allows it, the committer's
 /// core itself for an append that finds nothing queued.
 #[derive(Clone)]
-pub(super) struct CommitQueue {
+pub(in crate::store) struct CommitQueue {
     inbox: mpsc::Sender<Message>,
     /// Set where a batch never suspends once it has begun (SQLite's synchronous connection):
     /// a caller that goes away cannot leave a transaction half-done, so an idle committer's
@@ -192,7 +162,7 @@ impl CommitQueue {
     /// The queue over `lanes` (the connections shards' transactions run on at once) and the
     /// committer's loop, for the backend to run where it likes; `inline` as on
     /// [`CommitQueue::inline`].
-    pub(super) fn start(
+    pub(in crate::store) fn start(
         lanes: Vec<Box<dyn CommitterConnection>>,
         changes: Changes,
         stats: Arc<CommitStats>,
@@ -253,7 +223,7 @@ impl CommitQueue {
     /// Whether another connection or process has committed since this was last asked, as
     /// the committer's connection tells without a read (`None`: it cannot tell, or is busy
     /// with a batch, so assume it has).
-    pub(super) fn others_committed(&self) -> Option<bool> {
+    pub(in crate::store) fn others_committed(&self) -> Option<bool> {
         let mut core = self.core.try_lock().ok()?;
         if core.closed {
             return None;
@@ -262,7 +232,7 @@ impl CommitQueue {
     }
 
     /// Stops the committer after the batch in hand and closes its connections.
-    pub(super) async fn close(&self) {
+    pub(in crate::store) async fn close(&self) {
         let (reply, closed) = oneshot::channel();
         if self.inbox.send(Message::Close(reply)).await.is_ok() {
             let _ = closed.await;
@@ -466,252 +436,5 @@ fn answer(
                 });
             }
         }
-    }
-}
-
-/// Checks and writes one batch, committed as a whole; each append's answer is its outcome or
-/// the rule it broke (a refused append writes nothing, so the others stay whole). An error
-/// means nothing of the batch was written.
-async fn write_batch(
-    conn: &mut dyn CommitterConnection,
-    jobs: &mut [Job],
-    targets: &TargetCache,
-    blobs: &KnownBlobs,
-    stats: &CommitStats,
-) -> Result<CommittedBatch> {
-    if conn.writes_at_once()
-        && let Some(done) = write_at_once(conn, jobs, targets, blobs).await?
-    {
-        stats.transactions.fetch_add(1, Ordering::Relaxed);
-        stats.at_once.fetch_add(1, Ordering::Relaxed);
-        return Ok(done);
-    }
-    let mut attempt = 1;
-    loop {
-        conn.begin().await?;
-        let written = check_and_write(conn, jobs, targets, blobs).await;
-        if written.is_err() {
-            conn.rollback().await;
-        }
-        match written {
-            // The engine broke a lock cycle with another writer, or another writer took an
-            // idempotency key first: nothing was written, so the batch is checked and written
-            // again from what is stored now. (Targets are locked in one order, so a cycle
-            // needs a function a result closes, which is locked when it is found.)
-            Err(e) if e.fault() == Some(Fault::Conflict) && attempt < BATCH_ATTEMPTS => {
-                tracing::warn!(error = %e, attempt, "group commit conflicted; retrying");
-                stats.conflict_retries.fetch_add(1, Ordering::Relaxed);
-                metrics::counter!("ctxd_commit_retries_total").increment(1);
-                attempt += 1;
-            }
-            Ok(done) => {
-                stats.transactions.fetch_add(1, Ordering::Relaxed);
-                return Ok(done);
-            }
-            other => return other,
-        }
-    }
-}
-
-/// The batch written by one statement, when it needs no read: its one target is remembered,
-/// it carries no idempotency key (whose record would be read), and it writes only nodes,
-/// blobs and the head. The statement moves the head only if it is still the remembered one
-/// (otherwise it writes nothing and `None` sends the batch the usual way, reading what is
-/// stored). Where the engine pays a round trip per statement (PostgreSQL), this is one in
-/// place of five (BEGIN, the head's locking read, the nodes, the head, COMMIT).
-async fn write_at_once(
-    conn: &mut dyn CommitterConnection,
-    jobs: &mut [Job],
-    targets: &TargetCache,
-    blobs: &KnownBlobs,
-) -> Result<Option<CommittedBatch>> {
-    // What can be told before planning: one remembered branch, no key to look up, no pin.
-    let mut requests = jobs.iter().flat_map(|job| &job.requests);
-    let Some(first) = requests.next() else {
-        return Ok(None);
-    };
-    let (session, target) = (first.session.id(), first.target.clone());
-    let AppendTarget::Branch(branch) = &target else {
-        return Ok(None);
-    };
-    let plain = |r: &AppendRequest| r.idempotency_key.is_none() && r.pinned.is_empty();
-    if !plain(first)
-        || !requests.all(|r| plain(r) && r.session.id() == session && r.target == target)
-    {
-        return Ok(None);
-    }
-    // The head the plan is judged against, which the write checks: a refusal is confirmed
-    // only by a write that checks it (a batch that writes nothing goes the usual way).
-    let Some(expected) = targets
-        .0
-        .get(&(session, target.clone()))
-        .map(|state| state.head)
-    else {
-        return Ok(None);
-    };
-    let mut batch = Batch::new(targets, blobs, now_ms()).trusting();
-    // An error: it needed a read.
-    let Ok(outcomes) = check_jobs(&mut batch, &mut NoReads, jobs).await else {
-        return Ok(None);
-    };
-    if batch.pending.nodes.is_empty() {
-        return Ok(None);
-    }
-    // Rows other than nodes, blobs and this head (a function a result closes) the backend
-    // declines: `None`.
-    match conn
-        .write_at_once(&batch.pending, session, branch, expected)
-        .await
-    {
-        Ok(Some(true)) => Ok(Some(CommittedBatch {
-            outcomes,
-            nodes: batch.pending.nodes,
-            seen: batch.seen,
-            closed: batch.closed,
-            blobs: batch.pending.blob_hashes,
-        })),
-        Ok(Some(false) | None) => Ok(None),
-        // A concurrent write took its rows (a deletion of the session, say): nothing was
-        // written, and the usual way reads what it left and answers accordingly.
-        Err(e) if e.fault() == Some(Fault::Conflict) => Ok(None),
-        Err(e) => Err(e),
-    }
-}
-
-/// What a batch planned without the database reads through: every read fails, so a plan
-/// that needs one is made again the usual way.
-struct NoReads;
-
-#[async_trait::async_trait]
-impl Lookups for NoReads {
-    async fn session_exists(&mut self, _: SessionId) -> Result<bool> {
-        Err(NoReads::refused())
-    }
-
-    async fn find_branch_head(
-        &mut self,
-        _: SessionId,
-        _: &BranchName,
-    ) -> Result<Option<Option<NodeId>>> {
-        Err(NoReads::refused())
-    }
-
-    async fn find_function(
-        &mut self,
-        _: SessionId,
-        _: NodeId,
-    ) -> Result<Option<(Option<NodeId>, bool)>> {
-        Err(NoReads::refused())
-    }
-
-    async fn find_node(&mut self, _: SessionId, _: NodeId) -> Result<Option<NodeRow>> {
-        Err(NoReads::refused())
-    }
-
-    async fn idempotency_record(
-        &mut self,
-        _: SessionId,
-        _: &str,
-    ) -> Result<Option<(Hash, AppendOutcome)>> {
-        Err(NoReads::refused())
-    }
-}
-
-#[async_trait::async_trait]
-impl AppendTx for NoReads {
-    async fn write_rows(&mut self, _: &BatchRows) -> Result<()> {
-        Err(NoReads::refused())
-    }
-}
-
-impl NoReads {
-    /// Never reaches a caller: [`write_at_once`] takes any error as "plan the usual way".
-    fn refused() -> Error {
-        Error::Corrupt("a read while planning a batch without reads".into())
-    }
-}
-
-/// Tries of a batch that conflicted with another writer.
-const BATCH_ATTEMPTS: u32 = 4;
-
-async fn check_and_write(
-    conn: &mut dyn CommitterConnection,
-    jobs: &mut [Job],
-    targets: &TargetCache,
-    blobs: &KnownBlobs,
-) -> Result<CommittedBatch> {
-    let mut batch = Batch::new(targets, blobs, now_ms());
-    batch
-        .lock_targets(conn, jobs.iter().flat_map(|job| &job.requests))
-        .await?;
-    let outcomes = check_jobs(&mut batch, conn, jobs).await?;
-    conn.write_rows(&batch.pending).await?;
-    conn.commit().await?;
-    Ok(CommittedBatch {
-        outcomes,
-        nodes: batch.pending.nodes,
-        seen: batch.seen,
-        closed: batch.closed,
-        blobs: batch.pending.blob_hashes,
-    })
-}
-
-/// Checks and plans every job's requests in order, each job up to its first refused request;
-/// an error (not a refusal) means the batch cannot be planned.
-async fn check_jobs(
-    batch: &mut Batch<'_>,
-    tx: &mut (impl AppendTx + ?Sized),
-    jobs: &mut [Job],
-) -> Result<Vec<Vec<Result<AppendOutcome>>>> {
-    let mut outcomes = Vec::with_capacity(jobs.len());
-    for job in jobs.iter_mut() {
-        let mut answers = Vec::with_capacity(job.requests.len());
-        for (request, fingerprint) in job.requests.iter_mut().zip(&job.fingerprints) {
-            match batch.append(tx, request, *fingerprint).await {
-                Ok(outcome) => answers.push(Ok(outcome)),
-                Err(Error::Domain(e)) => {
-                    // Those after it were sent on the understanding that it went in.
-                    answers.push(Err(e.into()));
-                    break;
-                }
-                Err(e) => return Err(e),
-            }
-        }
-        outcomes.push(answers);
-    }
-    Ok(outcomes)
-}
-
-/// A batch written and committed.
-struct CommittedBatch {
-    outcomes: Vec<Vec<Result<AppendOutcome>>>,
-    nodes: Vec<NodeWrite>,
-    seen: HashMap<TargetKey, FoundTarget>,
-    closed: HashSet<(SessionId, NodeId)>,
-    blobs: HashSet<(SessionId, Hash)>,
-}
-
-impl CommittedBatch {
-    /// What the committed batch found and left is true until something else moves a head.
-    fn remember(&self, targets: &mut TargetCache, blobs: &mut KnownBlobs) {
-        if targets.0.len() + self.seen.len() > CACHE_TARGETS {
-            targets.0.clear();
-        }
-        for (key, seen) in &self.seen {
-            let closed = match key.1 {
-                AppendTarget::Function(f) => seen.closed || self.closed.contains(&(key.0, f)),
-                AppendTarget::Branch(_) => false,
-            };
-            if closed {
-                // Nothing more goes into a closed function.
-                targets.0.remove(key);
-            } else {
-                targets.0.insert(key.clone(), seen.state.clone());
-            }
-        }
-        if blobs.0.len() + self.blobs.len() > KNOWN_BLOBS {
-            blobs.0.clear();
-        }
-        blobs.0.extend(self.blobs.iter().copied());
     }
 }

@@ -6,13 +6,13 @@ use super::{Error, Result};
 /// Blobs shorter than this stay raw: compression would not pay for its frame.
 const COMPRESS_MIN_BYTES: usize = 128;
 const CODEC_RAW: i64 = 0;
-pub(super) const CODEC_ZSTD: i64 = 1;
+pub(in crate::store) const CODEC_ZSTD: i64 = 1;
 /// zstd's default level: measured on agent transcripts it keeps most of the gain of higher
 /// levels at a fraction of their time.
 const ZSTD_LEVEL: i32 = 3;
 
 /// The stored form of a blob: zstd when that saves at least an eighth, raw otherwise.
-pub(super) fn compress(data: &[u8]) -> (i64, std::borrow::Cow<'_, [u8]>) {
+pub(in crate::store) fn compress(data: &[u8]) -> (i64, std::borrow::Cow<'_, [u8]>) {
     thread_local! {
         // A zstd context costs more to set up than a small blob costs to compress.
         static COMPRESSOR: std::cell::RefCell<Option<zstd::bulk::Compressor<'static>>> =
@@ -31,7 +31,7 @@ pub(super) fn compress(data: &[u8]) -> (i64, std::borrow::Cow<'_, [u8]>) {
 }
 
 /// A stored blob's bytes, decoded when compressed (`size` is the raw size).
-pub(super) fn unpack(codec: i64, data: Vec<u8>, size: usize) -> Result<Vec<u8>> {
+pub(in crate::store) fn unpack(codec: i64, data: Vec<u8>, size: usize) -> Result<Vec<u8>> {
     match codec {
         CODEC_RAW => Ok(data),
         CODEC_ZSTD => decompress(&data, size)

@@ -5,15 +5,16 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use super::backend::{BranchStart, Reads};
-use super::body::Body;
-use super::codec::unpack;
-use super::rows::NodeRow;
 use super::states::RenderStart;
-use super::{Error, Result, Scoped, Store, pins};
+use super::{Error, Result, Scoped, Store};
 use crate::domain::{
     self, BranchName, Expose, Hash, Node, NodeContent, NodeId, PathView, SessionId,
 };
+use crate::store::backend::{BranchStart, Reads};
+use crate::store::form::body::Body;
+use crate::store::form::codec::unpack;
+use crate::store::form::rows::NodeRow;
+use crate::store::session::pins;
 
 /// Where a render or log starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -379,7 +380,7 @@ impl Store {
     }
 
     /// Keeps nodes just written, as a read would have found them.
-    pub(super) fn remember_nodes(&self, nodes: Vec<Node>) {
+    pub(in crate::store) fn remember_nodes(&self, nodes: Vec<Node>) {
         if nodes.is_empty() {
             return;
         }
@@ -407,14 +408,14 @@ const CACHED_NODE_BYTES: usize = 256 * 1024 * 1024;
 /// Decoded nodes and the paths through them. Both are immutable in the store, so nothing here
 /// is ever stale; it is only bounded, and emptied when a session is deleted.
 #[derive(Default)]
-pub(super) struct ReadCache {
+pub(in crate::store) struct ReadCache {
     nodes: HashMap<NodeId, Arc<Node>>,
     node_bytes: usize,
     paths: HashMap<NodeId, Arc<Vec<NodeId>>>,
 }
 
 impl ReadCache {
-    pub(super) fn clear(&mut self) {
+    pub(in crate::store) fn clear(&mut self) {
         *self = Self::default();
     }
 
