@@ -12,6 +12,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use serde_json::{Value, json};
 
+use super::answer::assistant_node;
 use super::canonical::{canonical, canonical_block};
 use super::conversation::{Conversation, Item, Refusal, estimate};
 use super::format::MESSAGE_FIELDS;
@@ -375,14 +376,7 @@ pub fn assistant(blocks: &[Value]) -> Result<Option<NodeContent>, Refusal> {
             parts.push(p);
         }
     }
-    if parts.is_empty() && tool_calls.is_empty() {
-        return Ok(None);
-    }
-    Ok(Some(NodeContent::Message {
-        role: Role::Assistant,
-        parts,
-        tool_calls,
-    }))
+    Ok(assistant_node(parts, tool_calls))
 }
 
 /// The API's error body.

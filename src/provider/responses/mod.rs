@@ -50,6 +50,7 @@ mod tests;
 
 use serde_json::{Map, Value, json};
 
+use super::answer::assistant_node;
 use super::canonical::{canonical, canonical_arguments, canonical_block};
 use super::conversation::{Conversation, Item, Refusal, estimate};
 use super::format::ITEM_FIELDS;
@@ -395,14 +396,7 @@ pub fn run(items: &[Value]) -> Result<Option<NodeContent>, Refusal> {
             }
         }
     }
-    if parts.is_empty() && tool_calls.is_empty() {
-        return Ok(None);
-    }
-    Ok(Some(NodeContent::Message {
-        role: Role::Assistant,
-        parts,
-        tool_calls,
-    }))
+    Ok(assistant_node(parts, tool_calls))
 }
 
 /// The API's error body.
