@@ -148,19 +148,10 @@ pub async fn locate(
                 )
                 .await?
             }
-            None if branches.iter().all(|b| b.head.is_none())
-                && branches.iter().any(|b| b.name == BranchName::main()) =>
-            {
-                Plan {
-                    branch: BranchName::main(),
-                    function: None,
-                    expected: None,
-                    rest: owned(&contents),
-                    behind: false,
-                    agent_summary: None,
-                }
-            }
-            None => return Ok(None),
+            None => match onto_empty_main(&branches, &contents) {
+                Some(plan) => plan,
+                None => return Ok(None),
+            },
         },
     };
     // A background sub-agent's function started by this request: recorded before forwarding,
@@ -332,6 +323,20 @@ fn checked(conv: &Conversation, max_part_bytes: usize) -> Result<Vec<&NodeConten
 }
 
 /// Copies of `contents`: what a request adds, to be stored.
+/// The whole request as the first nodes of `main`, when the session holds no node yet.
+fn onto_empty_main(branches: &[domain::Branch], contents: &[&NodeContent]) -> Option<Plan> {
+    let empty = branches.iter().all(|b| b.head.is_none())
+        && branches.iter().any(|b| b.name == BranchName::main());
+    empty.then(|| Plan {
+        branch: BranchName::main(),
+        function: None,
+        expected: None,
+        rest: owned(contents),
+        behind: false,
+        agent_summary: None,
+    })
+}
+
 fn owned(contents: &[&NodeContent]) -> Vec<NodeContent> {
     contents.iter().map(|c| (*c).clone()).collect()
 }
@@ -394,17 +399,8 @@ async fn record_in(
                 extend(store, session, &branches, node, &contents, &hashes, k + 1).await?
             }
             Err(None) => {
-                if branches.iter().all(|b| b.head.is_none())
-                    && branches.iter().any(|b| b.name == BranchName::main())
-                {
-                    Plan {
-                        branch: BranchName::main(),
-                        function: None,
-                        expected: None,
-                        rest: owned(&contents),
-                        behind: false,
-                        agent_summary: None,
-                    }
+                if let Some(plan) = onto_empty_main(&branches, &contents) {
+                    plan
                 } else if let Some(plan) = match continued_summary(conv) {
                     Some(text) => {
                         continuation(store, session, &branches, &contents, &hashes, text).await?
