@@ -10,20 +10,14 @@ use serde_json::{Value, json};
 
 use super::answer::{Relayed, assistant_node, index, openai_usage, part};
 use super::canonical::{canonical_arguments, canonical_block};
-use super::conversation::{Conversation, Item, Refusal, estimate};
+use super::conversation::{Conversation, Item, Refusal};
 use crate::domain::{
     BlockFormat, MediaSource, NodeContent, Part, ProviderBlock, ProviderUsage, Role, ToolCall,
 };
 
 /// Reads a chat-completions request body.
 pub fn read(body: &Value) -> Result<Conversation, Refusal> {
-    let Some(obj) = body.as_object() else {
-        return Err(Refusal::invalid("body", "must be a JSON object"));
-    };
-    let model = match obj.get("model") {
-        Some(Value::String(m)) => m.clone(),
-        _ => return Err(Refusal::invalid("model", "must be a string")),
-    };
+    let (obj, model) = Conversation::request(body)?;
     let Some(Value::Array(messages)) = obj.get("messages") else {
         return Err(Refusal::invalid("messages", "must be an array of messages"));
     };
@@ -31,20 +25,10 @@ pub fn read(body: &Value) -> Result<Conversation, Refusal> {
         // Several answers to one request: none of them is the conversation's next message.
         return Err(Refusal::Unrecordable("n over 1"));
     }
-    let mut conv = Conversation {
-        model,
-        stream: obj.get("stream").and_then(Value::as_bool).unwrap_or(false),
-        output_reserve: obj
-            .get("max_completion_tokens")
-            .or_else(|| obj.get("max_tokens"))
-            .and_then(Value::as_u64)
-            .map_or(4096, |n| u32::try_from(n).unwrap_or(u32::MAX)),
-        ..Conversation::default()
-    };
-    if let Some(Value::Array(tools)) = obj.get("tools") {
-        let chars = tools.iter().map(|t| t.to_string().len()).sum::<usize>();
-        conv.tools_tokens = u32::try_from(estimate(chars)).unwrap_or(u32::MAX);
-    }
+    let max_tokens = obj
+        .get("max_completion_tokens")
+        .or_else(|| obj.get("max_tokens"));
+    let mut conv = Conversation::begun(obj, model, max_tokens);
     for (i, message) in messages.iter().enumerate() {
         read_message(&mut conv, i, message)?;
     }
