@@ -367,36 +367,44 @@ mod tests {
 
     #[test]
     fn bad_lines_name_their_number_and_never_the_key() {
-        let (line, problem) = line_error("acme k1\n\nsecret-only-key\n");
-        assert_eq!(line, 3);
-        assert!(problem.contains("expected `tenant key`"), "{problem}");
-        assert!(!problem.contains("secret-only-key"), "{problem}");
-
-        let (line, problem) = line_error("# c\nacme k1 extra-secret\n");
-        assert_eq!(line, 2);
-        assert!(
-            problem.contains("only `admin` and `retain=DAYS`"),
-            "{problem}"
-        );
-        assert!(!problem.contains("extra-secret"), "{problem}");
-
-        let (line, problem) = line_error("acme k1 admin more-secret\n");
-        assert_eq!(line, 1);
-        assert!(
-            problem.contains("only `admin` and `retain=DAYS`"),
-            "{problem}"
-        );
-        assert!(!problem.contains("more-secret"), "{problem}");
-
-        let (line, problem) = line_error("acme k1 admin retain=3 most-secret\n");
-        assert_eq!(line, 1);
-        assert!(problem.contains("found 5 fields"), "{problem}");
-        assert!(!problem.contains("most-secret"), "{problem}");
-
-        let (line, problem) = line_error("acme dup-secret\nglobex k2\nglobex dup-secret\n");
-        assert_eq!(line, 3);
-        assert!(problem.contains("line 1"), "{problem}");
-        assert!(!problem.contains("dup-secret"), "{problem}");
+        // Each file: the line at fault, what the problem says, and the key it must not show.
+        for (keys, at, says, secret) in [
+            (
+                "acme k1\n\nsecret-only-key\n",
+                3,
+                "expected `tenant key`",
+                "secret-only-key",
+            ),
+            (
+                "# c\nacme k1 extra-secret\n",
+                2,
+                "only `admin` and `retain=DAYS`",
+                "extra-secret",
+            ),
+            (
+                "acme k1 admin more-secret\n",
+                1,
+                "only `admin` and `retain=DAYS`",
+                "more-secret",
+            ),
+            (
+                "acme k1 admin retain=3 most-secret\n",
+                1,
+                "found 5 fields",
+                "most-secret",
+            ),
+            (
+                "acme dup-secret\nglobex k2\nglobex dup-secret\n",
+                3,
+                "line 1",
+                "dup-secret",
+            ),
+        ] {
+            let (line, problem) = line_error(keys);
+            assert_eq!(line, at, "{keys:?}");
+            assert!(problem.contains(says), "{problem}");
+            assert!(!problem.contains(secret), "{problem}");
+        }
 
         let (line, problem) = line_error("acme k\u{e9}y\n");
         assert_eq!(line, 1);

@@ -16,6 +16,7 @@
 //! - [`inspector`]: the web inspector, a read-only JSON API and its pages.
 //! - [`summarizer`]: the server's own summarizer over an OpenAI-compatible endpoint.
 //! - [`metrics`]: Prometheus metrics and their endpoint.
+//! - [`hook`]: the tower layer the server's per-call hooks (metering, framing) share.
 //! - [`limits`]: admission: request size, concurrency limit and load shedding, draining.
 //! - [`server`]: the assembly: builds the workflows once and serves every door on its listener.
 //! - [`tls`]: TLS certificates and keys for the server and the command-line client.
@@ -29,6 +30,7 @@ pub mod domain;
 pub mod economy;
 pub mod export;
 pub mod gateway;
+pub mod hook;
 pub mod import;
 pub mod inspector;
 pub mod limits;

@@ -1,11 +1,9 @@
-//! Prometheus metrics: RPC counts and latencies (a tower layer on the server), the recorder, and
+//! Prometheus metrics: RPC counts and latencies (a hook on every server call), the recorder, and
 //! a `/metrics` endpoint on its own listener.
 //!
 //! Without an installed recorder (tests, embedders) every metric call is a no-op.
 
 use std::future::Future;
-use std::pin::Pin;
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
@@ -127,59 +125,35 @@ pub async fn serve(
     }
 }
 
-/// A tower layer counting and timing every RPC by method and status.
+/// The hook (under `crate::hook::Layer`) counting and timing every RPC by method and status.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct MeterLayer;
+pub struct Meter;
 
-impl<S> tower::Layer<S> for MeterLayer {
-    type Service = Meter<S>;
+impl crate::hook::Hook for Meter {
+    /// The method and when the call started.
+    type Seen = (String, Instant);
 
-    fn layer(&self, inner: S) -> Self::Service {
-        Meter { inner }
-    }
-}
-
-#[derive(Debug, Clone)]
-pub struct Meter<S> {
-    inner: S,
-}
-
-impl<S, B, R> tower::Service<http::Request<B>> for Meter<S>
-where
-    S: tower::Service<http::Request<B>, Response = http::Response<R>>,
-    S::Future: Send + 'static,
-{
-    type Response = S::Response;
-    type Error = S::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+    fn request<B>(&self, request: &http::Request<B>) -> Self::Seen {
         let method = request.uri().path().trim_start_matches('/').to_owned();
-        let start = Instant::now();
-        let response = self.inner.call(request);
-        Box::pin(async move {
-            let response = response.await;
-            // Errors come trailers-only, with the status in the head; a success sends it in the
-            // trailers, after the head.
-            let code = match &response {
-                Ok(r) => r
-                    .headers()
-                    .get("grpc-status")
-                    .and_then(|v| v.to_str().ok())
-                    .and_then(|v| v.parse::<i32>().ok())
-                    .map_or("OK", |c| tonic::Code::from_i32(c).description_name()),
-                Err(_) => "transport_error",
-            };
-            metrics::counter!("ctxd_rpc_requests_total", "method" => method.clone(), "code" => code)
-                .increment(1);
-            metrics::histogram!("ctxd_rpc_duration_seconds", "method" => method)
-                .record(start.elapsed().as_secs_f64());
-            response
-        })
+        (method, Instant::now())
+    }
+
+    fn response<R, E>((method, start): Self::Seen, response: &mut Result<http::Response<R>, E>) {
+        // Errors come trailers-only, with the status in the head; a success sends it in the
+        // trailers, after the head.
+        let code = match response {
+            Ok(r) => r
+                .headers()
+                .get("grpc-status")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse::<i32>().ok())
+                .map_or("OK", |c| tonic::Code::from_i32(c).description_name()),
+            Err(_) => "transport_error",
+        };
+        metrics::counter!("ctxd_rpc_requests_total", "method" => method.clone(), "code" => code)
+            .increment(1);
+        metrics::histogram!("ctxd_rpc_duration_seconds", "method" => method)
+            .record(start.elapsed().as_secs_f64());
     }
 }
 

@@ -14,11 +14,12 @@ use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 
 use crate::api::auth::AuthLayer;
-use crate::api::{ContextStoreService, FramingLayer, Watchers};
+use crate::api::{ContextStoreService, Framing, Watchers};
 use crate::auth::ApiKeys;
+use crate::hook;
 use crate::inspector::Reply;
 use crate::limits::{Admission, Limits};
-use crate::metrics::MeterLayer;
+use crate::metrics::Meter;
 use crate::proto::pb;
 use crate::proto::pb::context_store_server::ContextStore;
 use crate::store::Store;
@@ -212,10 +213,10 @@ pub async fn serve_with(
         // concurrency limit instead, which still caps the memory held for them.
         .http2_max_pending_accept_reset_streams(Some(limits.max_concurrent_requests.max(20)))
         // Metering outside authentication, so refused requests are counted too.
-        .layer(MeterLayer)
+        .layer(hook::Layer(Meter))
         .layer(AuthLayer::shared(api_keys))
         // Inside the meter, so it counts the code the caller gets.
-        .layer(FramingLayer)
+        .layer(hook::Layer(Framing))
         .add_service(health_service)
         .add_service(admission.wrap(reflection_v1))
         .add_service(admission.wrap(reflection_v1alpha))
@@ -290,53 +291,44 @@ impl Drop for AbortOnDrop {
 }
 
 /// The inspector reads through the gRPC service in process: its parsing, scoping and limits.
-#[async_trait::async_trait]
-impl crate::inspector::Source for ContextStoreService {
-    async fn list_sessions(
-        &self,
-        r: tonic::Request<pb::ListSessionsRequest>,
-    ) -> Reply<pb::ListSessionsResponse> {
-        ContextStore::list_sessions(self, r).await
-    }
-    async fn get_session(&self, r: tonic::Request<pb::GetSessionRequest>) -> Reply<pb::Session> {
-        ContextStore::get_session(self, r).await
-    }
-    async fn log(&self, r: tonic::Request<pb::LogRequest>) -> Reply<pb::LogResponse> {
-        ContextStore::log(self, r).await
-    }
-    async fn get_nodes(
-        &self,
-        r: tonic::Request<pb::GetNodesRequest>,
-    ) -> Reply<pb::GetNodesResponse> {
-        ContextStore::get_nodes(self, r).await
-    }
-    async fn render(&self, r: tonic::Request<pb::RenderRequest>) -> Reply<pb::RenderResponse> {
-        ContextStore::render(self, r).await
-    }
-    async fn list_summaries(
-        &self,
-        r: tonic::Request<pb::ListSummariesRequest>,
-    ) -> Reply<pb::ListSummariesResponse> {
-        ContextStore::list_summaries(self, r).await
-    }
-    async fn list_gateway_calls(
-        &self,
-        r: tonic::Request<pb::ListGatewayCallsRequest>,
-    ) -> Reply<pb::ListGatewayCallsResponse> {
-        ContextStore::list_gateway_calls(self, r).await
-    }
-    async fn watch(
-        &self,
-        r: tonic::Request<pb::WatchRequest>,
-    ) -> Result<crate::inspector::Events, tonic::Status> {
-        let stream = ContextStore::watch(self, r).await?.into_inner();
-        Ok(Box::pin(stream))
-    }
-    async fn savings(
-        &self,
-        r: tonic::Request<pb::RenderRequest>,
-        calls: usize,
-    ) -> Result<SavingsReport, tonic::Status> {
-        ContextStoreService::savings(self, r, calls).await
+/// Each read is the RPC of the same name; Watch's stream is boxed, and the savings replay is the
+/// service's own (both written out in the braces).
+macro_rules! inspector_source {
+    ($($rpc:ident($request:ty) -> $response:ty;)* {$($rest:tt)*}) => {
+        #[async_trait::async_trait]
+        impl crate::inspector::Source for ContextStoreService {
+            $(
+                async fn $rpc(&self, r: tonic::Request<$request>) -> Reply<$response> {
+                    ContextStore::$rpc(self, r).await
+                }
+            )*
+            $($rest)*
+        }
+    };
+}
+
+inspector_source! {
+    list_sessions(pb::ListSessionsRequest) -> pb::ListSessionsResponse;
+    get_session(pb::GetSessionRequest) -> pb::Session;
+    log(pb::LogRequest) -> pb::LogResponse;
+    get_nodes(pb::GetNodesRequest) -> pb::GetNodesResponse;
+    render(pb::RenderRequest) -> pb::RenderResponse;
+    list_summaries(pb::ListSummariesRequest) -> pb::ListSummariesResponse;
+    list_gateway_calls(pb::ListGatewayCallsRequest) -> pb::ListGatewayCallsResponse;
+    {
+        async fn watch(
+            &self,
+            r: tonic::Request<pb::WatchRequest>,
+        ) -> Result<crate::inspector::Events, tonic::Status> {
+            let stream = ContextStore::watch(self, r).await?.into_inner();
+            Ok(Box::pin(stream))
+        }
+        async fn savings(
+            &self,
+            r: tonic::Request<pb::RenderRequest>,
+            calls: usize,
+        ) -> Result<SavingsReport, tonic::Status> {
+            ContextStoreService::savings(self, r, calls).await
+        }
     }
 }

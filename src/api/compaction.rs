@@ -3,7 +3,7 @@
 
 use tonic::{Request, Status};
 
-use super::parse::{self, branch_or_main, compaction_id, provider_format, session_id};
+use super::parse::{self, branch_or_main, compaction_id, provider_format};
 use super::{compaction, convert, pb, status, workflow_status};
 use crate::domain::{CompactionId, Tenant};
 use crate::store::{Scoped, ScopedPlan};
@@ -95,10 +95,7 @@ impl ContextStoreService {
         &self,
         request: Request<pb::ListSummariesRequest>,
     ) -> Reply<pb::ListSummariesResponse> {
-        let tenant = tenant_of(&request);
-        let r = request.into_inner();
-        let session = session_id(&r.session_id)?;
-        let session = self.scope(&tenant, session).await?;
+        let (r, session) = self.open(request, |r| &r.session_id).await?;
         let branch = branch_or_main("branch", &r.branch)?;
         let listing = self
             .compactions

@@ -1,9 +1,5 @@
 //! Requests whose gRPC framing is broken answer INVALID_ARGUMENT, not tonic's INTERNAL.
 
-use std::future::Future;
-use std::pin::Pin;
-use std::task::{Context, Poll};
-
 use tonic::{Code, Status};
 
 /// How tonic words a request whose length-prefixed framing is broken, before any handler runs:
@@ -32,50 +28,27 @@ pub(super) fn broken_framing(status: &Status) -> Option<Status> {
     })
 }
 
-/// A tower layer that answers tonic's framing errors INVALID_ARGUMENT.
+/// The hook (under `crate::hook::Layer`) that answers tonic's framing errors INVALID_ARGUMENT.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct FramingLayer;
+pub struct Framing;
 
-impl<S> tower::Layer<S> for FramingLayer {
-    type Service = Framing<S>;
+impl crate::hook::Hook for Framing {
+    type Seen = ();
 
-    fn layer(&self, inner: S) -> Self::Service {
-        Framing { inner }
-    }
-}
+    fn request<B>(&self, _: &http::Request<B>) {}
 
-#[derive(Debug, Clone)]
-pub struct Framing<S> {
-    inner: S,
-}
-
-impl<S, B, R> tower::Service<http::Request<B>> for Framing<S>
-where
-    S: tower::Service<http::Request<B>, Response = http::Response<R>>,
-    S::Future: Send + 'static,
-{
-    type Response = S::Response;
-    type Error = S::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, request: http::Request<B>) -> Self::Future {
-        let response = self.inner.call(request);
-        Box::pin(async move {
-            let mut response = response.await?;
-            // A request that fails before its handler answers trailers-only: the status is in
-            // the head.
-            let headers = response.headers_mut();
-            if let Some(status) = Status::from_header_map(headers)
-                && let Some(status) = broken_framing(&status)
-                && status.add_header(headers).is_err()
-            {
-                tracing::warn!("could not rewrite a framing error");
-            }
-            Ok(response)
-        })
+    fn response<R, E>((): (), response: &mut Result<http::Response<R>, E>) {
+        let Ok(response) = response else {
+            return;
+        };
+        // A request that fails before its handler answers trailers-only: the status is in the
+        // head.
+        let headers = response.headers_mut();
+        if let Some(status) = Status::from_header_map(headers)
+            && let Some(status) = broken_framing(&status)
+            && status.add_header(headers).is_err()
+        {
+            tracing::warn!("could not rewrite a framing error");
+        }
     }
 }

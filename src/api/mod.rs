@@ -18,7 +18,7 @@ mod service;
 mod sessions;
 mod watch;
 
-pub use framing::FramingLayer;
+pub use framing::Framing;
 pub use service::ContextStoreService;
 pub use watch::Watchers;
 

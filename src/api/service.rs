@@ -46,6 +46,21 @@ impl ContextStoreService {
         self.store.scope(tenant, session).await.map_err(status)
     }
 
+    /// The request's message and the session its `session_id` field names, once the caller's
+    /// tenant may act on it: the opening of every RPC on one session that checks nothing
+    /// before the scope.
+    pub(super) async fn open<T>(
+        &self,
+        request: Request<T>,
+        session_id: impl FnOnce(&T) -> &str,
+    ) -> Result<(T, Scoped), Status> {
+        let tenant = tenant_of(&request);
+        let message = request.into_inner();
+        let session = super::parse::session_id(session_id(&message))?;
+        let session = self.scope(&tenant, session).await?;
+        Ok((message, session))
+    }
+
     /// The part and response size limits (`Limits::max_part_bytes`, `max_response_bytes`).
     pub fn with_limits(self, limits: Limits) -> Self {
         Self { limits, ..self }
@@ -82,211 +97,59 @@ pub(super) fn tenant_of<T>(request: &Request<T>) -> Tenant {
 
 pub(super) type Reply<T> = Result<Response<T>, Status>;
 
-#[tonic::async_trait]
-impl pb::context_store_server::ContextStore for ContextStoreService {
-    #[instrument(skip_all)]
-    async fn create_session(
-        &self,
-        request: Request<pb::CreateSessionRequest>,
-    ) -> Reply<pb::Session> {
-        self.new_session(request).await
-    }
+/// Each RPC answers with the service's method of the same request: the trait speaks the
+/// contract's names, the methods say what they do.
+macro_rules! rpcs {
+    ($($rpc:ident($request:ty) -> $response:ty = $method:ident $(, $arg:expr)?;)* {$($streams:tt)*}) => {
+        #[tonic::async_trait]
+        impl pb::context_store_server::ContextStore for ContextStoreService {
+            $(
+                #[instrument(skip_all)]
+                async fn $rpc(&self, request: Request<$request>) -> Reply<$response> {
+                    self.$method(request $(, $arg)?).await
+                }
+            )*
+            $($streams)*
+        }
+    };
+}
 
-    #[instrument(skip_all)]
-    async fn get_session(&self, request: Request<pb::GetSessionRequest>) -> Reply<pb::Session> {
-        self.session(request).await
-    }
-
-    #[instrument(skip_all)]
-    async fn list_sessions(
-        &self,
-        request: Request<pb::ListSessionsRequest>,
-    ) -> Reply<pb::ListSessionsResponse> {
-        self.sessions(request).await
-    }
-
-    #[instrument(skip_all)]
-    async fn list_gateway_calls(
-        &self,
-        request: Request<pb::ListGatewayCallsRequest>,
-    ) -> Reply<pb::ListGatewayCallsResponse> {
-        self.gateway_calls(request).await
-    }
-
-    #[instrument(skip_all)]
-    async fn append(&self, request: Request<pb::AppendRequest>) -> Reply<pb::AppendResponse> {
-        self.append_nodes(request).await
-    }
-
-    type AppendStreamStream = super::append_stream::AppendStream;
-
-    #[instrument(skip_all)]
-    async fn append_stream(
-        &self,
-        request: Request<tonic::Streaming<pb::AppendRequest>>,
-    ) -> Reply<Self::AppendStreamStream> {
-        ContextStoreService::append_stream(self, request).await
-    }
-
-    #[instrument(skip_all)]
-    async fn get_nodes(
-        &self,
-        request: Request<pb::GetNodesRequest>,
-    ) -> Reply<pb::GetNodesResponse> {
-        self.nodes(request).await
-    }
-
-    #[instrument(skip_all)]
-    async fn log(&self, request: Request<pb::LogRequest>) -> Reply<pb::LogResponse> {
-        self.node_log(request).await
-    }
-
-    #[instrument(skip_all)]
-    async fn create_branch(&self, request: Request<pb::CreateBranchRequest>) -> Reply<pb::Branch> {
-        self.new_branch(request).await
-    }
-
-    #[instrument(skip_all)]
-    async fn reset_branch(&self, request: Request<pb::ResetBranchRequest>) -> Reply<pb::Branch> {
-        self.move_branch(request).await
-    }
-
-    #[instrument(skip_all)]
-    async fn list_branches(
-        &self,
-        request: Request<pb::ListBranchesRequest>,
-    ) -> Reply<pb::ListBranchesResponse> {
-        self.branches(request).await
-    }
-
-    #[instrument(skip_all)]
-    async fn delete_branch(
-        &self,
-        request: Request<pb::DeleteBranchRequest>,
-    ) -> Reply<pb::DeleteBranchResponse> {
-        self.remove_branch(request).await
-    }
-
-    #[instrument(skip_all)]
-    async fn render(&self, request: Request<pb::RenderRequest>) -> Reply<pb::RenderResponse> {
-        self.render_branch(request).await
-    }
-
-    #[instrument(skip_all)]
-    async fn context_stats(
-        &self,
-        request: Request<pb::ContextStatsRequest>,
-    ) -> Reply<pb::ContextReport> {
-        self.stats(request).await
-    }
-
-    #[instrument(skip_all)]
-    async fn recall(&self, request: Request<pb::RecallRequest>) -> Reply<pb::RecallResponse> {
-        self.recall_nodes(request).await
-    }
-
-    #[instrument(skip_all)]
-    async fn recall_tool(
-        &self,
-        request: Request<pb::RecallToolRequest>,
-    ) -> Reply<pb::RecallToolResponse> {
-        self.recall_tool_specs(request).await
-    }
-
-    #[instrument(skip_all)]
-    async fn prepare_compaction(
-        &self,
-        request: Request<pb::PrepareCompactionRequest>,
-    ) -> Reply<pb::PrepareCompactionResponse> {
-        self.prepare(request).await
-    }
-
-    #[instrument(skip_all)]
-    async fn commit_summary(
-        &self,
-        request: Request<pb::CommitSummaryRequest>,
-    ) -> Reply<pb::CompactionOutcome> {
-        self.commit(request).await
-    }
-
-    #[instrument(skip_all)]
-    async fn cancel_compaction(
-        &self,
-        request: Request<pb::CancelCompactionRequest>,
-    ) -> Reply<pb::CancelCompactionResponse> {
-        self.cancel(request).await
-    }
-
-    #[instrument(skip_all)]
-    async fn list_summaries(
-        &self,
-        request: Request<pb::ListSummariesRequest>,
-    ) -> Reply<pb::ListSummariesResponse> {
-        self.summaries(request).await
-    }
-
-    #[instrument(skip_all)]
-    async fn import_session(
-        &self,
-        request: Request<tonic::Streaming<pb::ImportChunk>>,
-    ) -> Reply<pb::ImportSessionResponse> {
-        self.import(request).await
-    }
-
-    #[instrument(skip_all)]
-    async fn delete_session(
-        &self,
-        request: Request<pb::DeleteSessionRequest>,
-    ) -> Reply<pb::DeleteSessionResponse> {
-        self.delete(request).await
-    }
-
-    type ExportSessionStream = super::export::ExportStream;
-
-    #[instrument(skip_all)]
-    async fn export_session(
-        &self,
-        request: Request<pb::ExportSessionRequest>,
-    ) -> Reply<Self::ExportSessionStream> {
-        self.export(request).await
-    }
-
-    type WatchStream = super::watch::WatchStream;
-
-    #[instrument(skip_all)]
-    async fn watch(&self, request: Request<pb::WatchRequest>) -> Reply<Self::WatchStream> {
-        self.follow(request).await
-    }
-
-    #[instrument(skip_all)]
-    async fn backup_database(
-        &self,
-        request: Request<pb::BackupDatabaseRequest>,
-    ) -> Reply<pb::BackupDatabaseResponse> {
-        self.backup(request).await
-    }
-
-    #[instrument(skip_all)]
-    async fn collect_garbage(
-        &self,
-        request: Request<pb::CollectGarbageRequest>,
-    ) -> Reply<pb::CollectGarbageResponse> {
-        self.collect(request).await
-    }
-
-    #[instrument(skip_all)]
-    async fn compact(&self, request: Request<pb::CompactRequest>) -> Reply<pb::CompactionOutcome> {
-        self.compact_branch(request).await
-    }
-
-    #[instrument(skip_all)]
-    async fn pin(&self, request: Request<pb::PinRequest>) -> Reply<pb::PinResponse> {
-        self.pin_nodes(request, true).await
-    }
-
-    #[instrument(skip_all)]
-    async fn unpin(&self, request: Request<pb::PinRequest>) -> Reply<pb::PinResponse> {
-        self.pin_nodes(request, false).await
+rpcs! {
+    create_session(pb::CreateSessionRequest) -> pb::Session = new_session;
+    get_session(pb::GetSessionRequest) -> pb::Session = session;
+    list_sessions(pb::ListSessionsRequest) -> pb::ListSessionsResponse = sessions;
+    list_gateway_calls(pb::ListGatewayCallsRequest)
+        -> pb::ListGatewayCallsResponse = gateway_calls;
+    append(pb::AppendRequest) -> pb::AppendResponse = append_nodes;
+    // The inherent method of the same name, which takes precedence over the trait's.
+    append_stream(tonic::Streaming<pb::AppendRequest>) -> Self::AppendStreamStream = append_stream;
+    get_nodes(pb::GetNodesRequest) -> pb::GetNodesResponse = nodes;
+    log(pb::LogRequest) -> pb::LogResponse = node_log;
+    create_branch(pb::CreateBranchRequest) -> pb::Branch = new_branch;
+    reset_branch(pb::ResetBranchRequest) -> pb::Branch = move_branch;
+    list_branches(pb::ListBranchesRequest) -> pb::ListBranchesResponse = branches;
+    delete_branch(pb::DeleteBranchRequest) -> pb::DeleteBranchResponse = remove_branch;
+    render(pb::RenderRequest) -> pb::RenderResponse = render_branch;
+    context_stats(pb::ContextStatsRequest) -> pb::ContextReport = stats;
+    recall(pb::RecallRequest) -> pb::RecallResponse = recall_nodes;
+    recall_tool(pb::RecallToolRequest) -> pb::RecallToolResponse = recall_tool_specs;
+    prepare_compaction(pb::PrepareCompactionRequest) -> pb::PrepareCompactionResponse = prepare;
+    commit_summary(pb::CommitSummaryRequest) -> pb::CompactionOutcome = commit;
+    cancel_compaction(pb::CancelCompactionRequest) -> pb::CancelCompactionResponse = cancel;
+    list_summaries(pb::ListSummariesRequest) -> pb::ListSummariesResponse = summaries;
+    import_session(tonic::Streaming<pb::ImportChunk>) -> pb::ImportSessionResponse = import;
+    delete_session(pb::DeleteSessionRequest) -> pb::DeleteSessionResponse = delete;
+    export_session(pb::ExportSessionRequest) -> Self::ExportSessionStream = export;
+    watch(pb::WatchRequest) -> Self::WatchStream = follow;
+    backup_database(pb::BackupDatabaseRequest) -> pb::BackupDatabaseResponse = backup;
+    collect_garbage(pb::CollectGarbageRequest) -> pb::CollectGarbageResponse = collect;
+    compact(pb::CompactRequest) -> pb::CompactionOutcome = compact_branch;
+    pin(pb::PinRequest) -> pb::PinResponse = pin_nodes, true;
+    unpin(pb::PinRequest) -> pb::PinResponse = pin_nodes, false;
+    {
+        type AppendStreamStream = super::append_stream::AppendStream;
+        type ExportSessionStream = super::export::ExportStream;
+        type WatchStream = super::watch::WatchStream;
     }
 }
 

@@ -7,7 +7,6 @@ use tonic::Request;
 
 use super::parse::{
     self, append_request, create_branch_request, log_request, parse, reset_branch_request,
-    session_id,
 };
 use super::reply::{self};
 use super::{convert, domain_status, pb, status};
@@ -46,9 +45,7 @@ impl ContextStoreService {
         &self,
         request: Request<pb::GetSessionRequest>,
     ) -> Reply<pb::Session> {
-        let tenant = tenant_of(&request);
-        let id = session_id(&request.into_inner().session_id)?;
-        let id = self.scope(&tenant, id).await?;
+        let (_, id) = self.open(request, |r| &r.session_id).await?;
         let session = self.store.get_session(id).await.map_err(status)?;
         let usage = self.store.gateway_usage(id).await.map_err(status)?;
         let mut session = convert::session(session);
@@ -104,10 +101,7 @@ impl ContextStoreService {
         &self,
         request: Request<pb::GetNodesRequest>,
     ) -> Reply<pb::GetNodesResponse> {
-        let tenant = tenant_of(&request);
-        let request = request.into_inner();
-        let session = session_id(&request.session_id)?;
-        let session = self.scope(&tenant, session).await?;
+        let (request, session) = self.open(request, |r| &r.session_id).await?;
         let ids = parse::node_ids(&request.node_ids)?;
         let nodes = self.store.get_nodes(session, &ids).await.map_err(status)?;
         let pinned = self.store.pinned(session).await.map_err(status)?;
@@ -181,9 +175,7 @@ impl ContextStoreService {
         &self,
         request: Request<pb::ListBranchesRequest>,
     ) -> Reply<pb::ListBranchesResponse> {
-        let tenant = tenant_of(&request);
-        let session = session_id(&request.into_inner().session_id)?;
-        let session = self.scope(&tenant, session).await?;
+        let (_, session) = self.open(request, |r| &r.session_id).await?;
         let branches = self.store.list_branches(session).await.map_err(status)?;
         self.reply(pb::ListBranchesResponse {
             branches: branches.into_iter().map(convert::branch).collect(),
@@ -194,10 +186,7 @@ impl ContextStoreService {
         &self,
         request: Request<pb::DeleteBranchRequest>,
     ) -> Reply<pb::DeleteBranchResponse> {
-        let tenant = tenant_of(&request);
-        let request = request.into_inner();
-        let session = session_id(&request.session_id)?;
-        let session = self.scope(&tenant, session).await?;
+        let (request, session) = self.open(request, |r| &r.session_id).await?;
         let name = parse(BranchName::parse("name", &request.name))?;
         self.store
             .delete_branch(session, &name)
@@ -212,10 +201,7 @@ impl ContextStoreService {
         request: Request<pb::PinRequest>,
         pin: bool,
     ) -> Reply<pb::PinResponse> {
-        let tenant = tenant_of(&request);
-        let request = request.into_inner();
-        let session = session_id(&request.session_id)?;
-        let session = self.scope(&tenant, session).await?;
+        let (request, session) = self.open(request, |r| &r.session_id).await?;
         // Parsed after the scope check: a foreign session answers NOT_FOUND whatever the ids.
         let ids = parse::pinned_ids(&request.node_ids)?;
         let pinned = self.store.pin(session, &ids, pin).await.map_err(status)?;

@@ -85,25 +85,27 @@ pub(super) fn export<'a>(snapshot: &'a Snapshot, branch: Branch<'a>) -> Export<'
             }
         }
     }
-    if errors > 0 {
-        warnings.push(format!(
-            "{errors} tool results were errors; a `tool` message has no error flag"
-        ));
-    }
-    if tool_media > 0 {
-        warnings.push(format!(
-            "{tool_media} media parts of tool results are left out (a `tool` message is text)"
-        ));
-    }
-    if url_media > 0 {
-        warnings.push(format!(
-            "{url_media} media parts by URL are written as `image_url` parts (their MIME type is lost)"
-        ));
-    }
-    if chains > 0 {
-        warnings.push(format!(
-            "{chains} function chains are left out: a function shows as its call and result"
-        ));
+    for (n, what) in [
+        (
+            errors,
+            "tool results were errors; a `tool` message has no error flag",
+        ),
+        (
+            tool_media,
+            "media parts of tool results are left out (a `tool` message is text)",
+        ),
+        (
+            url_media,
+            "media parts by URL are written as `image_url` parts (their MIME type is lost)",
+        ),
+        (
+            chains,
+            "function chains are left out: a function shows as its call and result",
+        ),
+    ] {
+        if n > 0 {
+            warnings.push(format!("{n} {what}"));
+        }
     }
     let last = messages.len();
     let pieces = std::iter::once("[\n".to_owned())

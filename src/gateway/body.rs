@@ -235,16 +235,20 @@ fn written(
     // The common case, a render that changed nothing: the client's body goes as sent, found
     // without building the forwarded conversation (debug builds check it against that build).
     let as_sent = forward::as_sent(conv, contents, client.as_deref(), path, &rendered.messages);
-    #[cfg(debug_assertions)]
-    if let Some(kept) = &as_sent {
-        let (entries, built) = forward::conversation(
+    // The forwarded conversation in full: the entries and what they keep.
+    let build = |messages: &mut [Message]| {
+        forward::conversation(
             api.format(),
             conv,
             contents,
             client.as_deref(),
             path,
-            &mut rendered.messages,
-        );
+            messages,
+        )
+    };
+    #[cfg(debug_assertions)]
+    if let Some(kept) = &as_sent {
+        let (entries, built) = build(&mut rendered.messages);
         assert_eq!(&built, kept, "as_sent keeps what the full build keeps");
         assert!(
             forward::all_client_entries(&entries, client.as_deref()),
@@ -254,14 +258,7 @@ fn written(
     let (body, kept) = match as_sent {
         Some(kept) => (None, kept),
         None => {
-            let (entries, kept) = forward::conversation(
-                api.format(),
-                conv,
-                contents,
-                client.as_deref(),
-                path,
-                &mut rendered.messages,
-            );
+            let (entries, kept) = build(&mut rendered.messages);
             drop(rendered);
             if kept.forwarded_markers < kept.client_markers.min(MAX_MESSAGE_MARKERS) {
                 tracing::debug!(

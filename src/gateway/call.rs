@@ -23,6 +23,21 @@ use crate::workflow::compaction::{PrepareArgs, PrepareOutcome};
 use crate::workflow::record::{self, Recorded, Unrecorded};
 
 impl App {
+    /// A request the gateway does not record, for `reason`: counted, and forwarded as sent.
+    async fn unchanged(
+        &self,
+        api: Api,
+        reason: &'static str,
+        uri: &Uri,
+        headers: &HeaderMap,
+        body: Bytes,
+    ) -> Response {
+        passthrough(reason);
+        count(api, "passthrough");
+        self.forward(api, Method::POST, uri, headers, body, None)
+            .await
+    }
+
     pub(super) async fn handle(
         &self,
         api: Api,
@@ -64,11 +79,7 @@ impl App {
                 return api.invalid(&field, &message);
             }
             Err(Refusal::Unrecordable(reason)) => {
-                passthrough(reason);
-                count(api, "passthrough");
-                return self
-                    .forward(api, Method::POST, &uri, &headers, body, None)
-                    .await;
+                return self.unchanged(api, reason, &uri, &headers, body).await;
             }
         };
         let t_read = t0.elapsed();
@@ -95,11 +106,7 @@ impl App {
                 }
                 Ok(None) => {}
                 Err(Unrecorded(reason)) => {
-                    passthrough(reason);
-                    count(api, "passthrough");
-                    return self
-                        .forward(api, Method::POST, &uri, &headers, body, None)
-                        .await;
+                    return self.unchanged(api, reason, &uri, &headers, body).await;
                 }
             }
         }
@@ -115,11 +122,7 @@ impl App {
         {
             Ok(r) => r,
             Err(Unrecorded(reason)) => {
-                passthrough(reason);
-                count(api, "passthrough");
-                return self
-                    .forward(api, Method::POST, &uri, &headers, body, None)
-                    .await;
+                return self.unchanged(api, reason, &uri, &headers, body).await;
             }
         };
         if let Some(summary) = &recorded.agent_summary {

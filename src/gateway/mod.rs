@@ -30,7 +30,7 @@ use axum::body::{Body, Bytes};
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+use axum::routing::{MethodRouter, post};
 use axum::serve::ListenerExt as _;
 use serde_json::Value;
 use tokio::net::TcpListener;
@@ -190,13 +190,13 @@ pub async fn serve(
         max_part_bytes,
     };
     let router = Router::new()
-        .route("/v1/messages", post(messages))
+        .route("/v1/messages", endpoint(Api::Anthropic))
         .route(
             "/v1/messages/count_tokens",
             post(count_tokens::count_tokens),
         )
-        .route("/v1/chat/completions", post(chat_completions))
-        .route("/v1/responses", post(responses_api))
+        .route("/v1/chat/completions", endpoint(Api::OpenAi))
+        .route("/v1/responses", endpoint(Api::Responses))
         .fallback(other)
         .layer(DefaultBodyLimit::disable())
         .with_state(app);
@@ -209,35 +209,16 @@ pub async fn serve(
     axum::serve(listener, router).await
 }
 
-async fn messages(State(app): State<App>, uri: Uri, headers: HeaderMap, body: Body) -> Response {
-    match read_body(Api::Anthropic, body, app.max_body_bytes).await {
-        Ok(body) => app.handle(Api::Anthropic, uri, headers, body).await,
-        Err(response) => response,
-    }
-}
-
-async fn chat_completions(
-    State(app): State<App>,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    match read_body(Api::OpenAi, body, app.max_body_bytes).await {
-        Ok(body) => app.handle(Api::OpenAi, uri, headers, body).await,
-        Err(response) => response,
-    }
-}
-
-async fn responses_api(
-    State(app): State<App>,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    match read_body(Api::Responses, body, app.max_body_bytes).await {
-        Ok(body) => app.handle(Api::Responses, uri, headers, body).await,
-        Err(response) => response,
-    }
+/// The endpoint of one API: its body read within the limit, then handled as that API's.
+fn endpoint(api: Api) -> MethodRouter<App> {
+    post(
+        move |State(app): State<App>, uri: Uri, headers: HeaderMap, body: Body| async move {
+            match read_body(api, body, app.max_body_bytes).await {
+                Ok(body) => app.handle(api, uri, headers, body).await,
+                Err(response) => response,
+            }
+        },
+    )
 }
 
 /// The request body, at most `limit` bytes; a longer one is `413` in the API's shape (an agent

@@ -4,7 +4,6 @@
 
 use std::convert::Infallible;
 
-use axum::extract::{Path, RawQuery, Request, State};
 use axum::http::HeaderValue;
 use axum::http::header::CACHE_CONTROL;
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -12,20 +11,16 @@ use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt as _;
 use serde_json::json;
 
-use super::{Answer, App, Query, bad, failure, rpc, screaming};
+use super::{Answer, OnSession, bad, failure, rpc, screaming};
 use crate::proto::json::ToJson;
 use crate::proto::pb;
 use pb::watch_event::Event as Watched;
 
-pub(super) async fn events(
-    State(app): State<App>,
-    Path(id): Path<String>,
-    RawQuery(q): RawQuery,
-    request: Request,
-) -> Answer {
-    let q = Query::parse(q.as_deref(), &["branch", "after_cursor"]).map_err(bad)?;
+pub(super) async fn events(call: OnSession) -> Answer {
+    let q = call.query(&["branch", "after_cursor"])?;
     // A reconnecting EventSource (or a client doing as one does) names the last event it saw.
-    let resume = request
+    let resume = call
+        .request
         .headers()
         .get("last-event-id")
         .map(|v| {
@@ -35,14 +30,15 @@ pub(super) async fn events(
         })
         .transpose()?;
     let message = pb::WatchRequest {
-        session_id: id,
+        session_id: call.id,
         branch: q.string("branch"),
         after_cursor: resume.unwrap_or_else(|| q.string("after_cursor")),
         after_node_id: String::new(),
     };
-    let watch = app
+    let watch = call
+        .app
         .service
-        .watch(rpc(&request, message))
+        .watch(rpc(&call.request, message))
         .await
         .map_err(|s| failure(&s))?;
     // An error ends the stream after it is told: the Watch stream has ended too.

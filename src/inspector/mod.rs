@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::{Path, RawQuery, Request, State};
+use axum::extract::{FromRequest, FromRequestParts, Path, RawQuery, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -279,6 +279,40 @@ fn rpc_name(path: &str) -> &'static str {
 /// A handler's answer: the response as JSON, or the RPC's status as an HTTP error.
 type Answer = Result<Response, Failure>;
 
+/// What each `/api/sessions/{id}…` handler takes: the app, the session id of the path, the
+/// query string, and the request (its tenant, its headers).
+struct OnSession {
+    app: App,
+    id: String,
+    query: Option<String>,
+    request: Request,
+}
+
+impl FromRequest<App> for OnSession {
+    type Rejection = Response;
+
+    async fn from_request(request: Request, app: &App) -> Result<Self, Response> {
+        let (mut parts, body) = request.into_parts();
+        let Path(id) = Path::<String>::from_request_parts(&mut parts, app)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let query = parts.uri.query().map(str::to_owned);
+        Ok(Self {
+            app: app.clone(),
+            id,
+            query,
+            request: Request::from_parts(parts, body),
+        })
+    }
+}
+
+impl OnSession {
+    /// The query string, which may hold only the `known` parameters.
+    fn query(&self, known: &[&str]) -> Result<Query, Failure> {
+        Query::parse(self.query.as_deref(), known).map_err(bad)
+    }
+}
+
 /// An error answer: an HTTP status and `{"error": {"code", "message"}}`, where `code` is the
 /// gRPC code's proto name.
 struct Failure {
@@ -393,78 +427,62 @@ async fn list_sessions(State(app): State<App>, RawQuery(q): RawQuery, request: R
     ok(app.service.list_sessions(rpc(&request, message)).await)
 }
 
-async fn get_session(
-    State(app): State<App>,
-    Path(id): Path<String>,
-    RawQuery(q): RawQuery,
-    request: Request,
-) -> Answer {
-    Query::parse(q.as_deref(), &[]).map_err(bad)?;
-    let message = pb::GetSessionRequest { session_id: id };
-    ok(app.service.get_session(rpc(&request, message)).await)
+async fn get_session(call: OnSession) -> Answer {
+    call.query(&[])?;
+    let message = pb::GetSessionRequest {
+        session_id: call.id,
+    };
+    ok(call
+        .app
+        .service
+        .get_session(rpc(&call.request, message))
+        .await)
 }
 
-async fn log(
-    State(app): State<App>,
-    Path(id): Path<String>,
-    RawQuery(q): RawQuery,
-    request: Request,
-) -> Answer {
-    let q =
-        Query::parse(q.as_deref(), &["branch", "node_id", "limit", "page_token"]).map_err(bad)?;
+async fn log(call: OnSession) -> Answer {
+    let q = call.query(&["branch", "node_id", "limit", "page_token"])?;
     let message = pb::LogRequest {
-        session_id: id,
+        session_id: call.id,
         branch: q.string("branch"),
         node_id: q.string("node_id"),
         limit: q.u32("limit").map_err(bad)?.unwrap_or(0),
         page_token: q.string("page_token"),
     };
-    ok(app.service.log(rpc(&request, message)).await)
+    ok(call.app.service.log(rpc(&call.request, message)).await)
 }
 
-async fn get_nodes(
-    State(app): State<App>,
-    Path(id): Path<String>,
-    RawQuery(q): RawQuery,
-    request: Request,
-) -> Answer {
-    let q = Query::parse(q.as_deref(), &["ids"]).map_err(bad)?;
+async fn get_nodes(call: OnSession) -> Answer {
+    let q = call.query(&["ids"])?;
     let ids = q.string("ids");
     let message = pb::GetNodesRequest {
-        session_id: id,
+        session_id: call.id,
         node_ids: ids
             .split(',')
             .filter(|s| !s.is_empty())
             .map(str::to_owned)
             .collect(),
     };
-    ok(app.service.get_nodes(rpc(&request, message)).await)
+    ok(call
+        .app
+        .service
+        .get_nodes(rpc(&call.request, message))
+        .await)
 }
 
-async fn render(
-    State(app): State<App>,
-    Path(id): Path<String>,
-    RawQuery(q): RawQuery,
-    request: Request,
-) -> Answer {
-    let q = Query::parse(q.as_deref(), query::RENDER_KEYS).map_err(bad)?;
-    let message = query::render_request(id, &q).map_err(bad)?;
-    ok(app.service.render(rpc(&request, message)).await)
+async fn render(call: OnSession) -> Answer {
+    let q = call.query(query::RENDER_KEYS)?;
+    let message = query::render_request(call.id, &q).map_err(bad)?;
+    ok(call.app.service.render(rpc(&call.request, message)).await)
 }
 
 /// Calls a savings replay covers when the query does not say, and at most.
 const DEFAULT_SAVINGS_CALLS: u32 = 100;
 const MAX_SAVINGS_CALLS: u32 = 1000;
 
-async fn savings(
-    State(app): State<App>,
-    Path(id): Path<String>,
-    RawQuery(q): RawQuery,
-    request: Request,
-) -> Answer {
+async fn savings(call: OnSession) -> Answer {
     let mut known = query::RENDER_KEYS.to_vec();
     known.push("calls");
-    let q = Query::parse(q.as_deref(), &known).map_err(bad)?;
+    let q = call.query(&known)?;
     let calls = match q.u32("calls").map_err(bad)? {
         None => DEFAULT_SAVINGS_CALLS,
         Some(n @ 1..=MAX_SAVINGS_CALLS) => n,
@@ -474,10 +492,11 @@ async fn savings(
             )));
         }
     };
-    let message = query::render_request(id, &q).map_err(bad)?;
-    let report = app
+    let message = query::render_request(call.id, &q).map_err(bad)?;
+    let report = call
+        .app
         .service
-        .savings(rpc(&request, message), calls as usize)
+        .savings(rpc(&call.request, message), calls as usize)
         .await
         .map_err(|s| failure(&s))?;
     let figures = |f: &crate::economy::Figures| {
@@ -517,33 +536,31 @@ async fn savings(
     Ok(json_response(StatusCode::OK, &body))
 }
 
-async fn list_summaries(
-    State(app): State<App>,
-    Path(id): Path<String>,
-    RawQuery(q): RawQuery,
-    request: Request,
-) -> Answer {
-    let q = Query::parse(q.as_deref(), &["branch"]).map_err(bad)?;
+async fn list_summaries(call: OnSession) -> Answer {
+    let q = call.query(&["branch"])?;
     let message = pb::ListSummariesRequest {
-        session_id: id,
+        session_id: call.id,
         branch: q.string("branch"),
     };
-    ok(app.service.list_summaries(rpc(&request, message)).await)
+    ok(call
+        .app
+        .service
+        .list_summaries(rpc(&call.request, message))
+        .await)
 }
 
-async fn list_gateway_calls(
-    State(app): State<App>,
-    Path(id): Path<String>,
-    RawQuery(q): RawQuery,
-    request: Request,
-) -> Answer {
-    let q = Query::parse(q.as_deref(), &["page_size", "page_token"]).map_err(bad)?;
+async fn list_gateway_calls(call: OnSession) -> Answer {
+    let q = call.query(&["page_size", "page_token"])?;
     let message = pb::ListGatewayCallsRequest {
-        session_id: id,
+        session_id: call.id,
         page_size: q.u32("page_size").map_err(bad)?.unwrap_or(0),
         page_token: q.string("page_token"),
     };
-    ok(app.service.list_gateway_calls(rpc(&request, message)).await)
+    ok(call
+        .app
+        .service
+        .list_gateway_calls(rpc(&call.request, message))
+        .await)
 }
 
 #[cfg(test)]

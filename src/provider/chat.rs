@@ -8,22 +8,16 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use serde_json::{Value, json};
 
+use super::answer::{Relayed, assistant_node, index, openai_usage, part};
 use super::canonical::{canonical_arguments, canonical_block};
-use super::conversation::{Conversation, Item, MAX_ANSWER_PARTS, Refusal, estimate};
-use super::sse;
+use super::conversation::{Conversation, Item, Refusal};
 use crate::domain::{
     BlockFormat, MediaSource, NodeContent, Part, ProviderBlock, ProviderUsage, Role, ToolCall,
 };
 
 /// Reads a chat-completions request body.
 pub fn read(body: &Value) -> Result<Conversation, Refusal> {
-    let Some(obj) = body.as_object() else {
-        return Err(Refusal::invalid("body", "must be a JSON object"));
-    };
-    let model = match obj.get("model") {
-        Some(Value::String(m)) => m.clone(),
-        _ => return Err(Refusal::invalid("model", "must be a string")),
-    };
+    let (obj, model) = Conversation::request(body)?;
     let Some(Value::Array(messages)) = obj.get("messages") else {
         return Err(Refusal::invalid("messages", "must be an array of messages"));
     };
@@ -31,20 +25,10 @@ pub fn read(body: &Value) -> Result<Conversation, Refusal> {
         // Several answers to one request: none of them is the conversation's next message.
         return Err(Refusal::Unrecordable("n over 1"));
     }
-    let mut conv = Conversation {
-        model,
-        stream: obj.get("stream").and_then(Value::as_bool).unwrap_or(false),
-        output_reserve: obj
-            .get("max_completion_tokens")
-            .or_else(|| obj.get("max_tokens"))
-            .and_then(Value::as_u64)
-            .map_or(4096, |n| u32::try_from(n).unwrap_or(u32::MAX)),
-        ..Conversation::default()
-    };
-    if let Some(Value::Array(tools)) = obj.get("tools") {
-        let chars = tools.iter().map(|t| t.to_string().len()).sum::<usize>();
-        conv.tools_tokens = u32::try_from(estimate(chars)).unwrap_or(u32::MAX);
-    }
+    let max_tokens = obj
+        .get("max_completion_tokens")
+        .or_else(|| obj.get("max_tokens"));
+    let mut conv = Conversation::begun(obj, model, max_tokens);
     for (i, message) in messages.iter().enumerate() {
         read_message(&mut conv, i, message)?;
     }
@@ -225,14 +209,7 @@ fn assistant(
             });
         }
     }
-    if parts.is_empty() && tool_calls.is_empty() {
-        return Ok(None);
-    }
-    Ok(Some(NodeContent::Message {
-        role: Role::Assistant,
-        parts,
-        tool_calls,
-    }))
+    Ok(assistant_node(parts, tool_calls))
 }
 
 /// The API's error body.
@@ -241,27 +218,18 @@ pub fn error(kind: &str, message: &str, param: Option<&str>) -> Value {
 }
 
 fn usage(u: &Value) -> ProviderUsage {
-    let n = |v: Option<&Value>| v.and_then(Value::as_u64).unwrap_or(0);
-    let prompt = n(u.get("prompt_tokens"));
-    let cached = n(u
-        .get("prompt_tokens_details")
-        .and_then(|d| d.get("cached_tokens")));
-    ProviderUsage {
-        // OpenAI counts cached tokens inside the prompt; they are a cache read, the rest is
-        // written to its cache as it is read (no separate price), so counted as input.
-        input: prompt.saturating_sub(cached),
-        cache_read: cached,
-        cache_write: 0,
-        output: n(u.get("completion_tokens")),
-    }
+    openai_usage(
+        u,
+        "prompt_tokens",
+        "prompt_tokens_details",
+        "completion_tokens",
+    )
 }
 
 /// The answer, assembled from what the upstream sends as it is relayed.
 #[derive(Debug, Default)]
 pub struct Answer {
-    stream: bool,
-    body: Vec<u8>,
-    sse: sse::Parser,
+    relayed: Relayed,
     content: String,
     /// By index: id, name, arguments.
     calls: Vec<(String, String, String)>,
@@ -274,30 +242,23 @@ pub struct Answer {
 impl Answer {
     pub fn new(stream: bool) -> Self {
         Self {
-            stream,
+            relayed: Relayed::new(stream),
             ..Self::default()
         }
     }
 
     /// A streamed answer's terminal event has arrived (never for a whole body).
     pub fn complete(&self) -> bool {
-        self.stream && self.done
+        self.relayed.stream() && self.done
     }
 
     pub fn feed(&mut self, bytes: &[u8]) {
-        if !self.stream {
-            self.body.extend_from_slice(bytes);
-            return;
-        }
-        for event in self.sse.feed(bytes) {
+        for (event, chunk) in self.relayed.feed(bytes) {
             if event.data == "[DONE]" {
                 self.done = true;
-                continue;
+            } else if let Some(chunk) = chunk {
+                self.chunk(&chunk);
             }
-            let Ok(chunk) = serde_json::from_str::<Value>(&event.data) else {
-                continue;
-            };
-            self.chunk(&chunk);
         }
     }
 
@@ -329,19 +290,11 @@ impl Answer {
             }
             if let Some(Value::Array(calls)) = delta.get("tool_calls") {
                 for call in calls {
-                    let i = call
-                        .get("index")
-                        .and_then(Value::as_u64)
-                        .and_then(|i| usize::try_from(i).ok())
-                        .unwrap_or(0);
-                    if i >= MAX_ANSWER_PARTS {
+                    let i = index(call, "index").unwrap_or(0);
+                    let Some(slot) = part(&mut self.calls, i) else {
                         self.failed = true;
                         continue;
-                    }
-                    if self.calls.len() <= i {
-                        self.calls.resize(i + 1, Default::default());
-                    }
-                    let slot = &mut self.calls[i];
+                    };
                     if let Some(id) = call.get("id").and_then(Value::as_str) {
                         slot.0 = id.to_owned();
                     }
@@ -359,7 +312,7 @@ impl Answer {
 
     /// The assistant node to append and the usage, once the answer is whole.
     pub fn finish(self) -> Option<(Option<NodeContent>, ProviderUsage)> {
-        if self.stream {
+        if self.relayed.stream() {
             if !(self.done && self.finished) || self.failed {
                 return None;
             }
@@ -373,7 +326,7 @@ impl Answer {
             let node = assistant(content.as_ref(), calls.as_ref()).ok()?;
             return Some((node, self.usage));
         }
-        let body: Value = serde_json::from_slice(&self.body).ok()?;
+        let body = self.relayed.body()?;
         let message = body.get("choices")?.get(0)?.get("message")?;
         if message.get("refusal").is_some_and(|r| !r.is_null()) {
             return None;

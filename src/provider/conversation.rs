@@ -1,7 +1,7 @@
 //! A provider request as the gateway records it: the messages as node contents in order, and
 //! what the forwarding needs (model, stream, budget parts, cache markers).
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use crate::domain::{NodeContent, Part, Role, ToolCall};
 
@@ -40,6 +40,36 @@ pub struct Conversation {
 }
 
 impl Conversation {
+    /// A request body as every API's starts: a JSON object naming its model.
+    pub fn request(body: &Value) -> Result<(&Map<String, Value>, String), Refusal> {
+        let Some(obj) = body.as_object() else {
+            return Err(Refusal::invalid("body", "must be a JSON object"));
+        };
+        match obj.get("model") {
+            Some(Value::String(m)) => Ok((obj, m.clone())),
+            _ => Err(Refusal::invalid("model", "must be a string")),
+        }
+    }
+
+    /// The conversation of request `obj` before its messages are read: its model, whether it
+    /// streams, the tokens its answer may take (`max_tokens`, as the API names it; 4096 when
+    /// the request does not say) and the estimated tokens of its `tools`.
+    pub fn begun(obj: &Map<String, Value>, model: String, max_tokens: Option<&Value>) -> Self {
+        let tools = match obj.get("tools") {
+            Some(Value::Array(tools)) => tools.iter().map(|t| t.to_string().len()).sum(),
+            _ => 0,
+        };
+        Conversation {
+            model,
+            tools_tokens: u32::try_from(estimate(tools)).unwrap_or(u32::MAX),
+            stream: obj.get("stream").and_then(Value::as_bool).unwrap_or(false),
+            output_reserve: max_tokens
+                .and_then(Value::as_u64)
+                .map_or(4096, |n| u32::try_from(n).unwrap_or(u32::MAX)),
+            ..Conversation::default()
+        }
+    }
+
     /// The text of the first message of `role`.
     pub fn first_text(&self, role: Role) -> Option<String> {
         self.items.iter().find_map(|item| match &item.content {

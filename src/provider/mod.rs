@@ -6,6 +6,7 @@
 //! provider's JSON field names.
 
 pub mod agents;
+pub mod answer;
 pub mod anthropic;
 pub mod canonical;
 pub mod chat;

@@ -5,8 +5,7 @@ use serde_json::{Value, json};
 
 use super::assistant;
 use crate::domain::{NodeContent, ProviderUsage};
-use crate::provider::conversation::MAX_ANSWER_PARTS;
-use crate::provider::sse;
+use crate::provider::answer::{Relayed, index, part};
 
 /// Reads `usage` as the API reports it.
 fn usage(u: &Value, into: &mut ProviderUsage) {
@@ -28,9 +27,7 @@ fn usage(u: &Value, into: &mut ProviderUsage) {
 /// The answer, assembled from what the upstream sends as it is relayed.
 #[derive(Debug, Default)]
 pub struct Answer {
-    stream: bool,
-    body: Vec<u8>,
-    sse: sse::Parser,
+    relayed: Relayed,
     blocks: Vec<Value>,
     partial: Vec<String>,
     usage: ProviderUsage,
@@ -41,34 +38,26 @@ pub struct Answer {
 impl Answer {
     pub fn new(stream: bool) -> Self {
         Self {
-            stream,
+            relayed: Relayed::new(stream),
             ..Self::default()
         }
     }
 
     /// A streamed answer's terminal event has arrived (never for a whole body).
     pub fn complete(&self) -> bool {
-        self.stream && self.stopped
+        self.relayed.stream() && self.stopped
     }
 
     pub fn feed(&mut self, bytes: &[u8]) {
-        if !self.stream {
-            self.body.extend_from_slice(bytes);
-            return;
-        }
-        for event in self.sse.feed(bytes) {
-            let Ok(data) = serde_json::from_str::<Value>(&event.data) else {
-                continue;
-            };
-            self.event(&data);
+        for (_, data) in self.relayed.feed(bytes) {
+            if let Some(data) = data {
+                self.event(&data);
+            }
         }
     }
 
     fn event(&mut self, data: &Value) {
-        let index = data
-            .get("index")
-            .and_then(Value::as_u64)
-            .and_then(|i| usize::try_from(i).ok());
+        let index = index(data, "index");
         match data.get("type").and_then(Value::as_str).unwrap_or_default() {
             "message_start" => {
                 if let Some(u) = data.get("message").and_then(|m| m.get("usage")) {
@@ -77,15 +66,13 @@ impl Answer {
             }
             "content_block_start" => {
                 if let (Some(i), Some(block)) = (index, data.get("content_block")) {
-                    if i >= MAX_ANSWER_PARTS {
+                    let Some(slot) = part(&mut self.blocks, i) else {
                         self.failed = true;
                         return;
-                    }
-                    if self.blocks.len() <= i {
-                        self.blocks.resize(i + 1, Value::Null);
-                        self.partial.resize(i + 1, String::new());
-                    }
-                    self.blocks[i] = block.clone();
+                    };
+                    *slot = block.clone();
+                    // A block's partial input JSON, at the block's index.
+                    self.partial.resize(self.blocks.len(), String::new());
                 }
             }
             "content_block_delta" => {
@@ -154,14 +141,14 @@ impl Answer {
     /// The assistant node to append and the usage, once the answer is whole; `None` for an
     /// answer cut short, an error, or one that is not a message.
     pub fn finish(self) -> Option<(Option<NodeContent>, ProviderUsage)> {
-        if self.stream {
+        if self.relayed.stream() {
             if !self.stopped || self.failed {
                 return None;
             }
             let content = assistant(&self.blocks).ok()?;
             return Some((content, self.usage));
         }
-        let body: Value = serde_json::from_slice(&self.body).ok()?;
+        let body = self.relayed.body()?;
         if body.get("type").and_then(Value::as_str) != Some("message") {
             return None;
         }

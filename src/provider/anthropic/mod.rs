@@ -12,6 +12,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use serde_json::{Value, json};
 
+use super::answer::assistant_node;
 use super::canonical::{canonical, canonical_block};
 use super::conversation::{Conversation, Item, Refusal, estimate};
 use super::format::MESSAGE_FIELDS;
@@ -28,25 +29,11 @@ pub const MAX_MARKERS: usize = 4;
 /// Reads a Messages API request body. Texts are taken out of `body`, not copied: a request of
 /// many megabytes is held once while it is read.
 pub fn read(body: &mut Value) -> Result<Conversation, Refusal> {
-    let Some(obj) = body.as_object() else {
-        return Err(Refusal::invalid("body", "must be a JSON object"));
-    };
-    let model = match obj.get("model") {
-        Some(Value::String(m)) => m.clone(),
-        _ => return Err(Refusal::invalid("model", "must be a string")),
-    };
+    let (obj, model) = Conversation::request(body)?;
     if !matches!(obj.get("messages"), Some(Value::Array(_))) {
         return Err(Refusal::invalid("messages", "must be an array of messages"));
     }
-    let mut conv = Conversation {
-        model,
-        stream: obj.get("stream").and_then(Value::as_bool).unwrap_or(false),
-        output_reserve: obj
-            .get("max_tokens")
-            .and_then(Value::as_u64)
-            .map_or(4096, |n| u32::try_from(n).unwrap_or(u32::MAX)),
-        ..Conversation::default()
-    };
+    let mut conv = Conversation::begun(obj, model, obj.get("max_tokens"));
     let system = match obj.get("system") {
         None | Some(Value::Null) => String::new(),
         Some(Value::String(s)) => s.clone(),
@@ -77,8 +64,6 @@ pub fn read(body: &mut Value) -> Result<Conversation, Refusal> {
             .iter()
             .filter(|t| t.get("cache_control").is_some())
             .count();
-        let chars = tools.iter().map(|t| t.to_string().len()).sum::<usize>();
-        conv.tools_tokens = u32::try_from(estimate(chars)).unwrap_or(u32::MAX);
     }
     conv.client_session = obj
         .get("metadata")
@@ -375,14 +360,7 @@ pub fn assistant(blocks: &[Value]) -> Result<Option<NodeContent>, Refusal> {
             parts.push(p);
         }
     }
-    if parts.is_empty() && tool_calls.is_empty() {
-        return Ok(None);
-    }
-    Ok(Some(NodeContent::Message {
-        role: Role::Assistant,
-        parts,
-        tool_calls,
-    }))
+    Ok(assistant_node(parts, tool_calls))
 }
 
 /// The API's error body.

@@ -5,30 +5,16 @@ use serde_json::Value;
 
 use super::run;
 use crate::domain::{NodeContent, ProviderUsage};
-use crate::provider::conversation::MAX_ANSWER_PARTS;
-use crate::provider::sse;
+use crate::provider::answer::{Relayed, index, openai_usage, part};
 
 fn usage(u: &Value) -> ProviderUsage {
-    let n = |v: Option<&Value>| v.and_then(Value::as_u64).unwrap_or(0);
-    let input = n(u.get("input_tokens"));
-    let cached = n(u
-        .get("input_tokens_details")
-        .and_then(|d| d.get("cached_tokens")));
-    ProviderUsage {
-        // Cached tokens are counted inside the input, as in chat completions.
-        input: input.saturating_sub(cached),
-        cache_read: cached,
-        cache_write: 0,
-        output: n(u.get("output_tokens")),
-    }
+    openai_usage(u, "input_tokens", "input_tokens_details", "output_tokens")
 }
 
 /// The answer, assembled from what the upstream sends as it is relayed.
 #[derive(Debug, Default)]
 pub struct Answer {
-    stream: bool,
-    body: Vec<u8>,
-    sse: sse::Parser,
+    relayed: Relayed,
     /// Items by output index, from `response.output_item.done`: the output when the
     /// completed response does not repeat it.
     done: Vec<Value>,
@@ -42,7 +28,7 @@ pub struct Answer {
 impl Answer {
     pub fn new(stream: bool) -> Self {
         Self {
-            stream,
+            relayed: Relayed::new(stream),
             ..Self::default()
         }
     }
@@ -50,16 +36,12 @@ impl Answer {
     /// A streamed answer's terminal event (`response.completed`, `response.failed`,
     /// `response.incomplete` or `error`) has arrived (never for a whole body).
     pub fn complete(&self) -> bool {
-        self.stream && (self.completed || self.failed)
+        self.relayed.stream() && (self.completed || self.failed)
     }
 
     pub fn feed(&mut self, bytes: &[u8]) {
-        if !self.stream {
-            self.body.extend_from_slice(bytes);
-            return;
-        }
-        for event in self.sse.feed(bytes) {
-            let Ok(data) = serde_json::from_str::<Value>(&event.data) else {
+        for (event, data) in self.relayed.feed(bytes) {
+            let Some(data) = data else {
                 continue;
             };
             let kind = data
@@ -74,22 +56,13 @@ impl Answer {
     fn event(&mut self, kind: &str, data: &Value) {
         match kind {
             "response.output_item.done" => {
-                let (Some(i), Some(item)) = (
-                    data.get("output_index")
-                        .and_then(Value::as_u64)
-                        .and_then(|i| usize::try_from(i).ok()),
-                    data.get("item"),
-                ) else {
+                let (Some(i), Some(item)) = (index(data, "output_index"), data.get("item")) else {
                     return;
                 };
-                if i >= MAX_ANSWER_PARTS {
-                    self.failed = true;
-                    return;
+                match part(&mut self.done, i) {
+                    Some(slot) => *slot = item.clone(),
+                    None => self.failed = true,
                 }
-                if self.done.len() <= i {
-                    self.done.resize(i + 1, Value::Null);
-                }
-                self.done[i] = item.clone();
             }
             "response.completed" => {
                 let response = data.get("response").unwrap_or(&Value::Null);
@@ -116,7 +89,7 @@ impl Answer {
     /// The assistant node to append and the usage, once the answer is whole; `None` for an
     /// answer cut short, failed or incomplete.
     pub fn finish(self) -> Option<(Option<NodeContent>, ProviderUsage)> {
-        if self.stream {
+        if self.relayed.stream() {
             if !self.completed || self.failed {
                 return None;
             }
@@ -131,7 +104,7 @@ impl Answer {
             };
             return Some((run(&output).ok()?, self.usage));
         }
-        let body: Value = serde_json::from_slice(&self.body).ok()?;
+        let body = self.relayed.body()?;
         if body.get("status").and_then(Value::as_str) != Some("completed") {
             return None;
         }

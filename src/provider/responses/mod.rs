@@ -50,6 +50,7 @@ mod tests;
 
 use serde_json::{Map, Value, json};
 
+use super::answer::assistant_node;
 use super::canonical::{canonical, canonical_arguments, canonical_block};
 use super::conversation::{Conversation, Item, Refusal, estimate};
 use super::format::ITEM_FIELDS;
@@ -59,13 +60,7 @@ pub use answer::Answer;
 
 /// Reads a Responses API request body.
 pub fn read(body: &Value) -> Result<Conversation, Refusal> {
-    let Some(obj) = body.as_object() else {
-        return Err(Refusal::invalid("body", "must be a JSON object"));
-    };
-    let model = match obj.get("model") {
-        Some(Value::String(m)) => m.clone(),
-        _ => return Err(Refusal::invalid("model", "must be a string")),
-    };
+    let (obj, model) = Conversation::request(body)?;
     if obj
         .get("previous_response_id")
         .is_some_and(|v| !v.is_null())
@@ -92,12 +87,6 @@ pub fn read(body: &Value) -> Result<Conversation, Refusal> {
         Some(_) => return Err(Refusal::invalid("instructions", "must be a string")),
     };
     let mut conv = Conversation {
-        model,
-        stream: obj.get("stream").and_then(Value::as_bool).unwrap_or(false),
-        output_reserve: obj
-            .get("max_output_tokens")
-            .and_then(Value::as_u64)
-            .map_or(4096, |n| u32::try_from(n).unwrap_or(u32::MAX)),
         system_tokens: u32::try_from(estimate(instructions.len())).unwrap_or(u32::MAX),
         client_session: obj
             .get("prompt_cache_key")
@@ -105,12 +94,8 @@ pub fn read(body: &Value) -> Result<Conversation, Refusal> {
             .map(str::trim)
             .filter(|s| !s.is_empty())
             .map(str::to_owned),
-        ..Conversation::default()
+        ..Conversation::begun(obj, model, obj.get("max_output_tokens"))
     };
-    if let Some(Value::Array(tools)) = obj.get("tools") {
-        let chars = tools.iter().map(|t| t.to_string().len()).sum::<usize>();
-        conv.tools_tokens = u32::try_from(estimate(chars)).unwrap_or(u32::MAX);
-    }
     read_items(&mut conv, &items)?;
     Ok(conv.finish(&instructions))
 }
@@ -395,14 +380,7 @@ pub fn run(items: &[Value]) -> Result<Option<NodeContent>, Refusal> {
             }
         }
     }
-    if parts.is_empty() && tool_calls.is_empty() {
-        return Ok(None);
-    }
-    Ok(Some(NodeContent::Message {
-        role: Role::Assistant,
-        parts,
-        tool_calls,
-    }))
+    Ok(assistant_node(parts, tool_calls))
 }
 
 /// The API's error body.

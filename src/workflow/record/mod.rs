@@ -95,15 +95,42 @@ pub async fn record(
     conv: &Conversation,
     max_part_bytes: usize,
 ) -> Result<Recorded, Unrecorded> {
+    let opened = opened(store, keys, tenant, named, conv, max_part_bytes).await?;
+    record_in(store, keys, tenant, conv, opened).await
+}
+
+/// A request's session found or made, with what finding it read of the request.
+struct Opened<'c> {
+    /// The request's node contents, checked, and their chain hashes.
+    contents: Vec<&'c NodeContent>,
+    hashes: Vec<Hash>,
+    /// The key of the conversation's opening, and the key its session was found by.
+    opening: String,
+    key: Key,
+    session: Scoped,
+}
+
+/// Checks `conv` and finds or makes its session: where [`record`] and [`locate`] both begin.
+async fn opened<'c>(
+    store: &Store,
+    keys: &SessionKeys,
+    tenant: &Tenant,
+    named: Option<&str>,
+    conv: &'c Conversation,
+    max_part_bytes: usize,
+) -> Result<Opened<'c>, Unrecorded> {
     let contents = checked(conv, max_part_bytes)?;
     let hashes = chain_hashes(&contents, None);
     let opening = opening_key(&conv.opening);
     let key = session_key(store, tenant, named, conv, &opening).await;
     let session = open(store, keys, tenant, &key).await?;
-    record_in(
-        store, keys, tenant, conv, contents, hashes, opening, key, session,
-    )
-    .await
+    Ok(Opened {
+        contents,
+        hashes,
+        opening,
+        key,
+        session,
+    })
 }
 
 /// Where a request would be recorded, found without writing but for making its session: the
@@ -119,11 +146,12 @@ pub async fn locate(
     conv: &Conversation,
     max_part_bytes: usize,
 ) -> Result<Option<Located>, Unrecorded> {
-    let contents = checked(conv, max_part_bytes)?;
-    let hashes = chain_hashes(&contents, None);
-    let opening = opening_key(&conv.opening);
-    let key = session_key(store, tenant, named, conv, &opening).await;
-    let session = open(store, keys, tenant, &key).await?;
+    let Opened {
+        contents,
+        hashes,
+        session,
+        ..
+    } = opened(store, keys, tenant, named, conv, max_part_bytes).await?;
     let branches = store.list_branches(session).await.map_err(store_error)?;
     let plan = match contents.iter().position(|c| is_codex_compaction(c)) {
         Some(c) => match codex_window(store, session, &branches, &contents, &hashes, c).await? {
@@ -148,19 +176,10 @@ pub async fn locate(
                 )
                 .await?
             }
-            None if branches.iter().all(|b| b.head.is_none())
-                && branches.iter().any(|b| b.name == BranchName::main()) =>
-            {
-                Plan {
-                    branch: BranchName::main(),
-                    function: None,
-                    expected: None,
-                    rest: owned(&contents),
-                    behind: false,
-                    agent_summary: None,
-                }
-            }
-            None => return Ok(None),
+            None => match onto_empty_main(&branches, &contents) {
+                Some(plan) => plan,
+                None => return Ok(None),
+            },
         },
     };
     // A background sub-agent's function started by this request: recorded before forwarding,
@@ -332,6 +351,20 @@ fn checked(conv: &Conversation, max_part_bytes: usize) -> Result<Vec<&NodeConten
 }
 
 /// Copies of `contents`: what a request adds, to be stored.
+/// The whole request as the first nodes of `main`, when the session holds no node yet.
+fn onto_empty_main(branches: &[domain::Branch], contents: &[&NodeContent]) -> Option<Plan> {
+    let empty = branches.iter().all(|b| b.head.is_none())
+        && branches.iter().any(|b| b.name == BranchName::main());
+    empty.then(|| Plan {
+        branch: BranchName::main(),
+        function: None,
+        expected: None,
+        rest: owned(contents),
+        behind: false,
+        agent_summary: None,
+    })
+}
+
 fn owned(contents: &[&NodeContent]) -> Vec<NodeContent> {
     contents.iter().map(|c| (*c).clone()).collect()
 }
@@ -362,19 +395,20 @@ fn without_parts(content: &NodeContent) -> NodeContent {
 }
 
 /// [`record`] once the session is open.
-#[allow(clippy::too_many_arguments)]
 async fn record_in(
     store: &Store,
     keys: &SessionKeys,
     tenant: &Tenant,
     conv: &Conversation,
-    contents: Vec<&NodeContent>,
-    hashes: Vec<Hash>,
-    opening: String,
-    key: Key,
-    session: Scoped,
+    opened: Opened<'_>,
 ) -> Result<Recorded, Unrecorded> {
-    let mut session = session;
+    let Opened {
+        contents,
+        hashes,
+        opening,
+        key,
+        mut session,
+    } = opened;
     let mut own_session = false;
     for _ in 0..ATTEMPTS {
         let branches = store.list_branches(session).await.map_err(store_error)?;
@@ -394,17 +428,8 @@ async fn record_in(
                 extend(store, session, &branches, node, &contents, &hashes, k + 1).await?
             }
             Err(None) => {
-                if branches.iter().all(|b| b.head.is_none())
-                    && branches.iter().any(|b| b.name == BranchName::main())
-                {
-                    Plan {
-                        branch: BranchName::main(),
-                        function: None,
-                        expected: None,
-                        rest: owned(&contents),
-                        behind: false,
-                        agent_summary: None,
-                    }
+                if let Some(plan) = onto_empty_main(&branches, &contents) {
+                    plan
                 } else if let Some(plan) = match continued_summary(conv) {
                     Some(text) => {
                         continuation(store, session, &branches, &contents, &hashes, text).await?
