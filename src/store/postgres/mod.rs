@@ -1,6 +1,6 @@
 //! The PostgreSQL backend: connecting (a pool for reads and writes, one for the group
-//! committer), its migrations, and the SQL of every primitive of the store's seam (`reads`,
-//! `writes`, `committer`).
+//! committer), its migrations, and its SQL of the store's seam (`reads`, `writes`,
+//! `committer`; the statements both engines run alike are in `store::sql`).
 //!
 //! Several ctxd processes may serve one database: all state is in it. Writes do not take a
 //! process-wide lock as on SQLite; a write transaction locks the rows it reads to decide
@@ -19,12 +19,13 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use sqlx::pool::PoolConnection;
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
 use sqlx::{PgConnection, Postgres};
 
 use super::append::commit::{CommitQueue, CommitStats};
 use super::backend::{Backend, Footprint, Reads, WriteTx};
 use super::read::changes::Changes;
+use super::sql::{Tx, run_on_sqlx};
 use super::{Config, Error, Result};
 
 pub use distribute::TABLES as DISTRIBUTION;
@@ -166,7 +167,7 @@ impl Backend for PostgresBackend {
     async fn begin_write(&self) -> Result<Box<dyn WriteTx>> {
         Ok(Box::new(Conn(Write {
             tx: self.pool.begin().await?,
-            routed: self.routed,
+            kept: self.routed,
         })))
     }
 
@@ -220,11 +221,8 @@ impl Backend for PostgresBackend {
     }
 }
 
-/// A transaction on the pool. Dropped without commit, it rolls back.
-struct Write {
-    tx: sqlx::Transaction<'static, Postgres>,
-    routed: bool,
-}
+/// A transaction on the pool, and whether its writes are routed (see [`Connection::routed`]).
+type Write = Tx<Postgres, bool>;
 
 /// A connection the reads run on: a reader's, a write's or the committer's. In a write, the
 /// rows a decision reads are locked until it ends.
@@ -247,10 +245,6 @@ struct Conn<C>(C);
 impl<C: Connection> Conn<C> {
     fn conn(&mut self) -> &mut PgConnection {
         self.0.conn()
-    }
-
-    fn locks(&self) -> bool {
-        self.0.locks()
     }
 
     fn routed(&self) -> bool {
@@ -278,6 +272,8 @@ impl Connection for Write {
     }
 
     fn routed(&self) -> bool {
-        self.routed
+        self.kept
     }
 }
+
+run_on_sqlx!(Conn, Connection, Postgres, PgRow, |texts| texts);
