@@ -25,6 +25,7 @@ use sqlx::{PgConnection, Postgres};
 use super::append::commit::{CommitQueue, CommitStats};
 use super::backend::{Backend, Footprint, Reads, WriteTx};
 use super::read::changes::Changes;
+use super::sql::driver::message;
 use super::sql::{Tx, run_on_sqlx};
 use super::{Config, Error, Result};
 
@@ -45,6 +46,7 @@ pub(super) async fn open(
         path: shown.clone().into(),
         problem,
     };
+    let unreachable = |e: sqlx::Error| unusable(format!("cannot be reached: {}", message(&e)));
     let options: PgConnectOptions = url
         .parse()
         .map_err(|e| unusable(format!("not a PostgreSQL URL: {e}")))?;
@@ -57,12 +59,7 @@ pub(super) async fn open(
     // until its acquire timeout.
     let probe = <PgConnection as sqlx::Connection>::connect_with(&options)
         .await
-        .map_err(|e| {
-            unusable(format!(
-                "cannot be reached: {}",
-                super::sql::driver::message(&e)
-            ))
-        })?;
+        .map_err(unreachable)?;
     let _ = sqlx::Connection::close(probe).await;
     let pool = |size: u32| {
         // No ping before each use: it is a round trip, and a connection found dead fails its
@@ -75,12 +72,7 @@ pub(super) async fn open(
     let main = pool(config.pg_pool_size)
         .connect_with(options.clone())
         .await
-        .map_err(|e| {
-            unusable(format!(
-                "cannot be reached: {}",
-                super::sql::driver::message(&e)
-            ))
-        })?;
+        .map_err(unreachable)?;
     sqlx::migrate!("./migrations/postgres")
         .run(&main)
         .await
@@ -106,12 +98,10 @@ pub(super) async fn open(
     };
     let lanes = COMMIT_LANES;
     // The committer's own connections: a batch never waits behind the pool's readers.
-    let batches = pool(lanes).connect_with(options).await.map_err(|e| {
-        unusable(format!(
-            "cannot be reached: {}",
-            super::sql::driver::message(&e)
-        ))
-    })?;
+    let batches = pool(lanes)
+        .connect_with(options)
+        .await
+        .map_err(unreachable)?;
     let lanes = (0..lanes)
         .map(|_| {
             Box::new(Conn(committer::Committer::new(batches.clone(), batching)))
