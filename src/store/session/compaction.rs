@@ -213,9 +213,7 @@ impl Store {
     }
 
     pub async fn summaries(&self, session: Scoped) -> Result<Vec<Summary>> {
-        let session = session.id();
-        let mut conn = self.read().await?;
-        conn.ensure_session(session).await?;
+        let (mut conn, session) = self.read_session(session).await?;
         conn.summaries(session).await
     }
 
@@ -225,9 +223,7 @@ impl Store {
         session: Scoped,
         branch: Option<&BranchName>,
     ) -> Result<Vec<CompactionEvent>> {
-        let session = session.id();
-        let mut conn = self.read().await?;
-        conn.ensure_session(session).await?;
+        let (mut conn, session) = self.read_session(session).await?;
         conn.events(session, branch).await
     }
 
