@@ -9,7 +9,8 @@ use super::append::commit::{CommitCounts, CommitQueue, CommitStats};
 use super::backend::{Backend, Reads, WriteTx};
 use super::read::changes::Changes;
 use super::read::reads::ReadCache;
-use super::{Error, Result, postgres, sqlite};
+use super::{Error, Result, Scoped, postgres, sqlite};
+use crate::domain::SessionId;
 
 #[derive(Clone)]
 pub struct Store {
@@ -170,6 +171,18 @@ impl Store {
 
     pub(super) async fn read(&self) -> Result<Box<dyn Reads>> {
         self.backend.read().await
+    }
+
+    /// A connection for reads of `session`, which it checks is still there (a session scoped
+    /// before may have been deleted since).
+    pub(super) async fn read_session(
+        &self,
+        session: Scoped,
+    ) -> Result<(Box<dyn Reads>, SessionId)> {
+        let session = session.id();
+        let mut conn = self.read().await?;
+        conn.ensure_session(session).await?;
+        Ok((conn, session))
     }
 
     /// A write transaction, serialised with every other write and the committer's batches.

@@ -1,6 +1,6 @@
 //! The PostgreSQL backend: connecting (a pool for reads and writes, one for the group
-//! committer), its migrations, and the SQL of every primitive of the store's seam (`reads`,
-//! `writes`, `committer`).
+//! committer), its migrations, and its SQL of the store's seam (`reads`, `writes`,
+//! `committer`; the statements both engines run alike are in `store::sql`).
 //!
 //! Several ctxd processes may serve one database: all state is in it. Writes do not take a
 //! process-wide lock as on SQLite; a write transaction locks the rows it reads to decide
@@ -19,12 +19,14 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use sqlx::pool::PoolConnection;
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
 use sqlx::{PgConnection, Postgres};
 
 use super::append::commit::{CommitQueue, CommitStats};
 use super::backend::{Backend, Footprint, Reads, WriteTx};
 use super::read::changes::Changes;
+use super::sql::driver::message;
+use super::sql::{Tx, run_on_sqlx};
 use super::{Config, Error, Result};
 
 pub use distribute::TABLES as DISTRIBUTION;
@@ -44,6 +46,7 @@ pub(super) async fn open(
         path: shown.clone().into(),
         problem,
     };
+    let unreachable = |e: sqlx::Error| unusable(format!("cannot be reached: {}", message(&e)));
     let options: PgConnectOptions = url
         .parse()
         .map_err(|e| unusable(format!("not a PostgreSQL URL: {e}")))?;
@@ -56,12 +59,7 @@ pub(super) async fn open(
     // until its acquire timeout.
     let probe = <PgConnection as sqlx::Connection>::connect_with(&options)
         .await
-        .map_err(|e| {
-            unusable(format!(
-                "cannot be reached: {}",
-                super::sql::driver::message(&e)
-            ))
-        })?;
+        .map_err(unreachable)?;
     let _ = sqlx::Connection::close(probe).await;
     let pool = |size: u32| {
         // No ping before each use: it is a round trip, and a connection found dead fails its
@@ -74,12 +72,7 @@ pub(super) async fn open(
     let main = pool(config.pg_pool_size)
         .connect_with(options.clone())
         .await
-        .map_err(|e| {
-            unusable(format!(
-                "cannot be reached: {}",
-                super::sql::driver::message(&e)
-            ))
-        })?;
+        .map_err(unreachable)?;
     sqlx::migrate!("./migrations/postgres")
         .run(&main)
         .await
@@ -105,12 +98,10 @@ pub(super) async fn open(
     };
     let lanes = COMMIT_LANES;
     // The committer's own connections: a batch never waits behind the pool's readers.
-    let batches = pool(lanes).connect_with(options).await.map_err(|e| {
-        unusable(format!(
-            "cannot be reached: {}",
-            super::sql::driver::message(&e)
-        ))
-    })?;
+    let batches = pool(lanes)
+        .connect_with(options)
+        .await
+        .map_err(unreachable)?;
     let lanes = (0..lanes)
         .map(|_| {
             Box::new(Conn(committer::Committer::new(batches.clone(), batching)))
@@ -166,7 +157,7 @@ impl Backend for PostgresBackend {
     async fn begin_write(&self) -> Result<Box<dyn WriteTx>> {
         Ok(Box::new(Conn(Write {
             tx: self.pool.begin().await?,
-            routed: self.routed,
+            kept: self.routed,
         })))
     }
 
@@ -220,11 +211,8 @@ impl Backend for PostgresBackend {
     }
 }
 
-/// A transaction on the pool. Dropped without commit, it rolls back.
-struct Write {
-    tx: sqlx::Transaction<'static, Postgres>,
-    routed: bool,
-}
+/// A transaction on the pool, and whether its writes are routed (see [`Connection::routed`]).
+type Write = Tx<Postgres, bool>;
 
 /// A connection the reads run on: a reader's, a write's or the committer's. In a write, the
 /// rows a decision reads are locked until it ends.
@@ -247,10 +235,6 @@ struct Conn<C>(C);
 impl<C: Connection> Conn<C> {
     fn conn(&mut self) -> &mut PgConnection {
         self.0.conn()
-    }
-
-    fn locks(&self) -> bool {
-        self.0.locks()
     }
 
     fn routed(&self) -> bool {
@@ -278,6 +262,8 @@ impl Connection for Write {
     }
 
     fn routed(&self) -> bool {
-        self.routed
+        self.kept
     }
 }
+
+run_on_sqlx!(Conn, Connection, Postgres, PgRow, |texts| texts);

@@ -17,9 +17,8 @@ impl Store {
         high[..prefix.len()].copy_from_slice(prefix);
         let reference: String = prefix.iter().map(|b| format!("{b:02x}")).collect();
         let ids = {
-            let mut conn = self.read().await?;
-            conn.ensure_session(session.id()).await?;
-            conn.nodes_by_hash_range(session.id(), &Hash(low), &Hash(high), 2)
+            let (mut conn, id) = self.read_session(session).await?;
+            conn.nodes_by_hash_range(id, &Hash(low), &Hash(high), 2)
                 .await?
         };
         match ids.as_slice() {

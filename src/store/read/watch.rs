@@ -70,9 +70,7 @@ impl Store {
         session: Scoped,
         branch: Option<&BranchName>,
     ) -> Result<(Position, Vec<Branch>)> {
-        let session = session.id();
-        let mut conn = self.read().await?;
-        conn.ensure_session(session).await?;
+        let (mut conn, session) = self.read_session(session).await?;
         let branches = followed(&mut *conn, session, branch).await?;
         if let Some(name) = branch
             && branches.is_empty()
@@ -100,9 +98,7 @@ impl Store {
         branch: &BranchName,
         after: NodeId,
     ) -> Result<(Position, Vec<Branch>)> {
-        let session = session.id();
-        let mut conn = self.read().await?;
-        conn.ensure_session(session).await?;
+        let (mut conn, session) = self.read_session(session).await?;
         let branches = followed(&mut *conn, session, Some(branch)).await?;
         let Some(current) = branches.first() else {
             return Err(domain::Error::not_found("branch", branch).into());
@@ -134,9 +130,7 @@ impl Store {
         branch: Option<&BranchName>,
         position: &Position,
     ) -> Result<Vec<Branch>> {
-        let session = session.id();
-        let mut conn = self.read().await?;
-        conn.ensure_session(session).await?;
+        let (mut conn, session) = self.read_session(session).await?;
         let named: HashSet<NodeId> = position
             .heads
             .values()
@@ -173,10 +167,8 @@ impl Store {
         position: &Position,
         max: usize,
     ) -> Result<(Vec<(Change, Position)>, bool)> {
-        let session = session.id();
-        let mut conn = self.read().await?;
         // A deleted session ends the watch as NOT_FOUND.
-        conn.ensure_session(session).await?;
+        let (mut conn, session) = self.read_session(session).await?;
         let mut walk = Walk {
             store: self,
             conn: &mut *conn,

@@ -7,9 +7,7 @@ use crate::store::form::clock::now_ms;
 
 impl Store {
     pub async fn list_branches(&self, session: Scoped) -> Result<Vec<Branch>> {
-        let session = session.id();
-        let mut conn = self.read().await?;
-        conn.ensure_session(session).await?;
+        let (mut conn, session) = self.read_session(session).await?;
         conn.branches(session).await
     }
 

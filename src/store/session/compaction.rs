@@ -76,16 +76,16 @@ impl Store {
         }
         let mut tx = self.begin_write().await?;
         tx.insert_plan(plan).await?;
-        tx.insert_event(&NewEvent {
+        let message = format!("{} nodes to summarize", plan.covers.len());
+        let tokens = (plan.tokens_before, 0);
+        tx.insert_event(&event(
             plan,
-            kind: EventKind::Prepared,
-            reason: None,
-            tokens_before: plan.tokens_before,
-            tokens_after: 0,
-            summary: None,
-            message: &format!("{} nodes to summarize", plan.covers.len()),
-            at: now_ms(),
-        })
+            EventKind::Prepared,
+            None,
+            tokens,
+            None,
+            &message,
+        ))
         .await?;
         tx.commit().await?;
         self.changes.touched(plan.session);
@@ -124,17 +124,8 @@ impl Store {
         tx.set_plan_state(plan.session, plan.id, PlanState::Applied)
             .await?;
         tx.count_compaction(plan.session).await?;
-        tx.insert_event(&NewEvent {
-            plan: &plan,
-            kind: EventKind::Committed,
-            reason: Some(Reason::Applied),
-            tokens_before: summary.tokens_before,
-            tokens_after: summary.tokens_after,
-            summary: Some(summary.id),
-            message: &format!("model {:?}", summary.model),
-            at: now_ms(),
-        })
-        .await?;
+        let message = format!("model {:?}", summary.model);
+        tx.insert_event(&applied(&plan, summary, &message)).await?;
         tx.commit().await?;
         self.changes.touched(plan.session);
         Ok(Applied::Stored)
@@ -150,28 +141,9 @@ impl Store {
         message: &str,
         keep_open: bool,
     ) -> Result<()> {
-        let (tokens_before, tokens_after) = tokens;
-        let mut tx = self.begin_write().await?;
-        let plan = tx.plan(plan_id.session(), plan_id.id()).await?;
-        ensure_open(&plan)?;
-        if !keep_open {
-            tx.set_plan_state(plan.session, plan.id, PlanState::Cancelled)
-                .await?;
-        }
-        tx.insert_event(&NewEvent {
-            plan: &plan,
-            kind: EventKind::Rejected,
-            reason: Some(reason),
-            tokens_before,
-            tokens_after,
-            summary: None,
-            message,
-            at: now_ms(),
-        })
-        .await?;
-        tx.commit().await?;
-        self.changes.touched(plan.session);
-        Ok(())
+        let closes = (!keep_open).then_some(EventKind::Rejected);
+        self.record_outcome(plan_id, reason, Some(tokens), message, closes)
+            .await
     }
 
     /// Closes an open plan at the caller's word.
@@ -186,36 +158,44 @@ impl Store {
         reason: Reason,
         message: &str,
     ) -> Result<()> {
-        let mut tx = self.begin_write().await?;
-        let plan = tx.plan(plan_id.session(), plan_id.id()).await?;
-        ensure_open(&plan)?;
-        tx.set_plan_state(plan.session, plan.id, PlanState::Cancelled)
-            .await?;
         let kind = if reason == Reason::Cancelled {
             EventKind::Cancelled
         } else {
             EventKind::Rejected
         };
-        tx.insert_event(&NewEvent {
-            plan: &plan,
-            kind,
-            reason: Some(reason),
-            tokens_before: plan.tokens_before,
-            tokens_after: plan.tokens_before,
-            summary: None,
-            message,
-            at: now_ms(),
-        })
-        .await?;
+        self.record_outcome(plan_id, reason, None, message, Some(kind))
+            .await
+    }
+
+    /// Records an outcome of an open plan other than its summary, as a `Rejected` event, or
+    /// closes the plan with an event of kind `closes`; `tokens` are the plan's own when not
+    /// given.
+    async fn record_outcome(
+        &self,
+        plan_id: ScopedPlan,
+        reason: Reason,
+        tokens: Option<(u32, u32)>,
+        message: &str,
+        closes: Option<EventKind>,
+    ) -> Result<()> {
+        let mut tx = self.begin_write().await?;
+        let plan = tx.plan(plan_id.session(), plan_id.id()).await?;
+        ensure_open(&plan)?;
+        if closes.is_some() {
+            tx.set_plan_state(plan.session, plan.id, PlanState::Cancelled)
+                .await?;
+        }
+        let kind = closes.unwrap_or(EventKind::Rejected);
+        let tokens = tokens.unwrap_or((plan.tokens_before, plan.tokens_before));
+        tx.insert_event(&event(&plan, kind, Some(reason), tokens, None, message))
+            .await?;
         tx.commit().await?;
         self.changes.touched(plan.session);
         Ok(())
     }
 
     pub async fn summaries(&self, session: Scoped) -> Result<Vec<Summary>> {
-        let session = session.id();
-        let mut conn = self.read().await?;
-        conn.ensure_session(session).await?;
+        let (mut conn, session) = self.read_session(session).await?;
         conn.summaries(session).await
     }
 
@@ -225,9 +205,7 @@ impl Store {
         session: Scoped,
         branch: Option<&BranchName>,
     ) -> Result<Vec<CompactionEvent>> {
-        let session = session.id();
-        let mut conn = self.read().await?;
-        conn.ensure_session(session).await?;
+        let (mut conn, session) = self.read_session(session).await?;
         conn.events(session, branch).await
     }
 
@@ -333,16 +311,45 @@ pub(super) async fn insert_applied_summary(
     tx.insert_summary(session, summary).await?;
     tx.count_compaction(session).await?;
     tx.insert_event(&NewEvent {
-        plan: &plan,
-        kind: EventKind::Committed,
-        reason: Some(Reason::Applied),
-        tokens_before: summary.tokens_before,
-        tokens_after: summary.tokens_after,
-        summary: Some(summary.id),
-        message: "imported with the session",
         at: now,
+        ..applied(&plan, summary, "imported with the session")
     })
     .await
+}
+
+/// The event of `plan`, at this moment.
+fn event<'a>(
+    plan: &'a CompactionPlan,
+    kind: EventKind,
+    reason: Option<Reason>,
+    (tokens_before, tokens_after): (u32, u32),
+    summary: Option<SummaryId>,
+    message: &'a str,
+) -> NewEvent<'a> {
+    NewEvent {
+        plan,
+        kind,
+        reason,
+        tokens_before,
+        tokens_after,
+        summary,
+        message,
+        at: now_ms(),
+    }
+}
+
+/// The event of `summary` applied on `plan`.
+fn applied<'a>(plan: &'a CompactionPlan, summary: &Summary, message: &'a str) -> NewEvent<'a> {
+    let tokens = (summary.tokens_before, summary.tokens_after);
+    let reason = Some(Reason::Applied);
+    event(
+        plan,
+        EventKind::Committed,
+        reason,
+        tokens,
+        Some(summary.id),
+        message,
+    )
 }
 
 /// The plan must still take commits.

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::sessions::{keyed_session, start_session};
+use super::sessions::Begun;
 use super::{Error, Result, Scoped, Store, compaction};
 use crate::domain::{
     self, BranchName, CompactionId, NodeContent, NodeId, Session, SessionId, Summary, SummaryId,
@@ -31,16 +31,13 @@ impl Store {
     ) -> Result<Session> {
         let session = SessionId::new();
         let now = now_ms();
-        let mut tx = self.begin_write().await?;
-        if let Some(existing) = keyed_session(&mut *tx, tenant, key).await? {
-            tx.rollback().await?;
-            // Keys are per tenant: the session a key names is the caller's.
-            return self.get_session(Scoped::trusted(existing)).await;
-        }
-        if !start_session(&mut *tx, session, tenant, now, &metadata, key).await? {
-            tx.rollback().await?;
-            return self.keyed_after_race(tenant, key).await;
-        }
+        let mut tx = match self
+            .begin_session(session, tenant, now, &metadata, key)
+            .await?
+        {
+            Begun::New(tx) => tx,
+            Begun::Existing(session) => return Ok(session),
+        };
         write_plan(&mut *tx, session, plan, now).await?;
         tx.commit().await?;
         self.owners.remember(session, tenant);

@@ -27,7 +27,14 @@ impl Store {
         session: SessionId,
         deleted_by: &str,
     ) -> Result<Deletion> {
-        let deletion = self.delete(tenant, session, deleted_by, None).await?;
+        let deletion = self
+            .delete(Doomed {
+                tenant,
+                session,
+                deleted_by,
+                idle_since_ms: None,
+            })
+            .await?;
         Ok(deletion.expect("a deletion without an idleness condition happens"))
     }
 
@@ -39,29 +46,23 @@ impl Store {
         session: SessionId,
         idle_since_ms: i64,
     ) -> Result<Option<Deletion>> {
-        match self
-            .delete(tenant, session, Tombstone::RETENTION, Some(idle_since_ms))
-            .await
-        {
+        let doomed = Doomed {
+            tenant,
+            session,
+            deleted_by: Tombstone::RETENTION,
+            idle_since_ms: Some(idle_since_ms),
+        };
+        match self.delete(doomed).await {
             Err(super::Error::Domain(domain::Error::NotFound { .. })) => Ok(None),
             Ok(Some(deletion)) if deletion.already_deleted => Ok(None),
             other => other,
         }
     }
 
-    async fn delete(
-        &self,
-        tenant: &Tenant,
-        session: SessionId,
-        deleted_by: &str,
-        idle_since_ms: Option<i64>,
-    ) -> Result<Option<Deletion>> {
+    async fn delete(&self, doomed: Doomed<'_>) -> Result<Option<Deletion>> {
         let mut attempt = 1;
         loop {
-            match self
-                .delete_once(tenant, session, deleted_by, idle_since_ms)
-                .await
-            {
+            match self.delete_once(&doomed).await {
                 // The engine broke a lock cycle with appends to the session (PostgreSQL's
                 // deadlock detection): nothing was deleted, so the deletion runs again.
                 Err(e) if e.fault() == Some(Fault::Conflict) && attempt < DELETE_ATTEMPTS => {
@@ -73,13 +74,13 @@ impl Store {
         }
     }
 
-    async fn delete_once(
-        &self,
-        tenant: &Tenant,
-        session: SessionId,
-        deleted_by: &str,
-        idle_since_ms: Option<i64>,
-    ) -> Result<Option<Deletion>> {
+    async fn delete_once(&self, doomed: &Doomed<'_>) -> Result<Option<Deletion>> {
+        let Doomed {
+            tenant,
+            session,
+            deleted_by,
+            idle_since_ms,
+        } = *doomed;
         let mut tx = self.backend.begin_delete().await?;
         match tx.lock_session(session).await? {
             Some(owner) if &owner == tenant => {
@@ -182,6 +183,15 @@ impl Store {
         self.owners.forget(session);
         self.cache.lock().expect("read cache lock").clear();
     }
+}
+
+/// A session to delete: whose, by whom, and, for the retention policy, the moment since which
+/// no branch of it may have moved.
+struct Doomed<'a> {
+    tenant: &'a Tenant,
+    session: SessionId,
+    deleted_by: &'a str,
+    idle_since_ms: Option<i64>,
 }
 
 /// Whose sessions a lookup takes.

@@ -48,9 +48,7 @@ impl Store {
 
     /// The session's pinned nodes, oldest pin first.
     pub async fn pinned(&self, session: Scoped) -> Result<Vec<NodeId>> {
-        let session = session.id();
-        let mut conn = self.read().await?;
-        conn.ensure_session(session).await?;
+        let (mut conn, session) = self.read_session(session).await?;
         Ok(fold(&conn.pin_events(session).await?))
     }
 }

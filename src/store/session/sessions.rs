@@ -20,16 +20,10 @@ impl Store {
     ) -> Result<Session> {
         let id = SessionId::new();
         let now = now_ms();
-        let mut tx = self.begin_write().await?;
-        if let Some(existing) = keyed_session(&mut *tx, tenant, key).await? {
-            tx.rollback().await?;
-            // Keys are per tenant: the session a key names is the caller's.
-            return self.get_session(Scoped::trusted(existing)).await;
-        }
-        if !start_session(&mut *tx, id, tenant, now, &metadata, key).await? {
-            tx.rollback().await?;
-            return self.keyed_after_race(tenant, key).await;
-        }
+        let tx = match self.begin_session(id, tenant, now, &metadata, key).await? {
+            Begun::New(tx) => tx,
+            Begun::Existing(session) => return Ok(session),
+        };
         tx.commit().await?;
         self.owners.remember(id, tenant);
         Ok(Session {
@@ -106,28 +100,50 @@ pub(super) async fn keyed_session(
     Ok(Some(session))
 }
 
-/// A new session's rows: the session, its empty `main` branch, and its creation key; `false`
-/// when a concurrent creation took the key first (roll back, then read what it made).
-pub(super) async fn start_session(
-    tx: &mut dyn WriteTx,
-    id: SessionId,
-    tenant: &Tenant,
-    now: i64,
-    metadata: &BTreeMap<String, String>,
-    key: Option<&CreationKey>,
-) -> Result<bool> {
-    tx.insert_session(id, tenant, now, metadata, key.map(|k| k.key.as_str()))
-        .await?;
-    match key {
-        Some(key) => tx.insert_session_key(tenant, key, id, now).await,
-        None => Ok(true),
-    }
+/// How the write that creates a session began.
+pub(super) enum Begun {
+    /// The new session's rows are written in this transaction, for the caller to complete.
+    New(Box<dyn WriteTx>),
+    /// A request with the same key made this session before.
+    Existing(Session),
 }
 
 impl Store {
+    /// Begins the write that creates session `id` of `tenant`, its rows written; with a `key`
+    /// already used for the same request, answers the session that request made instead.
+    pub(super) async fn begin_session(
+        &self,
+        id: SessionId,
+        tenant: &Tenant,
+        now: i64,
+        metadata: &BTreeMap<String, String>,
+        key: Option<&CreationKey>,
+    ) -> Result<Begun> {
+        let mut tx = self.begin_write().await?;
+        if let Some(existing) = keyed_session(&mut *tx, tenant, key).await? {
+            tx.rollback().await?;
+            // Keys are per tenant: the session a key names is the caller's.
+            let session = self.get_session(Scoped::trusted(existing)).await?;
+            return Ok(Begun::Existing(session));
+        }
+        // The session, its empty `main` branch, and its creation key.
+        tx.insert_session(id, tenant, now, metadata, key.map(|k| k.key.as_str()))
+            .await?;
+        if let Some(key) = key
+            && !tx.insert_session_key(tenant, key, id, now).await?
+        {
+            // A concurrent creation took the key first: read what it made.
+            tx.rollback().await?;
+            return Ok(Begun::Existing(
+                self.keyed_after_race(tenant, Some(key)).await?,
+            ));
+        }
+        Ok(Begun::New(tx))
+    }
+
     /// The session a concurrent creation made with `key`, which it committed before ours
     /// (another replica on the same database).
-    pub(super) async fn keyed_after_race(
+    async fn keyed_after_race(
         &self,
         tenant: &Tenant,
         key: Option<&CreationKey>,

@@ -1,6 +1,10 @@
-//! Decoding the store's rows once for every backend: a backend reads a column as bytes, text
-//! or an integer (`Columns`, its only part), and these turn columns into ids, hashes, nodes,
-//! sessions, branches, pins, summaries, plans and events.
+//! Decoding the store's rows once for every backend: a driver's row reads a column by name as
+//! bytes, text or an integer (`Columns`, implemented here for each driver's rows), and these
+//! turn columns into ids, hashes, nodes, sessions, branches, pins, summaries, plans and events.
+
+use sqlx::Row as _;
+use sqlx::postgres::PgRow;
+use sqlx::sqlite::SqliteRow;
 
 use super::{Error, Result};
 use crate::domain::{
@@ -8,7 +12,8 @@ use crate::domain::{
     GatewayUsage, Hash, NodeId, PrefixChange, ProviderUsage, Reason, SessionId, Summary, SummaryId,
     SummaryKind, Tenant, Tombstone,
 };
-use crate::store::backend::SessionRow;
+use crate::store::append::request::AppendOutcome;
+use crate::store::backend::{BranchStart, SessionRow, StoredBlob};
 use crate::store::form::rows::{
     NodeColumns, NodeRow, hash_from, parse_budget, parse_ledger, parse_metadata, u32_from,
     unpack_ids, unpack_summaries, uuid_from,
@@ -21,6 +26,27 @@ pub(in crate::store) trait Columns {
     fn text(&self, column: &str) -> Result<Option<String>>;
     fn int(&self, column: &str) -> Result<Option<i64>>;
 }
+
+/// Implements [`Columns`] for a driver's row, whose `$get` reads a column by name.
+macro_rules! columns_by_name {
+    ($($row:ty: $get:ident),*) => {$(
+        impl Columns for $row {
+            fn bytes(&self, column: &str) -> Result<Option<Vec<u8>>> {
+                Ok(self.$get(column)?)
+            }
+
+            fn text(&self, column: &str) -> Result<Option<String>> {
+                Ok(self.$get(column)?)
+            }
+
+            fn int(&self, column: &str) -> Result<Option<i64>> {
+                Ok(self.$get(column)?)
+            }
+        }
+    )*};
+}
+
+columns_by_name!(SqliteRow: try_get, PgRow: try_get, rusqlite::Row<'_>: get);
 
 fn null(column: &str) -> Error {
     Error::Corrupt(format!("{column} is null"))
@@ -60,6 +86,14 @@ fn u32_of(row: &impl Columns, column: &str) -> Result<u32> {
     u32_from(req_int(row, column)?, column)
 }
 
+/// The columns [`node`] reads, of nodes as `n`.
+macro_rules! node_columns {
+    () => {
+        "n.id, n.parent_id, n.function_id, n.created_at_ms, n.hash, n.body, n.body_z"
+    };
+}
+pub(in crate::store) use node_columns;
+
 /// A node row: `id, parent_id, function_id, created_at_ms, hash, body, body_z`.
 pub(in crate::store) fn node(row: &impl Columns) -> Result<NodeRow> {
     NodeRow::from_columns(NodeColumns {
@@ -70,6 +104,81 @@ pub(in crate::store) fn node(row: &impl Columns) -> Result<NodeRow> {
         hash: req_bytes(row, "hash")?,
         body: req_text(row, "body")?,
         body_z: row.bytes("body_z")?,
+    })
+}
+
+/// `id`: a node's, or a session's.
+pub(in crate::store) fn id(row: &impl Columns) -> Result<NodeId> {
+    node_id(row, "id")?.ok_or_else(|| Error::Corrupt("a null id".into()))
+}
+
+pub(in crate::store) fn session_id(row: &impl Columns) -> Result<SessionId> {
+    Ok(SessionId::from_bytes(req_uuid(row, "id")?))
+}
+
+/// `head_id, closed_by`: a function's chain head, and whether a result closed it.
+pub(in crate::store) fn function(row: &impl Columns) -> Result<(Option<NodeId>, bool)> {
+    Ok((
+        node_id(row, "head_id")?,
+        node_id(row, "closed_by")?.is_some(),
+    ))
+}
+
+/// `request_hash, response`: an append's idempotency record.
+pub(in crate::store) fn idempotency(row: &impl Columns) -> Result<(Hash, AppendOutcome)> {
+    let outcome = serde_json::from_str(&req_text(row, "response")?)
+        .map_err(|e| Error::Corrupt(format!("idempotency response: {e}")))?;
+    Ok((hash(row, "request_hash")?, outcome))
+}
+
+/// `request_hash, session_id`: the session a creation key made.
+pub(in crate::store) fn session_key(row: &impl Columns) -> Result<(Hash, SessionId)> {
+    Ok((
+        hash(row, "request_hash")?,
+        SessionId::from_bytes(req_uuid(row, "session_id")?),
+    ))
+}
+
+pub(in crate::store) fn tenant(row: &impl Columns) -> Result<Tenant> {
+    Ok(Tenant::new(req_text(row, "tenant")?))
+}
+
+/// `session_id, tenant`: whose a compaction plan is.
+pub(in crate::store) fn owner(row: &impl Columns) -> Result<(SessionId, Tenant)> {
+    Ok((
+        SessionId::from_bytes(req_uuid(row, "session_id")?),
+        tenant(row)?,
+    ))
+}
+
+/// `hash, size, codec, data`.
+pub(in crate::store) fn blob(row: &impl Columns) -> Result<StoredBlob> {
+    Ok(StoredBlob {
+        hash: hash(row, "hash")?,
+        size: req_int(row, "size")?,
+        codec: req_int(row, "codec")?,
+        data: req_bytes(row, "data")?,
+    })
+}
+
+/// A count, as the non-negative number it is.
+pub(in crate::store) fn count(row: &impl Columns, column: &str) -> Result<u64> {
+    Ok(u64::try_from(req_int(row, column)?).unwrap_or(0))
+}
+
+/// The start of a render as its first row tells it (`branch`: the branch's name, NULL when
+/// there is no such branch; `head_id`), before its summaries and pins are read.
+pub(in crate::store) fn branch_start(row: &impl Columns) -> Result<BranchStart> {
+    if row.text("branch")?.is_none() {
+        return Ok(BranchStart::NoBranch);
+    }
+    Ok(match node_id(row, "head_id")? {
+        None => BranchStart::Empty,
+        Some(head) => BranchStart::At {
+            head,
+            summaries: Vec::new(),
+            pin_events: Vec::new(),
+        },
     })
 }
 
@@ -118,9 +227,13 @@ fn range(row: &impl Columns) -> Result<Option<(NodeId, NodeId)>> {
 }
 
 /// The columns [`summary`] reads.
-pub(in crate::store) const SUMMARY_COLUMNS: &str = "id, compaction_id, kind, covers, range_from_id, \
-     range_to_id, text, rolls_over, ledger, model, base_head_id, tokens_before, tokens_after, \
-     created_at_ms";
+macro_rules! summary_columns {
+    () => {
+        "id, compaction_id, kind, covers, range_from_id, range_to_id, text, rolls_over, ledger, \
+         model, base_head_id, tokens_before, tokens_after, created_at_ms"
+    };
+}
+pub(in crate::store) use summary_columns;
 
 pub(in crate::store) fn summary(row: &impl Columns) -> Result<Summary> {
     Ok(Summary {
@@ -181,9 +294,13 @@ pub(in crate::store) fn event(row: &impl Columns) -> Result<CompactionEvent> {
     })
 }
 
-/// Columns: session_id, tenant, deleted_by, deleted_at_ms, nodes, branches, summaries.
-pub(in crate::store) const TOMBSTONE_COLUMNS: &str =
-    "t.session_id, t.tenant, t.deleted_by, t.deleted_at_ms, t.nodes, t.branches, t.summaries";
+/// The columns [`tombstone`] reads, of tombstones as `t`.
+macro_rules! tombstone_columns {
+    () => {
+        "t.session_id, t.tenant, t.deleted_by, t.deleted_at_ms, t.nodes, t.branches, t.summaries"
+    };
+}
+pub(in crate::store) use tombstone_columns;
 
 pub(in crate::store) fn tombstone(row: &impl Columns) -> Result<Tombstone> {
     Ok(Tombstone {
@@ -198,11 +315,15 @@ pub(in crate::store) fn tombstone(row: &impl Columns) -> Result<Tombstone> {
 }
 
 /// The columns of one gateway call, as [`gateway_call`] reads them.
-pub(in crate::store) const GATEWAY_CALL_COLUMNS: &str = "id, at_ms, api, model, client_tokens, \
-     forwarded_tokens, input_tokens, cache_read_tokens, cache_write_tokens, output_tokens, \
-     kept_tokens, change";
+macro_rules! gateway_call_columns {
+    () => {
+        "id, at_ms, api, model, client_tokens, forwarded_tokens, input_tokens, \
+         cache_read_tokens, cache_write_tokens, output_tokens, kept_tokens, change"
+    };
+}
+pub(in crate::store) use gateway_call_columns;
 
-/// One gateway call ([`GATEWAY_CALL_COLUMNS`]) with its id. A stored `change` this build cannot
+/// One gateway call ([`gateway_call_columns`]) with its id. A stored `change` this build cannot
 /// read is corrupt, as an unknown event reason is.
 pub(in crate::store) fn gateway_call(row: &impl Columns) -> Result<(GatewayCallId, GatewayCall)> {
     // Counts are stored from u64 saturated at i64::MAX: a negative one was never written.

@@ -15,17 +15,20 @@ use tokio::sync::{Mutex, OwnedMutexGuard};
 
 use super::fault::Quota;
 use super::{
-    BRANCH_HEAD, Config, FUNCTION_ROW, NODE_ROW, SESSION_EXISTS, blob_ref_once, blob_stored_once,
-    insert_blob_refs, insert_blobs, insert_functions, insert_nodes,
+    Config, blob_ref_once, blob_stored_once, insert_blob_refs, insert_blobs, insert_functions,
 };
 use crate::domain::{BranchName, Hash, NodeId, SessionId};
+use crate::store::Result;
 use crate::store::append::commit::{CommitQueue, CommitStats};
 use crate::store::append::planned::BatchRows;
 use crate::store::append::request::AppendOutcome;
 use crate::store::backend::{AppendTx, CommitterConnection, Lookups};
-use crate::store::form::rows::{NodeColumns, NodeRow, hash_from, uuid_from};
+use crate::store::form::rows::NodeRow;
 use crate::store::read::changes::Changes;
-use crate::store::{Error, Result};
+use crate::store::sql::reads::{
+    BRANCH_HEAD, FUNCTION_ROW, IDEMPOTENCY_RECORD, NODE_ROW, SESSION_EXISTS,
+};
+use crate::store::sql::{Arg, decode, insert_nodes, node_values};
 
 /// Opens the committer's connection to the migrated database at `path`, with the store's
 /// durability: WAL, `synchronous=FULL`, foreign keys, the busy timeout.
@@ -163,14 +166,43 @@ impl CommitterConnection for Committer {
     }
 }
 
+impl Committer {
+    /// The row `sql` finds with `params`, if any, as `decode` reads it.
+    fn row_as<T>(
+        &self,
+        sql: &str,
+        params: impl rusqlite::Params,
+        decode: impl FnOnce(&rusqlite::Row<'_>) -> Result<T>,
+    ) -> Result<Option<T>> {
+        self.conn
+            .prepare_cached(sql)?
+            .query_row(params, |row| Ok(decode(row)))
+            .optional()?
+            .transpose()
+    }
+}
+
+/// A value as this driver binds it: as sqlx's SQLite does (a list of texts as a JSON array).
+impl rusqlite::ToSql for Arg<'_> {
+    fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
+        match self {
+            Arg::Bytes(bytes) => bytes.to_sql(),
+            Arg::Text(text) => text.to_sql(),
+            Arg::Int(int) => int.to_sql(),
+            Arg::Texts(texts) => Ok(serde_json::to_string(texts)
+                .expect("strings serialize")
+                .into()),
+        }
+    }
+}
+
+// The statements the sqlx connections run too: rusqlite binds their `$1`, `$2` by position.
 #[async_trait]
 impl Lookups for Committer {
     async fn session_exists(&mut self, session: SessionId) -> Result<bool> {
+        let (sql, _) = SESSION_EXISTS;
         Ok(self
-            .conn
-            .prepare_cached(SESSION_EXISTS)?
-            .query_row([session.as_bytes().as_slice()], |_| Ok(()))
-            .optional()?
+            .row_as(sql, [session.as_bytes().as_slice()], |_| Ok(()))?
             .is_some())
     }
 
@@ -179,13 +211,10 @@ impl Lookups for Committer {
         session: SessionId,
         name: &BranchName,
     ) -> Result<Option<Option<NodeId>>> {
-        let head: Option<Option<Vec<u8>>> = self
-            .conn
-            .prepare_cached(BRANCH_HEAD)?
-            .query_row((session.as_bytes().as_slice(), name.as_str()), |r| r.get(0))
-            .optional()?;
-        head.map(|head| Ok(uuid_from(head, "head_id")?.map(NodeId::from_bytes)))
-            .transpose()
+        let (sql, _) = BRANCH_HEAD;
+        self.row_as(sql, (session.as_bytes().as_slice(), name.as_str()), |row| {
+            decode::node_id(row, "head_id")
+        })
     }
 
     async fn find_function(
@@ -193,46 +222,17 @@ impl Lookups for Committer {
         session: SessionId,
         function: NodeId,
     ) -> Result<Option<(Option<NodeId>, bool)>> {
-        let row: Option<(Option<Vec<u8>>, Option<Vec<u8>>)> = self
-            .conn
-            .prepare_cached(FUNCTION_ROW)?
-            .query_row(
-                (
-                    function.as_bytes().as_slice(),
-                    session.as_bytes().as_slice(),
-                ),
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .optional()?;
-        row.map(|(head, closed_by)| {
-            Ok((
-                uuid_from(head, "head_id")?.map(NodeId::from_bytes),
-                closed_by.is_some(),
-            ))
-        })
-        .transpose()
+        let (sql, _) = FUNCTION_ROW;
+        let params = (
+            session.as_bytes().as_slice(),
+            function.as_bytes().as_slice(),
+        );
+        self.row_as(sql, params, |row| decode::function(row))
     }
 
     async fn find_node(&mut self, session: SessionId, node: NodeId) -> Result<Option<NodeRow>> {
-        let columns = self
-            .conn
-            .prepare_cached(NODE_ROW)?
-            .query_row(
-                (node.as_bytes().as_slice(), session.as_bytes().as_slice()),
-                |r| {
-                    Ok(NodeColumns {
-                        id: r.get(0)?,
-                        parent_id: r.get(1)?,
-                        function_id: r.get(2)?,
-                        created_at_ms: r.get(3)?,
-                        hash: r.get(4)?,
-                        body: r.get(5)?,
-                        body_z: r.get(6)?,
-                    })
-                },
-            )
-            .optional()?;
-        columns.map(NodeRow::from_columns).transpose()
+        let params = (session.as_bytes().as_slice(), node.as_bytes().as_slice());
+        self.row_as(NODE_ROW, params, |row| decode::node(row))
     }
 
     async fn idempotency_record(
@@ -240,21 +240,8 @@ impl Lookups for Committer {
         session: SessionId,
         key: &str,
     ) -> Result<Option<(Hash, AppendOutcome)>> {
-        let Some((hash, response)): Option<(Vec<u8>, String)> = self
-            .conn
-            .prepare_cached(
-                "SELECT request_hash, response FROM idempotency WHERE session_id = ?1 AND key = ?2",
-            )?
-            .query_row((session.as_bytes().as_slice(), key), |r| {
-                Ok((r.get(0)?, r.get(1)?))
-            })
-            .optional()?
-        else {
-            return Ok(None);
-        };
-        let outcome = serde_json::from_str(&response)
-            .map_err(|e| Error::Corrupt(format!("idempotency response: {e}")))?;
-        Ok(Some((hash_from(&hash, "request_hash")?, outcome)))
+        let params = (session.as_bytes().as_slice(), key);
+        self.row_as(IDEMPOTENCY_RECORD, params, |row| decode::idempotency(row))
     }
 }
 
@@ -289,18 +276,7 @@ impl AppendTx for Committer {
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
         ))?;
         for node in &rows.nodes {
-            let n = &node.insert;
-            insert.execute((
-                id(&n.id),
-                n.session.as_bytes().as_slice(),
-                n.parent.as_ref().map(id),
-                n.function.as_ref().map(id),
-                node.kind,
-                n.created_at_ms,
-                n.hash.0.as_slice(),
-                node.body.as_str(),
-                node.body_z.as_deref(),
-            ))?;
+            insert.execute(rusqlite::params_from_iter(node_values(node)))?;
         }
         for (function, session) in &rows.opened {
             c.prepare_cached(concat!(insert_functions!(), "VALUES (?, ?)"))?

@@ -1,6 +1,7 @@
 //! The SQLite backend: opening the file (checked first), its reader and writer pools, the
-//! group committer's connection, the write lock every write takes, and the SQL of every
-//! primitive of the store's seam (`reads`, `writes`, `committer`).
+//! group committer's connection, the write lock every write takes, and its SQL of the store's
+//! seam (`reads`, `writes`, `committer`; the statements both engines run alike are in
+//! `store::sql`).
 //!
 //! Writes are serialised by the store's write lock, each in `BEGIN IMMEDIATE`, so a
 //! read-then-write transaction never fails half-way on a lock: appends on the group committer's
@@ -21,7 +22,7 @@ use async_trait::async_trait;
 use sqlx::pool::PoolConnection;
 use sqlx::sqlite::{
     SqliteAutoVacuum, SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
-    SqliteSynchronous,
+    SqliteRow, SqliteSynchronous,
 };
 use sqlx::{Sqlite, SqliteConnection};
 
@@ -29,19 +30,11 @@ use super::append::commit::CommitQueue;
 use super::append::commit::CommitStats;
 use super::backend::{Backend, Footprint, Reads, WriteTx};
 use super::read::changes::Changes;
+use super::sql::{Tx, run_on_sqlx};
 use super::{Config, Error, Fault, Result};
 use fault::Quota;
 
 const READERS: u32 = 8;
-
-/// The one-row lookups, in the form both the sqlx connections and the committer's run (`?`
-/// binds in order in both).
-const SESSION_EXISTS: &str = "SELECT 1 FROM sessions WHERE id = ?";
-const BRANCH_HEAD: &str = "SELECT head_id FROM branches WHERE session_id = ? AND name = ?";
-const FUNCTION_ROW: &str =
-    "SELECT head_id, closed_by FROM functions WHERE id = ? AND session_id = ?";
-const NODE_ROW: &str = "SELECT n.id, n.parent_id, n.function_id, n.created_at_ms, n.hash, n.body,
-    n.body_z FROM nodes n WHERE n.id = ? AND n.session_id = ?";
 
 // Statement heads shared by the committer's one-row inserts and an import's multi-row ones;
 // values bind in the order of the columns. Macros, so `concat!` can build whole statements.
@@ -67,20 +60,12 @@ macro_rules! blob_ref_once {
         " ON CONFLICT (session_id, hash) DO NOTHING"
     };
 }
-macro_rules! insert_nodes {
-    () => {
-        "INSERT INTO nodes (id, session_id, parent_id, function_id, kind, created_at_ms, hash, \
-         body, body_z) "
-    };
-}
 macro_rules! insert_functions {
     () => {
         "INSERT INTO functions (id, session_id) "
     };
 }
-use {
-    blob_ref_once, blob_stored_once, insert_blob_refs, insert_blobs, insert_functions, insert_nodes,
-};
+use {blob_ref_once, blob_stored_once, insert_blob_refs, insert_blobs, insert_functions};
 
 /// A SQLite database file, open.
 pub(super) struct SqliteBackend {
@@ -174,13 +159,13 @@ impl Backend for SqliteBackend {
     async fn begin_write(&self) -> Result<Box<dyn WriteTx>> {
         let lock = Arc::clone(&self.write_lock).lock_owned().await;
         let tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
-        Ok(Box::new(Conn(Write { tx, _lock: lock })))
+        Ok(Box::new(Conn(Write { tx, kept: lock })))
     }
 
     async fn begin_delete(&self) -> Result<Box<dyn WriteTx>> {
         let lock = Arc::clone(&self.write_lock).lock_owned().await;
         let tx = self.deleter.begin_with("BEGIN IMMEDIATE").await?;
-        Ok(Box::new(Conn(Write { tx, _lock: lock })))
+        Ok(Box::new(Conn(Write { tx, kept: lock })))
     }
 
     /// A write that failed on an I/O error while the disk has no room failed for want of space.
@@ -263,12 +248,8 @@ impl Backend for SqliteBackend {
 }
 
 /// A transaction on the writer pool's connection, holding the store's write lock until it
-/// ends. Dropped without commit, it rolls back.
-struct Write {
-    // Declared first: dropped (its ROLLBACK queued) before the lock is released.
-    tx: sqlx::Transaction<'static, Sqlite>,
-    _lock: tokio::sync::OwnedMutexGuard<()>,
-}
+/// ends.
+type Write = Tx<Sqlite, tokio::sync::OwnedMutexGuard<()>>;
 
 /// A sqlx connection the reads run on: a reader's, or the writer's in its transaction.
 trait Connection: Send {
@@ -296,6 +277,11 @@ impl Connection for Write {
         &mut self.tx
     }
 }
+
+// A list of texts binds as a JSON array, which SQLite's statements read with `json_each`.
+run_on_sqlx!(Conn, Connection, Sqlite, SqliteRow, |texts| {
+    serde_json::to_string(texts).expect("strings serialize")
+});
 
 /// The WAL file beside database `path`.
 fn wal_path(path: &Path) -> PathBuf {

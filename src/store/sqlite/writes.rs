@@ -1,24 +1,23 @@
-//! The SQL of the store's writes on SQLite's writer connection (`WriteTx`), and an import's
-//! checked rows as multi-row statements (`AppendTx`).
-
-use std::collections::BTreeMap;
+//! SQLite's part of the store's writes (`store::sql::writes` runs them) on the writer's
+//! connection: its wording of the statements the engines word differently, the writes whose
+//! statements are its own (a session's deletion), and an import's checked rows as multi-row
+//! statements (`AppendTx`).
 
 use async_trait::async_trait;
 use sqlx::{QueryBuilder, Sqlite};
 
 use super::{
     Conn, Write, blob_ref_once, blob_stored_once, insert_blob_refs, insert_blobs, insert_functions,
-    insert_nodes,
+    push_row,
 };
-use crate::domain::{
-    BranchName, CompactionId, Hash, NodeId, SessionId, Summary, Tenant, Tombstone,
-};
+use crate::domain::{Hash, NodeId, SessionId, Tenant};
 use crate::store::Result;
-use crate::store::append::idempotency::CreationKey;
 use crate::store::append::planned::BatchRows;
-use crate::store::backend::{AppendTx, Deleted, NewEvent, Reads, WriteTx};
-use crate::store::form::rows::{budget_json, ledger_json, metadata_json, pack_ids, pack_summaries};
-use crate::store::session::compaction::{CompactionPlan, PlanState};
+use crate::store::backend::{AppendTx, Reads};
+use crate::store::session::compaction::CompactionPlan;
+use crate::store::sql::{
+    Removed, Run, SqlWrite, ToArg, insert_nodes, insert_plan_row, node_values,
+};
 
 /// Rows a multi-row statement carries at most: 9 columns a node, well under SQLite's limit of
 /// bound parameters per statement.
@@ -62,18 +61,7 @@ fn push_writes(rows: &BatchRows, sql: &mut QueryBuilder<Sqlite>) {
     }
     for chunk in rows.nodes.chunks(ROWS_PER_STATEMENT) {
         sql.push(insert_nodes!());
-        sql.push_values(chunk, |mut row, node| {
-            let n = &node.insert;
-            row.push_bind(id(n.id))
-                .push_bind(n.session.as_bytes().to_vec())
-                .push_bind(n.parent.map(id))
-                .push_bind(n.function.map(id))
-                .push_bind(node.kind)
-                .push_bind(n.created_at_ms)
-                .push_bind(n.hash.0.to_vec())
-                .push_bind(node.body.clone())
-                .push_bind(node.body_z.clone());
-        });
+        sql.push_values(chunk, |row, node| push_row(row, &node_values(node)));
         sql.push("; ");
     }
     for chunk in rows.opened.chunks(ROWS_PER_STATEMENT) {
@@ -137,255 +125,33 @@ fn push_writes(rows: &BatchRows, sql: &mut QueryBuilder<Sqlite>) {
 }
 
 #[async_trait]
-impl WriteTx for Conn<Write> {
-    async fn insert_session(
-        &mut self,
-        id: SessionId,
-        tenant: &Tenant,
-        now: i64,
-        metadata: &BTreeMap<String, String>,
-        // `session_keys` is indexed by session here: a deletion finds the key by it.
-        _creation_key: Option<&str>,
-    ) -> Result<()> {
-        sqlx::query(
-            "INSERT INTO sessions (id, tenant, created_at_ms, metadata) VALUES (?, ?, ?, ?)",
-        )
-        .bind(id.as_bytes().as_slice())
-        .bind(tenant.as_str())
-        .bind(now)
-        .bind(metadata_json(metadata))
-        .execute(&mut *self.0.tx)
-        .await?;
-        sqlx::query("INSERT INTO branches (session_id, name, updated_at_ms) VALUES (?, ?, ?)")
-            .bind(id.as_bytes().as_slice())
-            .bind(BranchName::main().as_str())
-            .bind(now)
-            .execute(&mut *self.0.tx)
-            .await?;
-        Ok(())
-    }
+impl SqlWrite for Conn<Write> {
+    type Db = Sqlite;
+    type Kept = tokio::sync::OwnedMutexGuard<()>;
 
-    async fn insert_session_key(
-        &mut self,
-        tenant: &Tenant,
-        key: &CreationKey,
-        session: SessionId,
-        now: i64,
-    ) -> Result<bool> {
-        let inserted = sqlx::query(
-            "INSERT INTO session_keys (tenant, key, request_hash, session_id, created_at_ms)
-             VALUES (?, ?, ?, ?, ?) ON CONFLICT (tenant, key) DO NOTHING",
-        )
-        .bind(tenant.as_str())
-        .bind(&key.key)
-        .bind(key.request.0.as_slice())
-        .bind(session.as_bytes().as_slice())
-        .bind(now)
-        .execute(&mut *self.0.tx)
-        .await?;
-        Ok(inserted.rows_affected() == 1)
-    }
-
-    async fn insert_gateway_call(
-        &mut self,
-        session: SessionId,
-        call: &crate::domain::GatewayCall,
-    ) -> Result<()> {
-        let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
-        sqlx::query(
-            "INSERT INTO gateway_calls (session_id, id, at_ms, api, model, client_tokens,
-                 forwarded_tokens, input_tokens, cache_read_tokens, cache_write_tokens,
-                 output_tokens, kept_tokens, change)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        )
-        .bind(session.as_bytes().as_slice())
-        .bind(uuid::Uuid::now_v7().as_bytes().as_slice().to_vec())
-        .bind(call.at_ms)
-        .bind(call.api.as_str())
-        .bind(call.model.as_str())
-        .bind(n(call.client_tokens))
-        .bind(n(call.forwarded_tokens))
-        .bind(n(call.usage.input))
-        .bind(n(call.usage.cache_read))
-        .bind(n(call.usage.cache_write))
-        .bind(n(call.usage.output))
-        .bind(n(call.kept_tokens))
-        .bind(call.change.map(|c| c.as_text()))
-        .execute(&mut *self.0.tx)
-        .await?;
-        Ok(())
-    }
-
-    async fn insert_branch(
-        &mut self,
-        session: SessionId,
-        name: &BranchName,
-        head: Option<NodeId>,
-        now: i64,
-    ) -> Result<bool> {
-        let inserted = sqlx::query(
-            "INSERT INTO branches (session_id, name, head_id, updated_at_ms) VALUES (?, ?, ?, ?)
-             ON CONFLICT (session_id, name) DO NOTHING",
-        )
-        .bind(session.as_bytes().as_slice())
-        .bind(name.as_str())
-        .bind(head.map(id))
-        .bind(now)
-        .execute(&mut *self.0.tx)
-        .await?;
-        Ok(inserted.rows_affected() == 1)
-    }
-
-    async fn set_branch_head(
-        &mut self,
-        session: SessionId,
-        name: &BranchName,
-        head: Option<NodeId>,
-        now: i64,
-    ) -> Result<()> {
-        sqlx::query(
-            "UPDATE branches SET head_id = ?, updated_at_ms = ? WHERE session_id = ? AND name = ?",
-        )
-        .bind(head.map(id))
-        .bind(now)
-        .bind(session.as_bytes().as_slice())
-        .bind(name.as_str())
-        .execute(&mut *self.0.tx)
-        .await?;
-        Ok(())
-    }
-
-    async fn delete_branch(&mut self, session: SessionId, name: &BranchName) -> Result<bool> {
-        let done = sqlx::query("DELETE FROM branches WHERE session_id = ? AND name = ?")
-            .bind(session.as_bytes().as_slice())
-            .bind(name.as_str())
-            .execute(&mut *self.0.tx)
-            .await?;
-        Ok(done.rows_affected() == 1)
-    }
-
-    async fn insert_pin(
-        &mut self,
-        session: SessionId,
-        node: NodeId,
-        pinned: bool,
-        now: i64,
-    ) -> Result<()> {
-        sqlx::query(
-            "INSERT INTO pins (session_id, node_id, pinned, created_at_ms) VALUES (?, ?, ?, ?)",
-        )
-        .bind(session.as_bytes().as_slice())
-        .bind(node.as_bytes().as_slice())
-        .bind(i64::from(pinned))
-        .bind(now)
-        .execute(&mut *self.0.tx)
-        .await?;
-        Ok(())
-    }
+    // `session_keys` is indexed by session here: a deletion finds the key by it, so the session
+    // row does not keep it.
+    const INSERT_SESSION: &'static str =
+        "INSERT INTO sessions (id, tenant, created_at_ms, metadata) VALUES (?1, ?2, ?3, ?4)";
+    const SET_PLAN_STATE: &'static str = "UPDATE compactions SET state = ?1 WHERE id = ?3";
+    // `prior_id`: the first summary it rolls over, as summaries made before they rolled over
+    // several recorded it.
+    const INSERT_SUMMARY: &'static str = "INSERT INTO summaries (id, session_id, compaction_id,
+             prior_id, covers, text, model, base_head_id, tokens_before, tokens_after,
+             created_at_ms, kind, rolls_over, range_from_id, range_to_id, ledger)
+         VALUES (?2, ?1, ?3, substr(?12, 1, 16), ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13,
+             ?14, ?15)";
 
     async fn insert_plan(&mut self, plan: &CompactionPlan) -> Result<()> {
-        sqlx::query(
-            "INSERT INTO compactions (id, session_id, branch, base_head_id, prior_summary_id,
-                 covers, budget, tokenizer, max_tool_result_chars, retain_turns, instructions,
-                 tokens_before, state, created_at_ms, kind, rolls_over, range_from_id,
-                 range_to_id, ledger)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        )
-        .bind(plan.id.as_bytes().as_slice())
-        .bind(plan.session.as_bytes().as_slice())
-        .bind(plan.branch.as_str())
-        .bind(plan.base_head.as_bytes().as_slice())
-        .bind(plan.rolls_over.first().map(|p| p.as_bytes().to_vec()))
-        .bind(pack_ids(&plan.covers))
-        .bind(budget_json(&plan.budget))
-        .bind(&plan.tokenizer)
-        .bind(i64::from(plan.max_tool_result_chars))
-        .bind(i64::from(plan.retain_turns))
-        .bind(&plan.instructions)
-        .bind(i64::from(plan.tokens_before))
-        .bind(plan.state.as_str())
-        .bind(plan.created_at_ms)
-        .bind(plan.kind.as_str())
-        .bind(pack_summaries(&plan.rolls_over))
-        .bind(plan.range.map(|r| id(r.0)))
-        .bind(plan.range.map(|r| id(r.1)))
-        .bind(ledger_json(&plan.ledger))
-        .execute(&mut *self.0.tx)
-        .await?;
-        Ok(())
-    }
-
-    async fn set_plan_state(
-        &mut self,
-        _session: SessionId,
-        plan: CompactionId,
-        state: PlanState,
-    ) -> Result<()> {
-        sqlx::query("UPDATE compactions SET state = ? WHERE id = ?")
-            .bind(state.as_str())
-            .bind(plan.as_bytes().as_slice())
-            .execute(&mut *self.0.tx)
-            .await?;
-        Ok(())
-    }
-
-    async fn insert_summary(&mut self, session: SessionId, summary: &Summary) -> Result<()> {
-        sqlx::query(
-            "INSERT INTO summaries (id, session_id, compaction_id, prior_id, covers, text, model,
-                 base_head_id, tokens_before, tokens_after, created_at_ms, kind, rolls_over,
-                 range_from_id, range_to_id, ledger)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        )
-        .bind(summary.id.as_bytes().as_slice())
-        .bind(session.as_bytes().as_slice())
-        .bind(summary.compaction_id.as_bytes().as_slice())
-        .bind(summary.rolls_over.first().map(|p| p.as_bytes().to_vec()))
-        .bind(pack_ids(&summary.covers))
-        .bind(&summary.text)
-        .bind(&summary.model)
-        .bind(summary.base_head.as_bytes().as_slice())
-        .bind(i64::from(summary.tokens_before))
-        .bind(i64::from(summary.tokens_after))
-        .bind(summary.created_at_ms)
-        .bind(summary.kind.as_str())
-        .bind(pack_summaries(&summary.rolls_over))
-        .bind(summary.range.map(|r| id(r.0)))
-        .bind(summary.range.map(|r| id(r.1)))
-        .bind(summary.ledger.as_deref().map(ledger_json))
-        .execute(&mut *self.0.tx)
-        .await?;
-        Ok(())
-    }
-
-    async fn count_compaction(&mut self, session: SessionId) -> Result<()> {
-        sqlx::query("UPDATE sessions SET compaction_count = compaction_count + 1 WHERE id = ?")
-            .bind(session.as_bytes().as_slice())
-            .execute(&mut *self.0.tx)
-            .await?;
-        Ok(())
-    }
-
-    async fn insert_event(&mut self, event: &NewEvent<'_>) -> Result<()> {
-        let plan = event.plan;
-        sqlx::query(
-            "INSERT INTO compaction_events (session_id, compaction_id, branch, kind, reason,
-                 base_head_id, tokens_before, tokens_after, summary_id, message, created_at_ms)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        )
-        .bind(plan.session.as_bytes().as_slice())
-        .bind(plan.id.as_bytes().as_slice())
-        .bind(plan.branch.as_str())
-        .bind(event.kind.as_str())
-        .bind(event.reason.map(|r| r.as_str()))
-        .bind(plan.base_head.as_bytes().as_slice())
-        .bind(i64::from(event.tokens_before))
-        .bind(i64::from(event.tokens_after))
-        .bind(event.summary.map(|s| s.as_bytes().to_vec()))
-        .bind(event.message)
-        .bind(event.at)
-        .execute(&mut *self.0.tx)
-        .await?;
-        Ok(())
+        // `prior_summary_id`: the first summary it rolls over, as plans made before they rolled
+        // over several recorded it.
+        const INSERT_PLAN: &str = "INSERT INTO compactions (id, session_id, branch, base_head_id,
+                 prior_summary_id, covers, budget, tokenizer, max_tool_result_chars,
+                 retain_turns, instructions, tokens_before, state, created_at_ms, kind,
+                 rolls_over, range_from_id, range_to_id, ledger)
+             VALUES (?2, ?1, ?3, ?4, substr(?15, 1, 16), ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13,
+                 ?14, ?15, ?16, ?17, ?18)";
+        insert_plan_row(self, INSERT_PLAN, plan).await
     }
 
     async fn lock_session(&mut self, session: SessionId) -> Result<Option<Tenant>> {
@@ -393,27 +159,25 @@ impl WriteTx for Conn<Write> {
         self.session_tenant(session).await
     }
 
-    async fn delete_session(&mut self, mut tombstone: Tombstone) -> Result<Deleted> {
-        let sid = tombstone.session.as_bytes().to_vec();
-        let (nodes, branches, summaries): (i64, i64, i64) = sqlx::query_as(
-            "SELECT (SELECT count(*) FROM nodes WHERE session_id = ?1),
-                    (SELECT count(*) FROM branches WHERE session_id = ?1),
-                    (SELECT count(*) FROM summaries WHERE session_id = ?1)",
-        )
-        .bind(&sid)
-        .fetch_one(&mut *self.0.tx)
-        .await?;
+    async fn remove_session(&mut self, session: SessionId, _tenant: &Tenant) -> Result<Removed> {
+        let sid = [session.arg()];
+        let counts = self
+            .fetch_one(
+                "SELECT (SELECT count(*) FROM nodes WHERE session_id = ?1) AS nodes,
+                        (SELECT count(*) FROM branches WHERE session_id = ?1) AS branches,
+                        (SELECT count(*) FROM summaries WHERE session_id = ?1) AS summaries",
+                &sid,
+            )
+            .await?;
         // Blobs only this session refers to go with it (the `blob_refs_release` trigger).
-        let (blobs, blob_bytes): (i64, i64) = sqlx::query_as(
-            "SELECT count(*), coalesce(sum(b.size), 0) FROM blob_refs r
-             JOIN blobs b ON b.hash = r.hash WHERE r.session_id = ? AND b.refs <= 1",
-        )
-        .bind(&sid)
-        .fetch_one(&mut *self.0.tx)
-        .await?;
-        tombstone.nodes = u64::try_from(nodes).unwrap_or(0);
-        tombstone.branches = u32::try_from(branches).unwrap_or(u32::MAX);
-        tombstone.summaries = u32::try_from(summaries).unwrap_or(u32::MAX);
+        let blobs = self
+            .fetch_one(
+                "SELECT count(*) AS blobs, coalesce(sum(b.size), 0) AS blob_bytes
+                 FROM blob_refs r JOIN blobs b ON b.hash = r.hash
+                 WHERE r.session_id = ?1 AND b.refs <= 1",
+                &sid,
+            )
+            .await?;
         // Children before parents, though this connection does not check foreign keys: on a
         // deletion SQLite would look for each removed node's children by a full scan of the
         // nodes, which have no index by parent.
@@ -436,31 +200,12 @@ impl WriteTx for Conn<Write> {
             "DELETE FROM blob_refs WHERE session_id = ?1",
             "DELETE FROM sessions WHERE id = ?1",
         ] {
-            sqlx::query(statement)
-                .bind(&sid)
-                .execute(&mut *self.0.tx)
-                .await?;
+            self.execute(statement, &sid).await?;
         }
-        sqlx::query(
-            "INSERT INTO tombstones (session_id, tenant, deleted_by, deleted_at_ms, nodes,
-             branches, summaries) VALUES (?, ?, ?, ?, ?, ?, ?)",
-        )
-        .bind(&sid)
-        .bind(tombstone.tenant.as_str())
-        .bind(&tombstone.deleted_by)
-        .bind(tombstone.deleted_at_ms)
-        .bind(nodes)
-        .bind(branches)
-        .bind(summaries)
-        .execute(&mut *self.0.tx)
-        .await?;
-        Ok(Deleted {
-            tombstone,
-            blobs: u64::try_from(blobs).unwrap_or(0),
-            blob_bytes: u64::try_from(blob_bytes).unwrap_or(0),
-        })
+        Ok(Removed::counted(&counts, &blobs)?)
     }
 
+    /// A session's outputs are found by their text (see [`Self::remove_session`]).
     async fn record_summarizer_source(
         &mut self,
         _session: SessionId,
@@ -469,24 +214,7 @@ impl WriteTx for Conn<Write> {
         Ok(false)
     }
 
-    async fn save_summarizer_output(&mut self, source: &Hash, text: &str, now: i64) -> Result<()> {
-        sqlx::query(
-            "INSERT INTO summarizer_outputs (source_key, text, created_at_ms) VALUES (?, ?, ?)
-             ON CONFLICT (source_key) DO UPDATE SET text = excluded.text",
-        )
-        .bind(source.0.as_slice())
-        .bind(text)
-        .bind(now)
-        .execute(&mut *self.0.tx)
-        .await?;
-        Ok(())
-    }
-
-    async fn commit(self: Box<Self>) -> Result<()> {
-        Ok(self.0.tx.commit().await?)
-    }
-
-    async fn rollback(self: Box<Self>) -> Result<()> {
-        Ok(self.0.tx.rollback().await?)
+    fn into_tx(self: Box<Self>) -> Write {
+        self.0
     }
 }
