@@ -195,10 +195,8 @@ impl Summarizer {
     /// provider has cached, and the appended instruction. No system prompt is put before it,
     /// which would change the prefix.
     pub async fn summarize_request(&self, request: &[Message]) -> Result<String, Error> {
-        let document =
-            crate::provider::format::document(crate::provider::format::Format::OpenAiChat, request);
-        let messages: serde_json::Value =
-            serde_json::from_str(&document).map_err(|e| Error::Malformed(e.to_string()))?;
+        // The messages as a value: written once, in the body, not as text read back.
+        let messages = crate::provider::format::openai_chat(request);
         let body = crate::provider::format::request(
             &self.config.model,
             messages,

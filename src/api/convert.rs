@@ -118,9 +118,9 @@ fn parts(field: &str, parts: Vec<pb::ContentPart>) -> Result<Vec<Part>, Error> {
             // A provider block travels as media of its format's MIME type.
             Some(P::Media(media)) if BlockFormat::from_mime(&media.mime_type).is_some() => {
                 let at = format!("{field}.parts[{i}].media.data");
-                let format = BlockFormat::from_mime(&media.mime_type).expect("matched above");
                 match media.source {
-                    Some(Source::Data(data)) => ProviderBlock::from_bytes(format, data)
+                    Some(Source::Data(data)) => ProviderBlock::from_media(&media.mime_type, data)
+                        .flatten()
                         .map(Part::Block)
                         .ok_or_else(|| {
                             Error::invalid(at, "must be JSON text for a provider block")

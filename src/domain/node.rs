@@ -109,11 +109,25 @@ pub struct ProviderBlock {
 }
 
 impl ProviderBlock {
-    /// The block of `format` that `data` holds, if it is JSON text.
-    pub fn from_bytes(format: BlockFormat, data: Vec<u8>) -> Option<Self> {
-        let json = String::from_utf8(data).ok()?;
-        serde_json::from_str::<serde::de::IgnoredAny>(&json).ok()?;
-        Some(Self { format, json })
+    /// The block a caller sent as media of `mime`: `None` when `mime` is no block's;
+    /// `Some(None)` when the data is not JSON text.
+    pub fn from_media(mime: &str, data: Vec<u8>) -> Option<Option<Self>> {
+        let format = BlockFormat::from_mime(mime)?;
+        let checked = String::from_utf8(data)
+            .ok()
+            .filter(|json| serde_json::from_str::<serde::de::IgnoredAny>(json).is_ok());
+        Some(checked.map(|json| Self { format, json }))
+    }
+
+    /// A block read back from the store, which checked it when it was written: only UTF-8 is
+    /// checked, not its JSON again on every read.
+    pub fn stored(mime: &str, data: Vec<u8>) -> Option<Option<Self>> {
+        let format = BlockFormat::from_mime(mime)?;
+        Some(
+            String::from_utf8(data)
+                .ok()
+                .map(|json| Self { format, json }),
+        )
     }
 }
 

@@ -455,10 +455,11 @@ fn parts(v: &Value, at: &str) -> Result<Vec<Part>, Error> {
                 }
             };
             // Files written before blocks had a form of their own carry them as media.
-            if let (Some(format), MediaSource::Data(data)) =
-                (BlockFormat::from_mime(&mime_type), &source)
+            if let MediaSource::Data(data) = &source
+                && BlockFormat::from_mime(&mime_type).is_some()
+                && let Some(block) = ProviderBlock::from_media(&mime_type, data.clone())
             {
-                return ProviderBlock::from_bytes(format, data.clone())
+                return block
                     .map(Part::Block)
                     .ok_or_else(|| Error::invalid(format!("{at}.data"), "must be a JSON block"));
             }

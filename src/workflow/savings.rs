@@ -31,8 +31,11 @@ impl Workflows {
         options: render::Options,
         calls: usize,
     ) -> Result<SavingsReport, Error> {
-        let path = self.store.load_path(session, target).await?;
-        let usage = self.store.gateway_usage(session).await?;
+        // Independent reads: one wait for both.
+        let (path, usage) = tokio::try_join!(
+            self.store.load_path(session, target),
+            self.store.gateway_usage(session)
+        )?;
         let head_id = path.nodes.last().map(|n| n.id);
         let cache = Arc::clone(&self.tokens);
         // A replay renders the path once per call: CPU work, off the I/O threads.

@@ -242,14 +242,13 @@ impl Body {
                             mime,
                             blob: Some(hex),
                             ..
-                        } if BlockFormat::from_mime(&mime).is_some() => {
-                            let format = BlockFormat::from_mime(&mime).expect("matched above");
-                            Part::Block(
-                                ProviderBlock::from_bytes(format, fetch(&hex)?).ok_or_else(
-                                    || Error::Corrupt(format!("blob {hex} is not a JSON block")),
-                                )?,
-                            )
-                        }
+                        } if BlockFormat::from_mime(&mime).is_some() => Part::Block(
+                            ProviderBlock::stored(&mime, fetch(&hex)?)
+                                .flatten()
+                                .ok_or_else(|| {
+                                    Error::Corrupt(format!("blob {hex} is not a UTF-8 block"))
+                                })?,
+                        ),
                         PartRef::Media { mime, blob, url } => Part::Media {
                             mime_type: mime,
                             source: match (blob, url) {
