@@ -24,6 +24,8 @@
 //! of your own, e.g. `--policy mine=microcompact_keep=12,clear_at_least_tokens=8000`.
 //! Results also go to `target/bench/economy.json`.
 
+#[path = "common/clock.rs"]
+mod clock;
 #[path = "common/report.rs"]
 mod report;
 
@@ -39,7 +41,7 @@ use ctxd::economy::{CACHE_READ, CACHE_WRITE, same_for_cache as same};
 use ctxd::import;
 use ctxd::render::{
     Breakdown, Budget, Message, MessageRole, Microcompact, Options, Policy, Reduction, Rendered,
-    Report, message_breakdown, message_tokens, render, truncation_marker,
+    Report, Seen, message_breakdown, message_tokens, render, truncation_marker,
 };
 use ctxd::store::{PathTarget, Store};
 use ctxd::tokens::{Count, TokenCache, Tokenizer, Tokens};
@@ -53,7 +55,8 @@ fn main() {
         .enable_all()
         .build()
         .expect("a tokio runtime");
-    let traces = runtime.block_on(load_traces(&args.traces));
+    let clock = clock::Clock::load(&args.raw);
+    let traces = runtime.block_on(load_traces(&args.traces, &clock));
     let cache = TokenCache::default();
     let counter = cache.counter(args.tokenizer);
 
@@ -154,10 +157,17 @@ fn main() {
     let started = Instant::now();
     for arm in &mut arms {
         for trace in &traces {
-            let stats = replay(trace, &arm.kind, budget, &counter);
+            let stats = replay(trace, &arm.kind, budget, &counter, None);
             arm.total.add(&stats);
             arm.family_stats(trace.family).add(&stats);
             arm.per_trace.push((trace.name.clone(), stats));
+            let stats = replay(trace, &arm.kind, budget, &counter, Some(args.ttl_ms));
+            arm.clocked.add(&stats);
+            arm.clocked_families
+                .entry(trace.family)
+                .or_default()
+                .add(&stats);
+            arm.clocked_per_trace.push(stats);
         }
     }
     // The compaction arms: a host that summarizes when the render does not fit, under a budget
@@ -165,7 +175,7 @@ fn main() {
     let mut compacting = compaction_arms();
     for arm in &mut compacting {
         for trace in &traces {
-            let stats = replay(trace, &arm.kind, args.compaction_budget, &counter);
+            let stats = replay(trace, &arm.kind, args.compaction_budget, &counter, None);
             arm.total.add(&stats);
             arm.family_stats(trace.family).add(&stats);
             arm.per_trace.push((trace.name.clone(), stats));
@@ -192,7 +202,20 @@ fn main() {
         println!("- {}: {}", arm.name, arm.about);
     }
     println!();
-    print_families(&arms, &traces);
+    println!("by harness family (cost vs unpruned / working set verbatim), clock-free:");
+    print_families(&arms, &traces, |a| &a.families);
+    println!();
+    let (gaps, long) = clock.gap_stats(args.ttl_ms);
+    println!(
+        "by harness family, on the sessions' clock (cache lifetime {} min; {} traces timed by \
+         their raw files, the rest by gaps drawn from the {gaps} they measure, {long} of them \
+         longer):",
+        args.ttl_ms / 60_000,
+        traces.iter().filter(|t| t.measured).count()
+    );
+    print_families(&arms, &traces, |a| &a.clocked_families);
+    println!();
+    print_sessions(&arms, &traces);
     println!();
     print_compaction(&compacting, &base, args.compaction_budget);
     if args.breakdown {
@@ -235,6 +258,10 @@ struct Args {
     tokenizer: Tokenizer,
     traces: PathBuf,
     per_trace: bool,
+    /// Raw Claude Code files, the clock's source.
+    raw: PathBuf,
+    /// The provider's cache lifetime in the clocked replay.
+    ttl_ms: i64,
     breakdown: bool,
     what_if: bool,
     policies: Vec<(String, Policy)>,
@@ -252,6 +279,8 @@ impl Args {
             tokenizer: Tokenizer::Heuristic,
             traces: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("testdata/traces"),
             per_trace: false,
+            raw: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("testdata/claude-code"),
+            ttl_ms: ctxd::economy::CACHE_TTL_MS,
             breakdown: false,
             what_if: false,
             policies: Vec::new(),
@@ -286,6 +315,8 @@ impl Args {
                 }
                 "--traces" => args.traces = PathBuf::from(value("a directory")),
                 "--per-trace" => args.per_trace = true,
+                "--raw" => args.raw = PathBuf::from(value("a directory")),
+                "--ttl-minutes" => args.ttl_ms = number::<i64>(&value("minutes"), &arg) * 60_000,
                 "--breakdown" => args.breakdown = true,
                 "--what-if" => args.what_if = true,
                 "--policy" => {
@@ -331,6 +362,7 @@ fn policy(knobs: &str) -> Policy {
             "recent_assistant_text_chars" => p.recent_assistant_text_chars = number(v, k),
             "recent_tool_input_chars" => p.recent_tool_input_chars = number(v, k),
             "idle_minutes" => p.idle_ms = number::<i64>(v, k) * 60_000,
+            "max" => {}
             "microcompact" => {
                 p.microcompact = match v {
                     "stepped" => Microcompact::Stepped,
@@ -355,10 +387,48 @@ struct Trace {
     /// The harness that wrote it, from the file name's prefix (testdata/traces/README.md).
     family: &'static str,
     path: PathView,
+    /// The same path on the session's clock: every node stamped with the time of the call it
+    /// is input to (an assistant message, of the call that made it), and whether those times
+    /// were measured (the raw Claude Code file) or drawn from the measured gaps.
+    clocked: PathView,
+    measured: bool,
+}
+
+/// `path` with its nodes stamped by `times`, the time of each model call in order: a call's
+/// input (everything after the previous assistant message) at the call's time, and the
+/// assistant message it made too, so a render sees each call's gap as the engine measures it.
+fn stamped(path: &PathView, times: &[i64]) -> PathView {
+    let mut call = 0usize;
+    let last = times.len().saturating_sub(1);
+    let nodes = path
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(k, node)| {
+            let at = times.get(call.min(last)).copied().unwrap_or(0);
+            if k > 0 && is_assistant(node) {
+                call += 1;
+            }
+            let mut node = (**node).clone();
+            node.created_at_ms = at;
+            std::sync::Arc::new(node)
+        })
+        .collect();
+    PathView {
+        nodes,
+        ..path.clone()
+    }
+}
+
+fn is_assistant(node: &ctxd::domain::Node) -> bool {
+    matches!(
+        &node.content,
+        NodeContent::Message { role, .. } if *role == ctxd::domain::Role::Assistant
+    )
 }
 
 /// Imports every `*.jsonl` of `dir` into one store (the real importer), and loads each path.
-async fn load_traces(dir: &std::path::Path) -> Vec<Trace> {
+async fn load_traces(dir: &std::path::Path, clock: &clock::Clock) -> Vec<Trace> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
         .unwrap_or_else(|e| fail(&format!("read {}: {e}", dir.display())))
         .map(|e| e.expect("a directory entry").path())
@@ -394,8 +464,17 @@ async fn load_traces(dir: &std::path::Path) -> Vec<Trace> {
             .file_stem()
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_default();
+        let calls = path
+            .nodes
+            .iter()
+            .enumerate()
+            .filter(|(k, n)| *k > 0 && is_assistant(n))
+            .count();
+        let (times, measured) = clock.times(&name, calls);
         traces.push(Trace {
             family: report::family(&name),
+            clocked: stamped(&path, &times),
+            measured,
             name,
             path,
         });
@@ -454,6 +533,10 @@ struct Arm {
     /// By harness family, and the unpruned replay's of the same family.
     families: BTreeMap<&'static str, Stats>,
     per_trace: Vec<(String, Stats)>,
+    /// The same on the sessions' clock (`replay` with a cache lifetime).
+    clocked: Stats,
+    clocked_families: BTreeMap<&'static str, Stats>,
+    clocked_per_trace: Vec<Stats>,
 }
 
 impl Arm {
@@ -465,6 +548,9 @@ impl Arm {
             total: Stats::default(),
             families: BTreeMap::new(),
             per_trace: Vec::new(),
+            clocked: Stats::default(),
+            clocked_families: BTreeMap::new(),
+            clocked_per_trace: Vec::new(),
         }
     }
 
@@ -572,6 +658,8 @@ fn input(
     let now_ms = path.nodes.last().map_or(0, |n| n.created_at_ms);
     let mut options = Options {
         now_ms,
+        // As Render does: what came after the newest assistant message is new to the model.
+        seen: Seen::ThroughLastCall,
         ..Options::default()
     };
     match kind {
@@ -583,6 +671,7 @@ fn input(
                 tokens,
                 report,
             } = render(path, &options, counter);
+
             let Kind::CtxdThen(_, what) = kind else {
                 return (messages, tokens, report.fits);
             };
@@ -735,6 +824,10 @@ struct Stats {
     calls: usize,
     input_tokens: f64,
     cost: f64,
+    /// The part of `cost` read from the cache.
+    read_cost: f64,
+    /// Calls that found the cache expired (the clocked replay).
+    expired: usize,
     peak: Tokens,
     /// Sum over calls of the working set's verbatim share, and the calls that had one.
     verbatim: f64,
@@ -756,6 +849,8 @@ impl Stats {
         self.calls += other.calls;
         self.input_tokens += other.input_tokens;
         self.cost += other.cost;
+        self.read_cost += other.read_cost;
+        self.expired += other.expired;
         self.peak = self.peak.max(other.peak);
         self.verbatim += other.verbatim;
         self.with_working_set += other.with_working_set;
@@ -779,14 +874,28 @@ impl Stats {
     }
 }
 
-fn replay(trace: &Trace, kind: &Kind, budget: Budget, counter: &dyn Count) -> Stats {
+/// Replays `trace` under `kind`. With `ttl`, on the session's clock: a call more than `ttl`
+/// after the one before it finds the cache expired and reads nothing.
+fn replay(
+    trace: &Trace,
+    kind: &Kind,
+    budget: Budget,
+    counter: &dyn Count,
+    ttl: Option<i64>,
+) -> Stats {
     if let Kind::Compacting(host) = kind {
         return replay_compacting(trace, *host, budget, counter);
     }
-    let nodes = &trace.path.nodes;
+    let whole = if ttl.is_some() {
+        &trace.clocked
+    } else {
+        &trace.path
+    };
+    let nodes = &whole.nodes;
     let mut stats = Stats::default();
     let mut memory = Memory::default();
     let mut previous: Vec<Message> = Vec::new();
+    let mut last_call: Option<i64> = None;
     for k in 1..nodes.len() {
         let is_call = matches!(
             &nodes[k].content,
@@ -797,10 +906,18 @@ fn replay(trace: &Trace, kind: &Kind, budget: Budget, counter: &dyn Count) -> St
         }
         let path = PathView {
             nodes: nodes[..k].to_vec(),
-            ..trace.path.clone()
+            ..whole.clone()
         };
         let (messages, tokens, fits) = input(&path, kind, budget, counter, &mut memory);
         let total: Tokens = tokens.iter().sum();
+        let at = nodes[k].created_at_ms;
+        if let (Some(ttl), Some(before)) = (ttl, last_call)
+            && at.saturating_sub(before) >= ttl
+        {
+            previous.clear();
+            stats.expired += 1;
+        }
+        last_call = Some(at);
         let cached = messages
             .iter()
             .zip(&previous)
@@ -810,6 +927,7 @@ fn replay(trace: &Trace, kind: &Kind, budget: Budget, counter: &dyn Count) -> St
         stats.calls += 1;
         stats.input_tokens += f64::from(total);
         stats.cost += CACHE_READ * f64::from(read) + CACHE_WRITE * f64::from(total - read);
+        stats.read_cost += CACHE_READ * f64::from(read);
         stats.peak = stats.peak.max(total);
         if let Some(share) = working_set(&path, &messages) {
             stats.verbatim += share;
@@ -1127,13 +1245,16 @@ fn print_table(arms: &[Arm], stats: impl Fn(&Arm) -> &Stats, base: &Stats) {
 
 /// Cost and working set of each arm by harness family, against the unpruned replay of the same
 /// family (arm 0).
-fn print_families(arms: &[Arm], traces: &[Trace]) {
+fn print_families(
+    arms: &[Arm],
+    traces: &[Trace],
+    families: impl Fn(&Arm) -> &BTreeMap<&'static str, Stats>,
+) {
     let present: Vec<&str> = report::FAMILIES
         .iter()
         .map(|(_, f)| *f)
         .filter(|f| traces.iter().any(|t| t.family == *f))
         .collect();
-    println!("by harness family (cost vs unpruned / working set verbatim):");
     print!("| {:<22} |", "policy");
     for f in &present {
         let n = traces.iter().filter(|t| t.family == *f).count();
@@ -1148,8 +1269,8 @@ fn print_families(arms: &[Arm], traces: &[Trace]) {
     for arm in arms {
         print!("| {:<22} |", arm.name);
         for f in &present {
-            let base = &arms[0].families[f];
-            let s = &arm.families[f];
+            let base = &families(&arms[0])[f];
+            let s = &families(arm)[f];
             print!(
                 " {:>17} |",
                 format!(
@@ -1162,6 +1283,69 @@ fn print_families(arms: &[Arm], traces: &[Trace]) {
         println!();
     }
 }
+
+/// The default's figures per session, clock-free and clocked, and the goals they are held to:
+/// no session above sending everything, every working set at least `SESSION_WORKING_SET`.
+fn print_sessions(arms: &[Arm], traces: &[Trace]) {
+    let Some(d) = arms.iter().position(|a| a.name == "ctxd default") else {
+        return;
+    };
+    println!("ctxd default per session (cost vs unpruned, working set verbatim):");
+    let mut rows = Vec::new();
+    let (mut above, mut thin) = (Vec::new(), Vec::new());
+    for (t, trace) in traces.iter().enumerate() {
+        let (free, free_base) = (&arms[d].per_trace[t].1, &arms[0].per_trace[t].1);
+        let (clocked, clocked_base) =
+            (&arms[d].clocked_per_trace[t], &arms[0].clocked_per_trace[t]);
+        let (a, b) = (free.cost / free_base.cost, clocked.cost / clocked_base.cost);
+        let ws = free.working_set().min(clocked.working_set());
+        if a > 1.0 + 1e-9 || b > 1.0 + 1e-9 {
+            above.push(trace.name.as_str());
+        }
+        if ws < SESSION_WORKING_SET {
+            thin.push(trace.name.as_str());
+        }
+        rows.push([
+            trace.name.clone(),
+            free.calls.to_string(),
+            format!("{a:.3}×"),
+            format!("{b:.3}×"),
+            clocked.expired.to_string(),
+            format!("{:.1}%", free.working_set() * 100.0),
+            format!("{:.1}%", clocked.working_set() * 100.0),
+            if trace.measured { "measured" } else { "drawn" }.to_owned(),
+        ]);
+    }
+    report::print_table(
+        [
+            "session",
+            "calls",
+            "cost",
+            "clocked",
+            "expired",
+            "working",
+            "clocked working",
+            "clock",
+        ],
+        &rows,
+    );
+    let list = |v: &[&str]| {
+        if v.is_empty() {
+            "none".to_owned()
+        } else {
+            v.join(", ")
+        }
+    };
+    println!(
+        "sessions above 1.0×: {}; working set under {:.0}%: {}",
+        list(&above),
+        SESSION_WORKING_SET * 100.0,
+        list(&thin)
+    );
+}
+
+/// The least working set any one session may keep verbatim under the default.
+const SESSION_WORKING_SET: f64 = 0.92;
 
 /// The compaction arms: cost without and with the summary requests, against the unpruned
 /// replay of the main table.

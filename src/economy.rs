@@ -10,10 +10,7 @@ use crate::domain::{NodeContent, PathView, Role};
 use crate::render::{Message, Options, render};
 use crate::tokens::{Count, Tokens};
 
-/// The price of a token read from the prompt cache, relative to a plain input token.
-pub const CACHE_READ: f64 = 0.1;
-/// The price of a token written to the prompt cache (every token after the cached prefix).
-pub const CACHE_WRITE: f64 = 1.25;
+pub use crate::render::{CACHE_READ, CACHE_TTL_MS, CACHE_WRITE};
 
 /// What a provider's cache compares of a message: equal messages are a hit.
 pub fn same_for_cache(a: &Message, b: &Message) -> bool {

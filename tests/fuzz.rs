@@ -1184,6 +1184,7 @@ fn request(g: &mut Gen, method: &str) -> Vec<Vec<u8>> {
             now_unix_ms: g.i64(),
             format: g.enumeration(3),
             strict_format: g.chance(0.5),
+            last_call_unix_ms: g.i64(),
         }
         .encode_to_vec(),
         "ContextStats" => {
@@ -1200,6 +1201,7 @@ fn request(g: &mut Gen, method: &str) -> Vec<Vec<u8>> {
                 budget: g.budget(),
                 policy: g.policy(),
                 now_unix_ms: g.i64(),
+                last_call_unix_ms: g.i64(),
             }
             .encode_to_vec()
         }

@@ -441,6 +441,7 @@ pub fn report(r: &Report) -> pb::ContextReport {
             .unwrap_or_default()
             .to_owned(),
         microcompact_boundary: count(r.microcompact_boundary),
+        payback_calls: r.payback_calls.unwrap_or(0),
         stable_prefix_messages: count(r.stable_prefix_messages),
         inputs_stubbed: count(r.inputs_stubbed),
         stubbed_node_ids: ids(&r.stubbed),

@@ -324,6 +324,7 @@ pub(super) struct RenderArgs {
     budget: Option<pb::Budget>,
     policy: Option<pb::RenderPolicy>,
     now_unix_ms: i64,
+    last_call_unix_ms: i64,
 }
 
 /// `Render` and `ContextStats` carry the same fields: one conversion serves both.
@@ -344,6 +345,7 @@ macro_rules! render_args_from {
                     budget: r.budget,
                     policy: r.policy,
                     now_unix_ms: r.now_unix_ms,
+                    last_call_unix_ms: r.last_call_unix_ms,
                 }
             }
         }
@@ -386,7 +388,9 @@ pub(super) fn render_request(
         } else {
             args.now_unix_ms
         },
-        seen: crate::render::Seen::All,
+        last_call_ms: (args.last_call_unix_ms != 0).then_some(args.last_call_unix_ms),
+        // What came after the newest assistant message is new to the model: no step cuts it.
+        seen: crate::render::Seen::ThroughLastCall,
     };
     Ok((session, target, tokenizer, options))
 }

@@ -133,11 +133,19 @@ fn tiers(r: &pb::ContextReport, t: &pb::TokenBreakdown) -> String {
         "budget reduction",
         format!("{} tool results truncated", r.results_truncated),
     );
+    // Why the last step was taken: its saving paid back the rewrite of the cached tail within
+    // so many calls, or the provider's cache had expired and the step cost nothing extra.
+    let why = match r.microcompact_trigger.as_str() {
+        "count" if r.payback_calls > 0 => format!(" (paid back by {} calls)", r.payback_calls),
+        "count" => " (paid back at once)".to_owned(),
+        "idle" => " (the cache had expired)".to_owned(),
+        _ => String::new(),
+    };
     let micro = if r.microcompact_trigger.is_empty() {
         "not triggered".to_string()
     } else {
         format!(
-            "triggered by {}: {} tool results cleared",
+            "triggered by {}{why}: {} tool results cleared",
             r.microcompact_trigger, r.results_cleared
         )
     };
@@ -358,6 +366,13 @@ pub fn ledger(calls: &[pb::GatewayCall], newest: Option<usize>) -> String {
         );
     } else {
         out.push_str("no unexplained cache misses\n");
+    }
+    // Why each step was taken, said once under the table rather than on every line.
+    if shown.iter().any(|c| c.change.starts_with("step:")) {
+        out.push_str(
+            "step:N:payback:M: a step clearing results before N, its saving paying back the\n  \
+             rewrite of the cached tail within M calls; expired:MS: the cache had expired\n",
+        );
     }
     out
 }

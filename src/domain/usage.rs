@@ -56,8 +56,13 @@ impl GatewayCall {
 pub enum PrefixChange {
     /// The first forwarded call of its session (and function): nothing before it to keep.
     First,
-    /// The render's step boundary moved: older tool results were cleared at `results` results.
-    Step { results: u32 },
+    /// The render's step boundary moved: older tool results were cleared at `results` results,
+    /// a step whose saving pays back its rewrite within `payback_calls` later calls (`None`: a
+    /// step the cache's expiry made free, or one recorded before ctxd said).
+    Step {
+        results: u32,
+        payback_calls: Option<u32>,
+    },
     /// The history was over its budget and was reduced.
     Budget,
     /// A cache marker moved, so the provider's breakpoint prefix is another.
@@ -69,12 +74,19 @@ pub enum PrefixChange {
 }
 
 impl PrefixChange {
-    /// The stable text form, for storage and display: `first`, `step:20`, `budget`,
-    /// `marker_moved`, `client_changed`, `expired:360000`.
+    /// The stable text form, for storage and display: `first`, `step:20`,
+    /// `step:20:payback:3`, `budget`, `marker_moved`, `client_changed`, `expired:360000`.
     pub fn as_text(&self) -> String {
         match self {
             Self::First => "first".into(),
-            Self::Step { results } => format!("step:{results}"),
+            Self::Step {
+                results,
+                payback_calls: None,
+            } => format!("step:{results}"),
+            Self::Step {
+                results,
+                payback_calls: Some(calls),
+            } => format!("step:{results}:payback:{calls}"),
             Self::Budget => "budget".into(),
             Self::MarkerMoved => "marker_moved".into(),
             Self::ClientChanged => "client_changed".into(),
@@ -92,8 +104,15 @@ impl PrefixChange {
                 "client_changed" => Self::ClientChanged,
                 _ => return None,
             },
-            Some(("step", n)) => Self::Step {
-                results: number(n)?,
+            Some(("step", n)) => match n.split_once(":payback:") {
+                None => Self::Step {
+                    results: number(n)?,
+                    payback_calls: None,
+                },
+                Some((n, calls)) => Self::Step {
+                    results: number(n)?,
+                    payback_calls: Some(number(calls)?),
+                },
             },
             Some(("expired", n)) => Self::Expired {
                 idle_ms: signed(n)?,
@@ -124,6 +143,29 @@ fn signed(text: &str) -> Option<i64> {
             text.parse().ok()
         }
         None => number(text),
+    }
+}
+
+impl PrefixChange {
+    /// What the change means, in words, for a panel: why the provider wrote its cache again.
+    pub fn describe(&self) -> String {
+        match self {
+            Self::First => "first call".into(),
+            Self::Step {
+                results,
+                payback_calls: Some(calls),
+            } => format!("step at {results} results, paid back by {calls} calls"),
+            Self::Step {
+                results,
+                payback_calls: None,
+            } => format!("step at {results} results"),
+            Self::Budget => "over budget".into(),
+            Self::MarkerMoved => "cache marker moved".into(),
+            Self::ClientChanged => "client changed its history".into(),
+            Self::Expired { idle_ms } => {
+                format!("cache expired ({} s idle)", idle_ms / 1000)
+            }
+        }
     }
 }
 
@@ -168,8 +210,18 @@ mod tests {
     fn every_change_reads_back_from_its_text() {
         let all = [
             PrefixChange::First,
-            PrefixChange::Step { results: 20 },
-            PrefixChange::Step { results: 0 },
+            PrefixChange::Step {
+                results: 20,
+                payback_calls: None,
+            },
+            PrefixChange::Step {
+                results: 0,
+                payback_calls: None,
+            },
+            PrefixChange::Step {
+                results: 20,
+                payback_calls: Some(3),
+            },
             PrefixChange::Budget,
             PrefixChange::MarkerMoved,
             PrefixChange::ClientChanged,
@@ -185,7 +237,22 @@ mod tests {
                 "{change}"
             );
         }
-        assert_eq!(PrefixChange::Step { results: 20 }.to_string(), "step:20");
+        assert_eq!(
+            PrefixChange::Step {
+                results: 20,
+                payback_calls: None
+            }
+            .to_string(),
+            "step:20"
+        );
+        assert_eq!(
+            PrefixChange::Step {
+                results: 20,
+                payback_calls: Some(3)
+            }
+            .to_string(),
+            "step:20:payback:3"
+        );
         assert_eq!(
             PrefixChange::Expired { idle_ms: 360_000 }.to_string(),
             "expired:360000"
@@ -208,6 +275,10 @@ mod tests {
             "first:",
             "moved",
             "step:4294967296",
+            "step:20:payback:",
+            "step:20:payback:-1",
+            "step:20:paid:3",
+            "step::payback:3",
         ] {
             assert_eq!(PrefixChange::parse(bad), None, "{bad:?}");
         }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use axum::http::HeaderMap;
 
 use super::config::render_options;
-use super::{Api, App, forward, json};
+use super::{Api, App, forward, json, ledger};
 use crate::domain::{self, NodeContent, NodeId, Part, PathView};
 use crate::provider::anthropic;
 use crate::provider::conversation::{Conversation, estimate};
@@ -165,6 +165,12 @@ impl App {
                     "render"
                 })
         };
+        // The provider's cache expires by time since this conversation's last call, which the
+        // gateway knows better than the path does.
+        let options = render::Options {
+            last_call_ms: self.ledger.last_call(key),
+            ..options
+        };
         let horizon = self.ledger.horizon(key);
         let held = match (horizon, options.seen) {
             (Some((_, seen)), render::Seen::Through(_))
@@ -228,10 +234,11 @@ fn written(
     let members = json::Members::of(body).ok_or("a body that is not an object")?;
     let client = forward::client_entries(&members, api.field());
     let tokens = forwarded_tokens(&rendered.messages);
-    let (trigger, boundary) = (
-        rendered.report.trigger,
-        rendered.report.microcompact_boundary,
-    );
+    let step = ledger::Step {
+        trigger: rendered.report.trigger,
+        boundary: rendered.report.microcompact_boundary,
+        payback_calls: rendered.report.payback_calls,
+    };
     // The common case, a render that changed nothing: the client's body goes as sent, found
     // without building the forwarded conversation (debug builds check it against that build).
     let as_sent = forward::as_sent(conv, contents, client.as_deref(), path, &rendered.messages);
@@ -282,8 +289,7 @@ fn written(
         body,
         tokens,
         kept,
-        trigger,
-        boundary,
+        step,
     })
 }
 
@@ -293,8 +299,7 @@ pub(super) struct ForwardedBody {
     pub(super) body: Option<Vec<u8>>,
     pub(super) tokens: u64,
     pub(super) kept: forward::Kept,
-    pub(super) trigger: Option<render::Trigger>,
-    pub(super) boundary: usize,
+    pub(super) step: ledger::Step,
 }
 
 /// Breakpoints a client can place on messages at most (the API's four).

@@ -287,8 +287,7 @@ impl App {
             &forwarded.kept,
             api == Api::Anthropic,
         );
-        self.ledger
-            .record(key, now, forwarded.trigger, forwarded.boundary)
+        self.ledger.record(key, now, forwarded.step)
     }
 
     /// Lays the agent's summary over the history it replaced (a segment summary, through the

@@ -124,6 +124,7 @@ pub(super) fn render_options(conv: &Conversation, window: &Window) -> Option<ren
         budget: Some(budget),
         policy: policy(),
         now_ms: now_ms(),
+        last_call_ms: None,
         seen: render::Seen::All,
     })
 }

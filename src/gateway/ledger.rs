@@ -68,14 +68,17 @@ pub struct Verdict {
     pub change: Option<PrefixChange>,
 }
 
-/// Compares `now` with the conversation's previous forwarded request. `trigger` and
-/// `boundary`: the render's step, which names a step's change.
-pub fn judge(
-    previous: Option<&Forwarded>,
-    now: &Forwarded,
-    trigger: Option<Trigger>,
-    boundary: usize,
-) -> Verdict {
+/// The render's step, which names a step's change: what triggered it, its boundary, and the
+/// later calls its saving needed to pay it back.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Step {
+    pub trigger: Option<Trigger>,
+    pub boundary: usize,
+    pub payback_calls: Option<u32>,
+}
+
+/// Compares `now` with the conversation's previous forwarded request.
+pub fn judge(previous: Option<&Forwarded>, now: &Forwarded, step: Step) -> Verdict {
     let none = |change| Verdict {
         kept_share: 0.0,
         change,
@@ -129,9 +132,10 @@ pub fn judge(
                 Some(b) => b.iter().rev().find(|&&at| at < k).map_or(0, |&at| at + 1),
             };
             let change = match now.entries.get(k) {
-                Some(e) if e.changed => match trigger {
+                Some(e) if e.changed => match step.trigger {
                     Some(Trigger::Count | Trigger::Idle) => Some(PrefixChange::Step {
-                        results: u32::try_from(boundary).unwrap_or(u32::MAX),
+                        results: u32::try_from(step.boundary).unwrap_or(u32::MAX),
+                        payback_calls: step.payback_calls,
                     }),
                     _ => Some(PrefixChange::Budget),
                 },
@@ -158,23 +162,27 @@ pub struct Ledger {
 
 impl Ledger {
     /// Records `now` as the conversation's newest and judges it against the one before.
-    pub fn record(
-        &self,
-        key: Key,
-        now: Forwarded,
-        trigger: Option<Trigger>,
-        boundary: usize,
-    ) -> Verdict {
+    pub fn record(&self, key: Key, now: Forwarded, step: Step) -> Verdict {
         let mut map = self
             .forwarded
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let verdict = judge(map.get(&key), &now, trigger, boundary);
+        let verdict = judge(map.get(&key), &now, step);
         if map.len() >= REMEMBERED && !map.contains_key(&key) {
             map.clear();
         }
         map.insert(key, now);
         verdict
+    }
+
+    /// When the conversation's newest request was forwarded: its last call, whose cache the
+    /// next one finds expired after the provider's lifetime.
+    pub fn last_call(&self, key: Key) -> Option<i64> {
+        self.forwarded
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&key)
+            .map(|f| f.at_ms)
     }
 
     /// The conversation's last step: its boundary and the node the model had seen then.
@@ -225,10 +233,13 @@ mod tests {
     fn a_resent_history_keeps_what_was_written_up_to_the_last_breakpoint() {
         let a = forwarded(0, &[(1, false), (2, false)], &[1]);
         let b = forwarded(1000, &[(1, false), (2, false), (3, false)], &[2]);
-        let v = judge(Some(&a), &b, None, 0);
+        let v = judge(Some(&a), &b, Step::default());
         assert_eq!(v.change, None);
         assert!((v.kept_share - 2.0 / 3.0).abs() < 1e-9);
-        assert_eq!(judge(None, &b, None, 0).change, Some(PrefixChange::First));
+        assert_eq!(
+            judge(None, &b, Step::default()).change,
+            Some(PrefixChange::First)
+        );
     }
 
     #[test]
@@ -236,21 +247,33 @@ mod tests {
         let a = forwarded(0, &[(1, false), (2, false), (3, false)], &[2]);
         let stepped = forwarded(1000, &[(1, false), (9, true), (3, false)], &[2]);
         assert_eq!(
-            judge(Some(&a), &stepped, Some(Trigger::Count), 20).change,
-            Some(PrefixChange::Step { results: 20 })
+            judge(
+                Some(&a),
+                &stepped,
+                Step {
+                    trigger: Some(Trigger::Count),
+                    boundary: 20,
+                    payback_calls: Some(3),
+                }
+            )
+            .change,
+            Some(PrefixChange::Step {
+                results: 20,
+                payback_calls: Some(3)
+            })
         );
         assert_eq!(
-            judge(Some(&a), &stepped, None, 0).change,
+            judge(Some(&a), &stepped, Step::default()).change,
             Some(PrefixChange::Budget)
         );
         let edited = forwarded(1000, &[(1, false), (8, false), (3, false)], &[2]);
         assert_eq!(
-            judge(Some(&a), &edited, None, 0).change,
+            judge(Some(&a), &edited, Step::default()).change,
             Some(PrefixChange::ClientChanged)
         );
         let late = forwarded(TTL_MS + 1, &[(1, false), (2, false), (3, false)], &[2]);
         assert_eq!(
-            judge(Some(&a), &late, None, 0).change,
+            judge(Some(&a), &late, Step::default()).change,
             Some(PrefixChange::Expired {
                 idle_ms: TTL_MS + 1
             })
@@ -258,7 +281,7 @@ mod tests {
         let ids: Vec<(u64, bool)> = (1..=40).map(|i| (i, false)).collect();
         let far = forwarded(1000, &ids, &[39]);
         assert_eq!(
-            judge(Some(&a), &far, None, 0).change,
+            judge(Some(&a), &far, Step::default()).change,
             Some(PrefixChange::MarkerMoved),
             "a breakpoint more than 20 entries after the written one reads nothing"
         );

@@ -11,14 +11,14 @@ mod tiers;
 mod visibility;
 
 pub use crate::domain::Budget;
-use crate::domain::{Hash, NodeId, Part, PathView, SummaryId, ToolCall};
+use crate::domain::{Hash, NodeContent, NodeId, Part, PathView, Role, SummaryId, ToolCall};
 use crate::tokens::{Count, MEDIA_TOKENS, MESSAGE_OVERHEAD, TOOL_CALL_OVERHEAD, Tokenizer, Tokens};
 
 pub use overlay::{
     SUMMARY_HEADER, active_summaries, applies, ledger_cap, overlay, summary_message, summary_text,
 };
 pub use stub::stub_arguments;
-pub use tiers::{cleared_placeholder, truncation_marker, turn_starts};
+pub use tiers::{PAYBACK_ODDS, cleared_placeholder, truncation_marker, turn_starts};
 pub use visibility::visible;
 
 /// Who speaks a rendered message.
@@ -161,6 +161,9 @@ pub struct Policy {
     pub max_assistant_text_chars: usize,
     /// Stepped: assistant text newer than the last step keeps its head and tail of this many.
     pub recent_assistant_text_chars: usize,
+    /// How long the provider keeps its cache unused (Anthropic and OpenAI: five minutes): a
+    /// call after a longer gap reads nothing, so a step taken then rewrites nothing that was
+    /// not about to be written anyway.
     pub idle_ms: i64,
     pub retain_turns: usize,
     pub snip: bool,
@@ -198,26 +201,39 @@ impl Policy {
 }
 
 impl Default for Policy {
+    /// Measured by `cargo bench --bench economy` on the shared traces (README's table).
     fn default() -> Self {
         Self {
-            max_tool_result_chars: 6000,
-            recent_tool_result_chars: 32_000,
+            // The cap of every result once over budget: a step clears, it does not cut.
+            max_tool_result_chars: 32_000,
+            // A result is reduced at a step, once the model has read it, never on arrival.
+            recent_tool_result_chars: usize::MAX,
             microcompact: Microcompact::Stepped,
-            microcompact_first: 20,
-            microcompact_every: 10,
-            microcompact_keep: 10,
-            clear_at_least_tokens: 4000,
+            // Any call past the kept results may step: whether it does is the payback's call.
+            microcompact_first: 8,
+            microcompact_every: 1,
+            microcompact_keep: 7,
+            clear_at_least_tokens: 2000,
             max_tool_input_chars: 100,
-            max_assistant_text_chars: 300,
-            recent_tool_input_chars: 1000,
-            recent_assistant_text_chars: 12_000,
-            idle_ms: 90 * 60 * 1000,
+            max_assistant_text_chars: 100,
+            recent_tool_input_chars: 500,
+            recent_assistant_text_chars: 2000,
+            idle_ms: CACHE_TTL_MS,
             retain_turns: 2,
             snip: true,
             reactive: false,
         }
     }
 }
+
+/// The price of a token read from the prompt cache, relative to a plain input token.
+pub const CACHE_READ: f64 = 0.1;
+/// The price of a token written to the prompt cache (every token after the cached prefix).
+pub const CACHE_WRITE: f64 = 1.25;
+
+/// How long a provider's prompt cache keeps an entry unused: Anthropic's default breakpoints
+/// and OpenAI's automatic cache both about five minutes.
+pub const CACHE_TTL_MS: i64 = 5 * 60 * 1000;
 
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Options {
@@ -227,6 +243,9 @@ pub struct Options {
     pub policy: Policy,
     /// The request's time, for the idle trigger.
     pub now_ms: i64,
+    /// When the caller last sent this context to the model, if it knows (the gateway does);
+    /// otherwise the time of the input of the path's newest assistant message.
+    pub last_call_ms: Option<i64>,
     /// What the model has read already; no step reduces what it has not.
     pub seen: Seen,
 }
@@ -244,6 +263,9 @@ pub enum Seen {
     Through(NodeId),
     /// Nothing: the request's whole history is new (a session's first call).
     Nothing,
+    /// The path up to its newest assistant message: what came after it (the results of its
+    /// calls, the user's next message) is new to the model. What Render assumes.
+    ThroughLastCall,
 }
 
 /// Tokens by what they are; the parts add up to the total.
@@ -287,9 +309,10 @@ impl Breakdown {
 /// Why microcompact ran.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Trigger {
-    /// The path reached `microcompact_first` tool results, or a further step of `every`.
+    /// Stepped: the saving over the session's expected remaining calls pays back the rewrite of
+    /// the cached tail (`Report::payback_calls`); over budget: `microcompact_first` results.
     Count,
-    /// The newest node is older than `idle_ms`.
+    /// The provider's cache had expired (`idle_ms` since the previous call): the step was free.
     Idle,
     /// The caller said the provider refused the request as too long.
     Reactive,
@@ -352,6 +375,9 @@ pub struct Report {
     pub saved_stubbing: Saved,
     pub saved_text_cut: Saved,
     pub trigger: Option<Trigger>,
+    /// For a step the saving paid for: the later calls its saving needs to earn back the
+    /// rewrite, as estimated when it was taken.
+    pub payback_calls: Option<u32>,
     /// Tool results, in path order, before which microcompact may clear.
     pub microcompact_boundary: usize,
     /// The first summary laid over the path, if any (the rolling one, when there is one).
@@ -402,6 +428,13 @@ fn mark_unseen(messages: &mut [Message], path: &PathView, seen: Seen) {
     let from = match seen {
         Seen::All => return,
         Seen::Nothing => 0,
+        Seen::ThroughLastCall => path
+            .nodes
+            .iter()
+            .rposition(|n| {
+                matches!(&n.content, NodeContent::Message { role, .. } if *role == Role::Assistant)
+            })
+            .map_or(0, |at| at + 1),
         Seen::Through(id) => path
             .nodes
             .iter()

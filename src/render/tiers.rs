@@ -13,6 +13,7 @@ use crate::domain::{Part, PathView};
 use crate::tokens::{Count, Tokens};
 use snip::Layout;
 
+pub use fold::PAYBACK_ODDS;
 pub use snip::turn_starts;
 
 /// The line that replaces what a cut took out of a message, naming the reference `Recall`
@@ -158,6 +159,9 @@ struct Fit<'a> {
     policy: Policy,
     limit: Tokens,
     idle: bool,
+    /// The request's time, and when the caller says it last called the model.
+    now_ms: i64,
+    last_call_ms: Option<i64>,
     counter: &'a dyn Count,
 }
 
@@ -246,6 +250,8 @@ impl<'a> Fit<'a> {
             policy: options.policy,
             limit,
             idle: idle_now(path, options),
+            now_ms: options.now_ms,
+            last_call_ms: options.last_call_ms,
             counter,
         }
     }

@@ -108,6 +108,7 @@ async fn oversized_tool_results_keep_their_head_and_tail() {
                 user("show me"),
                 assistant_calls("", vec![call("c1", "cat", "{}")]),
                 tool_result("c1", &output),
+                assistant("read it"),
             ],
         )
         .await;
@@ -120,7 +121,7 @@ async fn oversized_tool_results_keep_their_head_and_tail() {
     );
     assert!(!plain.messages[2].truncated);
 
-    // A result newer than the last step keeps up to the recent cap (32000): this one is whole.
+    // A result newer than the last step is whole by default: it is cut only at a step.
     let r = app.render(budgeted(&s, 100_000, None)).await;
     assert!(!r.messages[2].truncated);
     assert_eq!(text_of(&r.messages[2].parts), output);
@@ -239,44 +240,79 @@ async fn a_newest_turn_larger_than_the_budget_asks_for_a_summary() {
     assert_eq!(text_of(&r.messages[0].parts), "request 2");
 }
 
+/// `calls` model calls after one request, each reading one result of `size` characters.
+async fn calls(app: &mut TestApp, s: &str, calls: usize, size: usize) {
+    app.append(s, vec![user("read the files")]).await;
+    for i in 0..calls {
+        let id = format!("r{i}");
+        app.append(
+            s,
+            vec![
+                assistant_calls("", vec![call(&id, "read_file", r#"{"path":"x"}"#)]),
+                tool_result(&id, &big_text(size, &id)),
+            ],
+        )
+        .await;
+    }
+}
+
 #[tokio::test]
 async fn microcompact_clears_old_results_in_steps() {
     let mut app = spawn_app().await;
-    let s = app.create_session().await;
-    // 4 turns of 3 results: 12 results; first=5, every=3 → step 11, keep 2 → boundary 9.
-    turns(&mut app, &s, 4, 3, 2000).await;
     let policy = pb::RenderPolicy {
-        microcompact_first: 5,
-        microcompact_every: 3,
         microcompact_keep: 2,
         clear_at_least_tokens: Some(0),
         ..Default::default()
     };
-    // Far under budget: the steps come by count all the same.
+    // A short session never steps: it ends before any rewrite of its cached tail pays back.
+    let short = app.create_session().await;
+    calls(&mut app, &short, 6, 2000).await;
+    let r = app.render(budgeted(&short, 1_000_000, Some(policy))).await;
+    assert_eq!(report_of(&r).microcompact_trigger, "");
+    assert_eq!(report_of(&r).results_cleared, 0);
+
+    // 40 calls of 2000 characters each: the steps come, far under budget, once each pays back
+    // with the odds the policy asks for.
+    let s = app.create_session().await;
+    calls(&mut app, &s, 40, 2000).await;
     let r = app.render(budgeted(&s, 1_000_000, Some(policy))).await;
     let report = report_of(&r);
     assert!(report.fits);
     assert_eq!(report.microcompact_trigger, "count");
-    assert_eq!(report.microcompact_boundary, 9);
-    assert_eq!(report.results_cleared, 9);
-    let cleared: Vec<&pb::RenderedMessage> = r.messages.iter().filter(|m| m.cleared).collect();
-    assert_eq!(cleared.len(), 9);
-    let placeholder = text_of(&cleared[0].parts);
+    assert!(report.payback_calls >= 1);
+    assert!(
+        report.payback_calls as usize * ctxd::render::PAYBACK_ODDS <= 40,
+        "{report:?}"
+    );
+    let boundary = report.microcompact_boundary as usize;
+    assert!((1..=38).contains(&boundary), "{report:?}");
+    assert_eq!(report.results_cleared as usize, boundary);
+    let results: Vec<&pb::RenderedMessage> = r
+        .messages
+        .iter()
+        .filter(|m| m.role == pb::Role::Tool as i32)
+        .collect();
+    // The oldest `boundary` are cleared, the rest are whole, the newest two among them.
+    assert!(results[..boundary].iter().all(|m| m.cleared));
+    assert!(
+        results[boundary..]
+            .iter()
+            .all(|m| !m.cleared && !m.truncated)
+    );
+    let placeholder = text_of(&results[0].parts);
     assert!(
         placeholder.starts_with("[cleared to save context: recall ") && placeholder.len() == 46,
         "{placeholder}"
     );
-    let newest: Vec<&pb::RenderedMessage> = r.messages.iter().rev().take(4).collect();
-    assert!(newest.iter().all(|m| !m.cleared));
     // The placeholders keep their pairing fields.
     assert!(
-        cleared
+        results[..boundary]
             .iter()
             .all(|m| !m.tool_call_id.is_empty() && m.name == "read_file")
     );
     let saved = report.saved_clearing.expect("savings");
-    assert_eq!(saved.items, 9);
-    assert!(saved.tokens >= 9 * 400, "{saved:?}");
+    assert_eq!(saved.items as usize, boundary);
+    assert!(saved.tokens as usize >= boundary * 400, "{saved:?}");
     // Stable prefix: up to the assistant message holding the first call the next step may
     // change.
     let first_open = r
@@ -290,8 +326,7 @@ async fn microcompact_clears_old_results_in_steps() {
         .expect("its call");
     assert_eq!(report.stable_prefix_messages as usize, call_at);
 
-    // One more result does not reach the next step (14): the boundary and prefix hold.
-    app.append(&s, vec![user("one more")]).await;
+    // One more call: whether or not it steps, what came before the stable prefix holds.
     app.append(
         &s,
         vec![
@@ -301,7 +336,7 @@ async fn microcompact_clears_old_results_in_steps() {
     )
     .await;
     let next = app.render(budgeted(&s, 1_000_000, Some(policy))).await;
-    assert_eq!(report_of(&next).microcompact_boundary, 9);
+    assert!(report_of(&next).microcompact_boundary as usize >= boundary);
     let stable = report.stable_prefix_messages as usize;
     assert_eq!(next.messages[..stable], r.messages[..stable]);
 
@@ -337,17 +372,21 @@ async fn old_tool_inputs_are_stubbed_at_a_step() {
         .await;
     }
     let policy = pb::RenderPolicy {
+        microcompact_keep: 2,
         clear_at_least_tokens: Some(0),
         recent_tool_input_chars: Some(u32::MAX),
         ..Default::default()
     };
-    // 25 results: the step at 20 clears the 10 oldest and stubs the calls of the 20 before it.
+    // 25 results: a step that pays back clears the oldest and stubs the calls it passed, the
+    // two it keeps included.
     let r = app.render(budgeted(&s, 1_000_000, Some(policy))).await;
     let report = report_of(&r);
-    assert_eq!(report.microcompact_boundary, 10);
-    assert_eq!(report.inputs_stubbed, 20);
-    assert_eq!(report.stubbed_node_ids.len(), 20);
-    assert_eq!(report.saved_stubbing.expect("savings").items, 20);
+    assert_eq!(report.microcompact_trigger, "count");
+    let step = report.microcompact_boundary as usize + 2;
+    assert!((3..=25).contains(&step), "{report:?}");
+    assert_eq!(report.inputs_stubbed as usize, step);
+    assert_eq!(report.stubbed_node_ids.len(), step);
+    assert_eq!(report.saved_stubbing.expect("savings").items as usize, step);
     let calls: Vec<&pb::RenderedMessage> = r
         .messages
         .iter()
@@ -362,7 +401,7 @@ async fn old_tool_inputs_are_stubbed_at_a_step() {
             "the path stays"
         );
         let content = args["content"].as_str().expect("a string");
-        if i < 20 {
+        if i < step {
             assert_eq!(m.inputs_stubbed, 1);
             assert!(content.contains("chars elided: recall "), "{content}");
         } else {
@@ -371,9 +410,10 @@ async fn old_tool_inputs_are_stubbed_at_a_step() {
         }
         assert_eq!(m.tool_calls[0].call_id, format!("w{i}"));
     }
-    // By default a call's arguments over 1,000 characters are stubbed from its first send-back:
-    // the five after the step too, each naming its message for Recall.
+    // By default a call's arguments over 500 characters are stubbed from its first send-back:
+    // those after the step too, each naming its message for Recall.
     let policy = pb::RenderPolicy {
+        microcompact_keep: 2,
         clear_at_least_tokens: Some(0),
         ..Default::default()
     };

@@ -186,11 +186,13 @@ fn reads(n: usize, chars: usize) -> Vec<Value> {
 #[tokio::test]
 async fn the_newest_result_is_never_cut_at_a_count_step() {
     let gw = start().await;
-    // 20 results of 20 KB, resent whole on every call: the 20th is a count step.
-    let full = reads(20, 20_000);
-    for k in 1..=20 {
+    // 40 results of 4 KB, resent whole on every call: a step comes once it pays back.
+    let n = 40;
+    let full = reads(n, 4_000);
+    let mut stepped_at = None;
+    for k in 1..=n {
         let id = format!("toolu_read_{:02}", k + 1);
-        if k < 20 {
+        if k < n {
             gw.fake.script(Reply::tool_use_id(
                 &id,
                 "Read",
@@ -207,13 +209,10 @@ async fn the_newest_result_is_never_cut_at_a_count_step() {
             body["messages"].as_array().and_then(|m| m.last()),
             "call {k}: the result the model has not seen goes as the client sent it"
         );
-        if k == 20 {
-            let first = &sent[2]["content"][0]["content"];
-            let first_len = first.as_str().map_or(0, str::len);
-            assert!(
-                first_len < 1_000,
-                "the step at 20 results cleared the oldest ({first_len} characters left)"
-            );
+        let first = &sent[2]["content"][0]["content"];
+        let first_len = first.as_str().map_or(0, str::len);
+        if stepped_at.is_none() && first_len < 1_000 {
+            stepped_at = Some(k);
             assert_eq!(
                 markers(&forwarded["messages"]),
                 1,
@@ -221,6 +220,11 @@ async fn the_newest_result_is_never_cut_at_a_count_step() {
             );
         }
     }
+    let k = stepped_at.expect("a step cleared the oldest result");
+    assert!(
+        k > 10,
+        "a step is earned back before it is taken (call {k})"
+    );
 }
 
 /// A server whose gateway has `windows` set.
@@ -546,12 +550,13 @@ async fn claude_codes_compaction_is_a_summary_over_the_same_session() {
 #[tokio::test]
 async fn the_ledger_says_per_call_what_was_kept_and_why_not() {
     let mut gw = start().await;
-    // A session that reads 22 files of 20 KB, resent whole with Claude Code's breakpoints: the
-    // 20th result is a count step.
-    let full = reads(22, 20_000);
+    // A session that reads 40 files of 4 KB, resent whole with Claude Code's breakpoints: the
+    // gateway steps once a step pays back.
+    let n = 40;
+    let full = reads(n, 4_000);
     let mut session = String::new();
-    for k in 1..=22 {
-        if k < 22 {
+    for k in 1..=n {
+        if k < n {
             gw.fake.script(Reply::tool_use_id(
                 format!("toolu_read_{:02}", k + 1),
                 "Read",
@@ -580,33 +585,45 @@ async fn the_ledger_says_per_call_what_was_kept_and_why_not() {
             .expect("ListGatewayCalls")
             .into_inner()
             .calls;
-        if calls.len() >= 22 || std::time::Instant::now() > deadline {
+        if calls.len() >= n || std::time::Instant::now() > deadline {
             break calls;
         }
         tokio::task::yield_now().await;
     };
-    assert_eq!(calls.len(), 22, "one row a call");
-    let changes: Vec<&str> = calls.iter().map(|c| c.change.as_str()).collect();
-    // The gateway steps at 10 results keeping 5, then every 10: between steps, and after each
-    // (the result that arrived with a step is reduced at the next one), the prefix is kept.
-    let expected: Vec<&str> = (1..=22)
-        .map(|call| match call {
-            1 => "first",
-            10 => "step:5",
-            20 => "step:15",
-            _ => "",
-        })
-        .collect();
-    assert_eq!(changes, expected, "the change of each call");
-    for (k, call) in calls.iter().enumerate().skip(1) {
-        if call.change.is_empty() {
-            assert!(call.kept_tokens > 0, "call {k} kept its prefix: {call:?}");
+    assert_eq!(calls.len(), n, "one row a call");
+    // The first call is the first; after it, the prefix is kept but where a step was taken,
+    // and each step says the calls its saving needed to pay it back, a small share of those
+    // the session had run.
+    let mut steps = 0;
+    for (k, call) in calls.iter().enumerate() {
+        let change = ctxd::domain::PrefixChange::parse(&call.change);
+        match (k, change) {
+            (0, Some(ctxd::domain::PrefixChange::First)) => {}
+            (
+                _,
+                Some(ctxd::domain::PrefixChange::Step {
+                    payback_calls: Some(payback),
+                    ..
+                }),
+            ) => {
+                steps += 1;
+                // The request of call `k` (from 0) holds `k + 1` calls of the model.
+                assert!(
+                    payback as usize * ctxd::render::PAYBACK_ODDS <= k + 1,
+                    "call {k}: a step that pays back in {payback} calls"
+                );
+            }
+            (k, None) if k > 0 && call.change.is_empty() => {
+                assert!(call.kept_tokens > 0, "call {k} kept its prefix: {call:?}");
+            }
+            _ => panic!("call {k}: unexpected change {:?}", call.change),
         }
         assert!(
             !call.unexplained_miss,
             "call {k}: the provider read what was kept: {call:?}"
         );
     }
+    assert!(steps >= 1, "the session stepped");
 }
 
 #[tokio::test]

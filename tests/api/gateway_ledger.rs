@@ -71,7 +71,15 @@ fn ledger() -> Vec<GatewayCall> {
     vec![
         recorded(0, 0, 0, Some(PrefixChange::First)),
         recorded(1, 7_000, 7_000, None),
-        recorded(2, 7_500, 0, Some(PrefixChange::Step { results: 20 })),
+        recorded(
+            2,
+            7_500,
+            0,
+            Some(PrefixChange::Step {
+                results: 20,
+                payback_calls: Some(3),
+            }),
+        ),
         recorded(3, 5_000, 4_900, Some(PrefixChange::Budget)),
         recorded(
             4,
@@ -151,7 +159,7 @@ async fn calls_read_back_in_order_with_every_field_in_pages() {
         [
             "first",
             "",
-            "step:20",
+            "step:20:payback:3",
             "budget",
             "expired:360000",
             "marker_moved",
@@ -248,7 +256,7 @@ async fn calls_read_back_in_order_with_every_field_in_pages() {
             "cache_write_tokens": 702,
             "output_tokens": 42,
             "kept_tokens": 7_500,
-            "change": "step:20",
+            "change": "step:20:payback:3",
             "unexplained_miss": true,
         })
     );

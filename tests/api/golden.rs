@@ -70,8 +70,8 @@ async fn golden_swe_marshmallow_1867_fc() {
             tokenizer: "o200k_base",
             budget: budget(10_000, 1_000),
             policy: None,
-            why: "room for the whole task: its 13 results are under the first step (20) and none \
-                  is over the recent cap (12,000 characters), so nothing is cut or cleared",
+            why: "room for the whole task: 13 calls are too few for a step to pay back, and a \
+                  result is cut only at a step, so nothing is cut or cleared",
             expect: Expect {
                 fits: true,
                 truncates: false,
@@ -88,13 +88,12 @@ async fn golden_swe_marshmallow_1867_fc() {
                 microcompact_every: 4,
                 ..Default::default()
             }),
-            why: "too small: the step at 12 results clears the 2 older than the newest 10 and, \
-                  over budget, every result is cut to 6,000 characters; the session is one \
-                  turn, the newest, which is never snipped, so the report says it does not fit \
-                  and asks for a summary",
+            why: "too small: no step pays back in 13 calls, so the over-budget fallback steps at \
+                  the latest count (12 results) and clears the 5 older than the newest 7, which \
+                  is enough to fit; no result is over the standard cap (32,000 characters)",
             expect: Expect {
-                fits: false,
-                truncates: true,
+                fits: true,
+                truncates: false,
                 clears: true,
                 snips: false,
             },
@@ -119,14 +118,14 @@ async fn golden_swe_pydicom_1458() {
             tokenizer: "heuristic",
             budget: budget(16_000, 1_000),
             policy: None,
-            why: "over budget: cutting every result to 6,000 characters is not enough and no \
-                  step is due (11 results, the first is at 20), so the older turn (the \
-                  demonstration) is snipped whole",
+            why: "room for both turns: long tool inputs are stubbed and long assistant texts cut \
+                  as they are first sent back, which keeps the 12 calls under budget with no \
+                  step and nothing snipped",
             expect: Expect {
                 fits: true,
                 truncates: false,
                 clears: false,
-                snips: true,
+                snips: false,
             },
         },
         Case {
@@ -134,11 +133,13 @@ async fn golden_swe_pydicom_1458() {
             tokenizer: "o200k_base",
             budget: budget(12_000, 1_000),
             policy: None,
-            why: "both turns do not fit: the older one (the demonstration) is snipped whole",
+            why: "both turns do not fit: the over-budget fallback steps at the latest count \
+                  (8 results) and clears the one older than the newest 7, and the older turn \
+                  (the demonstration) is snipped whole",
             expect: Expect {
                 fits: true,
                 truncates: false,
-                clears: false,
+                clears: true,
                 snips: true,
             },
         },
@@ -167,11 +168,11 @@ async fn golden_cc_main_8463c716_with_subagent() {
             tokenizer: "o200k_base",
             budget: budget(100_000, 8_000),
             policy: None,
-            why: "a 100k window, far from full: the 196 results step by count all the same; the \
-                  results older than the newest 10 at the last step are cleared (those longer \
-                  than their placeholder), the long arguments of calls before it stubbed and \
-                  the text of assistant messages before it cut to its head; no result is cut \
-                  and nothing is snipped",
+            why: "a 100k window, far from full: the 196 results step all the same, whenever a \
+                  step pays back; the results older than the newest 7 at the last step are \
+                  cleared (those longer than their placeholder), the long arguments of calls \
+                  before it stubbed and the text of assistant messages before it cut to its \
+                  head; no result is cut and nothing is snipped",
             expect: Expect {
                 fits: true,
                 truncates: true,

@@ -261,11 +261,22 @@ async fn a_reference_of_another_tenant_is_unknown() {
             &big_text(2000, "acme secret"),
         ));
     }
+    // The model has read them: what it has not seen no step clears.
+    nodes.push(assistant("read them"));
     acme.append(append_req(&session, nodes))
         .await
         .expect("append");
+    // An hour on: the provider's cache has expired, so the render steps for free.
+    let later = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_millis() as i64
+        + 3_600_000;
     let r = acme
-        .render(render_stepping(&session))
+        .render(pb::RenderRequest {
+            now_unix_ms: later,
+            ..render_stepping(&session)
+        })
         .await
         .expect("render")
         .into_inner();

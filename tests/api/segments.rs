@@ -111,12 +111,13 @@ fn position(messages: &[pb::RenderedMessage], node: &str) -> usize {
 async fn a_segment_renders_in_place_and_leaves_the_cached_prefix_byte_identical() {
     let mut app = spawn_app().await;
     let s = app.create_session().await;
-    // 30 results: stepped microcompact has taken its steps at 20 and 30 results, so the 20
-    // oldest are cleared. Summarizing five results in the middle must not move that boundary.
+    // 30 results: stepped microcompact has taken the steps that pay back, so the oldest are
+    // cleared. Summarizing five results after them must not move that boundary.
     let t = turns(&mut app, &s, 30).await;
     let before = rendered(&mut app, &s, "main").await;
     let report = before.report.clone().expect("report");
-    assert_eq!(report.results_cleared, 20, "{report:?}");
+    let cleared = report.results_cleared;
+    assert!(cleared > 0 && cleared < 22, "{report:?}");
 
     let (from, to) = (&t[22][0], &t[26][3]);
     let plan = segment(&mut app, &s, from, to).await;
@@ -141,7 +142,7 @@ async fn a_segment_renders_in_place_and_leaves_the_cached_prefix_byte_identical(
     assert_eq!(after.messages[..start], before.messages[..start]);
     assert_eq!(
         after.report.as_ref().expect("report").results_cleared,
-        20,
+        cleared,
         "the clearing boundary did not move"
     );
     // In its place, one summary message with the text and the ledger after it.

@@ -231,7 +231,7 @@ prop_compose! {
         callers in enum_value(2),
         budget in budget(),
         policy in policy(),
-        now_unix_ms in any::<i64>(),
+        (now_unix_ms, last_call_unix_ms) in (any::<i64>(), any::<i64>()),
         (format, strict_format) in (enum_value(3), any::<bool>()),
     ) -> pb::RenderRequest {
         pb::RenderRequest {
@@ -244,6 +244,7 @@ prop_compose! {
             now_unix_ms,
             format,
             strict_format,
+            last_call_unix_ms,
         }
     }
 }

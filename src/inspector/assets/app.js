@@ -46,6 +46,15 @@ const fmtTime = (ms) => (ms ? new Date(Number(ms)).toISOString().replace('T', ' 
 const short = (id) => (id ? id.slice(-8) : '');
 const num = (n) => Number(n || 0).toLocaleString('en');
 
+/** What a ledger change says, in words: why the provider wrote its cache again. */
+function changeMeaning(change) {
+  const step = /^step:(\d+)(?::payback:(\d+))?$/.exec(change || '');
+  if (step) return `a step cleared the results before ${step[1]}` + (step[2] ? `; its saving pays back the rewrite within ${step[2]} calls` : '');
+  const expired = /^expired:(-?\d+)$/.exec(change || '');
+  if (expired) return `the provider's cache had expired (${Math.round(Number(expired[1]) / 1000)} s idle)`;
+  return { first: 'the first call', budget: 'over budget', marker_moved: 'a cache marker moved', client_changed: 'the client changed its history' }[change] || '';
+}
+
 class ApiError extends Error {
   constructor(status, code, message) {
     super(message);
@@ -833,7 +842,7 @@ function ledgerView(calls, all, onAll) {
     ['change', 'why the forwarded prefix differs from the previous request\'s'], ['', 'the provider read less than was kept, and nothing explains it']];
   const rows = shown.map((c, i) => h('tr', { class: c.unexplained_miss ? 'miss' : null, 'data-miss': c.unexplained_miss ? 'true' : 'false' },
     h('td', { class: 'num' }, String(skipped + i + 1)), h('td', {}, fmtTime(c.at_unix_ms)), h('td', {}, `${c.api} ${c.model}`),
-    figures.map((k) => h('td', { class: 'num' }, num(c[k]))), h('td', { class: 'mono' }, c.change || '—'),
+    figures.map((k) => h('td', { class: 'num' }, num(c[k]))), h('td', { class: 'mono', title: changeMeaning(c.change) }, c.change || '—'),
     h('td', { class: 'mark' }, c.unexplained_miss ? '✗ miss' : '')));
   const totals = h('tr', { id: 'ledger-totals' }, h('td', {}, ''), h('td', {}, 'total'), h('td', {}, `${num(calls.length)} call(s)`),
     figures.map((k) => h('td', { class: 'num' }, num(sum(k)))), h('td', {}, ''),
@@ -882,7 +891,9 @@ function contextBar(report) {
   const verdict = !report.budget ? 'no budget: the bar is the whole context'
     : report.fits ? `fits: ${num(report.total_tokens)} of ${num(report.history_budget)} history tokens`
       : `OVER by ${num(report.over_by)} tokens${report.summary_needed ? ': summary needed' : ''}`;
-  const tiers = `truncated ${report.results_truncated} · cleared ${report.results_cleared} · inputs stubbed ${report.inputs_stubbed} · turns snipped ${report.turns_snipped} · summaries ${report.summary_ids.length}${report.microcompact_trigger ? ` · microcompact: ${report.microcompact_trigger}` : ''}`;
+  const why = report.microcompact_trigger === 'count' ? (report.payback_calls ? ` (paid back by ${report.payback_calls} calls)` : '')
+    : report.microcompact_trigger === 'idle' ? ' (the cache had expired)' : '';
+  const tiers = `truncated ${report.results_truncated} · cleared ${report.results_cleared} · inputs stubbed ${report.inputs_stubbed} · turns snipped ${report.turns_snipped} · summaries ${report.summary_ids.length}${report.microcompact_trigger ? ` · microcompact: ${report.microcompact_trigger}${why}` : ''}`;
   return h('div', { id: 'report' }, bar, legend, h('p', {}, verdict), h('p', { class: 'muted' }, tiers));
 }
 

@@ -1,9 +1,9 @@
 //! Microcompact: where the boundary before which results are cleared falls, folded over the
 //! path's results in order (stepped), or set only when over budget (ctxd's first policy).
 
-use super::{Fit, Keep, Layout, MARKER_SLACK, placeholder_chars};
+use super::{Fit, Keep, Layout, MARKER_SLACK, cleared_placeholder, placeholder_chars};
 use crate::domain::Part;
-use crate::render::{MessageRole, Policy, Report, Trigger};
+use crate::render::{CACHE_READ, CACHE_WRITE, MessageRole, Policy, Report, Trigger};
 use crate::tokens::Tokens;
 
 impl Fit<'_> {
@@ -12,8 +12,14 @@ impl Fit<'_> {
     pub(super) fn stepped(&mut self, report: &mut Report) -> usize {
         let policy = self.policy;
         let n = self.results.len();
-        let (boundary, step, trigger) = self.steps();
+        let Steps {
+            boundary,
+            step,
+            trigger,
+            payback_calls,
+        } = self.steps();
         report.trigger = trigger;
+        report.payback_calls = payback_calls;
         report.microcompact_boundary = boundary;
         // What a step does is never less than what arrival did: a call stubbed, or a text cut,
         // when it first came stays so.
@@ -28,7 +34,9 @@ impl Fit<'_> {
                 self.clear(k);
                 self.stub(k, old_inputs);
             } else if k < step {
-                self.cap(k, policy.max_tool_result_chars);
+                // Kept at a step as it was kept before it: a step clears, it does not cut what
+                // the working set still holds.
+                self.cap(k, policy.recent_tool_result_chars);
                 self.stub(k, old_inputs);
             } else {
                 self.cap(k, policy.recent_tool_result_chars);
@@ -63,7 +71,7 @@ impl Fit<'_> {
             return stable;
         }
         // Over budget: the standard cap for every result, then a step at the latest count.
-        for k in step..n {
+        for k in boundary..n {
             self.cap(k, policy.max_tool_result_chars);
         }
         if self.total() <= self.limit && !policy.reactive {
@@ -81,6 +89,10 @@ impl Fit<'_> {
                 _ => (boundary, trigger),
             }
         };
+        if forced != boundary {
+            // Forced by the budget, not paid for by its saving.
+            report.payback_calls = None;
+        }
         report.trigger = why;
         report.microcompact_boundary = forced;
         for k in boundary..forced {
@@ -95,99 +107,132 @@ impl Fit<'_> {
         stable
     }
 
-    /// Folds the path's steps in order: (boundary, count at the last step, what triggered it).
-    /// Each step depends only on the results before it, so a later append never moves an
-    /// earlier step.
-    fn steps(&self) -> (usize, usize, Option<Trigger>) {
+    /// Folds the path's steps in order: (boundary, count at the last step, what triggered it,
+    /// the calls its saving needed to pay back). Each step depends only on the path before it,
+    /// so a later append never moves an earlier step.
+    ///
+    /// Every call of the path (each assistant message, and the call this render is for) may
+    /// step. It does when the provider's cache had expired before it (`idle_ms` since the call
+    /// before), for then everything is written anew anyway; otherwise only when the saving
+    /// pays back the rewrite: what it removes is read at 0.1× on every later call (1.25× after
+    /// an expiry, at the share of expired gaps seen so far), while the step writes everything
+    /// after the change at 1.25× instead of reading it at 0.1×; and only with good odds that
+    /// the session runs long enough to earn it back (`PAYBACK_ODDS`).
+    fn steps(&self) -> Steps {
         let policy = &self.policy;
-        let n = self.results.len();
-        // (count, idle): a step may happen once `count` results have rendered.
-        let mut candidates: Vec<(usize, bool)> = Vec::new();
-        let every = policy.microcompact_every.max(1);
-        let mut c = policy.microcompact_first;
-        while c <= n {
-            candidates.push((c, false));
-            c = match c.checked_add(every) {
-                Some(next) => next,
-                None => break,
-            };
-        }
-        if policy.idle_ms < i64::MAX {
-            // An idle gap leaves the provider's cache cold: a step there costs nothing extra.
-            let mut latest: Option<i64> = None;
-            let mut seen = 0;
-            // What a summary hides keeps its times, so summarizing adds no gap and hides none.
-            let timeline = self.messages.iter().flat_map(|m| {
-                m.hidden
-                    .iter()
-                    .map(|h| (h.at_ms, h.result.is_some()))
-                    .chain([(
-                        m.at_ms,
-                        m.role == MessageRole::Tool && m.pinned_under.is_none(),
-                    )])
-            });
-            for (at, is_result) in timeline {
-                if let Some(t) = at {
-                    if latest.is_some_and(|l| t.saturating_sub(l) >= policy.idle_ms) {
-                        candidates.push((seen, true));
-                    }
-                    latest = Some(latest.map_or(t, |l| l.max(t)));
-                }
-                if is_result {
-                    seen += 1;
-                }
-            }
-            if self.idle {
-                candidates.push((n, true));
-            }
-        }
-        candidates.sort_unstable();
+        let timeline = Timeline::of(self);
+        let texts = self.text_savings(policy);
         let keep = policy.microcompact_keep;
-        let texts = if policy.clear_at_least_tokens > 0 && !candidates.is_empty() {
-            self.text_savings(policy)
-        } else {
-            Vec::new()
-        };
-        let (mut boundary, mut step, mut trigger) = (0, 0, None);
-        for (c, idle) in candidates {
+        let mut taken = Steps::default();
+        let (mut gaps, mut expired) = (0usize, 0usize);
+        // What each result (with the assistant text before it) would save once cleared, and
+        // the calls the path had run when it became clearable (past the newest `keep`).
+        let unit = self.clearable_chars(policy, &texts);
+        let mut since = vec![0usize; unit.len()];
+        let mut clearable = 0usize;
+        for point in &timeline.points {
+            let expired_share = if gaps == 0 {
+                0.0
+            } else {
+                expired as f64 / gaps as f64
+            };
+            if point.calls > 0 {
+                gaps += 1;
+                expired += usize::from(point.cold);
+            }
+            let c = point.results;
+            let (boundary, step) = (taken.boundary, taken.step);
             let target = c.saturating_sub(keep).max(boundary);
-            if c <= step && target == boundary {
+            for s in since.iter_mut().take(target).skip(clearable) {
+                *s = point.calls;
+            }
+            clearable = clearable.max(target);
+            let saving: usize = unit[boundary..target].iter().sum();
+            // A call after the cache expired steps whatever the count: it is free.
+            if (c < policy.microcompact_first && !point.cold) || saving == 0 {
                 continue;
             }
-            if !idle
-                && policy.clear_at_least_tokens > 0
-                && self.saving(boundary..target, policy, &texts) < policy.clear_at_least_tokens
+            if point.cold {
+                taken = Steps {
+                    boundary: target,
+                    step: step.max(c),
+                    trigger: Some(Trigger::Idle),
+                    payback_calls: None,
+                };
+                continue;
+            }
+            if tokens(saving) < policy.clear_at_least_tokens {
+                continue;
+            }
+            // What not stepping has cost: each clearable result read again at every call since
+            // it became clearable. A step waits until this reaches its rewrite (the economic
+            // order quantity of a cost that grows as the clearable does), so steps come as
+            // often as they pay and no more; it depends only on what is still there to clear,
+            // so a render rendered again steps no further than the first.
+            let waste: f64 = (boundary..target)
+                .map(|k| CACHE_READ * unit[k] as f64 * point.calls.saturating_sub(since[k]) as f64)
+                .sum();
+            // What the step leaves after its change, all written anew: from the call of the
+            // first result it keeps up to the newest result, not the call, for what follows it
+            // before the call (a user's message) may differ between a render and the call that
+            // follows it, and a step must not depend on it, or a later append could take back
+            // what a render sent.
+            let from = timeline.opening[target].max(timeline.result_end[target]);
+            let upto = timeline.result_end[c];
+            let remaining = timeline.kept_before[upto].saturating_sub(timeline.kept_before[from]);
+            let Some(calls) = payback(remaining, saving, expired_share) else {
+                continue;
+            };
+            if calls.saturating_mul(PAYBACK_ODDS) <= point.calls
+                && waste >= rewrite_cost(remaining, saving)
             {
-                continue;
+                taken = Steps {
+                    boundary: target,
+                    step: step.max(c),
+                    trigger: Some(Trigger::Count),
+                    payback_calls: Some(u32::try_from(calls).unwrap_or(u32::MAX)),
+                };
             }
-            boundary = target;
-            step = step.max(c);
-            trigger = Some(if idle { Trigger::Idle } else { Trigger::Count });
         }
-        (boundary, step, trigger)
+        taken
     }
 
-    /// An estimate of what a step from `range.start` to `range.end` saves: the characters of
-    /// each result cleared at the recent cap beyond its placeholder, and of each assistant text
-    /// it decides beyond its cut, at four a token. It depends on nothing a render changes but
-    /// by making it smaller (a cut result is shorter, a cleared one is its placeholder and
+    /// What clearing each result saves on every later call, in characters: the result at the
+    /// recent cap beyond its placeholder (nothing for one no step may touch), and the assistant
+    /// text a step passing it decides beyond its cut. It depends on nothing a render changes
+    /// but by making it smaller (a cut result is shorter, a cleared one is its placeholder and
     /// saves nothing), so a render rendered again takes no step the first did not.
-    fn saving(&self, range: std::ops::Range<usize>, policy: &Policy, texts: &[usize]) -> Tokens {
+    fn clearable_chars(&self, policy: &Policy, texts: &[usize]) -> Vec<usize> {
         let placeholder = [placeholder_chars(false), placeholder_chars(true)];
-        let results: usize = range
-            .clone()
+        (0..self.results.len())
             .map(|k| {
-                let is_error = self.hidden[k].unwrap_or(self.messages[self.results[k]].is_error);
-                self.chars[k]
-                    .min(policy.recent_tool_result_chars)
-                    .saturating_sub(placeholder[usize::from(is_error)])
+                let m = &self.messages[self.results[k]];
+                let visible = self.hidden[k].is_none();
+                // One no step may touch, or one its placeholder would not make smaller (as
+                // `reduce` weighs it).
+                let result = if visible
+                    && (m.pinned
+                        || m.unseen
+                        || self.placeholder_tokens(m) >= self.counts[self.results[k]].total())
+                {
+                    0
+                } else {
+                    let is_error = self.hidden[k].unwrap_or(m.is_error);
+                    self.chars[k]
+                        .min(policy.recent_tool_result_chars)
+                        .saturating_sub(placeholder[usize::from(is_error)])
+                };
+                result + texts[k + 1].saturating_sub(texts[k])
             })
-            .sum();
-        let texts = match range.start {
-            0 => texts[range.end],
-            start => texts[range.end].saturating_sub(texts[start]),
-        };
-        Tokens::try_from((results + texts) / 4).unwrap_or(Tokens::MAX)
+            .collect()
+    }
+
+    /// Tokens of `message` cleared to its placeholder.
+    fn placeholder_tokens(&self, message: &crate::render::Message) -> Tokens {
+        let name = message.name.as_deref().map_or(0, |n| self.counter.count(n));
+        crate::tokens::MESSAGE_OVERHEAD
+            .saturating_add(self.counter.count(&cleared_placeholder(message)))
+            .saturating_add(name)
     }
 
     /// For each result `k`, the characters a step would cut from the assistant texts before
@@ -196,13 +241,7 @@ impl Fit<'_> {
     /// what a summary hides counted where it stood, so a summary over some of them changes no
     /// step before it.
     fn text_savings(&self, policy: &Policy) -> Vec<usize> {
-        // A text within a marker's length of the cap is not cut (and one cut before saves
-        // nothing again).
-        let cut = |chars: usize| {
-            chars
-                .min(policy.recent_assistant_text_chars)
-                .saturating_sub(policy.max_assistant_text_chars.saturating_add(MARKER_SLACK))
-        };
+        let cut = |chars: usize| text_cut(policy, chars);
         let mut before = Vec::with_capacity(self.results.len() + 1);
         let (mut sum, mut opening) = (0, 0);
         for m in &self.messages {
@@ -303,4 +342,177 @@ fn count_step(policy: &Policy, n: usize) -> Option<usize> {
     }
     let every = policy.microcompact_every.max(1);
     Some(policy.microcompact_first + (n - policy.microcompact_first) / every * every)
+}
+
+/// What a step cuts of an assistant text of `chars` characters: a text within a marker's
+/// length of the cap is not cut, and one cut before saves nothing again.
+fn text_cut(policy: &Policy, chars: usize) -> usize {
+    chars
+        .min(policy.recent_assistant_text_chars)
+        .saturating_sub(policy.max_assistant_text_chars.saturating_add(MARKER_SLACK))
+}
+
+/// The steps a path's calls took: results before `boundary` are cleared; `step` results had
+/// arrived at the last one.
+#[derive(Debug, Default)]
+struct Steps {
+    boundary: usize,
+    step: usize,
+    trigger: Option<Trigger>,
+    payback_calls: Option<u32>,
+}
+
+/// Four characters a token: the steps estimate in characters so that they depend on nothing
+/// but the path.
+fn tokens(chars: usize) -> Tokens {
+    Tokens::try_from(chars / 4).unwrap_or(Tokens::MAX)
+}
+
+/// How much longer than its payback a session must have run for a step: a session that has
+/// run `a` calls runs at least `r` more with probability `a / (a + r)` (the Lindy prior of
+/// remaining lifetimes), so a payback of at most an eighth of its age pays with odds of 8:1.
+/// Short sessions, sub-agents most, end before a step is earned back; measured on the shared
+/// traces, 4:1 still let two sub-agents cost more than sending everything.
+pub const PAYBACK_ODDS: usize = 8;
+
+/// What a step costs over not stepping at the call it is taken: the `remaining` characters it
+/// leaves after its change written, instead of those and the `saving` read.
+fn rewrite_cost(remaining: usize, saving: usize) -> f64 {
+    CACHE_WRITE * remaining as f64 - CACHE_READ * (remaining + saving) as f64
+}
+
+/// The later calls a step must serve to pay for itself: it writes the `remaining` characters
+/// after its change at the write price instead of reading them and the `saving` at the read
+/// price; every later call then reads `saving` fewer characters, at the read price, or at the
+/// write price when the cache has expired (`expired_share` of the calls so far). `None`: it
+/// never pays.
+fn payback(remaining: usize, saving: usize, expired_share: f64) -> Option<usize> {
+    if saving == 0 {
+        return None;
+    }
+    let rewrite = rewrite_cost(remaining, saving);
+    if rewrite <= 0.0 {
+        return Some(0);
+    }
+    let per_call = saving as f64 * (CACHE_READ + (CACHE_WRITE - CACHE_READ) * expired_share);
+    Some((rewrite / per_call).ceil() as usize)
+}
+
+/// The path's calls in order, with what the steps weigh at each: a flat walk over the visible
+/// messages and what summaries hide, in the order the results are counted.
+struct Timeline {
+    /// Each call (an assistant message), and last the call this render is for.
+    points: Vec<Point>,
+    /// Characters of the entries before entry `t`, each at what it keeps until a step.
+    kept_before: Vec<usize>,
+    /// The entry of the assistant message that opened result `k`'s group.
+    opening: Vec<usize>,
+    /// The entries up to and including result `c - 1` (the `c`-th).
+    result_end: Vec<usize>,
+}
+
+/// One call: the results before it, the calls before it, and whether the cache had expired
+/// when it was made.
+struct Point {
+    results: usize,
+    calls: usize,
+    cold: bool,
+}
+
+impl Timeline {
+    fn of(fit: &Fit<'_>) -> Self {
+        let policy = &fit.policy;
+        let mut kept_before = vec![0usize];
+        let mut opening = Vec::with_capacity(fit.results.len());
+        let mut result_end = vec![0];
+        let mut points = Vec::new();
+        let (mut results, mut calls, mut open) = (0usize, 0usize, 0usize);
+        // The time of the newest entry so far (a call is made once its input is in), and of
+        // the last call.
+        let (mut latest, mut last_call): (Option<i64>, Option<i64>) = (None, None);
+        let mut entry = |size: usize, at_ms: Option<i64>, kind: Kind| {
+            let t = kept_before.len() - 1;
+            if kind == Kind::Call {
+                let cold = matches!((latest, last_call), (Some(now), Some(before))
+                    if now.saturating_sub(before) >= policy.idle_ms);
+                points.push(Point {
+                    results,
+                    calls,
+                    cold,
+                });
+                calls += 1;
+                open = t;
+                last_call = latest.or(last_call);
+            }
+            if kind == Kind::Result {
+                results += 1;
+                opening.push(open);
+                result_end.push(t + 1);
+            }
+            if let Some(at) = at_ms {
+                latest = Some(latest.map_or(at, |l| l.max(at)));
+            }
+            kept_before.push(kept_before[t] + size);
+        };
+        // A result counts at most the standard cap, to which a render over budget cuts every
+        // result: so that cut, seen again, weighs a step as the result it was.
+        let result_size = |chars: usize| {
+            chars
+                .min(policy.recent_tool_result_chars)
+                .min(policy.max_tool_result_chars)
+        };
+        // A text counts what a step would cut of it, as the saving counts it: what a render
+        // leaves of a cut text then counts for nothing on either side, and a render rendered
+        // again weighs its steps as the first did.
+        let text_size = |chars: usize| text_cut(policy, chars);
+        for m in &fit.messages {
+            // A pin a summary shows again counts where the summary hid it.
+            if m.pinned_under.is_some() {
+                continue;
+            }
+            for h in &m.hidden {
+                let (size, kind) = match (h.result, h.assistant) {
+                    (Some((chars, _)), _) => (result_size(chars), Kind::Result),
+                    (None, Some((chars, _))) => (text_size(chars), Kind::Call),
+                    (None, None) => (0, Kind::Other),
+                };
+                entry(size, h.at_ms, kind);
+            }
+            // Only what a summary's hidden entries keep too (a result's and an assistant text's
+            // characters) counts, so a summary over a segment changes no step before it, and a
+            // render rendered again (its stubs shorter) takes no step the first did not.
+            let text = Part::text_chars(&m.parts);
+            let (size, kind) = match m.role {
+                _ if m.summary_id.is_some() => (0, Kind::Other),
+                MessageRole::Tool => (result_size(text), Kind::Result),
+                MessageRole::Assistant => (text_size(text), Kind::Call),
+                _ => (0, Kind::Other),
+            };
+            entry(size, m.at_ms, kind);
+        }
+        // The call this render is for: made now, after the one the caller says it made last.
+        let before = fit.last_call_ms.or(last_call);
+        let t = kept_before.len() - 1;
+        points.push(Point {
+            results,
+            calls,
+            cold: calls > 0
+                && before.is_some_and(|b| fit.now_ms.saturating_sub(b) >= policy.idle_ms),
+        });
+        debug_assert_eq!(opening.len(), fit.results.len(), "one opening per result");
+        opening.push(t);
+        Self {
+            points,
+            kept_before,
+            opening,
+            result_end,
+        }
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Call,
+    Result,
+    Other,
 }

@@ -23,10 +23,12 @@ impl Fit<'_> {
     }
 
     /// Result `k` is hidden by a summary, pinned, or not yet read by the model: no step
-    /// changes it.
+    /// changes it. One the model has not read that alone exceeds the history's budget is the
+    /// exception: it could never be sent whole, so it may be cut (never cleared).
     pub(super) fn untouchable(&self, k: usize) -> bool {
-        let m = &self.messages[self.results[k]];
-        self.hidden[k].is_some() || m.pinned || m.unseen
+        let i = self.results[k];
+        let m = &self.messages[i];
+        self.hidden[k].is_some() || m.pinned || (m.unseen && self.original[i] <= self.limit)
     }
 
     /// Cuts result `k` to `cap` characters of what it was.
@@ -62,7 +64,10 @@ impl Fit<'_> {
     /// Clears result `k`, unless it is shorter than its placeholder.
     pub(super) fn clear(&mut self, k: usize) {
         let i = self.results[k];
-        if self.untouchable(k) || self.messages[i].reduction == Reduction::Cleared {
+        if self.untouchable(k)
+            || self.messages[i].unseen
+            || self.messages[i].reduction == Reduction::Cleared
+        {
             return;
         }
         let placeholder = vec![Part::Text(cleared_placeholder(&self.messages[i]))];

@@ -521,7 +521,7 @@ class LogResponse(_message.Message):
     def __init__(self, nodes: _Optional[_Iterable[_Union[Node, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class RenderRequest(_message.Message):
-    __slots__ = ("session_id", "branch", "node_id", "function_id", "tokenizer", "callers", "budget", "policy", "now_unix_ms", "format", "strict_format")
+    __slots__ = ("session_id", "branch", "node_id", "function_id", "tokenizer", "callers", "budget", "policy", "now_unix_ms", "format", "strict_format", "last_call_unix_ms")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     BRANCH_FIELD_NUMBER: _ClassVar[int]
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -533,6 +533,7 @@ class RenderRequest(_message.Message):
     NOW_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     FORMAT_FIELD_NUMBER: _ClassVar[int]
     STRICT_FORMAT_FIELD_NUMBER: _ClassVar[int]
+    LAST_CALL_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     branch: str
     node_id: str
@@ -544,7 +545,8 @@ class RenderRequest(_message.Message):
     now_unix_ms: int
     format: Format
     strict_format: bool
-    def __init__(self, session_id: _Optional[str] = ..., branch: _Optional[str] = ..., node_id: _Optional[str] = ..., function_id: _Optional[str] = ..., tokenizer: _Optional[str] = ..., callers: _Optional[_Union[Callers, str]] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., policy: _Optional[_Union[RenderPolicy, _Mapping]] = ..., now_unix_ms: _Optional[int] = ..., format: _Optional[_Union[Format, str]] = ..., strict_format: _Optional[bool] = ...) -> None: ...
+    last_call_unix_ms: int
+    def __init__(self, session_id: _Optional[str] = ..., branch: _Optional[str] = ..., node_id: _Optional[str] = ..., function_id: _Optional[str] = ..., tokenizer: _Optional[str] = ..., callers: _Optional[_Union[Callers, str]] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., policy: _Optional[_Union[RenderPolicy, _Mapping]] = ..., now_unix_ms: _Optional[int] = ..., format: _Optional[_Union[Format, str]] = ..., strict_format: _Optional[bool] = ..., last_call_unix_ms: _Optional[int] = ...) -> None: ...
 
 class Budget(_message.Message):
     __slots__ = ("context_window", "output_reserve", "system_tokens", "tools_tokens", "schema_tokens")
@@ -655,7 +657,7 @@ class UncarriedPart(_message.Message):
     def __init__(self, node_id: _Optional[str] = ..., part_index: _Optional[int] = ..., mime_type: _Optional[str] = ...) -> None: ...
 
 class ContextStatsRequest(_message.Message):
-    __slots__ = ("session_id", "branch", "node_id", "function_id", "tokenizer", "callers", "budget", "policy", "now_unix_ms")
+    __slots__ = ("session_id", "branch", "node_id", "function_id", "tokenizer", "callers", "budget", "policy", "now_unix_ms", "last_call_unix_ms")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     BRANCH_FIELD_NUMBER: _ClassVar[int]
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -665,6 +667,7 @@ class ContextStatsRequest(_message.Message):
     BUDGET_FIELD_NUMBER: _ClassVar[int]
     POLICY_FIELD_NUMBER: _ClassVar[int]
     NOW_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    LAST_CALL_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     branch: str
     node_id: str
@@ -674,7 +677,8 @@ class ContextStatsRequest(_message.Message):
     budget: Budget
     policy: RenderPolicy
     now_unix_ms: int
-    def __init__(self, session_id: _Optional[str] = ..., branch: _Optional[str] = ..., node_id: _Optional[str] = ..., function_id: _Optional[str] = ..., tokenizer: _Optional[str] = ..., callers: _Optional[_Union[Callers, str]] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., policy: _Optional[_Union[RenderPolicy, _Mapping]] = ..., now_unix_ms: _Optional[int] = ...) -> None: ...
+    last_call_unix_ms: int
+    def __init__(self, session_id: _Optional[str] = ..., branch: _Optional[str] = ..., node_id: _Optional[str] = ..., function_id: _Optional[str] = ..., tokenizer: _Optional[str] = ..., callers: _Optional[_Union[Callers, str]] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., policy: _Optional[_Union[RenderPolicy, _Mapping]] = ..., now_unix_ms: _Optional[int] = ..., last_call_unix_ms: _Optional[int] = ...) -> None: ...
 
 class TokenBreakdown(_message.Message):
     __slots__ = ("system", "user", "assistant_text", "tool_calls", "tool_results", "summaries", "markers")
@@ -695,7 +699,7 @@ class TokenBreakdown(_message.Message):
     def __init__(self, system: _Optional[int] = ..., user: _Optional[int] = ..., assistant_text: _Optional[int] = ..., tool_calls: _Optional[int] = ..., tool_results: _Optional[int] = ..., summaries: _Optional[int] = ..., markers: _Optional[int] = ...) -> None: ...
 
 class ContextReport(_message.Message):
-    __slots__ = ("total_tokens", "tokens", "messages", "tokenizer", "budget", "history_budget", "fits", "over_by", "summary_needed", "results_truncated", "truncated_node_ids", "results_cleared", "cleared_node_ids", "turns_snipped", "snipped_node_ids", "microcompact_trigger", "microcompact_boundary", "stable_prefix_messages", "inputs_stubbed", "stubbed_node_ids", "saved_truncation", "saved_clearing", "saved_stubbing", "pinned_tokens", "pinned_node_ids", "pins_exceed_budget", "summary_ids", "texts_cut", "text_cut_node_ids", "saved_text_cut")
+    __slots__ = ("total_tokens", "tokens", "messages", "tokenizer", "budget", "history_budget", "fits", "over_by", "summary_needed", "results_truncated", "truncated_node_ids", "results_cleared", "cleared_node_ids", "turns_snipped", "snipped_node_ids", "microcompact_trigger", "microcompact_boundary", "stable_prefix_messages", "inputs_stubbed", "stubbed_node_ids", "saved_truncation", "saved_clearing", "saved_stubbing", "pinned_tokens", "pinned_node_ids", "pins_exceed_budget", "summary_ids", "texts_cut", "text_cut_node_ids", "saved_text_cut", "payback_calls")
     TOTAL_TOKENS_FIELD_NUMBER: _ClassVar[int]
     TOKENS_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
@@ -726,6 +730,7 @@ class ContextReport(_message.Message):
     TEXTS_CUT_FIELD_NUMBER: _ClassVar[int]
     TEXT_CUT_NODE_IDS_FIELD_NUMBER: _ClassVar[int]
     SAVED_TEXT_CUT_FIELD_NUMBER: _ClassVar[int]
+    PAYBACK_CALLS_FIELD_NUMBER: _ClassVar[int]
     total_tokens: int
     tokens: TokenBreakdown
     messages: int
@@ -756,7 +761,8 @@ class ContextReport(_message.Message):
     texts_cut: int
     text_cut_node_ids: _containers.RepeatedScalarFieldContainer[str]
     saved_text_cut: StepSavings
-    def __init__(self, total_tokens: _Optional[int] = ..., tokens: _Optional[_Union[TokenBreakdown, _Mapping]] = ..., messages: _Optional[int] = ..., tokenizer: _Optional[str] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., history_budget: _Optional[int] = ..., fits: _Optional[bool] = ..., over_by: _Optional[int] = ..., summary_needed: _Optional[bool] = ..., results_truncated: _Optional[int] = ..., truncated_node_ids: _Optional[_Iterable[str]] = ..., results_cleared: _Optional[int] = ..., cleared_node_ids: _Optional[_Iterable[str]] = ..., turns_snipped: _Optional[int] = ..., snipped_node_ids: _Optional[_Iterable[str]] = ..., microcompact_trigger: _Optional[str] = ..., microcompact_boundary: _Optional[int] = ..., stable_prefix_messages: _Optional[int] = ..., inputs_stubbed: _Optional[int] = ..., stubbed_node_ids: _Optional[_Iterable[str]] = ..., saved_truncation: _Optional[_Union[StepSavings, _Mapping]] = ..., saved_clearing: _Optional[_Union[StepSavings, _Mapping]] = ..., saved_stubbing: _Optional[_Union[StepSavings, _Mapping]] = ..., pinned_tokens: _Optional[int] = ..., pinned_node_ids: _Optional[_Iterable[str]] = ..., pins_exceed_budget: _Optional[bool] = ..., summary_ids: _Optional[_Iterable[str]] = ..., texts_cut: _Optional[int] = ..., text_cut_node_ids: _Optional[_Iterable[str]] = ..., saved_text_cut: _Optional[_Union[StepSavings, _Mapping]] = ...) -> None: ...
+    payback_calls: int
+    def __init__(self, total_tokens: _Optional[int] = ..., tokens: _Optional[_Union[TokenBreakdown, _Mapping]] = ..., messages: _Optional[int] = ..., tokenizer: _Optional[str] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., history_budget: _Optional[int] = ..., fits: _Optional[bool] = ..., over_by: _Optional[int] = ..., summary_needed: _Optional[bool] = ..., results_truncated: _Optional[int] = ..., truncated_node_ids: _Optional[_Iterable[str]] = ..., results_cleared: _Optional[int] = ..., cleared_node_ids: _Optional[_Iterable[str]] = ..., turns_snipped: _Optional[int] = ..., snipped_node_ids: _Optional[_Iterable[str]] = ..., microcompact_trigger: _Optional[str] = ..., microcompact_boundary: _Optional[int] = ..., stable_prefix_messages: _Optional[int] = ..., inputs_stubbed: _Optional[int] = ..., stubbed_node_ids: _Optional[_Iterable[str]] = ..., saved_truncation: _Optional[_Union[StepSavings, _Mapping]] = ..., saved_clearing: _Optional[_Union[StepSavings, _Mapping]] = ..., saved_stubbing: _Optional[_Union[StepSavings, _Mapping]] = ..., pinned_tokens: _Optional[int] = ..., pinned_node_ids: _Optional[_Iterable[str]] = ..., pins_exceed_budget: _Optional[bool] = ..., summary_ids: _Optional[_Iterable[str]] = ..., texts_cut: _Optional[int] = ..., text_cut_node_ids: _Optional[_Iterable[str]] = ..., saved_text_cut: _Optional[_Union[StepSavings, _Mapping]] = ..., payback_calls: _Optional[int] = ...) -> None: ...
 
 class StepSavings(_message.Message):
     __slots__ = ("items", "chars", "tokens")

@@ -102,8 +102,9 @@ export enum MicrocompactMode {
   /** MICROCOMPACT_MODE_UNSPECIFIED - Stepped. */
   MICROCOMPACT_MODE_UNSPECIFIED = 0,
   /**
-   * MICROCOMPACT_MODE_STEPPED - At fixed counts of tool results (first, then every), and at idle gaps, whether or not the
-   * context is over budget: small contexts whose prefix changes only at steps.
+   * MICROCOMPACT_MODE_STEPPED - When a step pays back its rewrite of the cached tail, or the provider's cache expired,
+   * whether or not the context is over budget: small contexts whose prefix changes only at
+   * steps.
    */
   MICROCOMPACT_MODE_STEPPED = 1,
   /** MICROCOMPACT_MODE_OVER_BUDGET - Only when the context is over budget (or idle, or reactive). */
@@ -540,6 +541,12 @@ export interface RenderRequest {
    * carry a media part where it stands, instead of sending it as `[<mime> attachment]` text.
    */
   strictFormat: boolean;
+  /**
+   * When the host last sent this context to the model; 0: when the input of the path's newest
+   * assistant message arrived. A render more than the policy's `idle_minutes` after it finds
+   * the provider's cache expired, and takes a step then, when it costs nothing extra.
+   */
+  lastCallUnixMs: number;
 }
 
 /**
@@ -560,22 +567,27 @@ export interface Budget {
  */
 export interface RenderPolicy {
   /**
-   * A longer tool result keeps its first 60% and last 40% of this many characters: stepped, the
-   * results kept at a step, and every result once over budget. Default 6000 (4000 for
-   * MICROCOMPACT_MODE_OVER_BUDGET, which cuts every result).
+   * A longer tool result keeps its first 60% and last 40% of this many characters once the
+   * context is over budget (stepped, a step clears results and cuts none). Default 32000 (4000
+   * for MICROCOMPACT_MODE_OVER_BUDGET, which cuts every result).
    */
   maxToolResultChars: number;
   /**
-   * A step may come once the path holds this many tool results (default 20), then at each
-   * further `microcompact_every` (default 10).
+   * Stepped: a step may come once the path holds this many tool results (default 8), and is
+   * taken at a call when its saving pays back the rewrite of the cached tail with 8:1 odds
+   * that the session runs long enough (the report's `payback_calls`), or when the provider's
+   * cache has expired. MICROCOMPACT_MODE_OVER_BUDGET (and the stepped policy once over
+   * budget): a step at `microcompact_first` results, then at each further
+   * `microcompact_every`.
    */
   microcompactFirst: number;
   microcompactEvery: number;
-  /** The newest tool results never cleared. Default 10. */
+  /** The newest tool results never cleared. Default 7. */
   microcompactKeep: number;
   /**
-   * An idle gap this long (between two nodes, or between the newest node and now) is a step.
-   * Default 90.
+   * The provider's cache lifetime: a call this long after the one before it (or a render this
+   * long after `last_call_unix_ms`) finds the cache expired, and steps, since everything is
+   * written anew anyway. Default 5 (Anthropic's and OpenAI's); 60 for Anthropic's `ttl: 1h`.
    */
   idleMinutes: number;
   /** The newest turns kept whole when they fit. Default 2. */
@@ -596,13 +608,14 @@ export interface RenderPolicy {
    */
   microcompact: MicrocompactMode;
   /**
-   * Stepped: tool results newer than the last step keep up to this many characters, and are
-   * reduced to `max_tool_result_chars` (or cleared) at the next step. Default 32000.
+   * Stepped: tool results keep up to this many characters until a step clears them. Default:
+   * no cap, for a result is reduced at a step, once the model has read it, never on arrival;
+   * one that alone exceeds the history's budget is cut to fit.
    */
   recentToolResultChars: number;
   /**
-   * Stepped: a count step is taken only when clearing saves at least this many tokens,
-   * estimated at four characters a token. Default 4000; 0: every count step.
+   * Stepped: a step that is not free is taken only when clearing saves at least this many
+   * tokens, estimated at four characters a token. Default 2000; 0: whenever it pays back.
    */
   clearAtLeastTokens?:
     | number
@@ -617,14 +630,14 @@ export interface RenderPolicy {
     | undefined;
   /**
    * Stepped: the text of each assistant message before the last step keeps its first this many
-   * characters (its tool calls stay); the newest messages never. Default 300.
+   * characters (its tool calls stay); the newest messages never. Default 100.
    */
   maxAssistantTextChars?:
     | number
     | undefined;
   /**
    * Stepped: assistant text newer than the last step keeps its first 60% and last 40% of this
-   * many characters (a model repeating itself). Default 12000.
+   * many characters (a model repeating itself). Default 2000.
    */
   recentAssistantTextChars?:
     | number
@@ -632,7 +645,7 @@ export interface RenderPolicy {
   /**
    * Stepped: the arguments of calls newer than the last step are stubbed when longer than this
    * (an edit's whole file body): a message is new input when it is first sent back, so a stub
-   * then busts no cache. Default 1000.
+   * then busts no cache. Default 500.
    */
   recentToolInputChars?: number | undefined;
 }
@@ -701,6 +714,8 @@ export interface ContextStatsRequest {
   budget?: Budget | undefined;
   policy?: RenderPolicy | undefined;
   nowUnixMs: number;
+  /** As in RenderRequest. */
+  lastCallUnixMs: number;
 }
 
 /** Tokens by what they are. The parts add up to the total. */
@@ -736,7 +751,11 @@ export interface ContextReport {
   clearedNodeIds: string[];
   turnsSnipped: number;
   snippedNodeIds: string[];
-  /** Why microcompact ran: "", "count", "idle" or "reactive". */
+  /**
+   * Why microcompact ran: "", "count" (stepped: its saving pays back the rewrite of the
+   * cached tail within `payback_calls` later calls), "idle" (the provider's cache had expired,
+   * so the step cost nothing extra) or "reactive".
+   */
   microcompactTrigger: string;
   /** Tool results (in path order) before which microcompact may clear; moves only at steps. */
   microcompactBoundary: number;
@@ -770,7 +789,14 @@ export interface ContextReport {
    */
   textsCut: number;
   textCutNodeIds: string[];
-  savedTextCut?: StepSavings | undefined;
+  savedTextCut?:
+    | StepSavings
+    | undefined;
+  /**
+   * For a "count" step: the later calls its saving needed to earn back the rewrite of the
+   * cached tail, as estimated when it was taken (at most the calls the session had run).
+   */
+  paybackCalls: number;
 }
 
 export interface StepSavings {
@@ -4264,6 +4290,7 @@ function createBaseRenderRequest(): RenderRequest {
     nowUnixMs: 0,
     format: 0,
     strictFormat: false,
+    lastCallUnixMs: 0,
   };
 }
 
@@ -4303,6 +4330,9 @@ export const RenderRequest: MessageFns<RenderRequest> = {
     }
     if (message.strictFormat !== false) {
       writer.uint32(88).bool(message.strictFormat);
+    }
+    if (message.lastCallUnixMs !== 0) {
+      writer.uint32(96).int64(message.lastCallUnixMs);
     }
     return writer;
   },
@@ -4408,6 +4438,14 @@ export const RenderRequest: MessageFns<RenderRequest> = {
             message.strictFormat = reader.bool();
             continue;
           }
+          case 12: {
+            if (tag !== 96) {
+              break;
+            }
+
+            message.lastCallUnixMs = longToNumber(reader.int64());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -4457,6 +4495,7 @@ export const RenderRequest: MessageFns<RenderRequest> = {
     message.nowUnixMs = object.nowUnixMs ?? 0;
     message.format = object.format ?? 0;
     message.strictFormat = object.strictFormat ?? false;
+    message.lastCallUnixMs = object.lastCallUnixMs ?? 0;
     return message;
   },
 };
@@ -5254,6 +5293,7 @@ function createBaseContextStatsRequest(): ContextStatsRequest {
     budget: undefined,
     policy: undefined,
     nowUnixMs: 0,
+    lastCallUnixMs: 0,
   };
 }
 
@@ -5287,6 +5327,9 @@ export const ContextStatsRequest: MessageFns<ContextStatsRequest> = {
     }
     if (message.nowUnixMs !== 0) {
       writer.uint32(72).int64(message.nowUnixMs);
+    }
+    if (message.lastCallUnixMs !== 0) {
+      writer.uint32(96).int64(message.lastCallUnixMs);
     }
     return writer;
   },
@@ -5376,6 +5419,14 @@ export const ContextStatsRequest: MessageFns<ContextStatsRequest> = {
             message.nowUnixMs = longToNumber(reader.int64());
             continue;
           }
+          case 12: {
+            if (tag !== 96) {
+              break;
+            }
+
+            message.lastCallUnixMs = longToNumber(reader.int64());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -5423,6 +5474,7 @@ export const ContextStatsRequest: MessageFns<ContextStatsRequest> = {
       ? RenderPolicy.fromPartial(object.policy)
       : undefined;
     message.nowUnixMs = object.nowUnixMs ?? 0;
+    message.lastCallUnixMs = object.lastCallUnixMs ?? 0;
     return message;
   },
 };
@@ -5586,6 +5638,7 @@ function createBaseContextReport(): ContextReport {
     textsCut: 0,
     textCutNodeIds: [],
     savedTextCut: undefined,
+    paybackCalls: 0,
   };
 }
 
@@ -5680,6 +5733,9 @@ export const ContextReport: MessageFns<ContextReport> = {
     }
     if (message.savedTextCut !== undefined) {
       StepSavings.encode(message.savedTextCut, writer.uint32(242).fork()).join();
+    }
+    if (message.paybackCalls !== 0) {
+      writer.uint32(248).uint32(message.paybackCalls);
     }
     return writer;
   },
@@ -5937,6 +5993,14 @@ export const ContextReport: MessageFns<ContextReport> = {
             message.savedTextCut = StepSavings.decode(reader, reader.uint32());
             continue;
           }
+          case 31: {
+            if (tag !== 248) {
+              break;
+            }
+
+            message.paybackCalls = reader.uint32();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -5996,6 +6060,7 @@ export const ContextReport: MessageFns<ContextReport> = {
     message.savedTextCut = (object.savedTextCut !== undefined && object.savedTextCut !== null)
       ? StepSavings.fromPartial(object.savedTextCut)
       : undefined;
+    message.paybackCalls = object.paybackCalls ?? 0;
     return message;
   },
 };
