@@ -158,11 +158,15 @@ fn main() {
     for arm in &mut arms {
         for trace in &traces {
             let stats = replay(trace, &arm.kind, budget, &counter, None);
-            arm.total.add(&stats);
+            if !trace.extra {
+                arm.total.add(&stats);
+            }
             arm.family_stats(trace.family).add(&stats);
             arm.per_trace.push((trace.name.clone(), stats));
             let stats = replay(trace, &arm.kind, budget, &counter, Some(args.ttl_ms));
-            arm.clocked.add(&stats);
+            if !trace.extra {
+                arm.clocked.add(&stats);
+            }
             arm.clocked_families
                 .entry(trace.family)
                 .or_default()
@@ -176,7 +180,9 @@ fn main() {
     for arm in &mut compacting {
         for trace in &traces {
             let stats = replay(trace, &arm.kind, args.compaction_budget, &counter, None);
-            arm.total.add(&stats);
+            if !trace.extra {
+                arm.total.add(&stats);
+            }
             arm.family_stats(trace.family).add(&stats);
             arm.per_trace.push((trace.name.clone(), stats));
         }
@@ -187,7 +193,7 @@ fn main() {
     println!(
         "ctxd context economy: {} traces, {} model calls, window {} − output reserve {}, \
          tokenizer {} ({:.1} s)",
-        traces.len(),
+        traces.iter().filter(|t| !t.extra).count(),
         calls,
         budget.context_window,
         budget.output_reserve,
@@ -197,6 +203,22 @@ fn main() {
     println!();
     let base = arms[0].total.clone();
     print_table(&arms, |a| &a.total, &base);
+    println!();
+    // The same replay on the sessions' clock, against the unpruned replay on the same clock.
+    let clocked_base = arms[0].clocked.cost;
+    println!(
+        "on the sessions' clock (cost vs unpruned / working set): {}",
+        arms.iter()
+            .skip(1)
+            .map(|a| format!(
+                "{} {:.3}× {:.1}%",
+                a.name,
+                a.clocked.cost / clocked_base,
+                a.clocked.working_set() * 100.0
+            ))
+            .collect::<Vec<_>>()
+            .join("; ")
+    );
     println!();
     for arm in &arms {
         println!("- {}: {}", arm.name, arm.about);
@@ -392,6 +414,33 @@ struct Trace {
     /// were measured (the raw Claude Code file) or drawn from the measured gaps.
     clocked: PathView,
     measured: bool,
+    /// A session reshaped from a shared trace (mini-swe-agent as sent): in the family and
+    /// per-session tables, not in the totals.
+    extra: bool,
+}
+
+/// The name prefix of a mini-swe-agent trace reshaped as the harness sends it.
+const AS_SENT: &str = "sent-";
+
+/// A neutral trace as mini-swe-agent sends it: each bash call back into its assistant's text
+/// (where the converter found it, in a fenced block), each of its results a user message.
+fn as_sent(data: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(data.len());
+    for line in data.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+        let mut v: serde_json::Value =
+            serde_json::from_slice(line).unwrap_or_else(|e| fail(&format!("as sent: {e}")));
+        if let Some(o) = v.as_object_mut() {
+            o.remove("tool_calls");
+            if o.get("role").and_then(|r| r.as_str()) == Some("tool") {
+                o.insert("role".into(), "user".into());
+                o.remove("tool_call_id");
+                o.remove("is_error");
+            }
+        }
+        out.extend(serde_json::to_vec(&v).expect("JSON"));
+        out.push(b'\n');
+    }
+    out
 }
 
 /// `path` with its nodes stamped by `times`, the time of each model call in order: a call's
@@ -442,11 +491,25 @@ async fn load_traces(dir: &std::path::Path, clock: &clock::Clock) -> Vec<Trace> 
     let store = Store::open(&tmp.path().join("economy.db"))
         .await
         .expect("open the store");
-    let mut traces = Vec::new();
+    // Each file, and each mini-swe-agent session once more as that harness sends it: the
+    // action in the assistant's text, its output back as a user message.
+    let mut sources = Vec::new();
     for file in files {
         let data = std::fs::read(&file).expect("read a trace");
+        let name = file
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if name.starts_with("mini-") {
+            sources.push((format!("{AS_SENT}{name}"), as_sent(&data), true));
+        }
+        sources.push((name, data, false));
+    }
+    sources.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut traces = Vec::new();
+    for (name, data, extra) in sources {
         let plan = import::parse(import::Source::NeutralJsonl, &data)
-            .unwrap_or_else(|e| fail(&format!("{}: {e}", file.display())));
+            .unwrap_or_else(|e| fail(&format!("{name}: {e}")));
         let imported = store
             .import(&Tenant::local(), BTreeMap::new(), &plan, None)
             .await
@@ -460,10 +523,6 @@ async fn load_traces(dir: &std::path::Path, clock: &clock::Clock) -> Vec<Trace> 
             .load_path(session, &PathTarget::Branch(BranchName::main()))
             .await
             .expect("load a path");
-        let name = file
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_default();
         let calls = path
             .nodes
             .iter()
@@ -475,6 +534,7 @@ async fn load_traces(dir: &std::path::Path, clock: &clock::Clock) -> Vec<Trace> 
             family: report::family(&name),
             clocked: stamped(&path, &times),
             measured,
+            extra,
             name,
             path,
         });
@@ -1170,6 +1230,14 @@ fn working_set(path: &PathView, messages: &[Message]) -> Option<f64> {
         .filter_map(|n| match &n.content {
             NodeContent::ToolResult { parts, .. } => Some((n.id, Part::text_of(parts))),
             NodeContent::FunctionResult(r) => Some((n.id, r.output.clone())),
+            // mini-swe-agent's output, sent back as a user message.
+            NodeContent::Message {
+                role: ctxd::domain::Role::User,
+                parts,
+                ..
+            } if Part::text_of(parts).starts_with("<returncode>") => {
+                Some((n.id, Part::text_of(parts)))
+            }
             _ => None,
         })
         .take(WORKING_SET)
@@ -1181,7 +1249,7 @@ fn working_set(path: &PathView, messages: &[Message]) -> Option<f64> {
         .iter()
         .filter(|(id, original)| {
             messages.iter().any(|m| {
-                m.role == MessageRole::Tool
+                (m.role == MessageRole::Tool || m.observation)
                     && m.node_ids.contains(id)
                     && Part::text_of(&m.parts) == *original
             })
@@ -1420,6 +1488,7 @@ fn write_json(arms: &[Arm], base: &Stats, budget: Budget, tokenizer: Tokenizer) 
                 "input_vs_unpruned": s.input_tokens / base.input_tokens,
                 "cost": s.cost,
                 "cost_vs_unpruned": s.cost / base.cost,
+                "clocked_cost_vs_unpruned": a.clocked.cost / arms[0].clocked.cost,
                 "peak_tokens": s.peak,
                 "working_set_verbatim": s.working_set(),
                 "pairing_violations": s.pairing_violations,

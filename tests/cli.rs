@@ -599,7 +599,7 @@ fn context_pictures_the_budget() {
         );
     }
 
-    let over = server.ok(&["context", &s, "--budget", "5000"]);
+    let over = server.ok(&["context", &s, "--budget", "2500"]);
     assert!(
         over.contains("OVER by ") && over.contains("summary needed"),
         "{over}"

@@ -5,12 +5,14 @@
 #![allow(dead_code)]
 
 /// The harness families of the traces, in the order the tables show them.
-pub const FAMILIES: [(&str, &str); 5] = [
+pub const FAMILIES: [(&str, &str); 6] = [
     ("cc-", "Claude Code"),
     ("swe-", "SWE-agent"),
     ("mini-", "mini-swe-agent"),
     ("openhands-", "OpenHands"),
     ("codex-", "Codex CLI"),
+    // The economy bench's mini-swe-agent sessions reshaped as that harness sends them.
+    ("sent-mini-", "mini, as sent"),
 ];
 
 /// The family of the trace named `name`.

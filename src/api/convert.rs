@@ -441,7 +441,8 @@ pub fn report(r: &Report) -> pb::ContextReport {
             .unwrap_or_default()
             .to_owned(),
         microcompact_boundary: count(r.microcompact_boundary),
-        payback_calls: r.payback_calls.unwrap_or(0),
+        // 0 says "not a step its saving paid for"; one that pays at once pays within a call.
+        payback_calls: r.payback_calls.map_or(0, |n| n.max(1)),
         stable_prefix_messages: count(r.stable_prefix_messages),
         inputs_stubbed: count(r.inputs_stubbed),
         stubbed_node_ids: ids(&r.stubbed),

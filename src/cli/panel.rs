@@ -133,19 +133,11 @@ fn tiers(r: &pb::ContextReport, t: &pb::TokenBreakdown) -> String {
         "budget reduction",
         format!("{} tool results truncated", r.results_truncated),
     );
-    // Why the last step was taken: its saving paid back the rewrite of the cached tail within
-    // so many calls, or the provider's cache had expired and the step cost nothing extra.
-    let why = match r.microcompact_trigger.as_str() {
-        "count" if r.payback_calls > 0 => format!(" (paid back by {} calls)", r.payback_calls),
-        "count" => " (paid back at once)".to_owned(),
-        "idle" => " (the cache had expired)".to_owned(),
-        _ => String::new(),
-    };
     let micro = if r.microcompact_trigger.is_empty() {
         "not triggered".to_string()
     } else {
         format!(
-            "triggered by {}{why}: {} tool results cleared",
+            "triggered by {}: {} tool results cleared",
             r.microcompact_trigger, r.results_cleared
         )
     };
@@ -153,6 +145,20 @@ fn tiers(r: &pb::ContextReport, t: &pb::TokenBreakdown) -> String {
         "microcompact",
         format!("{micro}; boundary {}", r.microcompact_boundary),
     );
+    // Why the last step was taken: its saving paid back the rewrite of the cached tail within
+    // so many calls, the provider's cache had expired, or the budget forced it.
+    let why = match r.microcompact_trigger.as_str() {
+        "count" if r.payback_calls > 0 => Some(format!(
+            "its saving pays back the rewrite in {} calls",
+            r.payback_calls
+        )),
+        "count" => Some("forced by the budget".to_owned()),
+        "idle" => Some("the cache had expired: the step was free".to_owned()),
+        _ => None,
+    };
+    if let Some(why) = why {
+        line("", why);
+    }
     line(
         "input stubs",
         format!("{} tool-call arguments stubbed", r.inputs_stubbed),

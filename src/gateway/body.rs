@@ -237,7 +237,8 @@ fn written(
     let step = ledger::Step {
         trigger: rendered.report.trigger,
         boundary: rendered.report.microcompact_boundary,
-        payback_calls: rendered.report.payback_calls,
+        // One that pays at once pays within a call.
+        payback_calls: rendered.report.payback_calls.map(|n| n.max(1)),
     };
     // The common case, a render that changed nothing: the client's body goes as sent, found
     // without building the forwarded conversation (debug builds check it against that build).

@@ -5,6 +5,7 @@
 //! visibility, the summary overlay, budget reduction, microcompact, snip, and a report that
 //! says what each did. Rendering is lossy, never failing: `Result` is for invalid input only.
 
+mod observation;
 mod overlay;
 mod stub;
 mod tiers;
@@ -73,6 +74,8 @@ pub struct Message {
     pub pinned_under: Option<SummaryId>,
     /// The model has not read it yet (`Options::seen`): no step reduces it.
     pub unseen: bool,
+    /// A user message that is a command's output (observation.rs): a result to the steps.
+    pub observation: bool,
     /// On a summary's message: what it hides, in order, so microcompact counts the results
     /// and idle gaps it replaced and what is cleared before it does not move.
     pub hidden: Vec<Hidden>,
@@ -98,6 +101,7 @@ impl Message {
             pinned: false,
             pinned_under: None,
             unseen: false,
+            observation: false,
             hidden: Vec::new(),
         }
     }
@@ -416,6 +420,7 @@ pub fn render(path: &PathView, options: &Options, counter: &dyn Count) -> Render
         let history = options.budget.and_then(|b| b.history().ok());
         messages = overlay(messages, &summaries, ledger_cap(history), counter);
     }
+    observation::mark(&mut messages);
     let mut rendered = tiers::fit(messages, path, options, counter);
     let shown = overlay::shown(&rendered.messages);
     rendered.report.summary = shown.first().copied();

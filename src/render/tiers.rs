@@ -204,7 +204,7 @@ impl<'a> Fit<'a> {
                     }
                 }
             }
-            if m.role == MessageRole::Tool && m.pinned_under.is_none() {
+            if (m.role == MessageRole::Tool || m.observation) && m.pinned_under.is_none() {
                 results.push(i);
                 hidden.push(None);
                 chars.push(Part::text_chars(&m.parts));

@@ -529,3 +529,77 @@ async fn context_stats_is_the_render_report() {
         }
     }
 }
+
+#[tokio::test]
+async fn observations_sent_as_user_messages_are_tool_output() {
+    // mini-swe-agent's shape: the action is a fenced command in the assistant's text, its
+    // output comes back as a user message. The steps treat it as the tool result it is.
+    let mut app = spawn_app().await;
+    let s = app.create_session().await;
+    app.append(&s, vec![user("Fix the failing test in tests/test_x.py.")])
+        .await;
+    let n = 40;
+    for i in 0..n {
+        let output = format!(
+            "<returncode>0</returncode>\n<output>\n{}</output>",
+            big_text(2000, &format!("out{i}"))
+        );
+        app.append(
+            &s,
+            vec![
+                assistant(&format!("THOUGHT: step {i}.\n\n```bash\ncat f{i}.py\n```")),
+                user(&output),
+            ],
+        )
+        .await;
+    }
+    let policy = pb::RenderPolicy {
+        microcompact_keep: 2,
+        clear_at_least_tokens: Some(0),
+        ..Default::default()
+    };
+    let r = app.render(budgeted(&s, 1_000_000, Some(policy))).await;
+    let report = report_of(&r);
+    assert_eq!(report.microcompact_trigger, "count", "{report:?}");
+    let boundary = report.microcompact_boundary as usize;
+    assert!(boundary >= 1 && boundary + 2 <= n, "{report:?}");
+    let outputs: Vec<&pb::RenderedMessage> = r
+        .messages
+        .iter()
+        .skip(1)
+        .filter(|m| m.role == pb::Role::User as i32)
+        .collect();
+    assert_eq!(outputs.len(), n);
+    // The oldest outputs are cleared, naming their node for Recall; the newest are whole.
+    for (i, m) in outputs.iter().enumerate() {
+        let text = text_of(&m.parts);
+        if i < boundary {
+            assert!(m.cleared, "output {i}");
+            assert!(
+                text.starts_with("[cleared to save context: recall "),
+                "{text}"
+            );
+        } else {
+            assert!(!m.cleared && text.starts_with("<returncode>0</returncode>"));
+        }
+    }
+    let reference =
+        text_of(&outputs[0].parts)["[cleared to save context: recall ".len()..][..12].to_owned();
+    let recalled = app
+        .client
+        .recall(pb::RecallRequest {
+            session_id: s.clone(),
+            reference,
+            max_chars: 0,
+        })
+        .await
+        .expect("recall")
+        .into_inner();
+    assert!(recalled.content.starts_with("<returncode>0</returncode>"));
+    // The task stays: an observation opens no turn, so the session is still one turn long.
+    assert_eq!(
+        text_of(&r.messages[0].parts),
+        "Fix the failing test in tests/test_x.py."
+    );
+    assert_eq!(report.turns_snipped, 0);
+}

@@ -891,7 +891,7 @@ function contextBar(report) {
   const verdict = !report.budget ? 'no budget: the bar is the whole context'
     : report.fits ? `fits: ${num(report.total_tokens)} of ${num(report.history_budget)} history tokens`
       : `OVER by ${num(report.over_by)} tokens${report.summary_needed ? ': summary needed' : ''}`;
-  const why = report.microcompact_trigger === 'count' ? (report.payback_calls ? ` (paid back by ${report.payback_calls} calls)` : '')
+  const why = report.microcompact_trigger === 'count' ? (report.payback_calls ? ` (pays back in ${report.payback_calls} calls)` : ' (forced by the budget)')
     : report.microcompact_trigger === 'idle' ? ' (the cache had expired)' : '';
   const tiers = `truncated ${report.results_truncated} · cleared ${report.results_cleared} · inputs stubbed ${report.inputs_stubbed} · turns snipped ${report.turns_snipped} · summaries ${report.summary_ids.length}${report.microcompact_trigger ? ` · microcompact: ${report.microcompact_trigger}${why}` : ''}`;
   return h('div', { id: 'report' }, bar, legend, h('p', {}, verdict), h('p', { class: 'muted' }, tiers));

@@ -268,6 +268,7 @@ impl Fit<'_> {
                     }
                 }
                 MessageRole::Tool => before.push(opening),
+                _ if m.observation => before.push(opening),
                 _ => {}
             }
         }
@@ -485,6 +486,7 @@ impl Timeline {
             let (size, kind) = match m.role {
                 _ if m.summary_id.is_some() => (0, Kind::Other),
                 MessageRole::Tool => (result_size(text), Kind::Result),
+                _ if m.observation => (result_size(text), Kind::Result),
                 MessageRole::Assistant => (text_size(text), Kind::Call),
                 _ => (0, Kind::Other),
             };

@@ -16,6 +16,7 @@ pub fn turn_starts(messages: &[Message]) -> Vec<usize> {
         .enumerate()
         .filter(|(_, m)| {
             m.role == MessageRole::User
+                && !m.observation
                 && m.summary_id.is_none()
                 && m.pinned_under.is_none()
                 && m.function_id.is_none()

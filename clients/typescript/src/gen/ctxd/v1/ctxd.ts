@@ -794,7 +794,8 @@ export interface ContextReport {
     | undefined;
   /**
    * For a "count" step: the later calls its saving needed to earn back the rewrite of the
-   * cached tail, as estimated when it was taken (at most the calls the session had run).
+   * cached tail, as estimated when it was taken (at most an eighth of the calls the session
+   * had run); 0 for a step the budget forced, whatever it cost.
    */
   paybackCalls: number;
 }
