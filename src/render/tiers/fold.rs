@@ -209,10 +209,11 @@ impl Fit<'_> {
                 let m = &self.messages[self.results[k]];
                 let visible = self.hidden[k].is_none();
                 // One no step may touch, or one its placeholder would not make smaller (as
-                // `reduce` weighs it).
+                // `reduce` weighs it). One the model has not read yet counts: it is among the
+                // newest, which a step keeps, and what is unseen is a matter of when the render
+                // is made (the gateway holds it back to its last step), not of what it saves.
                 let result = if visible
                     && (m.pinned
-                        || m.unseen
                         || self.placeholder_tokens(m) >= self.counts[self.results[k]].total())
                 {
                     0
