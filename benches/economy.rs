@@ -384,6 +384,7 @@ fn policy(knobs: &str) -> Policy {
             "recent_assistant_text_chars" => p.recent_assistant_text_chars = number(v, k),
             "recent_tool_input_chars" => p.recent_tool_input_chars = number(v, k),
             "idle_minutes" => p.idle_ms = number::<i64>(v, k) * 60_000,
+            "payback_odds" => p.payback_odds = number(v, k),
             "max" => {}
             "microcompact" => {
                 p.microcompact = match v {

@@ -389,6 +389,7 @@ pub fn policy(p: Option<pb::RenderPolicy>) -> Result<Policy, Error> {
         } else {
             i64::from(p.idle_minutes) * 60_000
         },
+        payback_odds: or(p.payback_odds, defaults.payback_odds),
         retain_turns: or(p.retain_turns, defaults.retain_turns),
         snip: p.snip.unwrap_or(defaults.snip),
         reactive: p.reactive,

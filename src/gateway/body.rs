@@ -27,9 +27,11 @@ impl App {
     ) -> Result<ForwardedBody, &'static str> {
         let mut options = self.options(conv, headers, recorded.seen)?;
         let target = match recorded.function {
-            // A sub-agent sees its own conversation, as its client sent it.
+            // A sub-agent sees its own conversation, as its client sent it. It is short by
+            // design: a step must pay back with better odds than in its parent.
             Some((id, _)) => {
                 options.callers = render::Callers::None;
+                options.policy.payback_odds = SUB_AGENT_PAYBACK_ODDS;
                 PathTarget::Function(id)
             }
             None => match (recorded.behind, recorded.head) {
@@ -293,6 +295,10 @@ fn written(
         step,
     })
 }
+
+/// The odds a step of a sub-agent's conversation must pay back with (the render's default):
+/// the shared traces' Claude Code sub-agents run 3 to 18 calls.
+const SUB_AGENT_PAYBACK_ODDS: usize = render::PAYBACK_ODDS;
 
 /// A forwarded body and what the ledger needs of it.
 pub(super) struct ForwardedBody {

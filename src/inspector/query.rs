@@ -112,6 +112,7 @@ pub const RENDER_KEYS: &[&str] = &[
     "tokenizer",
     "callers",
     "now_unix_ms",
+    "last_call_unix_ms",
     // Budget: present when context_window is.
     "context_window",
     "output_reserve",
@@ -134,6 +135,7 @@ pub const RENDER_KEYS: &[&str] = &[
     "max_assistant_text_chars",
     "recent_assistant_text_chars",
     "recent_tool_input_chars",
+    "payback_odds",
 ];
 
 /// The Render request a query describes. The values are checked by the RPC itself (an unknown
@@ -194,6 +196,7 @@ pub fn render_request(session_id: String, q: &Query) -> Result<pb::RenderRequest
         max_assistant_text_chars: q.u32("max_assistant_text_chars")?,
         recent_assistant_text_chars: q.u32("recent_assistant_text_chars")?,
         recent_tool_input_chars: q.u32("recent_tool_input_chars")?,
+        payback_odds: q.u32("payback_odds")?.unwrap_or(0),
     };
     Ok(pb::RenderRequest {
         session_id,
@@ -203,6 +206,7 @@ pub fn render_request(session_id: String, q: &Query) -> Result<pb::RenderRequest
         budget,
         policy: Some(policy),
         now_unix_ms: q.i64("now_unix_ms")?.unwrap_or(0),
+        last_call_unix_ms: q.i64("last_call_unix_ms")?.unwrap_or(0),
         format: pb::Format::Neutral as i32,
         // Neutral messages carry every part: nothing for strict_format to refuse.
         ..pb::RenderRequest::default()

@@ -169,6 +169,9 @@ pub struct Policy {
     /// call after a longer gap reads nothing, so a step taken then rewrites nothing that was
     /// not about to be written anyway.
     pub idle_ms: i64,
+    /// Stepped: a step the cache's expiry did not make free is taken only when its payback is
+    /// at most `1 / payback_odds` of the calls the session has run (`PAYBACK_ODDS`).
+    pub payback_odds: usize,
     pub retain_turns: usize,
     pub snip: bool,
     pub reactive: bool,
@@ -223,6 +226,7 @@ impl Default for Policy {
             recent_tool_input_chars: 500,
             recent_assistant_text_chars: 2000,
             idle_ms: CACHE_TTL_MS,
+            payback_odds: PAYBACK_ODDS,
             retain_turns: 2,
             snip: true,
             reactive: false,

@@ -609,7 +609,7 @@ async fn the_ledger_says_per_call_what_was_kept_and_why_not() {
                 steps += 1;
                 // The request of call `k` (from 0) holds `k + 1` calls of the model.
                 assert!(
-                    payback as usize * ctxd::render::PAYBACK_ODDS <= k + 1,
+                    payback as usize * ctxd::gateway::policy().payback_odds <= k + 1,
                     "call {k}: a step that pays back in {payback} calls"
                 );
             }

@@ -117,7 +117,7 @@ impl Fit<'_> {
     /// pays back the rewrite: what it removes is read at 0.1× on every later call (1.25× after
     /// an expiry, at the share of expired gaps seen so far), while the step writes everything
     /// after the change at 1.25× instead of reading it at 0.1×; and only with good odds that
-    /// the session runs long enough to earn it back (`PAYBACK_ODDS`).
+    /// the session runs long enough to earn it back (`Policy::payback_odds`).
     fn steps(&self) -> Steps {
         let policy = &self.policy;
         let timeline = Timeline::of(self);
@@ -183,7 +183,7 @@ impl Fit<'_> {
             let Some(calls) = payback(remaining, saving, expired_share) else {
                 continue;
             };
-            if calls.saturating_mul(PAYBACK_ODDS) <= point.calls
+            if calls.saturating_mul(policy.payback_odds.max(1)) <= point.calls
                 && waste >= rewrite_cost(remaining, saving)
             {
                 taken = Steps {
@@ -370,11 +370,11 @@ fn tokens(chars: usize) -> Tokens {
     Tokens::try_from(chars / 4).unwrap_or(Tokens::MAX)
 }
 
-/// How much longer than its payback a session must have run for a step: a session that has
-/// run `a` calls runs at least `r` more with probability `a / (a + r)` (the Lindy prior of
-/// remaining lifetimes), so a payback of at most an eighth of its age pays with odds of 8:1.
-/// Short sessions, sub-agents most, end before a step is earned back; measured on the shared
-/// traces, 4:1 still let two sub-agents cost more than sending everything.
+/// How much longer than its payback a session must have run for a step, by default: a session
+/// that has run `a` calls runs at least `r` more with probability `a / (a + r)` (the Lindy
+/// prior of remaining lifetimes), so a payback of at most an eighth of its age pays with odds
+/// of 8:1. Short sessions, sub-agents most, end before a step is earned back; measured on the
+/// shared traces, 4:1 still let a sub-agent cost more than sending everything.
 pub const PAYBACK_ODDS: usize = 8;
 
 /// What a step costs over not stepping at the call it is taken: the `remaining` characters it

@@ -563,7 +563,7 @@ class Budget(_message.Message):
     def __init__(self, context_window: _Optional[int] = ..., output_reserve: _Optional[int] = ..., system_tokens: _Optional[int] = ..., tools_tokens: _Optional[int] = ..., schema_tokens: _Optional[int] = ...) -> None: ...
 
 class RenderPolicy(_message.Message):
-    __slots__ = ("max_tool_result_chars", "microcompact_first", "microcompact_every", "microcompact_keep", "idle_minutes", "retain_turns", "snip", "reactive", "microcompact", "recent_tool_result_chars", "clear_at_least_tokens", "max_tool_input_chars", "max_assistant_text_chars", "recent_assistant_text_chars", "recent_tool_input_chars")
+    __slots__ = ("max_tool_result_chars", "microcompact_first", "microcompact_every", "microcompact_keep", "idle_minutes", "retain_turns", "snip", "reactive", "microcompact", "recent_tool_result_chars", "clear_at_least_tokens", "max_tool_input_chars", "max_assistant_text_chars", "recent_assistant_text_chars", "recent_tool_input_chars", "payback_odds")
     MAX_TOOL_RESULT_CHARS_FIELD_NUMBER: _ClassVar[int]
     MICROCOMPACT_FIRST_FIELD_NUMBER: _ClassVar[int]
     MICROCOMPACT_EVERY_FIELD_NUMBER: _ClassVar[int]
@@ -579,6 +579,7 @@ class RenderPolicy(_message.Message):
     MAX_ASSISTANT_TEXT_CHARS_FIELD_NUMBER: _ClassVar[int]
     RECENT_ASSISTANT_TEXT_CHARS_FIELD_NUMBER: _ClassVar[int]
     RECENT_TOOL_INPUT_CHARS_FIELD_NUMBER: _ClassVar[int]
+    PAYBACK_ODDS_FIELD_NUMBER: _ClassVar[int]
     max_tool_result_chars: int
     microcompact_first: int
     microcompact_every: int
@@ -594,7 +595,8 @@ class RenderPolicy(_message.Message):
     max_assistant_text_chars: int
     recent_assistant_text_chars: int
     recent_tool_input_chars: int
-    def __init__(self, max_tool_result_chars: _Optional[int] = ..., microcompact_first: _Optional[int] = ..., microcompact_every: _Optional[int] = ..., microcompact_keep: _Optional[int] = ..., idle_minutes: _Optional[int] = ..., retain_turns: _Optional[int] = ..., snip: _Optional[bool] = ..., reactive: _Optional[bool] = ..., microcompact: _Optional[_Union[MicrocompactMode, str]] = ..., recent_tool_result_chars: _Optional[int] = ..., clear_at_least_tokens: _Optional[int] = ..., max_tool_input_chars: _Optional[int] = ..., max_assistant_text_chars: _Optional[int] = ..., recent_assistant_text_chars: _Optional[int] = ..., recent_tool_input_chars: _Optional[int] = ...) -> None: ...
+    payback_odds: int
+    def __init__(self, max_tool_result_chars: _Optional[int] = ..., microcompact_first: _Optional[int] = ..., microcompact_every: _Optional[int] = ..., microcompact_keep: _Optional[int] = ..., idle_minutes: _Optional[int] = ..., retain_turns: _Optional[int] = ..., snip: _Optional[bool] = ..., reactive: _Optional[bool] = ..., microcompact: _Optional[_Union[MicrocompactMode, str]] = ..., recent_tool_result_chars: _Optional[int] = ..., clear_at_least_tokens: _Optional[int] = ..., max_tool_input_chars: _Optional[int] = ..., max_assistant_text_chars: _Optional[int] = ..., recent_assistant_text_chars: _Optional[int] = ..., recent_tool_input_chars: _Optional[int] = ..., payback_odds: _Optional[int] = ...) -> None: ...
 
 class RenderedMessage(_message.Message):
     __slots__ = ("role", "parts", "tool_calls", "tool_call_id", "name", "is_error", "node_ids", "function_id", "tokens", "truncated", "cleared", "inputs_stubbed", "pinned")

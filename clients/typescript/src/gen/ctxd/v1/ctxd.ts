@@ -647,7 +647,16 @@ export interface RenderPolicy {
    * (an edit's whole file body): a message is new input when it is first sent back, so a stub
    * then busts no cache. Default 500.
    */
-  recentToolInputChars?: number | undefined;
+  recentToolInputChars?:
+    | number
+    | undefined;
+  /**
+   * Stepped: a step the cache's expiry did not make free is taken only when its payback is at
+   * most 1/payback_odds of the calls the session has run: a session that has run `a` calls
+   * runs `r` more with probability a/(a+r), so the step pays with these odds. Default 8; the
+   * gateway asks 2 of an agent's main conversation, which runs long, and 8 of a sub-agent's.
+   */
+  paybackOdds: number;
 }
 
 export interface RenderedMessage {
@@ -4621,6 +4630,7 @@ function createBaseRenderPolicy(): RenderPolicy {
     maxAssistantTextChars: undefined,
     recentAssistantTextChars: undefined,
     recentToolInputChars: undefined,
+    paybackOdds: 0,
   };
 }
 
@@ -4670,6 +4680,9 @@ export const RenderPolicy: MessageFns<RenderPolicy> = {
     }
     if (message.recentToolInputChars !== undefined) {
       writer.uint32(120).uint32(message.recentToolInputChars);
+    }
+    if (message.paybackOdds !== 0) {
+      writer.uint32(128).uint32(message.paybackOdds);
     }
     return writer;
   },
@@ -4807,6 +4820,14 @@ export const RenderPolicy: MessageFns<RenderPolicy> = {
             message.recentToolInputChars = reader.uint32();
             continue;
           }
+          case 16: {
+            if (tag !== 128) {
+              break;
+            }
+
+            message.paybackOdds = reader.uint32();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -4839,6 +4860,7 @@ export const RenderPolicy: MessageFns<RenderPolicy> = {
     message.maxAssistantTextChars = object.maxAssistantTextChars ?? undefined;
     message.recentAssistantTextChars = object.recentAssistantTextChars ?? undefined;
     message.recentToolInputChars = object.recentToolInputChars ?? undefined;
+    message.paybackOdds = object.paybackOdds ?? 0;
     return message;
   },
 };
