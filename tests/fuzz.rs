@@ -744,6 +744,7 @@ impl Gen {
             max_assistant_text_chars: self.chance(0.5).then(|| field(self)),
             recent_assistant_text_chars: self.chance(0.5).then(|| field(self)),
             recent_tool_input_chars: self.chance(0.5).then(|| field(self)),
+            payback_odds: field(self),
         })
     }
 

@@ -241,6 +241,7 @@ proptest! {
                 prop_assert_eq!(options.policy.microcompact_every, or(p.microcompact_every, defaults.microcompact_every));
                 prop_assert_eq!(options.policy.microcompact_keep, or(p.microcompact_keep, defaults.microcompact_keep));
                 prop_assert_eq!(options.policy.retain_turns, or(p.retain_turns, defaults.retain_turns));
+                prop_assert_eq!(options.policy.payback_odds, or(p.payback_odds, defaults.payback_odds));
                 prop_assert_eq!(
                     options.policy.idle_ms,
                     if p.idle_minutes == 0 { defaults.idle_ms } else { i64::from(p.idle_minutes) * 60_000 }
@@ -250,6 +251,10 @@ proptest! {
                 if request.now_unix_ms != 0 {
                     prop_assert_eq!(options.now_ms, request.now_unix_ms);
                 }
+                prop_assert_eq!(
+                    options.last_call_ms,
+                    (request.last_call_unix_ms != 0).then_some(request.last_call_unix_ms)
+                );
             }
             Err(status) => {
                 let field = named_field(&status);

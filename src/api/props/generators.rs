@@ -183,6 +183,7 @@ pub(super) fn policy() -> impl Strategy<Value = Option<pb::RenderPolicy>> {
                     (idle, retain, snip, reactive),
                     (microcompact, recent, clear_at_least, input_chars),
                 )| pb::RenderPolicy {
+                    payback_odds: keep,
                     max_tool_result_chars: chars,
                     microcompact_first: first,
                     microcompact_every: every,
