@@ -353,6 +353,7 @@ fn policy() -> impl Strategy<Value = Policy> {
             prop_oneof![200usize..6000, Just(usize::MAX)],
             prop_oneof![20usize..1000, Just(usize::MAX)],
         ),
+        1usize..=8,
     )
         .prop_map(
             |(
@@ -364,6 +365,7 @@ fn policy() -> impl Strategy<Value = Policy> {
                 reactive,
                 (stepped, recent, clear_at_least_tokens, max_tool_input_chars),
                 (max_assistant_text_chars, recent_assistant_text_chars, recent_tool_input_chars),
+                payback_odds,
             )| {
                 Policy {
                     max_tool_result_chars,
@@ -382,6 +384,7 @@ fn policy() -> impl Strategy<Value = Policy> {
                     recent_assistant_text_chars,
                     recent_tool_input_chars,
                     idle_ms,
+                    payback_odds,
                     retain_turns,
                     snip,
                     reactive,
@@ -2038,7 +2041,7 @@ proptest! {
             Some(Trigger::Count) => {
                 if let Some(payback) = report.payback_calls {
                     prop_assert!(
-                        payback as usize * ctxd::render::PAYBACK_ODDS <= calls,
+                        payback as usize * p.payback_odds <= calls,
                         "a step that pays back in {} calls, taken after at most {} calls",
                         payback,
                         calls
