@@ -2142,12 +2142,15 @@ proptest! {
             return Ok(());
         }
         // A step the budget forced (over budget, the stepped policy steps at the newest count
-        // whatever it costs) clears results a step's own weighing would have kept; rendered
+        // whatever it costs; told the provider refused, it clears all but the newest turn's)
+        // clears results a step's own weighing would have kept; rendered
         // again, those placeholders weigh less than the results did, and the fold may step
         // where the first did not. Only the policy's own steps are replayed exactly.
+        // A refusal's clearing (reactive) is forced the same way.
         let forced = options.policy.microcompact == Microcompact::Stepped
-            && once.report.trigger == Some(Trigger::Count)
-            && once.report.payback_calls.is_none();
+            && (once.report.trigger == Some(Trigger::Reactive)
+                || (once.report.trigger == Some(Trigger::Count)
+                    && once.report.payback_calls.is_none()));
         if forced {
             return Ok(());
         }
