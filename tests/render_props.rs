@@ -2657,8 +2657,9 @@ proptest! {
 
     /// What the model has not seen (every node after `Seen::Through`) is rendered as it was
     /// stored, under every budget and policy: no step caps, clears, stubs or cuts it, and no
-    /// snip drops it; the rest keeps every other property. The one exception: a result that
-    /// alone exceeds the history's budget, which could never be sent whole, may be cut.
+    /// snip drops it; the rest keeps every other property. The one exception: when what is
+    /// unseen alone exceeds the history's budget, which could never be sent whole, its results
+    /// may be cut.
     #[test]
     fn unseen_is_never_reduced(plan in big_session(), k in knobs(policy()), at in 0usize..1000) {
         let built = build(&plan);
@@ -2676,9 +2677,16 @@ proptest! {
             let kept = b.messages.iter().find(|r| r.node_ids == m.node_ids);
             prop_assert!(kept.is_some(), "{:?} unseen and dropped", m.node_ids);
             let kept = kept.expect("checked");
-            let alone_too_big = m.role == MessageRole::Tool
-                && history(&options).is_some_and(|h| message_tokens(m, &COUNTER) > h);
-            if alone_too_big && matches!(kept.reduction, Reduction::Truncated { .. }) {
+            // What the model has not read, together, is more than the history's budget.
+            let unseen_tokens: Tokens = u
+                .messages
+                .iter()
+                .filter(|m| m.node_ids.iter().any(|id| unseen.contains(id)))
+                .map(|m| message_tokens(m, &COUNTER))
+                .sum();
+            let too_big = m.role == MessageRole::Tool
+                && history(&options).is_some_and(|h| unseen_tokens > h);
+            if too_big && matches!(kept.reduction, Reduction::Truncated { .. }) {
                 continue;
             }
             prop_assert_eq!(kept.reduction, Reduction::None, "{:?} unseen and reduced", &m.node_ids);

@@ -162,6 +162,8 @@ struct Fit<'a> {
     /// The request's time, and when the caller says it last called the model.
     now_ms: i64,
     last_call_ms: Option<i64>,
+    /// What the model has not read alone exceeds the history's budget.
+    unseen_over: bool,
     counter: &'a dyn Count,
 }
 
@@ -235,6 +237,7 @@ impl<'a> Fit<'a> {
                 Some((at, c))
             })
             .collect();
+        let unseen_over = sum(&counts, |i| messages[i].unseen) > limit;
         Self {
             layout: Layout::of(&messages, path),
             stub_chars: vec![0; messages.len()],
@@ -250,6 +253,7 @@ impl<'a> Fit<'a> {
             policy: options.policy,
             limit,
             idle: idle_now(path, options),
+            unseen_over,
             now_ms: options.now_ms,
             last_call_ms: options.last_call_ms,
             counter,

@@ -32,8 +32,8 @@ HISTORY = BUDGET["context_window"] - BUDGET["output_reserve"]
 # the next turns, so the engine never has to drop a turn unsummarized.
 COMPACT_AT = 0.7
 TARGET = {"context_window": int(HISTORY * 0.5)}
-# A window this small holds no 12,000-character result (the default recent cap, sized for
-# 200k windows): fresh tool results keep at most 4,000 characters.
+# A window this small holds few results whole (by default a result is cut only at a step, a
+# policy sized for 200k windows): once the model has read it, a result keeps 4,000 characters.
 POLICY = {"recent_tool_result_chars": 4_000}
 
 

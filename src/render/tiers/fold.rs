@@ -70,9 +70,15 @@ impl Fit<'_> {
         if self.total() <= self.limit && !policy.reactive {
             return stable;
         }
-        // Over budget: the standard cap for every result, then a step at the latest count.
+        // Over budget: the standard cap for every result, and none keeps more than half the
+        // history's budget (at four characters a token), then a step at the latest count.
+        let cap = policy.max_tool_result_chars.min(
+            usize::try_from(self.limit)
+                .unwrap_or(usize::MAX)
+                .saturating_mul(2),
+        );
         for k in boundary..n {
-            self.cap(k, policy.max_tool_result_chars);
+            self.cap(k, cap);
         }
         if self.total() <= self.limit && !policy.reactive {
             return stable;

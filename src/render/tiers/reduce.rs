@@ -23,12 +23,11 @@ impl Fit<'_> {
     }
 
     /// Result `k` is hidden by a summary, pinned, or not yet read by the model: no step
-    /// changes it. One the model has not read that alone exceeds the history's budget is the
-    /// exception: it could never be sent whole, so it may be cut (never cleared).
+    /// changes it. What the model has not read, when it alone exceeds the history's budget, is
+    /// the exception: it could never be sent whole, so it may be cut (never cleared).
     pub(super) fn untouchable(&self, k: usize) -> bool {
-        let i = self.results[k];
-        let m = &self.messages[i];
-        self.hidden[k].is_some() || m.pinned || (m.unseen && self.original[i] <= self.limit)
+        let m = &self.messages[self.results[k]];
+        self.hidden[k].is_some() || m.pinned || (m.unseen && !self.unseen_over)
     }
 
     /// Cuts result `k` to `cap` characters of what it was.

@@ -596,6 +596,7 @@ def render(
     function_id: str | None = None,
     callers: Callers = "all",
     now_unix_ms: int = 0,
+    last_call_unix_ms: int = 0,
     strict_format: bool = False,
 ) -> Exchange[RenderResult]:
     """The context of the next model request, fitted to `budget`, with a report.
@@ -606,7 +607,8 @@ def render(
     `node_id` or `function_id` (a running sub-agent's chain) is given. A media part the
     format cannot carry where it stands is sent as `[<mime> attachment]` text and listed in
     `uncarried`; with `strict_format=True` the render is refused instead (`InvalidArgument`
-    naming the node).
+    naming the node). `last_call_unix_ms` is when the host last sent this context to the model:
+    a render more than the cache's lifetime (5 minutes) after it takes a step, which is free then.
     """
     request = pb.RenderRequest(
         session_id=session_id(session),
@@ -614,6 +616,7 @@ def render(
         callers=choice(_CALLERS, callers, "callers"),
         policy=_policy(policy, reactive),
         now_unix_ms=now_unix_ms,
+        last_call_unix_ms=last_call_unix_ms,
         format=choice(_FORMATS, format, "format"),
         strict_format=strict_format,
     )
@@ -650,6 +653,7 @@ def context_stats(
     function_id: str | None = None,
     callers: Callers = "all",
     now_unix_ms: int = 0,
+    last_call_unix_ms: int = 0,
 ) -> Exchange[ContextReport]:
     """The report `render` would give, without the messages: for a context panel."""
     request = pb.ContextStatsRequest(
@@ -658,6 +662,7 @@ def context_stats(
         callers=choice(_CALLERS, callers, "callers"),
         policy=_policy(policy, reactive),
         now_unix_ms=now_unix_ms,
+        last_call_unix_ms=last_call_unix_ms,
     )
     _target(request, branch, node_id, function_id)
     if budget is not None:

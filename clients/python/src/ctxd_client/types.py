@@ -292,6 +292,9 @@ class ContextReport:
     """The pins alone take more than the history budget: unpin, or raise the budget."""
     summary_ids: list[str]
     """Every summary laid over the rendered path, in render order."""
+    payback_calls: int = 0
+    """For a `count` step: the later calls its saving needed to pay back the rewrite of the
+    cached tail; 0 for a step the budget forced."""
 
     @classmethod
     def from_pb(cls, r: pb.ContextReport) -> ContextReport:
@@ -318,6 +321,7 @@ class ContextReport:
             pinned_node_ids=list(r.pinned_node_ids),
             pins_exceed_budget=r.pins_exceed_budget,
             summary_ids=list(r.summary_ids),
+            payback_calls=r.payback_calls,
         )
 
 
