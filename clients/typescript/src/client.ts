@@ -142,6 +142,9 @@ export interface StatsOptions extends Target {
   callers?: Callers;
   /** The engine never reads the clock; 0 means the server's now. */
   nowUnixMs?: number;
+  /** When the host last sent this context to the model: a render more than the cache's lifetime
+   * (5 minutes) after it takes a step, which is free then. 0: the newest assistant message's call. */
+  lastCallUnixMs?: number;
 }
 
 export interface RenderOptions<F extends Format> extends StatsOptions {
@@ -673,6 +676,7 @@ export class Client implements AsyncDisposable {
       budget: options.budget === undefined ? undefined : budgetToPb(options.budget),
       policy: pb.RenderPolicy.fromPartial({ ...options.policy, ...(options.reactive ? { reactive: true } : {}) }),
       nowUnixMs: options.nowUnixMs ?? 0,
+      lastCallUnixMs: options.lastCallUnixMs ?? 0,
     };
   }
 
