@@ -662,6 +662,16 @@ fn context_says_what_each_step_saved() {
             .any(|l| l.trim_start().starts_with("clearing ") && !l.contains("clearing 0 tokens")),
         "no clearing savings in\n{panel}"
     );
+    // Why the last step was taken: the session's 143 calls earned back its rewrite.
+    assert_eq!(json["microcompact_trigger"], "count", "{json}");
+    let payback = json["payback_calls"].as_u64().expect("a payback");
+    assert!(payback >= 1, "{json}");
+    assert!(
+        panel.contains(&format!(
+            "its saving pays back the rewrite in {payback} calls"
+        )),
+        "{panel}"
+    );
     assert!(
         panel.contains(&format!(
             "{} tool-call arguments stubbed",

@@ -109,7 +109,7 @@ fields_json! {
         microcompact_boundary, stable_prefix_messages, inputs_stubbed, stubbed_node_ids,
         saved_truncation: json, saved_clearing: json, saved_stubbing: json, texts_cut,
         text_cut_node_ids, saved_text_cut: json, pinned_tokens, pinned_node_ids, pins_exceed_budget,
-        summary_ids,
+        summary_ids, payback_calls,
     }
     pb::StepSavings { items, chars, tokens }
     pb::CompactionOutcome {
