@@ -4,7 +4,11 @@
 //! `tests/common/fake_provider.rs` (each API priced by its provider's cache model, stated in that
 //! file's docs), either directly (the baseline, measured in the same run) or through the gateway
 //! of a ctxd server in this process (`ctxd::server::serve_with` over a SQLite file in a temp dir).
-//! The fake's clock never moves here: no cache entry expires during a run.
+//! The fake's clock never moves here: no cache entry expires during a run. The prefix model is
+//! also priced on the sessions' clock (`common/clock.rs`, as the economy bench's): each call at
+//! its trace's measured or drawn time, a call more than five minutes after the one before finding
+//! its cache expired; the gateway itself is not told that time, so it takes none of the steps an
+//! expiry would make free.
 //! Measured:
 //!
 //! - **economy**: every trace of `testdata/traces` replayed as a client that resends its whole
@@ -76,6 +80,8 @@
 //! fork per call (the stored answer and the resent one differ). Prints one table and a line per
 //! goal, and writes both to `target/bench/gateway.json`.
 
+#[path = "common/clock.rs"]
+mod clock;
 #[path = "../tests/common/fake_provider.rs"]
 mod fake_provider;
 #[path = "common/report.rs"]
@@ -234,8 +240,20 @@ async fn run(args: Args, metrics: Option<PrometheusHandle>) {
     let started = Instant::now();
     let mut direct = Vec::new();
     let mut prefix = PrefixCache::default();
+    let mut clocked = Clocked::new();
     for trace in &traces {
-        direct.push(replay(&http, &direct_url, &fake, &mut prefix, trace, false).await);
+        direct.push(
+            replay(
+                &http,
+                &direct_url,
+                &fake,
+                &mut prefix,
+                &mut clocked,
+                trace,
+                false,
+            )
+            .await,
+        );
     }
     let direct_took = started.elapsed();
     fake.clear_cache();
@@ -243,8 +261,20 @@ async fn run(args: Args, metrics: Option<PrometheusHandle>) {
     let started = Instant::now();
     let mut via = Vec::new();
     let mut prefix = PrefixCache::default();
+    let mut clocked = Clocked::new();
     for trace in &traces {
-        via.push(replay(&http, &gateway_url, &fake, &mut prefix, trace, true).await);
+        via.push(
+            replay(
+                &http,
+                &gateway_url,
+                &fake,
+                &mut prefix,
+                &mut clocked,
+                trace,
+                true,
+            )
+            .await,
+        );
     }
     let via_took = started.elapsed();
     let passthrough_metric = metric_diff(&before, &metric_values(metrics.as_ref()));
@@ -439,15 +469,16 @@ async fn run(args: Args, metrics: Option<PrometheusHandle>) {
         .filter(|f| traces.iter().any(|t| t.family == *f))
         .collect();
     // (calls, cost under the breakpoint model, under the prefix model, prompt tokens)
-    let sum = |runs: &[Replay], pick: &dyn Fn(&Trace) -> bool| -> (usize, f64, f64, u64) {
+    let sum = |runs: &[Replay], pick: &dyn Fn(&Trace) -> bool| -> (usize, f64, f64, u64, f64) {
         runs.iter().zip(&traces).filter(|(_, t)| pick(t)).fold(
-            (0, 0.0, 0.0, 0),
-            |(n, c, x, p), (r, _)| {
+            (0, 0.0, 0.0, 0, 0.0),
+            |(n, c, x, p, k), (r, _)| {
                 (
                     n + r.calls.len(),
                     c + r.cost(),
                     x + r.prefix_cost(),
                     p + r.prompt(),
+                    k + r.clocked_cost(),
                 )
             },
         )
@@ -457,8 +488,8 @@ async fn run(args: Args, metrics: Option<PrometheusHandle>) {
     for family in families.iter().map(Some).chain([None]) {
         let pick = |t: &Trace| family.is_none_or(|f| t.family == *f);
         let traces_in = traces.iter().filter(|t| pick(t)).count();
-        let (n, cost_d, prefix_d, prompt_d) = sum(&direct, &pick);
-        let (_, cost_v, prefix_v, prompt_v) = sum(&via, &pick);
+        let (n, cost_d, prefix_d, prompt_d, clocked_d) = sum(&direct, &pick);
+        let (_, cost_v, prefix_v, prompt_v, clocked_v) = sum(&via, &pick);
         let name = family.map_or("all traces".to_owned(), |f| (*f).to_owned());
         let ratio = cost_v / cost_d;
         let prefix_ratio = prefix_v / prefix_d;
@@ -483,6 +514,15 @@ async fn run(args: Args, metrics: Option<PrometheusHandle>) {
             n: Some(n),
             value: format!("{:.0} → {:.0}", prefix_d, prefix_v),
             ratio: Some(prefix_ratio),
+            to: "direct".into(),
+            ..Row::default()
+        });
+        rows.push(Row {
+            section: "economy",
+            case: format!("{name}: the same on the sessions' clock (gateway not told the time)"),
+            n: Some(n),
+            value: format!("{:.0} → {:.0}", clocked_d, clocked_v),
+            ratio: Some(clocked_v / clocked_d),
             to: "direct".into(),
             ..Row::default()
         });
@@ -1223,6 +1263,9 @@ async fn send(start: Instant, request: reqwest::RequestBuilder) -> Result<Answer
 struct Usage {
     bill: Bill,
     prefix: Bill,
+    /// The same request priced by the prefix model on the session's clock (`clock.rs`), where a
+    /// call more than five minutes after the one before finds its cache expired.
+    clocked: Bill,
     /// Messages and bytes of the request the fake received.
     messages: usize,
     bytes: usize,
@@ -1286,6 +1329,10 @@ impl Replay {
         self.calls.iter().map(|u| u.prefix.cost()).sum()
     }
 
+    fn clocked_cost(&self) -> f64 {
+        self.calls.iter().map(|u| u.clocked.cost()).sum()
+    }
+
     fn prompt(&self) -> u64 {
         self.calls.iter().map(Usage::prompt).sum()
     }
@@ -1299,11 +1346,16 @@ async fn replay(
     url: &str,
     fake: &FakeProvider,
     prefix: &mut PrefixCache,
+    clocked: &mut Clocked,
     trace: &Trace,
     gateway: bool,
 ) -> Replay {
     let mut run = Replay::new();
+    let (times, _) = clocked.clock.times(&trace.name, trace.calls.len());
+    // Each trace an hour after the last: no cache of one serves the next.
+    let start = clocked.now + Duration::from_secs(3600);
     for (k, call) in trace.calls.iter().enumerate() {
+        clocked.now = start + Duration::from_millis(u64::try_from(times[k]).unwrap_or(0));
         fake.clear_requests();
         fake.set_default(Reply::blocks(call.reply.clone()));
         let session = gateway.then_some(trace.name.as_str());
@@ -1338,6 +1390,12 @@ async fn replay(
                     FIVE_MINUTES,
                     one.bill.is_some(),
                 ),
+                clocked: clocked.cache.price(
+                    clocked.now,
+                    &anthropic_units(&one.body),
+                    FIVE_MINUTES,
+                    one.bill.is_some(),
+                ),
                 messages: one.body["messages"].as_array().map_or(0, Vec::len),
                 bytes: one.raw.len(),
             },
@@ -1354,6 +1412,25 @@ async fn replay(
     }
     fake.clear_requests();
     run
+}
+
+/// The prefix cache of a replay on the sessions' clock, and the time of its newest call.
+struct Clocked {
+    clock: clock::Clock,
+    cache: PrefixCache,
+    now: Duration,
+}
+
+impl Clocked {
+    fn new() -> Self {
+        Self {
+            clock: clock::Clock::load(
+                &PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("testdata/claude-code"),
+            ),
+            cache: PrefixCache::default(),
+            now: Duration::ZERO,
+        }
+    }
 }
 
 /// Every call of one trace, in both replays.
@@ -1655,6 +1732,8 @@ async fn replay_responses(
                     [one] => Usage {
                         bill: one.bill.unwrap_or_default(),
                         prefix: one.bill.unwrap_or_default(),
+                        // The fake's clock does not move in this replay.
+                        clocked: one.bill.unwrap_or_default(),
                         messages: one.input().len(),
                         bytes: one.raw.len(),
                     },
