@@ -3,8 +3,9 @@
 //!
 //! A replay renders the session as it stood before each model call (each assistant message on
 //! the path). The longest run of leading messages identical to the previous call's input is a
-//! cache read at [`CACHE_READ`]; everything after it is written at [`CACHE_WRITE`]. The unpruned
-//! arm renders the same prefix with no budget and no summary: every message as it came.
+//! cache read at [`CACHE_READ`]; everything after it is written at [`CACHE_WRITE`], and all of it
+//! when the call comes [`CACHE_TTL_MS`] or more after the previous one (the cache expired). The
+//! unpruned arm renders the same prefix with no budget and no summary: every message as it came.
 
 use crate::domain::{NodeContent, PathView, Role};
 use crate::render::{Message, Options, render};
@@ -89,11 +90,16 @@ pub fn replay(
         .map(|(k, _)| k)
         .collect();
     let replayed = &calls[calls.len().saturating_sub(max_calls)..];
+    // A call is made once its input is in: at the time of the node before its answer.
+    let made_at = |k: usize| path.nodes[k - 1].created_at_ms;
     // The call before the first replayed one is rendered only as the cache it leaves.
     let warm = calls.len() - replayed.len();
-    let mut previous = warm
-        .checked_sub(1)
-        .map(|i| inputs_at(path, calls[i], options, counter));
+    let mut previous = warm.checked_sub(1).map(|i| {
+        (
+            inputs_at(path, calls[i], options, counter),
+            made_at(calls[i]),
+        )
+    });
     let mut savings = Savings {
         calls_total: calls.len(),
         calls_replayed: replayed.len(),
@@ -101,12 +107,23 @@ pub fn replay(
     };
     for &k in replayed {
         let now = inputs_at(path, k, options, counter);
-        savings.replayed.add(price(&now, previous.as_ref()));
-        previous = Some(now);
+        savings
+            .replayed
+            .add(price(&now, cached(&previous, made_at(k))));
+        previous = Some((now, made_at(k)));
     }
     let now = inputs(path, options, counter);
-    savings.next = price(&now, previous.as_ref());
+    savings.next = price(&now, cached(&previous, options.now_ms));
     savings
+}
+
+/// What the previous call (its inputs, made at its time) left in the cache, unless it has expired
+/// by `at`.
+fn cached(previous: &Option<(Inputs, i64)>, at: i64) -> Option<&Inputs> {
+    previous
+        .as_ref()
+        .filter(|(_, before)| at.saturating_sub(*before) < CACHE_TTL_MS)
+        .map(|(inputs, _)| inputs)
 }
 
 /// The inputs of the call that made node `k`: the path before it, as it stood then.
@@ -168,5 +185,62 @@ fn price(now: &Inputs, previous: Option<&Inputs>) -> Figures {
             &now.unpruned.1,
             previous.map_or(none, |p| &p.unpruned.0),
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::domain::{Hash, Node, NodeId, Part};
+    use crate::tokens::{TokenCache, Tokenizer};
+
+    /// A user message and an answer, then another pair `gap_ms` later.
+    fn two_calls(gap_ms: i64) -> PathView {
+        let message = |role, text: &str, at| {
+            Arc::new(Node {
+                id: NodeId::new(),
+                parent_id: None,
+                function_id: None,
+                content: NodeContent::Message {
+                    role,
+                    parts: vec![Part::Text(text.repeat(200))],
+                    tool_calls: Vec::new(),
+                },
+                created_at_ms: at,
+                hash: Hash([0; 32]),
+            })
+        };
+        PathView {
+            nodes: vec![
+                message(Role::User, "question ", 0),
+                message(Role::Assistant, "answer ", 1_000),
+                message(Role::User, "again ", 1_000 + gap_ms),
+                message(Role::Assistant, "answer ", 2_000 + gap_ms),
+            ],
+            scope: None,
+            chains: Default::default(),
+            summaries: Vec::new(),
+            pinned: Default::default(),
+        }
+    }
+
+    #[test]
+    fn a_call_after_the_cache_expired_reads_nothing() {
+        let cache = TokenCache::default();
+        let counter = cache.counter(Tokenizer::Heuristic);
+        let options = Options::default();
+        let warm = replay(&two_calls(60_000), &options, &counter, 2);
+        let cold = replay(&two_calls(CACHE_TTL_MS), &options, &counter, 2);
+        // The same tokens either way; after the gap the first call's prefix is written again.
+        assert_eq!(warm.replayed.sent_tokens, cold.replayed.sent_tokens);
+        assert!(cold.replayed.sent_cost > warm.replayed.sent_cost);
+        assert!(cold.replayed.unpruned_cost > warm.replayed.unpruned_cost);
+        let all_written = CACHE_WRITE * cold.replayed.sent_tokens as f64;
+        assert!(
+            (cold.replayed.sent_cost - all_written).abs() < 1e-9,
+            "{cold:?}"
+        );
     }
 }
