@@ -958,11 +958,7 @@ fn replay(
     let mut previous: Vec<Message> = Vec::new();
     let mut last_call: Option<i64> = None;
     for k in 1..nodes.len() {
-        let is_call = matches!(
-            &nodes[k].content,
-            NodeContent::Message { role, .. } if *role == ctxd::domain::Role::Assistant
-        );
-        if !is_call {
+        if !is_assistant(&nodes[k]) {
             continue;
         }
         let path = PathView {
@@ -1124,11 +1120,7 @@ fn replay_compacting(
         rendered
     };
     for k in 1..nodes.len() {
-        let is_call = matches!(
-            &nodes[k].content,
-            NodeContent::Message { role, .. } if *role == ctxd::domain::Role::Assistant
-        );
-        if !is_call {
+        if !is_assistant(&nodes[k]) {
             continue;
         }
         let mut path = PathView {

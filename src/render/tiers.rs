@@ -125,13 +125,6 @@ fn sum(counts: &[Breakdown], keep: impl Fn(usize) -> bool) -> Tokens {
         .fold(0, |s: Tokens, (_, b)| s.saturating_add(b.total()))
 }
 
-/// Whether the newest node is older than `idle_ms` at the request's time.
-fn idle_now(path: &PathView, options: &Options) -> bool {
-    path.nodes.last().is_some_and(|head| {
-        options.now_ms.saturating_sub(head.created_at_ms) >= options.policy.idle_ms
-    })
-}
-
 /// One render's budget steps: the messages, what they cost as they came and as they are now.
 struct Fit<'a> {
     messages: Vec<Message>,
@@ -155,10 +148,9 @@ struct Fit<'a> {
     /// Tokens a cut of each assistant message's text saved.
     text_saved: Vec<Tokens>,
     layout: Layout,
-    /// The render's policy and history budget, and whether the path is idle at its time.
+    /// The render's policy and history budget.
     policy: Policy,
     limit: Tokens,
-    idle: bool,
     /// The request's time, and when the caller says it last called the model.
     now_ms: i64,
     last_call_ms: Option<i64>,
@@ -252,7 +244,6 @@ impl<'a> Fit<'a> {
             messages,
             policy: options.policy,
             limit,
-            idle: idle_now(path, options),
             unseen_over,
             now_ms: options.now_ms,
             last_call_ms: options.last_call_ms,

@@ -287,6 +287,8 @@ impl Fit<'_> {
     /// ctxd's first policy: budget reduction always, microcompact only over budget.
     /// Returns the first message the next step may change.
     pub(super) fn over_budget(&mut self, report: &mut Report) -> usize {
+        // Idle as the stepped policy is: the cache expired since the last call (Timeline).
+        let idle = Timeline::of(self).points.last().is_some_and(|p| p.cold);
         let policy = self.policy;
         let n = self.results.len();
         let len = self.messages.len();
@@ -306,7 +308,7 @@ impl Fit<'_> {
             None
         } else if n >= policy.microcompact_first {
             Some(Trigger::Count)
-        } else if self.idle {
+        } else if idle {
             Some(Trigger::Idle)
         } else {
             None
