@@ -134,8 +134,13 @@ impl Fit<'_> {
         // What each result (with the assistant text before it) would save once cleared, and
         // the calls the path had run when it became clearable (past the newest `keep`).
         let unit = self.clearable_chars(policy, &texts);
-        let mut since = vec![0usize; unit.len()];
-        let mut clearable = 0usize;
+        // Running sums, so each call weighs its step in constant time (a render runs on every
+        // request): of `unit`, and of `unit` times the calls run when each became clearable.
+        let mut units_before = vec![0u128; unit.len() + 1];
+        for (k, u) in unit.iter().enumerate() {
+            units_before[k + 1] = units_before[k] + *u as u128;
+        }
+        let mut weighted_before = vec![0u128];
         for point in &timeline.points {
             let expired_share = if gaps == 0 {
                 0.0
@@ -149,11 +154,12 @@ impl Fit<'_> {
             let c = point.results;
             let (boundary, step) = (taken.boundary, taken.step);
             let target = c.saturating_sub(keep).max(boundary);
-            for s in since.iter_mut().take(target).skip(clearable) {
-                *s = point.calls;
+            for k in weighted_before.len() - 1..target {
+                let w = weighted_before[k] + unit[k] as u128 * point.calls as u128;
+                weighted_before.push(w);
             }
-            clearable = clearable.max(target);
-            let saving: usize = unit[boundary..target].iter().sum();
+            let between = |sums: &[u128]| sums[target] - sums[boundary];
+            let saving = usize::try_from(between(&units_before)).unwrap_or(usize::MAX);
             // A call after the cache expired steps whatever the count: it is free.
             if (c < policy.microcompact_first && !point.cold) || saving == 0 {
                 continue;
@@ -175,9 +181,8 @@ impl Fit<'_> {
             // order quantity of a cost that grows as the clearable does), so steps come as
             // often as they pay and no more; it depends only on what is still there to clear,
             // so a render rendered again steps no further than the first.
-            let waste: f64 = (boundary..target)
-                .map(|k| CACHE_READ * unit[k] as f64 * point.calls.saturating_sub(since[k]) as f64)
-                .sum();
+            let waste = CACHE_READ
+                * (between(&units_before) * point.calls as u128 - between(&weighted_before)) as f64;
             // What the step leaves after its change, all written anew: from the call of the
             // first result it keeps up to the newest result, not the call, for what follows it
             // before the call (a user's message) may differ between a render and the call that
