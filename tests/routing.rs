@@ -24,7 +24,7 @@ use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
 // ---------------------------------------------------------------- the routing rule
 
 /// Tables of a session's data and the column a distributed layout shards them by.
-const SESSION_TABLES: [(&str, &str); 13] = [
+const SESSION_TABLES: [(&str, &str); 14] = [
     ("sessions", "id"),
     ("blobs", "session_id"),
     ("nodes", "session_id"),
@@ -36,6 +36,7 @@ const SESSION_TABLES: [(&str, &str); 13] = [
     ("compaction_events", "session_id"),
     ("pins", "session_id"),
     ("gateway_calls", "session_id"),
+    ("gateway_conversations", "session_id"),
     ("summarizer_sources", "session_id"),
     ("tombstones", "session_id"),
 ];

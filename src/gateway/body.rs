@@ -7,7 +7,7 @@ use axum::http::HeaderMap;
 
 use super::config::render_options;
 use super::{Api, App, forward, json, ledger};
-use crate::domain::{self, NodeContent, NodeId, Part, PathView};
+use crate::domain::{NodeContent, Part, PathView};
 use crate::provider::anthropic;
 use crate::provider::conversation::{Conversation, estimate};
 use crate::render::{self, Message};
@@ -48,7 +48,7 @@ impl App {
                 tracing::warn!(error = %e, "gateway: a path was not loaded");
                 "render"
             })?;
-        let key = (recorded.session.id(), recorded.function.map(|(id, _)| id));
+        let key = (recorded.session, recorded.function.map(|(id, _)| id));
         self.forwarded_body(api, conv, path, options, body, key)
             .await
     }
@@ -97,17 +97,17 @@ impl App {
                 })?,
             None => PathView::default(),
         };
-        let key = (located.session.id(), None);
+        let mut state = ledger::State::load(&self.workflows.store, (located.session, None)).await;
         if located.behind {
-            let (path, rendered) = self.rendered(stored, options, key).await?;
+            let (path, rendered) = self.rendered(stored, options, &mut state).await?;
             let contents: Vec<&NodeContent> = conv.items.iter().map(|i| &i.content).collect();
-            return written(api, conv, &contents, &path, rendered, body);
+            return written(api, conv, &contents, &path, rendered, body, state);
         }
         let t_load = t0.elapsed();
         located.lend(conv);
         let added = located.rest.len();
         let path = extended(stored, std::mem::take(&mut located.rest));
-        let (path, rendered) = match self.rendered(path, options, key).await {
+        let (path, rendered) = match self.rendered(path, options, &mut state).await {
             Ok(r) => r,
             Err(reason) => {
                 // What was lent went with the path: the request cannot be recorded.
@@ -128,7 +128,7 @@ impl App {
                 )
                 .collect();
             let t_render = t0.elapsed();
-            let forwarded = written(api, conv, &contents, &path, rendered, body);
+            let forwarded = written(api, conv, &contents, &path, rendered, body, state);
             tracing::debug!(
                 load_us = t_load.as_micros() as u64,
                 render_us = (t_render - t_load).as_micros() as u64,
@@ -146,9 +146,9 @@ impl App {
         forwarded
     }
 
-    /// The render of `path` for the next call of conversation `key`.
+    /// The render of `path` for the next call of the conversation whose ledger state is `state`.
     /// A step reduces only what the model had read when the step was taken: between steps
-    /// the conversation renders with what was seen at its last step (`ledger::Ledger::horizon`),
+    /// the conversation renders with what was seen at its last step (`ledger::State::horizon`),
     /// so a result that arrived with the step is not cut the call after it, which would write the
     /// prefix the step just wrote again; a call that takes a new step renders with what the
     /// model has seen now, and that becomes the horizon.
@@ -156,7 +156,7 @@ impl App {
         &self,
         path: PathView,
         options: render::Options,
-        key: (domain::SessionId, Option<NodeId>),
+        state: &mut ledger::State,
     ) -> Result<(PathView, render::Rendered), &'static str> {
         let render = |path: PathView, options: render::Options| async move {
             self.workflows
@@ -170,10 +170,10 @@ impl App {
         // The provider's cache expires by time since this conversation's last call, which the
         // gateway knows better than the path does.
         let options = render::Options {
-            last_call_ms: self.ledger.last_call(key),
+            last_call_ms: state.last_call(),
             ..options
         };
-        let horizon = self.ledger.horizon(key);
+        let horizon = state.horizon();
         let held = match (horizon, options.seen) {
             (Some((_, seen)), render::Seen::Through(_))
                 if path.nodes.iter().any(|n| n.id == seen) =>
@@ -201,7 +201,7 @@ impl App {
             && horizon.is_none_or(|(b, _)| b != boundary)
             && let render::Seen::Through(seen) = options.seen
         {
-            self.ledger.set_horizon(key, (boundary, seen));
+            state.set_horizon((boundary, seen));
         }
         Ok((path, rendered))
     }
@@ -214,17 +214,19 @@ impl App {
         path: PathView,
         options: render::Options,
         body: &[u8],
-        key: (domain::SessionId, Option<NodeId>),
+        key: ledger::Key,
     ) -> Result<ForwardedBody, &'static str> {
-        let (path, rendered) = self.rendered(path, options, key).await?;
+        let mut state = ledger::State::load(&self.workflows.store, key).await;
+        let (path, rendered) = self.rendered(path, options, &mut state).await?;
         let contents: Vec<&NodeContent> = conv.items.iter().map(|i| &i.content).collect();
-        written(api, conv, &contents, &path, rendered, body)
+        written(api, conv, &contents, &path, rendered, body, state)
     }
 }
 
 /// The body to forward: `body` with its conversation the render of `path` (`contents` are the
-/// request's items' contents). The render is let go before the body is written, so a large
-/// request's text is not held three times over while it is.
+/// request's items' contents; `ledger` the conversation's ledger state). The render is let go
+/// before the body is written, so a large request's text is not held three times over while
+/// it is.
 fn written(
     api: Api,
     conv: &Conversation,
@@ -232,6 +234,7 @@ fn written(
     path: &PathView,
     mut rendered: render::Rendered,
     body: &[u8],
+    ledger: ledger::State,
 ) -> Result<ForwardedBody, &'static str> {
     let members = json::Members::of(body).ok_or("a body that is not an object")?;
     let client = forward::client_entries(&members, api.field());
@@ -293,6 +296,7 @@ fn written(
         tokens,
         kept,
         step,
+        ledger,
     })
 }
 
@@ -307,6 +311,8 @@ pub(super) struct ForwardedBody {
     pub(super) tokens: u64,
     pub(super) kept: forward::Kept,
     pub(super) step: ledger::Step,
+    /// The conversation's ledger state, the render's step taken into it.
+    pub(super) ledger: ledger::State,
 }
 
 /// Breakpoints a client can place on messages at most (the API's four).

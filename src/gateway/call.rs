@@ -15,7 +15,7 @@ use super::config::{GatewayPolicy, policy};
 use super::{
     Api, App, count, ledger, passthrough, request_policy, session_header, with_client_session,
 };
-use crate::domain::{self, Budget, NodeId, Tenant};
+use crate::domain::{Budget, Tenant};
 use crate::provider::conversation::{Conversation, Refusal};
 use crate::store::now_ms;
 use crate::tokens::Tokenizer;
@@ -136,9 +136,9 @@ impl App {
                     .rendered_body(api, &conv, &recorded, &headers, &body)
                     .await
                 {
-                    Ok(forwarded) => {
-                        let key = (recorded.session.id(), recorded.function.map(|(id, _)| id));
-                        let verdict = self.judge(api, &conv, key, &forwarded);
+                    Ok(mut forwarded) => {
+                        let key = (recorded.session, recorded.function.map(|(id, _)| id));
+                        let verdict = self.judge(api, &conv, key, &mut forwarded).await;
                         let outgoing = forwarded.body.map_or(body, Bytes::from);
                         (outgoing, forwarded.tokens, Some(verdict))
                     }
@@ -200,8 +200,10 @@ impl App {
             .located_body(api, &mut conv, &mut located, &headers, &body)
             .await
         {
-            Ok(forwarded) => {
-                let verdict = self.judge(api, &conv, (located.session.id(), None), &forwarded);
+            Ok(mut forwarded) => {
+                let verdict = self
+                    .judge(api, &conv, (located.session, None), &mut forwarded)
+                    .await;
                 // Only what is forwarded is held from here on.
                 let outgoing = forwarded.body.map_or(body, Bytes::from);
                 (outgoing, forwarded.tokens, Some(verdict))
@@ -267,13 +269,14 @@ impl App {
     }
 
     /// The ledger's verdict on a forwarded request: what it kept of its conversation's previous
-    /// one, and why not the rest.
-    fn judge(
+    /// one, and why not the rest. The conversation's state is saved before the request is
+    /// forwarded, so its next call finds it whichever replica serves it.
+    async fn judge(
         &self,
         api: Api,
         conv: &Conversation,
-        key: (domain::SessionId, Option<NodeId>),
-        forwarded: &ForwardedBody,
+        key: ledger::Key,
+        forwarded: &mut ForwardedBody,
     ) -> ledger::Verdict {
         let long_ttl = conv
             .markers
@@ -287,7 +290,9 @@ impl App {
             &forwarded.kept,
             api == Api::Anthropic,
         );
-        self.ledger.record(key, now, forwarded.step)
+        let verdict = forwarded.ledger.record(&now, forwarded.step);
+        forwarded.ledger.save(&self.workflows.store, key).await;
+        verdict
     }
 
     /// Lays the agent's summary over the history it replaced (a segment summary, through the

@@ -1,16 +1,17 @@
 //! The gateway's ledger of each forwarded call: how much of it is the previous forwarded
 //! request of its session (and function) up to that request's last cache breakpoint, which is
 //! what the provider's cache can serve, and where it is not, why (a step, the budget, a marker
-//! that moved, the client's own change, or a cache that expired by time). Kept per process, for
-//! the newest call of each conversation; the provider's usage then shows whether the cache
-//! served what was kept.
+//! that moved, the client's own change, or a cache that expired by time). What the next call
+//! is judged against is kept in the store for each conversation, so replicas behind a load
+//! balancer judge alike; the provider's usage then shows whether the cache served what was
+//! kept.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
+use serde::{Deserialize, Serialize};
 
 use super::forward::{EntryShape, Kept};
-use crate::domain::{NodeId, PrefixChange, SessionId};
+use crate::domain::{NodeId, PrefixChange};
 use crate::render::Trigger;
+use crate::store::{Scoped, Store};
 
 /// How long a provider keeps a cache entry unused: Anthropic's default breakpoints and
 /// OpenAI's automatic cache both hold about five minutes; `ttl: "1h"` an hour.
@@ -20,9 +21,6 @@ const TTL_LONG_MS: i64 = 60 * 60 * 1000;
 /// How many blocks before a breakpoint Anthropic looks for an earlier one (here counted in
 /// entries, each at least one block).
 const LOOKBACK: usize = 20;
-
-/// Conversations remembered at most; past it the memory starts over.
-const REMEMBERED: usize = 10_000;
 
 /// A forwarded request as the next one is compared with it.
 #[derive(Debug, Clone)]
@@ -78,7 +76,7 @@ pub struct Step {
 }
 
 /// Compares `now` with the conversation's previous forwarded request.
-pub fn judge(previous: Option<&Forwarded>, now: &Forwarded, step: Step) -> Verdict {
+pub fn judge(previous: Option<&Previous>, now: &Forwarded, step: Step) -> Verdict {
     let none = |change| Verdict {
         kept_share: 0.0,
         change,
@@ -91,18 +89,11 @@ pub fn judge(previous: Option<&Forwarded>, now: &Forwarded, step: Step) -> Verdi
         return none(Some(PrefixChange::Expired { idle_ms: idle }));
     }
     // What the previous request wrote: up to its last breakpoint, or all of it.
-    let written = match &prev.breakpoints {
-        None => prev.entries.len(),
-        Some(b) => match b.last() {
-            Some(&last) => last + 1,
-            None => return none(None),
-        },
-    };
-    let first_diff = (0..written).find(|&k| {
-        now.entries
-            .get(k)
-            .is_none_or(|e| e.id != prev.entries[k].id)
-    });
+    if prev.breakpoints.as_ref().is_some_and(Vec::is_empty) {
+        return none(None);
+    }
+    let written = prev.ids.len();
+    let first_diff = (0..written).find(|&k| now.entries.get(k).is_none_or(|e| e.id != prev.ids[k]));
     let share = |entries: usize| {
         let total = now.total().max(1);
         now.chars(entries) as f64 / total as f64
@@ -149,60 +140,99 @@ pub fn judge(previous: Option<&Forwarded>, now: &Forwarded, step: Step) -> Verdi
     }
 }
 
-/// A conversation (its session, and its function for a sub-agent).
-pub type Key = (SessionId, Option<NodeId>);
+/// A conversation: its session, and its function for a sub-agent.
+pub type Key = (Scoped, Option<NodeId>);
 
-/// The newest forwarded request of each conversation, and where its last step was taken: the
-/// step's boundary and the node the model had seen then.
-#[derive(Default)]
-pub struct Ledger {
-    forwarded: Mutex<HashMap<Key, Forwarded>>,
-    horizons: Mutex<HashMap<Key, (usize, NodeId)>>,
+/// A forwarded request as the next call is judged against it: when it went, how long its cache
+/// lives, the ids of the entries it wrote to the cache (up to its last breakpoint, or all), and
+/// its breakpoints (`None`: a provider that caches any prefix).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Previous {
+    at_ms: i64,
+    ttl_ms: i64,
+    ids: Vec<u64>,
+    breakpoints: Option<Vec<usize>>,
 }
 
-impl Ledger {
-    /// Records `now` as the conversation's newest and judges it against the one before.
-    pub fn record(&self, key: Key, now: Forwarded, step: Step) -> Verdict {
-        let mut map = self
-            .forwarded
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let verdict = judge(map.get(&key), &now, step);
-        if map.len() >= REMEMBERED && !map.contains_key(&key) {
-            map.clear();
+impl From<&Forwarded> for Previous {
+    fn from(f: &Forwarded) -> Self {
+        let written = match &f.breakpoints {
+            None => f.entries.len(),
+            Some(b) => b.last().map_or(0, |&last| last + 1),
+        };
+        Self {
+            at_ms: f.at_ms,
+            ttl_ms: f.ttl_ms,
+            ids: f.entries.iter().take(written).map(|e| e.id).collect(),
+            breakpoints: f.breakpoints.clone(),
         }
-        map.insert(key, now);
+    }
+}
+
+/// What a conversation's next call is judged and rendered against: its newest forwarded
+/// request, and its last step (the step's boundary and the node the model had seen then).
+/// Kept in the store (`gateway_conversations`), read at the start of each call and written
+/// before the call is forwarded, so the next call finds it on whichever replica serves it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct State {
+    #[serde(default)]
+    previous: Option<Previous>,
+    #[serde(default)]
+    horizon: Option<(usize, String)>,
+}
+
+impl State {
+    /// The conversation's state as the store holds it; a fresh one where none is kept or it
+    /// cannot be read (the ledger then judges the call `first`, and the render takes no held
+    /// horizon: nothing is lost but the comparison).
+    pub async fn load(store: &Store, (session, scope): Key) -> Self {
+        match store.gateway_conversation(session, scope).await {
+            Ok(Some(text)) => serde_json::from_str(&text).unwrap_or_else(|e| {
+                tracing::warn!(error = %e, "gateway: a conversation's ledger state was unreadable");
+                Self::default()
+            }),
+            Ok(None) => Self::default(),
+            Err(e) => {
+                tracing::warn!(error = %e, "gateway: a conversation's ledger state was not read");
+                Self::default()
+            }
+        }
+    }
+
+    /// Writes the state for the conversation's next call.
+    pub async fn save(&self, store: &Store, (session, scope): Key) {
+        let Ok(text) = serde_json::to_string(self) else {
+            return;
+        };
+        if let Err(e) = store.save_gateway_conversation(session, scope, &text).await {
+            tracing::warn!(error = %e, "gateway: a conversation's ledger state was not saved");
+        }
+    }
+
+    /// Judges `now` against the conversation's previous forwarded request, and keeps `now` as
+    /// the one the next call is judged against.
+    pub fn record(&mut self, now: &Forwarded, step: Step) -> Verdict {
+        let verdict = judge(self.previous.as_ref(), now, step);
+        self.previous = Some(Previous::from(now));
         verdict
     }
 
     /// When the conversation's newest request was forwarded: its last call, whose cache the
     /// next one finds expired after the provider's lifetime.
-    pub fn last_call(&self, key: Key) -> Option<i64> {
-        self.forwarded
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(&key)
-            .map(|f| f.at_ms)
+    pub fn last_call(&self) -> Option<i64> {
+        self.previous.as_ref().map(|p| p.at_ms)
     }
 
     /// The conversation's last step: its boundary and the node the model had seen then.
-    pub fn horizon(&self, key: Key) -> Option<(usize, NodeId)> {
-        let map = self
-            .horizons
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        map.get(&key).copied()
+    pub fn horizon(&self) -> Option<(usize, NodeId)> {
+        let (boundary, seen) = self.horizon.as_ref()?;
+        NodeId::parse("horizon", seen)
+            .ok()
+            .map(|id| (*boundary, id))
     }
 
-    pub fn set_horizon(&self, key: Key, horizon: (usize, NodeId)) {
-        let mut map = self
-            .horizons
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if map.len() >= REMEMBERED && !map.contains_key(&key) {
-            map.clear();
-        }
-        map.insert(key, horizon);
+    pub fn set_horizon(&mut self, (boundary, seen): (usize, NodeId)) {
+        self.horizon = Some((boundary, seen.to_string()));
     }
 }
 
@@ -233,7 +263,7 @@ mod tests {
     fn a_resent_history_keeps_what_was_written_up_to_the_last_breakpoint() {
         let a = forwarded(0, &[(1, false), (2, false)], &[1]);
         let b = forwarded(1000, &[(1, false), (2, false), (3, false)], &[2]);
-        let v = judge(Some(&a), &b, Step::default());
+        let v = judge(Some(&Previous::from(&a)), &b, Step::default());
         assert_eq!(v.change, None);
         assert!((v.kept_share - 2.0 / 3.0).abs() < 1e-9);
         assert_eq!(
@@ -243,12 +273,34 @@ mod tests {
     }
 
     #[test]
+    fn a_state_read_back_judges_as_the_one_written() {
+        let a = forwarded(0, &[(1, false), (2, false), (3, false)], &[1]);
+        let mut state = State::default();
+        assert_eq!(
+            state.record(&a, Step::default()).change,
+            Some(PrefixChange::First)
+        );
+        let seen = NodeId::new();
+        state.set_horizon((7, seen));
+        let text = serde_json::to_string(&state).expect("a state is JSON");
+        let mut back: State = serde_json::from_str(&text).expect("read back");
+        assert_eq!(back, state);
+        assert_eq!(back.horizon(), Some((7, seen)));
+        assert_eq!(back.last_call(), Some(0));
+        // What was not written (after the last breakpoint) is not kept.
+        let b = forwarded(1000, &[(1, false), (2, false), (9, false)], &[2]);
+        let v = back.record(&b, Step::default());
+        assert_eq!(v.change, None);
+        assert!((v.kept_share - 2.0 / 3.0).abs() < 1e-9);
+    }
+
+    #[test]
     fn each_reason_is_told_apart() {
         let a = forwarded(0, &[(1, false), (2, false), (3, false)], &[2]);
         let stepped = forwarded(1000, &[(1, false), (9, true), (3, false)], &[2]);
         assert_eq!(
             judge(
-                Some(&a),
+                Some(&Previous::from(&a)),
                 &stepped,
                 Step {
                     trigger: Some(Trigger::Count),
@@ -263,17 +315,17 @@ mod tests {
             })
         );
         assert_eq!(
-            judge(Some(&a), &stepped, Step::default()).change,
+            judge(Some(&Previous::from(&a)), &stepped, Step::default()).change,
             Some(PrefixChange::Budget)
         );
         let edited = forwarded(1000, &[(1, false), (8, false), (3, false)], &[2]);
         assert_eq!(
-            judge(Some(&a), &edited, Step::default()).change,
+            judge(Some(&Previous::from(&a)), &edited, Step::default()).change,
             Some(PrefixChange::ClientChanged)
         );
         let late = forwarded(TTL_MS + 1, &[(1, false), (2, false), (3, false)], &[2]);
         assert_eq!(
-            judge(Some(&a), &late, Step::default()).change,
+            judge(Some(&Previous::from(&a)), &late, Step::default()).change,
             Some(PrefixChange::Expired {
                 idle_ms: TTL_MS + 1
             })
@@ -281,7 +333,7 @@ mod tests {
         let ids: Vec<(u64, bool)> = (1..=40).map(|i| (i, false)).collect();
         let far = forwarded(1000, &ids, &[39]);
         assert_eq!(
-            judge(Some(&a), &far, Step::default()).change,
+            judge(Some(&Previous::from(&a)), &far, Step::default()).change,
             Some(PrefixChange::MarkerMoved),
             "a breakpoint more than 20 entries after the written one reads nothing"
         );

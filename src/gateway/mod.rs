@@ -158,8 +158,6 @@ struct App {
     keys_seen: Arc<record::SessionKeys>,
     /// Where an agent's own summaries are laid over the history they replaced.
     compactions: Arc<Compactions>,
-    /// Each conversation's newest forwarded request, for the next call's ledger.
-    ledger: Arc<ledger::Ledger>,
 }
 
 /// Serves the gateway on its listener until the task is dropped. A call in flight when it is
@@ -178,7 +176,6 @@ pub async fn serve(
     let app = App {
         compactions: Arc::clone(&workflows.compactions),
         keys_seen: Arc::clone(&workflows.session_keys),
-        ledger: Arc::default(),
         workflows,
         keys,
         http,

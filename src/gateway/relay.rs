@@ -81,6 +81,13 @@ impl App {
                 return response;
             }
         };
+        // A request located before forwarding is recorded now that the upstream has answered;
+        // the answer names where it went, which a call racing it may have changed (a fork).
+        if let Some(sink) = sink.as_mut()
+            && let Some(recorded) = sink.recording.get().await
+        {
+            sink.named.branch = recorded.branch.clone();
+        }
         let status = upstream.status();
         let mut response = Response::builder().status(status);
         if let Some(h) = response.headers_mut() {

@@ -285,6 +285,14 @@ pub(super) trait Reads: Lookups {
         limit: u32,
     ) -> Result<Vec<(domain::GatewayCallId, domain::GatewayCall)>>;
 
+    /// What the gateway left for the next call of `session`'s conversation `scope` (empty: the
+    /// session's own; a function's id: a sub-agent's), as the gateway wrote it.
+    async fn gateway_conversation(
+        &mut self,
+        session: SessionId,
+        scope: &[u8],
+    ) -> Result<Option<String>>;
+
     async fn plan(&mut self, session: SessionId, id: CompactionId) -> Result<CompactionPlan> {
         self.find_plan(session, id)
             .await?
@@ -328,6 +336,15 @@ pub(super) trait WriteTx: Reads + AppendTx {
         &mut self,
         session: SessionId,
         call: &domain::GatewayCall,
+    ) -> Result<()>;
+
+    /// Replaces what the gateway keeps for the next call of `session`'s conversation `scope`.
+    async fn save_gateway_conversation(
+        &mut self,
+        session: SessionId,
+        scope: &[u8],
+        state: &str,
+        now: i64,
     ) -> Result<()>;
 
     /// `false`: a branch of that name exists, nothing was written.

@@ -16,7 +16,7 @@ use crate::daemon::{Daemon, Serve};
 use crate::helpers::*;
 
 /// The PostgreSQL server to run on; `None` (after saying why) when none is named.
-fn server_or_skip(test: &str) -> Option<String> {
+pub(crate) fn server_or_skip(test: &str) -> Option<String> {
     let server = postgres_server();
     if server.is_none() {
         eprintln!("{test}: skipped: set {DATABASE_URL} to a PostgreSQL server to run it");

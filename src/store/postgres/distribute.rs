@@ -11,7 +11,7 @@ use crate::store::Result;
 /// Each table, the column it is distributed by, and what it is co-located with, in an order
 /// where a table comes after every table its foreign keys name (docs/scaling.md says why
 /// each table that is not keyed by session is distributed by its own key).
-pub const TABLES: [(&str, &str, &str); 17] = [
+pub const TABLES: [(&str, &str, &str); 18] = [
     ("sessions", "id", "default"),
     ("nodes", "session_id", "sessions"),
     ("blobs", "session_id", "sessions"),
@@ -23,6 +23,7 @@ pub const TABLES: [(&str, &str, &str); 17] = [
     ("compaction_events", "session_id", "sessions"),
     ("pins", "session_id", "sessions"),
     ("gateway_calls", "session_id", "sessions"),
+    ("gateway_conversations", "session_id", "sessions"),
     ("summarizer_sources", "session_id", "sessions"),
     ("tombstones", "session_id", "sessions"),
     // Looked up by tenant and key before the session exists.

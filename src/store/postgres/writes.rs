@@ -287,6 +287,7 @@ impl SqlWrite for Conn<Write> {
             "DELETE FROM compactions WHERE session_id = $1",
             "DELETE FROM pins WHERE session_id = $1",
             "DELETE FROM gateway_calls WHERE session_id = $1",
+            "DELETE FROM gateway_conversations WHERE session_id = $1",
             "DELETE FROM idempotency WHERE session_id = $1",
             "DELETE FROM branches WHERE session_id = $1",
             "DELETE FROM functions WHERE session_id = $1",

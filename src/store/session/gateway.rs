@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use super::{Result, Scoped, Store};
 use crate::domain::{GatewayCall, GatewayCallId, GatewayUsage, Hash, NodeId, SessionId, Tenant};
 use crate::store::append::idempotency::CreationKey;
+use crate::store::now_ms;
 
 impl Store {
     /// The session of `tenant` made for `key` with `metadata`, made now if there is none. The
@@ -64,6 +65,34 @@ impl Store {
         let mut tx = self.begin_write().await?;
         tx.ensure_session(session).await?;
         tx.insert_gateway_call(session, call).await?;
+        tx.commit().await
+    }
+
+    /// What the gateway left for the next call of `session`'s conversation (`scope`: a
+    /// sub-agent's function, or `None` for the session's own), written by any replica.
+    pub async fn gateway_conversation(
+        &self,
+        session: Scoped,
+        scope: Option<NodeId>,
+    ) -> Result<Option<String>> {
+        let scope = scope.as_ref().map_or(&[][..], |id| &id.as_bytes()[..]);
+        self.read()
+            .await?
+            .gateway_conversation(session.id(), scope)
+            .await
+    }
+
+    /// Replaces what the gateway keeps for the next call of `session`'s conversation `scope`.
+    pub async fn save_gateway_conversation(
+        &self,
+        session: Scoped,
+        scope: Option<NodeId>,
+        state: &str,
+    ) -> Result<()> {
+        let scope = scope.as_ref().map_or(&[][..], |id| &id.as_bytes()[..]);
+        let mut tx = self.begin_write().await?;
+        tx.save_gateway_conversation(session.id(), scope, state, now_ms())
+            .await?;
         tx.commit().await
     }
 

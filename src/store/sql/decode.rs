@@ -56,7 +56,7 @@ pub(super) fn req_bytes(row: &impl Columns, column: &str) -> Result<Vec<u8>> {
     row.bytes(column)?.ok_or_else(|| null(column))
 }
 
-pub(super) fn req_text(row: &impl Columns, column: &str) -> Result<String> {
+pub(in crate::store) fn req_text(row: &impl Columns, column: &str) -> Result<String> {
     row.text(column)?.ok_or_else(|| null(column))
 }
 

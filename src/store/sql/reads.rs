@@ -93,6 +93,9 @@ const SESSION_COUNTS: &str = "SELECT (SELECT count(*) FROM sessions) AS sessions
 const NODE_BY_HASH: &str = "SELECT id FROM nodes WHERE session_id = $1 AND hash = $2 LIMIT 1";
 const NODES_BY_HASH_RANGE: &str = "SELECT id FROM nodes
      WHERE session_id = $1 AND hash >= $2 AND hash <= $3 ORDER BY hash LIMIT $4";
+const GATEWAY_CONVERSATION: &str =
+    "SELECT state FROM gateway_conversations WHERE session_id = $1 AND scope = $2";
+
 /// No cursor is the empty byte string, below every id, so one statement serves every page and
 /// walks the primary key (session, id) from where the page starts.
 const GATEWAY_CALLS: &str = concat!(
@@ -369,5 +372,16 @@ impl<T: Sql> Reads for T {
         let args = [session.arg(), after.arg(), Arg::int(limit)];
         self.rows_as(GATEWAY_CALLS, &args, decode::gateway_call)
             .await
+    }
+
+    async fn gateway_conversation(
+        &mut self,
+        session: SessionId,
+        scope: &[u8],
+    ) -> Result<Option<String>> {
+        let row = self
+            .fetch_optional(GATEWAY_CONVERSATION, &[session.arg(), scope.arg()])
+            .await?;
+        row.map(|row| decode::req_text(&row, "state")).transpose()
     }
 }

@@ -27,6 +27,11 @@ const INSERT_GATEWAY_CALL: &str = "INSERT INTO gateway_calls (session_id, id, at
          client_tokens, forwarded_tokens, input_tokens, cache_read_tokens, cache_write_tokens,
          output_tokens, kept_tokens, change)
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)";
+const SAVE_GATEWAY_CONVERSATION: &str =
+    "INSERT INTO gateway_conversations (session_id, scope, state, updated_at_ms)
+     VALUES ($1, $2, $3, $4)
+     ON CONFLICT (session_id, scope) DO UPDATE
+     SET state = excluded.state, updated_at_ms = excluded.updated_at_ms";
 const INSERT_BRANCH: &str = "INSERT INTO branches (session_id, name, head_id, updated_at_ms)
      VALUES ($1, $2, $3, $4) ON CONFLICT (session_id, name) DO NOTHING";
 const SET_BRANCH_HEAD: &str =
@@ -128,6 +133,18 @@ impl<T: SqlWrite> WriteTx for T {
             change.arg(),
         ];
         self.execute(INSERT_GATEWAY_CALL, &args).await?;
+        Ok(())
+    }
+
+    async fn save_gateway_conversation(
+        &mut self,
+        session: SessionId,
+        scope: &[u8],
+        state: &str,
+        now: i64,
+    ) -> Result<()> {
+        let args = [session.arg(), scope.arg(), state.arg(), now.arg()];
+        self.execute(SAVE_GATEWAY_CONVERSATION, &args).await?;
         Ok(())
     }
 
