@@ -1351,6 +1351,14 @@ async fn postgres(
         writers.push(Writer::stream(&server).await);
     }
     let (stream_rate, stream_stats) = throughput(writers, texts, "pst").await;
+    // What the RPC stack alone costs on this machine beside PostgreSQL: one health check at a
+    // time, and 64 at once (the bound on what appends through gRPC can reach here).
+    let bare = rpc_round_trip(server.addr).await;
+    let mut noops = Vec::with_capacity(64);
+    for _ in 0..64 {
+        noops.push(Writer::Noop(health_client(server.addr).await));
+    }
+    let (noop_rate, noop_stats) = throughput(noops, texts, "ph").await;
     server.stop().await;
     let direct = db.open().await;
     let direct_single = append_latency(Writer::direct(&direct).await, texts, "pd").await;
@@ -1486,6 +1494,36 @@ async fn postgres(
     );
     row.value = Some((direct_rate, "nodes/s"));
     rows.push(row);
+
+    rows.push(against(
+        Row::timed(
+            "pg diag",
+            "bare gRPC round trip (health check), 1 client",
+            bare,
+        ),
+        over_p50(bare),
+        "pg floor p50",
+    ));
+    if let Some(f) = floor {
+        // An append through gRPC costs at least the store's append plus the RPC's round trip.
+        let bound = (direct_single.p50 + bare.p50).as_secs_f64() / f.0.as_secs_f64();
+        rows.push(
+            Row::timed(
+                "pg diag",
+                "Store::append in process + bare gRPC round trip, p50",
+                direct_single,
+            )
+            .vs(bound, "pg floor p50"),
+        );
+        let mut row = Row::timed(
+            "pg diag",
+            "bare gRPC round trips (health checks), 64 clients",
+            noop_stats,
+        )
+        .vs(noop_rate / f.3, format!("pg floor rows/s, {many} writers"));
+        row.value = Some((noop_rate, "calls/s"));
+        rows.push(row);
+    }
 
     let budgets: [(&str, Option<pb::Budget>); 2] =
         [("unbudgeted", None), ("100k/8k", Some(budget_100k()))];

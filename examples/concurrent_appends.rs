@@ -42,6 +42,9 @@ struct Args {
     /// Leave distributing the tables to the operator (as `ctxd serve --no-distribute`).
     #[arg(long)]
     no_distribute: bool,
+    /// Send every append through the coordinator (as `ctxd serve --pg-coordinator-only`).
+    #[arg(long)]
+    coordinator_only: bool,
 }
 
 fn user(text: String) -> pb::NodeInput {
@@ -62,6 +65,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
     let config = Config {
         distribute: !args.no_distribute,
+        pg_direct_to_workers: !args.coordinator_only,
         ..Config::default()
     };
     let mut stores = Vec::new();
@@ -145,8 +149,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     for (i, store) in stores.iter().enumerate() {
         let c = store.commit_counts();
         println!(
-            "replica {i}: {} batches, {} transactions, {} conflict retries",
-            c.batches, c.transactions, c.conflict_retries
+            "replica {i}: {} batches, {} transactions ({} written at once), {} conflict retries",
+            c.batches, c.transactions, c.at_once, c.conflict_retries
         );
     }
     drop(clients);

@@ -69,6 +69,11 @@ pub(super) struct StorageArgs {
     /// included.
     #[arg(long, env = "CTXD_NO_DISTRIBUTE")]
     no_distribute: bool,
+    /// On Citus, send every append through the coordinator, even those the committer would
+    /// send straight to the worker that holds the session's shard (for replicas that cannot
+    /// reach the workers at the addresses the coordinator knows them by).
+    #[arg(long, env = "CTXD_PG_COORDINATOR_ONLY")]
+    pg_coordinator_only: bool,
     /// Deletes sessions no branch of which moved for this many days, in the background (at
     /// start, then hourly), at most --retention-batch at a time; each batch is logged and
     /// counted in `ctxd_retention_batches_total`. Off by default. A tenant's `retain=DAYS` (or
@@ -99,6 +104,7 @@ impl StorageArgs {
             pg_pool_size: self.pg_pool_size,
             max_db_bytes: self.max_db_bytes,
             distribute: !self.no_distribute,
+            pg_direct_to_workers: !self.pg_coordinator_only,
             ..crate::store::Config::default()
         }
     }

@@ -437,15 +437,14 @@ pub(super) trait CommitterConnection: AppendTx {
     }
 
     /// Writes `rows` (a batch planned from remembered state, with no read) outside a
-    /// transaction in one statement that moves branch `branch` of `session` only if its head
-    /// is still `expected`, and commits it: `Some(true)` written, `Some(false)` the head had
-    /// moved and nothing was written, `None` rows of a kind this cannot write, nothing done.
+    /// transaction in one statement that moves each of `targets` (session, branch, the head
+    /// expected; in the batch's lock order) only if every head is still the expected one, and
+    /// commits it: `Some(true)` written, `Some(false)` a head had moved and nothing was
+    /// written, `None` rows of a kind this cannot write, nothing done.
     async fn write_at_once(
         &mut self,
         _rows: &BatchRows,
-        _session: SessionId,
-        _branch: &BranchName,
-        _expected: Option<NodeId>,
+        _targets: &[(SessionId, BranchName, Option<NodeId>)],
     ) -> Result<Option<bool>> {
         Ok(None)
     }

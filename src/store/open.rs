@@ -47,6 +47,10 @@ pub struct Config {
     /// on an undistributed PostgreSQL database too (to test the distributed form of the
     /// committer's statements without a cluster).
     pub pg_batch_per_session: bool,
+    /// On Citus, send an append written in one call straight to the worker that holds its
+    /// session's shard (at the address the coordinator knows it by), not through the
+    /// coordinator; `false` (`--pg-coordinator-only`): everything through the coordinator.
+    pub pg_direct_to_workers: bool,
 }
 
 impl Default for Config {
@@ -57,6 +61,7 @@ impl Default for Config {
             pg_pool_size: 16,
             distribute: true,
             pg_batch_per_session: false,
+            pg_direct_to_workers: true,
         }
     }
 }

@@ -10,7 +10,7 @@ use super::batch::{Batch, FoundTarget};
 use super::commit::{CommitStats, Job};
 use super::memory::{KnownBlobs, TargetCache, TargetKey};
 use super::planned::{BatchRows, NodeWrite};
-use super::request::{AppendOutcome, AppendRequest, AppendTarget};
+use super::request::{AppendOutcome, AppendTarget};
 use super::{Error, Fault, Result};
 use crate::domain::{BranchName, Hash, NodeId, SessionId};
 use crate::store::backend::{AppendTx, CommitterConnection, Lookups};
@@ -61,42 +61,43 @@ pub(super) async fn write_batch(
     }
 }
 
-/// The batch written by one statement, when it needs no read: its one target is remembered,
-/// it carries no idempotency key (whose record would be read), and it writes only nodes,
-/// blobs and the head. The statement moves the head only if it is still the remembered one
-/// (otherwise it writes nothing and `None` sends the batch the usual way, reading what is
-/// stored). Where the engine pays a round trip per statement (PostgreSQL), this is one in
-/// place of five (BEGIN, the head's locking read, the nodes, the head, COMMIT).
+/// The batch written by one statement, when it needs no read: each of its targets is a
+/// remembered branch, it carries no idempotency key (whose record would be read), and it
+/// writes only nodes, blobs and heads. The statement moves the heads only if each is still the
+/// remembered one (otherwise it writes nothing and `None` sends the batch the usual way,
+/// reading what is stored). Where the engine pays a round trip per statement (PostgreSQL),
+/// this is one in place of BEGIN, a locking read per head, the nodes, the heads and COMMIT.
 async fn write_at_once(
     conn: &mut dyn CommitterConnection,
     jobs: &mut [Job],
     targets: &TargetCache,
     blobs: &KnownBlobs,
 ) -> Result<Option<CommittedBatch>> {
-    // What can be told before planning: one remembered branch, no key to look up, no pin.
-    let mut requests = jobs.iter().flat_map(|job| &job.requests);
-    let Some(first) = requests.next() else {
-        return Ok(None);
-    };
-    let (session, target) = (first.session.id(), first.target.clone());
-    let AppendTarget::Branch(branch) = &target else {
-        return Ok(None);
-    };
-    let plain = |r: &AppendRequest| r.idempotency_key.is_none() && r.pinned.is_empty();
-    if !plain(first)
-        || !requests.all(|r| plain(r) && r.session.id() == session && r.target == target)
-    {
-        return Ok(None);
+    // What can be told before planning: remembered branches, no key to look up, no pin.
+    let mut expected: Vec<(SessionId, BranchName, Option<NodeId>)> = Vec::new();
+    for request in jobs.iter().flat_map(|job| &job.requests) {
+        let AppendTarget::Branch(branch) = &request.target else {
+            return Ok(None);
+        };
+        if request.idempotency_key.is_some() || !request.pinned.is_empty() {
+            return Ok(None);
+        }
+        let session = request.session.id();
+        if expected
+            .iter()
+            .any(|(s, b, _)| *s == session && b == branch)
+        {
+            continue;
+        }
+        // The head the plan is judged against, which the write checks: a refusal is confirmed
+        // only by a write that checks it (a batch that writes nothing goes the usual way).
+        let Some(state) = targets.0.get(&(session, request.target.clone())) else {
+            return Ok(None);
+        };
+        expected.push((session, branch.clone(), state.head));
     }
-    // The head the plan is judged against, which the write checks: a refusal is confirmed
-    // only by a write that checks it (a batch that writes nothing goes the usual way).
-    let Some(expected) = targets
-        .0
-        .get(&(session, target.clone()))
-        .map(|state| state.head)
-    else {
-        return Ok(None);
-    };
+    // The batch's lock order (see `Batch::lock_targets`).
+    expected.sort_unstable_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
     let mut batch = Batch::new(targets, blobs, now_ms()).trusting();
     // An error: it needed a read.
     let Ok(outcomes) = check_jobs(&mut batch, &mut NoReads, jobs).await else {
@@ -105,12 +106,9 @@ async fn write_at_once(
     if batch.pending.nodes.is_empty() {
         return Ok(None);
     }
-    // Rows other than nodes, blobs and this head (a function a result closes) the backend
-    // declines: `None`.
-    match conn
-        .write_at_once(&batch.pending, session, branch, expected)
-        .await
-    {
+    // Rows other than nodes, blobs and these heads (a function a result closes, a target whose
+    // every append was refused) the backend declines: `None`.
+    match conn.write_at_once(&batch.pending, &expected).await {
         Ok(Some(true)) => Ok(Some(CommittedBatch {
             outcomes,
             nodes: batch.pending.nodes,

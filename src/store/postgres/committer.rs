@@ -5,8 +5,11 @@
 //! against the head the earlier one committed. On a distributed database each lane of the
 //! committer is one of these, and a batch's transaction holds one shard's appends.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
 use async_trait::async_trait;
-use sqlx::postgres::PgPool;
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::{PgConnection, Postgres};
 
 use super::{Conn, Connection};
@@ -32,16 +35,101 @@ pub(super) struct Committer {
     pool: PgPool,
     tx: Option<sqlx::Transaction<'static, Postgres>>,
     batching: Batching,
+    /// On Citus: where a call written at once goes (the worker of its sessions' shard).
+    workers: Option<Arc<Workers>>,
 }
 
 impl Committer {
-    pub(super) fn new(pool: PgPool, batching: Batching) -> Self {
+    pub(super) fn new(pool: PgPool, batching: Batching, workers: Option<Arc<Workers>>) -> Self {
         Self {
             pool,
             tx: None,
             batching,
+            workers,
         }
     }
+
+    /// The pool a call written at once for `session` goes to: on Citus the worker that holds
+    /// the session's shard (the call then runs there without passing through the coordinator),
+    /// else, or where that worker cannot be found, the committer's own.
+    async fn at_once_pool(&self, session: SessionId) -> PgPool {
+        match &self.workers {
+            Some(workers) => workers
+                .pool_for(&self.pool, session)
+                .await
+                .unwrap_or_else(|| self.pool.clone()),
+            None => self.pool.clone(),
+        }
+    }
+}
+
+/// The Citus workers a replica's committer writes to directly: a call of
+/// `ctxd_append_at_once` sent to the worker that holds its session's shard runs there whole
+/// (Citus delegates it to the local shard), sparing the coordinator's planning and a network
+/// hop on every append. Every other statement still goes through the coordinator.
+pub(super) struct Workers {
+    /// The coordinator's options (user, password, TLS, database), with each worker's address.
+    options: PgConnectOptions,
+    size: u32,
+    /// Each session's worker, as the coordinator placed its shard.
+    nodes: Mutex<HashMap<SessionId, (String, u16)>>,
+    pools: Mutex<HashMap<(String, u16), PgPool>>,
+}
+
+/// Sessions whose worker is remembered at most; past it the memory starts over.
+const KNOWN_NODES: usize = 100_000;
+
+impl Workers {
+    pub(super) fn new(options: PgConnectOptions, size: u32) -> Self {
+        Self {
+            options,
+            size,
+            nodes: Mutex::default(),
+            pools: Mutex::default(),
+        }
+    }
+
+    async fn pool_for(&self, coordinator: &PgPool, session: SessionId) -> Option<PgPool> {
+        let known = lock(&self.nodes).get(&session).cloned();
+        let node = match known {
+            Some(node) => node,
+            None => {
+                let found: Option<(String, i32)> = sqlx::query_as(
+                    "SELECT nodename, nodeport::int4 FROM pg_dist_shard_placement
+                     WHERE shardid = get_shard_id_for_distribution_column('sessions', $1)
+                     LIMIT 1",
+                )
+                .bind(session.as_bytes().to_vec())
+                .fetch_optional(coordinator)
+                .await
+                .inspect_err(|e| tracing::warn!(error = %e, "finding a session's worker failed"))
+                .ok()
+                .flatten();
+                let (name, port) = found?;
+                let node = (name, u16::try_from(port).ok()?);
+                let mut nodes = lock(&self.nodes);
+                if nodes.len() >= KNOWN_NODES {
+                    nodes.clear();
+                }
+                nodes.insert(session, node.clone());
+                node
+            }
+        };
+        let mut pools = lock(&self.pools);
+        let pool = pools.entry(node).or_insert_with_key(|(name, port)| {
+            // Connected on first use; a worker that cannot be reached fails that call, which
+            // the committer then writes the usual way through the coordinator.
+            PgPoolOptions::new()
+                .max_connections(self.size)
+                .test_before_acquire(false)
+                .connect_lazy_with(self.options.clone().host(name).port(*port))
+        });
+        Some(pool.clone())
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl Connection for Committer {
@@ -95,61 +183,81 @@ impl CommitterConnection for Conn<Committer> {
     }
 
     fn writes_at_once(&self) -> bool {
-        // Citus splits a statement's data-modifying CTEs apart, so there it is no longer one.
-        self.0.batching == Batching::Spread
+        // The distributed form on one database (`BySession`) keeps the statements one by one:
+        // it stands for Citus in the routing test, which checks each statement's key.
+        self.0.batching != Batching::BySession
     }
 
     async fn write_at_once(
         &mut self,
         rows: &BatchRows,
-        session: SessionId,
-        branch: &BranchName,
-        expected: Option<NodeId>,
+        targets: &[(SessionId, BranchName, Option<NodeId>)],
     ) -> Result<Option<bool>> {
-        let only_nodes_and_blobs = rows.opened.is_empty()
+        let ours = |session: &SessionId| targets.iter().any(|(s, _, _)| s == session);
+        let only_nodes_blobs_and_heads = rows.opened.is_empty()
             && rows.closes.is_empty()
             && rows.function_heads.is_empty()
             && rows.pins.is_empty()
             && rows.idempotency.is_empty()
-            && rows.nodes.iter().all(|n| n.insert.session == session)
-            && rows.blobs.iter().all(|b| b.session == session);
-        let head = match rows.branch_heads.iter().next() {
-            Some(((s, name), head)) if *s == session && name == branch => *head,
-            _ => return Ok(None),
+            && rows.nodes.iter().all(|n| ours(&n.insert.session))
+            && rows.blobs.iter().all(|b| ours(&b.session))
+            && rows.branch_heads.len() == targets.len();
+        let Some(first) = targets.first().map(|(s, _, _)| *s) else {
+            return Ok(None);
         };
-        if !only_nodes_and_blobs || rows.branch_heads.len() != 1 {
+        let mut heads = Vec::with_capacity(targets.len());
+        for (session, branch, _) in targets {
+            match rows.branch_heads.get(&(*session, branch.clone())) {
+                Some(head) => heads.push(*head),
+                None => return Ok(None),
+            }
+        }
+        if !only_nodes_blobs_and_heads {
             return Ok(None);
         }
-        let bytes = |id: NodeId| id.as_bytes().to_vec();
+        let bytes = |id: &[u8; 16]| id.to_vec();
         let nodes = &rows.nodes;
-        // Blobs and nodes are written only if the head moved, i.e. it was still `expected`:
-        // the UPDATE waits for a concurrent writer of the row and checks the head it then
-        // finds. Every part is one statement, so one commit, or nothing.
-        let moved: i64 = sqlx::query_scalar(
-            "WITH head AS (
-                 UPDATE branches SET head_id = $1, updated_at_ms = $2
-                 WHERE session_id = $3 AND name = $4 AND head_id IS NOT DISTINCT FROM $5
-                 RETURNING 1
-             ), blob_rows AS (
-                 INSERT INTO blobs (session_id, hash, size, codec, data)
-                 SELECT $3, * FROM unnest($6::bytea[], $7::int8[], $8::int8[], $9::bytea[])
-                 WHERE EXISTS (SELECT 1 FROM head)
-                 ON CONFLICT (session_id, hash) DO NOTHING
-             ), node_rows AS (
-                 INSERT INTO nodes (session_id, id, parent_id, function_id, kind,
-                                    created_at_ms, hash, body, body_z)
-                 SELECT $3, * FROM unnest($10::bytea[], $11::bytea[], $12::bytea[],
-                                          $13::int8[], $14::int8[], $15::bytea[],
-                                          $16::text[], $17::bytea[])
-                 WHERE EXISTS (SELECT 1 FROM head)
-             )
-             SELECT count(*) FROM head",
+        // One call of `ctxd_append_at_once` (migrations/postgres/0007): blobs and nodes
+        // written, then each head moved only if it is still the expected one, in one
+        // statement, so one commit or nothing. On Citus the call runs whole on the worker of
+        // the first session's shard, which holds every session of the call (a transaction's
+        // sessions share a shard).
+        let moved: std::result::Result<i64, sqlx::Error> = sqlx::query_scalar(
+            "SELECT ctxd_append_at_once($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13,
+                                        $14, $15, $16, $17, $18, $19, $20)",
         )
-        .bind(bytes(head.0))
-        .bind(head.1)
-        .bind(session.as_bytes().to_vec())
-        .bind(branch.as_str())
-        .bind(expected.map(bytes))
+        .bind(bytes(first.as_bytes()))
+        .bind(
+            targets
+                .iter()
+                .map(|(s, _, _)| bytes(s.as_bytes()))
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            targets
+                .iter()
+                .map(|(_, b, _)| b.as_str())
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            targets
+                .iter()
+                .map(|(_, _, e)| e.as_ref().map(|id| bytes(id.as_bytes())))
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            heads
+                .iter()
+                .map(|(id, _)| bytes(id.as_bytes()))
+                .collect::<Vec<_>>(),
+        )
+        .bind(heads.iter().map(|(_, at)| *at).collect::<Vec<_>>())
+        .bind(
+            rows.blobs
+                .iter()
+                .map(|b| bytes(b.session.as_bytes()))
+                .collect::<Vec<_>>(),
+        )
         .bind(
             rows.blobs
                 .iter()
@@ -164,17 +272,28 @@ impl CommitterConnection for Conn<Committer> {
                 .map(|b| b.data.clone())
                 .collect::<Vec<_>>(),
         )
-        .bind(nodes.iter().map(|n| bytes(n.insert.id)).collect::<Vec<_>>())
         .bind(
             nodes
                 .iter()
-                .map(|n| n.insert.parent.map(bytes))
+                .map(|n| bytes(n.insert.session.as_bytes()))
                 .collect::<Vec<_>>(),
         )
         .bind(
             nodes
                 .iter()
-                .map(|n| n.insert.function.map(bytes))
+                .map(|n| bytes(n.insert.id.as_bytes()))
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            nodes
+                .iter()
+                .map(|n| n.insert.parent.map(|id| bytes(id.as_bytes())))
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            nodes
+                .iter()
+                .map(|n| n.insert.function.map(|id| bytes(id.as_bytes())))
                 .collect::<Vec<_>>(),
         )
         .bind(nodes.iter().map(|n| n.kind).collect::<Vec<_>>())
@@ -192,9 +311,19 @@ impl CommitterConnection for Conn<Committer> {
         )
         .bind(nodes.iter().map(|n| n.body.clone()).collect::<Vec<_>>())
         .bind(nodes.iter().map(|n| n.body_z.clone()).collect::<Vec<_>>())
-        .fetch_one(&self.0.pool)
-        .await?;
-        Ok(Some(moved == 1))
+        .fetch_one(&self.0.at_once_pool(first).await)
+        .await;
+        match moved {
+            Ok(moved) => Ok(Some(moved == 1)),
+            // The rows it writes refer to what a concurrent deletion removed (the session, the
+            // remembered head): nothing was written, and the usual way reads what is left.
+            Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("23503") => {
+                Ok(Some(false))
+            }
+            // A head that moved on raises CTXHM, a conflict: the caller writes the batch the
+            // usual way.
+            Err(e) => Err(e.into()),
+        }
     }
 
     async fn begin(&mut self) -> Result<()> {

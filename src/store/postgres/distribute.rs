@@ -81,6 +81,15 @@ pub(super) async fn distribute(pool: &PgPool) -> Result<usize> {
     Ok(done)
 }
 
+/// The functions an append calls, each with the argument it is delegated by: Citus runs a
+/// call on the worker that holds that session's shard (co-located with `sessions`).
+pub const FUNCTIONS: [(&str, &str); 1] = [(
+    "ctxd_append_at_once(bytea, bytea[], text[], bytea[], bytea[], bigint[], bytea[], bytea[], \
+     bigint[], bigint[], bytea[], bytea[], bytea[], bytea[], bytea[], bigint[], bigint[], \
+     bytea[], text[], bytea[])",
+    "p_session",
+)];
+
 async fn distribute_missing(conn: &mut PgConnection) -> Result<usize> {
     let mut done = 0;
     for (table, column, colocate) in TABLES {
@@ -94,6 +103,28 @@ async fn distribute_missing(conn: &mut PgConnection) -> Result<usize> {
             .execute(&mut *conn)
             .await?;
         tracing::info!(table, column, colocate, "distributed");
+        done += 1;
+    }
+    for (function, argument) in FUNCTIONS {
+        let delegated: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM pg_dist_object
+                            WHERE objid = to_regprocedure($1)::oid AND distribution_argument_index IS NOT NULL)",
+        )
+        .bind(function)
+        .fetch_one(&mut *conn)
+        .await?;
+        if delegated {
+            continue;
+        }
+        sqlx::query(
+            "SELECT create_distributed_function($1::regprocedure, $2,
+                                                colocate_with => 'sessions')",
+        )
+        .bind(function)
+        .bind(argument)
+        .execute(&mut *conn)
+        .await?;
+        tracing::info!(function, argument, "distributed");
         done += 1;
     }
     Ok(done)

@@ -15,6 +15,9 @@ pub(crate) fn classify(code: &str) -> Fault {
         // unique_violation: a concurrent writer (another replica) stored the same key first,
         // e.g. an append's retry racing its original; checked again, the stored one answers.
         "23505" => Fault::Conflict,
+        // ctxd_append_at_once found a head moved on by a concurrent writer (migration 0007):
+        // nothing was written, and the batch is checked again.
+        "CTXHM" => Fault::Conflict,
         // lock_not_available.
         "55P03" => Fault::Busy,
         // connection exceptions, admin or crash shutdown, cannot connect now, read-only.

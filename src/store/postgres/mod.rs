@@ -97,6 +97,8 @@ pub(super) async fn open(
         committer::Batching::Spread
     };
     let lanes = COMMIT_LANES;
+    let workers = (batching == committer::Batching::ByShard && config.pg_direct_to_workers)
+        .then(|| Arc::new(committer::Workers::new(options.clone(), lanes)));
     // The committer's own connections: a batch never waits behind the pool's readers.
     let batches = pool(lanes)
         .connect_with(options)
@@ -104,8 +106,11 @@ pub(super) async fn open(
         .map_err(unreachable)?;
     let lanes = (0..lanes)
         .map(|_| {
-            Box::new(Conn(committer::Committer::new(batches.clone(), batching)))
-                as Box<dyn super::backend::CommitterConnection>
+            Box::new(Conn(committer::Committer::new(
+                batches.clone(),
+                batching,
+                workers.clone(),
+            ))) as Box<dyn super::backend::CommitterConnection>
         })
         .collect();
     let (appends, committer) = CommitQueue::start(lanes, changes, stats, false);
