@@ -64,6 +64,8 @@ port = ${PORT[$name]}
 unix_socket_directories = '$WORK'
 shared_preload_libraries = '$preload'
 max_connections = 300
+# A Citus maintenance daemon per database: one per run and node.
+max_worker_processes = 64
 shared_buffers = 256MB
 fsync = $FSYNC
 synchronous_commit = $FSYNC
@@ -122,13 +124,14 @@ run() { # URL ARGS...
 CASES=(
     "16 sessions, one replica|--replicas 1 --sessions 16"
     "16 sessions, two replicas|--replicas 2 --sessions 16"
+    "16 sessions, two replicas, all through the coordinator|--replicas 2 --sessions 16 --coordinator-only"
     "8 shared sessions (opposite orders), two replicas|--replicas 2 --sessions 8 --shared"
 )
 
 psql_on coordinator postgres "CREATE EXTENSION citus"
 echo "$(psql_on coordinator postgres "SELECT citus_version()" | cut -d, -f1) on $("$BIN/postgres" --version);" \
     "a coordinator and 2 workers, 32 shards; fsync=$FSYNC; $(nproc) cores"
-printf '%-52s %5s %10s %10s %8s %6s %8s %8s %9s\n' case round PostgreSQL Citus ratio 2PC retries at-once cpu-s
+printf '%-56s %5s %10s %10s %8s %6s %8s %8s %9s\n' case round PostgreSQL Citus ratio 2PC retries at-once cpu-s
 declare -A SUM_RATIO
 n=0
 for round in $(seq 1 "$ROUNDS"); do
@@ -153,7 +156,7 @@ for round in $(seq 1 "$ROUNDS"); do
         read -r p_s p_retries _ _ p_cpu < <(run "$plain_url" --threads 16 --appends 50 $args)
         ratio="$(echo "scale=3; $c_s / $p_s" | bc)"
         SUM_RATIO["$label"]="${SUM_RATIO["$label"]:-} $ratio"
-        printf '%-52s %5s %9.3fs %9.3fs %7.2fx %6s %8s %8s %9s\n' "$label" "$round" "$p_s" "$c_s" "$ratio" "$twopc" "$c_retries/$p_retries" "$c_once/$c_tx" "$p_cpu/$c_cpu"
+        printf '%-56s %5s %9.3fs %9.3fs %7.2fx %6s %8s %8s %9s\n' "$label" "$round" "$p_s" "$c_s" "$ratio" "$twopc" "$c_retries/$p_retries" "$c_once/$c_tx" "$p_cpu/$c_cpu"
         echo "$label|$round|$p_s|$c_s" >>"$WORK/pairs"
     done
 done
