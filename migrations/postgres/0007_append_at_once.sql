@@ -1,16 +1,17 @@
--- Appends to branches whose heads the committer remembers, in one call: every head is locked
--- and checked first (in the order given, the batch's lock order), and only when each is still
--- the expected one are the blobs, the nodes and the new heads written. One statement, so one
--- commit or nothing. Returns 1 when everything was written, 0 when a head had moved on
--- (nothing written; the batch is then checked again the usual way).
+-- Appends to branches whose heads the committer remembers, in one call: the blobs and nodes
+-- are written, then each head moves only if it is still the expected one (in the order given,
+-- the batch's lock order; the UPDATE waits for a concurrent writer of the row and checks the
+-- head it then finds). A head that moved on raises SQLSTATE CTXHM, which undoes the call, so
+-- nothing is written; the batch is then checked again the usual way. One statement, so one
+-- commit or nothing: the work of a plain INSERT and UPDATE, no locking read first. Returns 1.
 --
 -- On Citus it is a distributed function co-located with `sessions` and delegated by
--- `p_session` (ctxd serve makes it one): the coordinator hands the whole call to the worker
--- that holds that session's shard, and every target of the call is a session of that shard
--- (the committer groups a batch by shard), so it is one round trip and one local transaction
--- where the statements one by one were six through the coordinator. Rows go in one statement
--- each, parents first, which keeps every statement a single-shard one inside the delegated
--- call.
+-- `p_session` (ctxd serve makes it one): sent to the coordinator, or straight to the worker
+-- that holds that session's shard, it runs whole on that worker, and every target of the call
+-- is a session whose shard that worker holds (the committer groups a batch by worker), so it is
+-- one round trip and one local transaction where the statements one by one were six per
+-- session through the coordinator. Rows go in one statement each, parents first, which keeps
+-- every statement a single-shard one inside the delegated call.
 CREATE FUNCTION ctxd_append_at_once(
     p_session  BYTEA,
     t_session  BYTEA[],

@@ -426,9 +426,11 @@ pub(super) trait CommitterConnection: AppendTx {
         false
     }
 
-    /// The shard each of `sessions` lives on, in order (asked only when [`Self::sharded`]).
-    async fn shards(&mut self, sessions: &[SessionId]) -> Result<Vec<i64>> {
-        Ok(vec![0; sessions.len()])
+    /// Where each of `sessions` lives, in order (asked only when [`Self::sharded`]): the node
+    /// whose sessions may share a call written at once, and the shard whose sessions may share
+    /// a transaction.
+    async fn shards(&mut self, sessions: &[SessionId]) -> Result<Vec<(i64, i64)>> {
+        Ok(vec![(0, 0); sessions.len()])
     }
 
     /// Whether [`Self::write_at_once`] may write a batch.

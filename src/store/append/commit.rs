@@ -19,7 +19,7 @@ use super::idempotency::append_fingerprint;
 use super::memory::{KnownBlobs, TargetCache};
 use super::planned::NodeInsert;
 use super::request::{AppendOutcome, AppendRequest, AppendTarget};
-use super::write::{CommittedBatch, write_batch};
+use super::write::{CommittedBatch, write_at_once, write_batch};
 use super::{Error, Fault, Result};
 use crate::domain::{Hash, NodeId, SessionId};
 use crate::store::backend::CommitterConnection;
@@ -125,7 +125,8 @@ pub(super) struct Core {
     lanes: Vec<Box<dyn CommitterConnection>>,
     targets: TargetCache,
     blobs: KnownBlobs,
-    shards: HashMap<SessionId, i64>,
+    /// Each session's node and shard (see `CommitterConnection::shards`).
+    shards: HashMap<SessionId, (i64, i64)>,
     changes: Changes,
     stats: Arc<CommitStats>,
     closed: bool,
@@ -272,9 +273,30 @@ async fn group_committer(core: Arc<Mutex<Core>>, mut inbox: mpsc::Receiver<Messa
     }
 }
 
-/// One transaction's worth of a batch: its jobs, in the order they came in.
+/// One node's share of a batch: its jobs, in the order they came in, each with its session's
+/// shard where it is known. It is written by one call when it can be written at once, else
+/// as one transaction per shard (one for all where every job's shard is the same).
 struct Group {
     jobs: Vec<Job>,
+    shards: Vec<Option<i64>>,
+}
+
+impl Group {
+    /// The group's jobs split by shard, in order within each.
+    fn by_shard(self) -> Vec<Vec<Job>> {
+        let mut parts: Vec<(Option<i64>, Vec<Job>)> = Vec::new();
+        for (job, shard) in self.jobs.into_iter().zip(self.shards) {
+            match parts.iter_mut().find(|(s, _)| *s == shard) {
+                Some((_, jobs)) => jobs.push(job),
+                None => parts.push((shard, vec![job])),
+            }
+        }
+        parts.into_iter().map(|(_, jobs)| jobs).collect()
+    }
+
+    fn one_shard(&self) -> bool {
+        self.shards.windows(2).all(|w| w[0] == w[1])
+    }
 }
 
 impl Core {
@@ -298,6 +320,31 @@ impl Core {
                 .map(|(conn, share)| async move {
                     let mut done = Vec::with_capacity(share.len());
                     for mut group in share {
+                        if !group.one_shard() {
+                            // Several shards of one node: one call for all where it can be
+                            // written at once, else a transaction per shard, so that none
+                            // commits in two phases.
+                            match write_at_once(&mut **conn, &mut group.jobs, targets, blobs, stats)
+                                .await
+                            {
+                                Ok(Some(written)) => done.push((group.jobs, Ok(written))),
+                                Ok(None) => {
+                                    for mut jobs in group.by_shard() {
+                                        let result = write_batch(
+                                            &mut **conn,
+                                            &mut jobs,
+                                            targets,
+                                            blobs,
+                                            stats,
+                                        )
+                                        .await;
+                                        done.push((jobs, result));
+                                    }
+                                }
+                                Err(e) => done.push((group.jobs, Err(e))),
+                            }
+                            continue;
+                        }
                         let result =
                             write_batch(&mut **conn, &mut group.jobs, targets, blobs, stats).await;
                         done.push((group.jobs, result));
@@ -318,15 +365,19 @@ impl Core {
     }
 }
 
-/// The batch as transactions: one per shard where the database is distributed (a session's
-/// appends stay together and in order), else one.
+/// The batch as groups: one per node where the database is distributed (a session's appends
+/// stay together and in order), else one.
 async fn split_by_shard(
     conn: &mut dyn CommitterConnection,
-    shards: &mut HashMap<SessionId, i64>,
+    shards: &mut HashMap<SessionId, (i64, i64)>,
     batch: Vec<Job>,
 ) -> Vec<Group> {
     if !conn.sharded() {
-        return vec![Group { jobs: batch }];
+        let shards = vec![None; batch.len()];
+        return vec![Group {
+            jobs: batch,
+            shards,
+        }];
     }
     // A job's requests are of one session (a stream's); its first names it.
     let session_of = |job: &Job| job.requests.first().map(|r| r.session.id());
@@ -348,27 +399,35 @@ async fn split_by_shard(
             Err(e) => tracing::warn!(error = %e, "looking up sessions' shards failed"),
         }
     }
-    let mut by_shard: Vec<(Option<Transaction>, Vec<Job>)> = Vec::new();
+    let mut by_node: Vec<(Option<Transaction>, Group)> = Vec::new();
     for job in batch {
-        let key = session_of(&job).map(|session| match shards.get(&session) {
-            Some(shard) => Transaction::Shard(*shard),
+        let place = session_of(&job).and_then(|session| shards.get(&session).copied());
+        let key = session_of(&job).map(|session| match place {
+            Some((node, _)) => Transaction::Node(node),
             None => Transaction::Session(session),
         });
-        match by_shard.iter_mut().find(|(k, _)| *k == key) {
-            Some((_, jobs)) => jobs.push(job),
-            None => by_shard.push((key, vec![job])),
+        let shard = place.map(|(_, shard)| shard);
+        match by_node.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, group)) => {
+                group.jobs.push(job);
+                group.shards.push(shard);
+            }
+            None => by_node.push((
+                key,
+                Group {
+                    jobs: vec![job],
+                    shards: vec![shard],
+                },
+            )),
         }
     }
-    by_shard
-        .into_iter()
-        .map(|(_, jobs)| Group { jobs })
-        .collect()
+    by_node.into_iter().map(|(_, group)| group).collect()
 }
 
 /// What a batch's transaction holds the appends of.
 #[derive(PartialEq, Eq)]
 enum Transaction {
-    Shard(i64),
+    Node(i64),
     /// A session whose shard is not known.
     Session(SessionId),
 }

@@ -27,11 +27,7 @@ pub(super) async fn write_batch(
     blobs: &KnownBlobs,
     stats: &CommitStats,
 ) -> Result<CommittedBatch> {
-    if conn.writes_at_once()
-        && let Some(done) = write_at_once(conn, jobs, targets, blobs).await?
-    {
-        stats.transactions.fetch_add(1, Ordering::Relaxed);
-        stats.at_once.fetch_add(1, Ordering::Relaxed);
+    if let Some(done) = write_at_once(conn, jobs, targets, blobs, stats).await? {
         return Ok(done);
     }
     let mut attempt = 1;
@@ -61,13 +57,33 @@ pub(super) async fn write_batch(
     }
 }
 
+/// The batch written by one statement where the engine can and the batch needs no read (see
+/// [`plan_at_once`]), committed; `None`: it was not, nothing was written.
+pub(super) async fn write_at_once(
+    conn: &mut dyn CommitterConnection,
+    jobs: &mut [Job],
+    targets: &TargetCache,
+    blobs: &KnownBlobs,
+    stats: &CommitStats,
+) -> Result<Option<CommittedBatch>> {
+    if !conn.writes_at_once() {
+        return Ok(None);
+    }
+    let done = plan_at_once(conn, jobs, targets, blobs).await?;
+    if done.is_some() {
+        stats.transactions.fetch_add(1, Ordering::Relaxed);
+        stats.at_once.fetch_add(1, Ordering::Relaxed);
+    }
+    Ok(done)
+}
+
 /// The batch written by one statement, when it needs no read: each of its targets is a
 /// remembered branch, it carries no idempotency key (whose record would be read), and it
 /// writes only nodes, blobs and heads. The statement moves the heads only if each is still the
 /// remembered one (otherwise it writes nothing and `None` sends the batch the usual way,
 /// reading what is stored). Where the engine pays a round trip per statement (PostgreSQL),
 /// this is one in place of BEGIN, a locking read per head, the nodes, the heads and COMMIT.
-async fn write_at_once(
+async fn plan_at_once(
     conn: &mut dyn CommitterConnection,
     jobs: &mut [Job],
     targets: &TargetCache,
@@ -171,7 +187,7 @@ impl AppendTx for NoReads {
 }
 
 impl NoReads {
-    /// Never reaches a caller: [`write_at_once`] takes any error as "plan the usual way".
+    /// Never reaches a caller: [`plan_at_once`] takes any error as "plan the usual way".
     fn refused() -> Error {
         Error::Corrupt("a read while planning a batch without reads".into())
     }

@@ -25,7 +25,7 @@ pub(super) enum Batching {
     /// lane, committed at once (PostgreSQL overlaps their commits; one lane would wait for
     /// each in turn).
     Spread,
-    /// One per Citus shard, as Citus maps the sessions.
+    /// One per Citus node: the sessions whose shards one worker holds.
     ByShard,
     /// One per session (the distributed form on one database, for its tests).
     BySession,
@@ -153,18 +153,23 @@ impl CommitterConnection for Conn<Committer> {
         true
     }
 
-    async fn shards(&mut self, sessions: &[SessionId]) -> Result<Vec<i64>> {
+    async fn shards(&mut self, sessions: &[SessionId]) -> Result<Vec<(i64, i64)>> {
         match self.0.batching {
             Batching::ByShard => {
                 let ids: Vec<Vec<u8>> = sessions.iter().map(|s| s.as_bytes().to_vec()).collect();
-                // Computed on the coordinator from its metadata: no shard is read.
-                Ok(sqlx::query_scalar(
-                    "SELECT get_shard_id_for_distribution_column('sessions', s)
-                     FROM unnest($1::bytea[]) WITH ORDINALITY AS t (s, i) ORDER BY i",
+                // Each session's shard and the node (group) that holds it, computed on the
+                // coordinator from its metadata: no shard is read.
+                let rows: Vec<(i64, i64)> = sqlx::query_as(
+                    "SELECT (SELECT min(p.groupid)::int8 FROM pg_dist_placement p
+                             WHERE p.shardid = q.shard), q.shard
+                     FROM (SELECT get_shard_id_for_distribution_column('sessions', s) AS shard, i
+                           FROM unnest($1::bytea[]) WITH ORDINALITY AS t (s, i)) AS q
+                     ORDER BY q.i",
                 )
                 .bind(ids)
                 .fetch_all(&self.0.pool)
-                .await?)
+                .await?;
+                Ok(rows)
             }
             // A session's own number: its id's random bytes (UUID v7: time, then random).
             Batching::BySession | Batching::Spread => Ok(sessions
@@ -173,10 +178,11 @@ impl CommitterConnection for Conn<Committer> {
                     let b = s.as_bytes();
                     let own =
                         i64::from_be_bytes([b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]]);
-                    match self.0.batching {
+                    let key = match self.0.batching {
                         Batching::Spread => own.rem_euclid(i64::from(super::COMMIT_LANES)),
                         _ => own,
-                    }
+                    };
+                    (key, key)
                 })
                 .collect()),
         }
