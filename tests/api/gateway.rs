@@ -219,44 +219,14 @@ impl Gw {
         self.app.log(session, branch).await.len()
     }
 
-    /// The transcript of `branch` once `done` holds for it. The gateway appends an answer after
-    /// relaying it, so this waits on the session's Watch stream for the append (no sleeping,
-    /// at most [`PATIENCE`]).
+    /// The transcript of `branch` once `done` holds for it (see [`wait_for_transcript`]).
     pub(crate) async fn wait_for(
         &mut self,
         session: &str,
         branch: &str,
         done: impl Fn(&[String]) -> bool,
     ) -> Vec<String> {
-        let mut watch = self
-            .app
-            .client
-            .watch(pb::WatchRequest {
-                session_id: session.into(),
-                branch: branch.into(),
-                ..Default::default()
-            })
-            .await
-            .expect("Watch")
-            .into_inner();
-        let mut last = Vec::new();
-        let wait = async {
-            loop {
-                last = self.transcript(session, branch).await;
-                if done(&last) {
-                    return last.clone();
-                }
-                watch
-                    .message()
-                    .await
-                    .expect("the watch goes on")
-                    .expect("the watch does not end");
-            }
-        };
-        match tokio::time::timeout(PATIENCE, wait).await {
-            Ok(lines) => lines,
-            Err(_) => panic!("{branch} of {session} never got there: {last:?}"),
-        }
+        wait_for_transcript(&mut self.app.client, session, branch, done).await
     }
 
     /// The transcript of `branch` once it holds `n` nodes, the last an assistant's answer.
@@ -279,6 +249,63 @@ impl Gw {
     #[track_caller]
     pub(crate) fn last_upstream(&self) -> Recorded {
         self.fake.last_request()
+    }
+}
+
+/// The nodes of `branch` as `client`'s server reads them, oldest first, one line each (see
+/// [`describe`]).
+pub(crate) async fn transcript_of(client: &mut Client, session: &str, branch: &str) -> Vec<String> {
+    let mut request = pb::LogRequest {
+        session_id: session.into(),
+        branch: branch.into(),
+        ..Default::default()
+    };
+    let mut nodes = Vec::new();
+    loop {
+        let page = client.log(request.clone()).await.expect("Log").into_inner();
+        nodes.extend(page.nodes);
+        if page.next_page_token.is_empty() {
+            return nodes.iter().rev().map(describe).collect();
+        }
+        request.page_token = page.next_page_token;
+    }
+}
+
+/// The transcript of `branch` once `done` holds for it, as `client`'s server reads it. The
+/// gateway appends an answer after relaying it, so this waits on the session's Watch stream for
+/// the append (a server is signalled by its own commits; no sleeping, at most [`PATIENCE`]).
+pub(crate) async fn wait_for_transcript(
+    client: &mut Client,
+    session: &str,
+    branch: &str,
+    done: impl Fn(&[String]) -> bool,
+) -> Vec<String> {
+    let mut watch = client
+        .watch(pb::WatchRequest {
+            session_id: session.into(),
+            branch: branch.into(),
+            ..Default::default()
+        })
+        .await
+        .expect("Watch")
+        .into_inner();
+    let mut last = Vec::new();
+    let wait = async {
+        loop {
+            last = transcript_of(client, session, branch).await;
+            if done(&last) {
+                return last.clone();
+            }
+            watch
+                .message()
+                .await
+                .expect("the watch goes on")
+                .expect("the watch does not end");
+        }
+    };
+    match tokio::time::timeout(PATIENCE, wait).await {
+        Ok(lines) => lines,
+        Err(_) => panic!("{branch} of {session} never got there: {last:?}"),
     }
 }
 

@@ -466,7 +466,11 @@ async fn the_gateway_records_each_call_it_forwards_in_the_ledger() {
 }
 
 /// The session's ledger once it holds `n` calls (each is written after its answer).
-async fn loop_until(client: &mut Client, session: &str, n: usize) -> Vec<pb::GatewayCall> {
+pub(crate) async fn loop_until(
+    client: &mut Client,
+    session: &str,
+    n: usize,
+) -> Vec<pb::GatewayCall> {
     let deadline = tokio::time::Instant::now() + PATIENCE;
     loop {
         let calls = client

@@ -17,8 +17,9 @@ use crate::daemon::{Daemon, Serve};
 use crate::fake_provider::{FakeProvider, Reply, parse_sse};
 use crate::gateway::{
     Answer, anthropic, anthropic_stream, assistant_msg, describe, http_client, read_answer,
-    user_msg,
+    transcript_of, user_msg, wait_for_transcript,
 };
+use crate::gateway_ledger::loop_until;
 use crate::helpers::*;
 use crate::replicas::server_or_skip;
 
@@ -118,14 +119,6 @@ async fn path(client: &mut Client, session: &str, branch: &str) -> Vec<pb::Node>
     }
 }
 
-async fn transcript(client: &mut Client, session: &str, branch: &str) -> Vec<String> {
-    path(client, session, branch)
-        .await
-        .iter()
-        .map(describe)
-        .collect()
-}
-
 async fn branch_names(client: &mut Client, session: &str) -> Vec<String> {
     let mut names: Vec<String> = client
         .list_branches(list_branches_req(session))
@@ -141,39 +134,12 @@ async fn branch_names(client: &mut Client, session: &str) -> Vec<String> {
 }
 
 /// The transcript of `branch` once it holds `n` nodes, the last an assistant's, as `client`'s
-/// replica reads it. Waits on the session's Watch stream (a replica is signalled by its own
-/// commits), never sleeping, at most [`PATIENCE`].
+/// replica reads it (see [`wait_for_transcript`]).
 async fn answered(client: &mut Client, session: &str, branch: &str, n: usize) -> Vec<String> {
-    let mut watch = client
-        .watch(pb::WatchRequest {
-            session_id: session.into(),
-            branch: branch.into(),
-            ..Default::default()
-        })
-        .await
-        .expect("Watch")
-        .into_inner();
-    let mut last = Vec::new();
-    let wait = async {
-        loop {
-            last = transcript(client, session, branch).await;
-            if last.len() >= n && last.last().is_some_and(|l| l.starts_with("assistant")) {
-                return last.clone();
-            }
-            watch
-                .message()
-                .await
-                .expect("the watch goes on")
-                .expect("the watch does not end");
-        }
-    };
-    match tokio::time::timeout(PATIENCE, wait).await {
-        Ok(lines) => lines,
-        Err(_) => panic!(
-            "{branch} of {session} never held {n} nodes: {:?}",
-            short(&last)
-        ),
-    }
+    wait_for_transcript(client, session, branch, |lines| {
+        lines.len() >= n && lines.last().is_some_and(|l| l.starts_with("assistant"))
+    })
+    .await
 }
 
 /// Lines cut to a readable length, for failure messages about transcripts of long outputs.
@@ -291,7 +257,7 @@ async fn a_resending_client_alternating_between_gateway_replicas_is_recorded_onc
         &expected,
         "main holds the conversation once, in order",
     );
-    let other = transcript(&mut r.grpc[1 - last], &session, "main").await;
+    let other = transcript_of(&mut r.grpc[1 - last], &session, "main").await;
     assert_transcript(&other, &expected, "the other replica reads the same");
     assert_eq!(branch_names(&mut r.grpc[0], &session).await, ["main"]);
     assert_stored_once(&r.db, expected.len()).await;
@@ -440,33 +406,6 @@ async fn two_clients_racing_on_one_session_record_each_message_once() {
 
 // ---------------------------------------------------------------- forwarded as through one
 
-/// The gateway's calls of `session` once `n` are recorded (each is recorded after its answer
-/// is relayed), polled at most [`PATIENCE`].
-async fn gateway_calls(client: &mut Client, session: &str, n: usize) -> Vec<pb::GatewayCall> {
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    loop {
-        let calls = client
-            .list_gateway_calls(pb::ListGatewayCallsRequest {
-                session_id: session.into(),
-                page_size: 1000,
-                page_token: String::new(),
-            })
-            .await
-            .expect("ListGatewayCalls")
-            .into_inner()
-            .calls;
-        if calls.len() >= n {
-            return calls;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{n} calls of {session} recorded, not {}",
-            calls.len()
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
 /// A tool loop long enough for the gateway to take steps (old results cleared), its newest
 /// result marked for the cache as Claude Code marks it, sent through the replicas `route`
 /// names for each call under session key `key`: what went upstream (each call's messages) and
@@ -496,7 +435,7 @@ async fn tool_loop(
         let answer = call(&r.http, &r.gateways[route(k)], &body, Some(key)).await;
         session = answer.session();
         // Each call recorded before the next, as an agent waits for its answer.
-        gateway_calls(&mut grpc, &session, k + 1).await;
+        loop_until(&mut grpc, &session, k + 1).await;
         history.push(resent(&answer));
         let output: String = (0..120)
             .map(|line| format!("f{k} line {line}: let value_{line} = compute({line});\n"))
@@ -515,7 +454,7 @@ async fn tool_loop(
         .filter(|q| q.path == "/v1/messages")
         .map(|q| q.body["messages"].clone())
         .collect();
-    let calls = gateway_calls(&mut grpc, &session, LOOP)
+    let calls = loop_until(&mut grpc, &session, LOOP)
         .await
         .into_iter()
         .map(|c| {
