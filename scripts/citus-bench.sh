@@ -166,7 +166,7 @@ echo
 echo "ratios (goal: two replicas within 2x of PostgreSQL and within 1.3x of one Citus replica):"
 for entry in "${CASES[@]}"; do
     label="${entry%%|*}"
-    echo "  $label: Citus / PostgreSQL =${SUM_RATIO["$label"]}"
+    echo "  $label: Citus / PostgreSQL =${SUM_RATIO["$label"]:-}"
 done
 for round in $(seq 1 "$ROUNDS"); do
     one="$(grep "^16 sessions, one replica|$round|" "$WORK/pairs" | cut -d'|' -f4)"

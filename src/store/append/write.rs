@@ -3,7 +3,7 @@
 //! engine can, planned from what the committer remembers and written by one statement without
 //! a read.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::Ordering;
 
 use super::batch::{Batch, FoundTarget};
@@ -89,8 +89,11 @@ async fn plan_at_once(
     targets: &TargetCache,
     blobs: &KnownBlobs,
 ) -> Result<Option<CommittedBatch>> {
-    // What can be told before planning: remembered branches, no key to look up, no pin.
-    let mut expected: Vec<(SessionId, BranchName, Option<NodeId>)> = Vec::new();
+    // What can be told before planning: remembered branches, no key to look up, no pin. Each
+    // branch with the head the plan is judged against, which the write checks (a refusal is
+    // confirmed only by a write that checks it: a batch that writes nothing goes the usual
+    // way), in the batch's lock order (see `Batch::lock_targets`).
+    let mut heads: BTreeMap<(SessionId, BranchName), Option<NodeId>> = BTreeMap::new();
     for request in jobs.iter().flat_map(|job| &job.requests) {
         let AppendTarget::Branch(branch) = &request.target else {
             return Ok(None);
@@ -99,21 +102,15 @@ async fn plan_at_once(
             return Ok(None);
         }
         let session = request.session.id();
-        if expected
-            .iter()
-            .any(|(s, b, _)| *s == session && b == branch)
-        {
-            continue;
-        }
-        // The head the plan is judged against, which the write checks: a refusal is confirmed
-        // only by a write that checks it (a batch that writes nothing goes the usual way).
         let Some(state) = targets.0.get(&(session, request.target.clone())) else {
             return Ok(None);
         };
-        expected.push((session, branch.clone(), state.head));
+        heads.insert((session, branch.clone()), state.head);
     }
-    // The batch's lock order (see `Batch::lock_targets`).
-    expected.sort_unstable_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+    let expected: Vec<(SessionId, BranchName, Option<NodeId>)> = heads
+        .into_iter()
+        .map(|((session, branch), head)| (session, branch, head))
+        .collect();
     let mut batch = Batch::new(targets, blobs, now_ms()).trusting();
     // An error: it needed a read.
     let Ok(outcomes) = check_jobs(&mut batch, &mut NoReads, jobs).await else {

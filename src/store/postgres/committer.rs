@@ -51,15 +51,12 @@ impl Committer {
 
     /// The pool a call written at once for `session` goes to: on Citus the worker that holds
     /// the session's shard (the call then runs there without passing through the coordinator),
-    /// else, or where that worker cannot be found, the committer's own.
-    async fn at_once_pool(&self, session: SessionId) -> PgPool {
-        match &self.workers {
-            Some(workers) => workers
-                .pool_for(&self.pool, session)
-                .await
-                .unwrap_or_else(|| self.pool.clone()),
-            None => self.pool.clone(),
-        }
+    /// else, or where that worker is not known, the committer's own.
+    fn at_once_pool(&self, session: SessionId) -> PgPool {
+        self.workers
+            .as_ref()
+            .and_then(|workers| workers.pool_for(session))
+            .unwrap_or_else(|| self.pool.clone())
     }
 }
 
@@ -89,32 +86,19 @@ impl Workers {
         }
     }
 
-    async fn pool_for(&self, coordinator: &PgPool, session: SessionId) -> Option<PgPool> {
-        let known = lock(&self.nodes).get(&session).cloned();
-        let node = match known {
-            Some(node) => node,
-            None => {
-                let found: Option<(String, i32)> = sqlx::query_as(
-                    "SELECT nodename, nodeport::int4 FROM pg_dist_shard_placement
-                     WHERE shardid = get_shard_id_for_distribution_column('sessions', $1)
-                     LIMIT 1",
-                )
-                .bind(session.as_bytes().to_vec())
-                .fetch_optional(coordinator)
-                .await
-                .inspect_err(|e| tracing::warn!(error = %e, "finding a session's worker failed"))
-                .ok()
-                .flatten();
-                let (name, port) = found?;
-                let node = (name, u16::try_from(port).ok()?);
-                let mut nodes = lock(&self.nodes);
-                if nodes.len() >= KNOWN_NODES {
-                    nodes.clear();
-                }
-                nodes.insert(session, node.clone());
-                node
-            }
-        };
+    /// Remembers where `sessions` live, as [`CommitterConnection::shards`] found them.
+    fn remember(&self, sessions: &[SessionId], nodes: impl IntoIterator<Item = (String, u16)>) {
+        let mut known = lock(&self.nodes);
+        if known.len() + sessions.len() > KNOWN_NODES {
+            known.clear();
+        }
+        known.extend(sessions.iter().copied().zip(nodes));
+    }
+
+    /// The pool of the worker that holds `session`'s shard, when it is known (the committer
+    /// asks where each session of a batch lives before writing it).
+    fn pool_for(&self, session: SessionId) -> Option<PgPool> {
+        let node = lock(&self.nodes).get(&session).cloned()?;
         let mut pools = lock(&self.pools);
         let pool = pools.entry(node).or_insert_with_key(|(name, port)| {
             // Connected on first use; a worker that cannot be reached fails that call, which
@@ -157,19 +141,34 @@ impl CommitterConnection for Conn<Committer> {
         match self.0.batching {
             Batching::ByShard => {
                 let ids: Vec<Vec<u8>> = sessions.iter().map(|s| s.as_bytes().to_vec()).collect();
-                // Each session's shard and the node (group) that holds it, computed on the
-                // coordinator from its metadata: no shard is read.
-                let rows: Vec<(i64, i64)> = sqlx::query_as(
-                    "SELECT (SELECT min(p.groupid)::int8 FROM pg_dist_placement p
-                             WHERE p.shardid = q.shard), q.shard
+                // Each session's shard and the node that holds it (its group and address),
+                // computed on the coordinator from its metadata: no shard is read.
+                let rows: Vec<(i64, i64, String, i32)> = sqlx::query_as(
+                    "SELECT DISTINCT ON (q.i) n.groupid::int8, q.shard, n.nodename, n.nodeport
                      FROM (SELECT get_shard_id_for_distribution_column('sessions', s) AS shard, i
                            FROM unnest($1::bytea[]) WITH ORDINALITY AS t (s, i)) AS q
-                     ORDER BY q.i",
+                     JOIN pg_dist_placement p ON p.shardid = q.shard
+                     JOIN pg_dist_node n ON n.groupid = p.groupid AND n.noderole = 'primary'
+                     ORDER BY q.i, n.groupid",
                 )
                 .bind(ids)
                 .fetch_all(&self.0.pool)
                 .await?;
-                Ok(rows)
+                if rows.len() != sessions.len() {
+                    return Err(crate::store::Error::Corrupt(
+                        "a session's shard has no primary placement".into(),
+                    ));
+                }
+                if let Some(workers) = &self.0.workers {
+                    let nodes = rows.iter().map(|(_, _, name, port)| {
+                        (name.clone(), u16::try_from(*port).unwrap_or_default())
+                    });
+                    workers.remember(sessions, nodes);
+                }
+                Ok(rows
+                    .into_iter()
+                    .map(|(node, shard, _, _)| (node, shard))
+                    .collect())
             }
             // A session's own number: its id's random bytes (UUID v7: time, then random).
             Batching::BySession | Batching::Spread => Ok(sessions
@@ -317,7 +316,7 @@ impl CommitterConnection for Conn<Committer> {
         )
         .bind(nodes.iter().map(|n| n.body.clone()).collect::<Vec<_>>())
         .bind(nodes.iter().map(|n| n.body_z.clone()).collect::<Vec<_>>())
-        .fetch_one(&self.0.at_once_pool(first).await)
+        .fetch_one(&self.0.at_once_pool(first))
         .await;
         match moved {
             Ok(moved) => Ok(Some(moved == 1)),
