@@ -83,6 +83,9 @@ pub struct Options {
     /// server's store and behind the same keys (sent as `x-ctxd-api-key`); stops when
     /// `serve_with` returns.
     pub gateway: Option<crate::gateway::Gateway>,
+    /// The model table (`--models`): windows, cache prices and reasoning rules by model, for
+    /// the gateway, `Render` and `ContextStats`. Default: ctxd's own.
+    pub models: crate::provider::models::ModelTable,
 }
 
 /// A graceful shutdown: at the signal health turns NOT_SERVING and new calls are refused with
@@ -126,6 +129,7 @@ pub async fn serve_with(
         http_tls,
         retention,
         gateway,
+        models,
     } = options;
     // A tenant's `retain=` in the keys file runs the policy even without a default limit.
     let _retention = retention
@@ -138,7 +142,8 @@ pub async fn serve_with(
             )))
         });
     // The state every door shares, built once.
-    let workflows = Workflows::new(store, summarizer);
+    let mut workflows = Workflows::new(store, summarizer);
+    workflows.models = Arc::new(models);
     let service = ContextStoreService::new(workflows.clone()).with_limits(limits);
     let watchers = service.watchers();
     let api_keys = api_keys.map(Arc::new);

@@ -745,7 +745,30 @@ impl Gen {
             recent_assistant_text_chars: self.chance(0.5).then(|| field(self)),
             recent_tool_input_chars: self.chance(0.5).then(|| field(self)),
             payback_odds: field(self),
+            // Out of range, NaN and infinite prices too: refused, naming the field.
+            cache_read_price: self.chance(0.3).then(|| self.price()),
+            cache_write_price: self.chance(0.3).then(|| self.price()),
+            reasoning: if self.edgy() {
+                self.u32() as i32
+            } else {
+                self.below(3) as i32
+            },
         })
+    }
+
+    fn price(&mut self) -> f64 {
+        const PRICES: [f64; 8] = [0.025, 0.05, 0.1, 1.25, 0.0, -1.0, f64::NAN, f64::INFINITY];
+        PRICES[self.below(PRICES.len())]
+    }
+
+    /// A model name: one the table knows, one it does not, or any string.
+    fn model(&mut self) -> String {
+        match self.below(4) {
+            0 => String::new(),
+            1 => "claude-opus-5-5".into(),
+            2 => "gpt-5".into(),
+            _ => self.string(),
+        }
     }
 
     fn metadata(&mut self) -> std::collections::HashMap<String, String> {
@@ -1186,6 +1209,7 @@ fn request(g: &mut Gen, method: &str) -> Vec<Vec<u8>> {
             format: g.enumeration(3),
             strict_format: g.chance(0.5),
             last_call_unix_ms: g.i64(),
+            model: g.model(),
         }
         .encode_to_vec(),
         "ContextStats" => {
@@ -1203,6 +1227,7 @@ fn request(g: &mut Gen, method: &str) -> Vec<Vec<u8>> {
                 policy: g.policy(),
                 now_unix_ms: g.i64(),
                 last_call_unix_ms: g.i64(),
+                model: g.model(),
             }
             .encode_to_vec()
         }

@@ -9,8 +9,8 @@ use std::fmt::Write as _;
 use std::sync::{Arc, OnceLock};
 
 use ctxd::domain::{
-    ChainTail, ClosedChain, Expose, FunctionResult, FunctionStatus, Hash, MediaSource, Node,
-    NodeContent, NodeId, Part, PathView, Role, ToolCall,
+    CachePrices, ChainTail, ClosedChain, Expose, FunctionResult, FunctionStatus, Hash, MediaSource,
+    Node, NodeContent, NodeId, Part, PathView, Role, ToolCall,
 };
 use ctxd::render::{
     Budget, Callers, Message, MessageRole, Microcompact, Options, Policy, Reduction, Rendered,
@@ -353,7 +353,12 @@ fn policy() -> impl Strategy<Value = Policy> {
             prop_oneof![200usize..6000, Just(usize::MAX)],
             prop_oneof![20usize..1000, Just(usize::MAX)],
         ),
-        1usize..=8,
+        (
+            1usize..=8,
+            prop_oneof![Just(100u32), Just(50u32), Just(25u32)],
+            prop_oneof![Just(1250u32), Just(1000u32), Just(2000u32)],
+            prop::bool::weighted(0.25),
+        ),
     )
         .prop_map(
             |(
@@ -365,7 +370,7 @@ fn policy() -> impl Strategy<Value = Policy> {
                 reactive,
                 (stepped, recent, clear_at_least_tokens, max_tool_input_chars),
                 (max_assistant_text_chars, recent_assistant_text_chars, recent_tool_input_chars),
-                payback_odds,
+                (payback_odds, read_per_mille, write_per_mille, provider_edits),
             )| {
                 Policy {
                     max_tool_result_chars,
@@ -388,6 +393,11 @@ fn policy() -> impl Strategy<Value = Policy> {
                     retain_turns,
                     snip,
                     reactive,
+                    prices: CachePrices {
+                        read_per_mille,
+                        write_per_mille,
+                    },
+                    provider_edits,
                 }
             },
         );
@@ -1451,7 +1461,8 @@ fn check_budget(built: &Built, options: &Options, u: &Rendered, b: &Rendered) ->
     );
     prop_assert_eq!(b.report.summary_needed, !b.report.fits);
     prop_assert_eq!(b.report.over_by, total.saturating_sub(limit));
-    if b.report.fits || !options.policy.snip {
+    // The provider's edit drops no turn: what it cannot clear stays, and the report says so.
+    if b.report.fits || !options.policy.snip || options.policy.provider_edits {
         return Ok(());
     }
     // Only the preamble and the turn holding the tail (or a running function) may remain.
@@ -1512,6 +1523,15 @@ fn check_never_grows(options: &Options, u: &Rendered, b: &Rendered, ro: &Rendere
                 prop_assert!(
                     *t < unreduced[&m.node_ids],
                     "truncated {:?} grew",
+                    m.node_ids
+                );
+            }
+            // The provider's edit clears a result as short as its placeholder too: it stays
+            // as it was, no longer.
+            Reduction::Cleared if options.policy.provider_edits => {
+                prop_assert!(
+                    *t <= unreduced[&m.node_ids],
+                    "cleared {:?} grew",
                     m.node_ids
                 );
             }

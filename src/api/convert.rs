@@ -2,11 +2,12 @@
 
 use super::pb;
 use crate::domain::{
-    BlockFormat, Branch, Error, Expose, FunctionResult, FunctionStatus, MediaSource, Node,
-    NodeContent, NodeKind, Part, ProviderBlock, Role, Session, ToolCall,
+    BlockFormat, Branch, CachePrices, Error, Expose, FunctionResult, FunctionStatus, MediaSource,
+    Node, NodeContent, NodeKind, Part, ProviderBlock, Role, Session, ToolCall,
 };
 use crate::render::{Budget, Message, MessageRole, Policy, Reduction, Report, Saved, Trigger};
 use crate::tokens::Tokens;
+use crate::workflow::render::{Reasoned, Reasoning};
 
 // ---------------------------------------------------------------- requests
 
@@ -289,7 +290,7 @@ fn part(p: Part) -> pb::ContentPart {
                 }),
             }),
             Part::Block(block) => P::Media(pb::Media {
-                mime_type: block.format.mime().to_owned(),
+                mime_type: block.mime().to_owned(),
                 source: Some(Source::Data(block.json.into_bytes())),
             }),
         }),
@@ -393,7 +394,48 @@ pub fn policy(p: Option<pb::RenderPolicy>) -> Result<Policy, Error> {
         retain_turns: or(p.retain_turns, defaults.retain_turns),
         snip: p.snip.unwrap_or(defaults.snip),
         reactive: p.reactive,
+        prices: prices(&p)?.unwrap_or(defaults.prices),
+        provider_edits: defaults.provider_edits,
     })
+}
+
+/// The cache prices a policy sets itself (either one; the other stays the default's).
+pub fn prices(p: &pb::RenderPolicy) -> Result<Option<CachePrices>, Error> {
+    let per_mille = |field: &str, v: f64| {
+        if (0.0..=100.0).contains(&v) {
+            Ok((v * 1000.0).round() as u32)
+        } else {
+            Err(Error::invalid(
+                format!("policy.{field}"),
+                format!("must be between 0 and 100, not {v}"),
+            ))
+        }
+    };
+    if p.cache_read_price.is_none() && p.cache_write_price.is_none() {
+        return Ok(None);
+    }
+    let mut prices = CachePrices::STANDARD;
+    if let Some(r) = p.cache_read_price {
+        prices.read_per_mille = per_mille("cache_read_price", r)?;
+    }
+    if let Some(w) = p.cache_write_price {
+        prices.write_per_mille = per_mille("cache_write_price", w)?;
+    }
+    Ok(Some(prices))
+}
+
+/// How a policy asks a render for a binding model to treat its thinking.
+pub fn reasoning(p: Option<&pb::RenderPolicy>) -> Result<Reasoning, Error> {
+    match p.map_or(Ok(pb::Reasoning::Unspecified), |p| {
+        pb::Reasoning::try_from(p.reasoning)
+    }) {
+        Ok(pb::Reasoning::Unspecified | pb::Reasoning::Keep) => Ok(Reasoning::Keep),
+        Ok(pb::Reasoning::Drop) => Ok(Reasoning::Drop),
+        Err(_) => Err(Error::invalid(
+            "policy.reasoning",
+            format!("unknown value {}", p.map_or(0, |p| p.reasoning)),
+        )),
+    }
 }
 
 fn count(n: usize) -> u32 {
@@ -444,6 +486,10 @@ pub fn report(r: &Report) -> pb::ContextReport {
         microcompact_boundary: count(r.microcompact_boundary),
         // 0 says "not a step its saving paid for"; one that pays at once pays within a call.
         payback_calls: r.payback_calls.map_or(0, |n| n.max(1)),
+        priced_by: String::new(),
+        edit_clear: 0,
+        edit_keep: 0,
+        thinking_dropped: 0,
         stable_prefix_messages: count(r.stable_prefix_messages),
         inputs_stubbed: count(r.inputs_stubbed),
         stubbed_node_ids: ids(&r.stubbed),
@@ -517,5 +563,20 @@ fn saved(s: &Saved) -> pb::StepSavings {
         items: count(s.items),
         chars: s.chars as u64,
         tokens: s.tokens,
+    }
+}
+
+/// A report of a render for a model: the render's, and what the model's rules did.
+pub fn reasoned_report(r: &Report, reasoned: &Reasoned) -> pb::ContextReport {
+    let (edit_clear, edit_keep) = reasoned
+        .edit
+        .as_ref()
+        .map_or((0, 0), |(e, _)| (e.clear, e.keep));
+    pb::ContextReport {
+        priced_by: reasoned.priced_by.clone(),
+        edit_clear,
+        edit_keep,
+        thinking_dropped: reasoned.thinking_dropped,
+        ..report(r)
     }
 }

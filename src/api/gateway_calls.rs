@@ -8,6 +8,7 @@ use super::reply::{self, Capped};
 use super::service::{ContextStoreService, Reply, tenant_of};
 use super::{pb, status};
 use crate::domain::{GatewayCall, GatewayCallId};
+use crate::provider::models::ModelTable;
 
 /// Calls per page when the request does not say, and at most (as Log's nodes).
 const DEFAULT_PAGE_SIZE: u32 = 100;
@@ -40,15 +41,28 @@ impl ContextStoreService {
             .await
             .map_err(status)?;
         let response = pb::ListGatewayCallsResponse {
-            calls: calls.iter().map(call).collect(),
+            calls: calls
+                .iter()
+                .map(|c| call(c, &self.workflows.models))
+                .collect(),
             next_page_token: next.map(|id| id.to_string()).unwrap_or_default(),
         };
         reply::capped(response, self.limits.max_response_bytes)
     }
 }
 
-fn call(c: &GatewayCall) -> pb::GatewayCall {
+fn call(c: &GatewayCall, models: &ModelTable) -> pb::GatewayCall {
+    let prices = models.entry(&c.model).prices;
+    let u = &c.usage;
     pb::GatewayCall {
+        priced_by: c.priced_by.clone(),
+        edit_clear: c.asked.map(|a| a.clear),
+        edit_keep: c.asked.map(|a| a.keep),
+        provider_cleared: u.cleared.map(|(uses, _)| uses),
+        provider_cleared_tokens: u.cleared.map(|(_, tokens)| tokens),
+        provider_thinking_dropped: u.thinking_dropped,
+        thinking_dropped: c.thinking_dropped,
+        cost: prices.cost(u.input, u.cache_read, u.cache_write),
         at_unix_ms: c.at_ms,
         api: c.api.clone(),
         model: c.model.clone(),

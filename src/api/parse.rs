@@ -325,6 +325,7 @@ pub(super) struct RenderArgs {
     policy: Option<pb::RenderPolicy>,
     now_unix_ms: i64,
     last_call_unix_ms: i64,
+    model: String,
 }
 
 /// `Render` and `ContextStats` carry the same fields: one conversion serves both.
@@ -346,6 +347,7 @@ macro_rules! render_args_from {
                     policy: r.policy,
                     now_unix_ms: r.now_unix_ms,
                     last_call_unix_ms: r.last_call_unix_ms,
+                    model: r.model,
                 }
             }
         }
@@ -354,6 +356,56 @@ macro_rules! render_args_from {
 
 render_args_from!(pb::RenderRequest, render_request);
 render_args_from!(pb::ContextStatsRequest, context_stats_request);
+
+/// The model a Render or ContextStats request is for, before its table entry is looked up:
+/// its name, how its thinking is treated, and the prices and cache lifetime the request sets
+/// itself.
+pub(super) struct ModelChoice {
+    pub(super) name: String,
+    pub(super) reasoning: crate::workflow::render::Reasoning,
+    pub(super) prices: Option<crate::domain::CachePrices>,
+    pub(super) idle_ms: Option<i64>,
+}
+
+/// A Render or ContextStats request, parsed: session, target, tokenizer, engine options, and
+/// the model it is for (`None`: none named).
+pub(super) fn render_request_for(
+    args: RenderArgs,
+) -> Result<
+    (
+        SessionId,
+        PathTarget,
+        Tokenizer,
+        Options,
+        Option<ModelChoice>,
+    ),
+    Status,
+> {
+    let model = args.model.trim().to_owned();
+    let choice = match &args.policy {
+        _ if model.is_empty() => None,
+        p => Some(ModelChoice {
+            name: model,
+            reasoning: parse(convert::reasoning(p.as_ref()))?,
+            prices: p
+                .as_ref()
+                .map(convert::prices)
+                .transpose()
+                .map_err(domain_status)?
+                .flatten(),
+            idle_ms: p
+                .as_ref()
+                .filter(|p| p.idle_minutes != 0)
+                .map(|p| i64::from(p.idle_minutes) * 60_000),
+        }),
+    };
+    if choice.is_none() {
+        // Without a model, a reasoning policy still has to be a known one.
+        parse(convert::reasoning(args.policy.as_ref()))?;
+    }
+    let (session, target, tokenizer, options) = render_request(args)?;
+    Ok((session, target, tokenizer, options, choice))
+}
 
 /// A Render or ContextStats request, parsed: session, target, tokenizer and engine options.
 pub(super) fn render_request(

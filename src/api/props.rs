@@ -176,6 +176,7 @@ proptest! {
             policy: request.policy,
             now_unix_ms: request.now_unix_ms,
             last_call_unix_ms: request.last_call_unix_ms,
+            model: request.model.clone(),
         };
         let parsed = render_request(RenderArgs::from(request.clone()));
         let via_stats = render_request(RenderArgs::from(stats));

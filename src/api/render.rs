@@ -3,12 +3,16 @@
 
 use tonic::{Request, Status};
 
-use super::parse::{self, RenderArgs, provider_format, render_request, session_id};
+use super::parse::{
+    self, RenderArgs, provider_format, render_request, render_request_for, session_id,
+};
 use super::{convert, domain_status, pb, status, workflow_status};
 use crate::domain::{PathView, Tenant};
+use crate::provider::anthropic::edits;
 use crate::recall;
 use crate::render::Rendered;
 use crate::workflow::SavingsReport;
+use crate::workflow::render::{ForModel, Reasoned};
 
 use super::service::{ContextStoreService, Reply, tenant_of};
 
@@ -21,16 +25,35 @@ impl ContextStoreService {
         let r = request.into_inner();
         let format = provider_format(r.format)?;
         let strict = r.strict_format;
-        let (path, rendered) = self.rendered(&tenant, r.into()).await?;
+        let (path, rendered, reasoned) = self.rendered(&tenant, r.into()).await?;
         let (head_id, head_hash) = path
             .nodes
             .last()
             .map(|n| (n.id.to_string(), n.hash.to_hex()))
             .unwrap_or_default();
-        let report = convert::report(&rendered.report);
-        let messages_json = format
-            .map(|f| crate::provider::format::document(f, &rendered.messages))
-            .unwrap_or_default();
+        let report = convert::reasoned_report(&rendered.report, &reasoned);
+        // A step said as the provider's edit: the messages go unreduced, with the edit.
+        let (messages_json, betas) = match (format, &reasoned.edit) {
+            (Some(f @ crate::provider::format::Format::AnthropicMessages), Some((edit, whole))) => {
+                let document = crate::provider::format::document(f, whole);
+                let edit = edits::ClearToolUses {
+                    clear: edit.clear,
+                    keep: edit.keep,
+                    exclude_tools: Vec::new(),
+                    clear_inputs: false,
+                };
+                (
+                    edits::with_edit(&document, &edit).unwrap_or(document),
+                    vec![edits::CONTEXT_MANAGEMENT_BETA.to_owned()],
+                )
+            }
+            _ => (
+                format
+                    .map(|f| crate::provider::format::document(f, &rendered.messages))
+                    .unwrap_or_default(),
+                Vec::new(),
+            ),
+        };
         let uncarried = format
             .map(|f| crate::provider::format::uncarried(f, &rendered.messages))
             .unwrap_or_default();
@@ -73,6 +96,7 @@ impl ContextStoreService {
                     mime_type: u.mime_type,
                 })
                 .collect(),
+            betas,
         })
     }
 
@@ -81,8 +105,8 @@ impl ContextStoreService {
         request: Request<pb::ContextStatsRequest>,
     ) -> Reply<pb::ContextReport> {
         let tenant = tenant_of(&request);
-        let (_, rendered) = self.rendered(&tenant, request.into_inner().into()).await?;
-        self.reply(convert::report(&rendered.report))
+        let (_, rendered, reasoned) = self.rendered(&tenant, request.into_inner().into()).await?;
+        self.reply(convert::reasoned_report(&rendered.report, &reasoned))
     }
 
     pub(super) async fn recall_nodes(
@@ -130,11 +154,17 @@ impl ContextStoreService {
         &self,
         tenant: &Tenant,
         args: RenderArgs,
-    ) -> Result<(PathView, Rendered), Status> {
-        let (session, target, tokenizer, options) = render_request(args)?;
+    ) -> Result<(PathView, Rendered, Reasoned), Status> {
+        let (session, target, tokenizer, options, choice) = render_request_for(args)?;
         let session = self.scope(tenant, session).await?;
+        let model = choice.map(|c| ForModel {
+            entry: self.workflows.models.entry(&c.name),
+            reasoning: c.reasoning,
+            prices: c.prices,
+            idle_ms: c.idle_ms,
+        });
         self.workflows
-            .render(session, &target, tokenizer, options)
+            .render_for(session, &target, tokenizer, options, model)
             .await
             .map_err(workflow_status)
     }

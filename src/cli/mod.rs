@@ -122,6 +122,7 @@ pub fn main() -> anyhow::Result<()> {
                         http_tls: security.http_tls,
                         retention: storage.retention(),
                         gateway: None,
+                        models: gateway.models()?,
                     };
                     let addrs = Addrs {
                         listen,
@@ -226,7 +227,11 @@ async fn serve(
             gateway.openai_upstream,
         );
         g.policy = crate::server::GatewayPolicy::parse(&gateway.gateway_policy).unwrap_or_default();
-        g.windows = gateway.context_windows;
+        g.windows = gateway.context_windows.clone();
+        g.reasoning = match gateway.gateway_reasoning.as_str() {
+            "drop" => crate::workflow::render::Reasoning::Drop,
+            _ => crate::workflow::render::Reasoning::Keep,
+        };
         options.gateway = Some(g);
     }
     stdout.flush()?;

@@ -46,6 +46,33 @@ pub(super) struct GatewayArgs {
     /// is budgeted by the table, and one the table does not know is never cut by budget.
     #[arg(long = "context-window", value_name = "MODEL=TOKENS", value_parser = crate::server::Window::parse)]
     pub(super) context_windows: Vec<crate::server::Window>,
+    /// For a model that binds its thinking blocks to what precedes them (Anthropic's current
+    /// models): `keep` every thinking block valid, each step said as the provider's own edit
+    /// (`clear_tool_uses_20250919`), or `drop` the thinking a step invalidates, to save more.
+    #[arg(long, env = "CTXD_GATEWAY_REASONING", default_value = "keep", value_parser = ["keep", "drop"])]
+    pub(super) gateway_reasoning: String,
+    /// A JSON file of model entries over ctxd's model table: `[{"model": "claude-opus-5-5",
+    /// "window": 200000, "cache_read": 0.05, "cache_write": 1.25, "cache_write_long": 2.0,
+    /// "ttl_minutes": 5, "long_ttl_minutes": 60, "binds_thinking": true}]`, every field but
+    /// `model` optional (a model name prefix: dated ids match). Prices the gateway, `Render`
+    /// and `ContextStats` for the models it names.
+    #[arg(long, env = "CTXD_MODELS", value_name = "FILE")]
+    pub(super) models: Option<PathBuf>,
+}
+
+impl GatewayArgs {
+    /// The model table: ctxd's, with the `--models` file's entries over it.
+    pub(super) fn models(&self) -> anyhow::Result<crate::provider::models::ModelTable> {
+        let table = crate::provider::models::ModelTable::default();
+        let Some(path) = &self.models else {
+            return Ok(table);
+        };
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| anyhow::anyhow!("--models {}: {e}", path.display()))?;
+        table
+            .with_file(&text)
+            .map_err(|e| anyhow::anyhow!("--models {}: {e}", path.display()))
+    }
 }
 
 /// How the database is used when another process holds it or the disk fills up.

@@ -401,6 +401,7 @@ mod tests {
             kept_tokens: 85_000,
             change: change.into(),
             unexplained_miss: miss,
+            ..Default::default()
         }
     }
 

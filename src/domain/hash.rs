@@ -162,8 +162,10 @@ impl Canonical {
     }
 
     fn parts(&mut self, parts: &[Part]) {
-        self.len(parts.len());
-        for part in parts {
+        // The model's reasoning is not what a message says (`ProviderBlock::reasoning`).
+        let said = |p: &&Part| !matches!(p, Part::Block(b) if b.reasoning);
+        self.len(parts.iter().filter(said).count());
+        for part in parts.iter().filter(said) {
             match part {
                 Part::Text(text) => {
                     self.tag(1);
@@ -187,7 +189,7 @@ impl Canonical {
                 // so those sessions keep their identities.
                 Part::Block(block) => {
                     self.tag(2);
-                    self.str(block.format.mime());
+                    self.str(block.mime());
                     self.tag(1);
                     self.0.update(&blob_hash(block.json.as_bytes()).0);
                 }

@@ -8,6 +8,7 @@ mod ids;
 mod ledger;
 mod node;
 mod pairing;
+mod prices;
 mod session;
 mod summary;
 mod tenant;
@@ -24,9 +25,10 @@ pub use node::{
     NodeContent, NodeKind, Part, PathView, ProviderBlock, Role, ToolCall,
 };
 pub use pairing::{Admit, ChainTail};
+pub use prices::CachePrices;
 pub use session::{Branch, Session, SessionFilter, Tombstone};
 pub use summary::{
     CompactionEvent, CompactionId, EventKind, Reason, Summary, SummaryId, SummaryKind,
 };
 pub use tenant::Tenant;
-pub use usage::{GatewayCall, GatewayUsage, PrefixChange, ProviderUsage};
+pub use usage::{AskedEdit, GatewayCall, GatewayUsage, PrefixChange, ProviderUsage};

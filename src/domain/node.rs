@@ -83,6 +83,9 @@ impl BlockFormat {
     }
 
     pub fn from_mime(mime: &str) -> Option<Self> {
+        if mime == REASONING_MIME {
+            return Some(BlockFormat::AnthropicMessages);
+        }
         Self::ALL.into_iter().find(|f| f.mime() == mime)
     }
 
@@ -100,15 +103,49 @@ impl BlockFormat {
     }
 }
 
+/// The MIME type of a block of the model's reasoning (an Anthropic thinking block, redacted or
+/// not) where a part is media on the wire and in the store.
+pub const REASONING_MIME: &str = "application/vnd.ctxd.anthropic-reasoning+json";
+
 /// A provider block as it came, in its canonical JSON (keys sorted, no spacing, no cache
 /// marker): given back to its own API byte for byte, left out of the others.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProviderBlock {
     pub format: BlockFormat,
     pub json: String,
+    /// The model's reasoning (its codec says which blocks are): like a cache marker, not part
+    /// of what a message says. A client that resends its history without it (after the
+    /// provider refused it, or to a model that cannot read it) continues the same history, and
+    /// the stored message keeps it.
+    pub reasoning: bool,
 }
 
 impl ProviderBlock {
+    pub fn new(format: BlockFormat, json: String) -> Self {
+        Self {
+            format,
+            json,
+            reasoning: false,
+        }
+    }
+
+    pub fn reasoning(json: String) -> Self {
+        Self {
+            format: BlockFormat::AnthropicMessages,
+            json,
+            reasoning: true,
+        }
+    }
+
+    /// The MIME type the block travels and is stored under.
+    pub fn mime(&self) -> &'static str {
+        if self.reasoning {
+            REASONING_MIME
+        } else {
+            self.format.mime()
+        }
+    }
+
     /// The block a caller sent as media of `mime`: `None` when `mime` is no block's;
     /// `Some(None)` when the data is not JSON text.
     pub fn from_media(mime: &str, data: Vec<u8>) -> Option<Option<Self>> {
@@ -116,18 +153,22 @@ impl ProviderBlock {
         let checked = String::from_utf8(data)
             .ok()
             .filter(|json| serde_json::from_str::<serde::de::IgnoredAny>(json).is_ok());
-        Some(checked.map(|json| Self { format, json }))
+        Some(checked.map(|json| Self {
+            format,
+            json,
+            reasoning: mime == REASONING_MIME,
+        }))
     }
 
     /// A block read back from the store, which checked it when it was written: only UTF-8 is
     /// checked, not its JSON again on every read.
     pub fn stored(mime: &str, data: Vec<u8>) -> Option<Option<Self>> {
         let format = BlockFormat::from_mime(mime)?;
-        Some(
-            String::from_utf8(data)
-                .ok()
-                .map(|json| Self { format, json }),
-        )
+        Some(String::from_utf8(data).ok().map(|json| Self {
+            format,
+            json,
+            reasoning: mime == REASONING_MIME,
+        }))
     }
 }
 
@@ -271,6 +312,45 @@ pub enum NodeKind {
 }
 
 impl NodeContent {
+    /// Whether `self` says what `other` says: equal but for the model's reasoning, which no
+    /// node's identity holds (`ProviderBlock::reasoning`).
+    pub fn says_same(&self, other: &NodeContent) -> bool {
+        fn said(parts: &[Part]) -> impl Iterator<Item = &Part> {
+            parts
+                .iter()
+                .filter(|p| !matches!(p, Part::Block(b) if b.reasoning))
+        }
+        match (self, other) {
+            (
+                NodeContent::Message {
+                    role: a,
+                    parts: pa,
+                    tool_calls: ta,
+                },
+                NodeContent::Message {
+                    role: b,
+                    parts: pb,
+                    tool_calls: tb,
+                },
+            ) => a == b && ta == tb && said(pa).eq(said(pb)),
+            (
+                NodeContent::ToolResult {
+                    call_id: a,
+                    name: na,
+                    parts: pa,
+                    is_error: ea,
+                },
+                NodeContent::ToolResult {
+                    call_id: b,
+                    name: nb,
+                    parts: pb,
+                    is_error: eb,
+                },
+            ) => a == b && na == nb && ea == eb && said(pa).eq(said(pb)),
+            _ => self == other,
+        }
+    }
+
     /// The bytes of what a model reads of this content: its parts, its calls' names and
     /// arguments, a function's input or output.
     pub fn byte_len(&self) -> usize {

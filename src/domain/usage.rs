@@ -18,6 +18,21 @@ pub struct GatewayCall {
     /// Why the forwarded prefix differs from the previous forwarded request's, up to its last
     /// breakpoint; `None` when it is the same (or for the first call).
     pub change: Option<PrefixChange>,
+    /// The model table's entry that priced the call (its name; `*` marks an operator's).
+    pub priced_by: String,
+    /// The edit ctxd asked the provider to make in place of a step: tool uses to clear, and to
+    /// keep; `None` when it asked for none.
+    pub asked: Option<AskedEdit>,
+    /// Thinking blocks ctxd left out of the forwarded request itself, as no longer bound to
+    /// what precedes them (the reasoning-dropping policy).
+    pub thinking_dropped: u32,
+}
+
+/// An edit ctxd asked the provider to make: clear the oldest `clear` tool uses, keep `keep`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AskedEdit {
+    pub clear: u32,
+    pub keep: u32,
 }
 
 /// A cache read this far below `kept_tokens` is still explained: the provider's tokens are not
@@ -183,6 +198,12 @@ pub struct ProviderUsage {
     pub cache_read: u64,
     pub cache_write: u64,
     pub output: u64,
+    /// What the provider says its own context edit cleared (tool uses, input tokens); `None`
+    /// when it reported no edit.
+    pub cleared: Option<(u32, u64)>,
+    /// Thinking blocks the provider says it dropped from the request as no longer bound to
+    /// their prefix.
+    pub thinking_dropped: u32,
 }
 
 impl ProviderUsage {
@@ -293,6 +314,7 @@ mod tests {
                 cache_read: read,
                 cache_write: 0,
                 output: 10,
+                ..ProviderUsage::default()
             },
             ..GatewayCall::default()
         }

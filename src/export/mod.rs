@@ -118,10 +118,18 @@ impl<'a> Branch<'a> {
 }
 
 /// A part as ctxd JSONL writes it: `{text}`, `{mime_type, data (base64) | url}`, or a kept
-/// provider block as `{block: {format, value}}` (its JSON as a value, so the file reads).
+/// provider block as `{block: {format, value}}` (its JSON as a value, so the file reads; the
+/// model's reasoning with `reasoning: true`).
 fn part_json(part: &Part) -> Value {
     match part {
         Part::Text(text) => json!({ "text": text }),
+        Part::Block(block) if block.reasoning => json!({
+            "block": {
+                "format": block.format.name(),
+                "value": serde_json::from_str::<Value>(&block.json).unwrap_or(Value::Null),
+                "reasoning": true,
+            }
+        }),
         Part::Block(block) => json!({
             "block": {
                 "format": block.format.name(),

@@ -4,7 +4,7 @@
 use axum::http::{HeaderMap, HeaderValue};
 
 use super::{Api, ledger};
-use crate::domain::{self, GatewayCall, NodeContent, NodeId, ProviderUsage};
+use crate::domain::{self, AskedEdit, GatewayCall, NodeContent, NodeId, ProviderUsage};
 use crate::store::{Scoped, now_ms};
 use crate::workflow::Workflows;
 use crate::workflow::record::Recorded;
@@ -21,6 +21,11 @@ pub(super) struct Sink {
     pub(super) named: Named,
     pub(super) recording: Recording,
     pub(super) verdict: Option<ledger::Verdict>,
+    /// The model table's entry that priced the call, the edit asked of the provider, and the
+    /// thinking blocks left out.
+    pub(super) priced_by: String,
+    pub(super) asked: Option<AskedEdit>,
+    pub(super) thinking_dropped: u32,
     /// Opened once the upstream has answered: a request located without writing is recorded
     /// then (dropped unopened, it records nothing).
     pub(super) gate: Option<tokio::sync::oneshot::Sender<()>>,
@@ -99,6 +104,9 @@ impl Sink {
                 (prompt as f64 * v.kept_share).round() as u64
             }),
             change: self.verdict.and_then(|v| v.change),
+            priced_by: self.priced_by,
+            asked: self.asked,
+            thinking_dropped: self.thinking_dropped,
         };
         self.workflows.record_call(self.named.session, &call).await;
     }

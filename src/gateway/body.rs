@@ -1,19 +1,22 @@
 //! The body forwarded upstream: the client's body with its conversation replaced by the render
 //! of the branch it extends, or the client's bytes as sent where the render changed nothing.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use axum::http::HeaderMap;
+use serde_json::value::RawValue;
 
 use super::config::render_options;
 use super::{Api, App, forward, json, ledger};
-use crate::domain::{NodeContent, Part, PathView};
-use crate::provider::anthropic;
+use crate::domain::{AskedEdit, NodeContent, Part, PathView};
+use crate::provider::anthropic::{self, edits};
 use crate::provider::conversation::{Conversation, estimate};
-use crate::render::{self, Message};
+use crate::render::{self, Message, Reduction};
 use crate::store::PathTarget;
 use crate::tokens::Tokenizer;
 use crate::workflow::record::{self, Recorded, extended};
+use crate::workflow::render::Reasoning;
 
 impl App {
     /// The body to forward: the client's, with `messages` replaced by the branch's render.
@@ -25,7 +28,7 @@ impl App {
         headers: &HeaderMap,
         body: &[u8],
     ) -> Result<ForwardedBody, &'static str> {
-        let mut options = self.options(conv, headers, recorded.seen)?;
+        let (mut options, mode) = self.options(api, conv, headers, recorded.seen)?;
         let target = match recorded.function {
             // A sub-agent sees its own conversation, as its client sent it. It is short by
             // design: a step must pay back with better odds than in its parent.
@@ -49,26 +52,35 @@ impl App {
                 "render"
             })?;
         let key = (recorded.session, recorded.function.map(|(id, _)| id));
-        self.forwarded_body(api, conv, path, options, body, key)
+        self.forwarded_body(api, conv, path, options, body, key, mode)
             .await
     }
 
-    /// The render options of a request whose model has read `seen`; the agent's own summary
-    /// request reads everything it sent, so nothing of it is reduced.
+    /// The render options of a request whose model has read `seen`, and how its steps reach
+    /// the provider; the agent's own summary request reads everything it sent, so nothing of
+    /// it is reduced.
     fn options(
         &self,
+        api: Api,
         conv: &Conversation,
         headers: &HeaderMap,
         seen: render::Seen,
-    ) -> Result<render::Options, &'static str> {
-        let mut options = render_options(conv, &self.window(conv, headers))
+    ) -> Result<(render::Options, Mode), &'static str> {
+        let (entry, window) = self.model(conv, headers);
+        let mut options = render_options(conv, &window, &entry)
             .ok_or("a budget that leaves the history nothing")?;
         options.seen = if crate::provider::agents::is_summary_request(conv) {
             render::Seen::Nothing
         } else {
             seen
         };
-        Ok(options)
+        let mode = match (api, entry.binds(conv.reasoning), self.reasoning) {
+            (Api::Anthropic, true, Reasoning::Keep) => Mode::Edits,
+            (Api::Anthropic, true, Reasoning::Drop) => Mode::DropThinking,
+            _ => Mode::Rewrite,
+        };
+        options.policy.provider_edits = mode == Mode::Edits;
+        Ok((options, mode))
     }
 
     /// The body to forward for a request located but not yet recorded: the stored path it
@@ -84,7 +96,7 @@ impl App {
         body: &[u8],
     ) -> Result<ForwardedBody, &'static str> {
         let t0 = std::time::Instant::now();
-        let options = self.options(conv, headers, located.seen())?;
+        let (options, mode) = self.options(api, conv, headers, located.seen())?;
         let stored = match located.expected {
             Some((node, _)) => self
                 .workflows
@@ -101,7 +113,7 @@ impl App {
         if located.behind {
             let (path, rendered) = self.rendered(stored, options, &mut state).await?;
             let contents: Vec<&NodeContent> = conv.items.iter().map(|i| &i.content).collect();
-            return written(api, conv, &contents, &path, rendered, body, state);
+            return written(api, conv, &contents, &path, rendered, body, state, mode);
         }
         let t_load = t0.elapsed();
         located.lend(conv);
@@ -128,7 +140,7 @@ impl App {
                 )
                 .collect();
             let t_render = t0.elapsed();
-            let forwarded = written(api, conv, &contents, &path, rendered, body, state);
+            let forwarded = written(api, conv, &contents, &path, rendered, body, state, mode);
             tracing::debug!(
                 load_us = t_load.as_micros() as u64,
                 render_us = (t_render - t_load).as_micros() as u64,
@@ -207,6 +219,7 @@ impl App {
     }
 
     /// `body` with its conversation replaced by the render of `path`.
+    #[allow(clippy::too_many_arguments)]
     async fn forwarded_body(
         &self,
         api: Api,
@@ -215,11 +228,12 @@ impl App {
         options: render::Options,
         body: &[u8],
         key: ledger::Key,
+        mode: Mode,
     ) -> Result<ForwardedBody, &'static str> {
         let mut state = ledger::State::load(&self.workflows.store, key).await;
         let (path, rendered) = self.rendered(path, options, &mut state).await?;
         let contents: Vec<&NodeContent> = conv.items.iter().map(|i| &i.content).collect();
-        written(api, conv, &contents, &path, rendered, body, state)
+        written(api, conv, &contents, &path, rendered, body, state, mode)
     }
 }
 
@@ -227,6 +241,7 @@ impl App {
 /// request's items' contents; `ledger` the conversation's ledger state). The render is let go
 /// before the body is written, so a large request's text is not held three times over while
 /// it is.
+#[allow(clippy::too_many_arguments)]
 fn written(
     api: Api,
     conv: &Conversation,
@@ -235,6 +250,7 @@ fn written(
     mut rendered: render::Rendered,
     body: &[u8],
     ledger: ledger::State,
+    mode: Mode,
 ) -> Result<ForwardedBody, &'static str> {
     let members = json::Members::of(body).ok_or("a body that is not an object")?;
     let client = forward::client_entries(&members, api.field());
@@ -245,6 +261,12 @@ fn written(
         // One that pays at once pays within a call.
         payback_calls: rendered.report.payback_calls.map(|n| n.max(1)),
     };
+    if mode == Mode::Edits {
+        let client = client.ok_or("a body whose messages are not an array")?;
+        return Ok(edited(
+            conv, &client, &members, &rendered, tokens, step, ledger,
+        ));
+    }
     // The common case, a render that changed nothing: the client's body goes as sent, found
     // without building the forwarded conversation (debug builds check it against that build).
     let as_sent = forward::as_sent(conv, contents, client.as_deref(), path, &rendered.messages);
@@ -297,7 +319,81 @@ fn written(
         kept,
         step,
         ledger,
+        asked: None,
+        beta: None,
+        thinking_dropped: 0,
     })
+}
+
+/// The body to forward for a model that binds its thinking: the client's, as sent, with the
+/// render's step said as the provider's edit (merged into the client's own
+/// `context_management`), so no thinking block's prefix changes; the client's own clearing,
+/// when it asks for one, stands instead.
+fn edited(
+    conv: &Conversation,
+    client: &[&RawValue],
+    members: &json::Members<'_>,
+    rendered: &render::Rendered,
+    tokens: u64,
+    step: ledger::Step,
+    ledger: ledger::State,
+) -> ForwardedBody {
+    let cleared: HashSet<&str> = rendered
+        .messages
+        .iter()
+        .filter(|m| m.reduction == Reduction::Cleared)
+        .filter_map(|m| m.tool_call_id.as_deref())
+        .collect();
+    let uses: Vec<&str> = conv
+        .items
+        .iter()
+        .filter_map(|i| match &i.content {
+            NodeContent::Message { tool_calls, .. } => Some(tool_calls),
+            _ => None,
+        })
+        .flatten()
+        .map(|c| c.call_id.as_str())
+        .collect();
+    let client_cm = members.get(edits::CONTEXT_MANAGEMENT);
+    let edit = edits::clearing(uses.iter().copied(), &cleared)
+        .filter(|_| !edits::client_clears(client_cm));
+    let body = edit.as_ref().and_then(|edit| {
+        let merged = edits::merged(client_cm, edit).ok()?;
+        members.with_member(edits::CONTEXT_MANAGEMENT, &merged)
+    });
+    // What the provider clears: the oldest `clear` tool uses, whatever the render cleared
+    // after a result it kept.
+    let asked = edit.filter(|_| body.is_some());
+    let clears: HashSet<&str> = uses
+        .iter()
+        .take(asked.as_ref().map_or(0, |e| e.clear as usize))
+        .copied()
+        .collect();
+    ForwardedBody {
+        kept: forward::edited::kept(conv, client, &clears),
+        body,
+        tokens,
+        step,
+        ledger,
+        beta: asked.as_ref().map(|_| edits::CONTEXT_MANAGEMENT_BETA),
+        asked: asked.map(|e| AskedEdit {
+            clear: e.clear,
+            keep: e.keep,
+        }),
+        thinking_dropped: 0,
+    }
+}
+
+/// How a request's steps reach the provider.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Mode {
+    /// ctxd's render in place of the client's messages.
+    Rewrite,
+    /// The client's messages as sent, each step the provider's own edit: a model that binds
+    /// its thinking to its prefix (`--gateway-reasoning keep`).
+    Edits,
+    /// ctxd's render, the thinking blocks it invalidated left out (`--gateway-reasoning drop`).
+    DropThinking,
 }
 
 /// The odds a step of a sub-agent's conversation must pay back with (the render's default):
@@ -313,6 +409,11 @@ pub(super) struct ForwardedBody {
     pub(super) step: ledger::Step,
     /// The conversation's ledger state, the render's step taken into it.
     pub(super) ledger: ledger::State,
+    /// The edit asked of the provider in place of a step, and the `anthropic-beta` it needs.
+    pub(super) asked: Option<AskedEdit>,
+    pub(super) beta: Option<&'static str>,
+    /// Thinking blocks left out as a step invalidated them.
+    pub(super) thinking_dropped: u32,
 }
 
 /// Breakpoints a client can place on messages at most (the API's four).

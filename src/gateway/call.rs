@@ -15,7 +15,8 @@ use super::config::{GatewayPolicy, policy};
 use super::{
     Api, App, count, ledger, passthrough, request_policy, session_header, with_client_session,
 };
-use crate::domain::{Budget, Tenant};
+use crate::domain::{AskedEdit, Budget, Tenant};
+use crate::provider::anthropic::edits;
 use crate::provider::conversation::{Conversation, Refusal};
 use crate::store::now_ms;
 use crate::tokens::Tokenizer;
@@ -129,8 +130,8 @@ impl App {
             self.lay_agent_summary(&recorded, summary).await;
         }
         let t_record = t0.elapsed();
-        let (outgoing, forwarded_tokens, verdict) = match policy {
-            GatewayPolicy::Passthrough => (body, conv.client_tokens, None),
+        let out = match policy {
+            GatewayPolicy::Passthrough => Outgoing::as_sent(body, &conv),
             GatewayPolicy::Stepped => {
                 match self
                     .rendered_body(api, &conv, &recorded, &headers, &body)
@@ -139,16 +140,17 @@ impl App {
                     Ok(mut forwarded) => {
                         let key = (recorded.session, recorded.function.map(|(id, _)| id));
                         let verdict = self.judge(api, &conv, key, &mut forwarded).await;
-                        let outgoing = forwarded.body.map_or(body, Bytes::from);
-                        (outgoing, forwarded.tokens, Some(verdict))
+                        Outgoing::forwarded(forwarded, body, verdict)
                     }
                     Err(reason) => {
                         passthrough(reason);
-                        (body, conv.client_tokens, None)
+                        Outgoing::as_sent(body, &conv)
                     }
                 }
             }
         };
+        let mut headers = headers;
+        out.beta(&mut headers);
         tracing::debug!(
             read_us = t_read.as_micros() as u64,
             record_us = (t_record - t_read).as_micros() as u64,
@@ -158,25 +160,27 @@ impl App {
         count(api, "recorded");
         metrics::counter!("ctxd_gateway_tokens_total", "kind" => "client")
             .increment(conv.client_tokens);
-        metrics::counter!("ctxd_gateway_tokens_total", "kind" => "forwarded")
-            .increment(forwarded_tokens);
+        metrics::counter!("ctxd_gateway_tokens_total", "kind" => "forwarded").increment(out.tokens);
         let sink = Sink {
             workflows: self.workflows.clone(),
             api,
             stream: conv.stream,
             model: conv.model.clone(),
             client_tokens: conv.client_tokens,
-            forwarded_tokens,
+            forwarded_tokens: out.tokens,
             named: Named {
                 session: recorded.session,
                 branch: recorded.branch.clone(),
                 function: recorded.function.map(|(id, _)| id),
             },
             recording: Recording::Done(Box::new(recorded)),
-            verdict,
+            verdict: out.verdict,
             gate: None,
+            priced_by: self.models.entry(&conv.model).label(),
+            asked: out.asked,
+            thinking_dropped: out.thinking_dropped,
         };
-        self.forward(api, Method::POST, &uri, &headers, outgoing, Some(sink))
+        self.forward(api, Method::POST, &uri, &headers, out.body, Some(sink))
             .await
     }
 
@@ -196,7 +200,7 @@ impl App {
         located: record::Located,
     ) -> Response {
         let (mut conv, mut located) = (conv, located);
-        let (outgoing, forwarded_tokens, verdict) = match self
+        let out = match self
             .located_body(api, &mut conv, &mut located, &headers, &body)
             .await
         {
@@ -205,19 +209,20 @@ impl App {
                     .judge(api, &conv, (located.session, None), &mut forwarded)
                     .await;
                 // Only what is forwarded is held from here on.
-                let outgoing = forwarded.body.map_or(body, Bytes::from);
-                (outgoing, forwarded.tokens, Some(verdict))
+                Outgoing::forwarded(forwarded, body, verdict)
             }
             Err(reason) => {
                 passthrough(reason);
-                (body, conv.client_tokens, None)
+                Outgoing::as_sent(body, &conv)
             }
         };
+        let mut headers = headers;
+        out.beta(&mut headers);
+        let priced_by = self.models.entry(&conv.model).label();
         count(api, "recorded");
         metrics::counter!("ctxd_gateway_tokens_total", "kind" => "client")
             .increment(conv.client_tokens);
-        metrics::counter!("ctxd_gateway_tokens_total", "kind" => "forwarded")
-            .increment(forwarded_tokens);
+        metrics::counter!("ctxd_gateway_tokens_total", "kind" => "forwarded").increment(out.tokens);
         let (gate, opened) = tokio::sync::oneshot::channel::<()>();
         let (stream, model, client_tokens) = (conv.stream, conv.model.clone(), conv.client_tokens);
         let store = self.workflows.store.clone();
@@ -254,17 +259,20 @@ impl App {
             stream,
             model,
             client_tokens,
-            forwarded_tokens,
+            forwarded_tokens: out.tokens,
             named: Named {
                 session,
                 branch,
                 function: None,
             },
             recording: Recording::Pending(task),
-            verdict,
+            verdict: out.verdict,
             gate: Some(gate),
+            priced_by,
+            asked: out.asked,
+            thinking_dropped: out.thinking_dropped,
         };
-        self.forward(api, Method::POST, &uri, &headers, outgoing, Some(sink))
+        self.forward(api, Method::POST, &uri, &headers, out.body, Some(sink))
             .await
     }
 
@@ -278,10 +286,7 @@ impl App {
         key: ledger::Key,
         forwarded: &mut ForwardedBody,
     ) -> ledger::Verdict {
-        let long_ttl = conv
-            .markers
-            .iter()
-            .any(|(_, m)| m.get("ttl").and_then(Value::as_str) == Some("1h"));
+        let long_ttl = super::config::long_ttl(conv);
         let fixed = (conv.system_tokens as usize + conv.tools_tokens as usize) * 4;
         let now = ledger::Forwarded::new(
             now_ms(),
@@ -337,5 +342,56 @@ impl App {
             Err(e) => e.to_string(),
         };
         tracing::warn!(reason = %why, "gateway: the agent's summary was not laid over its history");
+    }
+}
+
+/// What goes upstream for a recorded call, and what its ledger row says of it.
+struct Outgoing {
+    body: Bytes,
+    tokens: u64,
+    verdict: Option<ledger::Verdict>,
+    asked: Option<AskedEdit>,
+    beta: Option<&'static str>,
+    thinking_dropped: u32,
+}
+
+impl Outgoing {
+    /// The client's request, as it came.
+    fn as_sent(body: Bytes, conv: &Conversation) -> Self {
+        Self {
+            body,
+            tokens: conv.client_tokens,
+            verdict: None,
+            asked: None,
+            beta: None,
+            thinking_dropped: 0,
+        }
+    }
+
+    /// ctxd's body (or the client's, where it changes nothing).
+    fn forwarded(forwarded: ForwardedBody, body: Bytes, verdict: ledger::Verdict) -> Self {
+        Self {
+            body: forwarded.body.map_or(body, Bytes::from),
+            tokens: forwarded.tokens,
+            verdict: Some(verdict),
+            asked: forwarded.asked,
+            beta: forwarded.beta,
+            thinking_dropped: forwarded.thinking_dropped,
+        }
+    }
+
+    /// Adds the `anthropic-beta` the forwarded body needs to the client's headers, as a value
+    /// of its own beside theirs.
+    fn beta(&self, headers: &mut HeaderMap) {
+        let present = headers
+            .get_all("anthropic-beta")
+            .iter()
+            .filter_map(|v| v.to_str().ok());
+        if let Some(beta) = self
+            .beta
+            .and_then(|b| edits::beta_needed(present).map(|_| b))
+        {
+            headers.append("anthropic-beta", axum::http::HeaderValue::from_static(beta));
+        }
     }
 }

@@ -1,11 +1,13 @@
-//! What the operator sets and ctxd assumes about models: the forwarding policy, context windows
-//! (the operator's, then ctxd's table) and the render options a request is budgeted with.
+//! What the operator sets and ctxd assumes about models: the forwarding policy, the model table
+//! the gateway prices and budgets by (the operator's windows over the server's table) and the
+//! render options a request is budgeted with.
 
 use axum::http::HeaderMap;
 
 use super::App;
-use crate::domain::Budget;
+use crate::domain::{Budget, CachePrices};
 use crate::provider::conversation::Conversation;
+use crate::provider::models::{ModelEntry, ModelTable};
 use crate::render::{self, Policy};
 use crate::store::now_ms;
 
@@ -44,14 +46,6 @@ impl Window {
             prefix,
             tokens,
         })
-    }
-
-    fn names(&self, model: &str) -> bool {
-        if self.prefix {
-            model.starts_with(&self.model)
-        } else {
-            model == self.model
-        }
     }
 }
 
@@ -97,6 +91,13 @@ pub fn policy() -> Policy {
     }
 }
 
+/// Whether the client asks its cache entries to live long (Anthropic's `ttl: "1h"` markers).
+pub(super) fn long_ttl(conv: &Conversation) -> bool {
+    conv.markers
+        .iter()
+        .any(|(_, m)| m.get("ttl").and_then(serde_json::Value::as_str) == Some("1h"))
+}
+
 /// The largest request body the gateway reads by default (a long session resent whole, with
 /// images).
 pub const MAX_BODY_BYTES: usize = 256 * 1024 * 1024;
@@ -111,7 +112,11 @@ const OUTPUT_RESERVE: u32 = 32_000;
 
 /// The render options of a request: its window, its answer's reserve, its system prompt and
 /// tools; `None` when they leave the history nothing.
-pub(super) fn render_options(conv: &Conversation, window: &Window) -> Option<render::Options> {
+pub(super) fn render_options(
+    conv: &Conversation,
+    window: &Window,
+    entry: &ModelEntry,
+) -> Option<render::Options> {
     let budget = Budget {
         context_window: window.tokens,
         output_reserve: conv.output_reserve.min(OUTPUT_RESERVE),
@@ -123,67 +128,59 @@ pub(super) fn render_options(conv: &Conversation, window: &Window) -> Option<ren
     Some(render::Options {
         callers: render::Callers::All,
         budget: Some(budget),
-        policy: policy(),
+        policy: Policy {
+            prices: if long_ttl(conv) {
+                CachePrices {
+                    write_per_mille: entry.long_write_per_mille,
+                    ..entry.prices
+                }
+            } else {
+                entry.prices
+            },
+            idle_ms: if long_ttl(conv) {
+                entry.long_ttl_ms
+            } else {
+                entry.ttl_ms
+            },
+            ..policy()
+        },
         now_ms: now_ms(),
         last_call_ms: None,
         seen: render::Seen::All,
     })
 }
 
-/// The input window of a model by its name (the standard window of its family as the providers
-/// state it; a larger one a client must ask for, as Anthropic's 1M beta, is taken from the
-/// request). `None` for a model not in the table.
-fn context_window(model: &str) -> Option<u32> {
-    let m = model.to_ascii_lowercase();
-    let m = m.rsplit('/').next().unwrap_or(&m);
-    const TABLE: &[(&str, u32)] = &[
-        // Claude: every current model (Opus 4.x, Sonnet 4.x, Haiku 4.5, and the 3.x still
-        // served) has 200k; Sonnet's 1M is the beta header's.
-        ("claude", 200_000),
-        // GPT-5 family (gpt-5, -mini, -nano, -codex, 5.1, 5.2): 400k of which 128k output.
-        ("gpt-5", 272_000),
-        ("gpt-4.1", 1_047_576),
-        ("gpt-4o", 128_000),
-        ("gpt-4-turbo", 128_000),
-        ("o1", 200_000),
-        ("o3", 200_000),
-        ("o4", 200_000),
-        ("codex-mini", 200_000),
-        ("gpt-oss", 131_072),
-        // Gemini 2.5 and 3 (Pro, Flash, Flash-Lite): 1M input.
-        ("gemini-2.5", 1_048_576),
-        ("gemini-3", 1_048_576),
-        ("gemini-2.0", 1_048_576),
-    ];
-    TABLE
-        .iter()
-        .find(|(prefix, _)| m.starts_with(prefix))
-        .map(|(_, tokens)| *tokens)
-}
-
 impl App {
-    /// The window a request is budgeted in: the operator's setting for its model, the
-    /// million-token beta when the client asks for it, else ctxd's table.
-    pub(super) fn window(&self, conv: &Conversation, headers: &HeaderMap) -> Window {
-        let model = conv.model.to_ascii_lowercase();
-        let set = self
-            .windows
-            .iter()
-            .find(|w| w.names(&model))
-            .map(|w| w.tokens);
+    /// The model table's entry for a request's model, and the window it is budgeted in: the
+    /// million-token beta when the client asks for it, else the entry's (the operator's
+    /// `--context-window` and `--models` first).
+    pub(super) fn model(&self, conv: &Conversation, headers: &HeaderMap) -> (ModelEntry, Window) {
+        let entry = self.models.entry(&conv.model);
         let beta = headers
             .get_all("anthropic-beta")
             .iter()
             .filter_map(|v| v.to_str().ok())
             .flat_map(|v| v.split(','))
             .any(|b| b.trim().starts_with("context-1m"));
-        Window {
-            model,
+        let tokens = match entry.window {
+            _ if beta && !entry.overridden => 1_000_000,
+            Some(w) => w,
+            None if beta => 1_000_000,
+            None => UNKNOWN_WINDOW,
+        };
+        let window = Window {
+            model: conv.model.to_ascii_lowercase(),
             prefix: false,
-            tokens: set
-                .or(beta.then_some(1_000_000))
-                .or_else(|| context_window(&conv.model))
-                .unwrap_or(UNKNOWN_WINDOW),
-        }
+            tokens,
+        };
+        (entry, window)
     }
+}
+
+/// The model table the gateway prices and budgets by: the server's, with the operator's
+/// `--context-window` settings over it.
+pub(super) fn table(models: &ModelTable, windows: &[Window]) -> ModelTable {
+    windows.iter().fold(models.clone(), |table, w| {
+        table.with_window(&w.model, w.prefix, w.tokens)
+    })
 }

@@ -76,7 +76,8 @@ impl App {
         headers: &HeaderMap,
         body: &[u8],
     ) -> Option<Vec<u8>> {
-        let options = render_options(conv, &self.window(conv, headers))?;
+        let (entry, window) = self.model(conv, headers);
+        let options = render_options(conv, &window, &entry)?;
         let (path, mut rendered) = self.workflows.preview(tenant, named, conv, options).await?;
         let members = json::Members::of(body)?;
         let client = forward::client_entries(&members, "messages");

@@ -46,7 +46,7 @@ impl<'a> Members<'a> {
     /// text), every other member byte-identical and in its place, written once.
     pub fn with_entries<S: AsRef<str>>(&self, field: &str, entries: &[S]) -> Option<Vec<u8>> {
         let len = entries.iter().map(|e| e.as_ref().len() + 1).sum::<usize>() + 2;
-        self.written(field, len, |out| {
+        self.written(Some(field), len, |out| {
             out.push(b'[');
             for (i, e) in entries.iter().enumerate() {
                 if i > 0 {
@@ -58,9 +58,31 @@ impl<'a> Members<'a> {
         })
     }
 
+    /// The body with member `field` set to `value` (a JSON value's text): in its place when the
+    /// body has it, else last; every other member byte-identical.
+    pub fn with_member(&self, field: &str, value: &str) -> Option<Vec<u8>> {
+        if self.get(field).is_some() {
+            return self.written(Some(field), value.len(), |out| {
+                out.extend_from_slice(value.as_bytes());
+            });
+        }
+        let mut out = self.written(None, 0, |_| {})?;
+        out.pop();
+        if !self.0.is_empty() {
+            out.push(b',');
+        }
+        out.extend_from_slice(serde_json::to_string(field).ok()?.as_bytes());
+        out.push(b':');
+        out.extend_from_slice(value.as_bytes());
+        out.push(b'}');
+        Some(out)
+    }
+
+    /// The body with member `field`'s value written by `value` (`len` bytes, for the
+    /// capacity); `None` for no field: the members as they are.
     fn written(
         &self,
-        field: &str,
+        field: Option<&str>,
         len: usize,
         value: impl FnOnce(&mut Vec<u8>),
     ) -> Option<Vec<u8>> {
@@ -69,7 +91,15 @@ impl<'a> Members<'a> {
         let size: usize = self
             .0
             .iter()
-            .map(|(k, v)| k.len() + 4 + if k == field { len } else { v.get().len() })
+            .map(|(k, v)| {
+                k.len()
+                    + 4
+                    + if Some(k.as_ref()) == field {
+                        len
+                    } else {
+                        v.get().len()
+                    }
+            })
             .sum();
         let mut out = Vec::with_capacity(size + 2);
         let mut value = Some(value);
@@ -80,7 +110,7 @@ impl<'a> Members<'a> {
             }
             out.extend_from_slice(serde_json::to_string(k.as_ref()).ok()?.as_bytes());
             out.push(b':');
-            match value.take_if(|_| k == field) {
+            match value.take_if(|_| Some(k.as_ref()) == field) {
                 Some(write) => write(&mut out),
                 None => out.extend_from_slice(v.get().as_bytes()),
             }
@@ -107,5 +137,15 @@ mod tests {
             r#"{"model":"m","messages":[3,{"a":4}],"z":{"b":1,"a":2},"k\"q":0}"#
         );
         assert!(Members::of(b"[1]").is_none());
+        let set = members.with_member("z", "null").unwrap();
+        assert_eq!(
+            std::str::from_utf8(&set).unwrap(),
+            r#"{"model":"m","messages":[1,2],"z":null,"k\"q":0}"#
+        );
+        let added = members.with_member("cm", r#"{"a":1}"#).unwrap();
+        assert_eq!(
+            std::str::from_utf8(&added).unwrap(),
+            r#"{"model":"m","messages":[1,2],"z":{"b":1,"a":2},"k\"q":0,"cm":{"a":1}}"#
+        );
     }
 }

@@ -38,10 +38,12 @@ use tokio::net::TcpListener;
 use crate::auth::{ApiKeys, gateway_tenant};
 use crate::domain::Tenant;
 use crate::provider::conversation::{Conversation, Refusal};
+use crate::provider::models::ModelTable;
 use crate::provider::{anthropic, chat, responses};
 use crate::workflow::Workflows;
 use crate::workflow::compaction::Compactions;
 use crate::workflow::record;
+use crate::workflow::render::Reasoning;
 
 pub use config::{GatewayPolicy, MAX_BODY_BYTES, Window, policy};
 
@@ -56,6 +58,9 @@ pub struct Gateway {
     pub windows: Vec<Window>,
     /// The largest request body read; a longer one is `413`.
     pub max_body_bytes: usize,
+    /// For a model that binds its thinking to its prefix: keep every thinking block valid
+    /// (steps as the provider's edit), or drop what a step invalidates (`--gateway-reasoning`).
+    pub reasoning: Reasoning,
 }
 
 impl Gateway {
@@ -71,6 +76,7 @@ impl Gateway {
             policy: GatewayPolicy::default(),
             windows: Vec::new(),
             max_body_bytes: MAX_BODY_BYTES,
+            reasoning: Reasoning::default(),
         }
     }
 }
@@ -151,7 +157,9 @@ struct App {
     anthropic: Arc<str>,
     openai: Arc<str>,
     policy: GatewayPolicy,
-    windows: Arc<[Window]>,
+    /// The server's model table with the operator's windows over it.
+    models: Arc<ModelTable>,
+    reasoning: Reasoning,
     max_body_bytes: usize,
     max_part_bytes: usize,
     /// Sessions by the keys that named them.
@@ -176,13 +184,14 @@ pub async fn serve(
     let app = App {
         compactions: Arc::clone(&workflows.compactions),
         keys_seen: Arc::clone(&workflows.session_keys),
+        models: Arc::new(config::table(&workflows.models, &gateway.windows)),
         workflows,
         keys,
         http,
         anthropic: trim(&gateway.anthropic_upstream),
         openai: trim(&gateway.openai_upstream),
         policy: gateway.policy,
-        windows: gateway.windows.into(),
+        reasoning: gateway.reasoning,
         max_body_bytes: gateway.max_body_bytes,
         max_part_bytes,
     };

@@ -481,6 +481,16 @@ fn provider_block(v: &Value, at: &str) -> Result<Part, Error> {
         Some(value) if !value.is_null() => Ok(Part::Block(ProviderBlock {
             format,
             json: canonical(value),
+            reasoning: match v.get("reasoning") {
+                None | Some(Value::Null) => false,
+                Some(Value::Bool(b)) => *b,
+                Some(_) => {
+                    return Err(Error::invalid(
+                        format!("{at}.reasoning"),
+                        "must be a boolean",
+                    ));
+                }
+            },
         })),
         _ => Err(Error::invalid(format!("{at}.value"), "is required")),
     }

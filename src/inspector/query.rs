@@ -197,6 +197,9 @@ pub fn render_request(session_id: String, q: &Query) -> Result<pb::RenderRequest
         recent_assistant_text_chars: q.u32("recent_assistant_text_chars")?,
         recent_tool_input_chars: q.u32("recent_tool_input_chars")?,
         payback_odds: q.u32("payback_odds")?.unwrap_or(0),
+        cache_read_price: None,
+        cache_write_price: None,
+        reasoning: 0,
     };
     Ok(pb::RenderRequest {
         session_id,

@@ -65,22 +65,35 @@ fn has_compaction_trigger(content: &NodeContent) -> bool {
     })
 }
 
-/// The agent's summary when `conv` continues a compacted conversation: its first message is
-/// Claude Code's continuation, whose text is the summary.
-pub fn continued_summary(conv: &Conversation) -> Option<String> {
-    match &conv.items.first()?.content {
-        NodeContent::Message {
-            role: Role::User,
+/// The agent's summary when `conv` continues a compacted conversation: the leading messages of
+/// its first turn up to and including the one holding Claude Code's continuation, and their
+/// text, which is the summary. Claude Code may put the files it read again before the summary
+/// (`Called the Read tool …`, `Result of calling the Read tool …`), in the same message or in
+/// messages of their own: wherever the summary sits in the first turn, the turn up to it is
+/// what the summary stands for. The count of those messages, and the text.
+pub fn continued_summary(conv: &Conversation) -> Option<(usize, String)> {
+    let mut texts = Vec::new();
+    for (i, item) in conv.items.iter().enumerate() {
+        let NodeContent::Message {
+            role: Role::User | Role::System,
             parts,
             tool_calls,
-        } if tool_calls.is_empty() => {
-            let text = Part::text_of(parts);
-            text.trim_start()
-                .starts_with(CLAUDE_CODE_CONTINUED)
-                .then_some(text)
+        } = &item.content
+        else {
+            return None;
+        };
+        if !tool_calls.is_empty() {
+            return None;
         }
-        _ => None,
+        texts.push(Part::text_of(parts));
+        let continues = parts.iter().any(
+            |p| matches!(p, Part::Text(t) if t.trim_start().starts_with(CLAUDE_CODE_CONTINUED)),
+        );
+        if continues {
+            return Some((i + 1, texts.join("\n")));
+        }
     }
+    None
 }
 
 /// Whether the stored `nodes` (a path, oldest first) end on the answer to a summary request:

@@ -95,5 +95,6 @@ pub fn openai_usage(u: &Value, input: &str, details: &str, output: &str) -> Prov
         cache_read: cached,
         cache_write: 0,
         output: n(u.get(output)),
+        ..ProviderUsage::default()
     }
 }

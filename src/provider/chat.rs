@@ -146,10 +146,10 @@ fn parts(content: Option<&Value>) -> Vec<Part> {
                     (Some("text"), Some("")) if plain => None,
                     (Some("text"), Some(t)) if plain => Some(Part::Text(t.to_owned())),
                     (Some("image_url"), _) if image(p).is_some() => image(p),
-                    _ => Some(Part::Block(ProviderBlock {
-                        format: BlockFormat::ChatCompletions,
-                        json: canonical_block(p),
-                    })),
+                    _ => Some(Part::Block(ProviderBlock::new(
+                        BlockFormat::ChatCompletions,
+                        canonical_block(p),
+                    ))),
                 }
             })
             .collect(),

@@ -37,6 +37,8 @@ pub struct Conversation {
     pub markers: Vec<(usize, Value)>,
     /// Markers outside the messages (system, tools), which count toward the provider's limit.
     pub fixed_markers: usize,
+    /// The history holds the model's reasoning (a thinking block, signed by its provider).
+    pub reasoning: bool,
 }
 
 impl Conversation {
@@ -82,6 +84,12 @@ impl Conversation {
     /// the opening is `system` and the first user message, and the client's tokens are counted.
     pub fn finish(mut self, system: &str) -> Self {
         fill_result_names(&mut self.items);
+        self.reasoning = self.items.iter().any(|i| match &i.content {
+            NodeContent::Message { parts, .. } => parts
+                .iter()
+                .any(|p| matches!(p, Part::Block(b) if b.reasoning)),
+            _ => false,
+        });
         let first_user = self.first_text(Role::User).unwrap_or_default();
         self.opening = format!("{system}\n\n{first_user}");
         self.client_tokens = self

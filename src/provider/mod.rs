@@ -12,5 +12,6 @@ pub mod canonical;
 pub mod chat;
 pub mod conversation;
 pub mod format;
+pub mod models;
 pub mod responses;
 pub mod sse;

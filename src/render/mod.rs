@@ -12,7 +12,9 @@ mod tiers;
 mod visibility;
 
 pub use crate::domain::Budget;
-use crate::domain::{Hash, NodeContent, NodeId, Part, PathView, Role, SummaryId, ToolCall};
+use crate::domain::{
+    CachePrices, Hash, NodeContent, NodeId, Part, PathView, Role, SummaryId, ToolCall,
+};
 use crate::tokens::{Count, MEDIA_TOKENS, MESSAGE_OVERHEAD, TOOL_CALL_OVERHEAD, Tokenizer, Tokens};
 
 pub use overlay::{
@@ -175,6 +177,14 @@ pub struct Policy {
     pub retain_turns: usize,
     pub snip: bool,
     pub reactive: bool,
+    /// What the provider's cache charges: a step pays back at these prices.
+    pub prices: CachePrices,
+    /// Stepped: the steps are said to the provider as its own edit (Anthropic's
+    /// `clear_tool_uses`), for a model that binds its reasoning to what came before it: a step
+    /// clears whole results and nothing else, no result is cut, no text cut, no input stubbed,
+    /// no turn snipped, no summary but an agent's own laid, and no user message taken for a
+    /// command's output. The render then decides which results the edit clears.
+    pub provider_edits: bool,
 }
 
 impl Policy {
@@ -230,6 +240,8 @@ impl Default for Policy {
             retain_turns: 2,
             snip: true,
             reactive: false,
+            prices: CachePrices::STANDARD,
+            provider_edits: false,
         }
     }
 }
@@ -419,12 +431,19 @@ pub fn render(path: &PathView, options: &Options, counter: &dyn Count) -> Render
         }
     }
     mark_unseen(&mut messages, path, options.seen);
-    let summaries = active_summaries(path);
+    let mut summaries = active_summaries(path);
+    if options.policy.provider_edits {
+        // Only an agent's own summary stands for what its client sends; ctxd's would change
+        // what the model's reasoning was bound to.
+        summaries.retain(|s| s.by_agent());
+    }
     if !summaries.is_empty() {
         let history = options.budget.and_then(|b| b.history().ok());
         messages = overlay(messages, &summaries, ledger_cap(history), counter);
     }
-    observation::mark(&mut messages);
+    if !options.policy.provider_edits {
+        observation::mark(&mut messages);
+    }
     let mut rendered = tiers::fit(messages, path, options, counter);
     let shown = overlay::shown(&rendered.messages);
     rendered.report.summary = shown.first().copied();

@@ -14,13 +14,14 @@
 pub mod compaction;
 pub mod import;
 pub mod record;
-mod render;
+pub mod render;
 pub mod retention;
 pub mod savings;
 
 use std::sync::Arc;
 
 use crate::domain;
+use crate::provider::models::ModelTable;
 use crate::store::{self, Store};
 use crate::summarizer::Summarizer;
 use crate::tokens::TokenCache;
@@ -58,6 +59,8 @@ pub struct Workflows {
     pub tokens: Arc<TokenCache>,
     pub compactions: Arc<Compactions>,
     pub session_keys: Arc<record::SessionKeys>,
+    /// The model table: windows, cache prices and reasoning rules by model.
+    pub models: Arc<ModelTable>,
 }
 
 impl Workflows {
@@ -73,6 +76,7 @@ impl Workflows {
             tokens,
             compactions,
             session_keys: Arc::default(),
+            models: Arc::default(),
         }
     }
 }

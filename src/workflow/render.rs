@@ -1,11 +1,15 @@
 //! Loading a path and rendering it, one way whoever asks (gRPC, the gateway, the inspector): real
-//! BPE counts off the I/O threads, short heuristic renders inline.
+//! BPE counts off the I/O threads, short heuristic renders inline; for a named model, at its
+//! cache prices, and for one that binds its thinking to its prefix, with every thinking block
+//! kept valid (the steps said as the provider's edit) or the invalidated ones left out.
 
 use std::sync::Arc;
 
 use super::{Error, Workflows};
-use crate::domain::PathView;
-use crate::render::{self, Rendered};
+use crate::domain::{AskedEdit, CachePrices, NodeContent, Part, PathView};
+use crate::provider::anthropic::edits;
+use crate::provider::models::ModelEntry;
+use crate::render::{self, Message, Reduction, Rendered};
 use crate::store::{PathTarget, Scoped};
 use crate::tokens::Tokenizer;
 
@@ -50,6 +54,139 @@ impl Workflows {
             .increment(u64::from(rendered.1.report.total_tokens));
         Ok(rendered)
     }
+}
+
+/// How a render for a model that binds its thinking keeps the reasoning valid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Reasoning {
+    /// Every thinking block stays valid: steps only clear whole results, as the provider's edit.
+    #[default]
+    Keep,
+    /// Steps as for any model; the thinking after what they changed is left out.
+    Drop,
+}
+
+/// The model a render is for, as the request names it: its table entry, and what the request
+/// sets itself (its own prices or cache lifetime win over the entry's).
+#[derive(Debug, Clone)]
+pub struct ForModel {
+    pub entry: ModelEntry,
+    pub reasoning: Reasoning,
+    pub prices: Option<CachePrices>,
+    pub idle_ms: Option<i64>,
+}
+
+/// What a render for a model did beyond the render itself.
+#[derive(Debug, Clone, Default)]
+pub struct Reasoned {
+    /// The table's entry that priced the steps.
+    pub priced_by: String,
+    /// `Keep` on a binding model: the steps as the provider's edit, and the messages as they
+    /// go with it (unreduced, for the provider reduces them).
+    pub edit: Option<(AskedEdit, Vec<Message>)>,
+    /// `Drop` on a binding model: the thinking blocks left out of the rendered messages.
+    pub thinking_dropped: u32,
+}
+
+impl Workflows {
+    /// Loads `target` of `session` and renders it for `model`: at its prices, and for one that
+    /// binds its thinking, keeping every thinking block valid as `model.reasoning` says.
+    pub async fn render_for(
+        &self,
+        session: Scoped,
+        target: &PathTarget,
+        tokenizer: Tokenizer,
+        mut options: render::Options,
+        model: Option<ForModel>,
+    ) -> Result<(PathView, Rendered, Reasoned), Error> {
+        let path = self.store.load_path(session, target).await?;
+        let Some(model) = model else {
+            let (path, rendered) = self.render_path(path, tokenizer, options).await?;
+            return Ok((path, rendered, Reasoned::default()));
+        };
+        options.policy.prices = model.prices.unwrap_or(model.entry.prices);
+        options.policy.idle_ms = model.idle_ms.unwrap_or(model.entry.ttl_ms);
+        let mut reasoned = Reasoned {
+            priced_by: model.entry.label(),
+            ..Reasoned::default()
+        };
+        let binds = model.entry.binds(holds_reasoning(&path));
+        match (binds, model.reasoning) {
+            (true, Reasoning::Keep) => {
+                options.policy.provider_edits = true;
+                // The messages as the provider gets them: visible, under an agent's own
+                // summaries, unreduced.
+                let whole = render::Options {
+                    budget: None,
+                    ..options
+                };
+                let (path, rendered) = self.render_path(path, tokenizer, options).await?;
+                let (path, unreduced) = self.render_path(path, tokenizer, whole).await?;
+                if let Some(edit) = edit_of(&unreduced.messages, &rendered.messages) {
+                    reasoned.edit = Some((edit, unreduced.messages));
+                }
+                Ok((path, rendered, reasoned))
+            }
+            (true, Reasoning::Drop) => {
+                let (path, mut rendered) = self.render_path(path, tokenizer, options).await?;
+                reasoned.thinking_dropped = drop_invalidated(&mut rendered);
+                Ok((path, rendered, reasoned))
+            }
+            (false, _) => {
+                let (path, rendered) = self.render_path(path, tokenizer, options).await?;
+                Ok((path, rendered, reasoned))
+            }
+        }
+    }
+}
+
+/// Whether any node of `path` holds the model's reasoning.
+fn holds_reasoning(path: &PathView) -> bool {
+    path.all_nodes().any(|n| match &n.content {
+        NodeContent::Message { parts, .. } => parts
+            .iter()
+            .any(|p| matches!(p, Part::Block(b) if b.reasoning)),
+        _ => false,
+    })
+}
+
+/// The provider's edit that clears what `rendered` cleared, in `messages` (the same render,
+/// unreduced): the oldest tool uses it cleared, as the provider counts them.
+pub fn edit_of(messages: &[Message], rendered: &[Message]) -> Option<AskedEdit> {
+    let cleared: std::collections::HashSet<&str> = rendered
+        .iter()
+        .filter(|m| m.reduction == Reduction::Cleared)
+        .filter_map(|m| m.tool_call_id.as_deref())
+        .collect();
+    let uses = messages
+        .iter()
+        .flat_map(|m| m.tool_calls.iter().map(|c| c.call_id.as_str()));
+    edits::clearing(uses, &cleared).map(|e| AskedEdit {
+        clear: e.clear,
+        keep: e.keep,
+    })
+}
+
+/// Leaves out every thinking block after the first message a step changed (a thinking block is
+/// bound to everything before it); the count left out.
+fn drop_invalidated(rendered: &mut Rendered) -> u32 {
+    let changed = |m: &Message| {
+        m.reduction != Reduction::None || m.stubbed_inputs > 0 || m.summary_id.is_some()
+    };
+    let first = if rendered.report.turns_snipped > 0 {
+        Some(0)
+    } else {
+        rendered.messages.iter().position(changed)
+    };
+    let Some(first) = first else { return 0 };
+    let mut dropped = 0u32;
+    for m in rendered.messages.iter_mut().skip(first + 1) {
+        let before = m.parts.len();
+        m.parts
+            .retain(|p| !matches!(p, Part::Block(b) if b.reasoning));
+        dropped += u32::try_from(before - m.parts.len()).unwrap_or(u32::MAX);
+    }
+    dropped
 }
 
 /// Bytes of text a render may copy and count on an I/O thread (tens of microseconds).

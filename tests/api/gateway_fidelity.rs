@@ -420,8 +420,63 @@ fn continued(summary: &str) -> String {
     )
 }
 
+/// What Claude Code 2.1.x may send before its summary when it opens the conversation after a
+/// compaction: the files it read again, as system reminders.
+fn reread(file: &str) -> [String; 2] {
+    [
+        format!(
+            "<system-reminder>\nCalled the Read tool with the following input: \
+             {{\"file_path\":\"{file}\"}}\n</system-reminder>"
+        ),
+        format!(
+            "<system-reminder>\nResult of calling the Read tool: \"1\\tcontents of {file}\"\n\
+             </system-reminder>"
+        ),
+    ]
+}
+
+fn text_block(text: &str) -> Value {
+    json!({"type": "text", "text": text})
+}
+
 #[tokio::test]
 async fn claude_codes_compaction_is_a_summary_over_the_same_session() {
+    let summary = "1. The user asked to read 22 files.\n2. All were read; nothing is pending.";
+    let [called, result] = reread("/work/src/lib.rs");
+    // The summary alone; after the files read again, in its message; in messages of their own.
+    let openings = [
+        vec![json!({"role": "user", "content": [text_block(&continued(summary))]})],
+        vec![json!({"role": "user", "content": [
+            text_block(&called), text_block(&result), text_block(&continued(summary))
+        ]})],
+        vec![
+            json!({"role": "user", "content": [text_block(&called)]}),
+            json!({"role": "user", "content": [text_block(&result)]}),
+            json!({"role": "user", "content": [text_block(&continued(summary))]}),
+        ],
+    ];
+    for opening in openings {
+        compaction_continues(summary, opening).await;
+    }
+}
+
+/// A conversation compacted by Claude Code, continued by one that opens with `opening`: one
+/// session, one branch, the agent's summary laid over what it replaced.
+async fn compaction_continues(summary: &str, opening: Vec<Value>) {
+    let shape = format!("{opening:?}");
+    let texts: Vec<String> = opening
+        .iter()
+        .map(|m| {
+            m["content"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|b| b["text"].as_str())
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .collect();
+    let laid = texts.join("\n");
     let mut gw = start().await;
     // 22 reads of 6 KB: a count step would clear the oldest of them.
     let mut history = reads(22, 6_000);
@@ -434,7 +489,6 @@ async fn claude_codes_compaction_is_a_summary_over_the_same_session() {
     history.push(json!({"role": "assistant", "content": [{"type": "text", "text": "I have read them all."}]}));
 
     // The summary request: the whole history and the prompt, forwarded with nothing reduced.
-    let summary = "1. The user asked to read 22 files.\n2. All were read; nothing is pending.";
     gw.fake.script(Reply::text(format!(
         "<analysis>notes</analysis>\n<summary>\n{summary}\n</summary>"
     )));
@@ -453,27 +507,25 @@ async fn claude_codes_compaction_is_a_summary_over_the_same_session() {
     );
 
     // The conversation after it opens with the summary: the same session, the same branch.
-    let opening =
-        json!({"role": "user", "content": [{"type": "text", "text": continued(summary)}]});
     gw.fake.script(Reply::text("Continuing."));
-    let after = vec![
-        opening.clone(),
-        json!({"role": "user", "content": "Now write the report."}),
-    ];
+    let n = opening.len();
+    let mut after = opening.clone();
+    after.push(json!({"role": "user", "content": "Now write the report."}));
     let answer = gw
-        .messages(&claude_code(with_marks(&after, &[1])))
+        .messages(&claude_code(with_marks(&after, &[n])))
         .await
         .ok();
     assert_eq!(
         (answer.session(), answer.branch()),
         (session.clone(), branch.clone()),
-        "the compacted conversation continues its session and branch"
+        "the compacted conversation continues its session and branch: {shape}"
     );
     let forwarded = gw.last_upstream().body["messages"].clone();
-    assert_eq!(
-        forwarded[0]["content"][0]["text"],
-        continued(summary),
-        "the agent's summary reaches the model as the agent sent it"
+    assert!(
+        forwarded[0]
+            .to_string()
+            .contains(&continued(summary).replace('\n', "\\n")),
+        "the agent's summary reaches the model: {forwarded:#}"
     );
     let blocks = forwarded
         .as_array()
@@ -493,7 +545,7 @@ async fn claude_codes_compaction_is_a_summary_over_the_same_session() {
     next.push(json!({"role": "assistant", "content": [{"type": "text", "text": "Continuing."}]}));
     next.push(json!({"role": "user", "content": "Thanks."}));
     gw.fake.script(Reply::text("Done."));
-    let body = claude_code(with_marks(&next, &[3]));
+    let body = claude_code(with_marks(&next, &[n + 2]));
     let again = gw.messages(&body).await.ok();
     assert_eq!(
         (again.session(), again.branch()),
@@ -504,7 +556,7 @@ async fn claude_codes_compaction_is_a_summary_over_the_same_session() {
     // The summary and the user message after it are one user turn, as the API takes them.
     assert_eq!(
         forwarded[1..],
-        body["messages"].as_array().expect("messages")[2..],
+        body["messages"].as_array().expect("messages")[n + 1..],
         "what follows goes as the client sent it"
     );
     assert_eq!(
@@ -516,7 +568,7 @@ async fn claude_codes_compaction_is_a_summary_over_the_same_session() {
     let listed = gw.app.list_summaries(&session, &branch).await;
     assert_eq!(listed.summaries.len(), 1, "{listed:?}");
     assert_eq!(listed.summaries[0].model, "agent:claude-code");
-    assert_eq!(listed.summaries[0].text, continued(summary));
+    assert_eq!(listed.summaries[0].text, laid, "{shape}");
     assert_eq!(gw.app.get_session(&session).await.compaction_count, 1);
     assert_eq!(
         sessions(&mut gw.app).await.len(),

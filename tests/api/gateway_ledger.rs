@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use ctxd::api::pb;
 use ctxd::auth::ApiKeys;
-use ctxd::domain::{GatewayCall, PrefixChange, ProviderUsage, SessionId, Tenant};
+use ctxd::domain::{AskedEdit, GatewayCall, PrefixChange, ProviderUsage, SessionId, Tenant};
 use ctxd::gateway::GatewayPolicy;
 use ctxd::server::Options;
 use ctxd::store::Store;
@@ -59,9 +59,18 @@ fn recorded(n: u64, kept: u64, cache_read: u64, change: Option<PrefixChange>) ->
             cache_read,
             cache_write: 700 + n,
             output: 40 + n,
+            // What a provider reports of its own edit, on every other call.
+            cleared: n.is_multiple_of(2).then_some((n as u32, 1_000 * n)),
+            thinking_dropped: (n % 3) as u32,
         },
         kept_tokens: kept,
         change,
+        priced_by: format!("entry-{n}"),
+        asked: n.is_multiple_of(2).then_some(AskedEdit {
+            clear: n as u32 + 1,
+            keep: 3,
+        }),
+        thinking_dropped: (n % 2) as u32,
     }
 }
 
@@ -106,6 +115,17 @@ fn expected(call: &GatewayCall) -> pb::GatewayCall {
         kept_tokens: call.kept_tokens,
         change: call.change.map(|c| c.to_string()).unwrap_or_default(),
         unexplained_miss: call.unexplained_miss(),
+        priced_by: call.priced_by.clone(),
+        edit_clear: call.asked.map(|a| a.clear),
+        edit_keep: call.asked.map(|a| a.keep),
+        provider_cleared: call.usage.cleared.map(|(uses, _)| uses),
+        provider_cleared_tokens: call.usage.cleared.map(|(_, tokens)| tokens),
+        provider_thinking_dropped: call.usage.thinking_dropped,
+        thinking_dropped: call.thinking_dropped,
+        // A model the table does not know is priced at 0.1x reads and 1.25x writes.
+        cost: call.usage.input as f64
+            + 0.1 * call.usage.cache_read as f64
+            + 1.25 * call.usage.cache_write as f64,
     }
 }
 

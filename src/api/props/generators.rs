@@ -198,6 +198,9 @@ pub(super) fn policy() -> impl Strategy<Value = Option<pb::RenderPolicy>> {
                     max_tool_input_chars: input_chars,
                     max_assistant_text_chars: input_chars,
                     recent_assistant_text_chars: None,
+                    cache_read_price: None,
+                    cache_write_price: None,
+                    reasoning: 0,
                     recent_tool_input_chars: None,
                 },
             ),
@@ -246,6 +249,7 @@ prop_compose! {
             format,
             strict_format,
             last_call_unix_ms,
+            model: String::new(),
         }
     }
 }

@@ -22,6 +22,7 @@ use crate::provider::conversation::Conversation;
 use crate::provider::format::{self, anthropic_document, openai_chat_document, responses_document};
 use crate::render::{Message, Reduction};
 
+pub mod edited;
 mod markers;
 
 use markers::{Entry, Map, Parts, place_markers};
@@ -459,7 +460,7 @@ pub fn align(stored: &[&Arc<Node>], items: &[&NodeContent]) -> Aligned {
                 }
                 same
             }
-            content => content == items[i - 1],
+            content => content.says_same(items[i - 1]),
         };
         if !same {
             break;
@@ -496,10 +497,10 @@ mod tests {
     }
 
     fn block(json: &str) -> Part {
-        Part::Block(ProviderBlock {
-            format: BlockFormat::AnthropicMessages,
-            json: json.to_owned(),
-        })
+        Part::Block(ProviderBlock::new(
+            BlockFormat::AnthropicMessages,
+            json.to_owned(),
+        ))
     }
 
     /// Every shape a document decides on: texts empty and not, kept blocks (one holding the

@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use super::assistant;
+use super::{assistant, edits};
 use crate::domain::{NodeContent, ProviderUsage};
 use crate::provider::answer::{Relayed, index, part};
 
@@ -21,6 +21,19 @@ fn usage(u: &Value, into: &mut ProviderUsage) {
     }
     if let Some(v) = n("output_tokens") {
         into.output = v;
+    }
+}
+
+/// Reads what the provider says it did to the request: its context edits and the thinking
+/// it dropped.
+fn edits(message: &Value, into: &mut ProviderUsage) {
+    if let Some(cm) = message.get("context_management")
+        && let Some(cleared) = edits::cleared(cm)
+    {
+        into.cleared = Some(cleared);
+    }
+    if let Some(t) = message.get("input_transformations") {
+        into.thinking_dropped = edits::thinking_dropped(t);
     }
 }
 
@@ -60,8 +73,11 @@ impl Answer {
         let index = index(data, "index");
         match data.get("type").and_then(Value::as_str).unwrap_or_default() {
             "message_start" => {
-                if let Some(u) = data.get("message").and_then(|m| m.get("usage")) {
-                    usage(u, &mut self.usage);
+                if let Some(message) = data.get("message") {
+                    if let Some(u) = message.get("usage") {
+                        usage(u, &mut self.usage);
+                    }
+                    edits(message, &mut self.usage);
                 }
             }
             "content_block_start" => {
@@ -131,6 +147,7 @@ impl Answer {
                 if let Some(u) = data.get("usage") {
                     usage(u, &mut self.usage);
                 }
+                edits(data, &mut self.usage);
             }
             "message_stop" => self.stopped = true,
             "error" => self.failed = true,
@@ -156,6 +173,7 @@ impl Answer {
         if let Some(v) = body.get("usage") {
             usage(v, &mut u);
         }
+        edits(&body, &mut u);
         let blocks = body.get("content")?.as_array()?;
         Some((assistant(blocks).ok()?, u))
     }

@@ -7,6 +7,7 @@
 //! kept as their canonical JSON (`Part::Block`) and given back as such.
 
 mod answer;
+pub mod edits;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
@@ -283,10 +284,20 @@ fn image(source: &Value) -> Option<Part> {
 }
 
 fn kept(block: &Value) -> Part {
-    Part::Block(ProviderBlock {
-        format: BlockFormat::AnthropicMessages,
-        json: canonical_block(block),
-    })
+    let json = canonical_block(block);
+    if is_reasoning(block) {
+        Part::Block(ProviderBlock::reasoning(json))
+    } else {
+        Part::Block(ProviderBlock::new(BlockFormat::AnthropicMessages, json))
+    }
+}
+
+/// Whether `block` is the model's reasoning: a thinking block, redacted or not.
+pub fn is_reasoning(block: &Value) -> bool {
+    matches!(
+        block.get("type").and_then(Value::as_str),
+        Some("thinking" | "redacted_thinking")
+    )
 }
 
 fn tool_result(block: &mut Value) -> Result<NodeContent, Refusal> {
@@ -452,7 +463,8 @@ mod tests {
                 input: 3,
                 cache_read: 10,
                 cache_write: 5,
-                output: 7
+                output: 7,
+                ..ProviderUsage::default()
             }
         );
     }

@@ -205,10 +205,10 @@ fn read_items(conv: &mut Conversation, items: &[Value]) -> Result<(), Refusal> {
 
 /// A kept item or content part.
 fn kept(value: &Value) -> Part {
-    Part::Block(ProviderBlock {
-        format: BlockFormat::Responses,
-        json: canonical_block(value),
-    })
+    Part::Block(ProviderBlock::new(
+        BlockFormat::Responses,
+        canonical_block(value),
+    ))
 }
 
 /// The fields part of an item: `rest` (its members ctxd stores elsewhere taken out), the call

@@ -464,7 +464,8 @@ fn a_streamed_answer_is_the_node_its_resend_makes() {
             input: 200,
             cache_read: 1000,
             cache_write: 0,
-            output: 50
+            output: 50,
+            ..ProviderUsage::default()
         }
     );
     let mut a = Answer::new(true);

@@ -2,8 +2,9 @@
 //! path's results in order (stepped), or set only when over budget (ctxd's first policy).
 
 use super::{Fit, Keep, Layout, MARKER_SLACK, cleared_placeholder, placeholder_chars};
+use crate::domain::CachePrices;
 use crate::domain::Part;
-use crate::render::{CACHE_READ, CACHE_WRITE, MessageRole, Policy, Report, Trigger};
+use crate::render::{MessageRole, Policy, Report, Trigger};
 use crate::tokens::Tokens;
 
 impl Fit<'_> {
@@ -29,6 +30,9 @@ impl Fit<'_> {
         let old_texts = policy
             .max_assistant_text_chars
             .min(policy.recent_assistant_text_chars);
+        if policy.provider_edits {
+            return self.stepped_as_edits(report, boundary);
+        }
         for k in 0..n {
             if k < boundary {
                 self.clear(k);
@@ -113,6 +117,56 @@ impl Fit<'_> {
         stable
     }
 
+    /// Stepped microcompact when the provider applies the steps (its `clear_tool_uses` edit):
+    /// every result before the boundary is cleared whole and nothing else is reduced, for no
+    /// other change can be said as an edit the provider makes. Over budget, the latest count
+    /// step is forced; what is still over is left for the provider to refuse, as it would have.
+    fn stepped_as_edits(&mut self, report: &mut Report, boundary: usize) -> usize {
+        let policy = self.policy;
+        let n = self.results.len();
+        let mut boundary = boundary;
+        if self.cleared_whole(boundary) > self.limit && !policy.reactive {
+            if let Some(c) = count_step(&policy, n)
+                && c.saturating_sub(policy.microcompact_keep) > boundary
+            {
+                boundary = c.saturating_sub(policy.microcompact_keep);
+                report.trigger = Some(Trigger::Count);
+                report.payback_calls = None;
+            }
+        } else if policy.reactive {
+            boundary = n;
+            report.trigger = Some(Trigger::Reactive);
+            report.payback_calls = None;
+        }
+        report.microcompact_boundary = boundary;
+        for k in 0..boundary {
+            self.clear_whole(k);
+        }
+        if boundary == 0 {
+            let first_assistant = self
+                .messages
+                .iter()
+                .position(|m| m.role == MessageRole::Assistant)
+                .unwrap_or(self.messages.len());
+            self.first_message_of(0).min(first_assistant)
+        } else {
+            self.first_message_of(boundary)
+        }
+    }
+
+    /// The render's total with the results before `boundary` cleared, without clearing them.
+    fn cleared_whole(&self, boundary: usize) -> Tokens {
+        let placeholder = |k: usize| self.placeholder_tokens(&self.messages[self.results[k]]);
+        (0..boundary)
+            .filter(|&k| self.hidden[k].is_none())
+            .fold(self.total(), |total, k| {
+                let i = self.results[k];
+                total
+                    .saturating_sub(self.counts[i].total())
+                    .saturating_add(placeholder(k))
+            })
+    }
+
     /// Folds the path's steps in order: (boundary, count at the last step, what triggered it,
     /// the calls its saving needed to pay back). Each step depends only on the path before it,
     /// so a later append never moves an earlier step.
@@ -181,7 +235,7 @@ impl Fit<'_> {
             // order quantity of a cost that grows as the clearable does), so steps come as
             // often as they pay and no more; it depends only on what is still there to clear,
             // so a render rendered again steps no further than the first.
-            let waste = CACHE_READ
+            let waste = policy.prices.read()
                 * (between(&units_before) * point.calls as u128 - between(&weighted_before)) as f64;
             // What the step leaves after its change, all written anew: from the call of the
             // first result it keeps up to the newest result, not the call, for what follows it
@@ -191,11 +245,11 @@ impl Fit<'_> {
             let from = timeline.opening[target].max(timeline.result_end[target]);
             let upto = timeline.result_end[c];
             let remaining = timeline.kept_before[upto].saturating_sub(timeline.kept_before[from]);
-            let Some(calls) = payback(remaining, saving, expired_share) else {
+            let Some(calls) = payback(policy.prices, remaining, saving, expired_share) else {
                 continue;
             };
             if calls.saturating_mul(policy.payback_odds.max(1)) <= point.calls
-                && waste >= rewrite_cost(remaining, saving)
+                && waste >= rewrite_cost(policy.prices, remaining, saving)
             {
                 taken = Steps {
                     boundary: target,
@@ -362,6 +416,10 @@ fn count_step(policy: &Policy, n: usize) -> Option<usize> {
 /// What a step cuts of an assistant text of `chars` characters: a text within a marker's
 /// length of the cap is not cut, and one cut before saves nothing again.
 fn text_cut(policy: &Policy, chars: usize) -> usize {
+    if policy.provider_edits {
+        // The provider's edit cuts no text.
+        return 0;
+    }
     chars
         .min(policy.recent_assistant_text_chars)
         .saturating_sub(policy.max_assistant_text_chars.saturating_add(MARKER_SLACK))
@@ -391,25 +449,35 @@ fn tokens(chars: usize) -> Tokens {
 pub const PAYBACK_ODDS: usize = 8;
 
 /// What a step costs over not stepping at the call it is taken: the `remaining` characters it
-/// leaves after its change written, instead of those and the `saving` read.
-fn rewrite_cost(remaining: usize, saving: usize) -> f64 {
-    CACHE_WRITE * remaining as f64 - CACHE_READ * (remaining + saving) as f64
+/// leaves after its change written, instead of those and the `saving` read, at `prices`.
+fn rewrite_cost(prices: CachePrices, remaining: usize, saving: usize) -> f64 {
+    prices.write() * remaining as f64 - prices.read() * (remaining + saving) as f64
 }
 
 /// The later calls a step must serve to pay for itself: it writes the `remaining` characters
 /// after its change at the write price instead of reading them and the `saving` at the read
 /// price; every later call then reads `saving` fewer characters, at the read price, or at the
 /// write price when the cache has expired (`expired_share` of the calls so far). `None`: it
-/// never pays.
-fn payback(remaining: usize, saving: usize, expired_share: f64) -> Option<usize> {
+/// never pays. The cheaper a model's reads, the longer a step takes to pay back: at 0.05x a
+/// step earns back half as fast as at 0.1x, and costs a little more to take.
+fn payback(
+    prices: CachePrices,
+    remaining: usize,
+    saving: usize,
+    expired_share: f64,
+) -> Option<usize> {
     if saving == 0 {
         return None;
     }
-    let rewrite = rewrite_cost(remaining, saving);
+    let rewrite = rewrite_cost(prices, remaining, saving);
     if rewrite <= 0.0 {
         return Some(0);
     }
-    let per_call = saving as f64 * (CACHE_READ + (CACHE_WRITE - CACHE_READ) * expired_share);
+    let (read, write) = (prices.read(), prices.write());
+    let per_call = saving as f64 * (read + (write - read) * expired_share);
+    if per_call <= 0.0 {
+        return None;
+    }
     Some((rewrite / per_call).ceil() as usize)
 }
 

@@ -73,6 +73,24 @@ impl Fit<'_> {
         self.reduce(i, placeholder, Reduction::Cleared);
     }
 
+    /// Clears result `k` as the provider's edit does, whatever its size, unless a summary hides
+    /// it, it is pinned (the edit then stops before it) or the model has not read it. One no
+    /// longer than the provider's placeholder keeps its words here: the provider's placeholder
+    /// reads about as long, and a render never grows the context.
+    pub(super) fn clear_whole(&mut self, k: usize) {
+        let i = self.results[k];
+        let m = &self.messages[i];
+        if self.hidden[k].is_some() || m.unseen || m.pinned || m.reduction == Reduction::Cleared {
+            return;
+        }
+        let placeholder = vec![Part::Text(cleared_placeholder(m))];
+        self.reduce(i, placeholder, Reduction::Cleared);
+        if self.messages[i].reduction != Reduction::Cleared {
+            self.messages[i].reduction = Reduction::Cleared;
+            self.counts[i] = message_breakdown(&self.messages[i], self.counter);
+        }
+    }
+
     /// Stubs the arguments of result `k`'s call when they are longer than `over` characters
     /// and the stub costs fewer tokens.
     pub(super) fn stub(&mut self, k: usize, over: usize) {

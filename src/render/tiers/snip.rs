@@ -73,7 +73,7 @@ impl Fit<'_> {
     pub(super) fn snip(&self, report: &mut Report) -> Vec<bool> {
         let len = self.messages.len();
         let mut dropped = vec![false; len];
-        if !self.policy.snip {
+        if !self.policy.snip || self.policy.provider_edits {
             return dropped;
         }
         let (retained, retained_fit) = self.retained();

@@ -122,7 +122,7 @@ pub(in crate::store) fn encode<'a>(content: &'a NodeContent) -> (String, Vec<(Ha
                     let hash = blob_hash(block.json.as_bytes());
                     blobs.push((hash, block.json.as_bytes()));
                     PartRef::Media {
-                        mime: block.format.mime().to_owned(),
+                        mime: block.mime().to_owned(),
                         blob: Some(hash.to_hex()),
                         url: None,
                     }

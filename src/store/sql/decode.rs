@@ -8,9 +8,9 @@ use sqlx::sqlite::SqliteRow;
 
 use super::{Error, Result};
 use crate::domain::{
-    Branch, BranchName, CompactionEvent, CompactionId, EventKind, GatewayCall, GatewayCallId,
-    GatewayUsage, Hash, NodeId, PrefixChange, ProviderUsage, Reason, SessionId, Summary, SummaryId,
-    SummaryKind, Tenant, Tombstone,
+    AskedEdit, Branch, BranchName, CompactionEvent, CompactionId, EventKind, GatewayCall,
+    GatewayCallId, GatewayUsage, Hash, NodeId, PrefixChange, ProviderUsage, Reason, SessionId,
+    Summary, SummaryId, SummaryKind, Tenant, Tombstone,
 };
 use crate::store::append::request::AppendOutcome;
 use crate::store::backend::{BranchStart, SessionRow, StoredBlob};
@@ -318,7 +318,9 @@ pub(in crate::store) fn tombstone(row: &impl Columns) -> Result<Tombstone> {
 macro_rules! gateway_call_columns {
     () => {
         "id, at_ms, api, model, client_tokens, forwarded_tokens, input_tokens, \
-         cache_read_tokens, cache_write_tokens, output_tokens, kept_tokens, change"
+         cache_read_tokens, cache_write_tokens, output_tokens, kept_tokens, change, priced_by, \
+         edit_clear, edit_keep, provider_cleared, provider_cleared_tokens, \
+         provider_thinking_dropped, thinking_dropped"
     };
 }
 pub(in crate::store) use gateway_call_columns;
@@ -337,7 +339,13 @@ pub(in crate::store) fn gateway_call(row: &impl Columns) -> Result<(GatewayCallI
             PrefixChange::parse(&c).ok_or_else(|| Error::Corrupt(format!("gateway change {c:?}")))
         })
         .transpose()?;
-    let call = GatewayCall {
+    // A count stored as a u32 (NULL where none was): a negative or larger one is corrupt.
+    let small = |column: &str| -> Result<Option<u32>> {
+        row.int(column)?
+            .map(|v| u32::try_from(v).map_err(|_| Error::Corrupt(format!("{column} is {v}"))))
+            .transpose()
+    };
+    let mut call = GatewayCall {
         at_ms: req_int(row, "at_ms")?,
         api: req_text(row, "api")?,
         model: req_text(row, "model")?,
@@ -354,7 +362,24 @@ pub(in crate::store) fn gateway_call(row: &impl Columns) -> Result<(GatewayCallI
         )?,
         kept_tokens: n("kept_tokens")?,
         change,
+        priced_by: row.text("priced_by")?.unwrap_or_default(),
+        asked: match (small("edit_clear")?, small("edit_keep")?) {
+            (Some(clear), Some(keep)) => Some(AskedEdit { clear, keep }),
+            _ => None,
+        },
+        thinking_dropped: small("thinking_dropped")?.unwrap_or(0),
     };
+    call.usage.cleared = match (
+        small("provider_cleared")?,
+        row.int("provider_cleared_tokens")?,
+    ) {
+        (Some(uses), tokens) => Some((
+            uses,
+            tokens.and_then(|t| u64::try_from(t).ok()).unwrap_or(0),
+        )),
+        (None, _) => None,
+    };
+    call.usage.thinking_dropped = small("provider_thinking_dropped")?.unwrap_or(0);
     Ok((GatewayCallId::from_bytes(req_uuid(row, "id")?), call))
 }
 
@@ -386,5 +411,6 @@ fn provider_usage(
         cache_read: n(cache_read)?,
         cache_write: n(cache_write)?,
         output: n(output)?,
+        ..ProviderUsage::default()
     })
 }

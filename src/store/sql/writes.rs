@@ -25,8 +25,10 @@ const INSERT_SESSION_KEY: &str =
      VALUES ($1, $2, $3, $4, $5) ON CONFLICT (tenant, key) DO NOTHING";
 const INSERT_GATEWAY_CALL: &str = "INSERT INTO gateway_calls (session_id, id, at_ms, api, model,
          client_tokens, forwarded_tokens, input_tokens, cache_read_tokens, cache_write_tokens,
-         output_tokens, kept_tokens, change)
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)";
+         output_tokens, kept_tokens, change, priced_by, edit_clear, edit_keep, provider_cleared,
+         provider_cleared_tokens, provider_thinking_dropped, thinking_dropped)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18,
+         $19, $20)";
 const SAVE_GATEWAY_CONVERSATION: &str =
     "INSERT INTO gateway_conversations (session_id, scope, state, updated_at_ms)
      VALUES ($1, $2, $3, $4)
@@ -98,6 +100,13 @@ impl<T: SqlWrite> WriteTx for T {
         let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
         let id = uuid::Uuid::now_v7();
         let change = call.change.map(|c| c.as_text());
+        let priced_by = Some(call.priced_by.as_str()).filter(|p| !p.is_empty());
+        let edit_clear = call.asked.map(|a| i64::from(a.clear));
+        let edit_keep = call.asked.map(|a| i64::from(a.keep));
+        let cleared = call.usage.cleared.map(|(uses, _)| i64::from(uses));
+        let cleared_tokens = call.usage.cleared.map(|(_, tokens)| n(tokens));
+        let provider_dropped = i64::from(call.usage.thinking_dropped);
+        let dropped = i64::from(call.thinking_dropped);
         let counts = [
             call.client_tokens,
             call.forwarded_tokens,
@@ -131,6 +140,13 @@ impl<T: SqlWrite> WriteTx for T {
             output.arg(),
             kept.arg(),
             change.arg(),
+            priced_by.arg(),
+            edit_clear.arg(),
+            edit_keep.arg(),
+            cleared.arg(),
+            cleared_tokens.arg(),
+            provider_dropped.arg(),
+            dropped.arg(),
         ];
         self.execute(INSERT_GATEWAY_CALL, &args).await?;
         Ok(())

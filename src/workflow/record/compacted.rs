@@ -12,18 +12,19 @@ use crate::provider::agents::{
 };
 use crate::store::{PathTarget, Scoped, Store};
 
-/// A conversation that opens with the agent's summary of an earlier one (its compaction): it
-/// continues the branch whose history the summary replaced. Where that summary is laid over a
-/// branch already, the conversation goes on after what it covers; else the branch that ends on
-/// the answer to the agent's summary request (the newest, if several) takes it, and the summary
-/// is to be laid over that branch's history. `None`: no such branch.
+/// A conversation that opens with the agent's summary of an earlier one (its compaction), in
+/// its first `opening` messages: it continues the branch whose history the summary replaced.
+/// Where that summary is laid over a branch already, the conversation goes on after what it
+/// covers; else the branch that ends on the answer to the agent's summary request (the newest,
+/// if several) takes it, and the summary is to be laid over that branch's history. `None`: no
+/// such branch.
 pub(super) async fn continuation(
     store: &Store,
     session: Scoped,
     branches: &[domain::Branch],
     contents: &[&NodeContent],
     hashes: &[Hash],
-    text: String,
+    (opening, text): (usize, String),
 ) -> Result<Option<Plan>, Unrecorded> {
     let order = with_heads(branches);
     let mut newest: Option<(i64, BranchName, (NodeId, Hash), NodeId)> = None;
@@ -41,7 +42,7 @@ pub(super) async fn continuation(
             let covered: HashSet<NodeId> = summary.covers.iter().copied().collect();
             if let Some(end) = path.nodes.iter().rposition(|n| covered.contains(&n.id)) {
                 let node = path.nodes[end].id;
-                return extend(store, session, branches, node, contents, hashes, 1)
+                return extend(store, session, branches, node, contents, hashes, opening)
                     .await
                     .map(Some);
             }
@@ -68,7 +69,7 @@ pub(super) async fn continuation(
         branch,
         function: None,
         expected: Some(head),
-        rest: owned(&contents[1..]),
+        rest: owned(&contents[opening..]),
         behind: false,
         agent_summary: Some(AgentSummary {
             text,

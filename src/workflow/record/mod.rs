@@ -431,8 +431,9 @@ async fn record_in(
                 if let Some(plan) = onto_empty_main(&branches, &contents) {
                     plan
                 } else if let Some(plan) = match continued_summary(conv) {
-                    Some(text) => {
-                        continuation(store, session, &branches, &contents, &hashes, text).await?
+                    Some((opening, text)) => {
+                        let found = (opening, text);
+                        continuation(store, session, &branches, &contents, &hashes, found).await?
                     }
                     None => None,
                 } {
