@@ -22,6 +22,7 @@ mod export;
 mod fake_cache;
 #[path = "../common/fake_provider.rs"]
 mod fake_provider;
+mod fake_rules;
 mod faults;
 mod functions;
 mod gateway;

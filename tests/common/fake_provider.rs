@@ -7,7 +7,9 @@
 //! by `/v1/messages`, `/v1/chat/completions` and `/v1/responses` calls (count_tokens takes
 //! none); when the queue is empty the default reply ([`FakeProvider::set_default`],
 //! `Reply::text("fake answer")` at first) answers. Every request is recorded
-//! ([`FakeProvider::requests`]) with what was sent back.
+//! ([`FakeProvider::requests`]) with what was sent back; an Anthropic one also with the prompt
+//! the model saw ([`Recorded::prompt`]) and what the rules below did to it
+//! ([`Recorded::input_transformations`], [`Recorded::applied_edits`]).
 //!
 //! Answers imitate the providers' wire formats: the SSE events of Anthropic (`event:` and `data:`
 //! lines, each event closed by a blank line) in this order: `message_start`, `ping`, then per
@@ -37,15 +39,18 @@
 //!
 //! Usage: each API family's own cache imitated, on a clock of the fake's
 //! ([`FakeProvider::advance`] moves it; nothing expires in real time). Everything below is
-//! computed from the request body alone, so [`BreakpointCache`] and [`PrefixCache`] can also
-//! price bodies offline (a bench prices one replay under both models).
+//! computed from the request alone (its body; for Anthropic's drops and edits also its
+//! `anthropic-beta` header), so [`BreakpointCache`] and [`PrefixCache`] can also price bodies
+//! offline (a bench prices one replay under both models; [`anthropic_units`] of a body is its
+//! prompt before any drop or edit: [`Recorded::prompt`] is the one priced).
 //! - tokens of a JSON value = ceil(chars of its compact serialisation / 4), with every
 //!   `cache_control` key removed first (at any depth); an absent field counts 0. Values are
 //!   compared (hashed) the same way, key order aside.
 //!
 //! Anthropic (`/v1/messages`), the breakpoint model:
 //! - the prompt is a sequence of blocks: each `tools` entry in order, then the system blocks,
-//!   then every content block of every message in order. A string `system` or `content` is one
+//!   then every content block of every message in order, as the model sees them (after the
+//!   thinking blocks dropped and the context edits below). A string `system` or `content` is one
 //!   block, `{"type":"text","text":<the string>}` (the API reads it as that block, and a client
 //!   or the gateway may send either form). A message's role is hashed with its first block, so
 //!   the same blocks under another role are another prompt; it counts no tokens;
@@ -85,11 +90,107 @@
 //!   `output_tokens_details.reasoning_tokens` = the thinking's share of the output tokens.
 //!
 //! Both: output tokens = the sum over the answer's blocks of ceil(chars / 4) of its text,
-//! thinking (plus signature) or compact input JSON, at least 1; `count_tokens` answers
-//! `{"input_tokens": <tokens of the blocks>}` and neither reads nor writes. What an answered
-//! call costs ([`Bill::cost`], [`Recorded::bill`], [`FakeProvider::cost`]) is its input tokens
-//! weighted by price: uncached 1×, 5-minute writes 1.25×, 1-hour writes 2×, reads 0.1×
-//! (Anthropic's prices; OpenAI writes nothing, and its gpt-5 family reads at 0.1× too).
+//! thinking (plus signature) or compact input JSON, at least 1; `count_tokens` goes through the
+//! same checks, drops and edits as `/v1/messages` (below), answers `{"input_tokens": <tokens of
+//! the blocks after them>}` and neither reads nor writes.
+//!
+//! Prices: what an answered call costs ([`Bill::cost`], [`Recorded::bill`],
+//! [`FakeProvider::cost`]) is its input tokens weighted by price: uncached 1×, 5-minute writes
+//! 1.25×, 1-hour writes 2×, reads at the model's read price (Anthropic's prices; OpenAI writes
+//! nothing and reads at 0.1× whatever the model). The read price ([`read_price`]) is found by
+//! prefix on the model lower-cased, a `provider/` prefix stripped, the longest prefix winning:
+//! `claude-fable-5-1`, `claude-fable-5-2`, `claude-mythos-5-1`, `claude-mythos-5-2` read at
+//! 0.025×; `claude-opus-5-5`, `claude-sonnet-5-5`, `claude-haiku-5-5` at 0.05×; any other model
+//! at 0.1×. A [`Bill`] keeps the read price it was priced at ([`Bill::read_price`]);
+//! [`Bill::cost_at`] and [`FakeProvider::cost_at`] price the same tokens at another.
+//!
+//! Anthropic, thinking bound to its prefix. The binding models ([`binds_thinking`]: the prefixes
+//! `claude-fable-5-1`, `claude-fable-5-2`, `claude-mythos-5-1`, `claude-mythos-5-2`,
+//! `claude-opus-5-5`, `claude-sonnet-5-5`, `claude-haiku-5-5`, matched as for the read price, so
+//! dated ids such as `claude-opus-5-5-20261015` bind too) bind each thinking block to the prompt
+//! before it; other models neither sign, nor add thinking, nor check:
+//! - the prefix of the block at `messages[N].content[M]`: each `tools` entry, the `system`
+//!   blocks (a string is one text block; a block whose `text` starts with
+//!   `x-anthropic-billing-header:` is left out, since Claude Code changes it on every request),
+//!   every message before N (its role and its content, a string content read as
+//!   `[{"type":"text","text":<the string>}]`) and the blocks of message N before M; compared as
+//!   canonical JSON (every `cache_control` key removed at any depth, object keys sorted), so
+//!   moving markers or reordering keys changes no prefix. Nothing else of the body (model,
+//!   thinking, context_management, metadata, max_tokens...) is part of it;
+//! - signing: every `thinking` block the fake answers with gets `signature` = `fakesig1.` then
+//!   32 hex digits of a 128-bit FNV-1a hash of its prefix in the answered request (the answer's
+//!   message being the one after the request's last, the answer's blocks before it included as
+//!   sent, signatures too) and its `thinking` text; a `redacted_thinking` block's `data` is the
+//!   same over its prefix alone ([`thinking_signature`] computes both). Scripted signatures and
+//!   data are replaced;
+//! - thinking on (`thinking.type` `"enabled"` or `"adaptive"`) and a reply (scripted or default)
+//!   without a thinking or redacted_thinking block: one `thinking` block is put first, its text
+//!   [`THINKING_TEXT`], or empty with `thinking.display: "omitted"`, signed as above;
+//! - checking, before anything else is done with the request (before a reply is taken): every
+//!   `thinking` (`redacted_thinking`) block of `messages` must carry the signature (data) the
+//!   fake computes at its place in this request from its text; any other, one the fake did not
+//!   make included, is unbound. At the first unbound block, at `messages.N.content.M`:
+//!   - when an `anthropic-beta` header value (comma-separated, on one header line or several)
+//!     is `thinking-binding-controls-2026-08-01` and the body has
+//!     `thinking.block_binding.prefix_mismatch_behavior: "drop_block"`: that block and every
+//!     later thinking or redacted_thinking block of the request are dropped from the prompt
+//!     (before anything is priced; a message left without blocks stays, empty), and the answer
+//!     carries `"input_transformations": [{"type": "thinking_block_dropped", "message_index":
+//!     N, "content_index": M, "reason": "prefix_mismatch"}, ...]`, one per dropped block,
+//!     indices as sent (JSON: at the top level; streamed: in `message_start`'s `message`;
+//!     absent when nothing was dropped);
+//!   - otherwise the request is refused: 400 `invalid_request_error`, message
+//!     `messages.N.content.M: ` followed by: Invalid `signature` in `thinking` block. The block
+//!     is bound to a different conversation. Thinking blocks must be sent back after exactly
+//!     the prefix they were produced on. (the same for a redacted block);
+//!     [`FakeProvider::refusals`] counts these.
+//!
+//!   So leaving out an earlier thinking block while keeping a later one is refused (the later
+//!   one's prefix changed); leaving them all out, appending messages, moving markers and
+//!   changing the billing header are not.
+//!
+//! Anthropic, server-side context editing (every model), `context_management.edits` in the body:
+//! - a non-null `context_management` needs the `anthropic-beta` value
+//!   `context-management-2025-06-27`, else 400 `invalid_request_error` with the message
+//!   `context_management: requires the anthropic-beta header context-management-2025-06-27`. An
+//!   edit of another `type` than the two below, or a `clear_thinking_20251015` that is not the
+//!   first edit, is refused with 400 `context_management.edits.N: <why>`. These are checked
+//!   after the binding check and are not counted as binding refusals;
+//! - the edits apply in order, after the binding check and its drops, to the prompt the model
+//!   sees (what is priced); signatures are checked on the request as received, so an edit the
+//!   provider makes itself never unbinds a block. A marker stays on the block it was on (a
+//!   removed block takes its own with it);
+//! - `clear_thinking_20251015`: `keep` is `"all"` (nothing cleared) or `{"type":
+//!   "thinking_turns", "value": n}` (n = 1 by default or when unreadable). An assistant turn is
+//!   the run of assistant messages since the last user message that holds anything but
+//!   `tool_result` blocks (tool results continue a turn). The thinking and redacted_thinking
+//!   blocks of the assistant messages of all but the newest n turns are removed. Thinking on
+//!   and no `clear_thinking_20251015` edit: the same happens with n = 1 (the API's default, with
+//!   or without `context_management`), reported nowhere;
+//! - `clear_tool_uses_20250919`: the tool uses are the `tool_use` blocks of assistant messages
+//!   in order, each with the first later `tool_result` of its id. `trigger` `{"type":
+//!   "input_tokens", "value": V}` fires when the prompt's tokens (as priced, after the drops
+//!   and edits before it) exceed V, `{"type": "tool_uses", "value": V}` when the tool uses
+//!   exceed V; without a `value`: input_tokens 100,000. When it fires, every tool use but the
+//!   newest K (`keep` `{"type": "tool_uses", "value": K}`, default 3; excluded tools count
+//!   among them) whose name is not in `exclude_tools` (default none) is cleared: its result
+//!   becomes `{"type": "tool_result", "tool_use_id": <its id>, "content": [{"type": "text",
+//!   "text": "[tool result cleared]"}]}` (its `is_error` and `cache_control` kept, nothing
+//!   else), and when `clear_tool_inputs` is `true` or an array naming its tool the call's
+//!   `input` becomes `{}`. With `clear_at_least` `{"type": "input_tokens", "value": A}` an edit
+//!   that would free fewer than A tokens clears nothing. An edit is stateless: a result already
+//!   the placeholder is cleared again, and counted;
+//! - a request with `context_management` is answered with `"context_management":
+//!   {"applied_edits": [...]}` (JSON: at the top level; streamed: at the top level of the
+//!   `message_delta` event's data), one entry per edit that cleared something, in the order
+//!   applied: `{"type": "clear_tool_uses_20250919", "cleared_tool_uses": <uses cleared>,
+//!   "cleared_input_tokens": t}` or `{"type": "clear_thinking_20251015",
+//!   "cleared_thinking_turns": <turns that lost thinking>, "cleared_input_tokens": t}`, t the
+//!   prompt's tokens before the edit less after it (0 when placeholders outweigh what they
+//!   replaced); `[]` when none cleared anything.
+//!
+//! A request refused by these rules (any 400 above) is recorded (status 400, no bill,
+//! [`Recorded::prompt`] null), takes no scripted reply and reads or writes nothing in the cache.
 //!
 //! Self-contained (axum, tokio, tokio-stream, serde_json, bytes only) so a bench can include it
 //! with `#[path = "../tests/common/fake_provider.rs"] mod fake_provider;`. Nothing sleeps unless a
@@ -342,9 +443,20 @@ pub struct Recorded {
     pub response: Bytes,
     /// The usage reported (`Value::Null` for errors and 404s).
     pub usage: Value,
-    /// The input of an answered model call by price (`None` for errors, failures, 404s and
-    /// `count_tokens`).
+    /// The input of an answered model call by price (`None` for errors, failures, 404s,
+    /// refusals and `count_tokens`).
     pub bill: Option<Bill>,
+    /// Anthropic: the `messages` as the model saw them, after every dropped thinking block and
+    /// every context edit (what was priced, or counted by `count_tokens`); `Value::Null` for a
+    /// refused request and on the other APIs.
+    pub prompt: Value,
+    /// Anthropic: the thinking blocks dropped (the `input_transformations` array an answer
+    /// carries); `Value::Null` when none was dropped.
+    pub input_transformations: Value,
+    /// Anthropic: the context edits applied (the `context_management.applied_edits` array an
+    /// answer carries, `[]` when none cleared anything); `Value::Null` when the request had no
+    /// `context_management` or was refused.
+    pub applied_edits: Value,
 }
 
 impl Recorded {
@@ -380,6 +492,11 @@ impl Recorded {
     pub fn cost(&self) -> f64 {
         self.bill.as_ref().map_or(0.0, Bill::cost)
     }
+
+    /// The same with reads priced at `read` ([`Bill::cost_at`]).
+    pub fn cost_at(&self, read: f64) -> f64 {
+        self.bill.as_ref().map_or(0.0, |b| b.cost_at(read))
+    }
 }
 
 // ---------------------------------------------------------------- the server
@@ -395,6 +512,8 @@ struct Inner {
     prefixes: PrefixCache,
     /// Counters for ids.
     next_id: u64,
+    /// Requests refused for a thinking block not bound to its prefix.
+    refusals: usize,
 }
 
 type Shared = Arc<Mutex<Inner>>;
@@ -431,6 +550,7 @@ impl FakeProvider {
             breakpoints: BreakpointCache::default(),
             prefixes: PrefixCache::default(),
             next_id: 0,
+            refusals: 0,
         }));
         let app = Router::new().fallback(handle).with_state(shared.clone());
         let task = tokio::spawn(async move {
@@ -519,6 +639,22 @@ impl FakeProvider {
     pub fn cost(&self) -> f64 {
         lock(&self.shared).requests.iter().map(Recorded::cost).sum()
     }
+
+    /// The same with every read priced at `read` ([`Bill::cost_at`]): what the calls recorded
+    /// would have cost on a model with that read price.
+    pub fn cost_at(&self, read: f64) -> f64 {
+        lock(&self.shared)
+            .requests
+            .iter()
+            .map(|r| r.cost_at(read))
+            .sum()
+    }
+
+    /// The requests refused so far (whatever [`FakeProvider::clear_requests`] forgot) because a
+    /// thinking block was not sent back after the prefix it was produced on.
+    pub fn refusals(&self) -> usize {
+        lock(&self.shared).refusals
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -546,6 +682,9 @@ async fn handle(State(shared): State<Shared>, request: Request) -> Response {
         response: Bytes::new(),
         usage: Value::Null,
         bill: None,
+        prompt: Value::Null,
+        input_transformations: Value::Null,
+        applied_edits: Value::Null,
     };
     let post = parts.method == Method::POST;
     let api = match path.as_str() {
@@ -583,6 +722,18 @@ async fn handle(State(shared): State<Shared>, request: Request) -> Response {
         };
         return finish(&shared, record, 400, body.to_string());
     }
+    // Anthropic: checked, dropped from and edited before anything else (a refusal takes no
+    // reply and touches no cache).
+    let prepared = match api {
+        Api::Anthropic => match prepare(&record.headers, &record.body) {
+            Ok(prepared) => Some(prepared),
+            Err(refusal) => return refuse(&shared, record, refusal),
+        },
+        Api::OpenAi | Api::Responses => None,
+    };
+    if let Some(prepared) = &prepared {
+        prepared.note(&mut record);
+    }
     let (reply, bill, id, tool_base) = {
         let mut inner = lock(&shared);
         let reply = match inner.queue.pop_front() {
@@ -590,7 +741,8 @@ async fn handle(State(shared): State<Shared>, request: Request) -> Response {
             None => inner.default.clone(),
         };
         let answered = matches!(reply.kind, Kind::Answer(_));
-        let bill = price(&mut inner, api, &record.body, answered);
+        let priced = prepared.as_ref().map_or(&record.body, |p| &p.prompt);
+        let bill = price(&mut inner, api, priced, answered);
         inner.next_id += 1;
         let id = inner.next_id;
         let tools = match &reply.kind {
@@ -664,6 +816,11 @@ async fn handle(State(shared): State<Shared>, request: Request) -> Response {
         .as_str()
         .unwrap_or("fake-model")
         .to_owned();
+    let blocks = if api == Api::Anthropic && binds_thinking(&model) {
+        bind_answer(&record.body, blocks)
+    } else {
+        blocks
+    };
     let include_usage = record.body["stream_options"]["include_usage"]
         .as_bool()
         .unwrap_or(false);
@@ -673,6 +830,11 @@ async fn handle(State(shared): State<Shared>, request: Request) -> Response {
         blocks,
         stop_reason: reply.stop_reason.clone(),
         bill,
+        input_transformations: record.input_transformations.clone(),
+        context_management: prepared
+            .as_ref()
+            .and_then(|p| p.edits.clone())
+            .map_or(Value::Null, |edits| json!({"applied_edits": edits})),
     };
     let (usage_value, events) = match api {
         Api::Anthropic => (
@@ -850,7 +1012,7 @@ fn with_headers(mut response: Response, headers: &[(String, String)]) -> Respons
     response
 }
 
-fn count_tokens(shared: &Shared, record: Recorded) -> Response {
+fn count_tokens(shared: &Shared, mut record: Recorded) -> Response {
     if !record.body["messages"].is_array() {
         let body = json!({
             "type": "error",
@@ -858,13 +1020,557 @@ fn count_tokens(shared: &Shared, record: Recorded) -> Response {
         });
         return finish(shared, record, 400, body.to_string());
     }
-    let prompt: u64 = anthropic_units(&record.body).iter().map(|u| u.tokens).sum();
+    let prepared = match prepare(&record.headers, &record.body) {
+        Ok(prepared) => prepared,
+        Err(refusal) => return refuse(shared, record, refusal),
+    };
+    prepared.note(&mut record);
+    let prompt = prompt_tokens(&prepared.prompt);
     finish(
         shared,
         record,
         200,
         json!({"input_tokens": prompt}).to_string(),
     )
+}
+
+// ---------------------------------------------------------------- binding and context editing
+
+/// The beta that lets a request drop thinking blocks bound to another prefix instead of being
+/// refused (with `thinking.block_binding.prefix_mismatch_behavior: "drop_block"`).
+pub const BINDING_BETA: &str = "thinking-binding-controls-2026-08-01";
+/// The beta `context_management` requires.
+pub const CONTEXT_MANAGEMENT_BETA: &str = "context-management-2025-06-27";
+/// What every signature (and redacted data) the fake makes for a binding model starts with.
+pub const SIGNATURE_PREFIX: &str = "fakesig1.";
+/// A system block whose text starts with this is no part of a block's prefix: Claude Code
+/// changes it on every request.
+pub const BILLING_HEADER: &str = "x-anthropic-billing-header:";
+/// The thinking a binding model answers with when thinking is on and the reply has none.
+pub const THINKING_TEXT: &str = "Thinking it over.";
+/// The text a cleared tool result's content holds.
+pub const CLEARED_TOOL_RESULT: &str = "[tool result cleared]";
+/// The context edits the fake knows.
+pub const CLEAR_TOOL_USES: &str = "clear_tool_uses_20250919";
+pub const CLEAR_THINKING: &str = "clear_thinking_20251015";
+/// `clear_tool_uses_20250919` defaults: fires over this many input tokens, keeps this many
+/// tool uses.
+pub const CLEAR_TRIGGER_TOKENS: u64 = 100_000;
+pub const CLEAR_KEEP_TOOL_USES: u64 = 3;
+
+/// What a refusal for a thinking block bound to another prefix says after its location.
+const UNBOUND: &str = concat!(
+    "Invalid `signature` in `thinking` block. The block is bound to a different conversation. ",
+    "Thinking blocks must be sent back after exactly the prefix they were produced on."
+);
+
+/// FNV-1a, 128 bits: stable across Rust releases (unlike `DefaultHasher`) and needs no crate.
+const FNV_OFFSET: u128 = 0x6c62_272e_07bb_0142_62b8_2175_6295_c58d;
+const FNV_PRIME: u128 = 0x0000_0000_0100_0000_0000_0000_0000_013b;
+
+/// A running hash of a prompt up to some block.
+#[derive(Clone, Copy, Debug)]
+struct PrefixHash(u128);
+
+impl PrefixHash {
+    fn bytes(mut self, bytes: &[u8]) -> Self {
+        for &b in bytes {
+            self.0 ^= u128::from(b);
+            self.0 = self.0.wrapping_mul(FNV_PRIME);
+        }
+        self
+    }
+
+    /// One record: its tag, a unit separator, the canonical JSON, a newline. Canonical JSON
+    /// escapes both separators, so two different record sequences never hash the same bytes.
+    fn record(self, tag: &str, value: &Value) -> Self {
+        let mut s = String::new();
+        canonical(value, &mut s);
+        self.bytes(tag.as_bytes())
+            .bytes(b"\x1f")
+            .bytes(s.as_bytes())
+            .bytes(b"\n")
+    }
+
+    /// A thinking block's signature (`Some(text)`) or a redacted block's data (`None`) here.
+    fn sign(self, thinking: Option<&str>) -> String {
+        let end = match thinking {
+            Some(text) => self.record("thinking", &Value::String(text.to_owned())),
+            None => self.record("redacted_thinking", &Value::Null),
+        };
+        format!("{SIGNATURE_PREFIX}{:032x}", end.0)
+    }
+}
+
+/// A message's content as blocks: a string is one text block, anything else none.
+fn content_blocks(message: &Value) -> Vec<Value> {
+    match &message["content"] {
+        Value::String(text) => vec![text_block(text)],
+        Value::Array(blocks) => blocks.clone(),
+        _ => Vec::new(),
+    }
+}
+
+fn is_thinking(block: &Value) -> bool {
+    matches!(
+        block["type"].as_str(),
+        Some("thinking" | "redacted_thinking")
+    )
+}
+
+/// Walks `body`'s prompt as a block's prefix reads it: tools, system (the billing header left
+/// out), then per message its blocks and, after them, its role (a prefix holds the roles of
+/// the messages before its block's, not that one's own: putting the role last makes every
+/// prefix a start of one walk). `visit` gets each block of `messages` with the hash of its
+/// prefix. Gives the hash at the start of each message and, last, after every message (where
+/// an answer's message starts).
+fn walk_prefixes(
+    body: &Value,
+    mut visit: impl FnMut(usize, usize, &Value, PrefixHash),
+) -> Vec<PrefixHash> {
+    let mut h = PrefixHash(FNV_OFFSET);
+    for tool in body["tools"].as_array().into_iter().flatten() {
+        h = h.record("tool", tool);
+    }
+    let system = match &body["system"] {
+        Value::String(text) => vec![text_block(text)],
+        Value::Array(blocks) => blocks.clone(),
+        _ => Vec::new(),
+    };
+    for block in &system {
+        let billing = block["text"]
+            .as_str()
+            .is_some_and(|t| t.starts_with(BILLING_HEADER));
+        if !billing {
+            h = h.record("system", block);
+        }
+    }
+    let mut starts = Vec::new();
+    for (n, message) in body["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        starts.push(h);
+        for (m, block) in content_blocks(message).iter().enumerate() {
+            visit(n, m, block, h);
+            h = h.record("block", block);
+        }
+        h = h.record("role", &message["role"]);
+    }
+    starts.push(h);
+    starts
+}
+
+/// The signature a binding model gives (and expects of) a thinking block whose text is
+/// `thinking` at `messages[message].content[index]` of `body`, or with `None` the `data` of a
+/// redacted_thinking block there. `message` may be `messages.len()`: the answer's message (no
+/// blocks before `index` then); blocks past the end of a message's content are not there.
+pub fn thinking_signature(
+    body: &Value,
+    message: usize,
+    index: usize,
+    thinking: Option<&str>,
+) -> String {
+    let starts = walk_prefixes(body, |_, _, _, _| {});
+    let mut h = starts[message.min(starts.len() - 1)];
+    let before = body["messages"]
+        .get(message)
+        .map(content_blocks)
+        .unwrap_or_default();
+    for block in before.iter().take(index) {
+        h = h.record("block", block);
+    }
+    h.sign(thinking)
+}
+
+/// Whether a block carries what [`thinking_signature`] gives it at `h` (any block but
+/// thinking and redacted_thinking does).
+fn bound_at(block: &Value, h: PrefixHash) -> bool {
+    match block["type"].as_str() {
+        Some("thinking") => block["thinking"]
+            .as_str()
+            .is_some_and(|text| block["signature"].as_str() == Some(&h.sign(Some(text)))),
+        Some("redacted_thinking") => block["data"].as_str() == Some(&h.sign(None)),
+        _ => true,
+    }
+}
+
+fn thinking_on(body: &Value) -> bool {
+    matches!(
+        body["thinking"]["type"].as_str(),
+        Some("enabled" | "adaptive")
+    )
+}
+
+/// The answer of a binding model to `body`: a thinking block first when thinking is on and
+/// `blocks` has none, and every thinking block signed (redacted data made) on its prefix, the
+/// answer's message being the one after the request's last.
+fn bind_answer(body: &Value, mut blocks: Vec<Block>) -> Vec<Block> {
+    let thinks = blocks
+        .iter()
+        .any(|b| matches!(b, Block::Thinking { .. } | Block::RedactedThinking(_)));
+    if thinking_on(body) && !thinks {
+        let text = if body["thinking"]["display"] == "omitted" {
+            ""
+        } else {
+            THINKING_TEXT
+        };
+        blocks.insert(
+            0,
+            Block::Thinking {
+                thinking: text.into(),
+                signature: String::new(),
+            },
+        );
+    }
+    let starts = walk_prefixes(body, |_, _, _, _| {});
+    let mut h = starts[starts.len() - 1];
+    for block in &mut blocks {
+        match block {
+            Block::Thinking {
+                thinking,
+                signature,
+            } => *signature = h.sign(Some(thinking)),
+            Block::RedactedThinking(data) => *data = h.sign(None),
+            Block::Text(_) | Block::ToolUse { .. } => {}
+        }
+        h = h.record("block", &Answer::anthropic_block(block));
+    }
+    blocks
+}
+
+/// The values of every `anthropic-beta` header line, split on commas.
+fn betas(headers: &HeaderMap) -> Vec<String> {
+    headers
+        .get_all("anthropic-beta")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|b| b.trim().to_owned())
+        .filter(|b| !b.is_empty())
+        .collect()
+}
+
+/// Tokens of a prompt as priced: every block of [`anthropic_units`].
+fn prompt_tokens(body: &Value) -> u64 {
+    anthropic_units(body).iter().map(|u| u.tokens).sum()
+}
+
+/// An Anthropic request made ready for the model.
+struct Prepared {
+    /// The body with `messages` as the model sees them: what is priced and counted.
+    prompt: Value,
+    /// The thinking blocks dropped (`input_transformations` entries).
+    dropped: Vec<Value>,
+    /// The edits applied (`applied_edits` entries); `None` without `context_management`.
+    edits: Option<Vec<Value>>,
+}
+
+impl Prepared {
+    fn note(&self, record: &mut Recorded) {
+        record.prompt = self.prompt["messages"].clone();
+        if !self.dropped.is_empty() {
+            record.input_transformations = Value::Array(self.dropped.clone());
+        }
+        if let Some(edits) = &self.edits {
+            record.applied_edits = Value::Array(edits.clone());
+        }
+    }
+}
+
+/// A request refused with 400 and this Anthropic error `message`; `binding`: for a thinking
+/// block bound to another prefix (counted by [`FakeProvider::refusals`]).
+struct Refusal {
+    binding: bool,
+    message: String,
+}
+
+fn refuse(shared: &Shared, record: Recorded, refusal: Refusal) -> Response {
+    if refusal.binding {
+        lock(shared).refusals += 1;
+    }
+    let body = json!({
+        "type": "error",
+        "error": {"type": "invalid_request_error", "message": refusal.message},
+    });
+    finish(shared, record, 400, body.to_string())
+}
+
+/// Checks an Anthropic request and gives the prompt the model sees, as the module's docs state:
+/// the binding check (refusal or drops), then `context_management` checked and its edits (and
+/// the default thinking clearing) applied in order.
+fn prepare(headers: &HeaderMap, body: &Value) -> Result<Prepared, Refusal> {
+    let betas = betas(headers);
+    let beta = |name: &str| betas.iter().any(|b| b == name);
+    let mut prompt = body.clone();
+    let mut dropped = Vec::new();
+    if binds_thinking(body["model"].as_str().unwrap_or_default()) {
+        let mut first = None;
+        walk_prefixes(body, |n, m, block, h| {
+            if first.is_none() && !bound_at(block, h) {
+                first = Some((n, m));
+            }
+        });
+        if let Some(first) = first {
+            let drop = beta(BINDING_BETA)
+                && body["thinking"]["block_binding"]["prefix_mismatch_behavior"] == "drop_block";
+            if !drop {
+                let (n, m) = first;
+                return Err(Refusal {
+                    binding: true,
+                    message: format!("messages.{n}.content.{m}: {UNBOUND}"),
+                });
+            }
+            // The first unbound block and every later thinking block: a later block's prefix
+            // holds the dropped one, so it could not be bound either.
+            let messages = prompt["messages"].as_array_mut().into_iter().flatten();
+            for (n, message) in messages.enumerate() {
+                let Some(blocks) = message["content"].as_array_mut() else {
+                    continue;
+                };
+                let mut m = 0;
+                blocks.retain(|block| {
+                    let at = (n, m);
+                    m += 1;
+                    let gone = at >= first && is_thinking(block);
+                    if gone {
+                        dropped.push(json!({
+                            "type": "thinking_block_dropped",
+                            "message_index": at.0,
+                            "content_index": at.1,
+                            "reason": "prefix_mismatch",
+                        }));
+                    }
+                    !gone
+                });
+            }
+        }
+    }
+    let management = &body["context_management"];
+    let managed = !management.is_null();
+    if managed && !beta(CONTEXT_MANAGEMENT_BETA) {
+        return Err(Refusal {
+            binding: false,
+            message: format!(
+                "context_management: requires the anthropic-beta header {CONTEXT_MANAGEMENT_BETA}"
+            ),
+        });
+    }
+    let edits = management["edits"]
+        .as_array()
+        .map_or(&[][..], Vec::as_slice);
+    for (i, edit) in edits.iter().enumerate() {
+        let message = match edit["type"].as_str() {
+            Some(CLEAR_TOOL_USES) => continue,
+            Some(CLEAR_THINKING) if i == 0 => continue,
+            Some(CLEAR_THINKING) => format!("{CLEAR_THINKING} must be the first edit"),
+            _ => format!(
+                "unknown edit type {} (expected {CLEAR_TOOL_USES} or {CLEAR_THINKING})",
+                edit["type"]
+            ),
+        };
+        return Err(Refusal {
+            binding: false,
+            message: format!("context_management.edits.{i}: {message}"),
+        });
+    }
+    // With thinking on, the API keeps the thinking of the last turn only unless told otherwise.
+    if thinking_on(body) && !edits.iter().any(|e| e["type"] == CLEAR_THINKING) {
+        clear_thinking(&mut prompt, 1);
+    }
+    let mut applied = Vec::new();
+    for edit in edits {
+        let entry = if edit["type"] == CLEAR_THINKING {
+            clear_thinking_edit(&mut prompt, edit)
+        } else {
+            clear_tool_uses(&mut prompt, edit)
+        };
+        applied.extend(entry);
+    }
+    Ok(Prepared {
+        prompt,
+        dropped,
+        edits: managed.then_some(applied),
+    })
+}
+
+/// Each message's assistant turn, numbered from 0 (`None` for other messages): a turn is the
+/// run of assistant messages since the last user message that holds anything but tool_result
+/// blocks (tool results continue the turn that called the tools).
+fn assistant_turns(messages: &[Value]) -> Vec<Option<usize>> {
+    let mut turns = 0;
+    let mut open = false;
+    messages
+        .iter()
+        .map(|message| {
+            if message["role"] == "assistant" {
+                if !open {
+                    open = true;
+                    turns += 1;
+                }
+                Some(turns - 1)
+            } else {
+                let asks = content_blocks(message)
+                    .iter()
+                    .any(|b| b["type"] != "tool_result");
+                if message["role"] == "user" && asks {
+                    open = false;
+                }
+                None
+            }
+        })
+        .collect()
+}
+
+/// Removes the thinking blocks of every assistant turn but the newest `keep`; gives the number
+/// of turns that lost some.
+fn clear_thinking(prompt: &mut Value, keep: usize) -> usize {
+    let Some(messages) = prompt["messages"].as_array_mut() else {
+        return 0;
+    };
+    let turns = assistant_turns(messages);
+    let total = turns.iter().flatten().max().map_or(0, |t| t + 1);
+    let mut cleared = Vec::new();
+    for (message, turn) in messages.iter_mut().zip(turns) {
+        let Some(turn) = turn.filter(|t| t.saturating_add(keep) < total) else {
+            continue;
+        };
+        if let Some(blocks) = message["content"].as_array_mut() {
+            let before = blocks.len();
+            blocks.retain(|b| !is_thinking(b));
+            if blocks.len() < before && !cleared.contains(&turn) {
+                cleared.push(turn);
+            }
+        }
+    }
+    cleared.len()
+}
+
+/// A `clear_thinking_20251015` edit; its `applied_edits` entry when it cleared something.
+fn clear_thinking_edit(prompt: &mut Value, edit: &Value) -> Option<Value> {
+    let keep = &edit["keep"];
+    if keep == "all" {
+        return None;
+    }
+    let keep = if keep["type"] == "thinking_turns" {
+        keep["value"].as_u64().unwrap_or(1) as usize
+    } else {
+        1
+    };
+    let before = prompt_tokens(prompt);
+    let turns = clear_thinking(prompt, keep);
+    (turns > 0).then(|| {
+        json!({
+            "type": CLEAR_THINKING,
+            "cleared_thinking_turns": turns,
+            "cleared_input_tokens": before.saturating_sub(prompt_tokens(prompt)),
+        })
+    })
+}
+
+/// A tool use: where its tool_use block is, its name, and where the tool_result answering it is.
+struct ToolUse {
+    at: (usize, usize),
+    name: String,
+    result: Option<(usize, usize)>,
+}
+
+/// The tool_use blocks of assistant messages in order, each with the first later tool_result
+/// of the same id.
+fn tool_uses(messages: &[Value]) -> Vec<ToolUse> {
+    let mut uses = Vec::new();
+    for (n, message) in messages.iter().enumerate() {
+        if message["role"] != "assistant" {
+            continue;
+        }
+        for (m, block) in content_blocks(message).iter().enumerate() {
+            if block["type"] != "tool_use" {
+                continue;
+            }
+            let result = messages
+                .iter()
+                .enumerate()
+                .skip(n + 1)
+                .find_map(|(k, later)| {
+                    let blocks = later["content"].as_array()?;
+                    let j = blocks.iter().position(|b| {
+                        b["type"] == "tool_result" && b["tool_use_id"] == block["id"]
+                    })?;
+                    Some((k, j))
+                });
+            uses.push(ToolUse {
+                at: (n, m),
+                name: block["name"].as_str().unwrap_or_default().to_owned(),
+                result,
+            });
+        }
+    }
+    uses
+}
+
+/// A `clear_tool_uses_20250919` edit; its `applied_edits` entry when it cleared something.
+fn clear_tool_uses(prompt: &mut Value, edit: &Value) -> Option<Value> {
+    let uses = tool_uses(prompt["messages"].as_array()?);
+    let trigger = &edit["trigger"];
+    let fires = match trigger["value"].as_u64() {
+        Some(limit) if trigger["type"] == "tool_uses" => uses.len() as u64 > limit,
+        Some(limit) => prompt_tokens(prompt) > limit,
+        None => prompt_tokens(prompt) > CLEAR_TRIGGER_TOKENS,
+    };
+    if !fires {
+        return None;
+    }
+    let keep = edit["keep"]["value"]
+        .as_u64()
+        .unwrap_or(CLEAR_KEEP_TOOL_USES) as usize;
+    let named = |list: &Value, name: &str| {
+        list.as_array()
+            .is_some_and(|names| names.iter().any(|n| n == name))
+    };
+    let inputs = &edit["clear_tool_inputs"];
+    let cleared: Vec<&ToolUse> = uses[..uses.len().saturating_sub(keep)]
+        .iter()
+        .filter(|u| !named(&edit["exclude_tools"], &u.name))
+        .collect();
+    if cleared.is_empty() {
+        return None;
+    }
+    let mut edited = prompt.clone();
+    for u in &cleared {
+        if let Some((n, m)) = u.result {
+            let old = &edited["messages"][n]["content"][m];
+            let mut new = json!({
+                "type": "tool_result",
+                "tool_use_id": old["tool_use_id"],
+                "content": [text_block(CLEARED_TOOL_RESULT)],
+            });
+            for key in ["is_error", "cache_control"] {
+                if let Some(v) = old.get(key) {
+                    new[key] = v.clone();
+                }
+            }
+            edited["messages"][n]["content"][m] = new;
+        }
+        if *inputs == true || named(inputs, &u.name) {
+            let (n, m) = u.at;
+            edited["messages"][n]["content"][m]["input"] = json!({});
+        }
+    }
+    // A placeholder can outweigh a tiny result: then nothing was cleared, in tokens.
+    let freed = prompt_tokens(prompt) as i64 - prompt_tokens(&edited) as i64;
+    if let Some(least) = edit["clear_at_least"]["value"].as_u64()
+        && freed < least as i64
+    {
+        return None;
+    }
+    *prompt = edited;
+    Some(json!({
+        "type": CLEAR_TOOL_USES,
+        "cleared_tool_uses": cleared.len(),
+        "cleared_input_tokens": freed.max(0),
+    }))
 }
 
 // ---------------------------------------------------------------- tokens and the cache
@@ -941,9 +1647,67 @@ pub const LOOKBACK: usize = 20;
 pub const MIN_CACHED: u64 = 1024;
 pub const CACHE_STEP: u64 = 128;
 
+/// Price of an uncached input token, of one written for 5 minutes and of one written for 1 hour
+/// (Anthropic's multipliers of the base input price, the same for every model).
+pub const INPUT_PRICE: f64 = 1.0;
+pub const WRITE_5M_PRICE: f64 = 1.25;
+pub const WRITE_1H_PRICE: f64 = 2.0;
+/// The read price of a model [`read_price`] names no other price for (and of OpenAI's).
+pub const DEFAULT_READ_PRICE: f64 = 0.1;
+
+/// Read prices by model prefix ([`read_price`]).
+const READ_PRICES: &[(&str, f64)] = &[
+    ("claude-fable-5-1", 0.025),
+    ("claude-fable-5-2", 0.025),
+    ("claude-mythos-5-1", 0.025),
+    ("claude-mythos-5-2", 0.025),
+    ("claude-opus-5-5", 0.05),
+    ("claude-sonnet-5-5", 0.05),
+    ("claude-haiku-5-5", 0.05),
+];
+
+/// The models whose thinking blocks are bound to their prefix ([`binds_thinking`]).
+const BINDING_MODELS: &[&str] = &[
+    "claude-fable-5-1",
+    "claude-fable-5-2",
+    "claude-mythos-5-1",
+    "claude-mythos-5-2",
+    "claude-opus-5-5",
+    "claude-sonnet-5-5",
+    "claude-haiku-5-5",
+];
+
+/// `model` lower-cased, without a `provider/` prefix (what the prefix tables match).
+fn model_name(model: &str) -> String {
+    let model = model.to_lowercase();
+    match model.rsplit_once('/') {
+        Some((_, name)) => name.to_owned(),
+        None => model,
+    }
+}
+
+/// The price of a token read from the cache for `model`, relative to an uncached one: the
+/// longest prefix of [`READ_PRICES`] matching the lower-cased model (a `provider/` prefix
+/// stripped), else [`DEFAULT_READ_PRICE`].
+pub fn read_price(model: &str) -> f64 {
+    let name = model_name(model);
+    READ_PRICES
+        .iter()
+        .filter(|(prefix, _)| name.starts_with(prefix))
+        .max_by_key(|(prefix, _)| prefix.len())
+        .map_or(DEFAULT_READ_PRICE, |(_, price)| *price)
+}
+
+/// Whether `model`'s thinking blocks are bound to the prefix they were produced on (matched as
+/// [`read_price`] matches: lower-cased, a `provider/` prefix stripped, dated ids included).
+pub fn binds_thinking(model: &str) -> bool {
+    let name = model_name(model);
+    BINDING_MODELS.iter().any(|prefix| name.starts_with(prefix))
+}
+
 /// An answered call's input tokens by price. Anthropic fills every field; OpenAI only `input`
 /// and `read` (it charges no writes).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Bill {
     /// Neither read nor written (Anthropic's `input_tokens`; OpenAI's prompt less the cached).
     pub input: u64,
@@ -952,6 +1716,21 @@ pub struct Bill {
     pub write_1h: u64,
     /// Read from the cache.
     pub read: u64,
+    /// What a read token cost relative to an uncached one: [`read_price`] of the request's model
+    /// (Anthropic), [`DEFAULT_READ_PRICE`] for OpenAI and by default.
+    pub read_price: f64,
+}
+
+impl Default for Bill {
+    fn default() -> Self {
+        Self {
+            input: 0,
+            write_5m: 0,
+            write_1h: 0,
+            read: 0,
+            read_price: DEFAULT_READ_PRICE,
+        }
+    }
 }
 
 impl Bill {
@@ -961,12 +1740,17 @@ impl Bill {
     }
 
     /// Input tokens weighted by price: uncached 1×, 5-minute writes 1.25×, 1-hour writes 2×,
-    /// reads 0.1×.
+    /// reads at [`Bill::read_price`].
     pub fn cost(&self) -> f64 {
-        self.input as f64
-            + 1.25 * self.write_5m as f64
-            + 2.0 * self.write_1h as f64
-            + 0.1 * self.read as f64
+        self.cost_at(self.read_price)
+    }
+
+    /// The same tokens with reads priced at `read` (a model with another read price).
+    pub fn cost_at(&self, read: f64) -> f64 {
+        INPUT_PRICE * self.input as f64
+            + WRITE_5M_PRICE * self.write_5m as f64
+            + WRITE_1H_PRICE * self.write_1h as f64
+            + read * self.read as f64
     }
 }
 
@@ -1152,7 +1936,9 @@ pub struct BreakpointCache {
 
 impl BreakpointCache {
     /// What a request of `blocks` ([`anthropic_units`]) costs at `now`; `answered`: it was
-    /// answered with a message, so it writes its breakpoints and refreshes what it read.
+    /// answered with a message, so it writes its breakpoints and refreshes what it read. Reads
+    /// are billed at [`DEFAULT_READ_PRICE`] (the blocks name no model): set
+    /// [`Bill::read_price`] to the model's [`read_price`], as the fake does.
     pub fn price(&mut self, now: Duration, blocks: &[Unit], answered: bool) -> Bill {
         let total: u64 = blocks.iter().map(|u| u.tokens).sum();
         let breakpoints: Vec<usize> = (0..blocks.len())
@@ -1258,12 +2044,17 @@ impl PrefixCache {
 }
 
 /// Prices a model request on `api` at the fake's clock, updating its cache when `answered`.
+/// Anthropic: `body` is the prompt as the model sees it (after drops and edits), its reads at
+/// its model's price.
 fn price(inner: &mut Inner, api: Api, body: &Value, answered: bool) -> Bill {
     let now = inner.now;
     match api {
-        Api::Anthropic => inner
-            .breakpoints
-            .price(now, &anthropic_units(body), answered),
+        Api::Anthropic => Bill {
+            read_price: read_price(body["model"].as_str().unwrap_or_default()),
+            ..inner
+                .breakpoints
+                .price(now, &anthropic_units(body), answered)
+        },
         Api::OpenAi | Api::Responses => {
             let items = openai_units(body, api == Api::Responses);
             inner
@@ -1281,6 +2072,10 @@ struct Answer {
     blocks: Vec<Block>,
     stop_reason: Option<String>,
     bill: Bill,
+    /// Anthropic: the `input_transformations` array and the `context_management` object to
+    /// report; `Value::Null` when there is none.
+    input_transformations: Value,
+    context_management: Value,
 }
 
 fn sse(event: &str, data: &Value) -> Vec<u8> {
@@ -1371,7 +2166,7 @@ impl Answer {
     }
 
     fn anthropic_json(&self) -> Value {
-        json!({
+        let mut message = json!({
             "id": self.message_id(),
             "type": "message",
             "role": "assistant",
@@ -1380,25 +2175,36 @@ impl Answer {
             "stop_reason": self.anthropic_stop(),
             "stop_sequence": null,
             "usage": self.anthropic_usage(),
-        })
+        });
+        if !self.input_transformations.is_null() {
+            message["input_transformations"] = self.input_transformations.clone();
+        }
+        if !self.context_management.is_null() {
+            message["context_management"] = self.context_management.clone();
+        }
+        message
     }
 
     fn anthropic_events(&self) -> Vec<Vec<u8>> {
         let mut start_usage = self.anthropic_usage();
         start_usage["output_tokens"] = json!(1);
+        let mut start = json!({
+            "id": self.message_id(),
+            "type": "message",
+            "role": "assistant",
+            "model": self.model,
+            "content": [],
+            "stop_reason": null,
+            "stop_sequence": null,
+            "usage": start_usage,
+        });
+        if !self.input_transformations.is_null() {
+            start["input_transformations"] = self.input_transformations.clone();
+        }
         let mut events = vec![
             sse(
                 "message_start",
-                &json!({"type": "message_start", "message": {
-                    "id": self.message_id(),
-                    "type": "message",
-                    "role": "assistant",
-                    "model": self.model,
-                    "content": [],
-                    "stop_reason": null,
-                    "stop_sequence": null,
-                    "usage": start_usage,
-                }}),
+                &json!({"type": "message_start", "message": start}),
             ),
             sse("ping", &json!({"type": "ping"})),
         ];
@@ -1449,14 +2255,15 @@ impl Answer {
                 &json!({"type": "content_block_stop", "index": index}),
             ));
         }
-        events.push(sse(
-            "message_delta",
-            &json!({
-                "type": "message_delta",
-                "delta": {"stop_reason": self.anthropic_stop(), "stop_sequence": null},
-                "usage": {"output_tokens": self.output_tokens()},
-            }),
-        ));
+        let mut delta = json!({
+            "type": "message_delta",
+            "delta": {"stop_reason": self.anthropic_stop(), "stop_sequence": null},
+            "usage": {"output_tokens": self.output_tokens()},
+        });
+        if !self.context_management.is_null() {
+            delta["context_management"] = self.context_management.clone();
+        }
+        events.push(sse("message_delta", &delta));
         events.push(sse("message_stop", &json!({"type": "message_stop"})));
         events
     }
@@ -1912,7 +2719,8 @@ pub fn parse_sse(body: &[u8]) -> Vec<SseEvent> {
 }
 
 /// The Anthropic message an SSE body builds (content blocks accumulated from their deltas,
-/// stop_reason and usage), as the non-streamed JSON would be; `None` without `message_stop`.
+/// stop_reason, usage and `message_delta`'s `context_management`), as the non-streamed JSON
+/// would be; `None` without `message_stop`.
 pub fn anthropic_message_of_sse(body: &[u8]) -> Option<Value> {
     let mut message = Value::Null;
     let mut partial: Vec<String> = Vec::new();
@@ -1957,6 +2765,9 @@ pub fn anthropic_message_of_sse(body: &[u8]) -> Option<Value> {
                 }
                 for (k, v) in data["usage"].as_object()? {
                     message["usage"][k] = v.clone();
+                }
+                if !data["context_management"].is_null() {
+                    message["context_management"] = data["context_management"].clone();
                 }
             }
             "message_stop" => stopped = true,
