@@ -1,27 +1,31 @@
-//! The model gateway in front of the real Claude Code CLI through a long scripted session, once
-//! straight to the provider and once through the gateway, priced under the fake provider's
-//! breakpoint cache (`tests/common/fake_provider.rs`): what Claude Code pays through ctxd must
-//! never exceed what it pays without it, and every `cache_control` breakpoint it sets must
-//! reach the provider.
+//! The model gateway in front of the real Claude Code CLI through long scripted sessions, once
+//! straight to the provider and once through the gateway, against the fake provider
+//! (`tests/common/fake_provider.rs`) as Claude Code 2.1.332 meets the real one: Opus 5.5 with
+//! adaptive thinking, so nearly every answer holds a signed thinking block, bound to everything
+//! before it, and a request whose prefix under a kept block changed is refused (400). Through
+//! the gateway no request may be refused and no thinking dropped, every `cache_control`
+//! breakpoint Claude Code sets must reach the provider, and the session must cost less than
+//! straight at every listed model's cache prices (the breakpoint cache bills both runs' very
+//! requests, so the figures are deterministic).
 //!
-//! The session: `claude -p` with `Read`, `Bash` and `Agent` allowed; the parent's model calls
-//! read files and `cat` generated ones (each result 12–28 KB) that Claude Code really runs in a
-//! temp work dir, and at its 12th call start a sub-agent, whose own conversation reads and
-//! `cat`s too before it answers. The sub-agent runs in the foreground (its call says
-//! `run_in_background: false`, so the parent's calls are the same in every run; Claude Code's
-//! default is the background, which the corpus replay covers), sending its calls to
-//! the same base URL, so one reply queue cannot serve both:
-//! two fakes, one scripted for the parent and one for the sub-agent, sit behind a loopback
-//! router that picks one by the conversation's first message. The cost of each run is the sum
-//! over both fakes; the test prints it per call, straight beside through the gateway.
+//! Two sessions of different shapes, so no policy is tuned to one: `reports` (Read and Bash
+//! results of 12–28 KB in turn, one sub-agent at the 12th call) and `logs` (mostly Bash output
+//! of 18–40 KB, short reads, two sub-agents). Each model call reads a file or
+//! `cat`s one that Claude Code really runs in a temp work dir; a sub-agent runs in the
+//! foreground (`run_in_background: false`, so the parent's calls are the same in every run;
+//! Claude Code's default is the background, which the corpus replay covers), sending its calls
+//! to the same base URL, so one reply queue cannot serve all: one fake per conversation, behind
+//! a loopback router that picks one by the conversation's first message. The cost of a run is
+//! the sum over its fakes; the test prints it per call, straight beside through the gateway.
 //!
-//! The straight run's request bodies are what Claude Code sends for each call; with
+//! The straight run's request bodies of `reports` are what Claude Code sends for each call; with
 //! `CTXD_WRITE_CLAUDE_CORPUS=1` they are written, scrubbed, to
-//! `testdata/gateway/corpus/claude-code-2.1.332/`, which a second test replays through the
-//! gateway with no CLI at all.
+//! `testdata/gateway/corpus/claude-code-2.1.332-thinking/`, which another test replays through
+//! the gateway with no CLI at all, as it does the corpus of a session whose sub-agent ran in
+//! the background.
 //!
 //! Claude Code is found as in `gateway_clients.rs` (`target/agents/node_modules/.bin/claude`,
-//! or `CTXD_TEST_CLAUDE`); without it the end-to-end test skips with a message, unless
+//! or `CTXD_TEST_CLAUDE`); without it the end-to-end tests skip with a message, unless
 //! `CTXD_GATEWAY_CLIENTS=required`.
 
 use std::path::{Path, PathBuf};
@@ -31,7 +35,7 @@ use std::sync::{Arc, Mutex};
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
-use axum::http::{Method, StatusCode};
+use axum::http::{HeaderMap, Method, StatusCode};
 use axum::response::Response;
 use ctxd::api::pb;
 use ctxd::gateway::{Gateway, GatewayPolicy};
@@ -42,38 +46,38 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
 use crate::agents::{REQUIRED, Ran, run_bounded};
-use crate::fake_provider::{Bill, Block, FakeProvider, Gate, Recorded, Reply};
+use crate::fake_provider::{Bill, Block, FakeProvider, Recorded, Reply, thinking_signature};
 use crate::gateway::{http_client, start_full};
 use crate::gateway_codex::{describe, only_branch};
 use crate::helpers::{TestApp, spawn_app_with, text_of};
 
-/// The pinned CLI whose requests the corpus holds.
+/// The pinned CLI's requests: a session whose sub-agent ran in the background (Claude Code's
+/// default), captured before the fake signed thinking, and the `reports` session with thinking
+/// on, which the end-to-end test writes.
 const CORPUS: &str = "testdata/gateway/corpus/claude-code-2.1.332";
+const THINKING_CORPUS: &str = "testdata/gateway/corpus/claude-code-2.1.332-thinking";
+
+/// The `anthropic-beta` Claude Code 2.1.332 sends, for a corpus that kept no header.
+const CLAUDE_CODE_BETAS: &str = "claude-code-20250219,interleaved-thinking-2025-05-14,\
+    context-management-2025-06-27,per-turn-control-2026-07-01,\
+    mid-conversation-tool-changes-2026-07-01,thinking-token-count-2026-05-13,\
+    advanced-tool-use-2025-11-20,effort-2025-11-24";
 
 /// Writes the straight run's request bodies to [`CORPUS`].
 const WRITE_CORPUS: &str = "CTXD_WRITE_CLAUDE_CORPUS";
 
-const PROMPT: &str = "Audit the generated reports and data files in the working directory: read \
-                      each one the tool calls name, hand the appendix to a sub-agent, then give \
-                      a one-line verdict.";
+/// The model Claude Code 2.1.332 runs by default, which binds its thinking.
+const MODEL: &str = "claude-opus-5-5";
 
-/// What the sub-agent is asked: the router tells its calls by this text in their first message.
-const SUB_PROMPT: &str = "Audit the appendix files appendix.txt and appendix-data.csv in the \
-                          working directory and report whether they agree.";
+/// The most a session may cost through the gateway, as a share of straight: at 0.1x reads (the
+/// older models'), at Opus 5.5's own 0.05x, and at every listed model's (Fable 5.1's 0.025x
+/// the cheapest).
+const AT_TENTH: f64 = 0.85;
+const AT_MODEL: f64 = 0.90;
+const AT_ANY: f64 = 1.0;
+const READ_PRICES: [f64; 3] = [0.1, 0.05, 0.025];
 
-const SUB_ANSWER: &str = "The appendix and its data agree on every row.";
-const FINAL: &str = "Verdict: all reports and data files are consistent.";
-
-/// The parent's model calls; the last answers, the others call a tool.
-const PARENT_CALLS: usize = 26;
-/// The parent's call that starts the sub-agent (1-based).
-const AGENT_CALL: usize = 12;
-
-/// The share of the straight cost the session may cost through the gateway, at most: the
-/// breakpoint-aware fake prices both runs' very requests, so the figure is deterministic.
-const TARGET_RATIO: f64 = 0.85;
-
-// ---------------------------------------------------------------- the script
+// ---------------------------------------------------------------- the scripts
 
 /// What a scripted model call asks Claude Code to do.
 #[derive(Clone, Debug)]
@@ -88,8 +92,8 @@ enum Step {
         file: String,
         bytes: usize,
     },
-    /// `Agent` with [`SUB_PROMPT`].
-    Agent,
+    /// `Agent` with the prompt of sub-agent `n` of the script.
+    Agent(usize),
     Answer(&'static str),
 }
 
@@ -100,81 +104,175 @@ impl Step {
             _ => None,
         }
     }
+
+    fn read(file: String, bytes: usize) -> Self {
+        Step::Read { file, bytes }
+    }
+
+    fn cat(file: String, bytes: usize) -> Self {
+        Step::Cat { file, bytes }
+    }
 }
 
-/// The parent's calls: reads and `cat`s in turn, sizes 12–28 KB, the sub-agent at
-/// [`AGENT_CALL`], the verdict last.
-fn parent_steps() -> Vec<Step> {
-    (1..=PARENT_CALLS)
-        .map(|n| {
-            let bytes = 12_000 + (n * 3_700) % 16_000;
-            if n == AGENT_CALL {
-                Step::Agent
-            } else if n == PARENT_CALLS {
-                Step::Answer(FINAL)
-            } else if n % 2 == 1 {
-                Step::Read {
-                    file: format!("report-{n:02}.txt"),
-                    bytes,
+/// A sub-agent: what it is asked (the router tells its calls by this text in their first
+/// message), its calls, the last of which answers.
+struct Sub {
+    prompt: &'static str,
+    steps: Vec<Step>,
+}
+
+/// A scripted Claude Code session: its prompt, the parent's calls (the last answers) and its
+/// sub-agents.
+struct Script {
+    name: &'static str,
+    prompt: &'static str,
+    parent: Vec<Step>,
+    subs: Vec<Sub>,
+}
+
+const FINAL: &str = "Verdict: all reports and data files are consistent.";
+const LOGS_FINAL: &str = "Verdict: the build is clean and no test failed.";
+
+impl Script {
+    /// `reports`: reads and `cat`s in turn, sizes 12–28 KB, a sub-agent at the 12th call, the
+    /// verdict at the 26th.
+    fn reports() -> Self {
+        const CALLS: usize = 26;
+        let parent = (1..=CALLS)
+            .map(|n| {
+                let bytes = 12_000 + (n * 3_700) % 16_000;
+                match n {
+                    12 => Step::Agent(0),
+                    CALLS => Step::Answer(FINAL),
+                    _ if n % 2 == 1 => Step::read(format!("report-{n:02}.txt"), bytes),
+                    _ => Step::cat(format!("data-{n:02}.csv"), bytes),
                 }
-            } else {
-                Step::Cat {
-                    file: format!("data-{n:02}.csv"),
-                    bytes,
+            })
+            .collect();
+        Script {
+            name: "reports",
+            prompt: "Audit the generated reports and data files in the working directory: read \
+                     each one the tool calls name, hand the appendix to a sub-agent, then give \
+                     a one-line verdict.",
+            parent,
+            subs: vec![Sub {
+                prompt: "Audit the appendix files appendix.txt and appendix-data.csv in the \
+                         working directory and report whether they agree.",
+                steps: vec![
+                    Step::read("appendix.txt".into(), 14_000),
+                    Step::cat("appendix-data.csv".into(), 16_000),
+                    Step::Answer("The appendix and its data agree on every row."),
+                ],
+            }],
+        }
+    }
+
+    /// `logs`: mostly Bash output, long build logs of 18–40 KB, short notes read every fifth
+    /// call, sub-agents at the 8th and the 19th call, the verdict at the 30th.
+    fn logs() -> Self {
+        const CALLS: usize = 30;
+        let parent = (1..=CALLS)
+            .map(|n| match n {
+                8 => Step::Agent(0),
+                19 => Step::Agent(1),
+                CALLS => Step::Answer(LOGS_FINAL),
+                _ if n % 5 == 0 => Step::read(format!("notes-{n:02}.md"), 4_000),
+                _ => Step::cat(format!("build-{n:02}.log"), 18_000 + (n * 5_300) % 22_000),
+            })
+            .collect();
+        Script {
+            name: "logs",
+            prompt: "Triage the build and test logs in the working directory: print each log \
+                     the tool calls name, hand the archives to sub-agents, then give a \
+                     one-line verdict.",
+            parent,
+            subs: vec![
+                Sub {
+                    prompt: "Summarise the archived build logs archive-a-1.log and \
+                             archive-a-2.log in the working directory.",
+                    steps: vec![
+                        Step::cat("archive-a-1.log".into(), 10_000),
+                        Step::cat("archive-a-2.log".into(), 25_000),
+                        Step::Answer("Both archived builds succeeded."),
+                    ],
+                },
+                Sub {
+                    prompt: "Check the archived test logs archive-b-1.log, archive-b-2.log and \
+                             archive-b-3.log in the working directory for failures.",
+                    steps: vec![
+                        Step::cat("archive-b-1.log".into(), 6_000),
+                        Step::cat("archive-b-2.log".into(), 30_000),
+                        Step::read("archive-b-3.log".into(), 8_000),
+                        Step::Answer("No archived test failed."),
+                    ],
+                },
+            ],
+        }
+    }
+
+    fn final_answer(&self) -> &'static str {
+        match self.parent.last() {
+            Some(Step::Answer(text)) => text,
+            _ => unreachable!("a script ends with its answer"),
+        }
+    }
+
+    /// Every file the script reads, with its size.
+    fn files(&self) -> Vec<(&str, usize)> {
+        self.parent
+            .iter()
+            .chain(self.subs.iter().flat_map(|s| &s.steps))
+            .filter_map(Step::file)
+            .collect()
+    }
+
+    /// The parent's tool calls, in order: `toolu_ctxd_p01`, …
+    fn parent_call_ids(&self) -> Vec<String> {
+        (1..self.parent.len())
+            .map(|n| format!("toolu_ctxd_p{n:02}"))
+            .collect()
+    }
+
+    /// The replies of `steps`, tool ids `toolu_ctxd_<who><n>`.
+    fn replies(&self, steps: &[Step], who: &str, work: &Path) -> Vec<Reply> {
+        steps
+            .iter()
+            .enumerate()
+            .map(|(i, step)| {
+                let id = format!("toolu_ctxd_{who}{:02}", i + 1);
+                match step {
+                    Step::Read { file, .. } => Reply::tool_use_id(
+                        id,
+                        "Read",
+                        json!({"file_path": work.join(file).display().to_string()}),
+                    ),
+                    Step::Cat { file, .. } => Reply::tool_use_id(
+                        id,
+                        "Bash",
+                        json!({"command": format!("cat {file}"), "description": format!("Print {file}")}),
+                    ),
+                    Step::Agent(n) => Reply::tool_use_id(
+                        id,
+                        "Agent",
+                        json!({
+                            "description": format!("Sub-agent {}", n + 1),
+                            "prompt": self.subs[*n].prompt,
+                            "subagent_type": "general-purpose",
+                            // In the foreground: the parent's tool result is the sub-agent's
+                            // answer, so its function closes on it.
+                            "run_in_background": false,
+                        }),
+                    ),
+                    Step::Answer(text) => Reply::text(*text),
                 }
-            }
-        })
-        .collect()
+            })
+            .collect()
+    }
 }
 
-fn sub_steps() -> Vec<Step> {
-    vec![
-        Step::Read {
-            file: "appendix.txt".into(),
-            bytes: 14_000,
-        },
-        Step::Cat {
-            file: "appendix-data.csv".into(),
-            bytes: 16_000,
-        },
-        Step::Answer(SUB_ANSWER),
-    ]
-}
-
-/// The replies of `steps`, tool ids `toolu_ctxd_<who><n>`.
-fn replies(steps: &[Step], who: &str, work: &Path) -> Vec<Reply> {
-    steps
-        .iter()
-        .enumerate()
-        .map(|(i, step)| {
-            let id = format!("toolu_ctxd_{who}{:02}", i + 1);
-            match step {
-                Step::Read { file, .. } => Reply::tool_use_id(
-                    id,
-                    "Read",
-                    json!({"file_path": work.join(file).display().to_string()}),
-                ),
-                Step::Cat { file, .. } => Reply::tool_use_id(
-                    id,
-                    "Bash",
-                    json!({"command": format!("cat {file}"), "description": format!("Print {file}")}),
-                ),
-                Step::Agent => Reply::tool_use_id(
-                    id,
-                    "Agent",
-                    json!({
-                        "description": "Audit the appendix",
-                        "prompt": SUB_PROMPT,
-                        "subagent_type": "general-purpose",
-                        // In the foreground: the parent's tool result is the sub-agent's answer,
-                        // so its function closes on it (see the module docs on background agents).
-                        "run_in_background": false,
-                    }),
-                ),
-                Step::Answer(text) => Reply::text(*text),
-            }
-        })
-        .collect()
+/// The letter of sub-agent `n`'s tool ids: `s`, `t`, …
+fn sub_letter(n: usize) -> String {
+    char::from(b's' + u8::try_from(n).expect("a few sub-agents")).to_string()
 }
 
 /// A file of about `bytes` bytes of short, numbered lines (a model reads such files; the
@@ -204,103 +302,199 @@ fn file_text(name: &str, bytes: usize) -> String {
     text
 }
 
-// ---------------------------------------------------------------- the end-to-end test
+// ---------------------------------------------------------------- the end-to-end tests
 
-/// The same scripted Claude Code session straight and through the gateway: the gateway run
-/// answers as scripted, forwards every breakpoint, records one session with the sub-agent as
-/// one function, and costs no more than the straight run.
+/// The `reports` session straight and through the gateway (see the module docs).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn claude_code_session_costs_no_more_through_the_gateway() {
     let Some(claude) = claude() else { return };
-    let (straight, through) = tokio::join!(run_session(&claude, false), run_session(&claude, true));
-
+    let script = Script::reports();
+    let (straight, through) = run_both(&claude, &script).await;
     if std::env::var(WRITE_CORPUS).is_ok_and(|v| v == "1") {
         write_corpus(&straight);
     }
+    check(&script, straight, through).await;
+}
+
+/// The `logs` session, of another shape: mostly long Bash output, two sub-agents.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn claude_code_logs_session_costs_no_more_through_the_gateway() {
+    let Some(claude) = claude() else { return };
+    let script = Script::logs();
+    let (straight, through) = run_both(&claude, &script).await;
+    check(&script, straight, through).await;
+}
+
+/// The script run straight and through the gateway at once.
+async fn run_both(claude: &Path, script: &Script) -> (Run, Run) {
+    tokio::join!(
+        run_session(claude, script, false),
+        run_session(claude, script, true)
+    )
+}
+
+/// What both runs must show: Claude Code answered as scripted with every model call made once
+/// (no refusal retried), the provider refused nothing and dropped no thinking, every breakpoint
+/// reached it, the session costs less through the gateway at every price, and ctxd holds the
+/// session as Claude Code made it, its ledger saying what was asked of the provider and what it
+/// cleared.
+async fn check(script: &Script, straight: Run, through: Run) {
+    let answer = script.final_answer();
     for run in [&straight, &through] {
         assert!(
-            run.ran.status.success() && run.ran.stdout.trim() == FINAL,
-            "claude -p ({}) printed the scripted answer {FINAL:?}\nstatus: {}\nstdout: {}\n\
+            run.ran.status.success() && run.ran.stdout.trim() == answer,
+            "claude -p ({}, {}) printed the scripted answer {answer:?}\nstatus: {}\nstdout: {}\n\
              stderr: {}\nrouted: {}",
+            script.name,
             run.name(),
             run.ran.status,
             run.ran.stdout,
             run.ran.stderr,
             run.routed_paths()
         );
+        for fake in run.fakes() {
+            assert_eq!(
+                fake.refusals(),
+                0,
+                "{} ({}): the provider refused no request for its thinking",
+                script.name,
+                run.name()
+            );
+            for call in model_calls(fake) {
+                assert!(
+                    call.input_transformations.is_null(),
+                    "{} ({}): the provider dropped no thinking: {}",
+                    script.name,
+                    run.name(),
+                    call.input_transformations
+                );
+            }
+        }
+    }
+    let expected = std::iter::once(script.parent.len())
+        .chain(script.subs.iter().map(|s| s.steps.len()))
+        .collect::<Vec<_>>();
+    for run in [&straight, &through] {
+        let made: Vec<usize> = run.fakes().map(|f| model_calls(f).len()).collect();
+        assert_eq!(
+            made,
+            expected,
+            "{} ({}): the model calls of the parent and each sub-agent: {}",
+            script.name,
+            run.name(),
+            run.routed_paths()
+        );
     }
 
-    let (s_parent, g_parent) = (model_calls(&straight.parent), model_calls(&through.parent));
-    let (s_sub, g_sub) = (model_calls(&straight.sub), model_calls(&through.sub));
-    assert_eq!(
-        (s_parent.len(), s_sub.len()),
-        (PARENT_CALLS, sub_steps().len()),
-        "the straight run's model calls, parent and sub-agent: {}",
-        straight.routed_paths()
-    );
-    assert_eq!(
-        (g_parent.len(), g_sub.len()),
-        (PARENT_CALLS, sub_steps().len()),
-        "the gateway run's model calls, parent and sub-agent: {}",
-        through.routed_paths()
-    );
-
-    // The cost, printed before any breakpoint check so that a failing run still shows it.
-    let (straight_cost, gateway_cost) = (straight.cost(), through.cost());
-    let ratio = gateway_cost / straight_cost;
+    // The cost, printed before any other check so that a failing run still shows it.
+    let ratios: Vec<f64> = READ_PRICES
+        .iter()
+        .map(|&p| through.cost_at(p) / straight.cost_at(p))
+        .collect();
     eprintln!(
-        "claude code session cost: straight {straight_cost:.0}, through the gateway \
-         {gateway_cost:.0}: {ratio:.3}x (target {TARGET_RATIO}x)"
+        "claude code session {}: through the gateway / straight: {:.3}x at 0.1x reads, {:.3}x at \
+         0.05x (Opus 5.5), {:.3}x at 0.025x",
+        script.name, ratios[0], ratios[1], ratios[2]
     );
-    eprintln!("{}", breakdown(&s_parent, &g_parent, "parent"));
-    eprintln!("{}", breakdown(&s_sub, &g_sub, "sub-agent"));
+    for (n, (s, g)) in straight.fakes().zip(through.fakes()).enumerate() {
+        let who = if n == 0 {
+            "parent".to_owned()
+        } else {
+            format!("sub-agent {n}")
+        };
+        eprintln!("{}", breakdown(&model_calls(s), &model_calls(g), &who));
+    }
 
-    // Every breakpoint Claude Code set reaches the provider: the same number in `messages` per
-    // call, and the system's and tools' markers as they were.
-    for (who, straight, through) in [
-        ("parent", &s_parent, &g_parent),
-        ("sub-agent", &s_sub, &g_sub),
-    ] {
-        for (n, (s, g)) in straight.iter().zip(through.iter()).enumerate() {
-            let call = n + 1;
+    // The model's reasoning goes back to it: Claude Code resends its thinking, and through the
+    // gateway every block reaches the provider after the prefix it was produced on.
+    let last = model_calls(&through.fakes[0])
+        .pop()
+        .expect("the parent's calls");
+    let thinking = count_blocks(&last.body["messages"], "thinking");
+    assert!(
+        thinking + 2 >= script.parent.len(),
+        "{}: the last call resends the parent's thinking ({thinking} blocks)",
+        script.name
+    );
+
+    // Every breakpoint Claude Code set reaches the provider.
+    for (s_fake, g_fake) in straight.fakes().zip(through.fakes()) {
+        for (n, (s, g)) in model_calls(s_fake)
+            .iter()
+            .zip(model_calls(g_fake).iter())
+            .enumerate()
+        {
             assert_eq!(
                 markers(&g.body["messages"]),
                 markers(&s.body["messages"]),
-                "{who} call {call}: the breakpoints in messages forwarded (upstream through the \
-                 gateway, then as Claude Code sent them)\n{}\n{}",
+                "{} call {}: the breakpoints in messages forwarded\n{}\n{}",
+                script.name,
+                n + 1,
                 marker_places(&g.body["messages"]),
                 marker_places(&s.body["messages"]),
             );
             assert_eq!(
                 own_markers(&g.body["system"]),
-                own_markers(&s.body["system"]),
-                "{who} call {call}: the system's breakpoints unchanged"
+                own_markers(&s.body["system"])
             );
-            assert_eq!(
-                own_markers(&g.body["tools"]),
-                own_markers(&s.body["tools"]),
-                "{who} call {call}: the tools' breakpoints unchanged"
-            );
+            assert_eq!(own_markers(&g.body["tools"]), own_markers(&s.body["tools"]));
         }
     }
 
-    assert!(
-        ratio <= TARGET_RATIO,
-        "through the gateway the session costs {ratio:.3}x what it costs straight (at most \
-         {TARGET_RATIO}x)"
-    );
+    for ((&price, ratio), bound) in READ_PRICES
+        .iter()
+        .zip(&ratios)
+        .zip([AT_TENTH, AT_MODEL, AT_ANY])
+    {
+        assert!(
+            *ratio <= bound,
+            "{}: through the gateway the session costs {ratio:.3}x what it costs straight at \
+             {price}x reads (at most {bound}x)",
+            script.name
+        );
+    }
 
-    // ctxd: the session as Claude Code made it.
+    // ctxd: the session as Claude Code made it, and its ledger.
     let mut app = through.app.expect("the gateway run has a server");
     let session = crate::agents::only_session(&mut app, "one Claude Code session").await;
-    assert_recorded(&mut app, &session).await;
+    assert_recorded(&mut app, &session, script).await;
+    let calls = app
+        .client
+        .list_gateway_calls(pb::ListGatewayCallsRequest {
+            session_id: session.clone(),
+            page_size: 1000,
+            page_token: String::new(),
+        })
+        .await
+        .expect("the ledger")
+        .into_inner()
+        .calls;
+    assert!(
+        calls
+            .iter()
+            .all(|c| c.priced_by == MODEL && c.thinking_dropped == 0),
+        "{}: every call priced by the model's entry, no thinking dropped: {calls:#?}",
+        script.name
+    );
+    let asked: Vec<&pb::GatewayCall> = calls.iter().filter(|c| c.edit_clear.is_some()).collect();
+    assert!(
+        !asked.is_empty(),
+        "{}: the gateway asked the provider to clear old results: {calls:#?}",
+        script.name
+    );
+    for c in &asked {
+        assert_eq!(
+            c.provider_cleared, c.edit_clear,
+            "{}: the provider cleared what ctxd asked: {c:#?}",
+            script.name
+        );
+    }
 }
 
-/// One run of the session: its fakes, what the router saw, how Claude Code ended, and the
-/// server when it went through the gateway.
+/// One run of a script: its fakes (the parent's, then each sub-agent's), what the router saw,
+/// how Claude Code ended, and the server when it went through the gateway.
 struct Run {
-    parent: FakeProvider,
-    sub: FakeProvider,
+    fakes: Vec<FakeProvider>,
     routed: Arc<Mutex<Vec<Routed>>>,
     ran: Ran,
     app: Option<TestApp>,
@@ -317,23 +511,20 @@ impl Run {
         }
     }
 
-    /// Parent and sub-agent together.
-    fn cost(&self) -> f64 {
-        self.parent.cost() + self.sub.cost()
+    fn fakes(&self) -> impl Iterator<Item = &FakeProvider> {
+        self.fakes.iter()
+    }
+
+    /// Every conversation's cost together, at `read` per token read.
+    fn cost_at(&self, read: f64) -> f64 {
+        self.fakes.iter().map(|f| f.cost_at(read)).sum()
     }
 
     fn routed_paths(&self) -> String {
         let routed = self.routed.lock().unwrap_or_else(|e| e.into_inner());
         let all: Vec<String> = routed
             .iter()
-            .map(|r| {
-                format!(
-                    "{} {} -> {}",
-                    r.method,
-                    r.path,
-                    if r.to_sub { "sub-agent" } else { "parent" }
-                )
-            })
+            .map(|r| format!("{} {} -> {}", r.method, r.path, r.to))
             .collect();
         format!("{all:?}")
     }
@@ -349,7 +540,7 @@ struct Dirs {
 
 impl Dirs {
     /// Fresh dirs, the work dir holding every file the script reads.
-    fn new() -> Self {
+    fn new(script: &Script) -> Self {
         let root = tempfile::tempdir().expect("temp dir");
         let work = root.path().join("work");
         let home = root.path().join("home");
@@ -357,10 +548,8 @@ impl Dirs {
         for dir in [&work, &home, &tmp] {
             std::fs::create_dir_all(dir).expect("a temp dir");
         }
-        for step in parent_steps().iter().chain(&sub_steps()) {
-            if let Some((file, bytes)) = step.file() {
-                std::fs::write(work.join(file), file_text(file, bytes)).expect("write a file");
-            }
+        for (file, bytes) in script.files() {
+            std::fs::write(work.join(file), file_text(file, bytes)).expect("write a file");
         }
         Self {
             root,
@@ -371,33 +560,37 @@ impl Dirs {
     }
 }
 
-/// Runs the scripted session with fresh fakes and fresh dirs, straight or through a gateway.
-async fn run_session(claude: &Path, through_gateway: bool) -> Run {
-    let dirs = Dirs::new();
+/// Runs the script with fresh fakes and fresh dirs, straight or through a gateway.
+async fn run_session(claude: &Path, script: &Script, through_gateway: bool) -> Run {
+    let dirs = Dirs::new(script);
     let parent = FakeProvider::start().await;
-    let sub = FakeProvider::start().await;
-    parent.script_all(replies(&parent_steps(), "p", &dirs.work));
-    // The sub-agent runs in the foreground (`run_in_background: false`): the parent waits for
-    // it, so its first answer is not held (the gate is open from the start). Held until the
-    // parent's call after next, it is how a background agent's launch reaches the gateway
-    // first.
-    let mut sub_replies = replies(&sub_steps(), "s", &dirs.work);
-    let (first, gate) = sub_replies.remove(0).paused_after(2);
-    gate.open();
-    sub.script(first);
-    sub.script_all(sub_replies);
+    parent.script_all(script.replies(&script.parent, "p", &dirs.work));
+    let mut fakes = vec![parent];
+    for (n, sub) in script.subs.iter().enumerate() {
+        let fake = FakeProvider::start().await;
+        fake.script_all(script.replies(&sub.steps, &sub_letter(n), &dirs.work));
+        fakes.push(fake);
+    }
     let routed = Arc::new(Mutex::new(Vec::new()));
-    let (router, router_task) = start_router(&parent, &sub, routed.clone(), gate).await;
+    let routes: Vec<(Option<&'static str>, String)> = std::iter::once((None, fakes[0].url()))
+        .chain(
+            script
+                .subs
+                .iter()
+                .zip(&fakes[1..])
+                .map(|(s, f)| (Some(s.prompt), f.url())),
+        )
+        .collect();
+    let (router, router_task) = start_router(routes, routed.clone()).await;
     let (app, base) = if through_gateway {
         let (app, url) = gateway_to(&router).await;
         (Some(app), url)
     } else {
         (None, router)
     };
-    let ran = run_bounded("claude", claude_command(claude, &dirs, &base)).await;
+    let ran = run_bounded("claude", claude_command(claude, script, &dirs, &base)).await;
     Run {
-        parent,
-        sub,
+        fakes,
         routed,
         ran,
         app,
@@ -408,10 +601,10 @@ async fn run_session(claude: &Path, through_gateway: bool) -> Run {
 
 /// `claude -p PROMPT` in the work dir against `base`, with a temp `HOME` and nothing but model
 /// calls (no telemetry, no update check, no retries with backoff).
-fn claude_command(claude: &Path, dirs: &Dirs, base: &str) -> Command {
+fn claude_command(claude: &Path, script: &Script, dirs: &Dirs, base: &str) -> Command {
     let mut command = Command::new(claude);
     command
-        .args(["-p", PROMPT, "--allowedTools", "Read,Bash,Agent"])
+        .args(["-p", script.prompt, "--allowedTools", "Read,Bash,Agent"])
         .current_dir(&dirs.work)
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
@@ -447,36 +640,33 @@ async fn gateway_to(upstream: &str) -> (TestApp, String) {
 struct Routed {
     method: Method,
     path: String,
-    to_sub: bool,
+    /// Which conversation's fake took it: `parent` or `sub-agent N`.
+    to: String,
+    headers: HeaderMap,
     body: Bytes,
 }
 
 #[derive(Clone)]
 struct Route {
-    parent: String,
-    sub: String,
+    /// The fakes' base URLs, the parent's first, each with the sub-agent prompt that routes a
+    /// conversation to it.
+    fakes: Arc<Vec<(Option<&'static str>, String)>>,
     http: reqwest::Client,
     routed: Arc<Mutex<Vec<Routed>>>,
-    /// Opened when the parent's model call [`AGENT_CALL`] + 2 arrives.
-    release: Arc<Mutex<Option<Gate>>>,
 }
 
-/// A loopback HTTP server that passes `POST /v1/messages` whose first message holds
-/// [`SUB_PROMPT`] to `sub` and every other request to `parent`, each as it came, and keeps
-/// what it passed on in `routed`, in arrival order; it opens `release` when the parent's
-/// model call [`AGENT_CALL`] + 2 arrives. Its base URL, and its task.
+/// A loopback HTTP server that passes `POST /v1/messages` whose first message holds a
+/// sub-agent's prompt to that sub-agent's fake and every other request to the parent's, each as
+/// it came, and keeps what it passed on in `routed`, in arrival order. Its base URL, and its
+/// task.
 async fn start_router(
-    parent: &FakeProvider,
-    sub: &FakeProvider,
+    fakes: Vec<(Option<&'static str>, String)>,
     routed: Arc<Mutex<Vec<Routed>>>,
-    release: Gate,
 ) -> (String, JoinHandle<()>) {
     let route = Route {
-        parent: parent.url(),
-        sub: sub.url(),
+        fakes: Arc::new(fakes),
         http: http_client(),
         routed,
-        release: Arc::new(Mutex::new(Some(release))),
     };
     let listener = TcpListener::bind("127.0.0.1:0")
         .await
@@ -494,10 +684,13 @@ async fn pass_on(State(route): State<Route>, request: Request) -> Response {
     let Ok(body) = axum::body::to_bytes(body, usize::MAX).await else {
         return status(StatusCode::BAD_REQUEST, "the request body was not read");
     };
-    let to_sub = parts.method == Method::POST
-        && parts.uri.path() == "/v1/messages"
-        && opens_with(&body, SUB_PROMPT);
-    let base = if to_sub { &route.sub } else { &route.parent };
+    let messages = parts.method == Method::POST && parts.uri.path() == "/v1/messages";
+    let (n, (_, base)) = route
+        .fakes
+        .iter()
+        .enumerate()
+        .find(|(_, (prompt, _))| prompt.is_some_and(|p| messages && opens_with(&body, p)))
+        .unwrap_or((0, &route.fakes[0]));
     let target = parts
         .uri
         .path_and_query()
@@ -511,28 +704,21 @@ async fn pass_on(State(route): State<Route>, request: Request) -> Response {
             upstream = upstream.header(name, value);
         }
     }
-    let parent_calls = {
-        let mut routed = route.routed.lock().unwrap_or_else(|e| e.into_inner());
-        routed.push(Routed {
+    route
+        .routed
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(Routed {
             method: parts.method.clone(),
             path: parts.uri.path().to_owned(),
-            to_sub,
+            to: if n == 0 {
+                "parent".to_owned()
+            } else {
+                format!("sub-agent {n}")
+            },
+            headers: parts.headers.clone(),
             body,
         });
-        routed
-            .iter()
-            .filter(|r| r.method == Method::POST && r.path == "/v1/messages" && !r.to_sub)
-            .count()
-    };
-    if parent_calls == AGENT_CALL + 2
-        && let Some(gate) = route
-            .release
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
-    {
-        gate.open();
-    }
     let answer = match upstream.send().await {
         Ok(answer) => answer,
         Err(e) => return status(StatusCode::BAD_GATEWAY, &format!("the fake: {e}")),
@@ -579,8 +765,20 @@ fn opens_with(body: &[u8], text: &str) -> bool {
 fn model_calls(fake: &FakeProvider) -> Vec<Recorded> {
     fake.requests()
         .into_iter()
-        .filter(|r| r.method == "POST" && r.path == "/v1/messages")
+        .filter(|r| r.method == "POST" && r.path == "/v1/messages" && r.status == 200)
         .collect()
+}
+
+/// Blocks of `kind` in a request's messages.
+fn count_blocks(messages: &Value, kind: &str) -> usize {
+    messages
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m["content"].as_array())
+        .flatten()
+        .filter(|b| b["type"] == kind)
+        .count()
 }
 
 /// `cache_control` keys anywhere in `value`.
@@ -662,9 +860,9 @@ fn breakdown(straight: &[Recorded], through: &[Recorded], who: &str) -> String {
 
 /// What ctxd must hold of the session, through the gateway or replayed: one branch with nodes
 /// (no `gw-` fork holds any) with the prompt, the parent's tool calls each once and in order,
-/// and the verdict at its head; the sub-agent's conversation, in the `Agent` call's function, opening with
-/// its prompt, holding its tool calls and ending with its answer.
-async fn assert_recorded(app: &mut TestApp, session: &str) {
+/// and the verdict at its head; each sub-agent's conversation, in its `Agent` call's function,
+/// opening with its prompt, holding its tool calls and ending with its answer.
+async fn assert_recorded(app: &mut TestApp, session: &str, script: &Script) {
     use pb::node_input::Kind;
     let branch = only_branch(app, session).await;
     let mut nodes = app.log(session, &branch).await;
@@ -675,7 +873,7 @@ async fn assert_recorded(app: &mut TestApp, session: &str) {
         nodes
             .iter()
             .any(|n| matches!(kind(n), Some(Kind::Message(m))
-            if m.role == pb::Role::User as i32 && text_of(&m.parts).contains(PROMPT))),
+            if m.role == pb::Role::User as i32 && text_of(&m.parts).contains(script.prompt))),
         "the prompt is recorded: {lines:#?}"
     );
     let called: Vec<String> = nodes
@@ -687,16 +885,15 @@ async fn assert_recorded(app: &mut TestApp, session: &str) {
         .flatten()
         .map(|c| c.call_id)
         .collect();
-    let expected: Vec<String> = (1..PARENT_CALLS)
-        .map(|n| format!("toolu_ctxd_p{n:02}"))
-        .collect();
     assert_eq!(
-        called, expected,
+        called,
+        script.parent_call_ids(),
         "the parent's tool calls, each once and in order: {lines:#?}"
     );
-    assert_eq!(
-        lines.last().map(String::as_str),
-        Some(format!("assistant: {FINAL}").as_str()),
+    assert!(
+        lines
+            .last()
+            .is_some_and(|l| l.starts_with("assistant: ") && l.ends_with(script.final_answer())),
         "the verdict is the head: {lines:#?}"
     );
     let functions: Vec<(String, String)> = nodes
@@ -706,68 +903,91 @@ async fn assert_recorded(app: &mut TestApp, session: &str) {
             _ => None,
         })
         .collect();
-    let agent_id = format!("toolu_ctxd_p{AGENT_CALL:02}");
-    assert!(
-        functions.len() == 1 && functions[0].0 == agent_id,
-        "one function, the sub-agent's {agent_id}: {lines:#?}"
-    );
-    let (sub_session, target) = (
-        session.to_owned(),
-        pb::render_request::Target::FunctionId(functions[0].1.clone()),
-    );
-    let chain = app
-        .client
-        .render(pb::RenderRequest {
-            session_id: sub_session,
-            target: Some(target),
-            callers: pb::Callers::None as i32,
-            ..Default::default()
-        })
-        .await
-        .expect("render the sub-agent's conversation")
-        .into_inner()
-        .messages;
-    let shown: Vec<String> = chain
+    let agent_calls: Vec<String> = script
+        .parent
         .iter()
-        .map(|m| {
-            let text: String = text_of(&m.parts).chars().take(200).collect();
-            let calls: Vec<&str> = m.tool_calls.iter().map(|c| c.call_id.as_str()).collect();
-            format!("{:?} {text} {calls:?}", pb::Role::try_from(m.role))
-        })
-        .collect();
-    assert!(
-        chain
-            .first()
-            .is_some_and(|m| text_of(&m.parts).contains(SUB_PROMPT)),
-        "the function's chain opens with the sub-agent's prompt: {shown:#?}"
-    );
-    let sub_calls: Vec<&str> = chain
-        .iter()
-        .flat_map(|m| m.tool_calls.iter().map(|c| c.call_id.as_str()))
+        .enumerate()
+        .filter(|(_, s)| matches!(s, Step::Agent(_)))
+        .map(|(i, _)| format!("toolu_ctxd_p{:02}", i + 1))
         .collect();
     assert_eq!(
-        sub_calls,
-        ["toolu_ctxd_s01", "toolu_ctxd_s02"],
-        "the function's chain holds the sub-agent's tool calls: {shown:#?}"
+        functions.iter().map(|(c, _)| c.clone()).collect::<Vec<_>>(),
+        agent_calls,
+        "one function per sub-agent: {lines:#?}"
     );
-    assert!(
-        chain.last().is_some_and(
-            |m| m.role == pb::Role::Assistant as i32 && text_of(&m.parts) == SUB_ANSWER
-        ),
-        "the function's chain ends with the sub-agent's answer: {shown:#?}"
-    );
+    for (n, ((_, function), sub)) in functions.iter().zip(&script.subs).enumerate() {
+        let chain = app
+            .client
+            .render(pb::RenderRequest {
+                session_id: session.to_owned(),
+                target: Some(pb::render_request::Target::FunctionId(function.clone())),
+                callers: pb::Callers::None as i32,
+                ..Default::default()
+            })
+            .await
+            .expect("render a sub-agent's conversation")
+            .into_inner()
+            .messages;
+        let shown: Vec<String> = chain
+            .iter()
+            .map(|m| {
+                let text: String = text_of(&m.parts).chars().take(200).collect();
+                let calls: Vec<&str> = m.tool_calls.iter().map(|c| c.call_id.as_str()).collect();
+                format!("{:?} {text} {calls:?}", pb::Role::try_from(m.role))
+            })
+            .collect();
+        assert!(
+            chain
+                .first()
+                .is_some_and(|m| text_of(&m.parts).contains(sub.prompt)),
+            "the function's chain opens with the sub-agent's prompt: {shown:#?}"
+        );
+        let sub_calls: Vec<String> = chain
+            .iter()
+            .flat_map(|m| m.tool_calls.iter().map(|c| c.call_id.clone()))
+            .collect();
+        let expected: Vec<String> = (1..sub.steps.len())
+            .map(|k| format!("toolu_ctxd_{}{k:02}", sub_letter(n)))
+            .collect();
+        assert_eq!(
+            sub_calls, expected,
+            "the function's chain holds the sub-agent's tool calls: {shown:#?}"
+        );
+        let answer = match sub.steps.last() {
+            Some(Step::Answer(text)) => *text,
+            _ => unreachable!("a sub-agent ends with its answer"),
+        };
+        assert!(
+            // After its thinking, when it thought.
+            chain.last().is_some_and(
+                |m| m.role == pb::Role::Assistant as i32 && text_of(&m.parts).ends_with(answer)
+            ),
+            "the function's chain ends with the sub-agent's answer: {shown:#?}"
+        );
+    }
 }
 
 // ---------------------------------------------------------------- the corpus
 
 /// Writes the straight run's model-call bodies, in the order Claude Code sent them, as
-/// `NN.json` under [`CORPUS`]: byte for byte but for the run's temp dirs, which become
-/// `{{WORK}}`, `{{HOME}}`, `{{TMPDIR}}` and their parent `{{TMP}}`, and the name Claude Code
-/// makes of the work dir for its own files (each character but a letter or digit a `-`),
-/// `{{WORK_SLUG}}`.
+/// `NN.json` under [`CORPUS`], and the `anthropic-beta` header each went with as `NN.beta`:
+/// byte for byte but for the run's temp dirs, which become `{{WORK}}`, `{{HOME}}`,
+/// `{{TMPDIR}}` and their parent `{{TMP}}`, and the name Claude Code makes of the work dir for
+/// its own files (each character but a letter or digit a `-`), `{{WORK_SLUG}}`. A thinking
+/// block's signature covers its prefix, paths and all: each is signed again over the scrubbed
+/// prefix, as the provider would have signed it there.
 fn write_corpus(run: &Run) {
-    let out = Path::new(env!("CARGO_MANIFEST_DIR")).join(CORPUS);
+    let out = Path::new(env!("CARGO_MANIFEST_DIR")).join(THINKING_CORPUS);
     std::fs::create_dir_all(&out).expect("the corpus dir");
+    for old in std::fs::read_dir(&out).expect("the corpus dir").flatten() {
+        if old
+            .path()
+            .extension()
+            .is_some_and(|e| e == "json" || e == "beta")
+        {
+            std::fs::remove_file(old.path()).expect("an old corpus file");
+        }
+    }
     let text = |path: &Path| path.display().to_string();
     let slug: String = text(&run.dirs.work)
         .chars()
@@ -803,14 +1023,49 @@ fn write_corpus(run: &Run) {
             !body.contains(&random),
             "body {n:02} names the run's temp dir ({random}) where the scrub missed it"
         );
-        serde_json::from_str::<Value>(&body).expect("the scrubbed body is JSON");
+        let body = resigned(&body);
         std::fs::write(out.join(format!("{n:02}.json")), body).expect("write a corpus body");
+        let beta = r
+            .headers
+            .get_all("anthropic-beta")
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .collect::<Vec<_>>()
+            .join(",");
+        std::fs::write(out.join(format!("{n:02}.beta")), beta).expect("write a corpus beta");
     }
 }
 
-/// The corpus bodies, in order.
-fn corpus() -> Vec<String> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join(CORPUS);
+/// `body` with every thinking block's signature what the provider gives it where it stands,
+/// each other byte as it was: in order, each signed over the blocks before it as re-signed.
+fn resigned(body: &str) -> String {
+    let mut value: Value = serde_json::from_str(body).expect("the scrubbed body is JSON");
+    let mut out = body.to_owned();
+    let messages = value["messages"].as_array().map_or(0, Vec::len);
+    for m in 0..messages {
+        let blocks = value["messages"][m]["content"]
+            .as_array()
+            .map_or(0, Vec::len);
+        for b in 0..blocks {
+            let block = &value["messages"][m]["content"][b];
+            let (Some("thinking"), Some(old)) =
+                (block["type"].as_str(), block["signature"].as_str())
+            else {
+                continue;
+            };
+            let old = old.to_owned();
+            let new = thinking_signature(&value, m, b, block["thinking"].as_str());
+            out = out.replacen(&old, &new, 1);
+            value["messages"][m]["content"][b]["signature"] = Value::String(new);
+        }
+    }
+    serde_json::from_str::<Value>(&out).expect("the re-signed body is JSON");
+    out
+}
+
+/// The bodies of the corpus in `dir`, in order, with the `anthropic-beta` each was sent with.
+fn corpus(dir: &str) -> Vec<(String, String)> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("the corpus {} ({e})", dir.display()))
         .map(|e| e.expect("a corpus entry").path())
@@ -820,7 +1075,12 @@ fn corpus() -> Vec<String> {
     assert!(!files.is_empty(), "no bodies in {}", dir.display());
     files
         .iter()
-        .map(|f| std::fs::read_to_string(f).expect("read a corpus body"))
+        .map(|f| {
+            let body = std::fs::read_to_string(f).expect("read a corpus body");
+            let beta = std::fs::read_to_string(f.with_extension("beta"))
+                .unwrap_or_else(|_| CLAUDE_CODE_BETAS.replace(char::is_whitespace, ""));
+            (body, beta)
+        })
         .collect()
 }
 
@@ -844,8 +1104,13 @@ fn unmarked(value: &Value) -> String {
 
 /// The answer each body implies: the assistant message the next body of the same conversation
 /// (the same first message) resends after this body's messages; the last body of the first
-/// conversation (the parent's) answers [`FINAL`], of any other [`SUB_ANSWER`].
+/// conversation (the parent's) answers [`FINAL`], of any other the sub-agent's answer.
 fn implied_answers(bodies: &[Value]) -> Vec<Reply> {
+    let script = Script::reports();
+    let sub_answer = match script.subs[0].steps.last() {
+        Some(Step::Answer(text)) => *text,
+        _ => unreachable!("a sub-agent ends with its answer"),
+    };
     let first = |b: &Value| unmarked(&b["messages"][0]);
     bodies
         .iter()
@@ -855,7 +1120,7 @@ fn implied_answers(bodies: &[Value]) -> Vec<Reply> {
             let next = bodies[n + 1..].iter().find(|b| first(b) == first(body));
             let Some(next) = next else {
                 let parent = first(body) == first(&bodies[0]);
-                return Reply::text(if parent { FINAL } else { SUB_ANSWER });
+                return Reply::text(if parent { FINAL } else { sub_answer });
             };
             let answer = &next["messages"][sent];
             assert_eq!(
@@ -872,6 +1137,11 @@ fn implied_answers(bodies: &[Value]) -> Vec<Reply> {
                         id: b["id"].as_str().unwrap_or_default().into(),
                         name: b["name"].as_str().unwrap_or_default().into(),
                         input: b["input"].clone(),
+                    },
+                    // The fake signs it again where it answers.
+                    Some("thinking") => Block::Thinking {
+                        thinking: b["thinking"].as_str().unwrap_or_default().into(),
+                        signature: String::new(),
                     },
                     other => panic!("body {n:02}: an answer block of type {other:?}"),
                 })
@@ -902,23 +1172,41 @@ fn first_system_block(raw: &str) -> String {
 /// request keeps the client's breakpoints.
 #[tokio::test]
 async fn claude_code_corpus_replays_through_the_gateway() {
-    let raw = corpus();
+    replay(CORPUS).await;
+}
+
+/// The same with thinking on: every block the fake signed reaches it again after its prefix.
+#[tokio::test]
+async fn claude_code_thinking_corpus_replays_through_the_gateway() {
+    replay(THINKING_CORPUS).await;
+}
+
+async fn replay(dir: &str) {
+    let corpus = corpus(dir);
+    let raw: Vec<&String> = corpus.iter().map(|(body, _)| body).collect();
     let bodies: Vec<Value> = raw
         .iter()
         .map(|b| serde_json::from_str(b).expect("a corpus body is JSON"))
         .collect();
+    if dir == THINKING_CORPUS {
+        assert!(
+            count_blocks(&bodies[bodies.len() - 1]["messages"], "thinking") > 0,
+            "Claude Code sends its thinking back"
+        );
+    }
     let fake = FakeProvider::start().await;
     fake.script_all(implied_answers(&bodies));
     let mut gw = start_full(fake, None, GatewayPolicy::default(), Options::default()).await;
 
     let mut sessions = Vec::new();
-    for (n, body) in raw.iter().enumerate() {
+    for (n, (body, beta)) in corpus.iter().enumerate() {
         let answer = gw
             .post(
                 "/v1/messages?beta=true",
                 &[
                     ("anthropic-version", "2023-06-01"),
                     ("x-api-key", "sk-test"),
+                    ("anthropic-beta", beta),
                 ],
                 body.clone().into_bytes(),
             )
@@ -964,8 +1252,8 @@ async fn claude_code_corpus_replays_through_the_gateway() {
         0,
         "every implied answer was taken, one per body"
     );
-    // Claude Code ran the sub-agent in the background (its default): its launch is the
-    // call's tool result, and its conversation the call's function, in the run's one session.
+    assert_eq!(gw.fake.refusals(), 0, "no thinking block was refused");
+    // The sub-agent's conversation is the `Agent` call's function, in the run's one session.
     let parent = sessions[0].clone();
     sessions.sort();
     sessions.dedup();
@@ -974,7 +1262,7 @@ async fn claude_code_corpus_replays_through_the_gateway() {
         std::slice::from_ref(&parent),
         "one session for the run"
     );
-    assert_recorded(&mut gw.app, &parent).await;
+    assert_recorded(&mut gw.app, &parent, &Script::reports()).await;
 }
 
 // ---------------------------------------------------------------- the client

@@ -289,7 +289,7 @@ fn walk(stored: &[std::sync::Arc<domain::Node>], client: &[&NodeContent]) -> (us
                 false
             }
             (NodeContent::FunctionResult(r), c) => r.answered_by(c),
-            (s, c) => s == *c,
+            (s, c) => s.says_same(c),
         };
         if !same {
             break;
