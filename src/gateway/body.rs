@@ -272,7 +272,13 @@ fn written(
     }
     // The common case, a render that changed nothing: the client's body goes as sent, found
     // without building the forwarded conversation (debug builds check it against that build).
-    let as_sent = forward::as_sent(conv, contents, client.as_deref(), path, &rendered.messages);
+    // Dropping thinking: every entry is checked, so the conversation is built in full.
+    let as_sent = match mode {
+        Mode::DropThinking => None,
+        _ => forward::as_sent(conv, contents, client.as_deref(), path, &rendered.messages),
+    };
+    let mut ledger = ledger;
+    let mut thinking_dropped = 0;
     // The forwarded conversation in full: the entries and what they keep.
     let build = |messages: &mut [Message]| {
         forward::conversation(
@@ -296,8 +302,14 @@ fn written(
     let (body, kept) = match as_sent {
         Some(kept) => (None, kept),
         None => {
-            let (entries, kept) = build(&mut rendered.messages);
+            let (mut entries, mut kept) = build(&mut rendered.messages);
             drop(rendered);
+            if mode == Mode::DropThinking {
+                let (dropped, sent) =
+                    forward::thinking::drop_invalidated(&mut entries, &mut kept, ledger.sent());
+                thinking_dropped = dropped;
+                ledger.set_sent(sent);
+            }
             if kept.forwarded_markers < kept.client_markers.min(MAX_MESSAGE_MARKERS) {
                 tracing::debug!(
                     ?kept,
@@ -324,7 +336,7 @@ fn written(
         ledger,
         asked: None,
         beta: None,
-        thinking_dropped: 0,
+        thinking_dropped,
     })
 }
 

@@ -179,6 +179,10 @@ pub struct State {
     previous: Option<Previous>,
     #[serde(default)]
     horizon: Option<(usize, String)>,
+    /// The identities of every entry the newest request forwarded, when its thinking was
+    /// checked against them (`--gateway-reasoning drop`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    sent: Option<Vec<u64>>,
 }
 
 impl State {
@@ -229,6 +233,15 @@ impl State {
         NodeId::parse("horizon", seen)
             .ok()
             .map(|id| (*boundary, id))
+    }
+
+    /// The identities of the entries the newest request forwarded, if its thinking was checked.
+    pub fn sent(&self) -> &[u64] {
+        self.sent.as_deref().unwrap_or_default()
+    }
+
+    pub fn set_sent(&mut self, sent: Vec<u64>) {
+        self.sent = Some(sent);
     }
 
     pub fn set_horizon(&mut self, (boundary, seen): (usize, NodeId)) {

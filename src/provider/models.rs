@@ -175,8 +175,9 @@ impl Default for ModelTable {
 }
 
 impl ModelTable {
-    /// The entry for `model`: the longest name that prefixes it, an operator's entry before a
-    /// built-in one of the same name; [`unknown`] when none does.
+    /// The entry for `model`: the operator's entry with the longest name that prefixes it, else
+    /// the built-in one (an operator who names `claude-sonnet-*` means every Sonnet, the table's
+    /// longer names too); [`unknown`] when none does.
     pub fn entry(&self, model: &str) -> ModelEntry {
         let m = normalized(model);
         self.entries
@@ -188,7 +189,7 @@ impl ModelTable {
                     m.starts_with(&e.name)
                 }
             })
-            .max_by_key(|e| (e.name.len(), e.overridden))
+            .max_by_key(|e| (e.overridden, e.name.len()))
             .cloned()
             .unwrap_or_else(|| unknown(model))
     }

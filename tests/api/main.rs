@@ -32,6 +32,7 @@ mod gateway_codex;
 mod gateway_fidelity;
 mod gateway_ledger;
 mod gateway_replicas;
+mod gateway_thinking;
 mod golden;
 mod held;
 mod helpers;

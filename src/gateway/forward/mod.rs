@@ -24,6 +24,7 @@ use crate::render::{Message, Reduction};
 
 pub mod edited;
 mod markers;
+pub mod thinking;
 
 use markers::{Entry, Map, Parts, place_markers};
 

@@ -175,6 +175,31 @@ pub fn thinking_dropped(transformations: &Value) -> u32 {
     })
 }
 
+/// Whether a message (its JSON text) holds the model's reasoning.
+pub fn holds_reasoning(message: &str) -> bool {
+    (message.contains("\"thinking\"") || message.contains("\"redacted_thinking\""))
+        && serde_json::from_str::<Value>(message).is_ok_and(|m| {
+            m.get("content")
+                .and_then(Value::as_array)
+                .is_some_and(|blocks| blocks.iter().any(super::is_reasoning))
+        })
+}
+
+/// A message (its JSON text) without its reasoning blocks, and how many it held; `None` when
+/// it is not a message with blocks. A message of reasoning alone keeps a line saying so: the
+/// API takes no empty message.
+pub fn without_reasoning(message: &str) -> Option<(String, u32)> {
+    let mut m: Value = serde_json::from_str(message).ok()?;
+    let blocks = m.get_mut("content")?.as_array_mut()?;
+    let before = blocks.len();
+    blocks.retain(|b| !super::is_reasoning(b));
+    let dropped = u32::try_from(before - blocks.len()).unwrap_or(u32::MAX);
+    if blocks.is_empty() {
+        blocks.push(json!({"type": "text", "text": "(reasoning left out)"}));
+    }
+    Some((m.to_string(), dropped))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -223,6 +248,19 @@ mod tests {
         let doc: Value = serde_json::from_str(&doc).expect("JSON");
         assert_eq!(doc["context_management"]["edits"][0]["keep"]["value"], 3);
         assert_eq!(doc["system"], "s");
+    }
+
+    #[test]
+    fn reasoning_is_found_and_left_out() {
+        let m = r#"{"role":"assistant","content":[{"type":"thinking","thinking":"","signature":"s"},{"type":"text","text":"hi"}]}"#;
+        assert!(holds_reasoning(m));
+        let (out, n) = without_reasoning(m).expect("a message");
+        assert_eq!(n, 1);
+        assert!(!holds_reasoning(&out));
+        assert!(out.contains("\"hi\""));
+        assert!(!holds_reasoning(
+            r#"{"role":"user","content":"thinking about it"}"#
+        ));
     }
 
     #[test]

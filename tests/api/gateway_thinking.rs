@@ -1,0 +1,487 @@
+//! Reasoning on a model that binds every thinking block to what precedes it (Claude Opus 5.5):
+//! the fake provider (`tests/common/fake_provider.rs`) signs each block by its prefix and
+//! refuses a request in which that prefix changed. Through the gateway no request is refused:
+//! a step is the provider's own `clear_tool_uses_20250919` edit on the client's messages as
+//! sent, or, with `--gateway-reasoning drop`, ctxd's rewrite with exactly the invalidated
+//! thinking left out; a client that resends its history without thinking continues its branch;
+//! and a host rendering its own requests with `Render` for the model gets documents the
+//! provider accepts after a step.
+
+use ctxd::api::pb;
+use ctxd::gateway::{Gateway, GatewayPolicy};
+use ctxd::server::Options;
+use ctxd::workflow::render::Reasoning;
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+
+use crate::fake_provider::{FakeProvider, Reply};
+use crate::gateway::{Gw, http_client};
+use crate::helpers::{TestApp, message, spawn_app_with, text, tool_result};
+
+const MODEL: &str = "claude-opus-5-5";
+const SYSTEM: &str = "You are a coding agent.";
+const CONTEXT_MANAGEMENT_BETA: &str = "context-management-2025-06-27";
+/// What Claude Code sends beside it.
+const CLIENT_BETA: &str = "interleaved-thinking-2025-05-14";
+
+/// A file's text of about `chars` characters, different for each `k`.
+fn file(k: usize, chars: usize) -> String {
+    let mut text = String::with_capacity(chars + 64);
+    let mut line = 0;
+    while text.len() < chars {
+        line += 1;
+        text.push_str(&format!(
+            "{k:04} line {line:05}: fn item_{line}() -> u32 {{ {line} }}\n"
+        ));
+    }
+    text
+}
+
+fn tools() -> Value {
+    json!([{"name": "Read", "description": "Read a file",
+            "input_schema": {"type": "object", "properties": {"file_path": {"type": "string"}}}}])
+}
+
+/// A request as Claude Code sends it on Opus 5.5: adaptive thinking, its own context editing
+/// (every thinking block kept), a breakpoint on the newest block.
+fn request(messages: &[Value]) -> Value {
+    let mut messages = messages.to_vec();
+    if let Some(Value::Array(blocks)) = messages.last_mut().map(|m| &mut m["content"])
+        && let Some(Value::Object(last)) = blocks.last_mut()
+    {
+        last.insert("cache_control".into(), json!({"type": "ephemeral"}));
+    }
+    json!({
+        "model": MODEL,
+        "max_tokens": 32000,
+        "system": [{"type": "text", "text": SYSTEM, "cache_control": {"type": "ephemeral"}}],
+        "tools": tools(),
+        "thinking": {"type": "adaptive", "display": "omitted"},
+        "context_management": {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]},
+        "messages": messages,
+    })
+}
+
+/// A tool loop of `calls` model calls with thinking on, through `base` (a gateway, or the fake
+/// itself): the fake answers each with its thinking and a `Read`, the loop appends the answer as
+/// it came and the file's text as the result, and resends the whole history. The last call
+/// answers. The messages at the end.
+async fn tool_loop(fake: &FakeProvider, base: &str, calls: usize, chars: usize) -> Vec<Value> {
+    for k in 1..calls {
+        fake.script(Reply::tool_use_id(
+            format!("toolu_{k:02}"),
+            "Read",
+            json!({"file_path": format!("src/f{k}.rs")}),
+        ));
+    }
+    fake.script(Reply::text("All read."));
+    let http = http_client();
+    let mut messages = vec![json!({"role": "user", "content": [
+        {"type": "text", "text": "Read every file the tool names."}
+    ]})];
+    for k in 1..=calls {
+        let answer = http
+            .post(format!("{base}/v1/messages"))
+            .header("anthropic-version", "2023-06-01")
+            .header("x-api-key", "sk-test")
+            .header(
+                "anthropic-beta",
+                format!("{CLIENT_BETA},{CONTEXT_MANAGEMENT_BETA}"),
+            )
+            .json(&request(&messages))
+            .send()
+            .await
+            .expect("an answer");
+        let status = answer.status().as_u16();
+        let body: Value = answer.json().await.expect("a JSON answer");
+        assert_eq!(status, 200, "call {k} answered: {body}");
+        messages.push(json!({"role": "assistant", "content": body["content"]}));
+        if k < calls {
+            messages.push(json!({"role": "user", "content": [{
+                "type": "tool_result", "tool_use_id": format!("toolu_{k:02}"),
+                "content": file(k, chars),
+            }]}));
+        }
+    }
+    messages
+}
+
+/// A gateway in front of a fresh fake, its reasoning policy `reasoning`.
+async fn gateway(reasoning: Reasoning) -> Gw {
+    let fake = FakeProvider::start().await;
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    let mut gateway = Gateway::new(listener, fake.url(), fake.url());
+    gateway.policy = GatewayPolicy::Stepped;
+    gateway.reasoning = reasoning;
+    let app = spawn_app_with(Options {
+        gateway: Some(gateway),
+        ..Options::default()
+    })
+    .await;
+    Gw {
+        app,
+        fake,
+        url,
+        http: http_client(),
+    }
+}
+
+/// The session's ledger.
+async fn ledger(app: &mut TestApp) -> Vec<pb::GatewayCall> {
+    let session = crate::agents::only_session(app, "one session").await;
+    app.client
+        .list_gateway_calls(pb::ListGatewayCallsRequest {
+            session_id: session,
+            page_size: 1000,
+            page_token: String::new(),
+        })
+        .await
+        .expect("the ledger")
+        .into_inner()
+        .calls
+}
+
+fn thinking_blocks(messages: &Value) -> usize {
+    messages
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m["content"].as_array())
+        .flatten()
+        .filter(|b| b["type"] == "thinking")
+        .count()
+}
+
+const CALLS: usize = 30;
+const CHARS: usize = 12_000;
+
+#[tokio::test]
+async fn a_binding_models_step_is_the_providers_edit_and_no_thinking_is_refused() {
+    let mut gw = gateway(Reasoning::Keep).await;
+    tool_loop(&gw.fake, &gw.url, CALLS, CHARS).await;
+    let straight = FakeProvider::start().await;
+    tool_loop(&straight, &straight.url(), CALLS, CHARS).await;
+    assert_eq!(gw.fake.refusals(), 0, "no thinking block refused");
+
+    let upstream = gw.upstream("/v1/messages");
+    assert_eq!(upstream.len(), CALLS);
+    let mut asked = 0;
+    for (n, call) in upstream.iter().enumerate() {
+        assert!(
+            call.input_transformations.is_null(),
+            "call {n}: the provider dropped nothing"
+        );
+        // The client's messages, as sent: its breakpoint on the newest block included.
+        let client = request(&[]);
+        assert_eq!(call.body["system"], client["system"]);
+        let edits = call.body["context_management"]["edits"].as_array().cloned();
+        let edits = edits.unwrap_or_default();
+        assert_eq!(
+            edits[0],
+            json!({"type": "clear_thinking_20251015", "keep": "all"}),
+            "call {n}: the client's own edit stays first"
+        );
+        if let Some(edit) = edits.get(1) {
+            asked += 1;
+            assert_eq!(edit["type"], "clear_tool_uses_20250919");
+            let cleared = &call.applied_edits[0];
+            assert_eq!(
+                cleared["cleared_tool_uses"], edit["trigger"]["value"],
+                "call {n}: the provider cleared what ctxd asked: {}",
+                call.applied_edits
+            );
+            let betas: Vec<&str> = call
+                .headers
+                .get_all("anthropic-beta")
+                .iter()
+                .filter_map(|v| v.to_str().ok())
+                .collect();
+            assert_eq!(
+                betas,
+                [format!("{CLIENT_BETA},{CONTEXT_MANAGEMENT_BETA}").as_str()],
+                "the client's betas, which have context editing already"
+            );
+        }
+    }
+    assert!(asked > 0, "a step was asked of the provider");
+    assert!(
+        thinking_blocks(&upstream[CALLS - 1].body["messages"]) >= CALLS - 2,
+        "every thinking block went upstream"
+    );
+    let (gw_cost, direct) = (gw.fake.cost(), straight.cost());
+    assert!(
+        gw_cost < direct,
+        "at the model's prices the loop costs less through the gateway: {gw_cost:.0} against \
+         {direct:.0}"
+    );
+
+    let calls = ledger(&mut gw.app).await;
+    assert!(calls.iter().all(|c| c.priced_by == MODEL));
+    let edited: Vec<_> = calls.iter().filter(|c| c.edit_clear.is_some()).collect();
+    assert_eq!(edited.len(), asked, "the ledger says each call's edit");
+    for c in edited {
+        assert_eq!(c.provider_cleared, c.edit_clear, "{c:?}");
+        assert!(c.provider_cleared_tokens.unwrap_or(0) > 0, "{c:?}");
+    }
+}
+
+#[tokio::test]
+async fn ctxd_adds_the_beta_its_edit_needs_beside_the_clients() {
+    let gw = gateway(Reasoning::Keep).await;
+    // A client that asks for no context editing of its own: the beta comes from ctxd.
+    for k in 1..CALLS {
+        gw.fake.script(Reply::tool_use_id(
+            format!("toolu_{k:02}"),
+            "Read",
+            json!({"file_path": format!("src/f{k}.rs")}),
+        ));
+    }
+    let mut messages = vec![json!({"role": "user", "content": [{"type": "text", "text": "Go."}]})];
+    for k in 1..CALLS {
+        let mut body = request(&messages);
+        body.as_object_mut().map(|b| b.remove("context_management"));
+        let answer = gw
+            .messages_with(&body, &[("anthropic-beta", CLIENT_BETA)])
+            .await
+            .ok();
+        messages.push(json!({"role": "assistant", "content": answer.json()["content"]}));
+        messages.push(json!({"role": "user", "content": [{
+            "type": "tool_result", "tool_use_id": format!("toolu_{k:02}"), "content": file(k, CHARS),
+        }]}));
+    }
+    let edited: Vec<_> = gw
+        .upstream("/v1/messages")
+        .into_iter()
+        .filter(|c| !c.body["context_management"].is_null())
+        .collect();
+    assert!(!edited.is_empty(), "a step was asked of the provider");
+    for call in edited {
+        let betas: Vec<&str> = call
+            .headers
+            .get_all("anthropic-beta")
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .collect();
+        assert_eq!(betas, [CLIENT_BETA, CONTEXT_MANAGEMENT_BETA]);
+        assert_eq!(
+            call.body["context_management"]["edits"][0]["type"],
+            "clear_tool_uses_20250919"
+        );
+    }
+    assert_eq!(gw.fake.refusals(), 0);
+}
+
+#[tokio::test]
+async fn the_reasoning_dropping_policy_leaves_out_exactly_what_a_step_invalidated() {
+    let mut gw = gateway(Reasoning::Drop).await;
+    tool_loop(&gw.fake, &gw.url, CALLS, CHARS).await;
+    assert_eq!(
+        gw.fake.refusals(),
+        0,
+        "no request the provider would refuse"
+    );
+    let upstream = gw.upstream("/v1/messages");
+    assert!(
+        upstream.iter().all(|c| c.input_transformations.is_null()),
+        "ctxd left out the invalid thinking itself"
+    );
+    // After a step the forwarded messages are ctxd's; the thinking before the change stays,
+    // and each answer's thinking goes back the call after it was produced.
+    let calls = ledger(&mut gw.app).await;
+    let dropped: u32 = calls.iter().map(|c| c.thinking_dropped).sum();
+    assert!(dropped > 0, "a step invalidated thinking: {calls:#?}");
+    let last = &upstream[CALLS - 1].body["messages"];
+    let sent = thinking_blocks(last);
+    assert!(
+        sent > 0 && sent < CALLS - 1,
+        "some thinking kept, some left out: {sent}"
+    );
+    assert!(
+        calls.iter().all(|c| c.edit_clear.is_none()),
+        "no edit asked"
+    );
+}
+
+#[tokio::test]
+async fn a_client_that_leaves_its_thinking_out_continues_its_branch() {
+    let mut gw = gateway(Reasoning::Keep).await;
+    let mut messages = tool_loop(&gw.fake, &gw.url, 5, 2_000).await;
+    assert!(thinking_blocks(&Value::Array(messages.clone())) >= 4);
+    // Claude Code's recovery after a refusal: the whole history again, every thinking block
+    // removed, and the next message.
+    for m in &mut messages {
+        if let Some(blocks) = m["content"].as_array_mut() {
+            blocks.retain(|b| b["type"] != "thinking");
+        }
+    }
+    messages.push(json!({"role": "user", "content": [{"type": "text", "text": "Thanks."}]}));
+    gw.fake.script(Reply::text("You are welcome."));
+    let beta = format!("{CLIENT_BETA},{CONTEXT_MANAGEMENT_BETA}");
+    let answer = gw
+        .messages_with(&request(&messages), &[("anthropic-beta", &beta)])
+        .await
+        .ok();
+    assert_eq!(answer.branch(), "main", "the same branch");
+    let session = crate::agents::only_session(&mut gw.app, "one session").await;
+    let branches: Vec<String> = gw
+        .app
+        .branches(&session)
+        .await
+        .into_iter()
+        .map(|b| b.name)
+        .collect();
+    assert_eq!(branches, ["main"], "no fork");
+    let log = gw.app.log(&session, "main").await;
+    let kept = log
+        .iter()
+        .filter_map(|n| match n.content.as_ref().and_then(|c| c.kind.as_ref()) {
+            Some(pb::node_input::Kind::Message(m)) => Some(m),
+            _ => None,
+        })
+        .flat_map(|m| &m.parts)
+        .filter(|p| {
+            matches!(&p.part, Some(pb::content_part::Part::Media(m))
+                if m.mime_type == "application/vnd.ctxd.anthropic-reasoning+json")
+        })
+        .count();
+    assert!(kept >= 4, "the branch keeps the thinking it stored: {kept}");
+    assert_eq!(gw.fake.refusals(), 0);
+}
+
+// ---------------------------------------------------------------- a host rendering its own
+
+/// A host's tool loop over gRPC: each call `Render`s the session for the model as an Anthropic
+/// document, sends it with the host's system prompt and tools (and the betas the render names)
+/// to the fake, and appends the answer (its thinking as a kept block) and the tool's result.
+/// The renders' reports.
+const HOST_CALLS: usize = 50;
+
+async fn host_loop(reasoning: pb::Reasoning) -> (FakeProvider, Vec<pb::ContextReport>) {
+    let fake = FakeProvider::start().await;
+    let mut app = spawn_app_with(Options::default()).await;
+    let session = app.create_session().await;
+    app.append(
+        &session,
+        vec![message(
+            pb::Role::User,
+            vec![text("Read every file.")],
+            vec![],
+        )],
+    )
+    .await;
+    let http = http_client();
+    let mut reports = Vec::new();
+    for k in 1..=HOST_CALLS {
+        if k < HOST_CALLS {
+            fake.script(Reply::tool_use_id(
+                format!("toolu_{k:02}"),
+                "Read",
+                json!({"file_path": format!("src/f{k}.rs")}),
+            ));
+        } else {
+            fake.script(Reply::text("All read."));
+        }
+        let rendered = app
+            .render(pb::RenderRequest {
+                session_id: session.clone(),
+                format: pb::Format::AnthropicMessages as i32,
+                model: MODEL.into(),
+                budget: Some(pb::Budget {
+                    context_window: 200_000,
+                    output_reserve: 32_000,
+                    ..Default::default()
+                }),
+                policy: Some(pb::RenderPolicy {
+                    reasoning: reasoning as i32,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            })
+            .await;
+        let document: Value = serde_json::from_str(&rendered.messages_json).expect("a document");
+        let mut body = json!({
+            "model": MODEL, "max_tokens": 32000, "system": SYSTEM, "tools": tools(),
+            "thinking": {"type": "adaptive", "display": "omitted"},
+            "messages": document["messages"],
+        });
+        if !document["context_management"].is_null() {
+            body["context_management"] = document["context_management"].clone();
+        }
+        let mut post = http
+            .post(format!("{}/v1/messages", fake.url()))
+            .header("anthropic-version", "2023-06-01");
+        for beta in &rendered.betas {
+            post = post.header("anthropic-beta", beta);
+        }
+        let answer = post.json(&body).send().await.expect("an answer");
+        let status = answer.status().as_u16();
+        let answer: Value = answer.json().await.expect("JSON");
+        assert_eq!(
+            status, 200,
+            "call {k}: the provider accepts the render: {answer}"
+        );
+        reports.push(rendered.report.expect("a report"));
+        let blocks = answer["content"].as_array().cloned().unwrap_or_default();
+        let parts = blocks
+            .iter()
+            .filter(|b| b["type"] == "thinking" || b["type"] == "text")
+            .map(|b| match b["type"].as_str() {
+                Some("thinking") => crate::helpers::media_data(
+                    "application/vnd.ctxd.anthropic-reasoning+json",
+                    b.to_string().into_bytes(),
+                ),
+                _ => text(b["text"].as_str().unwrap_or_default()),
+            })
+            .collect();
+        let calls = blocks
+            .iter()
+            .filter(|b| b["type"] == "tool_use")
+            .map(|b| {
+                crate::helpers::call(
+                    b["id"].as_str().unwrap_or_default(),
+                    "Read",
+                    &b["input"].to_string(),
+                )
+            })
+            .collect();
+        let mut nodes = vec![message(pb::Role::Assistant, parts, calls)];
+        if k < HOST_CALLS {
+            nodes.push(tool_result(&format!("toolu_{k:02}"), &file(k, CHARS)));
+        }
+        app.append(&session, nodes).await;
+    }
+    (fake, reports)
+}
+
+#[tokio::test]
+async fn a_render_for_a_binding_model_is_accepted_after_a_step() {
+    let (fake, reports) = host_loop(pb::Reasoning::Keep).await;
+    assert_eq!(fake.refusals(), 0);
+    assert!(
+        reports.iter().any(|r| r.edit_clear > 0),
+        "a step came, as the provider's edit"
+    );
+    assert!(
+        reports
+            .iter()
+            .all(|r| r.priced_by == MODEL && r.thinking_dropped == 0)
+    );
+    let applied = fake
+        .requests()
+        .iter()
+        .filter(|r| !r.applied_edits.is_null())
+        .count();
+    assert!(applied > 0, "the provider applied the render's edit");
+}
+
+#[tokio::test]
+async fn a_render_that_drops_reasoning_is_accepted_after_a_step() {
+    let (fake, reports) = host_loop(pb::Reasoning::Drop).await;
+    assert_eq!(fake.refusals(), 0);
+    assert!(
+        reports.iter().any(|r| r.thinking_dropped > 0),
+        "a step left thinking out"
+    );
+    assert!(reports.iter().all(|r| r.edit_clear == 0));
+}
