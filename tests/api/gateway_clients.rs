@@ -598,7 +598,7 @@ fn result_text(content: &Value) -> String {
 
 /// The Python interpreter with `anthropic` and `openai`, or `None` (the test skips) when it
 /// is missing and not required.
-async fn python() -> Option<PathBuf> {
+pub(crate) async fn python() -> Option<PathBuf> {
     let path = tool_path("CTXD_TEST_PYTHON", "target/py/bin/python");
     if !path.exists() {
         return missing(&format!(

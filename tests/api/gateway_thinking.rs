@@ -485,3 +485,108 @@ async fn a_render_that_drops_reasoning_is_accepted_after_a_step() {
     );
     assert!(reports.iter().all(|r| r.edit_clear == 0));
 }
+
+// ---------------------------------------------------------------- the Anthropic SDK
+
+/// A tool loop of `SDK_CALLS` calls with thinking on, written as an application on the pinned
+/// `anthropic` SDK writes one (no retry logic of its own: a 400 ends it): each answer's content
+/// appended as the SDK gives it back, thinking and signature included.
+const SDK_LOOP: &str = r#"
+import json, os, sys
+import anthropic
+
+calls, chars = int(os.environ["CALLS"]), int(os.environ["CHARS"])
+client = anthropic.Anthropic(base_url=os.environ["BASE_URL"], api_key="sk-test", max_retries=0,
+                             timeout=60)
+tools = [{"name": "Read", "description": "Read a file",
+          "input_schema": {"type": "object", "properties": {"file_path": {"type": "string"}}}}]
+messages = [{"role": "user", "content": "Read every file the tool names."}]
+made = 0
+for k in range(1, calls + 1):
+    try:
+        answer = client.messages.create(
+            model="claude-opus-5-5", max_tokens=32000, system="You are a coding agent.",
+            tools=tools, messages=messages,
+            extra_body={"thinking": {"type": "adaptive", "display": "omitted"}})
+    except anthropic.APIStatusError as e:
+        print(json.dumps({"made": made, "error": e.status_code, "message": str(e)}))
+        sys.exit(0)
+    made += 1
+    messages.append({"role": "assistant", "content": answer.content})
+    uses = [b for b in answer.content if b.type == "tool_use"]
+    if not uses:
+        break
+    text = "".join(f"{k:04} line {n:05}: fn item_{n}() -> u32 {{ {n} }}\n" for n in range(chars // 40))
+    messages.append({"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": uses[0].id, "content": text}]})
+thinking = sum(1 for m in messages if m["role"] == "assistant"
+               for b in m["content"] if getattr(b, "type", None) == "thinking")
+print(json.dumps({"made": made, "error": None, "thinking": thinking}))
+"#;
+
+const SDK_CALLS: usize = 60;
+
+/// Runs [`SDK_LOOP`] against `base`; what it printed.
+async fn sdk_loop(python: &std::path::Path, base: &str) -> Value {
+    let mut command = std::process::Command::new(python);
+    command
+        .args(["-c", SDK_LOOP])
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .env("BASE_URL", base)
+        .env("CALLS", SDK_CALLS.to_string())
+        .env("CHARS", "8000");
+    let ran = crate::agents::run_bounded("python (sdk loop)", command).await;
+    assert!(
+        ran.status.success(),
+        "the SDK loop ran: {}\n{}",
+        ran.stdout,
+        ran.stderr
+    );
+    serde_json::from_str(ran.stdout.lines().last().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("the loop prints JSON last ({e}): {}", ran.stdout))
+}
+
+#[tokio::test]
+async fn an_sdk_tool_loop_with_thinking_gets_no_refusal() {
+    let Some(python) = crate::gateway_clients::python().await else {
+        return;
+    };
+    let script = |fake: &FakeProvider| {
+        for k in 1..SDK_CALLS {
+            fake.script(Reply::tool_use_id(
+                format!("toolu_{k:02}"),
+                "Read",
+                json!({"file_path": format!("src/f{k}.rs")}),
+            ));
+        }
+        fake.script(Reply::text("All read."));
+    };
+    let mut gw = gateway(Reasoning::Keep).await;
+    script(&gw.fake);
+    let straight = FakeProvider::start().await;
+    script(&straight);
+    let straight_url = straight.url();
+    let (through, direct) =
+        tokio::join!(sdk_loop(&python, &gw.url), sdk_loop(&python, &straight_url));
+    assert_eq!(
+        through,
+        json!({"made": SDK_CALLS, "error": null, "thinking": SDK_CALLS}),
+        "every call answered through the gateway, no 400"
+    );
+    assert_eq!(direct, through, "the same loop straight");
+    assert_eq!(gw.fake.refusals(), 0);
+    let calls = ledger(&mut gw.app).await;
+    assert!(
+        calls.iter().any(|c| c.edit_clear.is_some()),
+        "the loop stepped, as the provider's edit"
+    );
+    eprintln!(
+        "sdk loop with thinking, through the gateway / straight: {:.3}x at 0.05x reads, {:.3}x \
+         at 0.1x",
+        gw.fake.cost() / straight.cost(),
+        gw.fake.cost_at(0.1) / straight.cost_at(0.1)
+    );
+    assert!(gw.fake.cost() < straight.cost());
+}
