@@ -35,7 +35,8 @@ use std::time::Instant;
 
 use ctxd::compact::{self, Prepared, Verdict};
 use ctxd::domain::{
-    BranchName, CompactionId, NodeContent, NodeId, Part, PathView, Summary, SummaryId, Tenant,
+    BranchName, CachePrices, CompactionId, NodeContent, NodeId, Part, PathView, Summary, SummaryId,
+    Tenant,
 };
 use ctxd::economy::{CACHE_READ, CACHE_WRITE, same_for_cache as same};
 use ctxd::import;
@@ -187,6 +188,12 @@ fn main() {
             arm.per_trace.push((trace.name.clone(), stats));
         }
     }
+    // The default at each model's cache prices, its steps weighed at them, against sending
+    // everything at the same prices; clock-free and on the sessions' clock.
+    let sweep: Vec<PriceRow> = READ_PRICES
+        .iter()
+        .map(|&read| price_row(&traces, read, budget, &counter, args.ttl_ms))
+        .collect();
     let took = started.elapsed();
 
     let calls: usize = arms[0].total.calls;
@@ -227,17 +234,21 @@ fn main() {
     println!("by harness family (cost vs unpruned / working set verbatim), clock-free:");
     print_families(&arms, &traces, |a| &a.families);
     println!();
-    let (gaps, long) = clock.gap_stats(args.ttl_ms);
+    let expired: usize = arms[0].clocked_per_trace.iter().map(|s| s.expired).sum();
     println!(
         "by harness family, on the sessions' clock (cache lifetime {} min; {} traces timed by \
-         their raw files, the rest by gaps drawn from the {gaps} they measure, {long} of them \
-         longer):",
+         their raw files, the rest by gaps drawn from TraceLab's published distribution; {} of \
+         {} calls found the cache expired):",
         args.ttl_ms / 60_000,
-        traces.iter().filter(|t| t.measured).count()
+        traces.iter().filter(|t| t.measured).count(),
+        expired,
+        arms[0].clocked.calls
     );
     print_families(&arms, &traces, |a| &a.clocked_families);
     println!();
     print_sessions(&arms, &traces);
+    println!();
+    print_sweep(&sweep);
     println!();
     print_compaction(&compacting, &base, args.compaction_budget);
     if args.breakdown {
@@ -524,13 +535,7 @@ async fn load_traces(dir: &std::path::Path, clock: &clock::Clock) -> Vec<Trace> 
             .load_path(session, &PathTarget::Branch(BranchName::main()))
             .await
             .expect("load a path");
-        let calls = path
-            .nodes
-            .iter()
-            .enumerate()
-            .filter(|(k, n)| *k > 0 && is_assistant(n))
-            .count();
-        let (times, measured) = clock.times(&name, calls);
+        let (times, measured) = clock.times(&name, &clock::human_turns(&path.nodes));
         traces.push(Trace {
             family: report::family(&name),
             clocked: stamped(&path, &times),
@@ -935,7 +940,8 @@ impl Stats {
     }
 }
 
-/// Replays `trace` under `kind`. With `ttl`, on the session's clock: a call more than `ttl`
+/// Replays `trace` under `kind`, at the 0.1x reads and 1.25x writes of [`CachePrices::STANDARD`]
+/// (`replay_at` prices otherwise). With `ttl`, on the session's clock: a call more than `ttl`
 /// after the one before it finds the cache expired and reads nothing.
 fn replay(
     trace: &Trace,
@@ -943,6 +949,18 @@ fn replay(
     budget: Budget,
     counter: &dyn Count,
     ttl: Option<i64>,
+) -> Stats {
+    replay_at(trace, kind, budget, counter, ttl, CachePrices::STANDARD)
+}
+
+/// [`replay`] with every call priced at `prices`.
+fn replay_at(
+    trace: &Trace,
+    kind: &Kind,
+    budget: Budget,
+    counter: &dyn Count,
+    ttl: Option<i64>,
+    prices: CachePrices,
 ) -> Stats {
     if let Kind::Compacting(host) = kind {
         return replay_compacting(trace, *host, budget, counter);
@@ -983,8 +1001,8 @@ fn replay(
         let read: Tokens = tokens[..cached].iter().sum();
         stats.calls += 1;
         stats.input_tokens += f64::from(total);
-        stats.cost += CACHE_READ * f64::from(read) + CACHE_WRITE * f64::from(total - read);
-        stats.read_cost += CACHE_READ * f64::from(read);
+        stats.cost += prices.read() * f64::from(read) + prices.write() * f64::from(total - read);
+        stats.read_cost += prices.read() * f64::from(read);
         stats.peak = stats.peak.max(total);
         if let Some(share) = working_set(&path, &messages) {
             stats.verbatim += share;
@@ -1402,6 +1420,92 @@ fn print_sessions(arms: &[Arm], traces: &[Trace]) {
         list(&above),
         SESSION_WORKING_SET * 100.0,
         list(&thin)
+    );
+}
+
+/// The cache read prices of the models the table lists, per mille: older Claude models and
+/// OpenAI's gpt-5 (0.1x), Opus and Sonnet 5.5 (0.05x), Fable and Mythos 5.1 (0.025x).
+const READ_PRICES: [u32; 3] = [100, 50, 25];
+
+/// The default replayed at one read price: all traces' sums, and the highest session's ratio,
+/// clock-free and clocked.
+struct PriceRow {
+    read_per_mille: u32,
+    free: (Stats, Stats),
+    clocked: (Stats, Stats),
+    highest: (f64, f64, String),
+}
+
+fn price_row(
+    traces: &[Trace],
+    read_per_mille: u32,
+    budget: Budget,
+    counter: &dyn Count,
+    ttl: i64,
+) -> PriceRow {
+    let prices = CachePrices {
+        read_per_mille,
+        ..CachePrices::STANDARD
+    };
+    let default = Kind::Ctxd(Policy {
+        prices,
+        ..Policy::default()
+    });
+    let mut row = PriceRow {
+        read_per_mille,
+        free: (Stats::default(), Stats::default()),
+        clocked: (Stats::default(), Stats::default()),
+        highest: (0.0, 0.0, String::new()),
+    };
+    for trace in traces.iter().filter(|t| !t.extra) {
+        let mut ratios = [0.0; 2];
+        for (n, ttl) in [None, Some(ttl)].into_iter().enumerate() {
+            let base = replay_at(trace, &Kind::Unpruned, budget, counter, ttl, prices);
+            let stats = replay_at(trace, &default, budget, counter, ttl, prices);
+            ratios[n] = stats.cost / base.cost;
+            let sums = if ttl.is_none() {
+                &mut row.free
+            } else {
+                &mut row.clocked
+            };
+            sums.0.add(&base);
+            sums.1.add(&stats);
+        }
+        if ratios[0].max(ratios[1]) > row.highest.0.max(row.highest.1) {
+            row.highest = (ratios[0], ratios[1], trace.name.clone());
+        }
+    }
+    row
+}
+
+/// The sweep's table: the default at each read price, clock-free and on the clock.
+fn print_sweep(rows: &[PriceRow]) {
+    println!(
+        "ctxd default at each model's cache prices (reads as below, writes 1.25x; its steps \
+         weighed at those prices), cost vs sending everything at the same prices:"
+    );
+    let table: Vec<[String; 5]> = rows
+        .iter()
+        .map(|r| {
+            let ratio = |(base, s): &(Stats, Stats)| s.cost / base.cost;
+            [
+                format!("{:.3}x", f64::from(r.read_per_mille) / 1000.0),
+                format!("{:.3}x", ratio(&r.free)),
+                format!("{:.3}x", ratio(&r.clocked)),
+                format!("{:.1}%", r.free.1.working_set() * 100.0),
+                format!("{} {:.3}x / {:.3}x", r.highest.2, r.highest.0, r.highest.1),
+            ]
+        })
+        .collect();
+    report::print_table(
+        [
+            "reads",
+            "all, clock-free",
+            "all, on the clock",
+            "working set",
+            "highest session (free / clocked)",
+        ],
+        &table,
     );
 }
 

@@ -251,6 +251,7 @@ async fn run(args: Args, metrics: Option<PrometheusHandle>) {
                 &mut clocked,
                 trace,
                 false,
+                MODEL,
             )
             .await,
         );
@@ -272,6 +273,7 @@ async fn run(args: Args, metrics: Option<PrometheusHandle>) {
                 &mut clocked,
                 trace,
                 true,
+                MODEL,
             )
             .await,
         );
@@ -321,6 +323,19 @@ async fn run(args: Args, metrics: Option<PrometheusHandle>) {
     let codex_passthrough = metric_diff(&before, &metric_values(metrics.as_ref()));
     let codex_stored = stored_nodes(&mut grpc, codex_via.session.as_deref(), codex.sent).await;
     let codex_sessions = count_sessions(&mut grpc).await.saturating_sub(sessions);
+
+    // ---- the same traces as models that bind their thinking and read their cache cheaper:
+    // the gateway steps as the provider's edit, priced at each model's reads.
+    let sweep = model_sweep(
+        &http,
+        &fake,
+        &direct_url,
+        &gateway_url,
+        &traces,
+        &direct,
+        &via,
+    )
+    .await;
     let resend = if args.verbatim {
         "answers resent as they came, as Codex CLI 0.171 does"
     } else {
@@ -845,6 +860,10 @@ async fn run(args: Args, metrics: Option<PrometheusHandle>) {
         "bench": "gateway",
         "cores": cores,
         "rows": rows.iter().map(Row::json).collect::<Vec<_>>(),
+        "models": sweep.iter().map(|r| json!({
+            "model": r.model, "read": r.read, "breakpoint": r.breakpoint,
+            "prefix_clocked": r.clocked, "highest_trace": r.highest.0, "highest": r.highest.1,
+        })).collect::<Vec<_>>(),
         "goals": goals.iter().map(|(what, value, goal, ok)| json!({
             "what": what, "value": value, "goal": goal, "met": ok,
         })).collect::<Vec<_>>(),
@@ -947,6 +966,25 @@ struct Trace {
     calls: Vec<Call>,
     /// Trace messages the client sends (system messages aside), answers included.
     sent: usize,
+}
+
+impl Trace {
+    /// Whether each call follows a human turn (the message before it is the user's own, not a
+    /// tool's result), for the clock's draw.
+    fn human_turns(&self) -> Vec<bool> {
+        self.calls
+            .iter()
+            .map(|c| {
+                c.prefix.checked_sub(1).is_some_and(|i| {
+                    let m = &self.messages[i];
+                    m["role"] == "user"
+                        && !m["content"]
+                            .as_array()
+                            .is_some_and(|b| b.iter().any(|b| b["type"] == "tool_result"))
+                })
+            })
+            .collect()
+    }
 }
 
 /// One model call: the client sends `messages[..prefix]`, the fake answers `reply`.
@@ -1102,8 +1140,9 @@ impl Trace {
     }
 
     /// The request body of a call that sends `messages[..prefix]`.
-    fn body(&self, prefix: usize) -> String {
-        request_body(
+    fn body(&self, prefix: usize, model: &str) -> String {
+        request_body_as(
+            model,
             &self.system,
             &self.plain[..prefix - 1],
             &self.messages[prefix - 1],
@@ -1136,6 +1175,11 @@ impl Trace {
 /// message's last block, the one marker that moves every call. Without them the provider
 /// caches nothing.
 fn request_body(system: &str, earlier: &[String], last: &Value) -> String {
+    request_body_as(MODEL, system, earlier, last)
+}
+
+/// [`request_body`] as a request of `model`.
+fn request_body_as(model: &str, system: &str, earlier: &[String], last: &Value) -> String {
     let marker = json!({"type": "ephemeral"});
     let mut last = last.clone();
     if let Some(Value::Array(blocks)) = last.get_mut("content")
@@ -1144,7 +1188,7 @@ fn request_body(system: &str, earlier: &[String], last: &Value) -> String {
         block.insert("cache_control".into(), marker.clone());
     }
     let head = json!({
-        "model": MODEL,
+        "model": model,
         "max_tokens": MAX_TOKENS,
         "system": [{"type": "text", "text": system, "cache_control": marker}],
         "stream": true,
@@ -1349,17 +1393,24 @@ async fn replay(
     clocked: &mut Clocked,
     trace: &Trace,
     gateway: bool,
+    model: &str,
 ) -> Replay {
     let mut run = Replay::new();
-    let (times, _) = clocked.clock.times(&trace.name, trace.calls.len());
+    let (times, _) = clocked.clock.times(&trace.name, &trace.human_turns());
     // Each trace an hour after the last: no cache of one serves the next.
     let start = clocked.now + Duration::from_secs(3600);
     for (k, call) in trace.calls.iter().enumerate() {
         clocked.now = start + Duration::from_millis(u64::try_from(times[k]).unwrap_or(0));
         fake.clear_requests();
         fake.set_default(Reply::blocks(call.reply.clone()));
-        let session = gateway.then_some(trace.name.as_str());
-        let answer = match post(http, url, session, None, trace.body(call.prefix)).await {
+        // One session per trace and model: a sweep's replays never extend another's.
+        let name = if model == MODEL {
+            trace.name.clone()
+        } else {
+            format!("{}@{model}", trace.name)
+        };
+        let session = gateway.then_some(name.as_str());
+        let answer = match post(http, url, session, None, trace.body(call.prefix, model)).await {
             Ok(a) => a,
             Err(e) => {
                 run.problems.push(format!("call {k}: {e}"));
@@ -1412,6 +1463,108 @@ async fn replay(
     }
     fake.clear_requests();
     run
+}
+
+/// The models of the sweep, with the read price each pays, and the main replay's own.
+const SWEEP: [(&str, f64); 3] = [
+    (MODEL, 0.1),
+    ("claude-opus-5-5", 0.05),
+    ("claude-fable-5-1", 0.025),
+];
+
+/// One model of the sweep: the breakpoint cache's cost through the gateway over direct, at the
+/// model's read price, clock-free and on the sessions' clock (the prefix model priced there),
+/// and the trace whose ratio is highest.
+struct SweepRow {
+    model: &'static str,
+    read: f64,
+    breakpoint: f64,
+    clocked: f64,
+    highest: (String, f64),
+}
+
+/// Replays every trace as each model of [`SWEEP`] but the main replay's (whose runs are
+/// `direct` and `via`), direct and through the gateway, and prices them at that model's reads.
+async fn model_sweep(
+    http: &reqwest::Client,
+    fake: &FakeProvider,
+    direct_url: &str,
+    gateway_url: &str,
+    traces: &[Trace],
+    direct: &[Replay],
+    via: &[Replay],
+) -> Vec<SweepRow> {
+    let mut rows = Vec::new();
+    for (model, read) in SWEEP {
+        let (d, v) = if model == MODEL {
+            (Vec::new(), Vec::new())
+        } else {
+            let mut runs = [Vec::new(), Vec::new()];
+            for (n, url) in [direct_url, gateway_url].into_iter().enumerate() {
+                fake.clear_cache();
+                let mut prefix = PrefixCache::default();
+                let mut clocked = Clocked::new();
+                for trace in traces {
+                    let run = replay(
+                        http,
+                        url,
+                        fake,
+                        &mut prefix,
+                        &mut clocked,
+                        trace,
+                        n == 1,
+                        model,
+                    )
+                    .await;
+                    runs[n].push(run);
+                }
+            }
+            let [d, v] = runs;
+            (d, v)
+        };
+        let (d, v) = if model == MODEL {
+            (direct, via)
+        } else {
+            (&d[..], &v[..])
+        };
+        let cost = |runs: &[Replay], clocked: bool| -> f64 {
+            runs.iter()
+                .flat_map(|r| &r.calls)
+                .map(|u| {
+                    if clocked {
+                        u.clocked.cost_at(read)
+                    } else {
+                        u.bill.cost_at(read)
+                    }
+                })
+                .sum()
+        };
+        let mut highest = (String::new(), 0.0);
+        for (t, trace) in traces.iter().enumerate() {
+            let ratio = cost(&v[t..=t], false) / cost(&d[t..=t], false).max(1e-9);
+            if ratio > highest.1 {
+                highest = (trace.name.clone(), ratio);
+            }
+        }
+        rows.push(SweepRow {
+            model,
+            read,
+            breakpoint: cost(v, false) / cost(d, false),
+            clocked: cost(v, true) / cost(d, true),
+            highest,
+        });
+    }
+    println!(
+        "the 23 traces as each model, through the gateway / direct, at the model's cache reads \
+         (writes 1.25x): breakpoint cache clock-free, prefix cache on the sessions' clock:"
+    );
+    for r in &rows {
+        println!(
+            "  {:<18} reads {:.3}x: {:.3}x, on the clock {:.3}x; highest trace {} {:.3}x",
+            r.model, r.read, r.breakpoint, r.clocked, r.highest.0, r.highest.1
+        );
+    }
+    rows
 }
 
 /// The prefix cache of a replay on the sessions' clock, and the time of its newest call.

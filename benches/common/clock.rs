@@ -1,6 +1,11 @@
 //! The clock of a replayed session: when each of its model calls was made. From the raw Claude
 //! Code file a trace was converted from, where one exists (one timestamp per line); for the
-//! rest, gaps drawn deterministically (by the trace's name) from every gap those files measure.
+//! rest, gaps drawn deterministically (by the trace's name) from the distribution TraceLab
+//! publishes for real sessions (arXiv 2606.30560, 4,265 Claude Code and Codex sessions): a call
+//! after a human turn waits for the human (median 79 s for Claude Code, 95 s for Codex; more
+//! than 5 minutes 20.4% and 30.2% of the time, more than an hour 3.6% and 5.1%), a call after a
+//! tool's result waits for the tool (p50 0.3 s, p90 13.6 s, p99 3.6 min). The few gaps the raw
+//! files here measure (one in 167 over five minutes) are fewer than real sessions have.
 
 // Each bench takes what it needs of this module.
 #![allow(dead_code)]
@@ -99,21 +104,93 @@ impl Clock {
         )
     }
 
-    /// The times of `calls` model calls of the trace `name`, and whether they were measured.
-    pub fn times(&self, name: &str, calls: usize) -> (Vec<i64>, bool) {
-        if let Some(times) = self.measured.get(name).filter(|t| t.len() == calls) {
+    /// The times of the model calls of the trace `name` (`human[k]`: call `k` follows a human
+    /// turn, not a tool's result), and whether they were measured.
+    pub fn times(&self, name: &str, human: &[bool]) -> (Vec<i64>, bool) {
+        if let Some(times) = self.measured.get(name).filter(|t| t.len() == human.len()) {
             return (times.clone(), true);
         }
+        let humans = if name.starts_with("codex") {
+            &CODEX_HUMAN
+        } else {
+            &CLAUDE_CODE_HUMAN
+        };
         let mut at = 0i64;
-        let mut times = Vec::with_capacity(calls);
-        for k in 0..calls {
-            if k > 0 && !self.gaps.is_empty() {
+        let mut times = Vec::with_capacity(human.len());
+        for (k, &after_human) in human.iter().enumerate() {
+            if k > 0 {
                 let draw = blake3::hash(format!("{name}/{k}").as_bytes());
                 let pick = u64::from_le_bytes(draw.as_bytes()[..8].try_into().expect("8 bytes"));
-                at += self.gaps[(pick % self.gaps.len() as u64) as usize];
+                let u = (pick >> 11) as f64 / (1u64 << 53) as f64;
+                let quantiles: &[(f64, f64)] = if after_human { humans } else { &TOOL };
+                at += gap_ms(quantiles, u);
             }
             times.push(at);
         }
         (times, false)
     }
+}
+
+/// A gap's quantiles, (probability, seconds), as TraceLab publishes them, and a floor and a
+/// ceiling of ours; between two, the gap is interpolated on a log scale.
+const CLAUDE_CODE_HUMAN: [(f64, f64); 5] = [
+    (0.0, 5.0),
+    (0.5, 79.0),
+    (1.0 - 0.204, 300.0),
+    (1.0 - 0.036, 3_600.0),
+    (1.0, 8.0 * 3_600.0),
+];
+const CODEX_HUMAN: [(f64, f64); 5] = [
+    (0.0, 5.0),
+    (0.5, 95.0),
+    (1.0 - 0.302, 300.0),
+    (1.0 - 0.051, 3_600.0),
+    (1.0, 8.0 * 3_600.0),
+];
+const TOOL: [(f64, f64); 5] = [
+    (0.0, 0.05),
+    (0.5, 0.3),
+    (0.9, 13.6),
+    (0.99, 216.0),
+    (1.0, 1_800.0),
+];
+
+/// The gap at quantile `u` of `quantiles`, in milliseconds.
+fn gap_ms(quantiles: &[(f64, f64)], u: f64) -> i64 {
+    let u = u.clamp(0.0, 1.0);
+    let i = quantiles
+        .windows(2)
+        .position(|w| u <= w[1].0)
+        .unwrap_or(quantiles.len() - 2);
+    let ((p0, s0), (p1, s1)) = (quantiles[i], quantiles[i + 1]);
+    let t = if p1 > p0 { (u - p0) / (p1 - p0) } else { 0.0 };
+    let seconds = (s0.ln() + t * (s1.ln() - s0.ln())).exp();
+    (seconds * 1000.0).round() as i64
+}
+
+/// Whether each model call of `nodes` (an imported path) follows a human turn: the message
+/// before it is the user's, not a tool's result.
+pub fn human_turns(nodes: &[std::sync::Arc<ctxd::domain::Node>]) -> Vec<bool> {
+    use ctxd::domain::{NodeContent, Role};
+    let assistant = |n: &ctxd::domain::Node| {
+        matches!(
+            &n.content,
+            NodeContent::Message {
+                role: Role::Assistant,
+                ..
+            }
+        )
+    };
+    (1..nodes.len())
+        .filter(|&k| assistant(&nodes[k]))
+        .map(|k| {
+            matches!(
+                &nodes[k - 1].content,
+                NodeContent::Message {
+                    role: Role::User,
+                    ..
+                }
+            )
+        })
+        .collect()
 }

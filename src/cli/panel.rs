@@ -351,9 +351,10 @@ pub fn ledger(calls: &[pb::GatewayCall], newest: Option<usize>) -> String {
         };
         let _ = writeln!(
             out,
-            "{mark}{:>3}{}  {change}",
+            "{mark}{:>3}{}  {change}{}",
             skip + i + 1,
-            columns(figures(c).map(num))
+            columns(figures(c).map(num)),
+            reasoning(c)
         );
     }
     let mut totals = [0u64; 6];
@@ -373,12 +374,62 @@ pub fn ledger(calls: &[pb::GatewayCall], newest: Option<usize>) -> String {
     } else {
         out.push_str("no unexplained cache misses\n");
     }
+    // Which entries of the model table priced the calls, and what they cost at those prices.
+    let mut entries: Vec<&str> = calls
+        .iter()
+        .map(|c| c.priced_by.as_str())
+        .filter(|p| !p.is_empty())
+        .collect();
+    entries.sort_unstable();
+    entries.dedup();
+    if !entries.is_empty() {
+        let cost: f64 = calls.iter().map(|c| c.cost).sum();
+        let _ = writeln!(
+            out,
+            "priced by the model table's {}: cache-weighted input {cost:.0}",
+            entries.join(", ")
+        );
+    }
     // Why each step was taken, said once under the table rather than on every line.
     if shown.iter().any(|c| c.change.starts_with("step:")) {
         out.push_str(
             "step:N:payback:M: a step clearing results before N, its saving paying back the\n  \
              rewrite of the cached tail within M calls; expired:MS: the cache had expired\n",
         );
+    }
+    if shown.iter().any(|c| c.edit_clear.is_some()) {
+        out.push_str(
+            "edit:A/B: the step as the provider's edit: ctxd asked it to clear the oldest A tool\n  \
+             uses, and it reported clearing B (the model binds its thinking to its prefix)\n",
+        );
+    }
+    if shown
+        .iter()
+        .any(|c| c.thinking_dropped > 0 || c.provider_thinking_dropped > 0)
+    {
+        out.push_str(
+            "thinking-N: thinking blocks ctxd left out as a step invalidated them; dropped-N:\n  \
+             those the provider dropped\n",
+        );
+    }
+    out
+}
+
+/// What a call's reasoning rules did: the edit asked and what the provider cleared, the
+/// thinking left out.
+fn reasoning(c: &pb::GatewayCall) -> String {
+    let mut out = String::new();
+    if let Some(asked) = c.edit_clear {
+        let cleared = c
+            .provider_cleared
+            .map_or_else(|| "?".to_owned(), |n| n.to_string());
+        let _ = write!(out, " edit:{asked}/{cleared}");
+    }
+    if c.thinking_dropped > 0 {
+        let _ = write!(out, " thinking-{}", c.thinking_dropped);
+    }
+    if c.provider_thinking_dropped > 0 {
+        let _ = write!(out, " dropped-{}", c.provider_thinking_dropped);
     }
     out
 }
@@ -402,6 +453,31 @@ mod tests {
             change: change.into(),
             unexplained_miss: miss,
             ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_ledger_says_what_was_asked_of_the_provider_and_which_entry_priced_it() {
+        let mut edited = call(1, "step:12:payback:3", false);
+        edited.priced_by = "claude-opus-5-5".into();
+        edited.edit_clear = Some(9);
+        edited.edit_keep = Some(1);
+        edited.provider_cleared = Some(9);
+        edited.cost = 1_000.0;
+        let mut dropped = call(2, "step:12", false);
+        dropped.priced_by = "claude-opus-5-5".into();
+        dropped.thinking_dropped = 4;
+        dropped.cost = 500.0;
+        let l = ledger(&[edited, dropped], None);
+        assert!(l.contains("step:12:payback:3 edit:9/9"), "{l}");
+        assert!(l.contains("step:12 thinking-4"), "{l}");
+        assert!(
+            l.contains("priced by the model table's claude-opus-5-5: cache-weighted input 1500"),
+            "{l}"
+        );
+        assert!(l.contains("edit:A/B:") && l.contains("thinking-N:"), "{l}");
+        for line in l.lines() {
+            assert!(line.chars().count() <= 80, "{line:?} is wider than 80");
         }
     }
 

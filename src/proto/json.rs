@@ -73,7 +73,9 @@ fields_json! {
     }
     pb::GatewayCall {
         at_unix_ms, api, model, client_tokens, forwarded_tokens, input_tokens, cache_read_tokens,
-        cache_write_tokens, output_tokens, kept_tokens, change, unexplained_miss,
+        cache_write_tokens, output_tokens, kept_tokens, change, unexplained_miss, priced_by,
+        edit_clear, edit_keep, provider_cleared, provider_cleared_tokens,
+        provider_thinking_dropped, thinking_dropped, cost,
     }
     pb::ListGatewayCallsResponse { calls: json, next_page_token }
     pb::Branch { name, head_id, head_hash, updated_at_unix_ms }
@@ -97,6 +99,7 @@ fields_json! {
     }
     pb::RenderResponse {
         messages: json, head_id, head_hash, total_tokens, tokenizer, report: json, messages_json,
+        betas,
     }
     pb::Budget { context_window, output_reserve, system_tokens, tools_tokens, schema_tokens }
     pb::TokenBreakdown {
@@ -109,7 +112,7 @@ fields_json! {
         microcompact_boundary, stable_prefix_messages, inputs_stubbed, stubbed_node_ids,
         saved_truncation: json, saved_clearing: json, saved_stubbing: json, texts_cut,
         text_cut_node_ids, saved_text_cut: json, pinned_tokens, pinned_node_ids, pins_exceed_budget,
-        summary_ids, payback_calls,
+        summary_ids, payback_calls, priced_by, edit_clear, edit_keep, thinking_dropped,
     }
     pb::StepSavings { items, chars, tokens }
     pb::CompactionOutcome {

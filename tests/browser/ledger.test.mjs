@@ -97,6 +97,11 @@ test('a gateway session\'s page shows its ledger, call by call, and the next cal
   assert.equal(row[9], recorded.change || '—');
   assert.equal(row[10], recorded.unexplained_miss ? '✗ miss' : '');
   assert.match(one.summary, /^gateway ledger: 1 call\(s\) · /);
+  // The model table's entry that priced the calls (an unknown Claude model: `claude`, 0.1x reads,
+  // 1.25x writes): 12 + 0.1 x 3,400 + 1.25 x 560.
+  assert.equal(recorded.priced_by, 'claude');
+  assert.equal(await browser.run('return document.getElementById("ledger-priced").textContent'),
+    "priced by the model table's claude: cache-weighted input 1,052");
 
   // The agent's next call while the page is open: the ledger grows to two rows, totals added up.
   await call([...first, { role: 'assistant', content: text }, { role: 'user', content: 'A second call, for the ledger.' }], sid);

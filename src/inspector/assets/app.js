@@ -842,16 +842,34 @@ function ledgerView(calls, all, onAll) {
     ['change', 'why the forwarded prefix differs from the previous request\'s'], ['', 'the provider read less than was kept, and nothing explains it']];
   const rows = shown.map((c, i) => h('tr', { class: c.unexplained_miss ? 'miss' : null, 'data-miss': c.unexplained_miss ? 'true' : 'false' },
     h('td', { class: 'num' }, String(skipped + i + 1)), h('td', {}, fmtTime(c.at_unix_ms)), h('td', {}, `${c.api} ${c.model}`),
-    figures.map((k) => h('td', { class: 'num' }, num(c[k]))), h('td', { class: 'mono', title: changeMeaning(c.change) }, c.change || '—'),
+    figures.map((k) => h('td', { class: 'num' }, num(c[k]))), h('td', { class: 'mono', title: changeMeaning(c.change) }, (c.change || '—') + reasoningNote(c)),
     h('td', { class: 'mark' }, c.unexplained_miss ? '✗ miss' : '')));
   const totals = h('tr', { id: 'ledger-totals' }, h('td', {}, ''), h('td', {}, 'total'), h('td', {}, `${num(calls.length)} call(s)`),
     figures.map((k) => h('td', { class: 'num' }, num(sum(k)))), h('td', {}, ''),
     h('td', { class: 'mark' }, misses ? `${num(misses)} miss(es)` : ''));
+  const entries = [...new Set(calls.map((c) => c.priced_by).filter(Boolean))].sort();
+  const cost = calls.reduce((a, c) => a + Number(c.cost || 0), 0);
   return [h('summary', { id: 'ledger-summary' }, `gateway ledger: ${num(calls.length)} call(s) · `,
       h('span', { class: misses ? 'error' : null }, `${num(misses)} unexplained cache miss(es)`)),
+    entries.length ? h('p', { class: 'muted', id: 'ledger-priced' }, `priced by the model table's ${entries.join(', ')}: cache-weighted input ${num(Math.round(cost))}`) : null,
     skipped ? h('p', { class: 'muted' }, `the newest ${num(shown.length)} of ${num(calls.length)} calls · `, h('button', { id: 'ledger-all', onclick: onAll }, 'show all')) : null,
     h('table', { class: 'ledger-table', id: 'gateway-ledger' }, h('thead', {}, h('tr', {}, head.map(([t, title, cls]) => h('th', { title, class: cls }, t)))),
       h('tbody', {}, rows), h('tfoot', {}, totals))];
+}
+
+/**
+ * What a call's reasoning rules did, after its change: the edit ctxd asked of the provider and
+ * what it reported clearing (`edit:A/B`), the thinking ctxd left out (`thinking-N`) and the
+ * thinking the provider dropped (`dropped-N`).
+ */
+function reasoningNote(c) {
+  let out = '';
+  if (c.edit_clear !== null && c.edit_clear !== undefined) {
+    out += ` edit:${c.edit_clear}/${c.provider_cleared ?? '?'}`;
+  }
+  if (c.thinking_dropped) out += ` thinking-${c.thinking_dropped}`;
+  if (c.provider_thinking_dropped) out += ` dropped-${c.provider_thinking_dropped}`;
+  return out;
 }
 
 // ------------------------------------------------------------------ render
