@@ -1289,3 +1289,64 @@ fn claude() -> Option<PathBuf> {
     eprintln!("skipped: {why}; set {REQUIRED}=required to fail instead");
     None
 }
+
+// ---------------------------------------------------------------- a compaction
+
+/// Claude Code 2.1.332 across an automatic compaction (its README says how captured).
+const COMPACTED_CORPUS: &str = "testdata/gateway/corpus/claude-code-2.1.332-compacted";
+
+/// Claude Code's summary request, then the conversation after it, opening with the summary or
+/// with the files it read again before the summary: either continues the session and branch,
+/// its summary laid over what it replaced.
+#[tokio::test]
+async fn claude_code_compactions_link_wherever_the_summary_sits() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join(COMPACTED_CORPUS);
+    let read = |name: &str| std::fs::read(dir.join(name)).expect("a corpus body");
+    for continued in ["01-continued.json", "02-continued-files-first.json"] {
+        let fake = FakeProvider::start().await;
+        fake.script(Reply::text(
+            "<analysis>a</analysis>\n<summary>\n1. Primary Request: read the reports.\n\
+             2. Files read: report-01.txt to report-08.txt.\n</summary>",
+        ));
+        fake.script(Reply::text("Done reading."));
+        let mut gw = start_full(fake, None, GatewayPolicy::default(), Options::default()).await;
+        let headers = [
+            ("anthropic-version", "2023-06-01"),
+            ("x-api-key", "sk-test"),
+            ("anthropic-beta", CLAUDE_CODE_BETAS),
+        ];
+        let headers: Vec<(&str, String)> = headers
+            .iter()
+            .map(|(k, v)| (*k, v.replace(char::is_whitespace, "")))
+            .collect();
+        let headers: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let asked = gw
+            .post(
+                "/v1/messages?beta=true",
+                &headers,
+                read("00-summary-request.json"),
+            )
+            .await
+            .ok();
+        let after = gw
+            .post("/v1/messages?beta=true", &headers, read(continued))
+            .await
+            .ok();
+        assert_eq!(
+            (after.session(), after.branch()),
+            (asked.session(), asked.branch()),
+            "{continued}: the conversation after the compaction continues the session and branch"
+        );
+        let session = crate::agents::only_session(&mut gw.app, continued).await;
+        let listed = gw.app.list_summaries(&session, &after.branch()).await;
+        assert_eq!(listed.summaries.len(), 1, "{continued}: {listed:?}");
+        assert_eq!(listed.summaries[0].model, "agent:claude-code");
+        assert!(
+            listed.summaries[0]
+                .text
+                .contains("This session is being continued from a previous conversation"),
+            "{continued}: the summary laid is Claude Code's"
+        );
+        assert_eq!(gw.app.get_session(&session).await.compaction_count, 1);
+    }
+}
