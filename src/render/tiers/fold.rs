@@ -196,11 +196,9 @@ impl Fit<'_> {
         }
         let mut weighted_before = vec![0u128];
         for point in &timeline.points {
-            let expired_share = if gaps == 0 {
-                0.0
-            } else {
-                expired as f64 / gaps as f64
-            };
+            // The expiries seen so far, weighed against a prior of unexpired gaps: one long
+            // gap early in a short session (the first human turn, say) is no rate yet.
+            let expired_share = expired as f64 / (gaps + EXPIRY_PRIOR_GAPS) as f64;
             if point.calls > 0 {
                 gaps += 1;
                 expired += usize::from(point.cold);
@@ -244,7 +242,8 @@ impl Fit<'_> {
             // what a render sent.
             let from = timeline.opening[target].max(timeline.result_end[target]);
             let upto = timeline.result_end[c];
-            let remaining = timeline.kept_before[upto].saturating_sub(timeline.kept_before[from]);
+            let remaining =
+                timeline.written_before[upto].saturating_sub(timeline.written_before[from]);
             let Some(calls) = payback(policy.prices, remaining, saving, expired_share) else {
                 continue;
             };
@@ -441,6 +440,12 @@ fn tokens(chars: usize) -> Tokens {
     Tokens::try_from(chars / 4).unwrap_or(Tokens::MAX)
 }
 
+/// Unexpired gaps a session's share of expired ones is weighed against before it has many of
+/// its own: on a clock drawn from real sessions' gaps (TraceLab: a fifth of human turns come
+/// after the cache expired), a short sub-agent whose first gap was long stepped on that one
+/// expiry as if every gap would expire, and cost more than sending everything.
+const EXPIRY_PRIOR_GAPS: usize = 10;
+
 /// How much longer than its payback a session must have run for a step, by default: a session
 /// that has run `a` calls runs at least `r` more with probability `a / (a + r)` (the Lindy
 /// prior of remaining lifetimes), so a payback of at most an eighth of its age pays with odds
@@ -486,8 +491,9 @@ fn payback(
 struct Timeline {
     /// Each call (an assistant message), and last the call this render is for.
     points: Vec<Point>,
-    /// Characters of the entries before entry `t`, each at what it keeps until a step.
-    kept_before: Vec<usize>,
+    /// Characters of the entries before entry `t` as a step rewrites them: every message's
+    /// text and calls at what arrival keeps of them, not only what a step would cut.
+    written_before: Vec<usize>,
     /// The entry of the assistant message that opened result `k`'s group.
     opening: Vec<usize>,
     /// The entries up to and including result `c - 1` (the `c`-th).
@@ -505,7 +511,7 @@ struct Point {
 impl Timeline {
     fn of(fit: &Fit<'_>) -> Self {
         let policy = &fit.policy;
-        let mut kept_before = vec![0usize];
+        let mut written_before = vec![0usize];
         let mut opening = Vec::with_capacity(fit.results.len());
         let mut result_end = vec![0];
         let mut points = Vec::new();
@@ -513,8 +519,9 @@ impl Timeline {
         // The time of the newest entry so far (a call is made once its input is in), and of
         // the last call.
         let (mut latest, mut last_call): (Option<i64>, Option<i64>) = (None, None);
-        let mut entry = |size: usize, at_ms: Option<i64>, kind: Kind| {
-            let t = kept_before.len() - 1;
+        let mut entry = |size: usize, written: usize, at_ms: Option<i64>, kind: Kind| {
+            let t = written_before.len() - 1;
+            written_before.push(written_before[t] + written.max(size));
             if kind == Kind::Call {
                 let cold = matches!((latest, last_call), (Some(now), Some(before))
                     if now.saturating_sub(before) >= policy.idle_ms);
@@ -535,7 +542,6 @@ impl Timeline {
             if let Some(at) = at_ms {
                 latest = Some(latest.map_or(at, |l| l.max(at)));
             }
-            kept_before.push(kept_before[t] + size);
         };
         // A result counts at most the standard cap, to which a render over budget cuts every
         // result: so that cut, seen again, weighs a step as the result it was.
@@ -559,7 +565,7 @@ impl Timeline {
                     (None, Some((chars, _))) => (text_size(chars), Kind::Call),
                     (None, None) => (0, Kind::Other),
                 };
-                entry(size, h.at_ms, kind);
+                entry(size, size, h.at_ms, kind);
             }
             // Only what a summary's hidden entries keep too (a result's and an assistant text's
             // characters) counts, so a summary over a segment changes no step before it, and a
@@ -572,11 +578,26 @@ impl Timeline {
                 MessageRole::Assistant => (text_size(text), Kind::Call),
                 _ => (0, Kind::Other),
             };
-            entry(size, m.at_ms, kind);
+            // What a step writes again of it: a message as arrival keeps it (recent text and
+            // inputs capped as they came, so a render rendered again weighs it alike).
+            let written = match m.role {
+                _ if m.summary_id.is_some() => 0,
+                MessageRole::Assistant => {
+                    text.min(policy.recent_assistant_text_chars)
+                        + m.tool_calls
+                            .iter()
+                            .map(|c| c.arguments_json.len().min(policy.recent_tool_input_chars))
+                            .sum::<usize>()
+                }
+                MessageRole::Tool => size,
+                _ if m.observation => size,
+                _ => text,
+            };
+            entry(size, written, m.at_ms, kind);
         }
         // The call this render is for: made now, after the one the caller says it made last.
         let before = fit.last_call_ms.or(last_call);
-        let t = kept_before.len() - 1;
+        let t = written_before.len() - 1;
         points.push(Point {
             results,
             calls,
@@ -587,7 +608,7 @@ impl Timeline {
         opening.push(t);
         Self {
             points,
-            kept_before,
+            written_before,
             opening,
             result_end,
         }
