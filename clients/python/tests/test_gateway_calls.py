@@ -30,6 +30,14 @@ USAGE = {
 }
 # Only a hang fails at this: the gateway records a call a moment after its answer.
 SECONDS = 30
+# A model of the gateway's table that binds its thinking: for it the fake also reports edits
+# of its own (what the provider cleared, a thinking block it dropped), as Anthropic does.
+BINDING_MODEL = "claude-opus-5-5"
+APPLIED_EDIT = {
+    "type": "clear_tool_uses_20250919",
+    "cleared_tool_uses": 8,
+    "cleared_input_tokens": 4000,
+}
 
 
 class FakeAnthropic:
@@ -39,18 +47,22 @@ class FakeAnthropic:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                answer = json.dumps(
-                    {
-                        "id": "msg_fake",
-                        "type": "message",
-                        "role": "assistant",
-                        "model": body["model"],
-                        "content": [{"type": "text", "text": "three"}],
-                        "stop_reason": "end_turn",
-                        "stop_sequence": None,
-                        "usage": USAGE,
-                    }
-                ).encode()
+                message = {
+                    "id": "msg_fake",
+                    "type": "message",
+                    "role": "assistant",
+                    "model": body["model"],
+                    "content": [{"type": "text", "text": "three"}],
+                    "stop_reason": "end_turn",
+                    "stop_sequence": None,
+                    "usage": USAGE,
+                }
+                if body["model"] == BINDING_MODEL:
+                    message["context_management"] = {"applied_edits": [APPLIED_EDIT]}
+                    message["input_transformations"] = [
+                        {"type": "thinking_block_dropped", "message_index": 1, "content_index": 0}
+                    ]
+                answer = json.dumps(message).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(answer)))
@@ -97,7 +109,9 @@ def gateway(ctxd_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     fake.close()
 
 
-def forward(gateway_url: str, messages: list[dict], session: str = "") -> str:
+def forward(
+    gateway_url: str, messages: list[dict], session: str = "", model: str = "claude-test-1"
+) -> str:
     """One Messages call through the gateway; returns the session it was recorded in."""
     headers = {
         "content-type": "application/json",
@@ -106,7 +120,7 @@ def forward(gateway_url: str, messages: list[dict], session: str = "") -> str:
     }
     if session:
         headers["x-ctxd-session"] = session
-    body = {"model": "claude-test-1", "max_tokens": 64, "messages": messages}
+    body = {"model": model, "max_tokens": 64, "messages": messages}
     request = urllib.request.Request(
         f"{gateway_url}/v1/messages", data=json.dumps(body).encode(), headers=headers
     )
@@ -150,6 +164,17 @@ def test_the_ledger_lists_each_forwarded_call_in_order(gateway: tuple[str, str])
             assert call.client_tokens > 0 and call.forwarded_tokens > 0
             assert isinstance(call.kept_tokens, int) and isinstance(call.change, str)
             assert isinstance(call.unexplained_miss, bool)
+            # Priced by the table's catch-all Claude entry (reads 0.1x, writes 1.25x); no edit
+            # asked or reported, no thinking dropped.
+            assert call.priced_by == "claude"
+            assert call.cost == pytest.approx(
+                USAGE["input_tokens"]
+                + 0.1 * USAGE["cache_read_input_tokens"]
+                + 1.25 * USAGE["cache_creation_input_tokens"]
+            )
+            assert (call.edit_clear, call.edit_keep) == (None, None)
+            assert (call.provider_cleared, call.provider_cleared_tokens) == (None, None)
+            assert (call.provider_thinking_dropped, call.thinking_dropped) == (0, 0)
         assert calls[0].at_unix_ms <= calls[1].at_unix_ms
         assert calls[1].client_tokens > calls[0].client_tokens, "the second resent the first"
 
@@ -165,6 +190,27 @@ def test_the_ledger_lists_each_forwarded_call_in_order(gateway: tuple[str, str])
                 return (await ctxd.list_gateway_calls(session)).calls
 
         assert asyncio.run(asyncio.wait_for(read(), SECONDS)) == calls
+
+
+def test_a_call_is_priced_by_its_model_with_what_the_provider_did(
+    gateway: tuple[str, str],
+) -> None:
+    address, url = gateway
+    session = forward(url, [{"role": "user", "content": "Name a prime."}], model=BINDING_MODEL)
+    with Client(address, timeout=30) as client:
+        [call] = calls_of(client, session, 1)
+    assert call.model == call.priced_by == BINDING_MODEL
+    # Its reads cost 0.05x a plain input token, its writes 1.25x.
+    assert call.cost == pytest.approx(
+        USAGE["input_tokens"]
+        + 0.05 * USAGE["cache_read_input_tokens"]
+        + 1.25 * USAGE["cache_creation_input_tokens"]
+    )
+    assert call.provider_cleared == APPLIED_EDIT["cleared_tool_uses"]
+    assert call.provider_cleared_tokens == APPLIED_EDIT["cleared_input_tokens"]
+    assert call.provider_thinking_dropped == 1
+    # One call takes no step: ctxd asked for no edit and left no thinking out.
+    assert (call.edit_clear, call.edit_keep, call.thinking_dropped) == (None, None, 0)
 
 
 def test_a_session_the_gateway_never_served_has_no_calls(client: Client) -> None:

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from ctxd_client import Budget, Client, ContextReport, InvalidArgument, Session
+from ctxd_client import Budget, Client, ContextReport, InvalidArgument, Session, pb
 
 
 def tool_turn(client: Client, session: Session, n: int = 0, size: int = 200) -> None:
@@ -220,3 +220,130 @@ def test_a_part_the_format_cannot_carry_is_named(client: Client, session: Sessio
         client.render(session, format="openai", strict_format=True)
     assert sent.node_ids[0] in refused.value.message
     assert "strict_format" in refused.value.message
+
+
+# ---------------------------------------------------------------- rendering for a model
+
+REASONING_MIME = "application/vnd.ctxd.anthropic-reasoning+json"
+# A thinking block as Anthropic returns it (display omitted), in the canonical JSON ctxd keeps.
+THINKING = b'{"signature":"s","thinking":"","type":"thinking"}'
+BINDING_MODEL = "claude-opus-5-5"
+# Results far over the window: a step is forced whatever it costs.
+CALLS = 30
+RESULT_CHARS = 8_000
+WINDOW = 20_000
+
+
+def thinking_loop(client: Client) -> Session:
+    """A tool loop of a model that thinks before each call: every assistant message holds a
+    thinking block and one call, each answered with an 8 KB result; the model has read them
+    all (a last assistant message comes after the last result)."""
+    from ctxd_client import tool_call, tool_result
+
+    def thinking_message(calls: list[pb.ToolCall], text: str = "") -> pb.NodeInput:
+        parts = [pb.ContentPart(media=pb.Media(mime_type=REASONING_MIME, data=THINKING))]
+        if text:
+            parts.append(pb.ContentPart(text=text))
+        return pb.NodeInput(
+            message=pb.Message(role=pb.ROLE_ASSISTANT, parts=parts, tool_calls=calls)
+        )
+
+    session = client.create_session({"test": "python-client"})
+    client.append_user(session, "Read every file.")
+    batches = []
+    for k in range(CALLS):
+        call_id = f"toolu_{k:02}"
+        call = tool_call({"id": call_id, "name": "Read", "arguments": {"file_path": f"f{k}.rs"}})
+        body = "".join(f"{k:04} line {n:05}: fn item_{n}() {{}}\n" for n in range(400))
+        batches.append([thinking_message([call]), tool_result(call_id, body[:RESULT_CHARS])])
+    batches.append([thinking_message([], "All read.")])
+    client.append_many(session, batches)
+    return session
+
+
+def thinking_blocks(document: dict) -> int:
+    return sum(
+        1
+        for m in document["messages"]
+        if isinstance(m["content"], list)
+        for b in m["content"]
+        if b["type"] == "thinking"
+    )
+
+
+def test_a_render_for_a_binding_model_steps_as_the_providers_edit(client: Client) -> None:
+    session = thinking_loop(client)
+    r = client.render(session, budget=WINDOW, format="anthropic", model=BINDING_MODEL)
+    report = r.report
+    assert report.priced_by == BINDING_MODEL
+    assert report.edit_clear > 0 and report.edit_clear + report.edit_keep == CALLS
+    assert report.thinking_dropped == 0
+    assert r.betas == ["context-management-2025-06-27"]
+    # The document goes unreduced, every thinking block with it, and asks the provider to clear.
+    document = r.messages
+    assert thinking_blocks(document) == CALLS + 1
+    edit = document["context_management"]["edits"][0]
+    assert edit["type"] == "clear_tool_uses_20250919"
+    assert edit["trigger"]["value"] == report.edit_clear
+    assert edit["keep"]["value"] == report.edit_keep
+    # "keep" is the default, by name or by the enum; context_stats gives the same report.
+    for policy in ({"reasoning": "keep"}, {"reasoning": pb.REASONING_KEEP}):
+        kept = client.render(
+            session, budget=WINDOW, format="anthropic", model=BINDING_MODEL, policy=policy
+        )
+        assert kept.report == report and kept.betas == r.betas
+    assert client.context_stats(session, budget=WINDOW, model=BINDING_MODEL) == report
+    # Without a model nothing is bound: no edit, no betas, no pricing entry.
+    plain = client.render(session, budget=WINDOW, format="anthropic")
+    assert plain.report.priced_by == "" and plain.report.edit_clear == 0
+    assert plain.betas == [] and "context_management" not in plain.messages
+
+
+def test_a_render_that_drops_reasoning_leaves_out_what_a_step_invalidated(
+    client: Client,
+) -> None:
+    session = thinking_loop(client)
+    r = client.render(
+        session,
+        budget=WINDOW,
+        format="anthropic",
+        model=BINDING_MODEL,
+        policy={"reasoning": "drop"},
+    )
+    report = r.report
+    assert report.priced_by == BINDING_MODEL
+    assert report.thinking_dropped > 0
+    assert report.edit_clear == 0 and report.edit_keep == 0
+    assert r.betas == [] and "context_management" not in r.messages
+    assert report.results_cleared > 0, "the step is ctxd's own"
+    assert thinking_blocks(r.messages) == CALLS + 1 - report.thinking_dropped
+    stats = client.context_stats(
+        session, budget=WINDOW, model=BINDING_MODEL, policy={"reasoning": pb.REASONING_DROP}
+    )
+    assert stats == report
+
+
+def test_model_prices_and_reasoning_are_checked(client: Client, session: Session) -> None:
+    tool_turn(client, session)
+    # Prices of the policy's own, within 0 and 100, are taken.
+    priced = client.render(
+        session,
+        budget=10_000,
+        model="gpt-5",
+        policy={"cache_read_price": 0.1, "cache_write_price": 1.0},
+    )
+    assert priced.report.priced_by == "gpt-5" and priced.report.fits
+    # An unknown model is priced by the fallback entry, named after it.
+    assert client.context_stats(session, model="no-such-model").priced_by.startswith("unknown:")
+
+    for field, value in (("cache_read_price", -0.5), ("cache_write_price", 101.0)):
+        with pytest.raises(InvalidArgument, match=f"policy.{field}"):
+            client.render(session, budget=10_000, model=BINDING_MODEL, policy={field: value})
+        with pytest.raises(InvalidArgument, match=f"policy.{field}"):
+            client.context_stats(session, policy={field: value})
+    # A reasoning by a name the client does not know never leaves it; a number the server does
+    # not know is refused there.
+    with pytest.raises(ValueError, match="reasoning"):
+        client.render(session, model=BINDING_MODEL, policy={"reasoning": "forget"})
+    with pytest.raises(InvalidArgument, match="policy.reasoning"):
+        client.render(session, model=BINDING_MODEL, policy={"reasoning": 7})

@@ -52,6 +52,7 @@ import {
   type RenderedMessage,
   renderedFromPb,
   type RenderPolicy,
+  policyToPb,
   type RenderResult,
   type Session,
   sessionFromPb,
@@ -145,6 +146,14 @@ export interface StatsOptions extends Target {
   /** When the host last sent this context to the model: a render more than the cache's lifetime
    * (5 minutes) after it takes a step, which is free then. 0: the newest assistant message's call. */
   lastCallUnixMs?: number;
+  /** The model the context is for (`claude-opus-5-5`, `gpt-5`, …): its cache prices and lifetime
+   * weigh every step (unless `policy` sets the prices), and the report's `pricedBy` names the
+   * model table's entry. For a model that binds its thinking to its prefix (Anthropic's current
+   * models) an Anthropic document never holds a thinking block after content the render
+   * changed: with `policy.reasoning` `"keep"` (the default) a step is the provider's own edit,
+   * in the document's `context_management` (send it with `betas`), with `"drop"` the
+   * invalidated thinking is left out. Absent: no model. */
+  model?: string;
 }
 
 export interface RenderOptions<F extends Format> extends StatsOptions {
@@ -674,9 +683,10 @@ export class Client implements AsyncDisposable {
       tokenizer: options.tokenizer ?? "",
       callers: choice(CALLERS, options.callers ?? "all", "callers"),
       budget: options.budget === undefined ? undefined : budgetToPb(options.budget),
-      policy: pb.RenderPolicy.fromPartial({ ...options.policy, ...(options.reactive ? { reactive: true } : {}) }),
+      policy: policyToPb(options.policy, options.reactive),
       nowUnixMs: options.nowUnixMs ?? 0,
       lastCallUnixMs: options.lastCallUnixMs ?? 0,
+      model: options.model ?? "",
     };
   }
 
@@ -702,6 +712,7 @@ export class Client implements AsyncDisposable {
       totalTokens: r.totalTokens,
       tokenizer: r.tokenizer,
       uncarried: r.uncarried.map((u) => ({ nodeId: u.nodeId, partIndex: u.partIndex, mimeType: u.mimeType })),
+      betas: r.betas,
     };
   }
 
@@ -762,7 +773,7 @@ export class Client implements AsyncDisposable {
       fromNodeId: options.fromNodeId ?? "",
       toNodeId: options.toNodeId ?? "",
       cacheSharingRequest: options.cacheSharingRequest ?? false,
-      policy: options.policy === undefined ? undefined : pb.RenderPolicy.fromPartial(options.policy),
+      policy: options.policy === undefined ? undefined : policyToPb(options.policy),
     };
     const r = await this.#call<pb.PrepareCompactionResponse>((m, o, cb) => this.raw.prepareCompaction(request, m, o, cb));
     const rendered = r.summaryInput.map(renderedFromPb);
@@ -830,7 +841,7 @@ export class Client implements AsyncDisposable {
         options.requestForm === undefined
           ? pb.SummaryRequestForm.SUMMARY_REQUEST_FORM_UNSPECIFIED
           : choice(SUMMARY_REQUEST_FORMS, options.requestForm, "requestForm"),
-      policy: options.policy === undefined ? undefined : pb.RenderPolicy.fromPartial(options.policy),
+      policy: options.policy === undefined ? undefined : policyToPb(options.policy),
     };
     return outcomeFromPb(await this.#call<pb.CompactionOutcome>((m, o, cb) => this.raw.compact(request, m, o, cb)));
   }

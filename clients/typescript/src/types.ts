@@ -13,6 +13,10 @@ export type FunctionStatus = "completed" | "error";
 export type NodeKind = "message" | "toolResult" | "functionCall" | "functionResult";
 export type Format = "openai" | "anthropic" | "neutral";
 export type Callers = "all" | "none";
+/** How a render for a model that binds its thinking to its prefix keeps the reasoning valid:
+ * `keep` (the default) says every step as the provider's own edit, `drop` leaves out the
+ * thinking a step invalidated. */
+export type Reasoning = "keep" | "drop";
 export type SummaryKind = "rolling" | "segment";
 export type CompactionReason =
   | "applied"
@@ -62,6 +66,10 @@ export const FORMATS: Record<Format, pb.Format> = {
 export const CALLERS: Record<Callers, pb.Callers> = {
   all: pb.Callers.CALLERS_ALL,
   none: pb.Callers.CALLERS_NONE,
+};
+export const REASONING: Record<Reasoning, pb.Reasoning> = {
+  keep: pb.Reasoning.REASONING_KEEP,
+  drop: pb.Reasoning.REASONING_DROP,
 };
 export const IMPORT_FORMATS: Record<ImportFormat, pb.ImportFormat> = {
   neutral: pb.ImportFormat.IMPORT_FORMAT_NEUTRAL_JSONL,
@@ -416,8 +424,22 @@ export function budgetToPb(budget: BudgetLike): pb.Budget {
   return pb.Budget.fromPartial(b);
 }
 
-/** How the engine fits a path into a budget (zero or absent: the server's default). */
-export type RenderPolicy = Partial<pb.RenderPolicy>;
+/** How the engine fits a path into a budget (zero or absent: the server's default).
+ * `cacheReadPrice` and `cacheWritePrice` (each between 0 and 100) are what a token read from
+ * and written to the provider's cache cost relative to a plain input token (absent: the render's
+ * `model`'s, else 0.1 and 1.25); `reasoning` is `"keep"` or `"drop"` (or the enum). */
+export type RenderPolicy = Partial<Omit<pb.RenderPolicy, "reasoning">> & { reasoning?: Reasoning | pb.Reasoning };
+
+/** A policy as the server reads it: `reasoning` by its short name, or a number passed on as it
+ * is (one the server does not know is refused there, naming `policy.reasoning`). */
+export function policyToPb(policy: RenderPolicy | undefined, reactive = false): pb.RenderPolicy {
+  const { reasoning, ...rest } = policy ?? {};
+  return pb.RenderPolicy.fromPartial({
+    ...rest,
+    ...(reasoning === undefined ? {} : { reasoning: typeof reasoning === "number" ? reasoning : choice(REASONING, reasoning, "policy.reasoning") }),
+    ...(reactive ? { reactive: true } : {}),
+  });
+}
 export type ContextReport = pb.ContextReport;
 export type EvidenceLedger = pb.EvidenceLedger;
 
@@ -475,16 +497,21 @@ export interface OpenAIChatMessage {
   tool_call_id?: string;
 }
 
-/** An Anthropic Messages API request's `{system, messages}` (`system` only when there is one). */
+/** An Anthropic Messages API request's `{system, messages}` (`system` only when there is one),
+ * and for a model that binds its thinking, the `context_management` edit that is a step (send it
+ * with the render's `betas`). */
 export interface AnthropicDocument {
   system?: string | Array<{ type: "text"; text: string }>;
   messages: Array<{ role: "user" | "assistant"; content: string | Array<AnthropicBlock> }>;
+  context_management?: { edits: Array<{ type: string; [key: string]: unknown }> };
 }
 export type AnthropicBlock =
   | { type: "text"; text: string }
   | { type: "image" | "document"; source: { type: "base64"; media_type: string; data: string } | { type: "url"; url: string } }
   | { type: "tool_use"; id: string; name: string; input: Record<string, unknown> }
-  | { type: "tool_result"; tool_use_id: string; content: string | Array<AnthropicBlock>; is_error?: boolean };
+  | { type: "tool_result"; tool_use_id: string; content: string | Array<AnthropicBlock>; is_error?: boolean }
+  | { type: "thinking"; thinking: string; signature: string }
+  | { type: "redacted_thinking"; data: string };
 
 /** What `render` gives for each format. */
 export interface FormatDocuments {
@@ -508,6 +535,9 @@ export interface RenderResult<F extends Format = Format> {
   /** Media parts the format sent only as `[<mime> attachment]` text (`nodeId` empty for a
    * summary). */
   uncarried: UncarriedPart[];
+  /** The `anthropic-beta` values to send with the document (`context-management-2025-06-27`
+   * when it carries a `context_management` edit). */
+  betas: string[];
 }
 
 export interface UncarriedPart {
@@ -683,6 +713,24 @@ export interface GatewayCall {
   /** The provider read noticeably less from its cache than `keptTokens`, and no expiry
    * explains it. */
   unexplainedMiss: boolean;
+  /** The model table's entry that priced the call (`claude-opus-5-5`; a `*` marks an operator's
+   * own entry, from `--models` or `--context-window`). */
+  pricedBy: string;
+  /** For a model that binds its thinking: the oldest tool uses ctxd's `clear_tool_uses` edit
+   * asked the provider to clear in place of a step, and the newest it kept; absent when it
+   * asked for no edit. */
+  editClear?: number;
+  editKeep?: number;
+  /** The tool uses and input tokens the provider reports its edits cleared
+   * (`context_management.applied_edits`); absent when it reported none. */
+  providerCleared?: number;
+  providerClearedTokens?: number;
+  /** Thinking blocks the provider dropped as no longer bound to their prefix. */
+  providerThinkingDropped: number;
+  /** Thinking blocks ctxd left out of the forwarded request (`--gateway-reasoning drop`). */
+  thinkingDropped: number;
+  /** The call's cache-weighted input, in plain input tokens, at its model's prices. */
+  cost: number;
 }
 
 export function gatewayCallFromPb(c: pb.GatewayCall): GatewayCall {
@@ -699,6 +747,14 @@ export function gatewayCallFromPb(c: pb.GatewayCall): GatewayCall {
     keptTokens: c.keptTokens,
     change: c.change,
     unexplainedMiss: c.unexplainedMiss,
+    pricedBy: c.pricedBy,
+    editClear: c.editClear,
+    editKeep: c.editKeep,
+    providerCleared: c.providerCleared,
+    providerClearedTokens: c.providerClearedTokens,
+    providerThinkingDropped: c.providerThinkingDropped,
+    thinkingDropped: c.thinkingDropped,
+    cost: c.cost,
   };
 }
 

@@ -3,7 +3,7 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 
-import { Client, FailedPreconditionError, InvalidArgumentError, media, systemMessage, text, userMessage, type Session } from "../src";
+import { type AnthropicDocument, assistantMessage, Client, FailedPreconditionError, InvalidArgumentError, media, pb, systemMessage, text, toolResult, userMessage, type Session } from "../src";
 import { Server } from "./server";
 
 let server: Server;
@@ -125,6 +125,103 @@ describe("render", () => {
     });
     await assert.rejects(ctxd.render(s, { nodeId: "not-a-node" }), InvalidArgumentError);
     await assert.rejects(ctxd.render(s, { format: "markdown" as "neutral" }), /format must be one of openai, anthropic, neutral/);
+  });
+});
+
+describe("rendering for a model", () => {
+  const REASONING_MIME = "application/vnd.ctxd.anthropic-reasoning+json";
+  // A thinking block as Anthropic returns it (display omitted), in the canonical JSON ctxd keeps.
+  const THINKING = new TextEncoder().encode('{"signature":"s","thinking":"","type":"thinking"}');
+  const MODEL = "claude-opus-5-5";
+  // Results far over the window: a step is forced whatever it costs.
+  const CALLS = 30;
+  const RESULT_CHARS = 8_000;
+  const WINDOW = 20_000;
+
+  /** A tool loop of a model that thinks before each call: every assistant message holds a
+   * thinking block and one call, each answered with an 8 KB result; the model has read them all
+   * (a last assistant message comes after the last result). */
+  async function thinkingLoop(): Promise<Session> {
+    const s = await ctxd.createSession();
+    await ctxd.appendUser(s, "Read every file.");
+    const batches = [];
+    for (let k = 0; k < CALLS; k++) {
+      const id = `toolu_${String(k).padStart(2, "0")}`;
+      let body = "";
+      for (let n = 0; body.length < RESULT_CHARS; n++) body += `${k} line ${n}: fn item_${n}() {}\n`;
+      batches.push([
+        assistantMessage([media(REASONING_MIME, THINKING)], [{ id, name: "Read", arguments: { file_path: `f${k}.rs` } }]),
+        toolResult(id, body.slice(0, RESULT_CHARS)),
+      ]);
+    }
+    batches.push([assistantMessage([media(REASONING_MIME, THINKING), text("All read.")])]);
+    await ctxd.appendMany(s, batches);
+    return s;
+  }
+
+  function thinkingBlocks(document: AnthropicDocument): number {
+    return document.messages.flatMap((m) => (Array.isArray(m.content) ? m.content : [])).filter((b) => b.type === "thinking").length;
+  }
+
+  test("a binding model's step is the provider's edit, every thinking block kept", async () => {
+    const s = await thinkingLoop();
+    const r = await ctxd.render(s, { budget: WINDOW, format: "anthropic", model: MODEL });
+    assert.equal(r.report.pricedBy, MODEL);
+    assert.ok(r.report.editClear > 0, "a step, as the provider's edit");
+    assert.equal(r.report.editClear + r.report.editKeep, CALLS);
+    assert.equal(r.report.thinkingDropped, 0);
+    assert.deepEqual(r.betas, ["context-management-2025-06-27"]);
+    // The document goes unreduced, every thinking block with it, and asks the provider to clear.
+    assert.equal(thinkingBlocks(r.messages), CALLS + 1);
+    const edit = r.messages.context_management?.edits[0];
+    assert.equal(edit?.type, "clear_tool_uses_20250919");
+    assert.deepEqual([edit?.trigger, edit?.keep], [
+      { type: "tool_uses", value: r.report.editClear },
+      { type: "tool_uses", value: r.report.editKeep },
+    ]);
+    // "keep" is the default, by name or by the enum; contextStats gives the same report.
+    for (const reasoning of ["keep", pb.Reasoning.REASONING_KEEP] as const) {
+      const kept = await ctxd.render(s, { budget: WINDOW, format: "anthropic", model: MODEL, policy: { reasoning } });
+      assert.deepEqual([kept.report, kept.betas], [r.report, r.betas]);
+    }
+    assert.deepEqual(await ctxd.contextStats(s, { budget: WINDOW, model: MODEL }), r.report);
+    // Without a model nothing is bound: no edit, no betas, no pricing entry.
+    const plain = await ctxd.render(s, { budget: WINDOW, format: "anthropic" });
+    assert.deepEqual([plain.report.pricedBy, plain.report.editClear, plain.betas], ["", 0, []]);
+    assert.equal(plain.messages.context_management, undefined);
+  });
+
+  test("reasoning drop leaves out the thinking a step invalidated", async () => {
+    const s = await thinkingLoop();
+    const r = await ctxd.render(s, { budget: WINDOW, format: "anthropic", model: MODEL, policy: { reasoning: "drop" } });
+    assert.equal(r.report.pricedBy, MODEL);
+    assert.ok(r.report.thinkingDropped > 0, "a step left thinking out");
+    assert.deepEqual([r.report.editClear, r.report.editKeep, r.betas], [0, 0, []]);
+    assert.equal(r.messages.context_management, undefined);
+    assert.ok(r.report.resultsCleared > 0, "the step is ctxd's own");
+    assert.equal(thinkingBlocks(r.messages), CALLS + 1 - r.report.thinkingDropped);
+    const stats = await ctxd.contextStats(s, { budget: WINDOW, model: MODEL, policy: { reasoning: pb.Reasoning.REASONING_DROP } });
+    assert.deepEqual(stats, r.report);
+  });
+
+  test("the policy's prices and reasoning are checked", async () => {
+    const s = await ctxd.createSession();
+    await toolTurn(s);
+    // Prices of the policy's own, within 0 and 100, are taken.
+    const priced = await ctxd.render(s, { budget: 10_000, model: "gpt-5", policy: { cacheReadPrice: 0.1, cacheWritePrice: 1 } });
+    assert.equal(priced.report.pricedBy, "gpt-5");
+    assert.ok(priced.report.fits);
+    // An unknown model is priced by the fallback entry, named after it.
+    assert.match((await ctxd.contextStats(s, { model: "no-such-model" })).pricedBy, /^unknown:/);
+    for (const [field, policy] of [["cache_read_price", { cacheReadPrice: -0.5 }], ["cache_write_price", { cacheWritePrice: 101 }]] as const) {
+      const named = (e: unknown) => e instanceof InvalidArgumentError && e.details.includes(`policy.${field}`);
+      await assert.rejects(ctxd.render(s, { budget: 10_000, model: MODEL, policy }), named);
+      await assert.rejects(ctxd.contextStats(s, { policy }), named);
+    }
+    // A reasoning by a name the client does not know never leaves it; a number the server does
+    // not know is refused there.
+    await assert.rejects(ctxd.render(s, { model: MODEL, policy: { reasoning: "forget" as "drop" } }), (e: unknown) => e instanceof TypeError && /policy\.reasoning must be one of keep, drop/.test(e.message));
+    await assert.rejects(ctxd.render(s, { model: MODEL, policy: { reasoning: 7 as pb.Reasoning } }), (e: unknown) => e instanceof InvalidArgumentError && /policy\.reasoning/.test(e.details));
   });
 });
 

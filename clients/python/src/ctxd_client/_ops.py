@@ -68,6 +68,10 @@ SessionRef = Session | str
 Format = Literal["openai", "anthropic", "neutral"]
 Expose = Literal["io", "full", "none"]
 Callers = Literal["all", "none"]
+Reasoning = Literal["keep", "drop"]
+"""A render policy's `reasoning`, for a model that binds its thinking to its prefix: `keep` (the
+default) takes steps as the provider's own edit, `drop` leaves out the thinking a step
+invalidated. The enum (`pb.REASONING_KEEP`, `pb.REASONING_DROP`) is taken too."""
 RequestForm = Literal["cache_sharing", "range"]
 ImportFormat = Literal[
     "auto", "ctxd_jsonl", "neutral_jsonl", "claude_code_jsonl", "openai_messages"
@@ -88,6 +92,7 @@ _FORMATS: dict[str, pb.Format] = {
 }
 _EXPOSE: dict[str, pb.Expose] = {"io": pb.EXPOSE_IO, "full": pb.EXPOSE_FULL, "none": pb.EXPOSE_NONE}
 _CALLERS: dict[str, pb.Callers] = {"all": pb.CALLERS_ALL, "none": pb.CALLERS_NONE}
+_REASONING: dict[str, pb.Reasoning] = {"keep": pb.REASONING_KEEP, "drop": pb.REASONING_DROP}
 _REQUEST_FORMS: dict[str, pb.SummaryRequestForm] = {
     "cache_sharing": pb.SUMMARY_REQUEST_FORM_CACHE_SHARING,
     "range": pb.SUMMARY_REQUEST_FORM_RANGE,
@@ -291,7 +296,13 @@ def note_stored(exc: BaseException, stored: int) -> None:
 
 
 def _policy(policy: Mapping[str, Any] | None, reactive: bool) -> pb.RenderPolicy:
-    p = pb.RenderPolicy(**(policy or {}))
+    fields = dict(policy or {})
+    # `reasoning` by its short name, as every other enum here; the enum's values pass as they
+    # are (the server refuses one it does not know, naming `policy.reasoning`).
+    reasoning = fields.get("reasoning")
+    if isinstance(reasoning, str):
+        fields["reasoning"] = choice(_REASONING, reasoning, "policy.reasoning")
+    p = pb.RenderPolicy(**fields)
     if reactive:
         p.reactive = True
     return p
@@ -598,6 +609,7 @@ def render(
     now_unix_ms: int = 0,
     last_call_unix_ms: int = 0,
     strict_format: bool = False,
+    model: str = "",
 ) -> Exchange[RenderResult]:
     """The context of the next model request, fitted to `budget`, with a report.
 
@@ -609,6 +621,16 @@ def render(
     `uncarried`; with `strict_format=True` the render is refused instead (`InvalidArgument`
     naming the node). `last_call_unix_ms` is when the host last sent this context to the model:
     a render more than the cache's lifetime (5 minutes) after it takes a step, which is free then.
+
+    `model` is the model the context is for (`"claude-opus-5-5"`, `"gpt-5"`, ...): its cache
+    prices and lifetime weigh every step (`policy` may set `cache_read_price` and
+    `cache_write_price` itself, each between 0 and 100), and the report's `priced_by` names the
+    model table's entry. For a model that binds its thinking to its prefix (Anthropic's current
+    models) an Anthropic document never holds a thinking block after content the render changed:
+    with `policy={"reasoning": "keep"}` (the default) a step is the provider's own edit, in the
+    document's `context_management` (sent with the `anthropic-beta` values of `betas`; the
+    report's `edit_clear` and `edit_keep`); with `"drop"` the thinking a step invalidated is left
+    out (the report's `thinking_dropped`).
     """
     request = pb.RenderRequest(
         session_id=session_id(session),
@@ -619,6 +641,7 @@ def render(
         last_call_unix_ms=last_call_unix_ms,
         format=choice(_FORMATS, format, "format"),
         strict_format=strict_format,
+        model=model,
     )
     _target(request, branch, node_id, function_id)
     if budget is not None:
@@ -637,6 +660,7 @@ def render(
         total_tokens=r.total_tokens,
         tokenizer=r.tokenizer,
         uncarried=[UncarriedPart(u.node_id, u.part_index, u.mime_type) for u in r.uncarried],
+        betas=list(r.betas),
         raw=r,
     )
 
@@ -654,8 +678,10 @@ def context_stats(
     callers: Callers = "all",
     now_unix_ms: int = 0,
     last_call_unix_ms: int = 0,
+    model: str = "",
 ) -> Exchange[ContextReport]:
-    """The report `render` would give, without the messages: for a context panel."""
+    """The report `render` would give, without the messages: for a context panel. `model` as
+    for `render`."""
     request = pb.ContextStatsRequest(
         session_id=session_id(session),
         tokenizer=tokenizer,
@@ -663,6 +689,7 @@ def context_stats(
         policy=_policy(policy, reactive),
         now_unix_ms=now_unix_ms,
         last_call_unix_ms=last_call_unix_ms,
+        model=model,
     )
     _target(request, branch, node_id, function_id)
     if budget is not None:

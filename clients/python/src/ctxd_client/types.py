@@ -295,6 +295,17 @@ class ContextReport:
     payback_calls: int = 0
     """For a `count` step: the later calls its saving needed to pay back the rewrite of the
     cached tail; 0 for a step the budget forced."""
+    priced_by: str = ""
+    """The model table's entry that priced the steps (`claude-opus-5-5`; `unknown:NAME` for a
+    model the table does not know); "" when the render named no `model`."""
+    edit_clear: int = 0
+    """For a model that binds its thinking, with reasoning `keep`: the oldest tool uses the
+    document's `context_management` edit asks the provider to clear (0: no edit)."""
+    edit_keep: int = 0
+    """The newest tool uses that edit keeps."""
+    thinking_dropped: int = 0
+    """For a model that binds its thinking, with reasoning `drop`: the thinking blocks left out
+    because a step changed what came before them."""
 
     @classmethod
     def from_pb(cls, r: pb.ContextReport) -> ContextReport:
@@ -322,6 +333,10 @@ class ContextReport:
             pins_exceed_budget=r.pins_exceed_budget,
             summary_ids=list(r.summary_ids),
             payback_calls=r.payback_calls,
+            priced_by=r.priced_by,
+            edit_clear=r.edit_clear,
+            edit_keep=r.edit_keep,
+            thinking_dropped=r.thinking_dropped,
         )
 
 
@@ -390,6 +405,9 @@ class RenderResult:
     raw: pb.RenderResponse = field(repr=False, compare=False)
     #: Media parts the format sent only as `[<mime> attachment]` text.
     uncarried: list[UncarriedPart] = field(default_factory=list)
+    #: The `anthropic-beta` values to send with the document (`context-management-2025-06-27`
+    #: when it carries a `context_management` edit).
+    betas: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -775,6 +793,25 @@ class GatewayCall:
     unexplained_miss: bool
     """The provider read noticeably less from its cache than `kept_tokens`, and no expiry
     explains it."""
+    priced_by: str = ""
+    """The model table's entry that priced the call (`claude-opus-5-5`; a `*` marks an
+    operator's own entry, from `--models` or `--context-window`)."""
+    edit_clear: int | None = None
+    """For a model that binds its thinking: the oldest tool uses ctxd's `clear_tool_uses` edit
+    asked the provider to clear in place of a step; None when it asked for no edit."""
+    edit_keep: int | None = None
+    """The newest tool uses that edit kept; None when it asked for no edit."""
+    provider_cleared: int | None = None
+    """The tool uses the provider reports its edits cleared (`context_management.applied_edits`);
+    None when it reported none."""
+    provider_cleared_tokens: int | None = None
+    """The input tokens those edits cleared; None when it reported none."""
+    provider_thinking_dropped: int = 0
+    """Thinking blocks the provider dropped as no longer bound to their prefix."""
+    thinking_dropped: int = 0
+    """Thinking blocks ctxd left out of the forwarded request (`--gateway-reasoning drop`)."""
+    cost: float = 0.0
+    """The call's cache-weighted input, in plain input tokens, at its model's prices."""
 
     @classmethod
     def from_pb(cls, c: pb.GatewayCall) -> GatewayCall:
@@ -791,6 +828,16 @@ class GatewayCall:
             kept_tokens=c.kept_tokens,
             change=c.change,
             unexplained_miss=c.unexplained_miss,
+            priced_by=c.priced_by,
+            edit_clear=c.edit_clear if c.HasField("edit_clear") else None,
+            edit_keep=c.edit_keep if c.HasField("edit_keep") else None,
+            provider_cleared=c.provider_cleared if c.HasField("provider_cleared") else None,
+            provider_cleared_tokens=(
+                c.provider_cleared_tokens if c.HasField("provider_cleared_tokens") else None
+            ),
+            provider_thinking_dropped=c.provider_thinking_dropped,
+            thinking_dropped=c.thinking_dropped,
+            cost=c.cost,
         )
 
 

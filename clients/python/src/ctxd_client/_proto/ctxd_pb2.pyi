@@ -50,6 +50,12 @@ class Callers(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     CALLERS_ALL: _ClassVar[Callers]
     CALLERS_NONE: _ClassVar[Callers]
 
+class Reasoning(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    REASONING_UNSPECIFIED: _ClassVar[Reasoning]
+    REASONING_KEEP: _ClassVar[Reasoning]
+    REASONING_DROP: _ClassVar[Reasoning]
+
 class MicrocompactMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     MICROCOMPACT_MODE_UNSPECIFIED: _ClassVar[MicrocompactMode]
@@ -118,6 +124,9 @@ NODE_KIND_FUNCTION_RESULT: NodeKind
 CALLERS_UNSPECIFIED: Callers
 CALLERS_ALL: Callers
 CALLERS_NONE: Callers
+REASONING_UNSPECIFIED: Reasoning
+REASONING_KEEP: Reasoning
+REASONING_DROP: Reasoning
 MICROCOMPACT_MODE_UNSPECIFIED: MicrocompactMode
 MICROCOMPACT_MODE_STEPPED: MicrocompactMode
 MICROCOMPACT_MODE_OVER_BUDGET: MicrocompactMode
@@ -207,7 +216,7 @@ class ListGatewayCallsResponse(_message.Message):
     def __init__(self, calls: _Optional[_Iterable[_Union[GatewayCall, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class GatewayCall(_message.Message):
-    __slots__ = ("at_unix_ms", "api", "model", "client_tokens", "forwarded_tokens", "input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens", "kept_tokens", "change", "unexplained_miss")
+    __slots__ = ("at_unix_ms", "api", "model", "client_tokens", "forwarded_tokens", "input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens", "kept_tokens", "change", "unexplained_miss", "priced_by", "edit_clear", "edit_keep", "provider_cleared", "provider_cleared_tokens", "provider_thinking_dropped", "thinking_dropped", "cost")
     AT_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     API_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
@@ -220,6 +229,14 @@ class GatewayCall(_message.Message):
     KEPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     CHANGE_FIELD_NUMBER: _ClassVar[int]
     UNEXPLAINED_MISS_FIELD_NUMBER: _ClassVar[int]
+    PRICED_BY_FIELD_NUMBER: _ClassVar[int]
+    EDIT_CLEAR_FIELD_NUMBER: _ClassVar[int]
+    EDIT_KEEP_FIELD_NUMBER: _ClassVar[int]
+    PROVIDER_CLEARED_FIELD_NUMBER: _ClassVar[int]
+    PROVIDER_CLEARED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    PROVIDER_THINKING_DROPPED_FIELD_NUMBER: _ClassVar[int]
+    THINKING_DROPPED_FIELD_NUMBER: _ClassVar[int]
+    COST_FIELD_NUMBER: _ClassVar[int]
     at_unix_ms: int
     api: str
     model: str
@@ -232,7 +249,15 @@ class GatewayCall(_message.Message):
     kept_tokens: int
     change: str
     unexplained_miss: bool
-    def __init__(self, at_unix_ms: _Optional[int] = ..., api: _Optional[str] = ..., model: _Optional[str] = ..., client_tokens: _Optional[int] = ..., forwarded_tokens: _Optional[int] = ..., input_tokens: _Optional[int] = ..., cache_read_tokens: _Optional[int] = ..., cache_write_tokens: _Optional[int] = ..., output_tokens: _Optional[int] = ..., kept_tokens: _Optional[int] = ..., change: _Optional[str] = ..., unexplained_miss: _Optional[bool] = ...) -> None: ...
+    priced_by: str
+    edit_clear: int
+    edit_keep: int
+    provider_cleared: int
+    provider_cleared_tokens: int
+    provider_thinking_dropped: int
+    thinking_dropped: int
+    cost: float
+    def __init__(self, at_unix_ms: _Optional[int] = ..., api: _Optional[str] = ..., model: _Optional[str] = ..., client_tokens: _Optional[int] = ..., forwarded_tokens: _Optional[int] = ..., input_tokens: _Optional[int] = ..., cache_read_tokens: _Optional[int] = ..., cache_write_tokens: _Optional[int] = ..., output_tokens: _Optional[int] = ..., kept_tokens: _Optional[int] = ..., change: _Optional[str] = ..., unexplained_miss: _Optional[bool] = ..., priced_by: _Optional[str] = ..., edit_clear: _Optional[int] = ..., edit_keep: _Optional[int] = ..., provider_cleared: _Optional[int] = ..., provider_cleared_tokens: _Optional[int] = ..., provider_thinking_dropped: _Optional[int] = ..., thinking_dropped: _Optional[int] = ..., cost: _Optional[float] = ...) -> None: ...
 
 class CreateSessionRequest(_message.Message):
     __slots__ = ("metadata", "idempotency_key")
@@ -521,7 +546,7 @@ class LogResponse(_message.Message):
     def __init__(self, nodes: _Optional[_Iterable[_Union[Node, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class RenderRequest(_message.Message):
-    __slots__ = ("session_id", "branch", "node_id", "function_id", "tokenizer", "callers", "budget", "policy", "now_unix_ms", "format", "strict_format", "last_call_unix_ms")
+    __slots__ = ("session_id", "branch", "node_id", "function_id", "tokenizer", "callers", "budget", "policy", "now_unix_ms", "format", "strict_format", "last_call_unix_ms", "model")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     BRANCH_FIELD_NUMBER: _ClassVar[int]
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -534,6 +559,7 @@ class RenderRequest(_message.Message):
     FORMAT_FIELD_NUMBER: _ClassVar[int]
     STRICT_FORMAT_FIELD_NUMBER: _ClassVar[int]
     LAST_CALL_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     branch: str
     node_id: str
@@ -546,7 +572,8 @@ class RenderRequest(_message.Message):
     format: Format
     strict_format: bool
     last_call_unix_ms: int
-    def __init__(self, session_id: _Optional[str] = ..., branch: _Optional[str] = ..., node_id: _Optional[str] = ..., function_id: _Optional[str] = ..., tokenizer: _Optional[str] = ..., callers: _Optional[_Union[Callers, str]] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., policy: _Optional[_Union[RenderPolicy, _Mapping]] = ..., now_unix_ms: _Optional[int] = ..., format: _Optional[_Union[Format, str]] = ..., strict_format: _Optional[bool] = ..., last_call_unix_ms: _Optional[int] = ...) -> None: ...
+    model: str
+    def __init__(self, session_id: _Optional[str] = ..., branch: _Optional[str] = ..., node_id: _Optional[str] = ..., function_id: _Optional[str] = ..., tokenizer: _Optional[str] = ..., callers: _Optional[_Union[Callers, str]] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., policy: _Optional[_Union[RenderPolicy, _Mapping]] = ..., now_unix_ms: _Optional[int] = ..., format: _Optional[_Union[Format, str]] = ..., strict_format: _Optional[bool] = ..., last_call_unix_ms: _Optional[int] = ..., model: _Optional[str] = ...) -> None: ...
 
 class Budget(_message.Message):
     __slots__ = ("context_window", "output_reserve", "system_tokens", "tools_tokens", "schema_tokens")
@@ -563,7 +590,7 @@ class Budget(_message.Message):
     def __init__(self, context_window: _Optional[int] = ..., output_reserve: _Optional[int] = ..., system_tokens: _Optional[int] = ..., tools_tokens: _Optional[int] = ..., schema_tokens: _Optional[int] = ...) -> None: ...
 
 class RenderPolicy(_message.Message):
-    __slots__ = ("max_tool_result_chars", "microcompact_first", "microcompact_every", "microcompact_keep", "idle_minutes", "retain_turns", "snip", "reactive", "microcompact", "recent_tool_result_chars", "clear_at_least_tokens", "max_tool_input_chars", "max_assistant_text_chars", "recent_assistant_text_chars", "recent_tool_input_chars", "payback_odds")
+    __slots__ = ("max_tool_result_chars", "microcompact_first", "microcompact_every", "microcompact_keep", "idle_minutes", "retain_turns", "snip", "reactive", "microcompact", "recent_tool_result_chars", "clear_at_least_tokens", "max_tool_input_chars", "max_assistant_text_chars", "recent_assistant_text_chars", "recent_tool_input_chars", "payback_odds", "cache_read_price", "cache_write_price", "reasoning")
     MAX_TOOL_RESULT_CHARS_FIELD_NUMBER: _ClassVar[int]
     MICROCOMPACT_FIRST_FIELD_NUMBER: _ClassVar[int]
     MICROCOMPACT_EVERY_FIELD_NUMBER: _ClassVar[int]
@@ -580,6 +607,9 @@ class RenderPolicy(_message.Message):
     RECENT_ASSISTANT_TEXT_CHARS_FIELD_NUMBER: _ClassVar[int]
     RECENT_TOOL_INPUT_CHARS_FIELD_NUMBER: _ClassVar[int]
     PAYBACK_ODDS_FIELD_NUMBER: _ClassVar[int]
+    CACHE_READ_PRICE_FIELD_NUMBER: _ClassVar[int]
+    CACHE_WRITE_PRICE_FIELD_NUMBER: _ClassVar[int]
+    REASONING_FIELD_NUMBER: _ClassVar[int]
     max_tool_result_chars: int
     microcompact_first: int
     microcompact_every: int
@@ -596,7 +626,10 @@ class RenderPolicy(_message.Message):
     recent_assistant_text_chars: int
     recent_tool_input_chars: int
     payback_odds: int
-    def __init__(self, max_tool_result_chars: _Optional[int] = ..., microcompact_first: _Optional[int] = ..., microcompact_every: _Optional[int] = ..., microcompact_keep: _Optional[int] = ..., idle_minutes: _Optional[int] = ..., retain_turns: _Optional[int] = ..., snip: _Optional[bool] = ..., reactive: _Optional[bool] = ..., microcompact: _Optional[_Union[MicrocompactMode, str]] = ..., recent_tool_result_chars: _Optional[int] = ..., clear_at_least_tokens: _Optional[int] = ..., max_tool_input_chars: _Optional[int] = ..., max_assistant_text_chars: _Optional[int] = ..., recent_assistant_text_chars: _Optional[int] = ..., recent_tool_input_chars: _Optional[int] = ..., payback_odds: _Optional[int] = ...) -> None: ...
+    cache_read_price: float
+    cache_write_price: float
+    reasoning: Reasoning
+    def __init__(self, max_tool_result_chars: _Optional[int] = ..., microcompact_first: _Optional[int] = ..., microcompact_every: _Optional[int] = ..., microcompact_keep: _Optional[int] = ..., idle_minutes: _Optional[int] = ..., retain_turns: _Optional[int] = ..., snip: _Optional[bool] = ..., reactive: _Optional[bool] = ..., microcompact: _Optional[_Union[MicrocompactMode, str]] = ..., recent_tool_result_chars: _Optional[int] = ..., clear_at_least_tokens: _Optional[int] = ..., max_tool_input_chars: _Optional[int] = ..., max_assistant_text_chars: _Optional[int] = ..., recent_assistant_text_chars: _Optional[int] = ..., recent_tool_input_chars: _Optional[int] = ..., payback_odds: _Optional[int] = ..., cache_read_price: _Optional[float] = ..., cache_write_price: _Optional[float] = ..., reasoning: _Optional[_Union[Reasoning, str]] = ...) -> None: ...
 
 class RenderedMessage(_message.Message):
     __slots__ = ("role", "parts", "tool_calls", "tool_call_id", "name", "is_error", "node_ids", "function_id", "tokens", "truncated", "cleared", "inputs_stubbed", "pinned")
@@ -629,7 +662,7 @@ class RenderedMessage(_message.Message):
     def __init__(self, role: _Optional[_Union[Role, str]] = ..., parts: _Optional[_Iterable[_Union[ContentPart, _Mapping]]] = ..., tool_calls: _Optional[_Iterable[_Union[ToolCall, _Mapping]]] = ..., tool_call_id: _Optional[str] = ..., name: _Optional[str] = ..., is_error: _Optional[bool] = ..., node_ids: _Optional[_Iterable[str]] = ..., function_id: _Optional[str] = ..., tokens: _Optional[int] = ..., truncated: _Optional[bool] = ..., cleared: _Optional[bool] = ..., inputs_stubbed: _Optional[int] = ..., pinned: _Optional[bool] = ...) -> None: ...
 
 class RenderResponse(_message.Message):
-    __slots__ = ("messages", "head_id", "head_hash", "total_tokens", "tokenizer", "report", "messages_json", "uncarried")
+    __slots__ = ("messages", "head_id", "head_hash", "total_tokens", "tokenizer", "report", "messages_json", "uncarried", "betas")
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     HEAD_ID_FIELD_NUMBER: _ClassVar[int]
     HEAD_HASH_FIELD_NUMBER: _ClassVar[int]
@@ -638,6 +671,7 @@ class RenderResponse(_message.Message):
     REPORT_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_JSON_FIELD_NUMBER: _ClassVar[int]
     UNCARRIED_FIELD_NUMBER: _ClassVar[int]
+    BETAS_FIELD_NUMBER: _ClassVar[int]
     messages: _containers.RepeatedCompositeFieldContainer[RenderedMessage]
     head_id: str
     head_hash: str
@@ -646,7 +680,8 @@ class RenderResponse(_message.Message):
     report: ContextReport
     messages_json: str
     uncarried: _containers.RepeatedCompositeFieldContainer[UncarriedPart]
-    def __init__(self, messages: _Optional[_Iterable[_Union[RenderedMessage, _Mapping]]] = ..., head_id: _Optional[str] = ..., head_hash: _Optional[str] = ..., total_tokens: _Optional[int] = ..., tokenizer: _Optional[str] = ..., report: _Optional[_Union[ContextReport, _Mapping]] = ..., messages_json: _Optional[str] = ..., uncarried: _Optional[_Iterable[_Union[UncarriedPart, _Mapping]]] = ...) -> None: ...
+    betas: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, messages: _Optional[_Iterable[_Union[RenderedMessage, _Mapping]]] = ..., head_id: _Optional[str] = ..., head_hash: _Optional[str] = ..., total_tokens: _Optional[int] = ..., tokenizer: _Optional[str] = ..., report: _Optional[_Union[ContextReport, _Mapping]] = ..., messages_json: _Optional[str] = ..., uncarried: _Optional[_Iterable[_Union[UncarriedPart, _Mapping]]] = ..., betas: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class UncarriedPart(_message.Message):
     __slots__ = ("node_id", "part_index", "mime_type")
@@ -659,7 +694,7 @@ class UncarriedPart(_message.Message):
     def __init__(self, node_id: _Optional[str] = ..., part_index: _Optional[int] = ..., mime_type: _Optional[str] = ...) -> None: ...
 
 class ContextStatsRequest(_message.Message):
-    __slots__ = ("session_id", "branch", "node_id", "function_id", "tokenizer", "callers", "budget", "policy", "now_unix_ms", "last_call_unix_ms")
+    __slots__ = ("session_id", "branch", "node_id", "function_id", "tokenizer", "callers", "budget", "policy", "now_unix_ms", "last_call_unix_ms", "model")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     BRANCH_FIELD_NUMBER: _ClassVar[int]
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -670,6 +705,7 @@ class ContextStatsRequest(_message.Message):
     POLICY_FIELD_NUMBER: _ClassVar[int]
     NOW_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     LAST_CALL_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     branch: str
     node_id: str
@@ -680,7 +716,8 @@ class ContextStatsRequest(_message.Message):
     policy: RenderPolicy
     now_unix_ms: int
     last_call_unix_ms: int
-    def __init__(self, session_id: _Optional[str] = ..., branch: _Optional[str] = ..., node_id: _Optional[str] = ..., function_id: _Optional[str] = ..., tokenizer: _Optional[str] = ..., callers: _Optional[_Union[Callers, str]] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., policy: _Optional[_Union[RenderPolicy, _Mapping]] = ..., now_unix_ms: _Optional[int] = ..., last_call_unix_ms: _Optional[int] = ...) -> None: ...
+    model: str
+    def __init__(self, session_id: _Optional[str] = ..., branch: _Optional[str] = ..., node_id: _Optional[str] = ..., function_id: _Optional[str] = ..., tokenizer: _Optional[str] = ..., callers: _Optional[_Union[Callers, str]] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., policy: _Optional[_Union[RenderPolicy, _Mapping]] = ..., now_unix_ms: _Optional[int] = ..., last_call_unix_ms: _Optional[int] = ..., model: _Optional[str] = ...) -> None: ...
 
 class TokenBreakdown(_message.Message):
     __slots__ = ("system", "user", "assistant_text", "tool_calls", "tool_results", "summaries", "markers")
@@ -701,7 +738,7 @@ class TokenBreakdown(_message.Message):
     def __init__(self, system: _Optional[int] = ..., user: _Optional[int] = ..., assistant_text: _Optional[int] = ..., tool_calls: _Optional[int] = ..., tool_results: _Optional[int] = ..., summaries: _Optional[int] = ..., markers: _Optional[int] = ...) -> None: ...
 
 class ContextReport(_message.Message):
-    __slots__ = ("total_tokens", "tokens", "messages", "tokenizer", "budget", "history_budget", "fits", "over_by", "summary_needed", "results_truncated", "truncated_node_ids", "results_cleared", "cleared_node_ids", "turns_snipped", "snipped_node_ids", "microcompact_trigger", "microcompact_boundary", "stable_prefix_messages", "inputs_stubbed", "stubbed_node_ids", "saved_truncation", "saved_clearing", "saved_stubbing", "pinned_tokens", "pinned_node_ids", "pins_exceed_budget", "summary_ids", "texts_cut", "text_cut_node_ids", "saved_text_cut", "payback_calls")
+    __slots__ = ("total_tokens", "tokens", "messages", "tokenizer", "budget", "history_budget", "fits", "over_by", "summary_needed", "results_truncated", "truncated_node_ids", "results_cleared", "cleared_node_ids", "turns_snipped", "snipped_node_ids", "microcompact_trigger", "microcompact_boundary", "stable_prefix_messages", "inputs_stubbed", "stubbed_node_ids", "saved_truncation", "saved_clearing", "saved_stubbing", "pinned_tokens", "pinned_node_ids", "pins_exceed_budget", "summary_ids", "texts_cut", "text_cut_node_ids", "saved_text_cut", "payback_calls", "priced_by", "edit_clear", "edit_keep", "thinking_dropped")
     TOTAL_TOKENS_FIELD_NUMBER: _ClassVar[int]
     TOKENS_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
@@ -733,6 +770,10 @@ class ContextReport(_message.Message):
     TEXT_CUT_NODE_IDS_FIELD_NUMBER: _ClassVar[int]
     SAVED_TEXT_CUT_FIELD_NUMBER: _ClassVar[int]
     PAYBACK_CALLS_FIELD_NUMBER: _ClassVar[int]
+    PRICED_BY_FIELD_NUMBER: _ClassVar[int]
+    EDIT_CLEAR_FIELD_NUMBER: _ClassVar[int]
+    EDIT_KEEP_FIELD_NUMBER: _ClassVar[int]
+    THINKING_DROPPED_FIELD_NUMBER: _ClassVar[int]
     total_tokens: int
     tokens: TokenBreakdown
     messages: int
@@ -764,7 +805,11 @@ class ContextReport(_message.Message):
     text_cut_node_ids: _containers.RepeatedScalarFieldContainer[str]
     saved_text_cut: StepSavings
     payback_calls: int
-    def __init__(self, total_tokens: _Optional[int] = ..., tokens: _Optional[_Union[TokenBreakdown, _Mapping]] = ..., messages: _Optional[int] = ..., tokenizer: _Optional[str] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., history_budget: _Optional[int] = ..., fits: _Optional[bool] = ..., over_by: _Optional[int] = ..., summary_needed: _Optional[bool] = ..., results_truncated: _Optional[int] = ..., truncated_node_ids: _Optional[_Iterable[str]] = ..., results_cleared: _Optional[int] = ..., cleared_node_ids: _Optional[_Iterable[str]] = ..., turns_snipped: _Optional[int] = ..., snipped_node_ids: _Optional[_Iterable[str]] = ..., microcompact_trigger: _Optional[str] = ..., microcompact_boundary: _Optional[int] = ..., stable_prefix_messages: _Optional[int] = ..., inputs_stubbed: _Optional[int] = ..., stubbed_node_ids: _Optional[_Iterable[str]] = ..., saved_truncation: _Optional[_Union[StepSavings, _Mapping]] = ..., saved_clearing: _Optional[_Union[StepSavings, _Mapping]] = ..., saved_stubbing: _Optional[_Union[StepSavings, _Mapping]] = ..., pinned_tokens: _Optional[int] = ..., pinned_node_ids: _Optional[_Iterable[str]] = ..., pins_exceed_budget: _Optional[bool] = ..., summary_ids: _Optional[_Iterable[str]] = ..., texts_cut: _Optional[int] = ..., text_cut_node_ids: _Optional[_Iterable[str]] = ..., saved_text_cut: _Optional[_Union[StepSavings, _Mapping]] = ..., payback_calls: _Optional[int] = ...) -> None: ...
+    priced_by: str
+    edit_clear: int
+    edit_keep: int
+    thinking_dropped: int
+    def __init__(self, total_tokens: _Optional[int] = ..., tokens: _Optional[_Union[TokenBreakdown, _Mapping]] = ..., messages: _Optional[int] = ..., tokenizer: _Optional[str] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., history_budget: _Optional[int] = ..., fits: _Optional[bool] = ..., over_by: _Optional[int] = ..., summary_needed: _Optional[bool] = ..., results_truncated: _Optional[int] = ..., truncated_node_ids: _Optional[_Iterable[str]] = ..., results_cleared: _Optional[int] = ..., cleared_node_ids: _Optional[_Iterable[str]] = ..., turns_snipped: _Optional[int] = ..., snipped_node_ids: _Optional[_Iterable[str]] = ..., microcompact_trigger: _Optional[str] = ..., microcompact_boundary: _Optional[int] = ..., stable_prefix_messages: _Optional[int] = ..., inputs_stubbed: _Optional[int] = ..., stubbed_node_ids: _Optional[_Iterable[str]] = ..., saved_truncation: _Optional[_Union[StepSavings, _Mapping]] = ..., saved_clearing: _Optional[_Union[StepSavings, _Mapping]] = ..., saved_stubbing: _Optional[_Union[StepSavings, _Mapping]] = ..., pinned_tokens: _Optional[int] = ..., pinned_node_ids: _Optional[_Iterable[str]] = ..., pins_exceed_budget: _Optional[bool] = ..., summary_ids: _Optional[_Iterable[str]] = ..., texts_cut: _Optional[int] = ..., text_cut_node_ids: _Optional[_Iterable[str]] = ..., saved_text_cut: _Optional[_Union[StepSavings, _Mapping]] = ..., payback_calls: _Optional[int] = ..., priced_by: _Optional[str] = ..., edit_clear: _Optional[int] = ..., edit_keep: _Optional[int] = ..., thinking_dropped: _Optional[int] = ...) -> None: ...
 
 class StepSavings(_message.Message):
     __slots__ = ("items", "chars", "tokens")

@@ -98,6 +98,23 @@ export enum Callers {
   UNRECOGNIZED = -1,
 }
 
+/** How a render for a model that binds its thinking to its prefix keeps the reasoning valid. */
+export enum Reasoning {
+  /** REASONING_UNSPECIFIED - REASONING_KEEP. */
+  REASONING_UNSPECIFIED = 0,
+  /**
+   * REASONING_KEEP - Every thinking block stays valid: a step only clears whole tool results, said as the
+   * provider's edit; nothing else before a thinking block is changed.
+   */
+  REASONING_KEEP = 1,
+  /**
+   * REASONING_DROP - Steps as for any model (results cleared and cut, inputs stubbed, old text cut); every
+   * thinking block after content they changed is left out of the document, and counted.
+   */
+  REASONING_DROP = 2,
+  UNRECOGNIZED = -1,
+}
+
 export enum MicrocompactMode {
   /** MICROCOMPACT_MODE_UNSPECIFIED - Stepped. */
   MICROCOMPACT_MODE_UNSPECIFIED = 0,
@@ -273,6 +290,37 @@ export interface GatewayCall {
    * or 2% less, of a prefix of 1,024 tokens or more) and no expiry explains it.
    */
   unexplainedMiss: boolean;
+  /**
+   * The model table's entry that priced the call (`claude-opus-5-5`; a `*` marks an operator's
+   * own entry, from `--models` or `--context-window`).
+   */
+  pricedBy: string;
+  /**
+   * For a model that binds its thinking to its prefix, the edit ctxd asked the provider to make
+   * in place of a step (`clear_tool_uses_20250919`): the oldest tool uses to clear, and the
+   * newest to keep. Unset: ctxd asked for none.
+   */
+  editClear?: number | undefined;
+  editKeep?:
+    | number
+    | undefined;
+  /**
+   * What the provider reports its own edits cleared (`context_management.applied_edits`): tool
+   * uses and input tokens. Unset: it reported none.
+   */
+  providerCleared?: number | undefined;
+  providerClearedTokens?:
+    | number
+    | undefined;
+  /**
+   * Thinking blocks the provider dropped as no longer bound to their prefix
+   * (`input_transformations`).
+   */
+  providerThinkingDropped: number;
+  /** Thinking blocks ctxd left out of the forwarded request itself (`--gateway-reasoning drop`). */
+  thinkingDropped: number;
+  /** The call's cache-weighted input, in plain input tokens, at its entry's prices. */
+  cost: number;
 }
 
 export interface CreateSessionRequest {
@@ -547,6 +595,16 @@ export interface RenderRequest {
    * the provider's cache expired, and takes a step then, when it costs nothing extra.
    */
   lastCallUnixMs: number;
+  /**
+   * The model the context is for (`claude-opus-5-5`, `gpt-5`, …, dated ids too), as ctxd's
+   * model table knows it: its cache prices and lifetime weigh every step (unless the policy
+   * sets them). For a model that binds its thinking blocks to their prefix (Anthropic's current
+   * models), an Anthropic document never holds a thinking block after content the render
+   * changed: its steps are the provider's own edit, in the document's `context_management`
+   * (policy `reasoning` KEEP, the default), or the thinking they invalidate is left out (DROP).
+   * Empty: no model, prices 0.1x reads and 1.25x writes, nothing bound.
+   */
+  model: string;
 }
 
 /**
@@ -657,6 +715,20 @@ export interface RenderPolicy {
    * gateway asks 2 of an agent's main conversation, which runs long, and 8 of a sub-agent's.
    */
   paybackOdds: number;
+  /**
+   * What a token read from the provider's cache, and one written to it, cost relative to a
+   * plain input token: a step pays back at these prices. Unset: the model's
+   * (`RenderRequest.model`), else 0.1 and 1.25. Each between 0 and 100.
+   */
+  cacheReadPrice?: number | undefined;
+  cacheWritePrice?:
+    | number
+    | undefined;
+  /**
+   * For a model that binds its thinking: keep it valid (default) or drop what a step
+   * invalidates.
+   */
+  reasoning: Reasoning;
 }
 
 export interface RenderedMessage {
@@ -699,6 +771,11 @@ export interface RenderResponse {
   messagesJson: string;
   /** The media parts `messages_json` carries only as `[<mime> attachment]` text. */
   uncarried: UncarriedPart[];
+  /**
+   * The `anthropic-beta` values the document needs sent with it (its `context_management`
+   * needs `context-management-2025-06-27`).
+   */
+  betas: string[];
 }
 
 /**
@@ -725,6 +802,8 @@ export interface ContextStatsRequest {
   nowUnixMs: number;
   /** As in RenderRequest. */
   lastCallUnixMs: number;
+  /** As in RenderRequest. */
+  model: string;
 }
 
 /** Tokens by what they are. The parts add up to the total. */
@@ -807,6 +886,19 @@ export interface ContextReport {
    * had run); 0 for a step the budget forced, whatever it cost.
    */
   paybackCalls: number;
+  /** The model table's entry whose prices weighed the steps; empty without a model. */
+  pricedBy: string;
+  /**
+   * For a model that binds its thinking (REASONING_KEEP): the steps are the provider's own
+   * edit, clearing the oldest `edit_clear` tool uses and keeping `edit_keep` (0 and 0: none).
+   */
+  editClear: number;
+  editKeep: number;
+  /**
+   * REASONING_DROP: thinking blocks left out of the document, as a step changed what precedes
+   * them.
+   */
+  thinkingDropped: number;
 }
 
 export interface StepSavings {
@@ -1731,6 +1823,14 @@ function createBaseGatewayCall(): GatewayCall {
     keptTokens: 0,
     change: "",
     unexplainedMiss: false,
+    pricedBy: "",
+    editClear: undefined,
+    editKeep: undefined,
+    providerCleared: undefined,
+    providerClearedTokens: undefined,
+    providerThinkingDropped: 0,
+    thinkingDropped: 0,
+    cost: 0,
   };
 }
 
@@ -1771,6 +1871,30 @@ export const GatewayCall: MessageFns<GatewayCall> = {
     }
     if (message.unexplainedMiss !== false) {
       writer.uint32(96).bool(message.unexplainedMiss);
+    }
+    if (message.pricedBy !== "") {
+      writer.uint32(106).string(message.pricedBy);
+    }
+    if (message.editClear !== undefined) {
+      writer.uint32(112).uint32(message.editClear);
+    }
+    if (message.editKeep !== undefined) {
+      writer.uint32(120).uint32(message.editKeep);
+    }
+    if (message.providerCleared !== undefined) {
+      writer.uint32(128).uint32(message.providerCleared);
+    }
+    if (message.providerClearedTokens !== undefined) {
+      writer.uint32(136).uint64(message.providerClearedTokens);
+    }
+    if (message.providerThinkingDropped !== 0) {
+      writer.uint32(144).uint32(message.providerThinkingDropped);
+    }
+    if (message.thinkingDropped !== 0) {
+      writer.uint32(152).uint32(message.thinkingDropped);
+    }
+    if (message.cost !== 0) {
+      writer.uint32(161).double(message.cost);
     }
     return writer;
   },
@@ -1884,6 +2008,70 @@ export const GatewayCall: MessageFns<GatewayCall> = {
             message.unexplainedMiss = reader.bool();
             continue;
           }
+          case 13: {
+            if (tag !== 106) {
+              break;
+            }
+
+            message.pricedBy = reader.string();
+            continue;
+          }
+          case 14: {
+            if (tag !== 112) {
+              break;
+            }
+
+            message.editClear = reader.uint32();
+            continue;
+          }
+          case 15: {
+            if (tag !== 120) {
+              break;
+            }
+
+            message.editKeep = reader.uint32();
+            continue;
+          }
+          case 16: {
+            if (tag !== 128) {
+              break;
+            }
+
+            message.providerCleared = reader.uint32();
+            continue;
+          }
+          case 17: {
+            if (tag !== 136) {
+              break;
+            }
+
+            message.providerClearedTokens = longToNumber(reader.uint64());
+            continue;
+          }
+          case 18: {
+            if (tag !== 144) {
+              break;
+            }
+
+            message.providerThinkingDropped = reader.uint32();
+            continue;
+          }
+          case 19: {
+            if (tag !== 152) {
+              break;
+            }
+
+            message.thinkingDropped = reader.uint32();
+            continue;
+          }
+          case 20: {
+            if (tag !== 161) {
+              break;
+            }
+
+            message.cost = reader.double();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1913,6 +2101,14 @@ export const GatewayCall: MessageFns<GatewayCall> = {
     message.keptTokens = object.keptTokens ?? 0;
     message.change = object.change ?? "";
     message.unexplainedMiss = object.unexplainedMiss ?? false;
+    message.pricedBy = object.pricedBy ?? "";
+    message.editClear = object.editClear ?? undefined;
+    message.editKeep = object.editKeep ?? undefined;
+    message.providerCleared = object.providerCleared ?? undefined;
+    message.providerClearedTokens = object.providerClearedTokens ?? undefined;
+    message.providerThinkingDropped = object.providerThinkingDropped ?? 0;
+    message.thinkingDropped = object.thinkingDropped ?? 0;
+    message.cost = object.cost ?? 0;
     return message;
   },
 };
@@ -4301,6 +4497,7 @@ function createBaseRenderRequest(): RenderRequest {
     format: 0,
     strictFormat: false,
     lastCallUnixMs: 0,
+    model: "",
   };
 }
 
@@ -4343,6 +4540,9 @@ export const RenderRequest: MessageFns<RenderRequest> = {
     }
     if (message.lastCallUnixMs !== 0) {
       writer.uint32(96).int64(message.lastCallUnixMs);
+    }
+    if (message.model !== "") {
+      writer.uint32(106).string(message.model);
     }
     return writer;
   },
@@ -4456,6 +4656,14 @@ export const RenderRequest: MessageFns<RenderRequest> = {
             message.lastCallUnixMs = longToNumber(reader.int64());
             continue;
           }
+          case 13: {
+            if (tag !== 106) {
+              break;
+            }
+
+            message.model = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -4506,6 +4714,7 @@ export const RenderRequest: MessageFns<RenderRequest> = {
     message.format = object.format ?? 0;
     message.strictFormat = object.strictFormat ?? false;
     message.lastCallUnixMs = object.lastCallUnixMs ?? 0;
+    message.model = object.model ?? "";
     return message;
   },
 };
@@ -4631,6 +4840,9 @@ function createBaseRenderPolicy(): RenderPolicy {
     recentAssistantTextChars: undefined,
     recentToolInputChars: undefined,
     paybackOdds: 0,
+    cacheReadPrice: undefined,
+    cacheWritePrice: undefined,
+    reasoning: 0,
   };
 }
 
@@ -4683,6 +4895,15 @@ export const RenderPolicy: MessageFns<RenderPolicy> = {
     }
     if (message.paybackOdds !== 0) {
       writer.uint32(128).uint32(message.paybackOdds);
+    }
+    if (message.cacheReadPrice !== undefined) {
+      writer.uint32(137).double(message.cacheReadPrice);
+    }
+    if (message.cacheWritePrice !== undefined) {
+      writer.uint32(145).double(message.cacheWritePrice);
+    }
+    if (message.reasoning !== 0) {
+      writer.uint32(152).int32(message.reasoning);
     }
     return writer;
   },
@@ -4828,6 +5049,30 @@ export const RenderPolicy: MessageFns<RenderPolicy> = {
             message.paybackOdds = reader.uint32();
             continue;
           }
+          case 17: {
+            if (tag !== 137) {
+              break;
+            }
+
+            message.cacheReadPrice = reader.double();
+            continue;
+          }
+          case 18: {
+            if (tag !== 145) {
+              break;
+            }
+
+            message.cacheWritePrice = reader.double();
+            continue;
+          }
+          case 19: {
+            if (tag !== 152) {
+              break;
+            }
+
+            message.reasoning = reader.int32() as any;
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -4861,6 +5106,9 @@ export const RenderPolicy: MessageFns<RenderPolicy> = {
     message.recentAssistantTextChars = object.recentAssistantTextChars ?? undefined;
     message.recentToolInputChars = object.recentToolInputChars ?? undefined;
     message.paybackOdds = object.paybackOdds ?? 0;
+    message.cacheReadPrice = object.cacheReadPrice ?? undefined;
+    message.cacheWritePrice = object.cacheWritePrice ?? undefined;
+    message.reasoning = object.reasoning ?? 0;
     return message;
   },
 };
@@ -5088,6 +5336,7 @@ function createBaseRenderResponse(): RenderResponse {
     report: undefined,
     messagesJson: "",
     uncarried: [],
+    betas: [],
   };
 }
 
@@ -5116,6 +5365,9 @@ export const RenderResponse: MessageFns<RenderResponse> = {
     }
     for (const v of message.uncarried) {
       UncarriedPart.encode(v!, writer.uint32(66).fork()).join();
+    }
+    for (const v of message.betas) {
+      writer.uint32(74).string(v!);
     }
     return writer;
   },
@@ -5197,6 +5449,14 @@ export const RenderResponse: MessageFns<RenderResponse> = {
             message.uncarried.push(UncarriedPart.decode(reader, reader.uint32()));
             continue;
           }
+          case 9: {
+            if (tag !== 74) {
+              break;
+            }
+
+            message.betas.push(reader.string());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -5224,6 +5484,7 @@ export const RenderResponse: MessageFns<RenderResponse> = {
       : undefined;
     message.messagesJson = object.messagesJson ?? "";
     message.uncarried = object.uncarried?.map((e) => UncarriedPart.fromPartial(e)) || [];
+    message.betas = object.betas?.map((e) => e) || [];
     return message;
   },
 };
@@ -5317,6 +5578,7 @@ function createBaseContextStatsRequest(): ContextStatsRequest {
     policy: undefined,
     nowUnixMs: 0,
     lastCallUnixMs: 0,
+    model: "",
   };
 }
 
@@ -5353,6 +5615,9 @@ export const ContextStatsRequest: MessageFns<ContextStatsRequest> = {
     }
     if (message.lastCallUnixMs !== 0) {
       writer.uint32(96).int64(message.lastCallUnixMs);
+    }
+    if (message.model !== "") {
+      writer.uint32(106).string(message.model);
     }
     return writer;
   },
@@ -5450,6 +5715,14 @@ export const ContextStatsRequest: MessageFns<ContextStatsRequest> = {
             message.lastCallUnixMs = longToNumber(reader.int64());
             continue;
           }
+          case 13: {
+            if (tag !== 106) {
+              break;
+            }
+
+            message.model = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -5498,6 +5771,7 @@ export const ContextStatsRequest: MessageFns<ContextStatsRequest> = {
       : undefined;
     message.nowUnixMs = object.nowUnixMs ?? 0;
     message.lastCallUnixMs = object.lastCallUnixMs ?? 0;
+    message.model = object.model ?? "";
     return message;
   },
 };
@@ -5662,6 +5936,10 @@ function createBaseContextReport(): ContextReport {
     textCutNodeIds: [],
     savedTextCut: undefined,
     paybackCalls: 0,
+    pricedBy: "",
+    editClear: 0,
+    editKeep: 0,
+    thinkingDropped: 0,
   };
 }
 
@@ -5759,6 +6037,18 @@ export const ContextReport: MessageFns<ContextReport> = {
     }
     if (message.paybackCalls !== 0) {
       writer.uint32(248).uint32(message.paybackCalls);
+    }
+    if (message.pricedBy !== "") {
+      writer.uint32(258).string(message.pricedBy);
+    }
+    if (message.editClear !== 0) {
+      writer.uint32(264).uint32(message.editClear);
+    }
+    if (message.editKeep !== 0) {
+      writer.uint32(272).uint32(message.editKeep);
+    }
+    if (message.thinkingDropped !== 0) {
+      writer.uint32(280).uint32(message.thinkingDropped);
     }
     return writer;
   },
@@ -6024,6 +6314,38 @@ export const ContextReport: MessageFns<ContextReport> = {
             message.paybackCalls = reader.uint32();
             continue;
           }
+          case 32: {
+            if (tag !== 258) {
+              break;
+            }
+
+            message.pricedBy = reader.string();
+            continue;
+          }
+          case 33: {
+            if (tag !== 264) {
+              break;
+            }
+
+            message.editClear = reader.uint32();
+            continue;
+          }
+          case 34: {
+            if (tag !== 272) {
+              break;
+            }
+
+            message.editKeep = reader.uint32();
+            continue;
+          }
+          case 35: {
+            if (tag !== 280) {
+              break;
+            }
+
+            message.thinkingDropped = reader.uint32();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -6084,6 +6406,10 @@ export const ContextReport: MessageFns<ContextReport> = {
       ? StepSavings.fromPartial(object.savedTextCut)
       : undefined;
     message.paybackCalls = object.paybackCalls ?? 0;
+    message.pricedBy = object.pricedBy ?? "";
+    message.editClear = object.editClear ?? 0;
+    message.editKeep = object.editKeep ?? 0;
+    message.thinkingDropped = object.thinkingDropped ?? 0;
     return message;
   },
 };
