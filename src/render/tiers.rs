@@ -3,6 +3,7 @@
 //! message looks like; each step is a module of its own.
 
 mod fold;
+mod payback;
 mod reduce;
 mod report;
 mod snip;

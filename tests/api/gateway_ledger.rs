@@ -278,6 +278,15 @@ async fn calls_read_back_in_order_with_every_field_in_pages() {
             "kept_tokens": 7_500,
             "change": "step:20:payback:3",
             "unexplained_miss": true,
+            "priced_by": "entry-2",
+            "edit_clear": 3,
+            "edit_keep": 3,
+            "provider_cleared": 2,
+            "provider_cleared_tokens": 2_000,
+            "provider_thinking_dropped": 2,
+            "thinking_dropped": 0,
+            // 302 uncached, 702 written at 1.25x (a model the table does not know).
+            "cost": 1_179.5,
         })
     );
     let (_, first) = get(format!(
