@@ -1385,6 +1385,7 @@ impl Replay {
 /// Replays `trace` against `url`, the fake answering each call with the trace's answer; each
 /// request the fake received is also priced by `prefix` (a prefix cache kept over the run, as
 /// the fake keeps its own).
+#[allow(clippy::too_many_arguments)]
 async fn replay(
     http: &reqwest::Client,
     url: &str,
