@@ -98,8 +98,8 @@ use ctxd::api::pb;
 use ctxd::gateway::Gateway;
 use ctxd::store::Store;
 use fake_provider::{
-    Bill, Block, FIVE_MINUTES, FakeProvider, PrefixCache, Reply, anthropic_message_of_sse,
-    anthropic_units, responses_of_sse,
+    Bill, Block, FIVE_MINUTES, FakeProvider, PrefixCache, Recorded, Reply,
+    anthropic_message_of_sse, anthropic_units, responses_of_sse,
 };
 use metrics_exporter_prometheus::PrometheusHandle;
 use pb::context_store_client::ContextStoreClient;
@@ -1438,13 +1438,13 @@ async fn replay(
                 bill: one.bill.unwrap_or_default(),
                 prefix: prefix.price(
                     fake.now(),
-                    &anthropic_units(&one.body),
+                    &anthropic_units(&prompt_of(one)),
                     FIVE_MINUTES,
                     one.bill.is_some(),
                 ),
                 clocked: clocked.cache.price(
                     clocked.now,
-                    &anthropic_units(&one.body),
+                    &anthropic_units(&prompt_of(one)),
                     FIVE_MINUTES,
                     one.bill.is_some(),
                 ),
@@ -1566,6 +1566,17 @@ async fn model_sweep(
         );
     }
     rows
+}
+
+/// A request as the model read it: its messages after the provider's own edits (a step said
+/// as `clear_tool_uses`), which is what a cache serves.
+fn prompt_of(request: &Recorded) -> Value {
+    if request.prompt.is_null() {
+        return request.body.clone();
+    }
+    let mut body = request.body.clone();
+    body["messages"] = request.prompt.clone();
+    body
 }
 
 /// The prefix cache of a replay on the sessions' clock, and the time of its newest call.

@@ -413,12 +413,13 @@ pub(super) enum Mode {
 
 /// The results a step said as the provider's edit keeps: the newest only. Under preserved
 /// thinking the model's own reasoning over every result it read stays in its context, so a
-/// result it has read and reasoned on is what an edit may clear; and a step that keeps less
-/// rewrites less, so it pays back sooner, which the cheaper reads of the models that bind
-/// (0.05x, 0.025x) need. On the scripted Claude Code sessions (`gateway_claude_code.rs`, two
-/// shapes) keeping 1 costs 0.745x and 0.757x of straight at 0.1x reads and 0.856x and 0.890x
-/// at Opus 5.5's 0.05x; keeping 2, 0.820x and 0.781x, 0.919x and 0.890x; keeping 3 (the
-/// gateway's keep elsewhere), 0.852x and 0.853x, 0.923x and 0.946x.
+/// result it has read and reasoned on is what an edit may clear; and since the client's
+/// breakpoints stand at the end of the conversation, every such step writes the whole
+/// conversation again, which pays back soonest when it clears the most, as the cheaper reads
+/// of the models that bind (0.05x, 0.025x) need. With the real Claude Code on the scripted
+/// `reports` session (`gateway_claude_code.rs`), keeping 1 costs 0.753x of straight at 0.1x
+/// reads and 0.854x at Opus 5.5's 0.05x (the `logs` session: 0.767x and 0.876x); keeping 2,
+/// 0.820x and 0.919x; keeping 3 (the gateway's keep elsewhere), 0.841x and 0.911x.
 const EDITS_KEEP: usize = 1;
 
 /// The odds a step of a sub-agent's conversation must pay back with (the render's default):

@@ -240,10 +240,18 @@ impl Fit<'_> {
             // before the call (a user's message) may differ between a render and the call that
             // follows it, and a step must not depend on it, or a later append could take back
             // what a render sent.
-            let from = timeline.opening[target].max(timeline.result_end[target]);
             let upto = timeline.result_end[c];
-            let remaining =
-                timeline.written_before[upto].saturating_sub(timeline.written_before[from]);
+            let remaining = if policy.provider_edits {
+                // Said as the provider's edit, the client's own breakpoints stand, at the end
+                // of the conversation: the provider's cache holds nothing between them and the
+                // system prompt, so the whole conversation is written again, every result
+                // before the boundary as its placeholder.
+                let cleared = usize::try_from(units_before[target]).unwrap_or(usize::MAX);
+                timeline.written_before[upto].saturating_sub(cleared)
+            } else {
+                let from = timeline.opening[target].max(timeline.result_end[target]);
+                timeline.written_before[upto].saturating_sub(timeline.written_before[from])
+            };
             let Some(calls) = payback(policy.prices, remaining, saving, expired_share) else {
                 continue;
             };
