@@ -451,8 +451,9 @@ fn tokens(chars: usize) -> Tokens {
 /// Unexpired gaps a session's share of expired ones is weighed against before it has many of
 /// its own: on a clock drawn from real sessions' gaps (TraceLab: a fifth of human turns come
 /// after the cache expired), a short sub-agent whose first gap was long stepped on that one
-/// expiry as if every gap would expire, and cost more than sending everything.
-const EXPIRY_PRIOR_GAPS: usize = 10;
+/// expiry as if every gap would expire, and cost more than sending everything (with ten, a
+/// 10-call one still did: bench/ECONOMY.md).
+const EXPIRY_PRIOR_GAPS: usize = 30;
 
 /// How much longer than its payback a session must have run for a step, by default: a session
 /// that has run `a` calls runs at least `r` more with probability `a / (a + r)` (the Lindy

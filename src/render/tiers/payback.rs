@@ -44,8 +44,9 @@ pub(super) fn payback(
 pub(super) struct Timeline {
     /// Each call (an assistant message), and last the call this render is for.
     pub(super) points: Vec<Point>,
-    /// Characters of the entries before entry `t` as a step rewrites them: every message's
-    /// text and calls at what arrival keeps of them, not only what a step would cut.
+    /// Characters of the entries before entry `t` as a step rewrites them: each result at what
+    /// it keeps until a step, an assistant text at what arrival keeps of it, and every user's or
+    /// system message whole (no step reduces those, and a step writes them again all the same).
     pub(super) written_before: Vec<usize>,
     /// The entry of the assistant message that opened result `k`'s group.
     pub(super) opening: Vec<usize>,
@@ -131,20 +132,13 @@ impl Timeline {
                 MessageRole::Assistant => (text_size(text), Kind::Call),
                 _ => (0, Kind::Other),
             };
-            // What a step writes again of it: a message as arrival keeps it (recent text and
-            // inputs capped as they came, so a render rendered again weighs it alike).
+            // What a step writes again of it beyond that: a user's or system message, which no
+            // step reduces (what a step reduces counts as above, so a render rendered again
+            // weighs its steps as the first did).
             let written = match m.role {
-                _ if m.summary_id.is_some() => 0,
-                MessageRole::Assistant => {
-                    text.min(policy.recent_assistant_text_chars)
-                        + m.tool_calls
-                            .iter()
-                            .map(|c| c.arguments_json.len().min(policy.recent_tool_input_chars))
-                            .sum::<usize>()
-                }
-                MessageRole::Tool => size,
-                _ if m.observation => size,
-                _ => text,
+                _ if m.summary_id.is_some() || m.observation => 0,
+                MessageRole::User | MessageRole::System | MessageRole::Developer => text,
+                MessageRole::Assistant | MessageRole::Tool => 0,
             };
             entry(size, written, m.at_ms, kind);
         }
