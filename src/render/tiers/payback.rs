@@ -138,6 +138,15 @@ impl Timeline {
             let written = match m.role {
                 _ if m.summary_id.is_some() || m.observation => 0,
                 MessageRole::User | MessageRole::System | MessageRole::Developer => text,
+                // Said as the provider's edit, a step reduces no assistant message: it is
+                // written again whole, its calls too.
+                MessageRole::Assistant if policy.provider_edits => {
+                    text + m
+                        .tool_calls
+                        .iter()
+                        .map(|c| c.arguments_json.len())
+                        .sum::<usize>()
+                }
                 MessageRole::Assistant | MessageRole::Tool => 0,
             };
             entry(size, written, m.at_ms, kind);
