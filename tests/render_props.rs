@@ -398,6 +398,7 @@ fn policy() -> impl Strategy<Value = Policy> {
                         write_per_mille,
                     },
                     provider_edits,
+                    drop_invalid_reasoning: false,
                 }
             },
         );

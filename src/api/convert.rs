@@ -396,20 +396,19 @@ pub fn policy(p: Option<pb::RenderPolicy>) -> Result<Policy, Error> {
         reactive: p.reactive,
         prices: prices(&p)?.unwrap_or(defaults.prices),
         provider_edits: defaults.provider_edits,
+        drop_invalid_reasoning: defaults.drop_invalid_reasoning,
     })
 }
 
 /// The cache prices a policy sets itself (either one; the other stays the default's).
 pub fn prices(p: &pb::RenderPolicy) -> Result<Option<CachePrices>, Error> {
     let per_mille = |field: &str, v: f64| {
-        if (0.0..=100.0).contains(&v) {
-            Ok((v * 1000.0).round() as u32)
-        } else {
-            Err(Error::invalid(
+        CachePrices::per_mille(v).ok_or_else(|| {
+            Error::invalid(
                 format!("policy.{field}"),
                 format!("must be between 0 and 100, not {v}"),
-            ))
-        }
+            )
+        })
     };
     if p.cache_read_price.is_none() && p.cache_write_price.is_none() {
         return Ok(None);
@@ -576,7 +575,7 @@ pub fn reasoned_report(r: &Report, reasoned: &Reasoned) -> pb::ContextReport {
         priced_by: reasoned.priced_by.clone(),
         edit_clear,
         edit_keep,
-        thinking_dropped: reasoned.thinking_dropped,
+        thinking_dropped: count(r.thinking_dropped),
         ..report(r)
     }
 }

@@ -36,14 +36,8 @@ impl ContextStoreService {
         let (messages_json, betas) = match (format, &reasoned.edit) {
             (Some(f @ crate::provider::format::Format::AnthropicMessages), Some((edit, whole))) => {
                 let document = crate::provider::format::document(f, whole);
-                let edit = edits::ClearToolUses {
-                    clear: edit.clear,
-                    keep: edit.keep,
-                    exclude_tools: Vec::new(),
-                    clear_inputs: false,
-                };
                 (
-                    edits::with_edit(&document, &edit).unwrap_or(document),
+                    edits::with_edit(&document, edit).unwrap_or(document),
                     vec![edits::CONTEXT_MANAGEMENT_BETA.to_owned()],
                 )
             }

@@ -18,6 +18,14 @@ impl CachePrices {
         write_per_mille: 1250,
     };
 
+    /// A price given as a multiplier of plain input (1.25, 0.05) in per mille; `None` unless
+    /// between 0 and 100 (a NaN is not).
+    pub fn per_mille(multiplier: f64) -> Option<u32> {
+        (0.0..=100.0)
+            .contains(&multiplier)
+            .then(|| (multiplier * 1000.0).round() as u32)
+    }
+
     pub fn read(self) -> f64 {
         f64::from(self.read_per_mille) / 1000.0
     }

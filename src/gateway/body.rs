@@ -12,11 +12,11 @@ use super::{Api, App, forward, json, ledger};
 use crate::domain::{AskedEdit, NodeContent, Part, PathView};
 use crate::provider::anthropic::{self, edits};
 use crate::provider::conversation::{Conversation, estimate};
-use crate::render::{self, Message, Reduction};
+use crate::render::{self, Message};
 use crate::store::PathTarget;
 use crate::tokens::Tokenizer;
 use crate::workflow::record::{self, Recorded, extended};
-use crate::workflow::render::Reasoning;
+use crate::workflow::render::{Reasoning, cleared_calls};
 
 impl App {
     /// The body to forward: the client's, with `messages` replaced by the branch's render.
@@ -353,12 +353,7 @@ fn edited(
     step: ledger::Step,
     ledger: ledger::State,
 ) -> ForwardedBody {
-    let cleared: HashSet<&str> = rendered
-        .messages
-        .iter()
-        .filter(|m| m.reduction == Reduction::Cleared)
-        .filter_map(|m| m.tool_call_id.as_deref())
-        .collect();
+    let cleared = cleared_calls(&rendered.messages);
     let uses: Vec<&str> = conv
         .items
         .iter()
@@ -390,11 +385,8 @@ fn edited(
         tokens,
         step,
         ledger,
-        beta: asked.as_ref().map(|_| edits::CONTEXT_MANAGEMENT_BETA),
-        asked: asked.map(|e| AskedEdit {
-            clear: e.clear,
-            keep: e.keep,
-        }),
+        beta: asked.map(|_| edits::CONTEXT_MANAGEMENT_BETA),
+        asked,
         thinking_dropped: 0,
     }
 }

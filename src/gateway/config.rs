@@ -128,21 +128,21 @@ pub(super) fn render_options(
     Some(render::Options {
         callers: render::Callers::All,
         budget: Some(budget),
-        policy: Policy {
-            prices: if long_ttl(conv) {
-                CachePrices {
+        policy: if long_ttl(conv) {
+            Policy {
+                prices: CachePrices {
                     write_per_mille: entry.long_write_per_mille,
                     ..entry.prices
-                }
-            } else {
-                entry.prices
-            },
-            idle_ms: if long_ttl(conv) {
-                entry.long_ttl_ms
-            } else {
-                entry.ttl_ms
-            },
-            ..policy()
+                },
+                idle_ms: entry.long_ttl_ms,
+                ..policy()
+            }
+        } else {
+            Policy {
+                prices: entry.prices,
+                idle_ms: entry.ttl_ms,
+                ..policy()
+            }
         },
         now_ms: now_ms(),
         last_call_ms: None,

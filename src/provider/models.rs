@@ -244,12 +244,9 @@ pub struct FileEntry {
 
 /// A price multiplier of the file (1.25, 0.05) as per mille, checked.
 fn per_mille(field: &str, at: usize, value: f64) -> Result<u32, String> {
-    if !(0.0..=100.0).contains(&value) {
-        return Err(format!(
-            "the models file: [{at}].{field} must be between 0 and 100, not {value}"
-        ));
-    }
-    Ok((value * 1000.0).round() as u32)
+    CachePrices::per_mille(value).ok_or_else(|| {
+        format!("the models file: [{at}].{field} must be between 0 and 100, not {value}")
+    })
 }
 
 impl FileEntry {

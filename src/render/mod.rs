@@ -185,6 +185,10 @@ pub struct Policy {
     /// no turn snipped, no summary but an agent's own laid, and no user message taken for a
     /// command's output. The render then decides which results the edit clears.
     pub provider_edits: bool,
+    /// For a model that binds its reasoning to what came before it, when its steps are ctxd's
+    /// own rewrite: every thinking block after the first message a step changed is left out
+    /// (the provider would refuse it), and the report counts what is sent.
+    pub drop_invalid_reasoning: bool,
 }
 
 impl Policy {
@@ -242,6 +246,7 @@ impl Default for Policy {
             reactive: false,
             prices: CachePrices::STANDARD,
             provider_edits: false,
+            drop_invalid_reasoning: false,
         }
     }
 }
@@ -412,6 +417,8 @@ pub struct Report {
     pub pins_exceed_budget: bool,
     /// Leading messages the next microcompact step cannot change.
     pub stable_prefix_messages: usize,
+    /// Thinking blocks left out, their prefix changed (`Policy::drop_invalid_reasoning`).
+    pub thinking_dropped: usize,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -445,10 +452,53 @@ pub fn render(path: &PathView, options: &Options, counter: &dyn Count) -> Render
         observation::mark(&mut messages);
     }
     let mut rendered = tiers::fit(messages, path, options, counter);
+    if options.policy.drop_invalid_reasoning {
+        drop_invalid_reasoning(&mut rendered, counter);
+    }
     let shown = overlay::shown(&rendered.messages);
     rendered.report.summary = shown.first().copied();
     rendered.report.summaries = shown;
     rendered
+}
+
+/// Leaves out every thinking block after the first message a step changed (a thinking block is
+/// bound to everything before it), and counts again the messages that lost one.
+fn drop_invalid_reasoning(rendered: &mut Rendered, counter: &dyn Count) {
+    let changed = |m: &Message| {
+        m.reduction != Reduction::None || m.stubbed_inputs > 0 || m.summary_id.is_some()
+    };
+    let first = if rendered.report.turns_snipped > 0 {
+        Some(0)
+    } else {
+        rendered.messages.iter().position(changed)
+    };
+    let Some(first) = first else { return };
+    let report = &mut rendered.report;
+    let kept = rendered.messages.iter_mut().zip(&mut rendered.tokens);
+    for (m, tokens) in kept.skip(first + 1) {
+        let before = m.parts.len();
+        m.parts
+            .retain(|p| !matches!(p, Part::Block(b) if b.reasoning));
+        if m.parts.len() == before {
+            continue;
+        }
+        report.thinking_dropped += before - m.parts.len();
+        let now = message_tokens(m, counter);
+        let less = tokens.saturating_sub(now);
+        *tokens = now;
+        // Reasoning is an assistant message's, counted as its text.
+        report.breakdown.assistant_text = report.breakdown.assistant_text.saturating_sub(less);
+        if m.pinned || m.pinned_under.is_some() {
+            report.pinned_tokens = report.pinned_tokens.saturating_sub(less);
+        }
+    }
+    report.total_tokens = report.breakdown.total();
+    if let Some(limit) = report.history_budget {
+        report.pins_exceed_budget = report.pinned_tokens > limit;
+        report.fits = report.total_tokens <= limit;
+        report.over_by = report.total_tokens.saturating_sub(limit);
+        report.summary_needed = !report.fits;
+    }
 }
 
 /// Marks the messages made of nodes the model has not read (any of its nodes after `seen`).

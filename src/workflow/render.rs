@@ -84,8 +84,6 @@ pub struct Reasoned {
     /// `Keep` on a binding model: the steps as the provider's edit, and the messages as they
     /// go with it (unreduced, for the provider reduces them).
     pub edit: Option<(AskedEdit, Vec<Message>)>,
-    /// `Drop` on a binding model: the thinking blocks left out of the rendered messages.
-    pub thinking_dropped: u32,
 }
 
 impl Workflows {
@@ -127,12 +125,8 @@ impl Workflows {
                 }
                 Ok((path, rendered, reasoned))
             }
-            (true, Reasoning::Drop) => {
-                let (path, mut rendered) = self.render_path(path, tokenizer, options).await?;
-                reasoned.thinking_dropped = drop_invalidated(&mut rendered);
-                Ok((path, rendered, reasoned))
-            }
-            (false, _) => {
+            (true, Reasoning::Drop) | (false, _) => {
+                options.policy.drop_invalid_reasoning = binds;
                 let (path, rendered) = self.render_path(path, tokenizer, options).await?;
                 Ok((path, rendered, reasoned))
             }
@@ -152,41 +146,21 @@ fn holds_reasoning(path: &PathView) -> bool {
 
 /// The provider's edit that clears what `rendered` cleared, in `messages` (the same render,
 /// unreduced): the oldest tool uses it cleared, as the provider counts them.
-pub fn edit_of(messages: &[Message], rendered: &[Message]) -> Option<AskedEdit> {
-    let cleared: std::collections::HashSet<&str> = rendered
-        .iter()
-        .filter(|m| m.reduction == Reduction::Cleared)
-        .filter_map(|m| m.tool_call_id.as_deref())
-        .collect();
+fn edit_of(messages: &[Message], rendered: &[Message]) -> Option<AskedEdit> {
+    let cleared = cleared_calls(rendered);
     let uses = messages
         .iter()
         .flat_map(|m| m.tool_calls.iter().map(|c| c.call_id.as_str()));
-    edits::clearing(uses, &cleared).map(|e| AskedEdit {
-        clear: e.clear,
-        keep: e.keep,
-    })
+    edits::clearing(uses, &cleared)
 }
 
-/// Leaves out every thinking block after the first message a step changed (a thinking block is
-/// bound to everything before it); the count left out.
-fn drop_invalidated(rendered: &mut Rendered) -> u32 {
-    let changed = |m: &Message| {
-        m.reduction != Reduction::None || m.stubbed_inputs > 0 || m.summary_id.is_some()
-    };
-    let first = if rendered.report.turns_snipped > 0 {
-        Some(0)
-    } else {
-        rendered.messages.iter().position(changed)
-    };
-    let Some(first) = first else { return 0 };
-    let mut dropped = 0u32;
-    for m in rendered.messages.iter_mut().skip(first + 1) {
-        let before = m.parts.len();
-        m.parts
-            .retain(|p| !matches!(p, Part::Block(b) if b.reasoning));
-        dropped += u32::try_from(before - m.parts.len()).unwrap_or(u32::MAX);
-    }
-    dropped
+/// The calls whose results a render cleared: what a step said as the provider's edit clears.
+pub fn cleared_calls(rendered: &[Message]) -> std::collections::HashSet<&str> {
+    rendered
+        .iter()
+        .filter(|m| m.reduction == Reduction::Cleared)
+        .filter_map(|m| m.tool_call_id.as_deref())
+        .collect()
 }
 
 /// Bytes of text a render may copy and count on an I/O thread (tens of microseconds).

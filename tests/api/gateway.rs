@@ -114,11 +114,21 @@ pub(crate) async fn start_full(
     policy: GatewayPolicy,
     options: Options,
 ) -> Gw {
+    start_configured(fake, upstream, options, |gateway| gateway.policy = policy).await
+}
+
+/// A gateway over `fake` (or `upstream`), as `configure` sets it, on a server with `options`.
+pub(crate) async fn start_configured(
+    fake: FakeProvider,
+    upstream: Option<String>,
+    options: Options,
+    configure: impl FnOnce(&mut Gateway),
+) -> Gw {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let url = format!("http://{}", listener.local_addr().expect("local addr"));
     let upstream = upstream.unwrap_or_else(|| fake.url());
     let mut gateway = Gateway::new(listener, upstream.clone(), upstream);
-    gateway.policy = policy;
+    configure(&mut gateway);
     let app = spawn_app_with(Options {
         gateway: Some(gateway),
         ..options

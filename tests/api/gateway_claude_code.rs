@@ -770,7 +770,7 @@ fn model_calls(fake: &FakeProvider) -> Vec<Recorded> {
 }
 
 /// Blocks of `kind` in a request's messages.
-fn count_blocks(messages: &Value, kind: &str) -> usize {
+pub(crate) fn count_blocks(messages: &Value, kind: &str) -> usize {
     messages
         .as_array()
         .into_iter()

@@ -4,10 +4,9 @@
 //! beta, a ceiling `max_tokens` not taken as the answer's size, an operator's setting, a model
 //! ctxd does not know). Through the real server, its gateway and the fake provider.
 
-use ctxd::gateway::{Gateway, GatewayPolicy, Window};
+use ctxd::gateway::{GatewayPolicy, Window};
 use ctxd::server::Options;
 use serde_json::{Value, json};
-use tokio::net::TcpListener;
 
 use crate::fake_provider::*;
 use crate::gateway::*;
@@ -229,23 +228,11 @@ async fn the_newest_result_is_never_cut_at_a_count_step() {
 
 /// A server whose gateway has `windows` set.
 async fn start_with_windows(windows: Vec<Window>) -> Gw {
-    let fake = FakeProvider::start().await;
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let url = format!("http://{}", listener.local_addr().expect("local addr"));
-    let mut gateway = Gateway::new(listener, fake.url(), fake.url());
-    gateway.policy = GatewayPolicy::Stepped;
-    gateway.windows = windows;
-    let app = spawn_app_with(Options {
-        gateway: Some(gateway),
-        ..Options::default()
+    start_configured(FakeProvider::start().await, None, Options::default(), |g| {
+        g.policy = GatewayPolicy::Stepped;
+        g.windows = windows;
     })
-    .await;
-    Gw {
-        app,
-        fake,
-        url,
-        http: http_client(),
-    }
+    .await
 }
 
 /// Sends `history` (then, the model having answered, `history` with the answer and one more
@@ -356,22 +343,10 @@ async fn an_operators_context_window_is_the_budget() {
 
 #[tokio::test]
 async fn a_body_over_the_limit_is_413_in_the_providers_shape() {
-    let fake = FakeProvider::start().await;
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let url = format!("http://{}", listener.local_addr().expect("local addr"));
-    let mut gateway = Gateway::new(listener, fake.url(), fake.url());
-    gateway.max_body_bytes = 64 * 1024;
-    let app = spawn_app_with(Options {
-        gateway: Some(gateway),
-        ..Options::default()
+    let mut gw = start_configured(FakeProvider::start().await, None, Options::default(), |g| {
+        g.max_body_bytes = 64 * 1024
     })
     .await;
-    let mut gw = Gw {
-        app,
-        fake,
-        url,
-        http: http_client(),
-    };
     let big = json!([{"role": "user", "content": "x".repeat(100 * 1024)}]);
     let answer = gw.messages(&anthropic(big.clone())).await;
     assert_eq!(answer.status, 413, "{}", answer.text());

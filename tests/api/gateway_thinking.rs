@@ -8,14 +8,14 @@
 //! provider accepts after a step.
 
 use ctxd::api::pb;
-use ctxd::gateway::{Gateway, GatewayPolicy};
+use ctxd::gateway::GatewayPolicy;
 use ctxd::server::Options;
 use ctxd::workflow::render::Reasoning;
 use serde_json::{Value, json};
-use tokio::net::TcpListener;
 
 use crate::fake_provider::{FakeProvider, Reply};
-use crate::gateway::{Gw, http_client};
+use crate::gateway::{Gw, http_client, start_configured};
+use crate::gateway_claude_code::count_blocks;
 use crate::helpers::{TestApp, message, spawn_app_with, text, tool_result};
 
 const MODEL: &str = "claude-opus-5-5";
@@ -62,11 +62,9 @@ fn request(messages: &[Value]) -> Value {
     })
 }
 
-/// A tool loop of `calls` model calls with thinking on, through `base` (a gateway, or the fake
-/// itself): the fake answers each with its thinking and a `Read`, the loop appends the answer as
-/// it came and the file's text as the result, and resends the whole history. The last call
-/// answers. The messages at the end.
-async fn tool_loop(fake: &FakeProvider, base: &str, calls: usize, chars: usize) -> Vec<Value> {
+/// Scripts `fake` for a loop of `calls` model calls: a `Read` of `src/f{k}.rs` as call `k`,
+/// then the answer.
+fn script_reads(fake: &FakeProvider, calls: usize) {
     for k in 1..calls {
         fake.script(Reply::tool_use_id(
             format!("toolu_{k:02}"),
@@ -75,6 +73,14 @@ async fn tool_loop(fake: &FakeProvider, base: &str, calls: usize, chars: usize) 
         ));
     }
     fake.script(Reply::text("All read."));
+}
+
+/// A tool loop of `calls` model calls with thinking on, through `base` (a gateway, or the fake
+/// itself): the fake answers each with its thinking and a `Read`, the loop appends the answer as
+/// it came and the file's text as the result, and resends the whole history. The last call
+/// answers. The messages at the end.
+async fn tool_loop(fake: &FakeProvider, base: &str, calls: usize, chars: usize) -> Vec<Value> {
+    script_reads(fake, calls);
     let http = http_client();
     let mut messages = vec![json!({"role": "user", "content": [
         {"type": "text", "text": "Read every file the tool names."}
@@ -108,23 +114,11 @@ async fn tool_loop(fake: &FakeProvider, base: &str, calls: usize, chars: usize) 
 
 /// A gateway in front of a fresh fake, its reasoning policy `reasoning`.
 async fn gateway(reasoning: Reasoning) -> Gw {
-    let fake = FakeProvider::start().await;
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let url = format!("http://{}", listener.local_addr().expect("addr"));
-    let mut gateway = Gateway::new(listener, fake.url(), fake.url());
-    gateway.policy = GatewayPolicy::Stepped;
-    gateway.reasoning = reasoning;
-    let app = spawn_app_with(Options {
-        gateway: Some(gateway),
-        ..Options::default()
+    start_configured(FakeProvider::start().await, None, Options::default(), |g| {
+        g.policy = GatewayPolicy::Stepped;
+        g.reasoning = reasoning;
     })
-    .await;
-    Gw {
-        app,
-        fake,
-        url,
-        http: http_client(),
-    }
+    .await
 }
 
 /// The session's ledger.
@@ -140,17 +134,6 @@ async fn ledger(app: &mut TestApp) -> Vec<pb::GatewayCall> {
         .expect("the ledger")
         .into_inner()
         .calls
-}
-
-fn thinking_blocks(messages: &Value) -> usize {
-    messages
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|m| m["content"].as_array())
-        .flatten()
-        .filter(|b| b["type"] == "thinking")
-        .count()
 }
 
 const CALLS: usize = 30;
@@ -206,7 +189,7 @@ async fn a_binding_models_step_is_the_providers_edit_and_no_thinking_is_refused(
     }
     assert!(asked > 0, "a step was asked of the provider");
     assert!(
-        thinking_blocks(&upstream[CALLS - 1].body["messages"]) >= CALLS - 2,
+        count_blocks(&upstream[CALLS - 1].body["messages"], "thinking") >= CALLS - 2,
         "every thinking block went upstream"
     );
     let (gw_cost, direct) = (gw.fake.cost(), straight.cost());
@@ -230,13 +213,7 @@ async fn a_binding_models_step_is_the_providers_edit_and_no_thinking_is_refused(
 async fn ctxd_adds_the_beta_its_edit_needs_beside_the_clients() {
     let gw = gateway(Reasoning::Keep).await;
     // A client that asks for no context editing of its own: the beta comes from ctxd.
-    for k in 1..CALLS {
-        gw.fake.script(Reply::tool_use_id(
-            format!("toolu_{k:02}"),
-            "Read",
-            json!({"file_path": format!("src/f{k}.rs")}),
-        ));
-    }
+    script_reads(&gw.fake, CALLS);
     let mut messages = vec![json!({"role": "user", "content": [{"type": "text", "text": "Go."}]})];
     for k in 1..CALLS {
         let mut body = request(&messages);
@@ -292,7 +269,7 @@ async fn the_reasoning_dropping_policy_leaves_out_exactly_what_a_step_invalidate
     let dropped: u32 = calls.iter().map(|c| c.thinking_dropped).sum();
     assert!(dropped > 0, "a step invalidated thinking: {calls:#?}");
     let last = &upstream[CALLS - 1].body["messages"];
-    let sent = thinking_blocks(last);
+    let sent = count_blocks(last, "thinking");
     assert!(
         sent > 0 && sent < CALLS - 1,
         "some thinking kept, some left out: {sent}"
@@ -307,7 +284,7 @@ async fn the_reasoning_dropping_policy_leaves_out_exactly_what_a_step_invalidate
 async fn a_client_that_leaves_its_thinking_out_continues_its_branch() {
     let mut gw = gateway(Reasoning::Keep).await;
     let mut messages = tool_loop(&gw.fake, &gw.url, 5, 2_000).await;
-    assert!(thinking_blocks(&Value::Array(messages.clone())) >= 4);
+    assert!(count_blocks(&Value::Array(messages.clone()), "thinking") >= 4);
     // Claude Code's recovery after a refusal: the whole history again, every thinking block
     // removed, and the next message.
     for m in &mut messages {
@@ -351,13 +328,13 @@ async fn a_client_that_leaves_its_thinking_out_continues_its_branch() {
 
 // ---------------------------------------------------------------- a host rendering its own
 
+const HOST_CALLS: usize = 50;
+
 /// A host's tool loop over gRPC: each call `Render`s the session for the model as an Anthropic
 /// document, sends it with the host's system prompt and tools (and the betas the render names)
 /// to the fake, and appends the answer (its thinking as a kept block) and the tool's result.
-/// The renders' reports.
-const HOST_CALLS: usize = 50;
-
-async fn host_loop(reasoning: pb::Reasoning) -> (FakeProvider, Vec<pb::ContextReport>) {
+/// The renders.
+async fn host_loop(reasoning: pb::Reasoning) -> (FakeProvider, Vec<pb::RenderResponse>) {
     let fake = FakeProvider::start().await;
     let mut app = spawn_app_with(Options::default()).await;
     let session = app.create_session().await;
@@ -371,17 +348,9 @@ async fn host_loop(reasoning: pb::Reasoning) -> (FakeProvider, Vec<pb::ContextRe
     )
     .await;
     let http = http_client();
-    let mut reports = Vec::new();
+    let mut renders = Vec::new();
+    script_reads(&fake, HOST_CALLS);
     for k in 1..=HOST_CALLS {
-        if k < HOST_CALLS {
-            fake.script(Reply::tool_use_id(
-                format!("toolu_{k:02}"),
-                "Read",
-                json!({"file_path": format!("src/f{k}.rs")}),
-            ));
-        } else {
-            fake.script(Reply::text("All read."));
-        }
         let rendered = app
             .render(pb::RenderRequest {
                 session_id: session.clone(),
@@ -421,7 +390,6 @@ async fn host_loop(reasoning: pb::Reasoning) -> (FakeProvider, Vec<pb::ContextRe
             status, 200,
             "call {k}: the provider accepts the render: {answer}"
         );
-        reports.push(rendered.report.expect("a report"));
         let blocks = answer["content"].as_array().cloned().unwrap_or_default();
         let parts = blocks
             .iter()
@@ -450,13 +418,15 @@ async fn host_loop(reasoning: pb::Reasoning) -> (FakeProvider, Vec<pb::ContextRe
             nodes.push(tool_result(&format!("toolu_{k:02}"), &file(k, CHARS)));
         }
         app.append(&session, nodes).await;
+        renders.push(rendered);
     }
-    (fake, reports)
+    (fake, renders)
 }
 
 #[tokio::test]
 async fn a_render_for_a_binding_model_is_accepted_after_a_step() {
-    let (fake, reports) = host_loop(pb::Reasoning::Keep).await;
+    let (fake, renders) = host_loop(pb::Reasoning::Keep).await;
+    let reports = reports(&renders);
     assert_eq!(fake.refusals(), 0);
     assert!(
         reports.iter().any(|r| r.edit_clear > 0),
@@ -477,13 +447,50 @@ async fn a_render_for_a_binding_model_is_accepted_after_a_step() {
 
 #[tokio::test]
 async fn a_render_that_drops_reasoning_is_accepted_after_a_step() {
-    let (fake, reports) = host_loop(pb::Reasoning::Drop).await;
+    let (fake, renders) = host_loop(pb::Reasoning::Drop).await;
+    let reports = reports(&renders);
     assert_eq!(fake.refusals(), 0);
     assert!(
         reports.iter().any(|r| r.thinking_dropped > 0),
         "a step left thinking out"
     );
     assert!(reports.iter().all(|r| r.edit_clear == 0));
+    // What the render counts is what it sends: a message whose thinking a step left out counts
+    // less than it did with it.
+    let holds = |m: &pb::RenderedMessage| {
+        m.parts.iter().any(|p| {
+            matches!(&p.part, Some(pb::content_part::Part::Media(media))
+                if media.mime_type.ends_with("reasoning+json"))
+        })
+    };
+    let first = reports
+        .iter()
+        .position(|r| r.thinking_dropped > 0)
+        .expect("a step");
+    let before = &renders[first - 1].messages;
+    let mut recounted = 0;
+    for m in renders[first].messages.iter().filter(|m| !holds(m)) {
+        if let Some(had) = before.iter().find(|b| b.node_ids == m.node_ids && holds(b)) {
+            assert!(
+                m.tokens < had.tokens,
+                "{:?} counts its thinking",
+                m.node_ids
+            );
+            recounted += 1;
+        }
+    }
+    assert!(recounted > 0, "the step left thinking out of kept messages");
+    for r in &renders {
+        let sum: u32 = r.messages.iter().map(|m| m.tokens).sum();
+        assert_eq!(sum, r.total_tokens);
+    }
+}
+
+fn reports(renders: &[pb::RenderResponse]) -> Vec<pb::ContextReport> {
+    renders
+        .iter()
+        .map(|r| r.report.clone().expect("a report"))
+        .collect()
 }
 
 // ---------------------------------------------------------------- the Anthropic SDK
@@ -553,20 +560,10 @@ async fn an_sdk_tool_loop_with_thinking_gets_no_refusal() {
     let Some(python) = crate::gateway_clients::python().await else {
         return;
     };
-    let script = |fake: &FakeProvider| {
-        for k in 1..SDK_CALLS {
-            fake.script(Reply::tool_use_id(
-                format!("toolu_{k:02}"),
-                "Read",
-                json!({"file_path": format!("src/f{k}.rs")}),
-            ));
-        }
-        fake.script(Reply::text("All read."));
-    };
     let mut gw = gateway(Reasoning::Keep).await;
-    script(&gw.fake);
+    script_reads(&gw.fake, SDK_CALLS);
     let straight = FakeProvider::start().await;
-    script(&straight);
+    script_reads(&straight, SDK_CALLS);
     let straight_url = straight.url();
     let (through, direct) =
         tokio::join!(sdk_loop(&python, &gw.url), sdk_loop(&python, &straight_url));

@@ -1101,6 +1101,49 @@ async fn every_rpc_answers_its_documented_errors() {
         ),
         row(
             "Render",
+            "negative cache read price",
+            InvalidArgument,
+            "policy.cache_read_price",
+            c.render(pb::RenderRequest {
+                policy: Some(pb::RenderPolicy {
+                    cache_read_price: Some(-1.0),
+                    ..Default::default()
+                }),
+                ..render(Target::Branch("main".into()))
+            })
+            .await,
+        ),
+        row(
+            "Render",
+            "cache write price not a number",
+            InvalidArgument,
+            "policy.cache_write_price",
+            c.render(pb::RenderRequest {
+                policy: Some(pb::RenderPolicy {
+                    cache_write_price: Some(f64::NAN),
+                    ..Default::default()
+                }),
+                ..render(Target::Branch("main".into()))
+            })
+            .await,
+        ),
+        row(
+            "Render",
+            "unknown reasoning",
+            InvalidArgument,
+            "policy.reasoning",
+            c.render(pb::RenderRequest {
+                model: "claude-opus-5-5".into(),
+                policy: Some(pb::RenderPolicy {
+                    reasoning: 7,
+                    ..Default::default()
+                }),
+                ..render(Target::Branch("main".into()))
+            })
+            .await,
+        ),
+        row(
+            "Render",
             "budget leaves nothing",
             InvalidArgument,
             "budget",
@@ -1173,6 +1216,34 @@ async fn every_rpc_answers_its_documented_errors() {
             c.context_stats(stats(pb::context_stats_request::Target::Branch(
                 "nope".into(),
             )))
+            .await,
+        ),
+        row(
+            "ContextStats",
+            "cache read price not a number",
+            InvalidArgument,
+            "policy.cache_read_price",
+            c.context_stats(pb::ContextStatsRequest {
+                policy: Some(pb::RenderPolicy {
+                    cache_read_price: Some(f64::NAN),
+                    ..Default::default()
+                }),
+                ..stats(pb::context_stats_request::Target::Branch("main".into()))
+            })
+            .await,
+        ),
+        row(
+            "ContextStats",
+            "unknown reasoning",
+            InvalidArgument,
+            "policy.reasoning",
+            c.context_stats(pb::ContextStatsRequest {
+                policy: Some(pb::RenderPolicy {
+                    reasoning: 7,
+                    ..Default::default()
+                }),
+                ..stats(pb::context_stats_request::Target::Branch("main".into()))
+            })
             .await,
         ),
         // PrepareCompaction

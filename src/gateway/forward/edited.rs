@@ -36,18 +36,7 @@ pub fn kept(conv: &Conversation, client: &[&RawValue], cleared: &HashSet<&str>) 
             client: true,
         });
     }
-    let mut breakpoints: Vec<usize> = conv.markers.iter().map(|(i, _)| *i).collect();
-    breakpoints.sort_unstable();
-    breakpoints.dedup();
-    Kept {
-        verbatim: client.len(),
-        entries: client.len(),
-        client_markers: conv.markers.len(),
-        forwarded_markers: conv.markers.len(),
-        markers_moved: 0,
-        shape,
-        breakpoints,
-    }
+    Kept::all_client(conv, shape)
 }
 
 /// What a content is to the provider's cache, markers aside: every part, the model's reasoning

@@ -269,17 +269,25 @@ pub fn as_sent(
             client: true,
         });
     }
-    let mut breakpoints: Vec<usize> = conv.markers.iter().map(|(i, _)| *i).collect();
-    breakpoints.sort_unstable();
-    Some(Kept {
-        verbatim: client.len(),
-        entries: client.len(),
-        client_markers: conv.markers.len(),
-        forwarded_markers: conv.markers.len(),
-        markers_moved: 0,
-        shape,
-        breakpoints,
-    })
+    Some(Kept::all_client(conv, shape))
+}
+
+impl Kept {
+    /// What forwarding every client entry as its own bytes keeps: `shape`, one per entry, and
+    /// the client's breakpoints where it put them.
+    pub fn all_client(conv: &Conversation, shape: Vec<EntryShape>) -> Self {
+        let mut breakpoints: Vec<usize> = conv.markers.iter().map(|(i, _)| *i).collect();
+        breakpoints.sort_unstable();
+        Kept {
+            verbatim: shape.len(),
+            entries: shape.len(),
+            client_markers: conv.markers.len(),
+            forwarded_markers: conv.markers.len(),
+            markers_moved: 0,
+            shape,
+            breakpoints,
+        }
+    }
 }
 
 /// The size from which an unchanged message's document is built hollow.

@@ -11,6 +11,8 @@
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
+use crate::domain::AskedEdit;
+
 /// The beta that enables context editing.
 pub const CONTEXT_MANAGEMENT_BETA: &str = "context-management-2025-06-27";
 
@@ -20,33 +22,18 @@ pub const CONTEXT_MANAGEMENT: &str = "context_management";
 /// The edit that clears tool uses.
 const CLEAR_TOOL_USES: &str = "clear_tool_uses_20250919";
 
-/// A step as the provider's edit: clear the oldest `clear` tool uses of the request, keeping
-/// the newest `keep`; never those of `exclude_tools`; their inputs too with `clear_inputs`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ClearToolUses {
-    pub clear: u32,
-    pub keep: u32,
-    pub exclude_tools: Vec<String>,
-    pub clear_inputs: bool,
-}
-
-impl ClearToolUses {
-    /// The edit as the API reads it. It fires whenever the request holds more tool uses than
-    /// it clears, so the same `clear` clears the same tool uses on every call until the next
-    /// step, and the provider's cached prefix keeps hitting; it asks for no least saving, for
-    /// ctxd's step already paid for itself.
-    pub fn json(&self) -> Value {
-        let mut edit = json!({
-            "type": CLEAR_TOOL_USES,
-            "trigger": {"type": "tool_uses", "value": self.clear},
-            "keep": {"type": "tool_uses", "value": self.keep},
-            "clear_tool_inputs": self.clear_inputs,
-        });
-        if !self.exclude_tools.is_empty() {
-            edit["exclude_tools"] = json!(self.exclude_tools);
-        }
-        edit
-    }
+/// A step as the provider's edit, as the API reads it: clear the oldest `edit.clear` tool uses
+/// of the request, keeping the newest `edit.keep`. It fires whenever the request holds more
+/// tool uses than it clears, so the same `clear` clears the same tool uses on every call until
+/// the next step, and the provider's cached prefix keeps hitting; it asks for no least saving,
+/// for ctxd's step already paid for itself.
+fn clear_tool_uses(edit: &AskedEdit) -> Value {
+    json!({
+        "type": CLEAR_TOOL_USES,
+        "trigger": {"type": "tool_uses", "value": edit.clear},
+        "keep": {"type": "tool_uses", "value": edit.keep},
+        "clear_tool_inputs": false,
+    })
 }
 
 /// Why an edit is not merged into a request.
@@ -61,7 +48,7 @@ pub enum NotMerged {
 /// The request's `context_management` with `edit` added after the client's own edits (Anthropic
 /// wants `clear_thinking_20251015` first, and the client's order is kept), every other member
 /// of it as the client sent it.
-pub fn merged(client: Option<&RawValue>, edit: &ClearToolUses) -> Result<String, NotMerged> {
+pub fn merged(client: Option<&RawValue>, edit: &AskedEdit) -> Result<String, NotMerged> {
     let mut cm: Map<String, Value> = match client {
         None => Map::new(),
         Some(raw) => match serde_json::from_str::<Value>(raw.get()) {
@@ -82,7 +69,7 @@ pub fn merged(client: Option<&RawValue>, edit: &ClearToolUses) -> Result<String,
     {
         return Err(NotMerged::ClientClears);
     }
-    edits.push(edit.json());
+    edits.push(clear_tool_uses(edit));
     Ok(Value::Object(cm).to_string())
 }
 
@@ -93,7 +80,7 @@ pub fn merged(client: Option<&RawValue>, edit: &ClearToolUses) -> Result<String,
 pub fn clearing<'a>(
     tool_uses: impl IntoIterator<Item = &'a str>,
     cleared: &std::collections::HashSet<&str>,
-) -> Option<ClearToolUses> {
+) -> Option<AskedEdit> {
     let (mut clear, mut total) = (0u32, 0u32);
     let mut open = true;
     for id in tool_uses {
@@ -103,16 +90,14 @@ pub fn clearing<'a>(
             clear += 1;
         }
     }
-    (clear > 0).then(|| ClearToolUses {
+    (clear > 0).then_some(AskedEdit {
         clear,
         keep: total - clear,
-        exclude_tools: Vec::new(),
-        clear_inputs: false,
     })
 }
 
 /// A rendered document (`{system, messages}`) with `edit` as its `context_management`.
-pub fn with_edit(document: &str, edit: &ClearToolUses) -> Option<String> {
+pub fn with_edit(document: &str, edit: &AskedEdit) -> Option<String> {
     let mut doc: Map<String, Value> = serde_json::from_str(document).ok()?;
     let cm = merged(None, edit).ok()?;
     doc.insert(
@@ -208,13 +193,8 @@ mod tests {
         RawValue::from_string(text.to_owned()).expect("JSON")
     }
 
-    fn edit() -> ClearToolUses {
-        ClearToolUses {
-            clear: 12,
-            keep: 3,
-            exclude_tools: Vec::new(),
-            clear_inputs: false,
-        }
+    fn edit() -> AskedEdit {
+        AskedEdit { clear: 12, keep: 3 }
     }
 
     #[test]

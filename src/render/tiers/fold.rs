@@ -61,16 +61,7 @@ impl Fit<'_> {
                 self.cut_text(i, policy.recent_assistant_text_chars, Keep::HeadAndTail);
             }
         }
-        let stable = if boundary == 0 {
-            let first_assistant = self
-                .messages
-                .iter()
-                .position(|m| m.role == MessageRole::Assistant)
-                .unwrap_or(self.messages.len());
-            self.first_message_of(0).min(first_assistant)
-        } else {
-            decided
-        };
+        let stable = self.stable_from(boundary);
         if self.total() <= self.limit && !policy.reactive {
             return stable;
         }
@@ -142,16 +133,22 @@ impl Fit<'_> {
         for k in 0..boundary {
             self.clear_whole(k);
         }
-        if boundary == 0 {
-            let first_assistant = self
-                .messages
-                .iter()
-                .position(|m| m.role == MessageRole::Assistant)
-                .unwrap_or(self.messages.len());
-            self.first_message_of(0).min(first_assistant)
-        } else {
-            self.first_message_of(boundary)
+        self.stable_from(boundary)
+    }
+
+    /// The first message the next step may change, the last one's boundary at `boundary`:
+    /// before any step, the first result's call or the first assistant message, whichever comes
+    /// first (a step will cut the assistant text there).
+    fn stable_from(&self, boundary: usize) -> usize {
+        if boundary > 0 {
+            return self.first_message_of(boundary);
         }
+        let first_assistant = self
+            .messages
+            .iter()
+            .position(|m| m.role == MessageRole::Assistant)
+            .unwrap_or(self.messages.len());
+        self.first_message_of(0).min(first_assistant)
     }
 
     /// The render's total with the results before `boundary` cleared, without clearing them.
