@@ -2,8 +2,8 @@
 
 use super::pb;
 use crate::domain::{
-    BlockFormat, Branch, CachePrices, Error, Expose, FunctionResult, FunctionStatus, MediaSource,
-    Node, NodeContent, NodeKind, Part, ProviderBlock, Role, Session, ToolCall,
+    Branch, CachePrices, Error, Expose, FunctionResult, FunctionStatus, MediaSource, Node,
+    NodeContent, NodeKind, Part, ProviderBlock, Role, Session, ToolCall, WireFormat,
 };
 use crate::render::{Budget, Message, MessageRole, Policy, Reduction, Report, Saved, Trigger};
 use crate::tokens::Tokens;
@@ -117,7 +117,7 @@ fn parts(field: &str, parts: Vec<pb::ContentPart>) -> Result<Vec<Part>, Error> {
         .map(|(i, part)| match part.part {
             Some(P::Text(text)) => Ok(Part::Text(text)),
             // A provider block travels as media of its format's MIME type.
-            Some(P::Media(media)) if BlockFormat::from_mime(&media.mime_type).is_some() => {
+            Some(P::Media(media)) if WireFormat::from_mime(&media.mime_type).is_some() => {
                 let at = format!("{field}.parts[{i}].media.data");
                 match media.source {
                     Some(Source::Data(data)) => ProviderBlock::from_media(&media.mime_type, data)

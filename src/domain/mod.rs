@@ -21,8 +21,8 @@ pub use history::{History, ImportedOverlay, Op, Snapshot};
 pub use ids::{BranchName, GatewayCallId, NodeId, SessionId};
 pub use ledger::{Command, ErrorLine, FileUse, FunctionUse, Ledger, normalize, paths_in};
 pub use node::{
-    BlockFormat, ClosedChain, Expose, FunctionResult, FunctionStatus, MediaSource, Node,
-    NodeContent, NodeKind, Part, PathView, ProviderBlock, Role, ToolCall,
+    ClosedChain, Expose, FunctionResult, FunctionStatus, MediaSource, Node, NodeContent, NodeKind,
+    Part, PathView, ProviderBlock, Role, ToolCall, WireFormat,
 };
 pub use pairing::{Admit, ChainTail};
 pub use prices::CachePrices;

@@ -49,9 +49,10 @@ pub enum Part {
     Block(ProviderBlock),
 }
 
-/// The wire format a kept provider block belongs to.
+/// A provider's wire format: the one name of a format everywhere (the gateway's routes and
+/// codecs, rendered documents, the format a kept provider block belongs to).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum BlockFormat {
+pub enum WireFormat {
     /// A content block of the Anthropic Messages API (thinking with its signature, server tool
     /// use and its results, documents, citations, any type ctxd does not know), or the fields
     /// a message carries beside `role` and `content`.
@@ -62,13 +63,18 @@ pub enum BlockFormat {
     /// assistant message with its id, a server tool's call, any type ctxd does not know), a
     /// content part other than plain text, or what an item stored as a call had beside it.
     Responses,
+    /// A part of a Gemini `generateContent` content (a thought with its signature, a function
+    /// call's signature, any part ctxd does not know), or the fields a content or part carries
+    /// beside those ctxd reads.
+    Gemini,
 }
 
-impl BlockFormat {
-    pub const ALL: [BlockFormat; 3] = [
-        BlockFormat::AnthropicMessages,
-        BlockFormat::ChatCompletions,
-        BlockFormat::Responses,
+impl WireFormat {
+    pub const ALL: [WireFormat; 4] = [
+        WireFormat::AnthropicMessages,
+        WireFormat::ChatCompletions,
+        WireFormat::Responses,
+        WireFormat::Gemini,
     ];
 
     /// The MIME type a block of this format travels and is stored under where a part is media
@@ -76,15 +82,16 @@ impl BlockFormat {
     /// sessions stored before blocks had a type of their own keep their identities.
     pub fn mime(self) -> &'static str {
         match self {
-            BlockFormat::AnthropicMessages => "application/vnd.ctxd.anthropic-block+json",
-            BlockFormat::ChatCompletions => "application/vnd.ctxd.openai-part+json",
-            BlockFormat::Responses => "application/vnd.ctxd.responses-item+json",
+            WireFormat::AnthropicMessages => "application/vnd.ctxd.anthropic-block+json",
+            WireFormat::ChatCompletions => "application/vnd.ctxd.openai-part+json",
+            WireFormat::Responses => "application/vnd.ctxd.responses-item+json",
+            WireFormat::Gemini => "application/vnd.ctxd.gemini-part+json",
         }
     }
 
     pub fn from_mime(mime: &str) -> Option<Self> {
         if mime == REASONING_MIME {
-            return Some(BlockFormat::AnthropicMessages);
+            return Some(WireFormat::AnthropicMessages);
         }
         Self::ALL.into_iter().find(|f| f.mime() == mime)
     }
@@ -92,9 +99,10 @@ impl BlockFormat {
     /// The name ctxd JSONL writes.
     pub fn name(self) -> &'static str {
         match self {
-            BlockFormat::AnthropicMessages => "anthropic_messages",
-            BlockFormat::ChatCompletions => "chat_completions",
-            BlockFormat::Responses => "responses",
+            WireFormat::AnthropicMessages => "anthropic_messages",
+            WireFormat::ChatCompletions => "chat_completions",
+            WireFormat::Responses => "responses",
+            WireFormat::Gemini => "gemini",
         }
     }
 
@@ -111,7 +119,7 @@ pub const REASONING_MIME: &str = "application/vnd.ctxd.anthropic-reasoning+json"
 /// marker): given back to its own API byte for byte, left out of the others.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProviderBlock {
-    pub format: BlockFormat,
+    pub format: WireFormat,
     pub json: String,
     /// The model's reasoning (its codec says which blocks are): like a cache marker, not part
     /// of what a message says. A client that resends its history without it (after the
@@ -121,7 +129,7 @@ pub struct ProviderBlock {
 }
 
 impl ProviderBlock {
-    pub fn new(format: BlockFormat, json: String) -> Self {
+    pub fn new(format: WireFormat, json: String) -> Self {
         Self {
             format,
             json,
@@ -131,7 +139,7 @@ impl ProviderBlock {
 
     pub fn reasoning(json: String) -> Self {
         Self {
-            format: BlockFormat::AnthropicMessages,
+            format: WireFormat::AnthropicMessages,
             json,
             reasoning: true,
         }
@@ -149,7 +157,7 @@ impl ProviderBlock {
     /// The block a caller sent as media of `mime`: `None` when `mime` is no block's;
     /// `Some(None)` when the data is not JSON text.
     pub fn from_media(mime: &str, data: Vec<u8>) -> Option<Option<Self>> {
-        let format = BlockFormat::from_mime(mime)?;
+        let format = WireFormat::from_mime(mime)?;
         let checked = String::from_utf8(data)
             .ok()
             .filter(|json| serde_json::from_str::<serde::de::IgnoredAny>(json).is_ok());
@@ -163,7 +171,7 @@ impl ProviderBlock {
     /// A block read back from the store, which checked it when it was written: only UTF-8 is
     /// checked, not its JSON again on every read.
     pub fn stored(mime: &str, data: Vec<u8>) -> Option<Option<Self>> {
-        let format = BlockFormat::from_mime(mime)?;
+        let format = WireFormat::from_mime(mime)?;
         Some(String::from_utf8(data).ok().map(|json| Self {
             format,
             json,

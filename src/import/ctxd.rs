@@ -12,8 +12,8 @@ use serde_json::Value;
 
 use super::{History, Op, json_lines, string_field};
 use crate::domain::{
-    BlockFormat, BranchName, Error, Expose, FunctionResult, FunctionStatus, ImportedOverlay,
-    Ledger, MediaSource, NodeContent, Part, ProviderBlock, Role, SummaryKind, ToolCall,
+    BranchName, Error, Expose, FunctionResult, FunctionStatus, ImportedOverlay, Ledger,
+    MediaSource, NodeContent, Part, ProviderBlock, Role, SummaryKind, ToolCall, WireFormat,
 };
 use crate::provider::canonical::canonical;
 
@@ -456,7 +456,7 @@ fn parts(v: &Value, at: &str) -> Result<Vec<Part>, Error> {
             };
             // Files written before blocks had a form of their own carry them as media.
             if let MediaSource::Data(data) = &source
-                && BlockFormat::from_mime(&mime_type).is_some()
+                && WireFormat::from_mime(&mime_type).is_some()
                 && let Some(block) = ProviderBlock::from_media(&mime_type, data.clone())
             {
                 return block
@@ -471,7 +471,7 @@ fn parts(v: &Value, at: &str) -> Result<Vec<Part>, Error> {
 /// A kept provider block: `{format, value}`, its JSON written canonically as when it was kept.
 fn provider_block(v: &Value, at: &str) -> Result<Part, Error> {
     let name = string_field(v, at, "format")?;
-    let format = BlockFormat::from_name(name).ok_or_else(|| {
+    let format = WireFormat::from_name(name).ok_or_else(|| {
         Error::invalid(
             format!("{at}.format"),
             format!("unknown format {name:?} (anthropic_messages, chat_completions, responses)"),

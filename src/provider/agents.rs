@@ -142,7 +142,7 @@ fn item_type(content: &NodeContent) -> Option<String> {
     match (parts.as_slice(), tool_calls.is_empty()) {
         ([part], true) => {
             let value =
-                crate::provider::format::opaque(part, crate::domain::BlockFormat::Responses)?;
+                crate::provider::format::opaque(part, crate::domain::WireFormat::Responses)?;
             value.get("type")?.as_str().map(str::to_owned)
         }
         _ => None,

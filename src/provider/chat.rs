@@ -12,7 +12,7 @@ use super::answer::{Relayed, assistant_node, index, openai_usage, part};
 use super::canonical::{canonical_arguments, canonical_block};
 use super::conversation::{Conversation, Item, Refusal};
 use crate::domain::{
-    BlockFormat, MediaSource, NodeContent, Part, ProviderBlock, ProviderUsage, Role, ToolCall,
+    MediaSource, NodeContent, Part, ProviderBlock, ProviderUsage, Role, ToolCall, WireFormat,
 };
 
 /// Reads a chat-completions request body.
@@ -147,7 +147,7 @@ fn parts(content: Option<&Value>) -> Vec<Part> {
                     (Some("text"), Some(t)) if plain => Some(Part::Text(t.to_owned())),
                     (Some("image_url"), _) if image(p).is_some() => image(p),
                     _ => Some(Part::Block(ProviderBlock::new(
-                        BlockFormat::ChatCompletions,
+                        WireFormat::ChatCompletions,
                         canonical_block(p),
                     ))),
                 }

@@ -348,8 +348,8 @@ fn documents(
 /// character and each call's arguments `{}`, so what decides an entry's shape (roles, which
 /// texts are empty, media, calls and their ids) is kept, the bulk not.
 fn hollow_bulk(m: &Message, format: Format) -> (Vec<Part>, Vec<ToolCall>) {
-    use crate::domain::BlockFormat;
     use crate::domain::MediaSource;
+    use crate::domain::WireFormat;
     use crate::provider::format::MESSAGE_FIELDS;
     let parts = m
         .parts
@@ -360,7 +360,7 @@ fn hollow_bulk(m: &Message, format: Format) -> (Vec<Part>, Vec<ToolCall>) {
             // own fields, which the document reads.
             Part::Block(block)
                 if format == Format::Anthropic
-                    && block.format == BlockFormat::AnthropicMessages
+                    && block.format == WireFormat::AnthropicMessages
                     && !contains(block.json.as_bytes(), MESSAGE_FIELDS.as_bytes()) =>
             {
                 Part::Text("x".to_owned())
@@ -493,8 +493,8 @@ pub fn client_entries<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::{BlockFormat, ProviderBlock};
     use crate::domain::{MediaSource, ToolCall};
+    use crate::domain::{ProviderBlock, WireFormat};
     use crate::provider::format::MESSAGE_FIELDS;
     use crate::render::MessageRole;
 
@@ -507,7 +507,7 @@ mod tests {
 
     fn block(json: &str) -> Part {
         Part::Block(ProviderBlock::new(
-            BlockFormat::AnthropicMessages,
+            WireFormat::AnthropicMessages,
             json.to_owned(),
         ))
     }

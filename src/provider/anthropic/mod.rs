@@ -17,7 +17,7 @@ use super::answer::assistant_node;
 use super::canonical::{canonical, canonical_block};
 use super::conversation::{Conversation, Item, Refusal, estimate};
 use super::format::MESSAGE_FIELDS;
-use crate::domain::{BlockFormat, MediaSource, NodeContent, Part, ProviderBlock, Role, ToolCall};
+use crate::domain::{MediaSource, NodeContent, Part, ProviderBlock, Role, ToolCall, WireFormat};
 
 pub use answer::Answer;
 
@@ -288,7 +288,7 @@ fn kept(block: &Value) -> Part {
     if is_reasoning(block) {
         Part::Block(ProviderBlock::reasoning(json))
     } else {
-        Part::Block(ProviderBlock::new(BlockFormat::AnthropicMessages, json))
+        Part::Block(ProviderBlock::new(WireFormat::AnthropicMessages, json))
     }
 }
 

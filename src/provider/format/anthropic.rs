@@ -37,7 +37,7 @@ fn anthropic_blocks(parts: &[Part]) -> Vec<Value> {
 
 /// A kept Messages API block as itself (`None`: another API's, or a message's own fields).
 pub fn anthropic_block(part: &Part) -> Option<Value> {
-    opaque(part, BlockFormat::AnthropicMessages).filter(|b| !is_message_fields(b))
+    opaque(part, WireFormat::AnthropicMessages).filter(|b| !is_message_fields(b))
 }
 
 fn is_message_fields(block: &Value) -> bool {
@@ -48,7 +48,7 @@ fn is_message_fields(block: &Value) -> bool {
 fn message_fields(parts: &[Part]) -> Vec<(String, Value)> {
     parts
         .iter()
-        .filter_map(|p| opaque(p, BlockFormat::AnthropicMessages))
+        .filter_map(|p| opaque(p, WireFormat::AnthropicMessages))
         .filter(is_message_fields)
         .filter_map(|b| match b {
             Value::Object(map) => Some(map.into_iter().filter(|(k, _)| k != "type")),
@@ -61,7 +61,7 @@ fn message_fields(parts: &[Part]) -> Vec<(String, Value)> {
 /// A tool result's content: one string when it is text alone (as clients send it), else its
 /// blocks, so images and kept blocks reach the model as themselves.
 fn anthropic_result_content(parts: &[Part]) -> Value {
-    let foreign = |p: &Part| block_of(p, &[BlockFormat::ChatCompletions, BlockFormat::Responses]);
+    let foreign = |p: &Part| block_of(p, &[WireFormat::ChatCompletions, WireFormat::Responses]);
     if parts
         .iter()
         .all(|p| matches!(p, Part::Text(_)) || foreign(p))

@@ -3,7 +3,7 @@
 use super::*;
 
 fn openai_content(parts: &[Part]) -> Value {
-    let foreign = |p: &Part| block_of(p, &[BlockFormat::AnthropicMessages, BlockFormat::Responses]);
+    let foreign = |p: &Part| block_of(p, &[WireFormat::AnthropicMessages, WireFormat::Responses]);
     if parts
         .iter()
         .all(|p| matches!(p, Part::Text(_)) || foreign(p))
@@ -16,7 +16,7 @@ fn openai_content(parts: &[Part]) -> Value {
             .filter(|p| !foreign(p))
             .map(|p| match p {
                 Part::Text(t) => json!({ "type": "text", "text": t }),
-                Part::Block(_) => opaque(p, BlockFormat::ChatCompletions).unwrap_or(Value::Null),
+                Part::Block(_) => opaque(p, WireFormat::ChatCompletions).unwrap_or(Value::Null),
                 Part::Media { mime_type, source } if openai_carries(mime_type) => {
                     let url = match source {
                         MediaSource::Url(url) => url.clone(),
@@ -123,7 +123,7 @@ pub fn tool_call(id: &str, name: &str, arguments: &str) -> Value {
 pub fn session_content(parts: &[Part]) -> Value {
     let parts: Vec<&Part> = parts
         .iter()
-        .filter(|p| !block_of(p, &[BlockFormat::AnthropicMessages, BlockFormat::Responses]))
+        .filter(|p| !block_of(p, &[WireFormat::AnthropicMessages, WireFormat::Responses]))
         .collect();
     match parts.as_slice() {
         [] => Value::Null,
@@ -139,7 +139,7 @@ pub fn session_content(parts: &[Part]) -> Value {
                     };
                     Some(json!({ "type": "image_url", "image_url": { "url": url } }))
                 }
-                Part::Block(_) => opaque(p, BlockFormat::ChatCompletions),
+                Part::Block(_) => opaque(p, WireFormat::ChatCompletions),
             })
             .collect(),
     }

@@ -11,7 +11,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use serde_json::{Value, json};
 
-use crate::domain::{BlockFormat, MediaSource, NodeId, Part};
+use crate::domain::{MediaSource, NodeId, Part, WireFormat};
 use crate::render::{Message, MessageRole, Reduction};
 
 mod anthropic;
@@ -55,7 +55,7 @@ pub const MESSAGE_FIELDS: &str = "ctxd_message_fields";
 pub const ITEM_FIELDS: &str = "ctxd_item_fields";
 
 /// The JSON of a kept block of `format`, if `part` is one.
-pub fn opaque(part: &Part, format: BlockFormat) -> Option<Value> {
+pub fn opaque(part: &Part, format: WireFormat) -> Option<Value> {
     match part {
         Part::Block(block) if block.format == format => serde_json::from_str(&block.json).ok(),
         _ => None,
@@ -63,7 +63,7 @@ pub fn opaque(part: &Part, format: BlockFormat) -> Option<Value> {
 }
 
 /// Whether `part` is a kept block of one of `formats`.
-fn block_of(part: &Part, formats: &[BlockFormat]) -> bool {
+fn block_of(part: &Part, formats: &[WireFormat]) -> bool {
     matches!(part, Part::Block(b) if formats.contains(&b.format))
 }
 

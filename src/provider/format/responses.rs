@@ -4,7 +4,7 @@ use super::*;
 
 /// A kept Responses item's fields part (see [`ITEM_FIELDS`]), if `part` is one.
 fn item_fields(part: &Part) -> Option<serde_json::Map<String, Value>> {
-    match opaque(part, BlockFormat::Responses)? {
+    match opaque(part, WireFormat::Responses)? {
         Value::Object(map)
             if map.get("type").and_then(Value::as_str) == Some(ITEM_FIELDS)
                 && map.get("item").is_some_and(Value::is_object) =>
@@ -31,7 +31,7 @@ fn responses_content(parts: &[Part], text_type: &str) -> Vec<Value> {
         .iter()
         .filter_map(|p| match p {
             Part::Text(t) => Some(json!({ "type": text_type, "text": t })),
-            Part::Block(_) => opaque(p, BlockFormat::Responses)
+            Part::Block(_) => opaque(p, WireFormat::Responses)
                 .filter(|v| item_fields(p).is_none() && !v.is_null()),
             Part::Media { mime_type, source } if openai_carries(mime_type) => {
                 let url = match source {
@@ -147,7 +147,7 @@ pub fn responses_document(messages: &[Message]) -> (Value, Vec<Vec<usize>>) {
                     match p {
                         Part::Text(t) if t.is_empty() => {}
                         Part::Text(t) => text.push(json!({ "type": "output_text", "text": t })),
-                        Part::Block(b) if b.format == BlockFormat::Responses => {
+                        Part::Block(b) if b.format == WireFormat::Responses => {
                             flush(&mut text, &mut out);
                             if let Some(fields) = item_fields(p) {
                                 let id = fields.get("call_id").and_then(Value::as_str);
@@ -165,7 +165,7 @@ pub fn responses_document(messages: &[Message]) -> (Value, Vec<Vec<usize>>) {
                                     }
                                     out.push(responses_call(call, item));
                                 }
-                            } else if let Some(item) = opaque(p, BlockFormat::Responses) {
+                            } else if let Some(item) = opaque(p, WireFormat::Responses) {
                                 out.push(item);
                             }
                         }

@@ -3,7 +3,7 @@
 //! assistant node it appends, the rendered branch as the `input` it forwards, and the API's
 //! error shape.
 //!
-//! How items become nodes (`Part::Block` of `BlockFormat::Responses` are kept as their canonical
+//! How items become nodes (`Part::Block` of `WireFormat::Responses` are kept as their canonical
 //! JSON and given back as themselves):
 //!
 //! - An item's bookkeeping ([`BOOKKEEPING`]: its `id`, its `status`, Codex's
@@ -54,7 +54,7 @@ use super::answer::assistant_node;
 use super::canonical::{canonical, canonical_arguments, canonical_block};
 use super::conversation::{Conversation, Item, Refusal, estimate};
 use super::format::ITEM_FIELDS;
-use crate::domain::{BlockFormat, NodeContent, Part, ProviderBlock, Role, ToolCall};
+use crate::domain::{NodeContent, Part, ProviderBlock, Role, ToolCall, WireFormat};
 
 pub use answer::Answer;
 
@@ -206,7 +206,7 @@ fn read_items(conv: &mut Conversation, items: &[Value]) -> Result<(), Refusal> {
 /// A kept item or content part.
 fn kept(value: &Value) -> Part {
     Part::Block(ProviderBlock::new(
-        BlockFormat::Responses,
+        WireFormat::Responses,
         canonical_block(value),
     ))
 }

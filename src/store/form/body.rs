@@ -4,8 +4,8 @@ use serde::{Deserialize, Serialize};
 
 use super::Error;
 use crate::domain::{
-    BlockFormat, ClosedChain, Expose, FunctionResult, FunctionStatus, Hash, MediaSource,
-    NodeContent, NodeId, NodeKind, Part, ProviderBlock, Role, ToolCall, blob_hash,
+    ClosedChain, Expose, FunctionResult, FunctionStatus, Hash, MediaSource, NodeContent, NodeId,
+    NodeKind, Part, ProviderBlock, Role, ToolCall, WireFormat, blob_hash,
 };
 
 #[derive(Serialize, Deserialize)]
@@ -242,7 +242,7 @@ impl Body {
                             mime,
                             blob: Some(hex),
                             ..
-                        } if BlockFormat::from_mime(&mime).is_some() => Part::Block(
+                        } if WireFormat::from_mime(&mime).is_some() => Part::Block(
                             ProviderBlock::stored(&mime, fetch(&hex)?)
                                 .flatten()
                                 .ok_or_else(|| {
