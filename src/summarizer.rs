@@ -1,4 +1,5 @@
-//! The server's own summarizer: any OpenAI-compatible chat-completions endpoint.
+//! The server's own summarizer: any OpenAI-compatible chat-completions endpoint, its HTTP and
+//! its policy (the wire shape it sends and reads is `provider::summarize`'s).
 //!
 //! An input larger than the model's window is summarized in budgeted chunks with a rolling
 //! summary; a "prompt too long" answer is retried once with chunks half the size. Calls and
@@ -6,10 +7,11 @@
 
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::compact::EVIDENCE_NOTE;
 use crate::domain::Part;
+use crate::provider::summarize;
 use crate::render::{Message, MessageRole};
 use crate::tokens::{Count, Tokens};
 
@@ -48,20 +50,7 @@ pub enum Error {
 impl Error {
     /// Whether the provider refused the prompt as longer than its window.
     fn too_long(&self) -> bool {
-        let Error::Provider { status, body } = self else {
-            return false;
-        };
-        let body = body.to_lowercase();
-        (*status == 400 || *status == 413)
-            && [
-                "context length",
-                "context_length",
-                "too long",
-                "too many tokens",
-                "maximum context",
-            ]
-            .iter()
-            .any(|needle| body.contains(needle))
+        matches!(self, Error::Provider { status, body } if summarize::too_long(*status, body))
     }
 }
 
@@ -81,36 +70,6 @@ pub struct Summarizer {
     client: reqwest::Client,
 }
 
-#[derive(Serialize)]
-struct ChatRequest<'a> {
-    model: &'a str,
-    messages: Vec<ChatMessage<'a>>,
-    max_tokens: Tokens,
-    temperature: f32,
-}
-
-#[derive(Serialize)]
-struct ChatMessage<'a> {
-    role: &'a str,
-    content: String,
-}
-
-#[derive(Deserialize)]
-struct ChatResponse {
-    choices: Vec<Choice>,
-}
-
-#[derive(Deserialize)]
-struct Choice {
-    message: ChoiceMessage,
-}
-
-#[derive(Deserialize)]
-struct ChoiceMessage {
-    #[serde(default)]
-    content: Option<String>,
-}
-
 impl Summarizer {
     pub fn new(config: Config) -> Result<Self, Error> {
         // One process-wide crypto provider for TLS; a second install is harmless.
@@ -118,12 +77,7 @@ impl Summarizer {
         let client = reqwest::Client::builder()
             .build()
             .map_err(|e| Error::Transport(e.to_string()))?;
-        let trimmed = config.url.trim_end_matches('/');
-        let endpoint = if trimmed.ends_with("/chat/completions") {
-            trimmed.to_owned()
-        } else {
-            format!("{trimmed}/chat/completions")
-        };
+        let endpoint = summarize::endpoint(&config.url);
         Ok(Self {
             config,
             endpoint,
@@ -196,13 +150,8 @@ impl Summarizer {
     /// which would change the prefix.
     pub async fn summarize_request(&self, request: &[Message]) -> Result<String, Error> {
         // The messages as a value: written once, in the body, not as text read back.
-        let messages = crate::provider::format::openai_chat(request);
-        let body = crate::provider::format::request(
-            &self.config.model,
-            messages,
-            self.config.max_output_tokens,
-            0.0,
-        );
+        let body =
+            summarize::conversation(&self.config.model, request, self.config.max_output_tokens);
         tokio::time::timeout(self.config.timeout, self.post(&body))
             .await
             .map_err(|_| Error::Timeout(self.config.timeout))?
@@ -277,21 +226,12 @@ impl Summarizer {
             user.push_str("Transcript:\n");
         }
         user.push_str(chunk);
-        let request = ChatRequest {
-            model: &self.config.model,
-            messages: vec![
-                ChatMessage {
-                    role: "system",
-                    content: system,
-                },
-                ChatMessage {
-                    role: "user",
-                    content: user,
-                },
-            ],
-            max_tokens: self.config.max_output_tokens,
-            temperature: 0.0,
-        };
+        let request = summarize::prompt(
+            &self.config.model,
+            &system,
+            &user,
+            self.config.max_output_tokens,
+        );
         self.post(&request).await
     }
 
@@ -316,14 +256,7 @@ impl Summarizer {
                 body: body.chars().take(500).collect(),
             });
         }
-        let parsed: ChatResponse =
-            serde_json::from_str(&body).map_err(|e| Error::Malformed(e.to_string()))?;
-        parsed
-            .choices
-            .into_iter()
-            .next()
-            .and_then(|c| c.message.content)
-            .ok_or_else(|| Error::Malformed("no choices[0].message.content".into()))
+        summarize::answer_text(&body).map_err(Error::Malformed)
     }
 }
 

@@ -15,3 +15,4 @@ pub mod format;
 pub mod models;
 pub mod responses;
 pub mod sse;
+pub mod summarize;
