@@ -170,6 +170,7 @@ pub async fn serve_with(
             gateway,
             workflows.clone(),
             api_keys.clone(),
+            admission.clone(),
             limits.max_part_bytes,
         );
         AbortOnDrop(tokio::spawn(async move {

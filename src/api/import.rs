@@ -74,6 +74,8 @@ impl ContextStoreService {
                 import::Source::ClaudeCodeJsonl => pb::ImportFormat::ClaudeCodeJsonl,
                 import::Source::OpenAiMessages => pb::ImportFormat::OpenaiMessages,
                 import::Source::CtxdJsonl => pb::ImportFormat::CtxdJsonl,
+                // The contract has no value for it yet: detected, never named.
+                import::Source::GeminiCliSession => pb::ImportFormat::Unspecified,
             }
             .into(),
             warnings: plan.warnings,

@@ -226,6 +226,7 @@ async fn serve(
             gateway.anthropic_upstream,
             gateway.openai_upstream,
         );
+        g.gemini_upstream = gateway.gemini_upstream;
         g.policy = crate::server::GatewayPolicy::parse(&gateway.gateway_policy).unwrap_or_default();
         g.windows = gateway.context_windows.clone();
         g.reasoning = match gateway.gateway_reasoning.as_str() {

@@ -36,6 +36,14 @@ pub(super) struct GatewayArgs {
         default_value = "https://api.openai.com"
     )]
     pub(super) openai_upstream: String,
+    /// Where the gateway forwards Gemini calls.
+    #[arg(
+        long,
+        env = "CTXD_GEMINI_UPSTREAM",
+        value_name = "URL",
+        default_value = crate::gateway::GEMINI_UPSTREAM
+    )]
+    pub(super) gemini_upstream: String,
     /// What the gateway forwards: `stepped` (ctxd's render of the branch) or `passthrough`
     /// (the client's request as it came, still recorded); a request's `x-ctxd-policy` header
     /// overrides it.

@@ -44,8 +44,7 @@ impl App {
         };
         let path = self
             .workflows
-            .store
-            .load_path(recorded.session, &target)
+            .call_path(recorded.session, &target)
             .await
             .map_err(|e| {
                 tracing::warn!(error = %e, "gateway: a path was not loaded");
@@ -74,9 +73,13 @@ impl App {
         } else {
             seen
         };
-        let mode = match (api, entry.binds(conv.reasoning), self.reasoning) {
-            (Api::Anthropic, true, Reasoning::Keep) => Mode::Edits,
-            (Api::Anthropic, true, Reasoning::Drop) => Mode::DropThinking,
+        let mode = match (
+            api.provider_edits(),
+            entry.binds(conv.reasoning),
+            self.reasoning,
+        ) {
+            (true, true, Reasoning::Keep) => Mode::Edits,
+            (true, true, Reasoning::Drop) => Mode::DropThinking,
             _ => Mode::Rewrite,
         };
         if mode == Mode::Edits {
@@ -103,8 +106,7 @@ impl App {
         let stored = match located.expected {
             Some((node, _)) => self
                 .workflows
-                .store
-                .load_path(located.session, &PathTarget::Node(node))
+                .call_path(located.session, &PathTarget::Node(node))
                 .await
                 .map_err(|e| {
                     tracing::warn!(error = %e, "gateway: a path was not loaded");
@@ -112,7 +114,7 @@ impl App {
                 })?,
             None => PathView::default(),
         };
-        let mut state = ledger::State::load(&self.workflows.store, (located.session, None)).await;
+        let mut state = ledger::State::load(&self.workflows, (located.session, None)).await;
         if located.behind {
             let (path, rendered) = self.rendered(stored, options, &mut state).await?;
             let contents: Vec<&NodeContent> = conv.items.iter().map(|i| &i.content).collect();
@@ -233,7 +235,7 @@ impl App {
         key: ledger::Key,
         mode: Mode,
     ) -> Result<ForwardedBody, &'static str> {
-        let mut state = ledger::State::load(&self.workflows.store, key).await;
+        let mut state = ledger::State::load(&self.workflows, key).await;
         let (path, rendered) = self.rendered(path, options, &mut state).await?;
         let contents: Vec<&NodeContent> = conv.items.iter().map(|i| &i.content).collect();
         written(api, conv, &contents, &path, rendered, body, state, mode)
@@ -281,14 +283,7 @@ fn written(
     let mut thinking_dropped = 0;
     // The forwarded conversation in full: the entries and what they keep.
     let build = |messages: &mut [Message]| {
-        forward::conversation(
-            api.format(),
-            conv,
-            contents,
-            client.as_deref(),
-            path,
-            messages,
-        )
+        forward::conversation(api, conv, contents, client.as_deref(), path, messages)
     };
     #[cfg(debug_assertions)]
     if let Some(kept) = &as_sent {

@@ -2,8 +2,6 @@
 //! render and forward; the ledger's verdict on what was forwarded, and an agent's own summary
 //! laid over the history it replaced.
 
-use std::sync::Arc;
-
 use axum::body::Bytes;
 use axum::http::{HeaderMap, Method, Uri};
 use axum::response::Response;
@@ -11,17 +9,17 @@ use serde_json::Value;
 
 use super::answer::{Named, Recording, Sink};
 use super::body::ForwardedBody;
-use super::config::{GatewayPolicy, policy};
+use super::config::GatewayPolicy;
 use super::{
-    Api, App, count, ledger, passthrough, request_policy, session_header, with_client_session,
+    Api, App, count, invalid, ledger, passthrough, request_policy, session_header,
+    with_client_session,
 };
-use crate::domain::{AskedEdit, Budget, Tenant};
+use crate::domain::AskedEdit;
 use crate::provider::anthropic::edits;
+use crate::provider::codec::Request;
 use crate::provider::conversation::{Conversation, Refusal};
 use crate::store::now_ms;
-use crate::tokens::Tokenizer;
-use crate::workflow::compaction::{PrepareArgs, PrepareOutcome};
-use crate::workflow::record::{self, Recorded, Unrecorded};
+use crate::workflow::record::{self, Call, Unrecorded};
 
 impl App {
     /// A request the gateway does not record, for `reason`: counted, and forwarded as sent.
@@ -53,47 +51,51 @@ impl App {
         };
         // The parsed body lives only while it is read: a large body is not held twice more.
         let read = match serde_json::from_slice::<Value>(&body) {
-            Ok(value) => api.read(value),
+            Ok(body) => api.read(Request {
+                path: uri.path(),
+                body,
+            }),
             Err(e) => {
                 count(api, "invalid");
-                return api.invalid("body", &format!("not JSON: {e}"));
+                return invalid(api, "body", &format!("not JSON: {e}"));
             }
         };
         let policy = match request_policy(self.policy, &headers) {
             Ok(p) => p,
             Err(()) => {
                 count(api, "invalid");
-                return api.invalid("x-ctxd-policy", "must be \"stepped\" or \"passthrough\"");
+                return invalid(
+                    api,
+                    "x-ctxd-policy",
+                    "must be \"stepped\" or \"passthrough\"",
+                );
             }
         };
         let named = match session_header(&headers) {
             Ok(n) => n,
             Err(()) => {
                 count(api, "invalid");
-                return api.invalid("x-ctxd-session", "must be visible ASCII and not empty");
+                return invalid(api, "x-ctxd-session", "must be visible ASCII and not empty");
             }
         };
         let conv = match read {
             Ok(conv) => with_client_session(conv, &headers),
             Err(Refusal::Invalid { field, message }) => {
                 count(api, "invalid");
-                return api.invalid(&field, &message);
+                return invalid(api, &field, &message);
             }
             Err(Refusal::Unrecordable(reason)) => {
                 return self.unchanged(api, reason, &uri, &headers, body).await;
             }
         };
         let t_read = t0.elapsed();
+        let call = Call {
+            tenant,
+            named,
+            max_part_bytes: self.max_part_bytes,
+        };
         if policy == GatewayPolicy::Stepped {
-            let located = record::locate(
-                &self.workflows.store,
-                &self.keys_seen,
-                &tenant,
-                named.as_deref(),
-                &conv,
-                self.max_part_bytes,
-            )
-            .await;
+            let located = self.workflows.locate(&call, &conv).await;
             tracing::debug!(
                 read_us = t_read.as_micros() as u64,
                 locate_us = (t0.elapsed() - t_read).as_micros() as u64,
@@ -102,7 +104,7 @@ impl App {
             match located {
                 Ok(Some(located)) => {
                     return self
-                        .handle_located(api, uri, headers, body, tenant, named, conv, located)
+                        .handle_located(api, uri, headers, body, call, conv, located)
                         .await;
                 }
                 Ok(None) => {}
@@ -111,23 +113,20 @@ impl App {
                 }
             }
         }
-        let recorded = match record::record(
-            &self.workflows.store,
-            &self.keys_seen,
-            &tenant,
-            named.as_deref(),
-            &conv,
-            self.max_part_bytes,
-        )
-        .await
-        {
+        let recorded = match self.workflows.record(&call, &conv).await {
             Ok(r) => r,
             Err(Unrecorded(reason)) => {
                 return self.unchanged(api, reason, &uri, &headers, body).await;
             }
         };
         if let Some(summary) = &recorded.agent_summary {
-            self.lay_agent_summary(&recorded, summary).await;
+            self.workflows
+                .lay_agent_summary(
+                    &recorded,
+                    summary,
+                    super::config::policy().max_tool_result_chars,
+                )
+                .await;
         }
         let t_record = t0.elapsed();
         let out = match policy {
@@ -194,8 +193,7 @@ impl App {
         uri: Uri,
         headers: HeaderMap,
         body: Bytes,
-        tenant: Tenant,
-        named: Option<String>,
+        call: Call,
         conv: Conversation,
         located: record::Located,
     ) -> Response {
@@ -225,25 +223,13 @@ impl App {
         metrics::counter!("ctxd_gateway_tokens_total", "kind" => "forwarded").increment(out.tokens);
         let (gate, opened) = tokio::sync::oneshot::channel::<()>();
         let (stream, model, client_tokens) = (conv.stream, conv.model.clone(), conv.client_tokens);
-        let store = self.workflows.store.clone();
-        let keys = Arc::clone(&self.keys_seen);
-        let max_part_bytes = self.max_part_bytes;
+        let workflows = self.workflows.clone();
         let (session, branch) = (located.session, located.branch.clone());
         let task = tokio::spawn(async move {
             // The upstream answered (any status): the request is recorded; unreachable, not.
             opened.await.ok()?;
             let mut conv = conv;
-            match record::record_located(
-                &store,
-                &keys,
-                &tenant,
-                named.as_deref(),
-                &mut conv,
-                max_part_bytes,
-                located,
-            )
-            .await
-            {
+            match workflows.record_located(&call, &mut conv, located).await {
                 Ok(recorded) => Some(recorded),
                 Err(Unrecorded(reason)) => {
                     tracing::info!(reason, "gateway: a forwarded request was not recorded");
@@ -293,55 +279,11 @@ impl App {
             long_ttl,
             fixed,
             &forwarded.kept,
-            api == Api::Anthropic,
+            api.cache_markers(),
         );
         let verdict = forwarded.ledger.record(&now, forwarded.step);
-        forwarded.ledger.save(&self.workflows.store, key).await;
+        forwarded.ledger.save(&self.workflows, key).await;
         verdict
-    }
-
-    /// Lays the agent's summary over the history it replaced (a segment summary, through the
-    /// compaction workflow, so it is judged, stored and audited as any summary is). A summary
-    /// not laid leaves the branch whole; its next request is then recorded as before.
-    async fn lay_agent_summary(&self, recorded: &Recorded, summary: &record::AgentSummary) {
-        let args = PrepareArgs {
-            session: recorded.session.id(),
-            branch: recorded.branch.clone(),
-            // Any budget the range is over: the agent, not ctxd, decided to summarize.
-            budget: Budget {
-                context_window: 1,
-                ..Budget::default()
-            },
-            tokenizer: Tokenizer::Heuristic,
-            retain_turns: 0,
-            instructions: String::new(),
-            max_tool_result_chars: policy().max_tool_result_chars,
-            segment: Some((summary.from, summary.to)),
-            request_policy: None,
-        };
-        let why = match self.compactions.prepare(recorded.session, args).await {
-            Ok(PrepareOutcome::Needed { scoped, .. }) => match self
-                .compactions
-                .commit(
-                    recorded.session,
-                    scoped,
-                    summary.text.clone(),
-                    summary.model.to_owned(),
-                    false,
-                )
-                .await
-            {
-                Ok(outcome) if outcome.applied() => {
-                    metrics::counter!("ctxd_gateway_agent_summaries_total").increment(1);
-                    return;
-                }
-                Ok(outcome) => outcome.message,
-                Err(e) => e.to_string(),
-            },
-            Ok(PrepareOutcome::NotNeeded { reason, .. }) => reason,
-            Err(e) => e.to_string(),
-        };
-        tracing::warn!(reason = %why, "gateway: the agent's summary was not laid over its history");
     }
 }
 

@@ -11,7 +11,8 @@ use serde::{Deserialize, Serialize};
 use super::forward::{EntryShape, Kept};
 use crate::domain::{NodeId, PrefixChange};
 use crate::render::Trigger;
-use crate::store::{Scoped, Store};
+use crate::workflow::Workflows;
+use crate::workflow::record::ConversationKey;
 
 /// How long a provider keeps a cache entry unused: Anthropic's default breakpoints and
 /// OpenAI's automatic cache both hold about five minutes; `ttl: "1h"` an hour.
@@ -141,7 +142,7 @@ pub fn judge(previous: Option<&Previous>, now: &Forwarded, step: Step) -> Verdic
 }
 
 /// A conversation: its session, and its function for a sub-agent.
-pub type Key = (Scoped, Option<NodeId>);
+pub type Key = ConversationKey;
 
 /// A forwarded request as the next call is judged against it: when it went, how long its cache
 /// lives, the ids of the entries it wrote to the cache (up to its last breakpoint, or all), and
@@ -186,30 +187,23 @@ pub struct State {
 }
 
 impl State {
-    /// The conversation's state as the store holds it; a fresh one where none is kept or it
-    /// cannot be read (the ledger then judges the call `first`, and the render takes no held
-    /// horizon: nothing is lost but the comparison).
-    pub async fn load(store: &Store, (session, scope): Key) -> Self {
-        match store.gateway_conversation(session, scope).await {
-            Ok(Some(text)) => serde_json::from_str(&text).unwrap_or_else(|e| {
-                tracing::warn!(error = %e, "gateway: a conversation's ledger state was unreadable");
-                Self::default()
-            }),
-            Ok(None) => Self::default(),
-            Err(e) => {
-                tracing::warn!(error = %e, "gateway: a conversation's ledger state was not read");
-                Self::default()
-            }
-        }
+    /// The conversation's state as the workflow keeps it; a fresh one where none is kept or
+    /// it cannot be read (the ledger then judges the call `first`, and the render takes no
+    /// held horizon: nothing is lost but the comparison).
+    pub async fn load(workflows: &Workflows, key: Key) -> Self {
+        let Some(text) = workflows.conversation_state(key).await else {
+            return Self::default();
+        };
+        serde_json::from_str(&text).unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "gateway: a conversation's ledger state was unreadable");
+            Self::default()
+        })
     }
 
     /// Writes the state for the conversation's next call.
-    pub async fn save(&self, store: &Store, (session, scope): Key) {
-        let Ok(text) = serde_json::to_string(self) else {
-            return;
-        };
-        if let Err(e) = store.save_gateway_conversation(session, scope, &text).await {
-            tracing::warn!(error = %e, "gateway: a conversation's ledger state was not saved");
+    pub async fn save(&self, workflows: &Workflows, key: Key) {
+        if let Ok(text) = serde_json::to_string(self) {
+            workflows.save_conversation_state(key, &text).await;
         }
     }
 

@@ -32,20 +32,25 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodRouter, post};
 use axum::serve::ListenerExt as _;
-use serde_json::Value;
 use tokio::net::TcpListener;
+
+use futures_util::StreamExt as _;
+use tokio::sync::OwnedSemaphorePermit;
 
 use crate::auth::{ApiKeys, gateway_tenant};
 use crate::domain::Tenant;
-use crate::provider::conversation::{Conversation, Refusal};
+use crate::domain::WireFormat;
+use crate::limits::Admission;
+use crate::provider::codec::{Action, Codec, Failure, codec, codecs};
+use crate::provider::conversation::Conversation;
 use crate::provider::models::ModelTable;
-use crate::provider::{anthropic, chat, responses};
 use crate::workflow::Workflows;
-use crate::workflow::compaction::Compactions;
-use crate::workflow::record;
 use crate::workflow::render::Reasoning;
 
 pub use config::{GatewayPolicy, MAX_BODY_BYTES, Window, policy};
+
+/// Where Gemini calls go unless the operator says otherwise (`--gemini-upstream`).
+pub const GEMINI_UPSTREAM: &str = "https://generativelanguage.googleapis.com";
 
 /// The gateway's listener and where it forwards.
 pub struct Gateway {
@@ -53,6 +58,8 @@ pub struct Gateway {
     /// Base URLs without `/v1`, e.g. `https://api.anthropic.com`.
     pub anthropic_upstream: String,
     pub openai_upstream: String,
+    /// Google's Gemini API, e.g. `https://generativelanguage.googleapis.com`.
+    pub gemini_upstream: String,
     pub policy: GatewayPolicy,
     /// Context windows the operator set (`--context-window`), before ctxd's table.
     pub windows: Vec<Window>,
@@ -73,6 +80,7 @@ impl Gateway {
             listener,
             anthropic_upstream: anthropic_upstream.into(),
             openai_upstream: openai_upstream.into(),
+            gemini_upstream: GEMINI_UPSTREAM.to_owned(),
             policy: GatewayPolicy::default(),
             windows: Vec::new(),
             max_body_bytes: MAX_BODY_BYTES,
@@ -81,72 +89,37 @@ impl Gateway {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Api {
-    Anthropic,
-    OpenAi,
-    /// OpenAI's Responses API (`/v1/responses`), forwarded to the OpenAI upstream.
-    Responses,
+/// A wire format's codec, as the gateway holds it: all it knows of the format.
+type Api = &'static dyn Codec;
+
+/// An answer the gateway gives itself, in the shape of `api`'s provider.
+fn refuse(api: Api, failure: Failure, message: &str, param: Option<&str>) -> Response {
+    let status = match failure {
+        Failure::Invalid => StatusCode::BAD_REQUEST,
+        Failure::Unauthenticated => StatusCode::UNAUTHORIZED,
+        Failure::NotFound => StatusCode::NOT_FOUND,
+        Failure::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+        Failure::Upstream => StatusCode::BAD_GATEWAY,
+        Failure::Busy => StatusCode::TOO_MANY_REQUESTS,
+        Failure::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+    };
+    let body = api.error(failure, message, param);
+    let mut response = (status, body.to_string()).into_response();
+    response.headers_mut().insert(
+        axum::http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
 }
 
-impl Api {
-    fn name(self) -> &'static str {
-        match self {
-            Api::Anthropic => "anthropic",
-            Api::OpenAi => "openai",
-            Api::Responses => "responses",
-        }
-    }
-
-    fn format(self) -> forward::Format {
-        match self {
-            Api::Anthropic => forward::Format::Anthropic,
-            Api::OpenAi => forward::Format::Chat,
-            Api::Responses => forward::Format::Responses,
-        }
-    }
-
-    /// The body field that holds the conversation, replaced by the render.
-    fn field(self) -> &'static str {
-        match self {
-            Api::Anthropic | Api::OpenAi => "messages",
-            Api::Responses => "input",
-        }
-    }
-
-    /// Reads a parsed request body, taking its texts rather than copying them where it can.
-    fn read(self, mut body: Value) -> Result<Conversation, Refusal> {
-        match self {
-            Api::Anthropic => anthropic::read(&mut body),
-            Api::OpenAi => chat::read(&body),
-            Api::Responses => responses::read(&body),
-        }
-    }
-
-    /// An error answer in the API's own shape.
-    fn error(self, status: StatusCode, kind: &str, message: &str, param: Option<&str>) -> Response {
-        let body = match self {
-            Api::Anthropic => anthropic::error(kind, message),
-            Api::OpenAi => chat::error(kind, message, param),
-            Api::Responses => responses::error(kind, message, param),
-        };
-        let mut response = (status, body.to_string()).into_response();
-        response.headers_mut().insert(
-            axum::http::header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        );
-        response
-    }
-
-    fn invalid(self, field: &str, message: &str) -> Response {
-        let text = format!("{field}: {message}");
-        self.error(
-            StatusCode::BAD_REQUEST,
-            "invalid_request_error",
-            &text,
-            Some(field),
-        )
-    }
+/// A 400 naming the field at fault.
+fn invalid(api: Api, field: &str, message: &str) -> Response {
+    refuse(
+        api,
+        Failure::Invalid,
+        &format!("{field}: {message}"),
+        Some(field),
+    )
 }
 
 #[derive(Clone)]
@@ -156,16 +129,16 @@ struct App {
     http: reqwest::Client,
     anthropic: Arc<str>,
     openai: Arc<str>,
+    google: Arc<str>,
     policy: GatewayPolicy,
     /// The server's model table with the operator's windows over it.
     models: Arc<ModelTable>,
     reasoning: Reasoning,
     max_body_bytes: usize,
     max_part_bytes: usize,
-    /// Sessions by the keys that named them.
-    keys_seen: Arc<record::SessionKeys>,
-    /// Where an agent's own summaries are laid over the history they replaced.
-    compactions: Arc<Compactions>,
+    /// The server's call slots, shared with the other doors: a call holds one until its answer
+    /// is relayed whole, so a shutdown drains the gateway's calls with the rest.
+    admission: Admission,
 }
 
 /// Serves the gateway on its listener until the task is dropped. A call in flight when it is
@@ -174,6 +147,7 @@ pub async fn serve(
     gateway: Gateway,
     workflows: Workflows,
     keys: Option<Arc<ApiKeys>>,
+    admission: Admission,
     max_part_bytes: usize,
 ) -> std::io::Result<()> {
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -182,27 +156,26 @@ pub async fn serve(
         .map_err(std::io::Error::other)?;
     let trim = |s: &str| -> Arc<str> { Arc::from(s.trim_end_matches('/')) };
     let app = App {
-        compactions: Arc::clone(&workflows.compactions),
-        keys_seen: Arc::clone(&workflows.session_keys),
         models: Arc::new(config::table(&workflows.models, &gateway.windows)),
         workflows,
         keys,
         http,
         anthropic: trim(&gateway.anthropic_upstream),
         openai: trim(&gateway.openai_upstream),
+        google: trim(&gateway.gemini_upstream),
         policy: gateway.policy,
         reasoning: gateway.reasoning,
         max_body_bytes: gateway.max_body_bytes,
         max_part_bytes,
+        admission,
     };
-    let router = Router::new()
-        .route("/v1/messages", endpoint(Api::Anthropic))
-        .route(
-            "/v1/messages/count_tokens",
-            post(count_tokens::count_tokens),
-        )
-        .route("/v1/chat/completions", endpoint(Api::OpenAi))
-        .route("/v1/responses", endpoint(Api::Responses))
+    let mut router = Router::new();
+    for api in codecs() {
+        for route in api.routes() {
+            router = router.route(route, endpoint(api));
+        }
+    }
+    let router = router
         .fallback(other)
         .layer(DefaultBodyLimit::disable())
         .with_state(app);
@@ -215,16 +188,44 @@ pub async fn serve(
     axum::serve(listener, router).await
 }
 
-/// The endpoint of one API: its body read within the limit, then handled as that API's.
+/// The endpoint of one API: its body read within the limit, then handled as what its path
+/// asks for.
 fn endpoint(api: Api) -> MethodRouter<App> {
     post(
         move |State(app): State<App>, uri: Uri, headers: HeaderMap, body: Body| async move {
-            match read_body(api, body, app.max_body_bytes).await {
-                Ok(body) => app.handle(api, uri, headers, body).await,
-                Err(response) => response,
-            }
+            let slot = match app.admit(api) {
+                Ok(slot) => slot,
+                Err(response) => return response,
+            };
+            let body = match read_body(api, body, app.max_body_bytes).await {
+                Ok(body) => body,
+                Err(response) => return response,
+            };
+            let response = match api.action(uri.path()) {
+                Action::Generate => app.handle(api, uri, headers, body).await,
+                Action::Count => app.count_tokens(api, uri, headers, body).await,
+                Action::Other => {
+                    if let Err(response) = app.tenant(api, &headers) {
+                        return response;
+                    }
+                    count(api, "forwarded");
+                    app.forward(api, Method::POST, &uri, &headers, body, None)
+                        .await
+                }
+            };
+            held(response, slot)
         },
     )
+}
+
+/// `response` with the call's slot held until its body is relayed whole (or the client goes).
+fn held(response: Response, slot: OwnedSemaphorePermit) -> Response {
+    let (parts, body) = response.into_parts();
+    let stream = body.into_data_stream().map(move |chunk| {
+        let _slot = &slot;
+        chunk
+    });
+    Response::from_parts(parts, Body::from_stream(stream))
 }
 
 /// The request body, at most `limit` bytes; a longer one is `413` in the API's shape (an agent
@@ -238,22 +239,14 @@ async fn read_body(api: Api, body: Body, limit: usize) -> Result<Bytes, Response
                 .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
             count(api, "invalid");
             Err(if too_large {
-                api.error(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    match api {
-                        Api::Anthropic => "request_too_large",
-                        Api::OpenAi | Api::Responses => "invalid_request_error",
-                    },
+                refuse(
+                    api,
+                    Failure::TooLarge,
                     &format!("body: the request is over the ctxd gateway's limit of {limit} bytes"),
                     Some("body"),
                 )
             } else {
-                api.error(
-                    StatusCode::BAD_REQUEST,
-                    "invalid_request_error",
-                    &format!("body: could not be read: {e}"),
-                    Some("body"),
-                )
+                invalid(api, "body", &format!("could not be read: {e}"))
             })
         }
     }
@@ -268,20 +261,37 @@ async fn other(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let api = if headers.contains_key("anthropic-version") || headers.contains_key("x-api-key") {
-        Api::Anthropic
-    } else {
-        Api::OpenAi
+    let has = |name: &str| headers.contains_key(name);
+    let api = codecs()
+        .into_iter()
+        .find(|c| c.claims(uri.path(), &has))
+        .unwrap_or(codec(WireFormat::ChatCompletions));
+    let slot = match app.admit(api) {
+        Ok(slot) => slot,
+        Err(response) => return response,
     };
+    let response = other_of(&app, api, method, uri, headers, body).await;
+    held(response, slot)
+}
+
+/// An unrouted request of `api`'s provider.
+async fn other_of(
+    app: &App,
+    api: Api,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
     let body = match read_body(api, body, app.max_body_bytes).await {
         Ok(body) => body,
         Err(response) => return response,
     };
-    if !uri.path().starts_with("/v1/") {
-        return api.error(
-            StatusCode::NOT_FOUND,
-            "not_found_error",
-            "the ctxd gateway serves /v1/ paths only",
+    if !api.serves(uri.path()) {
+        return refuse(
+            api,
+            Failure::NotFound,
+            "the ctxd gateway serves the providers' API paths only (/v1/, and /v1beta/ for Gemini)",
             None,
         );
     }
@@ -293,17 +303,25 @@ async fn other(
 }
 
 impl App {
+    /// One of the server's call slots, or the refusal a gRPC call gets then, in the API's shape.
+    #[allow(clippy::result_large_err)]
+    fn admit(&self, api: Api) -> Result<OwnedSemaphorePermit, Response> {
+        self.admission.try_admit().map_err(|status| {
+            count(api, "refused");
+            let failure = match status.code() {
+                tonic::Code::Unavailable => Failure::Unavailable,
+                _ => Failure::Busy,
+            };
+            refuse(api, failure, status.message(), None)
+        })
+    }
+
     /// The caller's tenant, or the refusal in the API's shape.
     #[allow(clippy::result_large_err)]
     fn tenant(&self, api: Api, headers: &HeaderMap) -> Result<Tenant, Response> {
         gateway_tenant(self.keys.as_deref(), headers).map_err(|reason| {
             count(api, "unauthenticated");
-            api.error(
-                StatusCode::UNAUTHORIZED,
-                "authentication_error",
-                reason,
-                None,
-            )
+            refuse(api, Failure::Unauthenticated, reason, None)
         })
     }
 }

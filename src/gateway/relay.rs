@@ -2,14 +2,13 @@
 //! way so a whole answer can be appended.
 
 use axum::body::{Body, Bytes};
-use axum::http::{HeaderMap, HeaderName, Method, StatusCode, Uri};
+use axum::http::{HeaderMap, HeaderName, Method, Uri};
 use axum::response::Response;
 use tokio::sync::mpsc;
 
 use super::answer::Sink;
-use super::{Api, App, count};
-use crate::domain::{NodeContent, ProviderUsage};
-use crate::provider::{anthropic, chat, responses};
+use super::{Api, App, count, refuse};
+use crate::provider::codec::{Failure, Upstream};
 
 /// Headers never forwarded either way: hop-by-hop ones, those the HTTP stack sets, ctxd's own.
 /// `accept-encoding` too: the gateway reads the answer it relays, so it asks for it plain.
@@ -39,9 +38,10 @@ impl App {
         body: Bytes,
         sink: Option<Sink>,
     ) -> Response {
-        let base = match api {
-            Api::Anthropic => &self.anthropic,
-            Api::OpenAi | Api::Responses => &self.openai,
+        let base = match api.upstream() {
+            Upstream::Anthropic => &self.anthropic,
+            Upstream::OpenAi => &self.openai,
+            Upstream::Google => &self.google,
         };
         let path = uri.path_and_query().map_or("/", |p| p.as_str());
         let url = format!("{base}{path}");
@@ -62,12 +62,9 @@ impl App {
             Err(e) => {
                 tracing::warn!(api = api.name(), error = %without_url(&e), "gateway: the upstream cannot be reached");
                 count(api, "upstream_unreachable");
-                let mut response = api.error(
-                    StatusCode::BAD_GATEWAY,
-                    match api {
-                        Api::Anthropic => "api_error",
-                        Api::OpenAi | Api::Responses => "upstream_error",
-                    },
+                let mut response = refuse(
+                    api,
+                    Failure::Upstream,
                     &format!(
                         "the ctxd gateway could not reach the upstream: {}",
                         without_url(&e)
@@ -104,9 +101,9 @@ impl App {
         tokio::spawn(relay(upstream, tx, sink, status.is_success()));
         let body = Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx));
         response.body(body).unwrap_or_else(|_| {
-            api.error(
-                StatusCode::BAD_GATEWAY,
-                "api_error",
+            refuse(
+                api,
+                Failure::Upstream,
                 "the upstream's answer could not be relayed",
                 None,
             )
@@ -128,39 +125,6 @@ fn without_url(e: &reqwest::Error) -> String {
     e
 }
 
-enum Assembly {
-    Anthropic(anthropic::Answer),
-    OpenAi(chat::Answer),
-    Responses(responses::Answer),
-}
-
-impl Assembly {
-    fn feed(&mut self, bytes: &[u8]) {
-        match self {
-            Assembly::Anthropic(a) => a.feed(bytes),
-            Assembly::OpenAi(a) => a.feed(bytes),
-            Assembly::Responses(a) => a.feed(bytes),
-        }
-    }
-
-    fn finish(self) -> Option<(Option<NodeContent>, ProviderUsage)> {
-        match self {
-            Assembly::Anthropic(a) => a.finish(),
-            Assembly::OpenAi(a) => a.finish(),
-            Assembly::Responses(a) => a.finish(),
-        }
-    }
-
-    /// A streamed answer's terminal event has arrived.
-    fn complete(&self) -> bool {
-        match self {
-            Assembly::Anthropic(a) => a.complete(),
-            Assembly::OpenAi(a) => a.complete(),
-            Assembly::Responses(a) => a.complete(),
-        }
-    }
-}
-
 /// Relays the upstream's body to the client chunk by chunk. A client that goes away ends the
 /// relay and drops the upstream call; a cut upstream cuts the client's answer too; only a
 /// whole answer is appended. The chunk that ends a recorded answer (its terminal event; for a
@@ -173,11 +137,10 @@ async fn relay(
     answered: bool,
 ) {
     // An error status is relayed as it came; only an answer is assembled and appended.
-    let mut assembly = sink.as_ref().filter(|_| answered).map(|s| match s.api {
-        Api::Anthropic => Assembly::Anthropic(anthropic::Answer::new(s.stream)),
-        Api::OpenAi => Assembly::OpenAi(chat::Answer::new(s.stream)),
-        Api::Responses => Assembly::Responses(responses::Answer::new(s.stream)),
-    });
+    let mut assembly = sink
+        .as_ref()
+        .filter(|_| answered)
+        .map(|s| s.api.answer(s.stream));
     let streamed = sink.as_ref().is_none_or(|s| s.stream);
     let mut held: Vec<Bytes> = Vec::new();
     loop {

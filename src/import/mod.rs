@@ -1,5 +1,6 @@
-//! Importers: session files (neutral JSONL, Claude Code JSONL, OpenAI messages, ctxd JSONL)
-//! parsed into a plan of nodes and summaries the store writes in one transaction. Pure: no I/O.
+//! Importers: session files (neutral JSONL, Claude Code JSONL, OpenAI messages, Gemini CLI
+//! sessions, ctxd JSONL) parsed into a plan of nodes and summaries the store writes in one
+//! transaction. Pure: no I/O.
 //!
 //! Malformed input is an error naming the line (or array index) and field. What is well formed
 //! but breaks the pairing rules (a result for no pending call, a message while calls are
@@ -7,6 +8,7 @@
 
 mod claude_code;
 mod ctxd;
+mod gemini;
 mod neutral;
 mod openai;
 
@@ -28,6 +30,8 @@ pub enum Source {
     OpenAiMessages,
     /// ctxd's own export (`crate::export`): a whole session.
     CtxdJsonl,
+    /// A Gemini CLI session (`~/.gemini/tmp/<project hash>/chats/session-*.jsonl` or `.json`).
+    GeminiCliSession,
 }
 
 /// Guesses the format from the first non-blank character and line.
@@ -40,6 +44,8 @@ pub fn detect(data: &[u8]) -> Source {
     let first = trimmed.lines().next().unwrap_or_default();
     match serde_json::from_str::<serde_json::Value>(first) {
         Ok(v) if v.get("ctxd").is_some() => Source::CtxdJsonl,
+        Ok(v) if crate::provider::gemini::is_session(Some(&v), &text) => Source::GeminiCliSession,
+        Err(_) if crate::provider::gemini::is_session(None, trimmed) => Source::GeminiCliSession,
         Ok(v) if v.get("type").is_some() && v.get("role").is_none() => Source::ClaudeCodeJsonl,
         _ => Source::NeutralJsonl,
     }
@@ -54,6 +60,7 @@ pub fn parse(source: Source, data: &[u8]) -> Result<History, Error> {
         Source::ClaudeCodeJsonl => claude_code::parse(text)?,
         Source::OpenAiMessages => openai::parse(text)?,
         Source::CtxdJsonl => ctxd::parse(text)?,
+        Source::GeminiCliSession => gemini::parse(text)?,
     };
     if plan.ops.is_empty() {
         return Err(Error::invalid("data", "holds no message"));

@@ -4,6 +4,7 @@
 
 use serde_json::Value;
 
+use super::codec::Failure;
 use super::conversation::MAX_ANSWER_PARTS;
 use super::sse;
 use crate::domain::{NodeContent, Part, ProviderUsage, Role, ToolCall};
@@ -96,5 +97,26 @@ pub fn openai_usage(u: &Value, input: &str, details: &str, output: &str) -> Prov
         cache_write: 0,
         output: n(u.get(output)),
         ..ProviderUsage::default()
+    }
+}
+
+/// The error body of OpenAI's APIs (chat completions and Responses share it).
+pub fn openai_error(failure: Failure, message: &str, param: Option<&str>) -> Value {
+    let kind = match failure {
+        Failure::Invalid | Failure::TooLarge => "invalid_request_error",
+        Failure::Unauthenticated => "authentication_error",
+        Failure::NotFound => "not_found_error",
+        Failure::Upstream => "upstream_error",
+        Failure::Busy => "rate_limit_exceeded",
+        Failure::Unavailable => "server_error",
+    };
+    serde_json::json!({"error": {"message": message, "type": kind, "param": param, "code": null}})
+}
+
+/// A document that is an array, as its entries with their sources; none for anything else.
+pub fn entries((document, sources): (Value, Vec<Vec<usize>>)) -> (Vec<Value>, Vec<Vec<usize>>) {
+    match document {
+        Value::Array(entries) => (entries, sources),
+        _ => (Vec::new(), Vec::new()),
     }
 }

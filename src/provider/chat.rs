@@ -8,12 +8,15 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use serde_json::{Value, json};
 
-use super::answer::{Relayed, assistant_node, index, openai_usage, part};
+use super::answer::{assistant_node, entries, index, openai_error, openai_usage, part};
 use super::canonical::{canonical_arguments, canonical_block};
+use super::codec::{self, Action, Answer, Codec, Failure, Progress, Request, Upstream};
 use super::conversation::{Conversation, Item, Refusal};
+use super::format::openai_chat_document;
 use crate::domain::{
     MediaSource, NodeContent, Part, ProviderBlock, ProviderUsage, Role, ToolCall, WireFormat,
 };
+use crate::render::Message;
 
 /// Reads a chat-completions request body.
 pub fn read(body: &Value) -> Result<Conversation, Refusal> {
@@ -212,11 +215,6 @@ fn assistant(
     Ok(assistant_node(parts, tool_calls))
 }
 
-/// The API's error body.
-pub fn error(kind: &str, message: &str, param: Option<&str>) -> Value {
-    json!({"error": {"message": message, "type": kind, "param": param, "code": null}})
-}
-
 fn usage(u: &Value) -> ProviderUsage {
     openai_usage(
         u,
@@ -226,48 +224,57 @@ fn usage(u: &Value) -> ProviderUsage {
     )
 }
 
-/// The answer, assembled from what the upstream sends as it is relayed.
+/// A chat completion's streamed chunks: the text and the calls (by index: id, name,
+/// arguments) of its first choice.
 #[derive(Debug, Default)]
-pub struct Answer {
-    relayed: Relayed,
+struct Events {
     content: String,
-    /// By index: id, name, arguments.
     calls: Vec<(String, String, String)>,
-    usage: ProviderUsage,
     finished: bool,
-    done: bool,
-    failed: bool,
 }
 
-impl Answer {
-    pub fn new(stream: bool) -> Self {
-        Self {
-            relayed: Relayed::new(stream),
-            ..Self::default()
+impl codec::Events for Events {
+    fn event(&mut self, _name: &str, data: Option<&Value>, progress: &mut Progress) {
+        match data {
+            // `[DONE]` is not JSON.
+            None => progress.stopped = true,
+            Some(chunk) => self.chunk(chunk, progress),
         }
     }
 
-    /// A streamed answer's terminal event has arrived (never for a whole body).
-    pub fn complete(&self) -> bool {
-        self.relayed.stream() && self.done
-    }
-
-    pub fn feed(&mut self, bytes: &[u8]) {
-        for (event, chunk) in self.relayed.feed(bytes) {
-            if event.data == "[DONE]" {
-                self.done = true;
-            } else if let Some(chunk) = chunk {
-                self.chunk(&chunk);
-            }
+    fn streamed(self: Box<Self>) -> Option<Option<NodeContent>> {
+        if !self.finished {
+            return None;
         }
+        let content = (!self.content.is_empty()).then(|| Value::String(self.content.clone()));
+        let calls: Vec<Value> = self
+            .calls
+            .iter()
+            .map(|(id, name, args)| json!({"id": id, "type": "function", "function": {"name": name, "arguments": args}}))
+            .collect();
+        let calls = (!calls.is_empty()).then_some(Value::Array(calls));
+        assistant(content.as_ref(), calls.as_ref()).ok()
     }
 
-    fn chunk(&mut self, chunk: &Value) {
+    fn body(&self, body: &Value, into: &mut ProviderUsage) -> Option<Option<NodeContent>> {
+        let message = body.get("choices")?.get(0)?.get("message")?;
+        if message.get("refusal").is_some_and(|r| !r.is_null()) {
+            return None;
+        }
+        if let Some(u) = body.get("usage") {
+            *into = usage(u);
+        }
+        assistant(message.get("content"), message.get("tool_calls")).ok()
+    }
+}
+
+impl Events {
+    fn chunk(&mut self, chunk: &Value, progress: &mut Progress) {
         if chunk.get("error").is_some() {
-            self.failed = true;
+            progress.failed = true;
         }
         if let Some(u) = chunk.get("usage").filter(|u| u.is_object()) {
-            self.usage = usage(u);
+            progress.usage = usage(u);
         }
         let Some(Value::Array(choices)) = chunk.get("choices") else {
             return;
@@ -286,13 +293,13 @@ impl Answer {
                 self.content.push_str(text);
             }
             if delta.get("refusal").is_some_and(|r| !r.is_null()) {
-                self.failed = true;
+                progress.failed = true;
             }
             if let Some(Value::Array(calls)) = delta.get("tool_calls") {
                 for call in calls {
                     let i = index(call, "index").unwrap_or(0);
                     let Some(slot) = part(&mut self.calls, i) else {
-                        self.failed = true;
+                        progress.failed = true;
                         continue;
                     };
                     if let Some(id) = call.get("id").and_then(Value::as_str) {
@@ -309,30 +316,49 @@ impl Answer {
             }
         }
     }
+}
 
-    /// The assistant node to append and the usage, once the answer is whole.
-    pub fn finish(self) -> Option<(Option<NodeContent>, ProviderUsage)> {
-        if self.relayed.stream() {
-            if !(self.done && self.finished) || self.failed {
-                return None;
-            }
-            let content = (!self.content.is_empty()).then(|| Value::String(self.content.clone()));
-            let calls: Vec<Value> = self
-                .calls
-                .iter()
-                .map(|(id, name, args)| json!({"id": id, "type": "function", "function": {"name": name, "arguments": args}}))
-                .collect();
-            let calls = (!calls.is_empty()).then_some(Value::Array(calls));
-            let node = assistant(content.as_ref(), calls.as_ref()).ok()?;
-            return Some((node, self.usage));
-        }
-        let body = self.relayed.body()?;
-        let message = body.get("choices")?.get(0)?.get("message")?;
-        if message.get("refusal").is_some_and(|r| !r.is_null()) {
-            return None;
-        }
-        let u = body.get("usage").map(usage).unwrap_or_default();
-        let node = assistant(message.get("content"), message.get("tool_calls")).ok()?;
-        Some((node, u))
+/// OpenAI's chat completions (`/v1/chat/completions`).
+pub struct Completions;
+
+impl Codec for Completions {
+    fn format(&self) -> WireFormat {
+        WireFormat::ChatCompletions
+    }
+
+    fn name(&self) -> &'static str {
+        "openai"
+    }
+
+    fn upstream(&self) -> Upstream {
+        Upstream::OpenAi
+    }
+
+    fn routes(&self) -> &'static [&'static str] {
+        &["/v1/chat/completions"]
+    }
+
+    fn action(&self, _path: &str) -> Action {
+        Action::Generate
+    }
+
+    fn field(&self) -> &'static str {
+        "messages"
+    }
+
+    fn read(&self, request: Request<'_>) -> Result<Conversation, Refusal> {
+        read(&request.body)
+    }
+
+    fn document(&self, messages: &[Message]) -> (Vec<Value>, Vec<Vec<usize>>) {
+        entries(openai_chat_document(messages))
+    }
+
+    fn answer(&self, stream: bool) -> Answer {
+        Answer::new(stream, Box::<Events>::default())
+    }
+
+    fn error(&self, failure: Failure, message: &str, param: Option<&str>) -> Value {
+        openai_error(failure, message, param)
     }
 }

@@ -412,3 +412,92 @@ async fn past_max_concurrent_requests_calls_are_refused_at_once_and_health_still
         "admitted in {admitted:?}"
     );
 }
+
+/// The gateway takes the server's call slots too: with `--max-concurrent-requests 1` and a
+/// `Compact` held on the model, a model call through the gateway is refused at once with a 429
+/// in the provider's own shape (Anthropic's and Gemini's alike), reaches no upstream and
+/// records nothing; once the slot is free the same call is served.
+#[tokio::test]
+async fn gateway_calls_share_the_servers_call_slots() {
+    let mut model = HeldModel::start().await;
+    let fake = crate::fake_provider::FakeProvider::start().await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind the gateway");
+    let gateway_url = format!("http://{}", listener.local_addr().expect("gateway addr"));
+    let mut gateway = ctxd::gateway::Gateway::new(listener, fake.url(), fake.url());
+    gateway.gemini_upstream = fake.url();
+    let summarizer = ctxd::summarizer::Summarizer::new(ctxd::summarizer::Config {
+        url: model.url(),
+        model: "test-model".into(),
+        api_key: None,
+        window_tokens: 8000,
+        max_output_tokens: 512,
+        max_calls: 8,
+        timeout: Duration::from_secs(60),
+    })
+    .expect("build the summarizer");
+    let mut w = spawn_app_with(ctxd::server::Options {
+        summarizer: Some(summarizer),
+        limits: Limits {
+            max_concurrent_requests: 1,
+            ..Default::default()
+        },
+        gateway: Some(gateway),
+        ..Default::default()
+    })
+    .await;
+    let (session, _) = held::session_needing_compaction(&mut w.client).await;
+    let mut compacting = w.client.clone();
+    let held_call =
+        tokio::spawn(async move { compacting.compact(held::compact_req(&session)).await });
+    model.wait_for_requests(1).await;
+
+    let http = reqwest::Client::new();
+    let anthropic = || {
+        http.post(format!("{gateway_url}/v1/messages"))
+            .header("x-api-key", "sk-test")
+            .header("anthropic-version", "2023-06-01")
+            .json(
+                &serde_json::json!({"model": "claude-sonnet-4-5", "max_tokens": 64,
+                "messages": [{"role": "user", "content": "hello"}]}),
+            )
+    };
+    let refused = anthropic().send().await.expect("the gateway answers");
+    assert_eq!(refused.status(), 429);
+    let body: serde_json::Value = refused.json().await.expect("a JSON error");
+    assert_eq!(body["type"], "error", "{body}");
+    assert_eq!(body["error"]["type"], "rate_limit_error", "{body}");
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("1 calls"), "{message}");
+
+    let gemini = http
+        .post(format!(
+            "{gateway_url}/v1beta/models/gemini-3.5-flash-lite:generateContent"
+        ))
+        .header("x-goog-api-key", "g-test")
+        .json(&serde_json::json!({"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}))
+        .send()
+        .await
+        .expect("the gateway answers");
+    assert_eq!(gemini.status(), 429);
+    let body: serde_json::Value = gemini.json().await.expect("a JSON error");
+    assert_eq!(body["error"]["code"], 429, "{body}");
+    assert_eq!(body["error"]["status"], "RESOURCE_EXHAUSTED", "{body}");
+    assert_eq!(
+        fake.request_count(),
+        0,
+        "a refused call reaches no upstream"
+    );
+
+    model.release();
+    held_call
+        .await
+        .expect("join")
+        .expect("the held Compact finishes");
+    assert_eq!(w.session_count().await, 1, "a refused call records nothing");
+    let served = anthropic().send().await.expect("the gateway answers");
+    assert_eq!(served.status(), 200, "{:?}", served.text().await);
+    assert_eq!(fake.request_count(), 1);
+    assert_eq!(w.session_count().await, 2, "the served call is recorded");
+}

@@ -18,8 +18,9 @@ use serde_json::value::RawValue;
 
 use crate::domain::{Node, NodeContent, NodeId, Part, PathView, ToolCall};
 use crate::provider::anthropic::MAX_MARKERS;
+use crate::provider::codec::Codec;
 use crate::provider::conversation::Conversation;
-use crate::provider::format::{self, anthropic_document, openai_chat_document, responses_document};
+use crate::provider::format;
 use crate::render::{Message, Reduction};
 
 pub mod edited;
@@ -27,14 +28,6 @@ mod markers;
 pub mod thinking;
 
 use markers::{Entry, Map, Parts, place_markers};
-
-/// The wire format of the forwarded conversation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Format {
-    Anthropic,
-    Chat,
-    Responses,
-}
 
 /// What a forwarded conversation kept of the client's.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -70,7 +63,7 @@ pub struct EntryShape {
 /// what it kept. The entries are written out once, into the body that carries them
 /// ([`super::json::Members::with_entries`]), not gathered into a string first.
 pub fn conversation<'a>(
-    format: Format,
+    format: &dyn Codec,
     conv: &Conversation,
     contents: &[&NodeContent],
     client: Option<&[&'a RawValue]>,
@@ -131,7 +124,7 @@ pub fn conversation<'a>(
         ..Kept::default()
     };
     let mut values: Vec<Option<Value>> = vec![None; out.len()];
-    if format == Format::Anthropic {
+    if format.cache_markers() {
         let parts = Parts {
             conv,
             client,
@@ -307,7 +300,7 @@ fn bulk(m: &Message) -> usize {
 /// no entry's shape, only what it says: their bulk is set aside while the document is built and
 /// put back after, so no message is copied.
 fn documents(
-    format: Format,
+    format: &dyn Codec,
     rendered: &mut [Message],
     hollow: Option<&[bool]>,
 ) -> (Vec<Value>, Vec<Vec<usize>>) {
@@ -322,49 +315,25 @@ fn documents(
             }
         }
     }
-    let (document, sources) = match format {
-        Format::Anthropic => {
-            let (document, sources) = anthropic_document(rendered, true);
-            let messages = match document {
-                Value::Object(mut map) => map.remove("messages").unwrap_or(Value::Array(vec![])),
-                _ => Value::Array(vec![]),
-            };
-            (messages, sources)
-        }
-        Format::Chat => openai_chat_document(rendered),
-        Format::Responses => responses_document(rendered),
-    };
+    let (docs, sources) = format.document(rendered);
     for (i, parts, calls) in aside {
         rendered[i].parts = parts;
         rendered[i].tool_calls = calls;
     }
-    match document {
-        Value::Array(docs) => (docs, sources),
-        _ => (Vec::new(), Vec::new()),
-    }
+    (docs, sources)
 }
 
 /// What stands in for `m`'s parts and calls in a hollow document: each non-empty text one
 /// character and each call's arguments `{}`, so what decides an entry's shape (roles, which
 /// texts are empty, media, calls and their ids) is kept, the bulk not.
-fn hollow_bulk(m: &Message, format: Format) -> (Vec<Part>, Vec<ToolCall>) {
+fn hollow_bulk(m: &Message, format: &dyn Codec) -> (Vec<Part>, Vec<ToolCall>) {
     use crate::domain::MediaSource;
-    use crate::domain::WireFormat;
-    use crate::provider::format::MESSAGE_FIELDS;
     let parts = m
         .parts
         .iter()
         .map(|p| match p {
             Part::Text(t) if !t.is_empty() => Part::Text("x".to_owned()),
-            // A kept Anthropic block is one block (thinking, say) unless it holds the message's
-            // own fields, which the document reads.
-            Part::Block(block)
-                if format == Format::Anthropic
-                    && block.format == WireFormat::AnthropicMessages
-                    && !contains(block.json.as_bytes(), MESSAGE_FIELDS.as_bytes()) =>
-            {
-                Part::Text("x".to_owned())
-            }
+            Part::Block(block) if format.hollow_block(block) => Part::Text("x".to_owned()),
             Part::Media {
                 mime_type,
                 source: MediaSource::Data(_),
@@ -385,10 +354,6 @@ fn hollow_bulk(m: &Message, format: Format) -> (Vec<Part>, Vec<ToolCall>) {
         })
         .collect();
     (parts, calls)
-}
-
-fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    haystack.windows(needle.len()).any(|w| w == needle)
 }
 
 /// An entry's identity: its kind, its nodes' content and what the render did to each message.
@@ -491,198 +456,4 @@ pub fn client_entries<'a>(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::domain::{MediaSource, ToolCall};
-    use crate::domain::{ProviderBlock, WireFormat};
-    use crate::provider::format::MESSAGE_FIELDS;
-    use crate::render::MessageRole;
-
-    fn message(role: MessageRole, parts: Vec<Part>) -> Message {
-        Message {
-            node_ids: vec![NodeId::new()],
-            ..Message::new(role, parts)
-        }
-    }
-
-    fn block(json: &str) -> Part {
-        Part::Block(ProviderBlock::new(
-            WireFormat::AnthropicMessages,
-            json.to_owned(),
-        ))
-    }
-
-    /// Every shape a document decides on: texts empty and not, kept blocks (one holding the
-    /// message's own fields), an image, calls answered and not, results, system text.
-    fn conversation() -> Vec<Message> {
-        let text = |t: &str| Part::Text(t.to_owned());
-        let mut assistant = message(
-            MessageRole::Assistant,
-            vec![
-                block(r#"{"thinking":"hm","type":"thinking"}"#),
-                text("I will read"),
-            ],
-        );
-        assistant.tool_calls = vec![
-            ToolCall {
-                call_id: "a".into(),
-                name: "Read".into(),
-                arguments_json: r#"{"path":"x"}"#.into(),
-            },
-            ToolCall {
-                call_id: "b".into(),
-                name: "Read".into(),
-                arguments_json: r#"{"path":"y"}"#.into(),
-            },
-        ];
-        let result = |id: &str, body: &str| {
-            let mut m = message(MessageRole::Tool, vec![text(body)]);
-            m.tool_call_id = Some(id.into());
-            m.name = Some("Read".into());
-            m
-        };
-        let mut calls_only = message(MessageRole::Assistant, Vec::new());
-        calls_only.tool_calls = vec![ToolCall {
-            call_id: "c".into(),
-            name: "Bash".into(),
-            arguments_json: "{}".into(),
-        }];
-        vec![
-            message(MessageRole::System, vec![text("be brief")]),
-            message(
-                MessageRole::User,
-                vec![
-                    block(&format!(r#"{{"effort":"low","type":"{MESSAGE_FIELDS}"}}"#)),
-                    text("hello"),
-                    Part::Media {
-                        mime_type: "image/png".into(),
-                        source: MediaSource::Data(vec![1, 2, 3]),
-                    },
-                ],
-            ),
-            message(MessageRole::User, vec![text("")]),
-            assistant,
-            result("a", "file x"),
-            result("b", ""),
-            message(MessageRole::User, vec![text("and then?")]),
-            calls_only,
-            result("c", "ok"),
-            message(MessageRole::Assistant, vec![text("done")]),
-        ]
-    }
-
-    #[test]
-    fn hollow_documents_keep_every_entry_s_shape() {
-        let messages = conversation();
-        let all = vec![true; messages.len()];
-        for format in [Format::Anthropic, Format::Chat, Format::Responses] {
-            let mut built = messages.clone();
-            let (whole, whole_sources) = documents(format, &mut built, None);
-            let (hollow, hollow_sources) = documents(format, &mut built, Some(&all));
-            assert_eq!(built, messages, "{format:?}: the messages as they were");
-            assert_eq!(hollow_sources, whole_sources, "{format:?}");
-            assert_eq!(hollow.len(), whole.len(), "{format:?}");
-            for (h, w) in hollow.iter().zip(&whole) {
-                assert_eq!(shape(h), shape(w), "{format:?}: {h} against {w}");
-            }
-            assert!(!hollow.iter().any(|d| d.to_string().contains("file x")));
-        }
-    }
-
-    /// A document entry as its shape: its role, how many blocks, items or calls it holds, and
-    /// the ids that pair them; no text.
-    fn shape(v: &Value) -> Value {
-        const KEPT: [&str; 9] = [
-            "role",
-            "content",
-            "tool_calls",
-            "id",
-            "call_id",
-            "tool_use_id",
-            "tool_call_id",
-            "name",
-            "output",
-        ];
-        match v {
-            Value::Array(a) => Value::Array(a.iter().map(shape).collect()),
-            Value::Object(o) => Value::Object(
-                o.iter()
-                    .filter(|(k, _)| KEPT.contains(&k.as_str()))
-                    .map(|(k, v)| {
-                        let v = match v {
-                            Value::String(s) if k != "content" && k != "output" => {
-                                Value::String(s.clone())
-                            }
-                            Value::String(_) => Value::String(String::new()),
-                            other => shape(other),
-                        };
-                        (k.clone(), v)
-                    })
-                    .collect(),
-            ),
-            Value::String(_) => Value::String(String::new()),
-            other => other.clone(),
-        }
-    }
-
-    #[test]
-    fn kept_blocks_and_message_fields_come_back_as_they_came() {
-        use crate::domain::Role;
-        use serde_json::json;
-        let thinking = json!({"type": "thinking", "thinking": "", "signature": "c2ln+/="});
-        let conv = crate::provider::anthropic::read(
-            &mut json!({"model": "claude-x", "max_tokens": 100, "messages": [
-                {"role": "user", "content": "hi"},
-                {"role": "system", "content": "be brief", "output_config": {"effort": "low"}},
-                {"role": "assistant", "content": [thinking, {"type": "text", "text": "hello"}]},
-            ]}),
-        )
-        .expect("a request");
-        let messages: Vec<Message> = conv
-            .items
-            .iter()
-            .map(|i| match &i.content {
-                NodeContent::Message {
-                    role,
-                    parts,
-                    tool_calls,
-                } => Message {
-                    tool_calls: tool_calls.clone(),
-                    ..Message::new(
-                        match role {
-                            Role::User => crate::render::MessageRole::User,
-                            Role::Assistant => crate::render::MessageRole::Assistant,
-                            _ => crate::render::MessageRole::System,
-                        },
-                        parts.clone(),
-                    )
-                },
-                other => panic!("{other:?}"),
-            })
-            .collect();
-        let out = messages_for_test(&messages, &conv);
-        assert_eq!(
-            out,
-            json!([
-                {"role": "user", "content": [{"type": "text", "text": "hi"}]},
-                {"role": "system", "content": [{"type": "text", "text": "be brief"}],
-                 "output_config": {"effort": "low"}},
-                {"role": "assistant", "content": [thinking, {"type": "text", "text": "hello"}]},
-            ])
-        );
-    }
-
-    fn messages_for_test(rendered: &[Message], conv: &Conversation) -> Value {
-        let contents: Vec<&NodeContent> = conv.items.iter().map(|i| &i.content).collect();
-        let (entries, _) = super::conversation(
-            Format::Anthropic,
-            conv,
-            &contents,
-            None,
-            &crate::domain::PathView::default(),
-            &mut rendered.to_vec(),
-        );
-        let text = format!("[{}]", entries.join(","));
-        serde_json::from_str(&text).expect("the forwarded messages are JSON")
-    }
-}
+mod tests;

@@ -5,10 +5,11 @@ use serde_json::{Value, json};
 
 use super::{assistant, edits};
 use crate::domain::{NodeContent, ProviderUsage};
-use crate::provider::answer::{Relayed, index, part};
+use crate::provider::answer::{index, part};
+use crate::provider::codec::{self, Progress};
 
 /// Reads `usage` as the API reports it.
-fn usage(u: &Value, into: &mut ProviderUsage) {
+fn read_usage(u: &Value, into: &mut ProviderUsage) {
     let n = |k: &str| u.get(k).and_then(Value::as_u64);
     if let Some(v) = n("input_tokens") {
         into.input = v;
@@ -37,53 +38,54 @@ fn edits(message: &Value, into: &mut ProviderUsage) {
     }
 }
 
-/// The answer, assembled from what the upstream sends as it is relayed.
+/// A Messages answer's events: its content blocks by index, with each block's partial input
+/// JSON.
 #[derive(Debug, Default)]
-pub struct Answer {
-    relayed: Relayed,
+pub struct Events {
     blocks: Vec<Value>,
     partial: Vec<String>,
-    usage: ProviderUsage,
-    stopped: bool,
-    failed: bool,
 }
 
-impl Answer {
-    pub fn new(stream: bool) -> Self {
-        Self {
-            relayed: Relayed::new(stream),
-            ..Self::default()
+impl codec::Events for Events {
+    fn event(&mut self, _name: &str, data: Option<&Value>, progress: &mut Progress) {
+        if let Some(data) = data {
+            self.read(data, progress);
         }
     }
 
-    /// A streamed answer's terminal event has arrived (never for a whole body).
-    pub fn complete(&self) -> bool {
-        self.relayed.stream() && self.stopped
+    fn streamed(self: Box<Self>) -> Option<Option<NodeContent>> {
+        assistant(&self.blocks).ok()
     }
 
-    pub fn feed(&mut self, bytes: &[u8]) {
-        for (_, data) in self.relayed.feed(bytes) {
-            if let Some(data) = data {
-                self.event(&data);
-            }
+    fn body(&self, body: &Value, usage: &mut ProviderUsage) -> Option<Option<NodeContent>> {
+        if body.get("type").and_then(Value::as_str) != Some("message") {
+            return None;
         }
+        if let Some(v) = body.get("usage") {
+            read_usage(v, usage);
+        }
+        edits(body, usage);
+        let blocks = body.get("content")?.as_array()?;
+        assistant(blocks).ok()
     }
+}
 
-    fn event(&mut self, data: &Value) {
+impl Events {
+    fn read(&mut self, data: &Value, progress: &mut Progress) {
         let index = index(data, "index");
         match data.get("type").and_then(Value::as_str).unwrap_or_default() {
             "message_start" => {
                 if let Some(message) = data.get("message") {
                     if let Some(u) = message.get("usage") {
-                        usage(u, &mut self.usage);
+                        read_usage(u, &mut progress.usage);
                     }
-                    edits(message, &mut self.usage);
+                    edits(message, &mut progress.usage);
                 }
             }
             "content_block_start" => {
                 if let (Some(i), Some(block)) = (index, data.get("content_block")) {
                     let Some(slot) = part(&mut self.blocks, i) else {
-                        self.failed = true;
+                        progress.failed = true;
                         return;
                     };
                     *slot = block.clone();
@@ -124,7 +126,7 @@ impl Answer {
                         }
                     }
                     // A delta of a kind not known here: the block cannot be given back whole.
-                    _ => self.failed = true,
+                    _ => progress.failed = true,
                 }
             }
             "content_block_stop" => {
@@ -137,44 +139,21 @@ impl Answer {
                             Some(Value::Object(block)) => {
                                 block.insert("input".to_owned(), input);
                             }
-                            _ => self.failed = true,
+                            _ => progress.failed = true,
                         },
-                        Err(_) => self.failed = true,
+                        Err(_) => progress.failed = true,
                     }
                 }
             }
             "message_delta" => {
                 if let Some(u) = data.get("usage") {
-                    usage(u, &mut self.usage);
+                    read_usage(u, &mut progress.usage);
                 }
-                edits(data, &mut self.usage);
+                edits(data, &mut progress.usage);
             }
-            "message_stop" => self.stopped = true,
-            "error" => self.failed = true,
+            "message_stop" => progress.stopped = true,
+            "error" => progress.failed = true,
             _ => {}
         }
-    }
-
-    /// The assistant node to append and the usage, once the answer is whole; `None` for an
-    /// answer cut short, an error, or one that is not a message.
-    pub fn finish(self) -> Option<(Option<NodeContent>, ProviderUsage)> {
-        if self.relayed.stream() {
-            if !self.stopped || self.failed {
-                return None;
-            }
-            let content = assistant(&self.blocks).ok()?;
-            return Some((content, self.usage));
-        }
-        let body = self.relayed.body()?;
-        if body.get("type").and_then(Value::as_str) != Some("message") {
-            return None;
-        }
-        let mut u = ProviderUsage::default();
-        if let Some(v) = body.get("usage") {
-            usage(v, &mut u);
-        }
-        edits(&body, &mut u);
-        let blocks = body.get("content")?.as_array()?;
-        Some((assistant(blocks).ok()?, u))
     }
 }

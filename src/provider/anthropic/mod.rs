@@ -7,6 +7,7 @@
 //! kept as their canonical JSON (`Part::Block`) and given back as such.
 
 mod answer;
+mod codec;
 pub mod edits;
 
 use base64::Engine as _;
@@ -19,7 +20,7 @@ use super::conversation::{Conversation, Item, Refusal, estimate};
 use super::format::MESSAGE_FIELDS;
 use crate::domain::{MediaSource, NodeContent, Part, ProviderBlock, Role, ToolCall, WireFormat};
 
-pub use answer::Answer;
+pub use codec::Messages;
 
 /// How Claude Code's first system block begins: `x-anthropic-billing-header: …; cch=…`.
 const BILLING_HEADER: &str = "x-anthropic-billing-header:";
@@ -383,6 +384,7 @@ pub fn error(kind: &str, message: &str) -> Value {
 mod tests {
     use super::*;
     use crate::domain::ProviderUsage;
+    use crate::provider::codec::Codec as _;
 
     fn request(messages: Value) -> Conversation {
         read(&mut json!({"model": "claude-x", "max_tokens": 100, "messages": messages}))
@@ -440,7 +442,7 @@ mod tests {
             json!({"type": "message_delta", "usage": {"output_tokens": 7}}),
             json!({"type": "message_stop"}),
         ];
-        let mut answer = Answer::new(true);
+        let mut answer = Messages.answer(true);
         for e in &events {
             // Split each event across two chunks, as a network may.
             let text = format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap_or(""));
@@ -471,10 +473,10 @@ mod tests {
 
     #[test]
     fn an_answer_cut_short_or_failed_is_not_whole() {
-        let mut cut = Answer::new(true);
+        let mut cut = Messages.answer(true);
         cut.feed(b"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{}}\n\n");
         assert!(cut.finish().is_none());
-        let mut failed = Answer::new(true);
+        let mut failed = Messages.answer(true);
         failed.feed(
             b"data: {\"type\":\"error\",\"error\":{}}\n\ndata: {\"type\":\"message_stop\"}\n\n",
         );

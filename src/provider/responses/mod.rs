@@ -45,18 +45,17 @@
 //! system prompt. Codex names its conversation in `prompt_cache_key`: that is the session.
 
 mod answer;
-#[cfg(test)]
-mod tests;
 
 use serde_json::{Map, Value, json};
 
-use super::answer::assistant_node;
+use super::answer::{assistant_node, entries, openai_error};
 use super::canonical::{canonical, canonical_arguments, canonical_block};
+use super::codec::{Action, Answer, Codec, Failure, Request, Upstream};
 use super::conversation::{Conversation, Item, Refusal, estimate};
 use super::format::ITEM_FIELDS;
+use super::format::responses_document;
 use crate::domain::{NodeContent, Part, ProviderBlock, Role, ToolCall, WireFormat};
-
-pub use answer::Answer;
+use crate::render::Message;
 
 /// Reads a Responses API request body.
 pub fn read(body: &Value) -> Result<Conversation, Refusal> {
@@ -383,7 +382,50 @@ pub fn run(items: &[Value]) -> Result<Option<NodeContent>, Refusal> {
     Ok(assistant_node(parts, tool_calls))
 }
 
-/// The API's error body.
-pub fn error(kind: &str, message: &str, param: Option<&str>) -> Value {
-    json!({"error": {"message": message, "type": kind, "param": param, "code": null}})
+/// OpenAI's Responses API (`/v1/responses`).
+pub struct Responses;
+
+impl Codec for Responses {
+    fn format(&self) -> WireFormat {
+        WireFormat::Responses
+    }
+
+    fn name(&self) -> &'static str {
+        "responses"
+    }
+
+    fn upstream(&self) -> Upstream {
+        Upstream::OpenAi
+    }
+
+    fn routes(&self) -> &'static [&'static str] {
+        &["/v1/responses"]
+    }
+
+    fn action(&self, _path: &str) -> Action {
+        Action::Generate
+    }
+
+    fn field(&self) -> &'static str {
+        "input"
+    }
+
+    fn read(&self, request: Request<'_>) -> Result<Conversation, Refusal> {
+        read(&request.body)
+    }
+
+    fn document(&self, messages: &[Message]) -> (Vec<Value>, Vec<Vec<usize>>) {
+        entries(responses_document(messages))
+    }
+
+    fn answer(&self, stream: bool) -> Answer {
+        Answer::new(stream, Box::<answer::Events>::default())
+    }
+
+    fn error(&self, failure: Failure, message: &str, param: Option<&str>) -> Value {
+        openai_error(failure, message, param)
+    }
 }
+
+#[cfg(test)]
+mod tests;

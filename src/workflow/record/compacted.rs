@@ -3,7 +3,7 @@
 
 use std::collections::HashSet;
 
-use super::prefix::{extend, with_heads};
+use super::prefix::{Fork, extend_as, with_heads};
 use super::{AgentSummary, Plan, Unrecorded, owned, store_error};
 use crate::domain::{self, BranchName, Hash, NodeContent, NodeId};
 use crate::provider::agents::{
@@ -42,9 +42,18 @@ pub(super) async fn continuation(
             let covered: HashSet<NodeId> = summary.covers.iter().copied().collect();
             if let Some(end) = path.nodes.iter().rposition(|n| covered.contains(&n.id)) {
                 let node = path.nodes[end].id;
-                return extend(store, session, branches, node, contents, hashes, opening)
-                    .await
-                    .map(Some);
+                return extend_as(
+                    store,
+                    session,
+                    branches,
+                    node,
+                    contents,
+                    hashes,
+                    opening,
+                    Fork::Create,
+                )
+                .await
+                .map(Some);
             }
         }
         if !ends_on_summary_answer(&path.nodes) {
@@ -112,9 +121,18 @@ pub(super) async fn codex_window(
                 .iter()
                 .any(|s| s.renders_nothing() && s.covers.contains(&node.id));
             if laid {
-                return extend(store, session, branches, node.id, contents, hashes, 0)
-                    .await
-                    .map(Some);
+                return extend_as(
+                    store,
+                    session,
+                    branches,
+                    node.id,
+                    contents,
+                    hashes,
+                    0,
+                    Fork::Create,
+                )
+                .await
+                .map(Some);
             }
             if x + 1 < path.nodes.len() {
                 continue;

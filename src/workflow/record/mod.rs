@@ -11,15 +11,18 @@ use crate::domain::{self, BranchName, Hash, NodeContent, NodeId, Tenant};
 use crate::provider::agents::{continued_summary, is_codex_compaction};
 use crate::provider::conversation::Conversation;
 use crate::store::{self, AppendRequest, AppendTarget, Scoped, Store};
+use crate::workflow::Workflows;
 
 mod answer;
+mod call;
 mod preview;
 
 use compacted::{codex_window, continuation};
-use prefix::{Fork, extend, extend_as, prefix_from_heads};
+use prefix::{Fork, extend_as, prefix_from_heads};
 use sessions::{Key, open, session_key};
 use subagent::subagent;
 
+pub use call::{Call, ConversationKey};
 pub use prefix::chain_hashes;
 pub use preview::extended;
 pub use sessions::{KEY_METADATA, SessionKeys, opening_key, peek};
@@ -86,19 +89,6 @@ struct Plan {
     agent_summary: Option<AgentSummary>,
 }
 
-/// Records `conv` for `tenant`: finds or makes its session, appends what it does not hold.
-pub async fn record(
-    store: &Store,
-    keys: &SessionKeys,
-    tenant: &Tenant,
-    named: Option<&str>,
-    conv: &Conversation,
-    max_part_bytes: usize,
-) -> Result<Recorded, Unrecorded> {
-    let opened = opened(store, keys, tenant, named, conv, max_part_bytes).await?;
-    record_in(store, keys, tenant, conv, opened).await
-}
-
 /// A request's session found or made, with what finding it read of the request.
 struct Opened<'c> {
     /// The request's node contents, checked, and their chain hashes.
@@ -112,18 +102,16 @@ struct Opened<'c> {
 
 /// Checks `conv` and finds or makes its session: where [`record`] and [`locate`] both begin.
 async fn opened<'c>(
-    store: &Store,
-    keys: &SessionKeys,
-    tenant: &Tenant,
-    named: Option<&str>,
+    w: &Workflows,
+    call: &Call,
     conv: &'c Conversation,
-    max_part_bytes: usize,
 ) -> Result<Opened<'c>, Unrecorded> {
-    let contents = checked(conv, max_part_bytes)?;
+    let (store, tenant) = (&w.store, &call.tenant);
+    let contents = checked(conv, call.max_part_bytes)?;
     let hashes = chain_hashes(&contents, None);
     let opening = opening_key(&conv.opening);
-    let key = session_key(store, tenant, named, conv, &opening).await;
-    let session = open(store, keys, tenant, &key).await?;
+    let key = session_key(store, tenant, call.named.as_deref(), conv, &opening).await;
+    let session = open(store, &w.session_keys, tenant, &key).await?;
     Ok(Opened {
         contents,
         hashes,
@@ -138,20 +126,18 @@ async fn opened<'c>(
 /// is new. `None` where recording itself decides more than that (a sub-agent's first call, an
 /// agent's compaction, a conversation of its own): that request is recorded before it is
 /// forwarded.
-pub async fn locate(
-    store: &Store,
-    keys: &SessionKeys,
-    tenant: &Tenant,
-    named: Option<&str>,
+async fn locate(
+    w: &Workflows,
+    call: &Call,
     conv: &Conversation,
-    max_part_bytes: usize,
 ) -> Result<Option<Located>, Unrecorded> {
+    let store = &w.store;
     let Opened {
         contents,
         hashes,
         session,
         ..
-    } = opened(store, keys, tenant, named, conv, max_part_bytes).await?;
+    } = opened(w, call, conv).await?;
     let branches = store.list_branches(session).await.map_err(store_error)?;
     let plan = match contents.iter().position(|c| is_codex_compaction(c)) {
         Some(c) => match codex_window(store, session, &branches, &contents, &hashes, c).await? {
@@ -207,13 +193,10 @@ pub async fn locate(
 /// Records a request [`locate`]d before it was forwarded: what it adds is appended where
 /// locating found it goes, while that branch's head is still the node it extends; else (another
 /// request moved the head, or the fork it needs is not made yet) it is recorded afresh.
-pub async fn record_located(
-    store: &Store,
-    keys: &SessionKeys,
-    tenant: &Tenant,
-    named: Option<&str>,
+async fn record_located(
+    w: &Workflows,
+    call: &Call,
     conv: &mut Conversation,
-    max_part_bytes: usize,
     mut located: Located,
 ) -> Result<Recorded, Unrecorded> {
     if located.lost {
@@ -230,7 +213,7 @@ pub async fn record_located(
             nodes: located.rest,
             pinned: Vec::new(),
         };
-        if let Ok(outcome) = store.append(request).await {
+        if let Ok(outcome) = w.store.append(request).await {
             return Ok(Recorded {
                 session: located.session,
                 branch: located.branch,
@@ -242,7 +225,13 @@ pub async fn record_located(
             });
         }
     }
-    record(store, keys, tenant, named, conv, max_part_bytes).await
+    record(w, call, conv).await
+}
+
+/// Records `conv`: finds or makes its session, appends what it does not hold.
+async fn record(w: &Workflows, call: &Call, conv: &Conversation) -> Result<Recorded, Unrecorded> {
+    let opened = opened(w, call, conv).await?;
+    record_in(&w.store, &w.session_keys, &call.tenant, conv, opened).await
 }
 
 /// The head an append left, counted in the metrics.
@@ -425,7 +414,17 @@ async fn record_in(
         let plan = match found {
             Ok(plan) => plan,
             Err(Some((k, node))) => {
-                extend(store, session, &branches, node, &contents, &hashes, k + 1).await?
+                extend_as(
+                    store,
+                    session,
+                    &branches,
+                    node,
+                    &contents,
+                    &hashes,
+                    k + 1,
+                    Fork::Create,
+                )
+                .await?
             }
             Err(None) => {
                 if let Some(plan) = onto_empty_main(&branches, &contents) {

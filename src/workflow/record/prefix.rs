@@ -237,29 +237,6 @@ pub(super) fn with_heads(branches: &[domain::Branch]) -> Vec<&domain::Branch> {
     order
 }
 
-/// [`extend_as`], making the fork it needs.
-pub(super) async fn extend(
-    store: &Store,
-    session: Scoped,
-    branches: &[domain::Branch],
-    node: NodeId,
-    contents: &[&NodeContent],
-    hashes: &[Hash],
-    done: usize,
-) -> Result<Plan, Unrecorded> {
-    extend_as(
-        store,
-        session,
-        branches,
-        node,
-        contents,
-        hashes,
-        done,
-        Fork::Create,
-    )
-    .await
-}
-
 /// Whether extending a branch makes the fork it needs or only names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Fork {

@@ -100,7 +100,7 @@ fn stream(items: &[Value], completed_output: &Value, last: &str) -> String {
 }
 
 fn answer(stream_text: &str) -> Option<(Option<NodeContent>, ProviderUsage)> {
-    let mut a = Answer::new(true);
+    let mut a = Responses.answer(true);
     // Chunks that cut events anywhere, as the network does.
     for chunk in stream_text.as_bytes().chunks(37) {
         a.feed(chunk);
@@ -128,7 +128,7 @@ fn a_streamed_answer_is_the_node_its_resend_makes() {
             ..ProviderUsage::default()
         }
     );
-    let mut a = Answer::new(true);
+    let mut a = Responses.answer(true);
     let text = stream(&items, &json!(items), "response.completed");
     let (head, last) = text.split_at(text.rfind("event: response.completed").unwrap());
     a.feed(head.as_bytes());
@@ -280,12 +280,12 @@ fn a_whole_answer_is_read_from_its_body() {
     let items = output_items();
     let body = json!({"id": "resp_9", "object": "response", "status": "completed",
                       "output": items, "usage": usage_json()});
-    let mut a = Answer::new(false);
+    let mut a = Responses.answer(false);
     a.feed(body.to_string().as_bytes());
     let (node, usage) = a.finish().unwrap();
     assert_eq!(node, run(&items).unwrap());
     assert_eq!(usage.cache_read, 1000);
-    let mut a = Answer::new(false);
+    let mut a = Responses.answer(false);
     let mut incomplete = body.clone();
     incomplete["status"] = json!("incomplete");
     a.feed(incomplete.to_string().as_bytes());

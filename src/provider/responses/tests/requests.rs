@@ -317,7 +317,7 @@ fn additional_tools_are_kept_whole() {
 #[test]
 fn errors_have_the_api_shape() {
     assert_eq!(
-        error("invalid_request_error", "input: bad", Some("input")),
+        Responses.error(Failure::Invalid, "input: bad", Some("input")),
         json!({"error": {"message": "input: bad", "type": "invalid_request_error", "param": "input", "code": null}})
     );
 }

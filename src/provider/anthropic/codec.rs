@@ -1,0 +1,93 @@
+//! The Messages API as a [`Codec`]: its routes, its request read, its `messages` written, its
+//! answer assembled, its error shape.
+
+use serde_json::Value;
+
+use super::answer::Events;
+use super::{error, read};
+use crate::domain::{ProviderBlock, WireFormat};
+use crate::provider::codec::{Action, Answer, Codec, Failure, Request, Upstream};
+use crate::provider::conversation::{Conversation, Refusal};
+use crate::provider::format::{MESSAGE_FIELDS, anthropic_document};
+use crate::render::Message;
+
+/// Anthropic's Messages API (`/v1/messages`).
+pub struct Messages;
+
+impl Codec for Messages {
+    fn format(&self) -> WireFormat {
+        WireFormat::AnthropicMessages
+    }
+
+    fn name(&self) -> &'static str {
+        "anthropic"
+    }
+
+    fn upstream(&self) -> Upstream {
+        Upstream::Anthropic
+    }
+
+    fn routes(&self) -> &'static [&'static str] {
+        &["/v1/messages", "/v1/messages/count_tokens"]
+    }
+
+    fn claims(&self, _path: &str, has_header: &dyn Fn(&str) -> bool) -> bool {
+        has_header("anthropic-version") || has_header("x-api-key")
+    }
+
+    fn action(&self, path: &str) -> Action {
+        match path {
+            "/v1/messages" => Action::Generate,
+            "/v1/messages/count_tokens" => Action::Count,
+            _ => Action::Other,
+        }
+    }
+
+    fn field(&self) -> &'static str {
+        "messages"
+    }
+
+    fn read(&self, mut request: Request<'_>) -> Result<Conversation, Refusal> {
+        read(&mut request.body)
+    }
+
+    fn document(&self, messages: &[Message]) -> (Vec<Value>, Vec<Vec<usize>>) {
+        let (document, sources) = anthropic_document(messages, true);
+        match document {
+            Value::Object(mut map) => match map.remove("messages") {
+                Some(Value::Array(entries)) => (entries, sources),
+                _ => (Vec::new(), Vec::new()),
+            },
+            _ => (Vec::new(), Vec::new()),
+        }
+    }
+
+    fn hollow_block(&self, block: &ProviderBlock) -> bool {
+        block.format == WireFormat::AnthropicMessages && !block.json.contains(MESSAGE_FIELDS)
+    }
+
+    fn cache_markers(&self) -> bool {
+        true
+    }
+
+    fn provider_edits(&self) -> bool {
+        true
+    }
+
+    fn answer(&self, stream: bool) -> Answer {
+        Answer::new(stream, Box::<Events>::default())
+    }
+
+    fn error(&self, failure: Failure, message: &str, _param: Option<&str>) -> Value {
+        let kind = match failure {
+            Failure::Invalid => "invalid_request_error",
+            Failure::Unauthenticated => "authentication_error",
+            Failure::NotFound => "not_found_error",
+            Failure::TooLarge => "request_too_large",
+            Failure::Upstream => "api_error",
+            Failure::Busy => "rate_limit_error",
+            Failure::Unavailable => "overloaded_error",
+        };
+        error(kind, message)
+    }
+}
