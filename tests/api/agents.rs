@@ -101,6 +101,28 @@ pub async fn gateway_app(fake: &FakeProvider) -> (TestApp, String) {
     (spawn_app_with(options).await, url)
 }
 
+/// A server with the gateway in front of `fake` for every API it speaks, Google's Gemini API
+/// too (see [`point_gemini_upstream`]); the gateway's base URL.
+pub async fn gemini_gateway_app(fake: &FakeProvider) -> (TestApp, String) {
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind the gateway");
+    let url = format!("http://{}", listener.local_addr().expect("gateway addr"));
+    let mut gateway = Gateway::new(listener, fake.url(), fake.url());
+    point_gemini_upstream(&mut gateway, &fake.url());
+    let options = Options {
+        gateway: Some(gateway),
+        ..Default::default()
+    };
+    (spawn_app_with(options).await, url)
+}
+
+/// Points `gateway`'s Gemini upstream at `url` (a base URL without `/v1beta`, e.g. the fake's).
+/// The one place the tests name the field.
+pub fn point_gemini_upstream(gateway: &mut Gateway, url: &str) {
+    gateway.gemini_upstream = url.to_owned();
+}
+
 /// Requests to `path` the fake received.
 pub fn model_calls(fake: &FakeProvider, path: &str) -> Vec<Recorded> {
     fake.requests()

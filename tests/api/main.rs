@@ -30,6 +30,7 @@ mod gateway_claude_code;
 mod gateway_clients;
 mod gateway_codex;
 mod gateway_fidelity;
+mod gateway_gemini;
 mod gateway_ledger;
 mod gateway_replicas;
 mod gateway_thinking;

@@ -1,7 +1,10 @@
 //! A scripted fake model provider on 127.0.0.1:0: the Anthropic Messages API
 //! (`POST /v1/messages`, streamed or not, and `POST /v1/messages/count_tokens`), OpenAI chat
-//! completions (`POST /v1/chat/completions`, streamed or not) and the OpenAI Responses API
-//! (`POST /v1/responses`, streamed or not). Any other path answers 404 (JSON).
+//! completions (`POST /v1/chat/completions`, streamed or not), the OpenAI Responses API
+//! (`POST /v1/responses`, streamed or not) and Google's Gemini API
+//! (`POST /v1beta/models/{model}:generateContent`, `:streamGenerateContent`, `:countTokens`;
+//! its rules, answers and cache are stated in `fake_gemini.rs`, a module of this file). Any
+//! other path answers 404 (JSON).
 //!
 //! A test scripts the answers: [`FakeProvider::script`] queues [`Reply`] values, taken in order
 //! by `/v1/messages`, `/v1/chat/completions` and `/v1/responses` calls (count_tokens takes
@@ -193,8 +196,8 @@
 //! [`Recorded::prompt`] null), takes no scripted reply and reads or writes nothing in the cache.
 //!
 //! Self-contained (axum, tokio, tokio-stream, serde_json, bytes only) so a bench can include it
-//! with `#[path = "../tests/common/fake_provider.rs"] mod fake_provider;`. Nothing sleeps unless a
-//! reply is scripted with a delay.
+//! with `#[path = "../tests/common/fake_provider.rs"] mod fake_provider;` (which brings
+//! `fake_gemini.rs` beside it along). Nothing sleeps unless a reply is scripted with a delay.
 
 #![allow(dead_code)]
 
@@ -215,6 +218,16 @@ use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinHandle;
+
+#[path = "fake_gemini.rs"]
+mod gemini;
+
+#[allow(unused_imports)]
+pub use gemini::{
+    CORRUPTED_SIGNATURE, DUMMY_SIGNATURES, GEMINI_CACHE_LIFE, ImplicitCache, NO_KEY, PAIRING_CALL,
+    PAIRING_COUNT, PAIRING_RESPONSE, gemini_key, gemini_of_sse, gemini_read_price, gemini_units,
+    gemini_version, google_error, min_cached, missing_signature, thinks, validates_signatures,
+};
 
 /// The largest request body the fake reads.
 const MAX_BODY: usize = 256 * 1024 * 1024;
@@ -354,6 +367,12 @@ impl Reply {
         Self::error(status, body.to_string())
     }
 
+    /// A Google-shaped error: `{"error":{"code":<status>,"message":<message>,"status":<code>}}`
+    /// (`code` e.g. `INVALID_ARGUMENT`, `RESOURCE_EXHAUSTED`).
+    pub fn gemini_error(status: u16, code: &str, message: &str) -> Self {
+        Self::error(status, google_error(status, code, message).to_string())
+    }
+
     /// An OpenAI-shaped error: `{"error":{"message","type","param":null,"code":null}}`.
     pub fn openai_error(status: u16, kind: &str, message: &str) -> Self {
         let body =
@@ -483,6 +502,14 @@ impl Recorded {
         }
     }
 
+    /// The `contents` of a Gemini body (empty when absent).
+    pub fn contents(&self) -> Vec<Value> {
+        self.body["contents"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    }
+
     /// The response body as text.
     pub fn response_text(&self) -> String {
         String::from_utf8_lossy(&self.response).into_owned()
@@ -512,8 +539,11 @@ struct Inner {
     prefixes: PrefixCache,
     /// Counters for ids.
     next_id: u64,
-    /// Requests refused for a thinking block not bound to its prefix.
+    /// Requests refused for a thinking block not bound to its prefix, or (Gemini) a call of
+    /// the current turn without the signature the fake gave it.
     refusals: usize,
+    /// Gemini's implicit cache and the signatures given to calls.
+    gemini: gemini::State,
 }
 
 type Shared = Arc<Mutex<Inner>>;
@@ -551,6 +581,7 @@ impl FakeProvider {
             prefixes: PrefixCache::default(),
             next_id: 0,
             refusals: 0,
+            gemini: gemini::State::default(),
         }));
         let app = Router::new().fallback(handle).with_state(shared.clone());
         let task = tokio::spawn(async move {
@@ -616,6 +647,7 @@ impl FakeProvider {
         let mut inner = lock(&self.shared);
         inner.breakpoints = BreakpointCache::default();
         inner.prefixes = PrefixCache::default();
+        inner.gemini.cache = ImplicitCache::default();
     }
 
     /// Moves the fake's clock forward by `by`: cache entries expire by it, not by real time, so
@@ -626,6 +658,7 @@ impl FakeProvider {
         let now = inner.now;
         inner.breakpoints.forget_expired(now);
         inner.prefixes.forget_expired(now);
+        inner.gemini.cache.forget_expired(now);
     }
 
     /// The fake's clock: the sum of the [`FakeProvider::advance`] steps so far.
@@ -651,9 +684,16 @@ impl FakeProvider {
     }
 
     /// The requests refused so far (whatever [`FakeProvider::clear_requests`] forgot) because a
-    /// thinking block was not sent back after the prefix it was produced on.
+    /// thinking block was not sent back after the prefix it was produced on, or (Gemini 3) a
+    /// call of the current turn came without the signature the fake gave it.
     pub fn refusals(&self) -> usize {
         lock(&self.shared).refusals
+    }
+
+    /// The `thoughtSignature`s the fake gave Gemini function calls, as (call name, signature),
+    /// in the order given.
+    pub fn gemini_signatures(&self) -> Vec<(String, String)> {
+        lock(&self.shared).gemini.calls.clone()
     }
 }
 
@@ -686,6 +726,9 @@ async fn handle(State(shared): State<Shared>, request: Request) -> Response {
         input_transformations: Value::Null,
         applied_edits: Value::Null,
     };
+    if let Some((model, method)) = gemini::route(&path) {
+        return gemini::handle(&shared, record, model, method).await;
+    }
     let post = parts.method == Method::POST;
     let api = match path.as_str() {
         "/v1/messages" if post => Some(Api::Anthropic),
