@@ -91,11 +91,14 @@ fn a_streamed_answer_is_the_node_its_resend_reads_as() {
 
 #[test]
 fn streamed_text_is_joined_as_gemini_cli_keeps_it() {
+    // As the corpus's 02.json was answered: the text in pieces, then its signature alone in
+    // an empty text part with the finish reason.
     let chunks = [
         json!({"candidates": [{"content": {"role": "model", "parts": [{"text": "Wrote ctxd-"}]}}]}),
         json!({"candidates": [{"content": {"role": "model", "parts": [{"text": "gemini-marker "}]}}]}),
+        json!({"candidates": [{"content": {"role": "model", "parts": [{"text": "into out.txt."}]}}]}),
         json!({"candidates": [{"content": {"role": "model", "parts": [
-            {"text": "into out.txt.", "thoughtSignature": "c2ln"}]}, "finishReason": "STOP"}],
+            {"text": "", "thoughtSignature": "c2ln"}]}, "finishReason": "STOP"}],
             "usageMetadata": {"promptTokenCount": 10, "candidatesTokenCount": 5}}),
     ];
     let (node, usage) = streamed(&sse(&chunks), &[17]).unwrap();

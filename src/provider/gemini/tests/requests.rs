@@ -99,8 +99,13 @@ fn a_resumed_history_continues_the_same_nodes() {
     // the CLI's router reading that history under other call ids.
     let live = nodes(&read(corpus(2)).unwrap());
     let resumed = nodes(&read(corpus(4)).unwrap());
-    let router =
-        nodes(&read_at("/v1beta/models/gemini-3.1-flash:generateContent", corpus(3)).unwrap());
+    let router = nodes(
+        &read_at(
+            "/v1beta/models/gemini-3.5-flash-lite:generateContent",
+            corpus(3),
+        )
+        .unwrap(),
+    );
     assert_ne!(live[0], resumed[0], "the session context changed");
     for k in 1..3 {
         assert!(live[k].says_same(&resumed[k]), "node {k}");
