@@ -89,11 +89,23 @@ impl WireFormat {
         }
     }
 
-    pub fn from_mime(mime: &str) -> Option<Self> {
-        if mime == REASONING_MIME {
-            return Some(WireFormat::AnthropicMessages);
+    /// The MIME type of this format's reasoning blocks, where it has them.
+    pub fn reasoning_mime(self) -> Option<&'static str> {
+        match self {
+            WireFormat::AnthropicMessages => Some(REASONING_MIME),
+            WireFormat::Gemini => Some("application/vnd.ctxd.gemini-reasoning+json"),
+            WireFormat::ChatCompletions | WireFormat::Responses => None,
         }
-        Self::ALL.into_iter().find(|f| f.mime() == mime)
+    }
+
+    pub fn from_mime(mime: &str) -> Option<Self> {
+        Self::ALL
+            .into_iter()
+            .find(|f| f.mime() == mime || f.reasoning_mime() == Some(mime))
+    }
+
+    pub fn is_reasoning_mime(mime: &str) -> bool {
+        Self::ALL.iter().any(|f| f.reasoning_mime() == Some(mime))
     }
 
     /// The name ctxd JSONL writes.
@@ -111,8 +123,7 @@ impl WireFormat {
     }
 }
 
-/// The MIME type of a block of the model's reasoning (an Anthropic thinking block, redacted or
-/// not) where a part is media on the wire and in the store.
+/// The MIME type of an Anthropic thinking block (redacted or not) on the wire and in the store.
 pub const REASONING_MIME: &str = "application/vnd.ctxd.anthropic-reasoning+json";
 
 /// A provider block as it came, in its canonical JSON (keys sorted, no spacing, no cache
@@ -147,10 +158,9 @@ impl ProviderBlock {
 
     /// The MIME type the block travels and is stored under.
     pub fn mime(&self) -> &'static str {
-        if self.reasoning {
-            REASONING_MIME
-        } else {
-            self.format.mime()
+        match self.format.reasoning_mime() {
+            Some(mime) if self.reasoning => mime,
+            _ => self.format.mime(),
         }
     }
 
@@ -164,7 +174,7 @@ impl ProviderBlock {
         Some(checked.map(|json| Self {
             format,
             json,
-            reasoning: mime == REASONING_MIME,
+            reasoning: WireFormat::is_reasoning_mime(mime),
         }))
     }
 
@@ -175,7 +185,7 @@ impl ProviderBlock {
         Some(String::from_utf8(data).ok().map(|json| Self {
             format,
             json,
-            reasoning: mime == REASONING_MIME,
+            reasoning: WireFormat::is_reasoning_mime(mime),
         }))
     }
 }

@@ -342,3 +342,25 @@ fn parse_hash(hex: &str) -> Result<Hash, Error> {
 fn parse_id(text: &str) -> Result<NodeId, Error> {
     NodeId::parse("stored id", text).map_err(|_| Error::Corrupt(format!("bad node id {text:?}")))
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::domain::{ProviderBlock, WireFormat};
+
+    /// A reasoning block travels and is stored under its own format's reasoning MIME type, so
+    /// a Gemini thought read back is still Gemini's, and still reasoning.
+    #[test]
+    fn reasoning_blocks_keep_their_format_through_the_store() {
+        for format in [WireFormat::AnthropicMessages, WireFormat::Gemini] {
+            let block = ProviderBlock {
+                format,
+                json: r#"{"thought":true}"#.to_owned(),
+                reasoning: true,
+            };
+            let stored = ProviderBlock::stored(block.mime(), block.json.clone().into_bytes());
+            assert_eq!(stored, Some(Some(block.clone())), "{}", format.name());
+            let sent = ProviderBlock::from_media(block.mime(), block.json.clone().into_bytes());
+            assert_eq!(sent, Some(Some(block)), "{}", format.name());
+        }
+    }
+}
