@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use super::answer::{assistant_node, entries, index, openai_error, openai_usage, part};
 use super::canonical::{canonical_arguments, canonical_block};
-use super::codec::{self, Action, Answer, Codec, Failure, Progress, Request, Upstream};
+use super::codec::{self, Answer, Codec, Failure, Progress, Request, Spec, Upstream};
 use super::conversation::{Conversation, Item, Refusal};
 use super::format::openai_chat_document;
 use crate::domain::{
@@ -322,28 +322,14 @@ impl Events {
 pub struct Completions;
 
 impl Codec for Completions {
-    fn format(&self) -> WireFormat {
-        WireFormat::ChatCompletions
-    }
-
-    fn name(&self) -> &'static str {
-        "openai"
-    }
-
-    fn upstream(&self) -> Upstream {
-        Upstream::OpenAi
-    }
-
-    fn routes(&self) -> &'static [&'static str] {
-        &["/v1/chat/completions"]
-    }
-
-    fn action(&self, _path: &str) -> Action {
-        Action::Generate
-    }
-
-    fn field(&self) -> &'static str {
-        "messages"
+    fn spec(&self) -> &'static Spec {
+        &Spec {
+            format: WireFormat::ChatCompletions,
+            name: "openai",
+            upstream: Upstream::OpenAi,
+            routes: &["/v1/chat/completions"],
+            field: "messages",
+        }
     }
 
     fn read(&self, request: Request<'_>) -> Result<Conversation, Refusal> {

@@ -58,17 +58,42 @@ pub struct Request<'a> {
     pub body: Value,
 }
 
+/// What names a wire format at the gateway.
+#[derive(Debug)]
+pub struct Spec {
+    pub format: WireFormat,
+    /// The name metrics and logs use (`anthropic`, `openai`, `responses`, `gemini`).
+    pub name: &'static str,
+    pub upstream: Upstream,
+    /// The gateway's routes for this format, as axum paths.
+    pub routes: &'static [&'static str],
+    /// The body member that holds the conversation, which the render replaces.
+    pub field: &'static str,
+}
+
 /// One provider wire format.
 pub trait Codec: Sync + Send {
-    fn format(&self) -> WireFormat;
+    fn spec(&self) -> &'static Spec;
 
-    /// The name metrics and logs use (`anthropic`, `openai`, `responses`, `gemini`).
-    fn name(&self) -> &'static str;
+    fn format(&self) -> WireFormat {
+        self.spec().format
+    }
 
-    fn upstream(&self) -> Upstream;
+    fn name(&self) -> &'static str {
+        self.spec().name
+    }
 
-    /// The gateway's routes for this format, as axum paths.
-    fn routes(&self) -> &'static [&'static str];
+    fn upstream(&self) -> Upstream {
+        self.spec().upstream
+    }
+
+    fn routes(&self) -> &'static [&'static str] {
+        self.spec().routes
+    }
+
+    fn field(&self) -> &'static str {
+        self.spec().field
+    }
 
     /// Whether a request to a path none of the routes serve is this provider's, by its path
     /// and the headers it has (OpenAI's upstream takes what no codec claims).
@@ -81,11 +106,11 @@ pub trait Codec: Sync + Send {
         path.starts_with("/v1/")
     }
 
-    /// What a request to `path` (one of [`Codec::routes`]) asks for.
-    fn action(&self, path: &str) -> Action;
-
-    /// The body member that holds the conversation, which the render replaces.
-    fn field(&self) -> &'static str;
+    /// What a request to `path` (one of [`Codec::routes`]) asks for: a model call, unless the
+    /// format serves more than that.
+    fn action(&self, _path: &str) -> Action {
+        Action::Generate
+    }
 
     /// Reads a request, taking its texts rather than copying them where it can.
     fn read(&self, request: Request<'_>) -> Result<Conversation, Refusal>;

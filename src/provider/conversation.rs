@@ -148,3 +148,12 @@ fn fill_result_names(items: &mut [Item]) {
         }
     }
 }
+
+/// The request's nodes as a stored path renders them, untouched by any budget step: what a
+/// codec's round-trip tests write back.
+#[cfg(test)]
+pub fn rendered(conv: &Conversation) -> Vec<crate::render::Message> {
+    let contents = conv.items.iter().map(|i| i.content.clone()).collect();
+    let path = crate::workflow::record::extended(crate::domain::PathView::default(), contents);
+    crate::render::visible(&path, crate::render::Callers::All)
+}

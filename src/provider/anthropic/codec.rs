@@ -6,7 +6,7 @@ use serde_json::Value;
 use super::answer::Events;
 use super::{error, read};
 use crate::domain::{ProviderBlock, WireFormat};
-use crate::provider::codec::{Action, Answer, Codec, Failure, Request, Upstream};
+use crate::provider::codec::{Action, Answer, Codec, Failure, Request, Spec, Upstream};
 use crate::provider::conversation::{Conversation, Refusal};
 use crate::provider::format::{MESSAGE_FIELDS, anthropic_document};
 use crate::render::Message;
@@ -15,20 +15,14 @@ use crate::render::Message;
 pub struct Messages;
 
 impl Codec for Messages {
-    fn format(&self) -> WireFormat {
-        WireFormat::AnthropicMessages
-    }
-
-    fn name(&self) -> &'static str {
-        "anthropic"
-    }
-
-    fn upstream(&self) -> Upstream {
-        Upstream::Anthropic
-    }
-
-    fn routes(&self) -> &'static [&'static str] {
-        &["/v1/messages", "/v1/messages/count_tokens"]
+    fn spec(&self) -> &'static Spec {
+        &Spec {
+            format: WireFormat::AnthropicMessages,
+            name: "anthropic",
+            upstream: Upstream::Anthropic,
+            routes: &["/v1/messages", "/v1/messages/count_tokens"],
+            field: "messages",
+        }
     }
 
     fn claims(&self, _path: &str, has_header: &dyn Fn(&str) -> bool) -> bool {
@@ -41,10 +35,6 @@ impl Codec for Messages {
             "/v1/messages/count_tokens" => Action::Count,
             _ => Action::Other,
         }
-    }
-
-    fn field(&self) -> &'static str {
-        "messages"
     }
 
     fn read(&self, mut request: Request<'_>) -> Result<Conversation, Refusal> {

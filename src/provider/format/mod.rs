@@ -130,15 +130,15 @@ pub fn document(format: Format, messages: &[Message]) -> String {
 
 /// Which calls and results a document keeps: a call only with its result, a result only right
 /// after the assistant message that made its call (where rendering puts it).
-struct Pairs<'a> {
+pub struct Pairs<'a> {
     /// For each message: the call ids it keeps (assistant messages).
-    calls: Vec<HashSet<&'a str>>,
+    pub calls: Vec<HashSet<&'a str>>,
     /// For each message: whether a tool message is kept.
-    results: Vec<bool>,
+    pub results: Vec<bool>,
 }
 
 impl<'a> Pairs<'a> {
-    fn of(messages: &'a [Message]) -> Self {
+    pub fn of(messages: &'a [Message]) -> Self {
         let mut calls = vec![HashSet::new(); messages.len()];
         let mut results = vec![false; messages.len()];
         let mut group: Option<usize> = None;

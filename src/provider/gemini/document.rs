@@ -11,6 +11,7 @@ use serde_json::{Map, Value, json};
 
 use super::{CONTENT, FIELDS, WIRE, part_marker};
 use crate::domain::{MediaSource, Part, ToolCall, WireFormat};
+use crate::provider::format::Pairs;
 use crate::render::{Message, MessageRole, Reduction};
 
 type Members = Map<String, Value>;
@@ -28,7 +29,7 @@ struct Entry {
 
 /// `messages` as `contents`, and which messages each content holds.
 pub fn document(messages: &[Message]) -> (Vec<Value>, Vec<Vec<usize>>) {
-    let (calls, results) = pairs(messages);
+    let Pairs { calls, results } = Pairs::of(messages);
     // The assistant message whose calls the tool messages after it answer.
     let mut group: Option<&Message> = None;
     let mut out: Vec<Entry> = Vec::new();
@@ -99,30 +100,6 @@ pub fn document(messages: &[Message]) -> (Vec<Value>, Vec<Vec<usize>>) {
         })
         .collect();
     (contents, sources)
-}
-
-/// Which calls each assistant message keeps (those whose result follows it) and which tool
-/// messages are kept (a result right after its call's message).
-fn pairs(messages: &[Message]) -> (Vec<HashSet<&str>>, Vec<bool>) {
-    let mut calls = vec![HashSet::new(); messages.len()];
-    let mut results = vec![false; messages.len()];
-    let mut group: Option<usize> = None;
-    for (i, m) in messages.iter().enumerate() {
-        match m.role {
-            MessageRole::Assistant => group = Some(i),
-            MessageRole::Tool => {
-                let id = m.tool_call_id.as_deref().unwrap_or_default();
-                if let Some(a) = group
-                    && messages[a].tool_calls.iter().any(|c| c.call_id == id)
-                    && calls[a].insert(id)
-                {
-                    results[i] = true;
-                }
-            }
-            _ => group = None,
-        }
-    }
-    (calls, results)
 }
 
 /// The name of the call tool message `i` answers, from the assistant message before it.

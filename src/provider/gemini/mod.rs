@@ -50,7 +50,7 @@ mod tests;
 use serde_json::{Map, Value, json};
 
 use crate::domain::{Part, ProviderBlock, WireFormat};
-use crate::provider::codec::{Action, Answer, Codec, Failure, Request, Upstream};
+use crate::provider::codec::{Action, Answer, Codec, Failure, Request, Spec, Upstream};
 use crate::provider::conversation::{Conversation, Refusal};
 use crate::render::Message;
 
@@ -63,20 +63,14 @@ pub use session::{Session, is_session, session};
 pub struct Gemini;
 
 impl Codec for Gemini {
-    fn format(&self) -> WireFormat {
-        WireFormat::Gemini
-    }
-
-    fn name(&self) -> &'static str {
-        "gemini"
-    }
-
-    fn upstream(&self) -> Upstream {
-        Upstream::Google
-    }
-
-    fn routes(&self) -> &'static [&'static str] {
-        &["/v1beta/models/{target}"]
+    fn spec(&self) -> &'static Spec {
+        &Spec {
+            format: WireFormat::Gemini,
+            name: "gemini",
+            upstream: Upstream::Google,
+            routes: &["/v1beta/models/{target}"],
+            field: "contents",
+        }
     }
 
     fn claims(&self, path: &str, has_header: &dyn Fn(&str) -> bool) -> bool {
@@ -95,10 +89,6 @@ impl Codec for Gemini {
             Some("countTokens") => Action::Count,
             _ => Action::Other,
         }
-    }
-
-    fn field(&self) -> &'static str {
-        "contents"
     }
 
     fn read(&self, request: Request<'_>) -> Result<Conversation, Refusal> {

@@ -50,7 +50,7 @@ use serde_json::{Map, Value, json};
 
 use super::answer::{assistant_node, entries, openai_error};
 use super::canonical::{canonical, canonical_arguments, canonical_block};
-use super::codec::{Action, Answer, Codec, Failure, Request, Upstream};
+use super::codec::{Answer, Codec, Failure, Request, Spec, Upstream};
 use super::conversation::{Conversation, Item, Refusal, estimate};
 use super::format::ITEM_FIELDS;
 use super::format::responses_document;
@@ -386,28 +386,14 @@ pub fn run(items: &[Value]) -> Result<Option<NodeContent>, Refusal> {
 pub struct Responses;
 
 impl Codec for Responses {
-    fn format(&self) -> WireFormat {
-        WireFormat::Responses
-    }
-
-    fn name(&self) -> &'static str {
-        "responses"
-    }
-
-    fn upstream(&self) -> Upstream {
-        Upstream::OpenAi
-    }
-
-    fn routes(&self) -> &'static [&'static str] {
-        &["/v1/responses"]
-    }
-
-    fn action(&self, _path: &str) -> Action {
-        Action::Generate
-    }
-
-    fn field(&self) -> &'static str {
-        "input"
+    fn spec(&self) -> &'static Spec {
+        &Spec {
+            format: WireFormat::Responses,
+            name: "responses",
+            upstream: Upstream::OpenAi,
+            routes: &["/v1/responses"],
+            field: "input",
+        }
     }
 
     fn read(&self, request: Request<'_>) -> Result<Conversation, Refusal> {

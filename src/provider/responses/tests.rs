@@ -4,33 +4,9 @@
 mod answers;
 mod requests;
 
-use std::sync::Arc;
-
 use super::*;
-use crate::domain::{Node, NodeId, PathView, node_hash};
+use crate::provider::conversation::rendered;
 use crate::provider::format::responses_input as input;
-use crate::render::Message;
-use crate::render::{Callers, visible};
-
-/// The request's nodes as a stored path renders them, untouched by any budget step.
-fn rendered(conv: &Conversation) -> Vec<Message> {
-    let mut path = PathView::default();
-    let mut parent: Option<(NodeId, crate::domain::Hash)> = None;
-    for item in &conv.items {
-        let hash = node_hash(parent.as_ref().map(|p| &p.1), None, &item.content);
-        let node = Node {
-            id: NodeId::new(),
-            parent_id: parent.map(|p| p.0),
-            function_id: None,
-            content: item.content.clone(),
-            created_at_ms: 0,
-            hash,
-        };
-        parent = Some((node.id, hash));
-        path.nodes.push(Arc::new(node));
-    }
-    visible(&path, Callers::All)
-}
 
 /// Items as canonical JSON, with function call arguments in canonical form (the form they
 /// are stored in).

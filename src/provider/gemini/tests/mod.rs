@@ -6,16 +6,14 @@ mod answers;
 mod documents;
 mod requests;
 
-use std::sync::Arc;
-
 use serde_json::{Value, json};
 
 use super::Gemini;
-use crate::domain::{Hash, Node, NodeContent, NodeId, PathView, node_hash};
+use crate::domain::{Hash, NodeContent, node_hash};
 use crate::provider::canonical::canonical;
 use crate::provider::codec::{Codec, Request};
-use crate::provider::conversation::{Conversation, Refusal};
-use crate::render::{Callers, Message, visible};
+use crate::provider::conversation::{Conversation, Refusal, rendered};
+use crate::render::Message;
 
 const STREAM: &str = "/v1beta/models/gemini-3.1-pro-preview:streamGenerateContent?alt=sse";
 
@@ -53,26 +51,6 @@ fn hashes(contents: &[NodeContent]) -> Vec<Hash> {
             h
         })
         .collect()
-}
-
-/// The request's nodes as a stored path renders them, untouched by any budget step.
-fn rendered(conv: &Conversation) -> Vec<Message> {
-    let mut path = PathView::default();
-    let mut parent: Option<(NodeId, Hash)> = None;
-    for item in &conv.items {
-        let hash = node_hash(parent.as_ref().map(|p| &p.1), None, &item.content);
-        let node = Node {
-            id: NodeId::new(),
-            parent_id: parent.map(|p| p.0),
-            function_id: None,
-            content: item.content.clone(),
-            created_at_ms: 0,
-            hash,
-        };
-        parent = Some((node.id, hash));
-        path.nodes.push(Arc::new(node));
-    }
-    visible(&path, Callers::All)
 }
 
 /// A request read, its nodes rendered and written back as `contents`.
