@@ -63,6 +63,18 @@ impl Default for Limits {
     }
 }
 
+/// Why [`Admission`] refuses a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// The server is shutting down.
+    Draining,
+    /// Every slot is taken.
+    Full,
+}
+
+const DRAINING: &str = "the server is shutting down and takes no new calls; retry on another \
+                        instance or after it restarts";
+
 /// Admission shared by every service it wraps: one pool of permits, one draining flag.
 #[derive(Debug, Clone)]
 pub struct Admission {
@@ -111,15 +123,29 @@ impl Admission {
     /// Admits one call of another front door (the inspector's HTTP API) under the same limit:
     /// the permit is the call's slot until it is dropped.
     pub fn try_admit(&self) -> Result<tokio::sync::OwnedSemaphorePermit, Status> {
+        self.admit().map_err(|refused| match refused {
+            Refused::Draining => Status::unavailable(DRAINING),
+            Refused::Full => self.overloaded(),
+        })
+    }
+
+    /// [`Admission::try_admit`] for a door that answers in its own words (the gateway): why a
+    /// call is refused, and [`Admission::refusal`] to say it.
+    pub fn admit(&self) -> Result<tokio::sync::OwnedSemaphorePermit, Refused> {
         if self.draining.load(Ordering::SeqCst) {
-            return Err(Status::unavailable(
-                "the server is shutting down and takes no new calls; retry on another instance \
-                 or after it restarts",
-            ));
+            return Err(Refused::Draining);
         }
         Arc::clone(&self.permits)
             .try_acquire_owned()
-            .map_err(|_| self.overloaded())
+            .map_err(|_| Refused::Full)
+    }
+
+    /// What a refused call is told.
+    pub fn refusal(&self, refused: Refused) -> String {
+        match refused {
+            Refused::Draining => DRAINING.to_owned(),
+            Refused::Full => self.overloaded().message().to_owned(),
+        }
     }
 
     /// Calls admitted and not yet answered.
@@ -177,10 +203,7 @@ where
     fn call(&mut self, request: http::Request<Body>) -> Self::Future {
         let admission = self.admission.clone();
         if admission.draining.load(Ordering::SeqCst) {
-            let status = Status::unavailable(
-                "the server is shutting down and takes no new calls; retry on another instance \
-                 or after it restarts",
-            );
+            let status = Status::unavailable(DRAINING);
             return Box::pin(async move { Ok(status.into_http()) });
         }
         let max = admission.max_request_bytes;

@@ -22,6 +22,52 @@ use crate::store::now_ms;
 use crate::workflow::record::{self, Call, Unrecorded};
 
 impl App {
+    /// Reads a model call's request: its caller's tenant, the body through the API's codec
+    /// (the parsed JSON lives only while it is read: a large body is not held twice more), and
+    /// ctxd's own headers. Else the answer: a provider-shaped 4xx naming the field (counted),
+    /// or, for a request ctxd cannot record, the upstream's answer to it as sent.
+    #[allow(clippy::result_large_err)]
+    pub(super) async fn parsed(
+        &self,
+        api: Api,
+        uri: &Uri,
+        headers: &HeaderMap,
+        body: &Bytes,
+    ) -> Result<(Call, GatewayPolicy, Conversation), Response> {
+        let tenant = self.tenant(api, headers)?;
+        let refused = |field: &str, message: &str| {
+            count(api, "invalid");
+            Err(invalid(api, field, message))
+        };
+        let read = match serde_json::from_slice::<Value>(body) {
+            Ok(body) => api.read(Request {
+                path: uri.path(),
+                body,
+            }),
+            Err(e) => return refused("body", &format!("not JSON: {e}")),
+        };
+        let Ok(policy) = request_policy(self.policy, headers) else {
+            return refused("x-ctxd-policy", "must be \"stepped\" or \"passthrough\"");
+        };
+        let Ok(named) = session_header(headers) else {
+            return refused("x-ctxd-session", "must be visible ASCII and not empty");
+        };
+        match read {
+            Ok(conv) => {
+                let call = Call {
+                    tenant,
+                    named,
+                    max_part_bytes: self.max_part_bytes,
+                };
+                Ok((call, policy, with_client_session(conv, headers)))
+            }
+            Err(Refusal::Invalid { field, message }) => refused(&field, &message),
+            Err(Refusal::Unrecordable(reason)) => Err(self
+                .unchanged(api, reason, uri, headers, body.clone())
+                .await),
+        }
+    }
+
     /// A request the gateway does not record, for `reason`: counted, and forwarded as sent.
     async fn unchanged(
         &self,
@@ -45,55 +91,11 @@ impl App {
         body: Bytes,
     ) -> Response {
         let t0 = std::time::Instant::now();
-        let tenant = match self.tenant(api, &headers) {
-            Ok(t) => t,
+        let (call, policy, conv) = match self.parsed(api, &uri, &headers, &body).await {
+            Ok(parsed) => parsed,
             Err(response) => return response,
         };
-        // The parsed body lives only while it is read: a large body is not held twice more.
-        let read = match serde_json::from_slice::<Value>(&body) {
-            Ok(body) => api.read(Request {
-                path: uri.path(),
-                body,
-            }),
-            Err(e) => {
-                count(api, "invalid");
-                return invalid(api, "body", &format!("not JSON: {e}"));
-            }
-        };
-        let policy = match request_policy(self.policy, &headers) {
-            Ok(p) => p,
-            Err(()) => {
-                count(api, "invalid");
-                return invalid(
-                    api,
-                    "x-ctxd-policy",
-                    "must be \"stepped\" or \"passthrough\"",
-                );
-            }
-        };
-        let named = match session_header(&headers) {
-            Ok(n) => n,
-            Err(()) => {
-                count(api, "invalid");
-                return invalid(api, "x-ctxd-session", "must be visible ASCII and not empty");
-            }
-        };
-        let conv = match read {
-            Ok(conv) => with_client_session(conv, &headers),
-            Err(Refusal::Invalid { field, message }) => {
-                count(api, "invalid");
-                return invalid(api, &field, &message);
-            }
-            Err(Refusal::Unrecordable(reason)) => {
-                return self.unchanged(api, reason, &uri, &headers, body).await;
-            }
-        };
         let t_read = t0.elapsed();
-        let call = Call {
-            tenant,
-            named,
-            max_part_bytes: self.max_part_bytes,
-        };
         if policy == GatewayPolicy::Stepped {
             let located = self.workflows.locate(&call, &conv).await;
             tracing::debug!(

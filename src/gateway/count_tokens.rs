@@ -4,16 +4,12 @@
 use axum::body::Bytes;
 use axum::http::{HeaderMap, Method, Uri};
 use axum::response::Response;
-use serde_json::Value;
 
 use super::config::{GatewayPolicy, render_options};
-use super::{
-    Api, App, forward, invalid, json, passthrough, request_policy, session_header,
-    with_client_session,
-};
-use crate::domain::{NodeContent, Tenant};
-use crate::provider::codec::Request;
-use crate::provider::conversation::{Conversation, Refusal};
+use super::{Api, App, forward, json};
+use crate::domain::NodeContent;
+use crate::provider::conversation::Conversation;
+use crate::workflow::record::Call;
 
 impl App {
     /// A count of tokens answers for the context the gateway would forward: the stored branch
@@ -25,50 +21,16 @@ impl App {
         headers: HeaderMap,
         body: Bytes,
     ) -> Response {
-        let tenant = match self.tenant(api, &headers) {
-            Ok(t) => t,
+        let (call, policy, conv) = match self.parsed(api, &uri, &headers, &body).await {
+            Ok(parsed) => parsed,
             Err(response) => return response,
-        };
-        let value: Value = match serde_json::from_slice(&body) {
-            Ok(v) => v,
-            Err(e) => return invalid(api, "body", &format!("not JSON: {e}")),
-        };
-        let read = api.read(Request {
-            path: uri.path(),
-            body: value,
-        });
-        let conv = match read {
-            Ok(conv) => with_client_session(conv, &headers),
-            Err(Refusal::Invalid { field, message }) => return invalid(api, &field, &message),
-            Err(Refusal::Unrecordable(reason)) => {
-                passthrough(reason);
-                return self
-                    .forward(api, Method::POST, &uri, &headers, body, None)
-                    .await;
-            }
-        };
-        let policy = match request_policy(self.policy, &headers) {
-            Ok(p) => p,
-            Err(()) => {
-                return invalid(
-                    api,
-                    "x-ctxd-policy",
-                    "must be \"stepped\" or \"passthrough\"",
-                );
-            }
         };
         if policy == GatewayPolicy::Passthrough {
             return self
                 .forward(api, Method::POST, &uri, &headers, body, None)
                 .await;
         }
-        let named = match session_header(&headers) {
-            Ok(n) => n,
-            Err(()) => return invalid(api, "x-ctxd-session", "must be visible ASCII"),
-        };
-        let forwarded = self
-            .counted_body(api, &tenant, named.as_deref(), &conv, &headers, &body)
-            .await;
+        let forwarded = self.counted_body(api, &call, &conv, &headers, &body).await;
         let body = forwarded.map_or(body, Bytes::from);
         self.forward(api, Method::POST, &uri, &headers, body, None)
             .await
@@ -78,15 +40,14 @@ impl App {
     async fn counted_body(
         &self,
         api: Api,
-        tenant: &Tenant,
-        named: Option<&str>,
+        call: &Call,
         conv: &Conversation,
         headers: &HeaderMap,
         body: &[u8],
     ) -> Option<Vec<u8>> {
         let (entry, window) = self.model(conv, headers);
         let options = render_options(conv, &window, &entry)?;
-        let (path, mut rendered) = self.workflows.preview(tenant, named, conv, options).await?;
+        let (path, mut rendered) = self.workflows.preview(call, conv, options).await?;
         let members = json::Members::of(body)?;
         let client = forward::client_entries(&members, api.field());
         let contents: Vec<&NodeContent> = conv.items.iter().map(|i| &i.content).collect();

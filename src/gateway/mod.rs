@@ -40,7 +40,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use crate::auth::{ApiKeys, gateway_tenant};
 use crate::domain::Tenant;
 use crate::domain::WireFormat;
-use crate::limits::Admission;
+use crate::limits::{Admission, Refused};
 use crate::provider::codec::{Action, Codec, Failure, codec, codecs};
 use crate::provider::conversation::Conversation;
 use crate::provider::models::ModelTable;
@@ -303,16 +303,16 @@ async fn other_of(
 }
 
 impl App {
-    /// One of the server's call slots, or the refusal a gRPC call gets then, in the API's shape.
+    /// One of the server's call slots, or the refusal, in the API's shape.
     #[allow(clippy::result_large_err)]
     fn admit(&self, api: Api) -> Result<OwnedSemaphorePermit, Response> {
-        self.admission.try_admit().map_err(|status| {
+        self.admission.admit().map_err(|refused| {
             count(api, "refused");
-            let failure = match status.code() {
-                tonic::Code::Unavailable => Failure::Unavailable,
-                _ => Failure::Busy,
+            let failure = match refused {
+                Refused::Draining => Failure::Unavailable,
+                Refused::Full => Failure::Busy,
             };
-            refuse(api, failure, status.message(), None)
+            refuse(api, failure, &self.admission.refusal(refused), None)
         })
     }
 

@@ -18,7 +18,7 @@ mod call;
 mod preview;
 
 use compacted::{codex_window, continuation};
-use prefix::{Fork, extend_as, prefix_from_heads};
+use prefix::{Fork, from_stored_prefix};
 use sessions::{Key, open, session_key};
 use subagent::subagent;
 
@@ -148,20 +148,10 @@ async fn locate(
     };
     let plan = match plan {
         Some(plan) => plan,
-        None => match prefix_from_heads(store, session, &branches, &hashes).await? {
-            Some((k, node)) => {
-                extend_as(
-                    store,
-                    session,
-                    &branches,
-                    node,
-                    &contents,
-                    &hashes,
-                    k + 1,
-                    Fork::Name,
-                )
-                .await?
-            }
+        None => match from_stored_prefix(store, session, &branches, &contents, &hashes, Fork::Name)
+            .await?
+        {
+            Some(plan) => plan,
             None => match onto_empty_main(&branches, &contents) {
                 Some(plan) => plan,
                 None => return Ok(None),
@@ -408,25 +398,15 @@ async fn record_in(
             None => None,
         };
         let found = match window {
-            Some(plan) => Ok(plan),
-            None => Err(prefix_from_heads(store, session, &branches, &hashes).await?),
+            Some(plan) => Some(plan),
+            None => {
+                let forking = Fork::Create;
+                from_stored_prefix(store, session, &branches, &contents, &hashes, forking).await?
+            }
         };
         let plan = match found {
-            Ok(plan) => plan,
-            Err(Some((k, node))) => {
-                extend_as(
-                    store,
-                    session,
-                    &branches,
-                    node,
-                    &contents,
-                    &hashes,
-                    k + 1,
-                    Fork::Create,
-                )
-                .await?
-            }
-            Err(None) => {
+            Some(plan) => plan,
+            None => {
                 if let Some(plan) = onto_empty_main(&branches, &contents) {
                     plan
                 } else if let Some(plan) = match continued_summary(conv) {

@@ -229,6 +229,32 @@ pub(super) async fn extend_as(
     })
 }
 
+/// The plan of a request whose history's longest stored prefix ends on a branch (see
+/// [`prefix_from_heads`], [`extend_as`]); `None` where no node of it is stored.
+pub(super) async fn from_stored_prefix(
+    store: &Store,
+    session: Scoped,
+    branches: &[domain::Branch],
+    contents: &[&NodeContent],
+    hashes: &[Hash],
+    forking: Fork,
+) -> Result<Option<Plan>, Unrecorded> {
+    let Some((k, node)) = prefix_from_heads(store, session, branches, hashes).await? else {
+        return Ok(None);
+    };
+    let plan = extend_as(
+        store,
+        session,
+        branches,
+        node,
+        contents,
+        hashes,
+        k + 1,
+        forking,
+    );
+    Ok(Some(plan.await?))
+}
+
 /// The branches that have a head, `main` first, then by name: the order a request's history
 /// is looked for in them.
 pub(super) fn with_heads(branches: &[domain::Branch]) -> Vec<&domain::Branch> {

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::peek;
-use crate::domain::{Hash, Node, NodeContent, NodeId, PathView, Tenant, node_hash};
+use crate::domain::{Hash, Node, NodeContent, NodeId, PathView, node_hash};
 use crate::provider::conversation::Conversation;
 use crate::render::{self, Rendered};
 use crate::store::{PathTarget, now_ms};
@@ -36,13 +36,12 @@ impl Workflows {
     /// the stored part): `None` when the stored branch cannot be read or the render fails.
     pub async fn preview(
         &self,
-        tenant: &Tenant,
-        named: Option<&str>,
+        call: &super::Call,
         conv: &Conversation,
         mut options: render::Options,
     ) -> Option<(PathView, Rendered)> {
         let store = &self.store;
-        let (path, stored) = match peek(store, tenant, named, conv).await {
+        let (path, stored) = match peek(store, &call.tenant, call.named.as_deref(), conv).await {
             Some((session, Some((k, node)))) => (
                 store
                     .load_path(session, &PathTarget::Node(node))
