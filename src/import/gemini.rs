@@ -4,7 +4,7 @@
 //! an imported session continues through the gateway node for node.
 
 use super::{Builder, History, refused};
-use crate::domain::{Error, NodeContent};
+use crate::domain::Error;
 use crate::provider::gemini;
 
 pub(super) fn parse(text: &str) -> Result<History, Error> {
@@ -16,20 +16,7 @@ pub(super) fn parse(text: &str) -> Result<History, Error> {
     }
     for item in items {
         let line = session.lines[item.message];
-        match item.content {
-            NodeContent::Message {
-                role,
-                parts,
-                tool_calls,
-            } => b.message(None, role, parts, tool_calls, line),
-            NodeContent::ToolResult {
-                call_id,
-                parts,
-                is_error,
-                ..
-            } => b.tool_result(None, call_id, parts, is_error, line),
-            NodeContent::FunctionCall { .. } | NodeContent::FunctionResult(_) => {}
-        }
+        b.node(item.content, line);
     }
     Ok(b.finish(session.last))
 }
@@ -40,7 +27,7 @@ mod tests {
 
     use super::super::{Op, Source, detect};
     use super::*;
-    use crate::domain::{Part, Role};
+    use crate::domain::{NodeContent, Part, Role};
 
     const SESSION: &str = include_str!("../../testdata/import/gemini-cli-0.61.0-session.jsonl");
 

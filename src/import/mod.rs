@@ -143,6 +143,25 @@ impl Builder {
         }
     }
 
+    /// A codec's node at the top level: a message or a tool result (the codecs read no
+    /// function calls or results).
+    fn node(&mut self, content: NodeContent, line: usize) {
+        match content {
+            NodeContent::Message {
+                role,
+                parts,
+                tool_calls,
+            } => self.message(None, role, parts, tool_calls, line),
+            NodeContent::ToolResult {
+                call_id,
+                parts,
+                is_error,
+                ..
+            } => self.tool_result(None, call_id, parts, is_error, line),
+            NodeContent::FunctionCall { .. } | NodeContent::FunctionResult(_) => {}
+        }
+    }
+
     fn message(
         &mut self,
         scope: Option<usize>,

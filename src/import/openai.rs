@@ -28,38 +28,23 @@ pub(super) fn parse(text: &str) -> Result<History, Error> {
     let messages = body["messages"].as_array().map_or(0, Vec::len);
     for item in conversation.items {
         let line = item.message + 1;
-        match item.content {
-            NodeContent::Message {
-                role,
-                parts,
-                tool_calls,
-            } => {
-                // The codec passes arguments that are not JSON through (a gateway forwards
-                // them); a file holding them is refused here, naming the call.
-                for (k, call) in tool_calls.iter().enumerate() {
-                    if let Err(e) =
-                        serde_json::from_str::<serde::de::IgnoredAny>(&call.arguments_json)
-                    {
-                        return Err(Error::invalid(
-                            format!(
-                                "messages[{}].tool_calls[{k}].function.arguments",
-                                item.message
-                            ),
-                            format!("not JSON: {e}"),
-                        ));
-                    }
+        // The codec passes arguments that are not JSON through (a gateway forwards them); a
+        // file holding them is refused here, naming the call.
+        if let NodeContent::Message { tool_calls, .. } = &item.content {
+            for (k, call) in tool_calls.iter().enumerate() {
+                if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(&call.arguments_json)
+                {
+                    return Err(Error::invalid(
+                        format!(
+                            "messages[{}].tool_calls[{k}].function.arguments",
+                            item.message
+                        ),
+                        format!("not JSON: {e}"),
+                    ));
                 }
-                b.message(None, role, parts, tool_calls, line)
             }
-            NodeContent::ToolResult {
-                call_id,
-                parts,
-                is_error,
-                ..
-            } => b.tool_result(None, call_id, parts, is_error, line),
-            // The codec reads messages, results and calls only.
-            NodeContent::FunctionCall { .. } | NodeContent::FunctionResult(_) => {}
         }
+        b.node(item.content, line);
     }
     Ok(b.finish(messages))
 }
