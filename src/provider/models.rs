@@ -149,10 +149,15 @@ fn builtin() -> Vec<ModelEntry> {
         o("o4", 200_000, 250),
         o("codex-mini", 200_000, 250),
         o("gpt-oss", 131_072, 1000),
-        // Google: implicit caching, 75% off on 2.x, 90% off on 3.
+        // Google's implicit cache (ai.google.dev/gemini-api/docs/caching): from 2.5 on, reads
+        // 75% off on 2.5, 90% on 3, 95% on 4, of prefixes of at least 2,048 tokens (2.5) or
+        // 4,096 (3 and later); below that the provider reports no cached tokens, and the ledger
+        // prices what it reports. 2.0 has explicit caches only, which a request cannot name
+        // through the gateway (`cachedContent` goes unrecorded): no read discount.
+        g("gemini-4", 1_048_576, 50),
         g("gemini-3", 1_048_576, 100),
         g("gemini-2.5", 1_048_576, 250),
-        g("gemini-2.0", 1_048_576, 250),
+        g("gemini-2.0", 1_048_576, 1000),
     ]
 }
 

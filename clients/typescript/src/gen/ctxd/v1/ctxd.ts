@@ -263,7 +263,7 @@ export interface ListGatewayCallsResponse {
 export interface GatewayCall {
   /** When the call was recorded (its answer complete). */
   atUnixMs: number;
-  /** The API it was made in: `anthropic`, `openai` (chat completions) or `responses`. */
+  /** The API it was made in: `anthropic`, `openai` (chat completions), `responses` or `gemini`. */
   api: string;
   model: string;
   clientTokens: number;
