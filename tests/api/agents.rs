@@ -151,3 +151,40 @@ pub async fn only_session(app: &mut TestApp, what: &str) -> String {
     assert_eq!(ids.len(), 1, "{what}, one session: {ids:?}");
     ids[0].clone()
 }
+
+/// An agent CLI `.ci/run` installs under `target/agents` (`bin`), or the one the environment
+/// variable `var` names; `None` (the test skips) when it is missing and not required.
+pub fn installed(what: &str, bin: &str, var: &str, package: &str) -> Option<std::path::PathBuf> {
+    let path = match std::env::var_os(var).filter(|v| !v.is_empty()) {
+        Some(path) => std::path::PathBuf::from(path),
+        None => std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("target/agents/node_modules/.bin")
+            .join(bin),
+    };
+    if path.exists() {
+        return Some(path);
+    }
+    let why = format!(
+        "no {what} at {} ({var}; .ci/run installs {package} into target/agents)",
+        path.display()
+    );
+    if std::env::var(REQUIRED).is_ok_and(|v| v == "required") {
+        panic!("{REQUIRED}=required, but {why}");
+    }
+    eprintln!("skipped: {why}; set {REQUIRED}=required to fail instead");
+    None
+}
+
+/// ctxd's own headers (`x-ctxd-*`) never go upstream.
+pub fn assert_ctxd_headers_stripped(call: &Recorded) {
+    let leaked: Vec<&str> = call
+        .headers
+        .keys()
+        .map(|k| k.as_str())
+        .filter(|k| k.starts_with("x-ctxd-"))
+        .collect();
+    assert!(
+        leaked.is_empty(),
+        "x-ctxd-* headers went upstream: {leaked:?}"
+    );
+}

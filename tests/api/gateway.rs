@@ -262,6 +262,32 @@ impl Gw {
     }
 }
 
+/// The session's gateway ledger once it holds `n` rows (at most [`PATIENCE`]): a call's usage
+/// is recorded once its answer is relayed whole, so the last may trail the answer.
+pub(crate) async fn gateway_calls(
+    client: &mut Client,
+    session: &str,
+    n: usize,
+) -> Vec<pb::GatewayCall> {
+    let deadline = std::time::Instant::now() + PATIENCE;
+    loop {
+        let calls = client
+            .list_gateway_calls(pb::ListGatewayCallsRequest {
+                session_id: session.to_owned(),
+                page_size: 0,
+                page_token: String::new(),
+            })
+            .await
+            .expect("ListGatewayCalls")
+            .into_inner()
+            .calls;
+        if calls.len() >= n || std::time::Instant::now() > deadline {
+            return calls;
+        }
+        tokio::task::yield_now().await;
+    }
+}
+
 /// The nodes of `branch` as `client`'s server reads them, oldest first, one line each (see
 /// [`describe`]).
 pub(crate) async fn transcript_of(client: &mut Client, session: &str, branch: &str) -> Vec<String> {

@@ -45,7 +45,7 @@ use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
-use crate::agents::{REQUIRED, Ran, run_bounded};
+use crate::agents::{Ran, run_bounded};
 use crate::fake_provider::{Bill, Block, FakeProvider, Recorded, Reply, thinking_signature};
 use crate::gateway::{http_client, start_full};
 use crate::gateway_codex::{describe, only_branch};
@@ -1269,25 +1269,12 @@ async fn replay(dir: &str) {
 
 /// The Claude Code CLI, or `None` (the test skips) when it is missing and not required.
 fn claude() -> Option<PathBuf> {
-    let path = match std::env::var_os("CTXD_TEST_CLAUDE").filter(|v| !v.is_empty()) {
-        Some(path) => PathBuf::from(path),
-        None => {
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("target/agents/node_modules/.bin/claude")
-        }
-    };
-    if path.exists() {
-        return Some(path);
-    }
-    let why = format!(
-        "no Claude Code at {} (CTXD_TEST_CLAUDE; .ci/run installs @anthropic-ai/claude-code into \
-         target/agents)",
-        path.display()
-    );
-    if std::env::var(REQUIRED).is_ok_and(|v| v == "required") {
-        panic!("{REQUIRED}=required, but {why}");
-    }
-    eprintln!("skipped: {why}; set {REQUIRED}=required to fail instead");
-    None
+    crate::agents::installed(
+        "Claude Code",
+        "claude",
+        "CTXD_TEST_CLAUDE",
+        "@anthropic-ai/claude-code",
+    )
 }
 
 // ---------------------------------------------------------------- a compaction

@@ -16,8 +16,10 @@ use std::process::Command;
 use ctxd::api::pb;
 use serde_json::{Value, json};
 
-use crate::agents::{REQUIRED, gateway_app, model_calls, paths, run_bounded};
-use crate::fake_provider::{FakeProvider, Recorded, Reply};
+use crate::agents::{
+    REQUIRED, assert_ctxd_headers_stripped, gateway_app, model_calls, paths, run_bounded,
+};
+use crate::fake_provider::{FakeProvider, Reply};
 use crate::helpers::{TestApp, text_of};
 
 const SYSTEM: &str = "You are a weather assistant. Use the tool.";
@@ -515,19 +517,6 @@ fn describe(node: &pb::Node) -> String {
         Some(other) => format!("{other:?}"),
         None => "<no content>".into(),
     }
-}
-
-fn assert_ctxd_headers_stripped(call: &Recorded) {
-    let leaked: Vec<&str> = call
-        .headers
-        .keys()
-        .map(|k| k.as_str())
-        .filter(|k| k.starts_with("x-ctxd-"))
-        .collect();
-    assert!(
-        leaked.is_empty(),
-        "x-ctxd-* headers went upstream: {leaked:?}"
-    );
 }
 
 /// The assistant `tool_use` block with `id` and the `tool_result` answering it in the next

@@ -25,7 +25,7 @@ use std::process::Command;
 use ctxd::api::pb;
 use serde_json::{Value, json};
 
-use crate::agents::{REQUIRED, Ran, gateway_app, model_calls, paths, run_bounded};
+use crate::agents::{Ran, gateway_app, model_calls, paths, run_bounded};
 use crate::fake_provider::{FakeProvider, Recorded, Reply, parse_sse, responses_of_sse, tokens_of};
 use crate::helpers::TestApp;
 
@@ -941,16 +941,7 @@ fn assert_codex_call(call: &Recorded) -> String {
         "include forwarded: {}",
         call.body["include"]
     );
-    let leaked: Vec<&str> = call
-        .headers
-        .keys()
-        .map(|k| k.as_str())
-        .filter(|k| k.starts_with("x-ctxd-"))
-        .collect();
-    assert!(
-        leaked.is_empty(),
-        "x-ctxd-* headers went upstream: {leaked:?}"
-    );
+    crate::agents::assert_ctxd_headers_stripped(call);
     thread
 }
 
@@ -985,22 +976,7 @@ fn item_text(item: &Value) -> String {
 
 /// Codex, or `None` (the test skips) when it is missing and not required.
 fn codex() -> Option<PathBuf> {
-    let path = match std::env::var_os("CTXD_TEST_CODEX").filter(|v| !v.is_empty()) {
-        Some(path) => PathBuf::from(path),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("target/agents/node_modules/.bin/codex"),
-    };
-    if path.exists() {
-        return Some(path);
-    }
-    let why = format!(
-        "no Codex at {} (CTXD_TEST_CODEX; .ci/run installs @openai/codex into target/agents)",
-        path.display()
-    );
-    if std::env::var(REQUIRED).is_ok_and(|v| v == "required") {
-        panic!("{REQUIRED}=required, but {why}");
-    }
-    eprintln!("skipped: {why}; set {REQUIRED}=required to fail instead");
-    None
+    crate::agents::installed("Codex", "codex", "CTXD_TEST_CODEX", "@openai/codex")
 }
 
 // ---------------------------------------------------------------- a remote compaction

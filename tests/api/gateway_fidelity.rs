@@ -597,26 +597,7 @@ async fn the_ledger_says_per_call_what_was_kept_and_why_not() {
             .ok();
         session = answer.session();
     }
-    // A call's usage is recorded once its answer is relayed whole: the last may trail it.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    let calls = loop {
-        let calls = gw
-            .app
-            .client
-            .list_gateway_calls(ctxd::api::pb::ListGatewayCallsRequest {
-                session_id: session.clone(),
-                page_size: 0,
-                page_token: String::new(),
-            })
-            .await
-            .expect("ListGatewayCalls")
-            .into_inner()
-            .calls;
-        if calls.len() >= n || std::time::Instant::now() > deadline {
-            break calls;
-        }
-        tokio::task::yield_now().await;
-    };
+    let calls = crate::gateway::gateway_calls(&mut gw.app.client, &session, n).await;
     assert_eq!(calls.len(), n, "one row a call");
     // The first call is the first; after it, the prefix is kept but where a step was taken,
     // and each step says the calls its saving needed to pay it back, a small share of those

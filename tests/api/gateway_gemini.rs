@@ -32,7 +32,7 @@ use std::process::Command;
 use ctxd::api::pb;
 use serde_json::{Value, json};
 
-use crate::agents::{REQUIRED, Ran, gemini_gateway_app, paths, run_bounded};
+use crate::agents::{Ran, gemini_gateway_app, paths, run_bounded};
 use crate::fake_provider::{
     CORRUPTED_SIGNATURE, DUMMY_SIGNATURES, FakeProvider, GEMINI_CACHE_LIFE, NO_KEY, PAIRING_CALL,
     PAIRING_COUNT, PAIRING_RESPONSE, Recorded, Reply, THINKING_TEXT, gemini_of_sse,
@@ -620,12 +620,7 @@ async fn gemini_cli_finishes_a_tool_session_against_the_fake() {
         dirs.command(&gemini, &fake.url(), &["--yolo", "-p", &prompt]),
     )
     .await;
-    assert_printed(&ran, ANSWER, &fake);
-    assert_eq!(
-        std::fs::read_to_string(dirs.work.join("out.txt")).ok(),
-        Some(format!("{marker}\n")),
-        "the CLI ran the scripted command"
-    );
+    assert_ran_the_script(&ran, &dirs, &marker, &fake);
     assert_eq!(fake.refusals(), 0, "no call refused: {}", paths(&fake));
     assert_eq!(fake.pending(), 0, "every scripted answer was asked for");
     let requests = fake.requests();
@@ -730,12 +725,7 @@ async fn gemini_cli_runs_a_shell_call_through_the_gateway() {
         dirs.command(&gemini, &gateway, &["--yolo", "-m", PRO, "-p", &prompt]),
     )
     .await;
-    assert_printed(&ran, ANSWER, &fake);
-    assert_eq!(
-        std::fs::read_to_string(dirs.work.join("out.txt")).ok(),
-        Some(format!("{marker}\n")),
-        "the CLI ran the scripted command"
-    );
+    assert_ran_the_script(&ran, &dirs, &marker, &fake);
 
     // Upstream: the two steps, answered, the key forwarded, the signature kept.
     assert_eq!(fake.refusals(), 0, "no call refused: {}", paths(&fake));
@@ -872,16 +862,7 @@ async fn gateway_forwards_the_gemini_key_and_never_stores_it() {
     );
     assert_eq!(upstream.header("x-goog-api-key"), None, "no header added");
     for request in fake.requests() {
-        let leaked: Vec<&str> = request
-            .headers
-            .keys()
-            .map(|k| k.as_str())
-            .filter(|k| k.starts_with("x-ctxd-"))
-            .collect();
-        assert!(
-            leaked.is_empty(),
-            "x-ctxd-* headers went upstream: {leaked:?}"
-        );
+        crate::agents::assert_ctxd_headers_stripped(&request);
     }
 
     // Recorded, keys nowhere.
@@ -963,6 +944,100 @@ async fn gemini_cli_side_calls_pass_through_the_gateway() {
     assert_eq!(requests[1].status, 200);
 }
 
+/// Gemini is costed and forked like the other formats. A resend of the history reads it from
+/// the fake's implicit cache (its prefix is past Gemini 3's 4,096-token minimum): the ledger
+/// row says so, priced by the table's `gemini-3` entry at 0.1× reads. A resend that edits its
+/// last question leaves the branch: the session forks, and the branch it had keeps its history.
+#[tokio::test]
+async fn gemini_calls_are_costed_and_an_edit_forks() {
+    let fake = FakeProvider::start().await;
+    let (mut app, gateway) = gemini_gateway_app(&fake).await;
+    let http = http_client();
+    fake.script_all([
+        Reply::text("Read it."),
+        Reply::text("Still there."),
+        Reply::text("Another road."),
+    ]);
+    let call = |contents: Vec<Value>| {
+        http.post(format!("{gateway}/v1beta/models/{PRO}:generateContent"))
+            .header("content-type", "application/json")
+            .header("x-goog-api-key", KEY)
+            .body(request(&contents).to_string())
+            .send()
+    };
+    let long = format!(
+        "Read this log.\n{}",
+        "error: disk quota exceeded\n".repeat(1200)
+    );
+    let first = call(vec![user(&long)]).await.expect("send");
+    assert_eq!(first.status(), 200);
+    let session = first
+        .headers()
+        .get("x-ctxd-session-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+        .expect("the session named on the answer");
+    let answer: Value = first.json().await.expect("a JSON answer");
+    let resent = vec![user(&long), model_turn(&answer), user("Is it still there?")];
+    assert_eq!(call(resent).await.expect("send").status(), 200);
+
+    let calls = crate::gateway::gateway_calls(&mut app.client, &session, 2).await;
+    assert_eq!(calls.len(), 2, "{calls:#?}");
+    for c in &calls {
+        assert_eq!(
+            (c.api.as_str(), c.priced_by.as_str()),
+            ("gemini", "gemini-3")
+        );
+        assert!(c.input_tokens > 0 && c.output_tokens > 0, "{c:#?}");
+    }
+    assert_eq!(
+        calls[0].cache_read_tokens, 0,
+        "nothing cached yet: {:#?}",
+        calls[0]
+    );
+    let read = calls[1].cache_read_tokens;
+    assert!(
+        read >= 4096,
+        "the resent prefix read from the cache: {:#?}",
+        calls[1]
+    );
+    let cost = calls[1].input_tokens as f64 + 0.1 * read as f64;
+    assert!(
+        (calls[1].cost - cost).abs() < 1e-6,
+        "priced at the entry's 0.1x reads: {:#?}",
+        calls[1]
+    );
+    let main = crate::gateway_codex::only_branch(&mut app, &session).await;
+
+    let edited = vec![user(&long), model_turn(&answer), user("Is it gone now?")];
+    let forked = call(edited).await.expect("send");
+    assert_eq!(forked.status(), 200);
+    let named = |h: &str| {
+        let value = forked.headers().get(h).and_then(|v| v.to_str().ok());
+        value.map(str::to_owned)
+    };
+    let (at, branch) = (named("x-ctxd-session-id"), named("x-ctxd-branch"));
+    assert_eq!(at, Some(session.clone()), "an edit stays in its session");
+    assert_ne!(
+        branch,
+        Some(main.clone()),
+        "and goes on a branch of its own"
+    );
+    let answer: Value = forked.json().await.expect("a JSON answer");
+    assert_eq!(parts(&answer)[0]["text"], "Another road.", "{answer:#}");
+    crate::gateway::gateway_calls(&mut app.client, &session, 3).await;
+    let branches: Vec<String> = app
+        .branches(&session)
+        .await
+        .into_iter()
+        .filter(|b| !b.head_id.is_empty())
+        .map(|b| b.name)
+        .collect();
+    assert_eq!(branches.len(), 2, "the edit forked: {branches:?}");
+    let kept = app.log(&session, &main).await;
+    assert_eq!(kept.len(), 4, "the first branch keeps its four nodes");
+}
+
 // ================================================================ the Gemini CLI
 
 /// A temp dir for one test's CLI runs: `work` (its cwd; the CLI names its project by this
@@ -1018,27 +1093,25 @@ impl GeminiDirs {
     }
 }
 
+/// The CLI printed the scripted answer and ran the scripted command (`out.txt` holds the
+/// marker).
+fn assert_ran_the_script(ran: &Ran, dirs: &GeminiDirs, marker: &str, fake: &FakeProvider) {
+    assert_printed(ran, ANSWER, fake);
+    assert_eq!(
+        std::fs::read_to_string(dirs.work.join("out.txt")).ok(),
+        Some(format!("{marker}\n")),
+        "the CLI ran the scripted command"
+    );
+}
+
 /// The Gemini CLI, or `None` (the test skips) when it is missing and not required.
 fn gemini() -> Option<PathBuf> {
-    let path = match std::env::var_os("CTXD_TEST_GEMINI").filter(|v| !v.is_empty()) {
-        Some(path) => PathBuf::from(path),
-        None => {
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("target/agents/node_modules/.bin/gemini")
-        }
-    };
-    if path.exists() {
-        return Some(path);
-    }
-    let why = format!(
-        "no Gemini CLI at {} (CTXD_TEST_GEMINI; .ci/run installs @google/gemini-cli into \
-         target/agents)",
-        path.display()
-    );
-    if std::env::var(REQUIRED).is_ok_and(|v| v == "required") {
-        panic!("{REQUIRED}=required, but {why}");
-    }
-    eprintln!("skipped: {why}; set {REQUIRED}=required to fail instead");
-    None
+    crate::agents::installed(
+        "Gemini CLI",
+        "gemini",
+        "CTXD_TEST_GEMINI",
+        "@google/gemini-cli",
+    )
 }
 
 /// The answer to the CLI's routing side call: its JSON with a complexity `score` (from 1 to

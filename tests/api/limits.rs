@@ -13,22 +13,24 @@ use tonic_health::pb::health_client::HealthClient;
 use crate::held::{self, HeldModel};
 use crate::helpers::*;
 
+/// The server's summarizer over the model at `url`.
+fn summarizer(url: String) -> ctxd::summarizer::Summarizer {
+    ctxd::summarizer::Summarizer::new(ctxd::summarizer::Config {
+        url,
+        model: "test-model".into(),
+        api_key: None,
+        window_tokens: 8000,
+        max_output_tokens: 512,
+        max_calls: 8,
+        timeout: Duration::from_secs(60),
+    })
+    .expect("build the summarizer")
+}
+
 /// A server with `limits` (and a summarizer, if given) over a fresh SQLite file.
 async fn spawn_with(limits: Limits, summarizer_url: Option<String>) -> TestApp {
-    let summarizer = summarizer_url.map(|url| {
-        ctxd::summarizer::Summarizer::new(ctxd::summarizer::Config {
-            url,
-            model: "test-model".into(),
-            api_key: None,
-            window_tokens: 8000,
-            max_output_tokens: 512,
-            max_calls: 8,
-            timeout: Duration::from_secs(60),
-        })
-        .expect("build the summarizer")
-    });
     spawn_app_with(ctxd::server::Options {
-        summarizer,
+        summarizer: summarizer_url.map(summarizer),
         limits,
         ..Default::default()
     })
@@ -427,18 +429,8 @@ async fn gateway_calls_share_the_servers_call_slots() {
     let gateway_url = format!("http://{}", listener.local_addr().expect("gateway addr"));
     let mut gateway = ctxd::gateway::Gateway::new(listener, fake.url(), fake.url());
     gateway.gemini_upstream = fake.url();
-    let summarizer = ctxd::summarizer::Summarizer::new(ctxd::summarizer::Config {
-        url: model.url(),
-        model: "test-model".into(),
-        api_key: None,
-        window_tokens: 8000,
-        max_output_tokens: 512,
-        max_calls: 8,
-        timeout: Duration::from_secs(60),
-    })
-    .expect("build the summarizer");
     let mut w = spawn_app_with(ctxd::server::Options {
-        summarizer: Some(summarizer),
+        summarizer: Some(summarizer(model.url())),
         limits: Limits {
             max_concurrent_requests: 1,
             ..Default::default()
