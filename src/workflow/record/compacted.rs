@@ -3,14 +3,14 @@
 
 use std::collections::HashSet;
 
-use super::prefix::{Fork, extend_as, with_heads};
+use super::prefix::{Against, Fork, extend_as, with_heads};
 use super::{AgentSummary, Plan, Unrecorded, owned, store_error};
-use crate::domain::{self, BranchName, Hash, NodeContent, NodeId};
+use crate::domain::{BranchName, Hash, NodeId};
 use crate::provider::agents::{
     CLAUDE_CODE_MODEL, CODEX_MODEL, CODEX_TEXT, ends_on_summary_answer, is_agent_summary_of,
     is_codex_trigger,
 };
-use crate::store::{PathTarget, Scoped, Store};
+use crate::store::PathTarget;
 
 /// A conversation that opens with the agent's summary of an earlier one (its compaction), in
 /// its first `opening` messages: it continues the branch whose history the summary replaced.
@@ -19,13 +19,10 @@ use crate::store::{PathTarget, Scoped, Store};
 /// if several) takes it, and the summary is to be laid over that branch's history. `None`: no
 /// such branch.
 pub(super) async fn continuation(
-    store: &Store,
-    session: Scoped,
-    branches: &[domain::Branch],
-    contents: &[&NodeContent],
-    hashes: &[Hash],
+    h: &Against<'_>,
     (opening, text): (usize, String),
 ) -> Result<Option<Plan>, Unrecorded> {
+    let (store, session, branches, contents) = (h.store, h.session, h.branches, h.contents);
     let order = with_heads(branches);
     let mut newest: Option<(i64, BranchName, (NodeId, Hash), NodeId)> = None;
     for branch in order {
@@ -42,18 +39,7 @@ pub(super) async fn continuation(
             let covered: HashSet<NodeId> = summary.covers.iter().copied().collect();
             if let Some(end) = path.nodes.iter().rposition(|n| covered.contains(&n.id)) {
                 let node = path.nodes[end].id;
-                return extend_as(
-                    store,
-                    session,
-                    branches,
-                    node,
-                    contents,
-                    hashes,
-                    opening,
-                    Fork::Create,
-                )
-                .await
-                .map(Some);
+                return extend_as(h, node, opening, Fork::Create).await.map(Some);
             }
         }
         if !ends_on_summary_answer(&path.nodes) {
@@ -94,14 +80,8 @@ pub(super) async fn continuation(
 /// `compaction_trigger`: after the window already laid there (an overlay under the answer, which
 /// renders nothing, since the window's own item carries the summary), or, the first time, all of
 /// the window after the answer, with that overlay to lay. `None`: no branch holds the answer.
-pub(super) async fn codex_window(
-    store: &Store,
-    session: Scoped,
-    branches: &[domain::Branch],
-    contents: &[&NodeContent],
-    hashes: &[Hash],
-    c: usize,
-) -> Result<Option<Plan>, Unrecorded> {
+pub(super) async fn codex_window(h: &Against<'_>, c: usize) -> Result<Option<Plan>, Unrecorded> {
+    let (store, session, branches, contents) = (h.store, h.session, h.branches, h.contents);
     let order = with_heads(branches);
     for branch in order {
         let path = store
@@ -121,18 +101,7 @@ pub(super) async fn codex_window(
                 .iter()
                 .any(|s| s.renders_nothing() && s.covers.contains(&node.id));
             if laid {
-                return extend_as(
-                    store,
-                    session,
-                    branches,
-                    node.id,
-                    contents,
-                    hashes,
-                    0,
-                    Fork::Create,
-                )
-                .await
-                .map(Some);
+                return extend_as(h, node.id, 0, Fork::Create).await.map(Some);
             }
             if x + 1 < path.nodes.len() {
                 continue;

@@ -18,7 +18,7 @@ mod call;
 mod preview;
 
 use compacted::{codex_window, continuation};
-use prefix::{Fork, from_stored_prefix};
+use prefix::{Against, Fork, from_stored_prefix};
 use sessions::{Key, open, session_key};
 use subagent::subagent;
 
@@ -139,8 +139,15 @@ async fn locate(
         ..
     } = opened(w, call, conv).await?;
     let branches = store.list_branches(session).await.map_err(store_error)?;
+    let h = Against {
+        store,
+        session,
+        branches: &branches,
+        contents: &contents,
+        hashes: &hashes,
+    };
     let plan = match contents.iter().position(|c| is_codex_compaction(c)) {
-        Some(c) => match codex_window(store, session, &branches, &contents, &hashes, c).await? {
+        Some(c) => match codex_window(&h, c).await? {
             Some(plan) => Some(plan),
             None => return Ok(None),
         },
@@ -148,9 +155,7 @@ async fn locate(
     };
     let plan = match plan {
         Some(plan) => plan,
-        None => match from_stored_prefix(store, session, &branches, &contents, &hashes, Fork::Name)
-            .await?
-        {
+        None => match from_stored_prefix(&h, Fork::Name).await? {
             Some(plan) => plan,
             None => match onto_empty_main(&branches, &contents) {
                 Some(plan) => plan,
@@ -391,18 +396,22 @@ async fn record_in(
     let mut own_session = false;
     for _ in 0..ATTEMPTS {
         let branches = store.list_branches(session).await.map_err(store_error)?;
+        let h = Against {
+            store,
+            session,
+            branches: &branches,
+            contents: &contents,
+            hashes: &hashes,
+        };
         // Codex's compacted window resends old messages under its compaction item: it
         // continues the branch that item answered, never a prefix of the old history.
         let window = match contents.iter().position(|c| is_codex_compaction(c)) {
-            Some(c) => codex_window(store, session, &branches, &contents, &hashes, c).await?,
+            Some(c) => codex_window(&h, c).await?,
             None => None,
         };
         let found = match window {
             Some(plan) => Some(plan),
-            None => {
-                let forking = Fork::Create;
-                from_stored_prefix(store, session, &branches, &contents, &hashes, forking).await?
-            }
+            None => from_stored_prefix(&h, Fork::Create).await?,
         };
         let plan = match found {
             Some(plan) => plan,
@@ -412,7 +421,7 @@ async fn record_in(
                 } else if let Some(plan) = match continued_summary(conv) {
                     Some((opening, text)) => {
                         let found = (opening, text);
-                        continuation(store, session, &branches, &contents, &hashes, found).await?
+                        continuation(&h, found).await?
                     }
                     None => None,
                 } {

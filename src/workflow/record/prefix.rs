@@ -156,6 +156,17 @@ fn fork_name(
     Err(Unrecorded("too many forks at one node"))
 }
 
+/// A request's history as recording reads it against one session: its node contents, their
+/// chain hashes, and the session's branches as listed for this attempt.
+#[derive(Clone, Copy)]
+pub(super) struct Against<'a> {
+    pub store: &'a Store,
+    pub session: Scoped,
+    pub branches: &'a [domain::Branch],
+    pub contents: &'a [&'a NodeContent],
+    pub hashes: &'a [Hash],
+}
+
 /// Where the request's history goes after its stored prefix ends at `node` (`done` items
 /// matched by hash). The branches through `node` are read on: a sub-agent's call and result
 /// are stored as a function (its call node, then its result), which the client resends as a
@@ -163,17 +174,14 @@ fn fork_name(
 /// request extends the branch that holds most of it; where it leaves a branch before its head,
 /// a new branch forks at the last shared node, named after the request's history so a retry
 /// finds the same one.
-#[allow(clippy::too_many_arguments)]
 pub(super) async fn extend_as(
-    store: &Store,
-    session: Scoped,
-    branches: &[domain::Branch],
+    h: &Against<'_>,
     node: NodeId,
-    contents: &[&NodeContent],
-    hashes: &[Hash],
     done: usize,
     forking: Fork,
 ) -> Result<Plan, Unrecorded> {
+    let (store, session, branches) = (h.store, h.session, h.branches);
+    let (contents, hashes) = (h.contents, h.hashes);
     let order = with_heads(branches);
     let mut best: Option<Reach> = None;
     for branch in order {
@@ -232,27 +240,14 @@ pub(super) async fn extend_as(
 /// The plan of a request whose history's longest stored prefix ends on a branch (see
 /// [`prefix_from_heads`], [`extend_as`]); `None` where no node of it is stored.
 pub(super) async fn from_stored_prefix(
-    store: &Store,
-    session: Scoped,
-    branches: &[domain::Branch],
-    contents: &[&NodeContent],
-    hashes: &[Hash],
+    h: &Against<'_>,
     forking: Fork,
 ) -> Result<Option<Plan>, Unrecorded> {
-    let Some((k, node)) = prefix_from_heads(store, session, branches, hashes).await? else {
+    let found = prefix_from_heads(h.store, h.session, h.branches, h.hashes).await?;
+    let Some((k, node)) = found else {
         return Ok(None);
     };
-    let plan = extend_as(
-        store,
-        session,
-        branches,
-        node,
-        contents,
-        hashes,
-        k + 1,
-        forking,
-    );
-    Ok(Some(plan.await?))
+    Ok(Some(extend_as(h, node, k + 1, forking).await?))
 }
 
 /// The branches that have a head, `main` first, then by name: the order a request's history
