@@ -204,14 +204,7 @@ fn endpoint(api: Api) -> MethodRouter<App> {
             let response = match api.action(uri.path()) {
                 Action::Generate => app.handle(api, uri, headers, body).await,
                 Action::Count => app.count_tokens(api, uri, headers, body).await,
-                Action::Other => {
-                    if let Err(response) = app.tenant(api, &headers) {
-                        return response;
-                    }
-                    count(api, "forwarded");
-                    app.forward(api, Method::POST, &uri, &headers, body, None)
-                        .await
-                }
+                Action::Other => app.as_sent(api, Method::POST, &uri, &headers, body).await,
             };
             held(response, slot)
         },
@@ -252,8 +245,8 @@ async fn read_body(api: Api, body: Body, limit: usize) -> Result<Bytes, Response
     }
 }
 
-/// Any other request: forwarded unchanged, to the Anthropic upstream when it carries
-/// Anthropic's headers, else to OpenAI's. Only `/v1/` paths are served.
+/// Any other request: forwarded unchanged, to the provider whose codec claims it (by its path or
+/// its headers), else to OpenAI's. Only the provider's API paths are served.
 async fn other(
     State(app): State<App>,
     method: Method,
@@ -295,14 +288,27 @@ async fn other_of(
             None,
         );
     }
-    if let Err(response) = app.tenant(api, &headers) {
-        return response;
-    }
-    count(api, "forwarded");
-    app.forward(api, method, &uri, &headers, body, None).await
+    app.as_sent(api, method, &uri, &headers, body).await
 }
 
 impl App {
+    /// A request the gateway only relays: the caller's key checked, counted, forwarded as it
+    /// came.
+    async fn as_sent(
+        &self,
+        api: Api,
+        method: Method,
+        uri: &Uri,
+        headers: &HeaderMap,
+        body: Bytes,
+    ) -> Response {
+        if let Err(response) = self.tenant(api, headers) {
+            return response;
+        }
+        count(api, "forwarded");
+        self.forward(api, method, uri, headers, body, None).await
+    }
+
     /// One of the server's call slots, or the refusal, in the API's shape.
     #[allow(clippy::result_large_err)]
     fn admit(&self, api: Api) -> Result<OwnedSemaphorePermit, Response> {

@@ -324,7 +324,6 @@ pub struct Completions;
 impl Codec for Completions {
     fn spec(&self) -> &'static Spec {
         &Spec {
-            format: WireFormat::ChatCompletions,
             name: "openai",
             upstream: Upstream::OpenAi,
             routes: &["/v1/chat/completions"],

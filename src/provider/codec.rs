@@ -61,7 +61,6 @@ pub struct Request<'a> {
 /// What names a wire format at the gateway.
 #[derive(Debug)]
 pub struct Spec {
-    pub format: WireFormat,
     /// The name metrics and logs use (`anthropic`, `openai`, `responses`, `gemini`).
     pub name: &'static str,
     pub upstream: Upstream,
@@ -74,10 +73,6 @@ pub struct Spec {
 /// One provider wire format.
 pub trait Codec: Sync + Send {
     fn spec(&self) -> &'static Spec;
-
-    fn format(&self) -> WireFormat {
-        self.spec().format
-    }
 
     fn name(&self) -> &'static str {
         self.spec().name

@@ -17,7 +17,6 @@ pub struct Messages;
 impl Codec for Messages {
     fn spec(&self) -> &'static Spec {
         &Spec {
-            format: WireFormat::AnthropicMessages,
             name: "anthropic",
             upstream: Upstream::Anthropic,
             routes: &["/v1/messages", "/v1/messages/count_tokens"],

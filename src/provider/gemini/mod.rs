@@ -65,7 +65,6 @@ pub struct Gemini;
 impl Codec for Gemini {
     fn spec(&self) -> &'static Spec {
         &Spec {
-            format: WireFormat::Gemini,
             name: "gemini",
             upstream: Upstream::Google,
             routes: &["/v1beta/models/{target}"],

@@ -388,7 +388,6 @@ pub struct Responses;
 impl Codec for Responses {
     fn spec(&self) -> &'static Spec {
         &Spec {
-            format: WireFormat::Responses,
             name: "responses",
             upstream: Upstream::OpenAi,
             routes: &["/v1/responses"],
