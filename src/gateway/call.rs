@@ -274,7 +274,7 @@ impl App {
         key: ledger::Key,
         forwarded: &mut ForwardedBody,
     ) -> ledger::Verdict {
-        let long_ttl = super::config::long_ttl(conv);
+        let long_ttl = conv.long_ttl();
         let fixed = (conv.system_tokens as usize + conv.tools_tokens as usize) * 4;
         let now = ledger::Forwarded::new(
             now_ms(),

@@ -91,13 +91,6 @@ pub fn policy() -> Policy {
     }
 }
 
-/// Whether the client asks its cache entries to live long (Anthropic's `ttl: "1h"` markers).
-pub(super) fn long_ttl(conv: &Conversation) -> bool {
-    conv.markers
-        .iter()
-        .any(|(_, m)| m.get("ttl").and_then(serde_json::Value::as_str) == Some("1h"))
-}
-
 /// The largest request body the gateway reads by default (a long session resent whole, with
 /// images).
 pub const MAX_BODY_BYTES: usize = 256 * 1024 * 1024;
@@ -128,7 +121,7 @@ pub(super) fn render_options(
     Some(render::Options {
         callers: render::Callers::All,
         budget: Some(budget),
-        policy: if long_ttl(conv) {
+        policy: if conv.long_ttl() {
             Policy {
                 prices: CachePrices {
                     write_per_mille: entry.long_write_per_mille,

@@ -6,7 +6,7 @@
 //! on the same branch with the agent's summary laid over the history it covers, as `ctxd import`
 //! does with a Claude Code file's `isCompactSummary` entry.
 
-use crate::domain::{NodeContent, Part, Role, Summary};
+use crate::domain::{NodeContent, Part, Role, Summary, ToolCall};
 use crate::provider::conversation::Conversation;
 
 /// Claude Code's compaction prompt begins so (2.1.x).
@@ -157,4 +157,26 @@ pub fn is_codex_compaction(content: &NodeContent) -> bool {
 /// Whether `content` is Codex's `compaction_trigger` item.
 pub fn is_codex_trigger(content: &NodeContent) -> bool {
     item_type(content).as_deref() == Some("compaction_trigger")
+}
+
+/// The tools agents start a sub-agent with (Claude Code's, old and new): a conversation that
+/// opens with the prompt of a pending call of one is that call's function.
+pub const AGENT_TOOLS: [&str; 2] = ["Task", "Agent"];
+
+/// A Claude Code sub-agent call: its prompt, and whether the sub-agent runs in the background
+/// (`Agent` does unless its call says `run_in_background: false`: its call is answered
+/// "launched" at once and the result comes later as a notification; the older `Task` never
+/// does). `None` for any other call, or one without a prompt.
+pub fn agent_call(call: &ToolCall) -> Option<(String, bool)> {
+    if !AGENT_TOOLS.contains(&call.name.as_str()) {
+        return None;
+    }
+    let arguments = serde_json::from_str::<serde_json::Value>(&call.arguments_json).ok()?;
+    let prompt = arguments.get("prompt")?.as_str()?.to_owned();
+    let background = call.name == "Agent"
+        && arguments
+            .get("run_in_background")
+            .and_then(serde_json::Value::as_bool)
+            != Some(false);
+    Some((prompt, background))
 }

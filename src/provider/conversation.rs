@@ -72,6 +72,14 @@ impl Conversation {
         }
     }
 
+    /// Whether the client asks its cache entries to live long (Anthropic's `ttl: "1h"`
+    /// markers).
+    pub fn long_ttl(&self) -> bool {
+        self.markers
+            .iter()
+            .any(|(_, m)| m.get("ttl").and_then(Value::as_str) == Some("1h"))
+    }
+
     /// The text of the first message of `role`.
     pub fn first_text(&self, role: Role) -> Option<String> {
         self.items.iter().find_map(|item| match &item.content {

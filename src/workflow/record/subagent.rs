@@ -5,11 +5,8 @@
 use super::prefix::{chain_hashes, stored_prefix, with_heads};
 use super::{Plan, RETRY, Unrecorded, owned, store_error};
 use crate::domain::{self, BranchName, NodeContent, NodeId, Part};
+use crate::provider::agents::{AGENT_TOOLS, agent_call};
 use crate::store::{self, AppendRequest, AppendTarget, PathTarget, Scoped, Store};
-
-/// The tools agents start a sub-agent with (Claude Code's, old and new): a conversation that
-/// opens with the prompt of a pending call of one is that call's function.
-const AGENT_TOOLS: [&str; 2] = ["Task", "Agent"];
 
 /// The sub-agent calls of a path's latest message: those a function took up and has not closed
 /// (call id and function), and those that run in the background.
@@ -97,14 +94,12 @@ fn background_calls(message: &NodeContent) -> Vec<AgentCall> {
     };
     tool_calls
         .iter()
-        .filter(|c| AGENT_TOOLS.contains(&c.name.as_str()))
         .filter_map(|c| {
-            let arguments = serde_json::from_str::<serde_json::Value>(&c.arguments_json).ok()?;
-            let prompt = arguments.get("prompt")?.as_str()?;
-            (in_background(&c.name, &arguments) && !prompt.is_empty()).then(|| AgentCall {
+            let (prompt, background) = agent_call(c)?;
+            (background && !prompt.is_empty()).then(|| AgentCall {
                 call_id: c.call_id.clone(),
                 name: c.name.clone(),
-                prompt: prompt.to_owned(),
+                prompt,
             })
         })
         .collect()
@@ -206,12 +201,7 @@ pub(super) async fn subagent(
             })
         };
         for call in tool_calls {
-            let arguments = serde_json::from_str::<serde_json::Value>(&call.arguments_json).ok();
-            let prompt = arguments
-                .as_ref()
-                .and_then(|v| v.get("prompt").and_then(|p| p.as_str()).map(str::to_owned));
-            if AGENT_TOOLS.contains(&call.name.as_str())
-                && let Some(prompt) = prompt
+            if let Some((prompt, _)) = agent_call(call)
                 && opens_with(&prompt)
                 && !answered(&call.call_id)
             {
@@ -264,18 +254,6 @@ pub(super) async fn subagent(
         behind: false,
         agent_summary: None,
     }))
-}
-
-/// Whether a sub-agent call runs in the background: Claude Code's `Agent` does unless its call
-/// says `run_in_background: false` (its call is answered "launched" at once and the result
-/// comes later as a notification, so its function runs on after the tool result that answers
-/// its call); the older `Task` never does.
-fn in_background(tool: &str, arguments: &serde_json::Value) -> bool {
-    tool == "Agent"
-        && arguments
-            .get("run_in_background")
-            .and_then(serde_json::Value::as_bool)
-            != Some(false)
 }
 
 /// A sub-agent's request whose function exists: what its chain holds of it, and the rest.
