@@ -1,4 +1,5 @@
-//! The way back from a placeholder: the recall tool's definition, and a node's original content
+//! The way back from a placeholder: the recall tool's name, description and limits (each
+//! format's codec declares it: `provider::codec::recall_tool`), and a node's original content
 //! as `Recall` returns it.
 //!
 //! Every cleared result, cut text and stubbed argument a render writes names its node by a short
@@ -19,52 +20,6 @@ message that was cleared or shortened to save context. Pass the reference its pl
 /// Characters returned when the request does not say, and the most it may ask for.
 pub const DEFAULT_MAX_CHARS: usize = 20_000;
 pub const MAX_CHARS: usize = 200_000;
-
-/// The JSON schema of the tool's one argument.
-fn parameters() -> serde_json::Value {
-    serde_json::json!({
-        "type": "object",
-        "properties": {
-            "reference": {
-                "type": "string",
-                "description": "The 12-character reference after `recall` in a placeholder."
-            }
-        },
-        "required": ["reference"],
-        "additionalProperties": false
-    })
-}
-
-/// The definition as Anthropic's Messages API takes it in `tools`.
-pub fn anthropic_tool() -> serde_json::Value {
-    serde_json::json!({
-        "name": TOOL_NAME,
-        "description": TOOL_DESCRIPTION,
-        "input_schema": parameters(),
-    })
-}
-
-/// The definition as OpenAI's chat completions take it in `tools`.
-pub fn openai_tool() -> serde_json::Value {
-    serde_json::json!({
-        "type": "function",
-        "function": {
-            "name": TOOL_NAME,
-            "description": TOOL_DESCRIPTION,
-            "parameters": parameters(),
-        },
-    })
-}
-
-/// The definition as OpenAI's Responses API takes it in `tools`.
-pub fn responses_tool() -> serde_json::Value {
-    serde_json::json!({
-        "type": "function",
-        "name": TOOL_NAME,
-        "description": TOOL_DESCRIPTION,
-        "parameters": parameters(),
-    })
-}
 
 /// A node's original content, as a recall returns it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -196,15 +151,5 @@ mod tests {
             recalled(&message, 1000).content,
             "Writing it.\n[tool call Write c2] {\"file_path\":\"a.rs\",\"content\":\"fn main() {}\"}"
         );
-    }
-
-    #[test]
-    fn the_three_shapes_carry_one_definition() {
-        assert_eq!(
-            anthropic_tool()["input_schema"],
-            openai_tool()["function"]["parameters"]
-        );
-        assert_eq!(responses_tool()["parameters"], parameters());
-        assert_eq!(responses_tool()["name"], TOOL_NAME);
     }
 }

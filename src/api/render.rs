@@ -7,8 +7,9 @@ use super::parse::{
     self, RenderArgs, provider_format, render_request, render_request_for, session_id,
 };
 use super::{convert, domain_status, pb, status, workflow_status};
-use crate::domain::{PathView, Tenant};
+use crate::domain::{PathView, Tenant, WireFormat};
 use crate::provider::anthropic::edits;
+use crate::provider::codec::recall_tool;
 use crate::recall;
 use crate::render::Rendered;
 use crate::workflow::SavingsReport;
@@ -136,9 +137,9 @@ impl ContextStoreService {
     ) -> Reply<pb::RecallToolResponse> {
         self.reply(pb::RecallToolResponse {
             name: recall::TOOL_NAME.to_owned(),
-            anthropic_json: recall::anthropic_tool().to_string(),
-            openai_json: recall::openai_tool().to_string(),
-            responses_json: recall::responses_tool().to_string(),
+            anthropic_json: recall_tool(WireFormat::AnthropicMessages).to_string(),
+            openai_json: recall_tool(WireFormat::ChatCompletions).to_string(),
+            responses_json: recall_tool(WireFormat::Responses).to_string(),
         })
     }
 

@@ -339,6 +339,11 @@ impl Codec for Completions {
         entries(openai_chat_document(messages))
     }
 
+    fn tool(&self, name: &str, description: &str, parameters: Value) -> Value {
+        json!({"type": "function", "function":
+            {"name": name, "description": description, "parameters": parameters}})
+    }
+
     fn answer(&self, stream: bool) -> Answer {
         Answer::new(stream, Box::<Events>::default())
     }

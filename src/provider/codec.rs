@@ -133,6 +133,10 @@ pub trait Codec: Sync + Send {
         false
     }
 
+    /// A tool the model may call, declared as the format's `tools` take it: its name, what it
+    /// does and the JSON schema of its arguments.
+    fn tool(&self, name: &str, description: &str, parameters: Value) -> Value;
+
     /// The assembly of an answer as it is relayed.
     fn answer(&self, stream: bool) -> Answer;
 
@@ -223,5 +227,46 @@ pub fn codec(format: WireFormat) -> &'static dyn Codec {
         WireFormat::ChatCompletions => &super::chat::Completions,
         WireFormat::Responses => &super::responses::Responses,
         WireFormat::Gemini => &super::gemini::Gemini,
+    }
+}
+
+/// ctxd's recall tool (`crate::recall`) as `format`'s `tools` declare it: one definition, the
+/// same argument schema in every format.
+pub fn recall_tool(format: WireFormat) -> Value {
+    let parameters = serde_json::json!({
+        "type": "object",
+        "properties": {
+            "reference": {
+                "type": "string",
+                "description": "The 12-character reference after `recall` in a placeholder."
+            }
+        },
+        "required": ["reference"],
+        "additionalProperties": false
+    });
+    let recall = (crate::recall::TOOL_NAME, crate::recall::TOOL_DESCRIPTION);
+    codec(format).tool(recall.0, recall.1, parameters)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_format_declares_the_recall_tool_alike() {
+        let anthropic = recall_tool(WireFormat::AnthropicMessages);
+        let openai = recall_tool(WireFormat::ChatCompletions);
+        let responses = recall_tool(WireFormat::Responses);
+        let gemini = recall_tool(WireFormat::Gemini);
+        let schema = &anthropic["input_schema"];
+        assert_eq!(schema["required"], serde_json::json!(["reference"]));
+        assert_eq!(&openai["function"]["parameters"], schema);
+        assert_eq!(&responses["parameters"], schema);
+        assert_eq!(&gemini["functionDeclarations"][0]["parameters"], schema);
+        assert_eq!(responses["name"], crate::recall::TOOL_NAME);
+        assert_eq!(
+            gemini["functionDeclarations"][0]["name"],
+            crate::recall::TOOL_NAME
+        );
     }
 }

@@ -63,6 +63,10 @@ impl Codec for Messages {
         true
     }
 
+    fn tool(&self, name: &str, description: &str, parameters: Value) -> Value {
+        serde_json::json!({"name": name, "description": description, "input_schema": parameters})
+    }
+
     fn answer(&self, stream: bool) -> Answer {
         Answer::new(stream, Box::<Events>::default())
     }

@@ -102,6 +102,11 @@ impl Codec for Gemini {
         block.format == WireFormat::Gemini && marker(block).is_none()
     }
 
+    fn tool(&self, name: &str, description: &str, parameters: Value) -> Value {
+        json!({"functionDeclarations":
+            [{"name": name, "description": description, "parameters": parameters}]})
+    }
+
     fn answer(&self, stream: bool) -> Answer {
         Answer::new(stream, Box::<GeminiEvents>::default())
     }

@@ -403,6 +403,11 @@ impl Codec for Responses {
         entries(responses_document(messages))
     }
 
+    fn tool(&self, name: &str, description: &str, parameters: Value) -> Value {
+        json!({"type": "function", "name": name, "description": description,
+            "parameters": parameters})
+    }
+
     fn answer(&self, stream: bool) -> Answer {
         Answer::new(stream, Box::<answer::Events>::default())
     }
