@@ -2528,6 +2528,95 @@ fn minimal_segment_over_a_cut_text_moves_no_step() {
     );
 }
 
+/// A segment summary over a user's message after the results a step would clear: the step
+/// weighs what it writes again of that message as it did without the summary, so it is taken
+/// or not the same, and the prefix before the segment does not move.
+#[test]
+fn minimal_segment_over_a_user_message_moves_no_step() {
+    let weigh = |user: usize, after: usize| {
+        let mut s = Script::default();
+        s.add(None, say(Role::User, 1));
+        s.add(None, calls(&["c1", "c2"]));
+        s.add(None, tool("c1", 6794));
+        s.add(None, tool("c2", 1));
+        let first = s.add(None, calls(&["c3"]));
+        s.add(None, tool("c3", 372));
+        s.add(None, say(Role::User, user));
+        s.add(None, calls(&["c4"]));
+        let last = s.add(None, tool("c4", 160));
+        for _ in 0..after {
+            s.add(None, say(Role::User, 1));
+            s.add(None, say(Role::Assistant, 5));
+        }
+        let options = Options {
+            budget: Some(Budget {
+                context_window: Tokens::MAX / 2,
+                ..Budget::default()
+            }),
+            policy: Policy {
+                microcompact: Microcompact::Stepped,
+                microcompact_first: 3,
+                microcompact_every: 1,
+                microcompact_keep: 2,
+                clear_at_least_tokens: 0,
+                max_tool_result_chars: 200,
+                recent_tool_result_chars: 5882,
+                max_assistant_text_chars: 0,
+                payback_odds: 1,
+                prices: ctxd::domain::CachePrices {
+                    read_per_mille: 25,
+                    write_per_mille: 2000,
+                },
+                ..Policy::default()
+            },
+            ..Options::default()
+        };
+        let plain = s.path(None);
+        let mut summarized = s.path(None);
+        let covers: Vec<NodeId> = s
+            .nodes
+            .iter()
+            .map(|n| n.id)
+            .skip_while(|id| *id != first)
+            .take_while(|id| *id != last)
+            .chain([last])
+            .collect();
+        summarized.summaries.push(ctxd::domain::Summary {
+            id: ctxd::domain::SummaryId::new(),
+            compaction_id: ctxd::domain::CompactionId::new(),
+            kind: ctxd::domain::SummaryKind::Segment,
+            covers,
+            range: Some((first, last)),
+            text: "what happened".to_owned(),
+            rolls_over: Vec::new(),
+            ledger: None,
+            model: "m".to_owned(),
+            base_head: last,
+            tokens_before: 0,
+            tokens_after: 0,
+            created_at_ms: 0,
+        });
+        let old = render(&plain, &options, &COUNTER);
+        let new = render(&summarized, &options, &COUNTER);
+        let start = index_of(&old.messages, first).expect("the segment renders");
+        assert_eq!(
+            new.messages[..start],
+            old.messages[..start],
+            "the prefix before the segment moved\n{}\n--\n{}",
+            show(&old.messages),
+            show(&new.messages)
+        );
+        old.report.trigger
+    };
+    // Three calls after the segment: the step at the last pays when the user's message is
+    // short, and not when it is long; with the summary as without it.
+    assert_eq!(weigh(0, 3), Some(Trigger::Count));
+    assert_eq!(weigh(1000, 3), None);
+    for user in [25, 3000] {
+        weigh(user, 3);
+    }
+}
+
 /// Nodes as a loaded path holds them: shared with the store's cache.
 fn shared(nodes: Vec<Node>) -> Vec<Arc<Node>> {
     nodes.into_iter().map(Arc::new).collect()
@@ -2664,9 +2753,10 @@ proptest! {
             if let Some(start) = index_of(&old.messages, from) {
                 prop_assert_eq!(
                     &new.messages[..start], &old.messages[..start],
-                    "the prefix before the segment moved\n{}\n--\n{}\n{:?}\n{}",
+                    "the prefix before the segment moved\n{}\n--\n{}\n{:?}\n{}\nstep without the summary: {:?} at {}; with it: {:?} at {}",
                     show(&old.messages), show(&new.messages), roomy.policy,
-                    describe(&summarized)
+                    describe(&summarized), old.report.trigger, old.report.microcompact_boundary,
+                    new.report.trigger, new.report.microcompact_boundary
                 );
             }
         }

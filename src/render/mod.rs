@@ -118,6 +118,9 @@ pub struct Hidden {
     pub at_ms: Option<i64>,
     pub result: Option<(usize, bool)>,
     pub assistant: Option<(usize, bool)>,
+    /// Characters a step writes again but never reduces: an assistant message's calls'
+    /// arguments, a user's or system message's text.
+    pub kept: usize,
     pub reshown: bool,
 }
 

@@ -122,6 +122,17 @@ pub fn overlay(
                 .then(|| (Part::text_chars(&message.parts), message.is_error)),
             assistant: (message.role == MessageRole::Assistant)
                 .then(|| (Part::text_chars(&message.parts), message.pinned)),
+            kept: match message.role {
+                MessageRole::Tool => 0,
+                MessageRole::Assistant => message
+                    .tool_calls
+                    .iter()
+                    .map(|c| c.arguments_json.len())
+                    .sum(),
+                MessageRole::User | MessageRole::System | MessageRole::Developer => {
+                    Part::text_chars(&message.parts)
+                }
+            },
             reshown: reshown[i],
         });
         if reshown[i] {

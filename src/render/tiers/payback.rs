@@ -108,47 +108,46 @@ impl Timeline {
         // leaves of a cut text then counts for nothing on either side, and a render rendered
         // again weighs its steps as the first did.
         let text_size = |chars: usize| text_cut(policy, chars);
+        // What an entry weighs: its size as a step counts it, what a step writes again of it
+        // beyond that (a user's or system message whole, which no step reduces; said as the
+        // provider's edit, an assistant message whole with its calls, for that edit reduces
+        // none), and its kind. A message a summary hides weighs as it would shown, so a summary
+        // over a segment changes no step before it or after it.
+        let weigh = |shape: Shape, chars: usize, arguments: usize| match shape {
+            Shape::Result => (result_size(chars), 0, Kind::Result),
+            Shape::Assistant if policy.provider_edits => {
+                (text_size(chars), chars + arguments, Kind::Call)
+            }
+            Shape::Assistant => (text_size(chars), 0, Kind::Call),
+            Shape::Whole => (0, chars, Kind::Other),
+            Shape::Summary => (0, 0, Kind::Other),
+        };
         for m in &fit.messages {
             // A pin a summary shows again counts where the summary hid it.
             if m.pinned_under.is_some() {
                 continue;
             }
             for h in &m.hidden {
-                let (size, kind) = match (h.result, h.assistant) {
-                    (Some((chars, _)), _) => (result_size(chars), Kind::Result),
-                    (None, Some((chars, _))) => (text_size(chars), Kind::Call),
-                    (None, None) => (0, Kind::Other),
+                let (shape, chars, arguments) = match (h.result, h.assistant) {
+                    (Some((chars, _)), _) => (Shape::Result, chars, 0),
+                    (None, Some((chars, _))) => (Shape::Assistant, chars, h.kept),
+                    (None, None) => (Shape::Whole, h.kept, 0),
                 };
-                entry(size, size, h.at_ms, kind);
+                let (size, written, kind) = weigh(shape, chars, arguments);
+                entry(size, written, h.at_ms, kind);
             }
-            // Only what a summary's hidden entries keep too (a result's and an assistant text's
-            // characters) counts, so a summary over a segment changes no step before it, and a
-            // render rendered again (its stubs shorter) takes no step the first did not.
-            let text = Part::text_chars(&m.parts);
-            let (size, kind) = match m.role {
-                _ if m.summary_id.is_some() => (0, Kind::Other),
-                MessageRole::Tool => (result_size(text), Kind::Result),
-                _ if m.observation => (result_size(text), Kind::Result),
-                MessageRole::Assistant => (text_size(text), Kind::Call),
-                _ => (0, Kind::Other),
+            // A render rendered again (its stubs shorter) takes no step the first did not:
+            // only a result's and an assistant text's characters count, and a call's arguments
+            // only as the provider's edit, which stubs none.
+            let shape = match m.role {
+                _ if m.summary_id.is_some() => Shape::Summary,
+                MessageRole::Tool => Shape::Result,
+                _ if m.observation => Shape::Result,
+                MessageRole::Assistant => Shape::Assistant,
+                MessageRole::User | MessageRole::System | MessageRole::Developer => Shape::Whole,
             };
-            // What a step writes again of it beyond that: a user's or system message, which no
-            // step reduces (what a step reduces counts as above, so a render rendered again
-            // weighs its steps as the first did).
-            let written = match m.role {
-                _ if m.summary_id.is_some() || m.observation => 0,
-                MessageRole::User | MessageRole::System | MessageRole::Developer => text,
-                // Said as the provider's edit, a step reduces no assistant message: it is
-                // written again whole, its calls too.
-                MessageRole::Assistant if policy.provider_edits => {
-                    text + m
-                        .tool_calls
-                        .iter()
-                        .map(|c| c.arguments_json.len())
-                        .sum::<usize>()
-                }
-                MessageRole::Assistant | MessageRole::Tool => 0,
-            };
+            let arguments = m.tool_calls.iter().map(|c| c.arguments_json.len()).sum();
+            let (size, written, kind) = weigh(shape, Part::text_chars(&m.parts), arguments);
             entry(size, written, m.at_ms, kind);
         }
         // The call this render is for: made now, after the one the caller says it made last.
@@ -169,6 +168,16 @@ impl Timeline {
             result_end,
         }
     }
+}
+
+/// How a step treats an entry of the timeline.
+#[derive(Clone, Copy)]
+enum Shape {
+    Result,
+    Assistant,
+    /// A user's or system message: never reduced.
+    Whole,
+    Summary,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
