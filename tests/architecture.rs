@@ -94,7 +94,7 @@ const OWN_JSON: [(&str, &str); 11] = [
 /// breaks it, as the rule says it). An entry that no longer breaks fails `not_yet_is_current`
 /// until it is taken off.
 #[rustfmt::skip]
-const NOT_YET: [(&str, &str, &str); 8] = [
+const NOT_YET: &[(&str, &str, &str)] = &[
     // The command line builds the gateway from types `server` re-exports from it.
     ("doors", "cli/mod.rs", "the cli door names the gateway door"),
     ("doors", "cli/options.rs", "the cli door names the gateway door"),
