@@ -26,8 +26,29 @@ use crate::store::Store;
 use crate::summarizer::Summarizer;
 use crate::workflow::{SavingsReport, Workflows};
 
-// How `serve` configures the gateway door: the assembly's to hand on.
-pub use crate::gateway::{Gateway, GatewayPolicy, Window};
+/// The model gateway as `ctxd serve`'s flags set it; the assembly builds the door from it.
+pub struct GatewayFlags {
+    /// Base URLs without a version, by upstream.
+    pub anthropic_upstream: String,
+    pub openai_upstream: String,
+    pub gemini_upstream: String,
+    /// `stepped` or `passthrough` (anything else: stepped).
+    pub policy: String,
+    /// Context windows the operator set, before ctxd's table.
+    pub windows: Vec<crate::provider::models::Window>,
+    pub reasoning: crate::workflow::render::Reasoning,
+}
+
+/// The gateway door on `listener`, as `flags` set it.
+pub fn gateway(listener: TcpListener, flags: GatewayFlags) -> crate::gateway::Gateway {
+    use crate::gateway::{Gateway, GatewayPolicy};
+    let mut gateway = Gateway::new(listener, flags.anthropic_upstream, flags.openai_upstream);
+    gateway.gemini_upstream = flags.gemini_upstream;
+    gateway.policy = GatewayPolicy::parse(&flags.policy).unwrap_or_default();
+    gateway.windows = flags.windows;
+    gateway.reasoning = flags.reasoning;
+    gateway
+}
 
 /// Serves on `listener` until `shutdown` resolves, then finishes in-flight requests (see
 /// [`Shutdown`]).

@@ -95,11 +95,6 @@ const OWN_JSON: [(&str, &str); 11] = [
 /// until it is taken off.
 #[rustfmt::skip]
 const NOT_YET: &[(&str, &str, &str)] = &[
-    // The command line builds the gateway from types `server` re-exports from it.
-    ("doors", "cli/mod.rs", "the cli door names the gateway door"),
-    ("doors", "cli/options.rs", "the cli door names the gateway door"),
-    // `NodeId::new` mints a UUID v7 from the clock.
-    ("engine", "domain/ids.rs", "the engine (domain) names Uuid::now_v7"),
     // Providers' and agents' formats, tools and tool inputs, spelled outside `provider/`.
     ("provider fields", "export/claude_code.rs", "spells the provider field"),
     ("provider fields", "export/openai.rs", "spells the provider field"),

@@ -221,19 +221,19 @@ async fn serve(
             .await
             .with_context(|| format!("listening for the gateway on {addr}"))?;
         writeln!(stdout, "ctxd gateway on {}", listener.local_addr()?)?;
-        let mut g = crate::server::Gateway::new(
-            listener,
-            gateway.anthropic_upstream,
-            gateway.openai_upstream,
-        );
-        g.gemini_upstream = gateway.gemini_upstream;
-        g.policy = crate::server::GatewayPolicy::parse(&gateway.gateway_policy).unwrap_or_default();
-        g.windows = gateway.context_windows.clone();
-        g.reasoning = match gateway.gateway_reasoning.as_str() {
+        let reasoning = match gateway.gateway_reasoning.as_str() {
             "drop" => crate::workflow::render::Reasoning::Drop,
             _ => crate::workflow::render::Reasoning::Keep,
         };
-        options.gateway = Some(g);
+        let flags = crate::server::GatewayFlags {
+            anthropic_upstream: gateway.anthropic_upstream,
+            openai_upstream: gateway.openai_upstream,
+            gemini_upstream: gateway.gemini_upstream,
+            policy: gateway.gateway_policy,
+            windows: gateway.context_windows,
+            reasoning,
+        };
+        options.gateway = Some(crate::server::gateway(listener, flags));
     }
     stdout.flush()?;
     tracing::info!(

@@ -9,6 +9,8 @@ use tonic::transport::ServerTlsConfig;
 
 use crate::auth::ApiKeys;
 use crate::limits::Limits;
+use crate::provider::codec::Upstream;
+use crate::provider::models::Window;
 use crate::server::Shutdown;
 use crate::summarizer::{Config as SummarizerConfig, Summarizer};
 
@@ -25,7 +27,7 @@ pub(super) struct GatewayArgs {
         long,
         env = "CTXD_ANTHROPIC_UPSTREAM",
         value_name = "URL",
-        default_value = "https://api.anthropic.com"
+        default_value = Upstream::Anthropic.default_url()
     )]
     pub(super) anthropic_upstream: String,
     /// Where the gateway forwards OpenAI calls.
@@ -33,7 +35,7 @@ pub(super) struct GatewayArgs {
         long,
         env = "CTXD_OPENAI_UPSTREAM",
         value_name = "URL",
-        default_value = "https://api.openai.com"
+        default_value = Upstream::OpenAi.default_url()
     )]
     pub(super) openai_upstream: String,
     /// Where the gateway forwards Gemini calls.
@@ -41,7 +43,7 @@ pub(super) struct GatewayArgs {
         long,
         env = "CTXD_GEMINI_UPSTREAM",
         value_name = "URL",
-        default_value = crate::gateway::GEMINI_UPSTREAM
+        default_value = Upstream::Google.default_url()
     )]
     pub(super) gemini_upstream: String,
     /// What the gateway forwards: `stepped` (ctxd's render of the branch) or `passthrough`
@@ -52,8 +54,8 @@ pub(super) struct GatewayArgs {
     /// The context window of a model, in tokens, in place of ctxd's table (`MODEL=TOKENS`;
     /// `MODEL` may end in `*` to name every model it starts; repeatable). A model neither names
     /// is budgeted by the table, and one the table does not know is never cut by budget.
-    #[arg(long = "context-window", value_name = "MODEL=TOKENS", value_parser = crate::server::Window::parse)]
-    pub(super) context_windows: Vec<crate::server::Window>,
+    #[arg(long = "context-window", value_name = "MODEL=TOKENS", value_parser = Window::parse)]
+    pub(super) context_windows: Vec<Window>,
     /// For a model that binds its thinking blocks to what precedes them (Anthropic's current
     /// models): `keep` every thinking block valid, each step said as the provider's own edit
     /// (`clear_tool_uses_20250919`), or `drop` the thinking a step invalidates, to save more.

@@ -13,8 +13,10 @@ macro_rules! uuid_id {
         pub struct $name(Uuid);
 
         impl $name {
-            pub fn new() -> Self {
-                Self(Uuid::now_v7())
+            /// The id `uuid` is (ids are minted outside the engine, which reads no clock:
+            /// `store::mint`).
+            pub fn from_uuid(uuid: Uuid) -> Self {
+                Self(uuid)
             }
 
             /// Parses a textual UUID; `field` names the request field in the error.
@@ -33,12 +35,6 @@ macro_rules! uuid_id {
 
             pub fn as_bytes(&self) -> &[u8; 16] {
                 self.0.as_bytes()
-            }
-        }
-
-        impl Default for $name {
-            fn default() -> Self {
-                Self::new()
             }
         }
 

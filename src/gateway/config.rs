@@ -7,47 +7,9 @@ use axum::http::HeaderMap;
 use super::App;
 use crate::domain::{Budget, CachePrices};
 use crate::provider::conversation::Conversation;
-use crate::provider::models::{ModelEntry, ModelTable};
+use crate::provider::models::{ModelEntry, ModelTable, Window};
 use crate::render::{self, Policy};
 use crate::store::now_ms;
-
-/// A model's context window set by the operator: `MODEL=TOKENS`, `MODEL` ending in `*` for
-/// every model it starts.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Window {
-    pub model: String,
-    pub prefix: bool,
-    pub tokens: u32,
-}
-
-impl Window {
-    pub fn parse(s: &str) -> Result<Self, String> {
-        let (model, tokens) = s
-            .split_once('=')
-            .ok_or_else(|| format!("--context-window {s:?}: must be MODEL=TOKENS"))?;
-        let model = model.trim();
-        let tokens: u32 = tokens.trim().parse().map_err(|_| {
-            format!("--context-window {s:?}: TOKENS must be a whole number of tokens")
-        })?;
-        if tokens < 1024 {
-            return Err(format!(
-                "--context-window {s:?}: TOKENS must be at least 1024"
-            ));
-        }
-        let (model, prefix) = match model.strip_suffix('*') {
-            Some(m) => (m, true),
-            None => (model, false),
-        };
-        if model.is_empty() && !prefix {
-            return Err(format!("--context-window {s:?}: MODEL must not be empty"));
-        }
-        Ok(Self {
-            model: model.to_ascii_lowercase(),
-            prefix,
-            tokens,
-        })
-    }
-}
 
 /// What the gateway forwards.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -41,16 +41,14 @@ use crate::auth::{ApiKeys, gateway_tenant};
 use crate::domain::Tenant;
 use crate::domain::WireFormat;
 use crate::limits::{Admission, Refused};
-use crate::provider::codec::{Action, Codec, Failure, codec, codecs};
+use crate::provider::codec::{Action, Codec, Failure, Upstream, codec, codecs};
 use crate::provider::conversation::Conversation;
 use crate::provider::models::ModelTable;
 use crate::workflow::Workflows;
 use crate::workflow::render::Reasoning;
 
-pub use config::{GatewayPolicy, MAX_BODY_BYTES, Window, policy};
-
-/// Where Gemini calls go unless the operator says otherwise (`--gemini-upstream`).
-pub const GEMINI_UPSTREAM: &str = "https://generativelanguage.googleapis.com";
+pub use crate::provider::models::Window;
+pub use config::{GatewayPolicy, MAX_BODY_BYTES, policy};
 
 /// The gateway's listener and where it forwards.
 pub struct Gateway {
@@ -80,7 +78,7 @@ impl Gateway {
             listener,
             anthropic_upstream: anthropic_upstream.into(),
             openai_upstream: openai_upstream.into(),
-            gemini_upstream: GEMINI_UPSTREAM.to_owned(),
+            gemini_upstream: Upstream::Google.default_url().to_owned(),
             policy: GatewayPolicy::default(),
             windows: Vec::new(),
             max_body_bytes: MAX_BODY_BYTES,

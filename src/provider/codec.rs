@@ -21,6 +21,17 @@ pub enum Upstream {
     Google,
 }
 
+impl Upstream {
+    /// The provider's own API, the base URL (without a version) its calls go to by default.
+    pub const fn default_url(self) -> &'static str {
+        match self {
+            Self::Anthropic => "https://api.anthropic.com",
+            Self::OpenAi => "https://api.openai.com",
+            Self::Google => "https://generativelanguage.googleapis.com",
+        }
+    }
+}
+
 /// What a request to one of a codec's paths asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Action {

@@ -167,6 +167,44 @@ fn normalized(model: &str) -> String {
     m.rsplit('/').next().unwrap_or(&m).to_owned()
 }
 
+/// A model's context window set by the operator: `MODEL=TOKENS`, `MODEL` ending in `*` for
+/// every model it starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Window {
+    pub model: String,
+    pub prefix: bool,
+    pub tokens: u32,
+}
+
+impl Window {
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let (model, tokens) = s
+            .split_once('=')
+            .ok_or_else(|| format!("--context-window {s:?}: must be MODEL=TOKENS"))?;
+        let model = model.trim();
+        let tokens: u32 = tokens.trim().parse().map_err(|_| {
+            format!("--context-window {s:?}: TOKENS must be a whole number of tokens")
+        })?;
+        if tokens < 1024 {
+            return Err(format!(
+                "--context-window {s:?}: TOKENS must be at least 1024"
+            ));
+        }
+        let (model, prefix) = match model.strip_suffix('*') {
+            Some(m) => (m, true),
+            None => (model, false),
+        };
+        if model.is_empty() && !prefix {
+            return Err(format!("--context-window {s:?}: MODEL must not be empty"));
+        }
+        Ok(Self {
+            model: model.to_ascii_lowercase(),
+            prefix,
+            tokens,
+        })
+    }
+}
+
 /// The table: the operator's entries first, then the built-in ones.
 #[derive(Debug, Clone)]
 pub struct ModelTable {

@@ -9,6 +9,7 @@
 mod append;
 mod backend;
 mod form;
+mod mint;
 mod open;
 mod postgres;
 mod read;
