@@ -100,18 +100,9 @@ pub fn recalled(node: &Node, max_chars: usize) -> Recalled {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::{Hash, NodeId, ToolCall};
+    use crate::domain::ToolCall;
 
-    fn node(content: NodeContent) -> Node {
-        Node {
-            id: NodeId::new(),
-            parent_id: None,
-            function_id: None,
-            content,
-            created_at_ms: 0,
-            hash: Hash([0; 32]),
-        }
-    }
+    use crate::domain::loose_node as node;
 
     #[test]
     fn a_result_comes_back_exactly_and_a_long_one_as_its_head() {

@@ -12,7 +12,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::parse::append_request;
 use super::reply::append_response_len;
-use super::service::{ContextStoreService, Reply, tenant_of};
+use super::service::{ContextStoreService, Reply, split};
 use super::{pb, status};
 use crate::domain::Tenant;
 use crate::store::AppendRequest;
@@ -35,8 +35,7 @@ impl ContextStoreService {
         &self,
         request: Request<Streaming<pb::AppendRequest>>,
     ) -> Reply<AppendStream> {
-        let tenant = tenant_of(&request);
-        let input = request.into_inner();
+        let (tenant, input) = split(request);
         let (out, responses) = mpsc::channel(BUFFERED);
         let service = self.clone();
         tokio::spawn(async move { service.run_append_stream(tenant, input, out).await });

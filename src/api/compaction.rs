@@ -11,7 +11,7 @@ use crate::workflow::compaction::{
     CommitOutcome, CompactOutcome, PrepareArgs, PrepareOutcome, SummaryListing,
 };
 
-use super::service::{ContextStoreService, Reply, tenant_of};
+use super::service::{ContextStoreService, Reply, split, tenant_of};
 use crate::domain::{Budget, CompactionEvent, Reason, SummaryKind};
 
 impl ContextStoreService {
@@ -19,8 +19,7 @@ impl ContextStoreService {
         &self,
         request: Request<pb::PrepareCompactionRequest>,
     ) -> Reply<pb::PrepareCompactionResponse> {
-        let tenant = tenant_of(&request);
-        let r = request.into_inner();
+        let (tenant, r) = split(request);
         let format = provider_format(r.format)?;
         let args = PrepareArgs::try_from(r)?;
         let session = self.scope(&tenant, args.session).await?;
@@ -50,8 +49,7 @@ impl ContextStoreService {
         &self,
         request: Request<pb::CommitSummaryRequest>,
     ) -> Reply<pb::CompactionOutcome> {
-        let tenant = tenant_of(&request);
-        let r = request.into_inner();
+        let (tenant, r) = split(request);
         let id = compaction_id(&r.compaction_id)?;
         let (session, plan) = match self.scope_compaction(&tenant, id).await {
             Ok(scoped) => scoped,
@@ -72,8 +70,7 @@ impl ContextStoreService {
         &self,
         request: Request<pb::CancelCompactionRequest>,
     ) -> Reply<pb::CancelCompactionResponse> {
-        let tenant = tenant_of(&request);
-        let r = request.into_inner();
+        let (tenant, r) = split(request);
         let id = compaction_id(&r.compaction_id)?;
         let (_, plan) = match self.scope_compaction(&tenant, id).await {
             Ok(scoped) => scoped,

@@ -360,6 +360,8 @@ pub fn policy(p: Option<pb::RenderPolicy>) -> Result<Policy, Error> {
         }
     };
     let or = |value: u32, default: usize| if value == 0 { default } else { value as usize };
+    // A limit the request may set to zero: unset only when absent.
+    let set = |value: Option<u32>, default: usize| value.map_or(default, |v| v as usize);
     Ok(Policy {
         max_tool_result_chars: or(p.max_tool_result_chars, defaults.max_tool_result_chars),
         recent_tool_result_chars: or(
@@ -370,18 +372,16 @@ pub fn policy(p: Option<pb::RenderPolicy>) -> Result<Policy, Error> {
         clear_at_least_tokens: p
             .clear_at_least_tokens
             .unwrap_or(defaults.clear_at_least_tokens),
-        max_tool_input_chars: p
-            .max_tool_input_chars
-            .map_or(defaults.max_tool_input_chars, |v| v as usize),
-        max_assistant_text_chars: p
-            .max_assistant_text_chars
-            .map_or(defaults.max_assistant_text_chars, |v| v as usize),
-        recent_assistant_text_chars: p
-            .recent_assistant_text_chars
-            .map_or(defaults.recent_assistant_text_chars, |v| v as usize),
-        recent_tool_input_chars: p
-            .recent_tool_input_chars
-            .map_or(defaults.recent_tool_input_chars, |v| v as usize),
+        max_tool_input_chars: set(p.max_tool_input_chars, defaults.max_tool_input_chars),
+        max_assistant_text_chars: set(
+            p.max_assistant_text_chars,
+            defaults.max_assistant_text_chars,
+        ),
+        recent_assistant_text_chars: set(
+            p.recent_assistant_text_chars,
+            defaults.recent_assistant_text_chars,
+        ),
+        recent_tool_input_chars: set(p.recent_tool_input_chars, defaults.recent_tool_input_chars),
         microcompact_first: or(p.microcompact_first, defaults.microcompact_first),
         microcompact_every: or(p.microcompact_every, defaults.microcompact_every),
         microcompact_keep: or(p.microcompact_keep, defaults.microcompact_keep),

@@ -13,7 +13,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
 use super::parse::{self, parse};
-use super::service::{ContextStoreService, Reply, tenant_of};
+use super::service::{ContextStoreService, Reply, split};
 use super::{convert, domain_status, pb, status};
 use crate::domain::Error;
 use crate::export::{self, Target};
@@ -30,8 +30,7 @@ impl ContextStoreService {
         &self,
         request: Request<pb::ExportSessionRequest>,
     ) -> Reply<ExportStream> {
-        let tenant = tenant_of(&request);
-        let request = request.into_inner();
+        let (tenant, request) = split(request);
         let session = parse::session_id(&request.session_id)?;
         let target = export_target(request.format, &request.branch)?;
         let scoped = self.scope(&tenant, session).await?;

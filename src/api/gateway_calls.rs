@@ -3,9 +3,9 @@
 
 use tonic::Request;
 
-use super::parse::{parse, session_id};
+use super::parse::{page, session_id};
 use super::reply::{self, Capped};
-use super::service::{ContextStoreService, Reply, tenant_of};
+use super::service::{ContextStoreService, Reply, split};
 use super::{pb, status};
 use crate::domain::{GatewayCall, GatewayCallId};
 use crate::provider::models::ModelTable;
@@ -23,17 +23,13 @@ impl ContextStoreService {
         &self,
         request: Request<pb::ListGatewayCallsRequest>,
     ) -> Reply<pb::ListGatewayCallsResponse> {
-        let tenant = tenant_of(&request);
-        let r = request.into_inner();
+        let (tenant, r) = split(request);
         let session = session_id(&r.session_id)?;
-        let page_size = match r.page_size {
-            0 => DEFAULT_PAGE_SIZE,
-            n => n.min(MAX_PAGE_SIZE),
-        };
-        // A page token is the id of the last call of the page before.
-        let after = (!r.page_token.is_empty())
-            .then(|| parse(GatewayCallId::parse("page_token", &r.page_token)))
-            .transpose()?;
+        let (page_size, after) = page(
+            (r.page_size, &r.page_token),
+            (DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE),
+            GatewayCallId::parse,
+        )?;
         let session = self.scope(&tenant, session).await?;
         let (calls, next) = self
             .store

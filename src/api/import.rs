@@ -11,7 +11,7 @@ use crate::domain::Error;
 use crate::import;
 use crate::store::CreationKey;
 
-use super::service::{ContextStoreService, Reply, tenant_of};
+use super::service::{ContextStoreService, Reply, split};
 
 /// The largest session file an import takes; it is parsed in memory.
 const MAX_IMPORT_BYTES: usize = 512 * 1024 * 1024;
@@ -21,8 +21,7 @@ impl ContextStoreService {
         &self,
         request: Request<tonic::Streaming<pb::ImportChunk>>,
     ) -> Reply<pb::ImportSessionResponse> {
-        let tenant = tenant_of(&request);
-        let mut stream = request.into_inner();
+        let (tenant, mut stream) = split(request);
         let mut first: Option<(i32, HashMap<String, String>, String)> = None;
         let mut data = Vec::new();
         while let Some(chunk) = stream.message().await? {

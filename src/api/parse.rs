@@ -140,18 +140,34 @@ pub(super) fn metadata_keys(metadata: &HashMap<String, String>) -> Result<(), St
     Ok(())
 }
 
+/// A page a listing asks for, `(page_size, page_token)`: its size (`default` when unset, at
+/// most `max`), and the id it starts after, which the page token is (the last id of the page
+/// before), parsed by `id`.
+pub(super) fn page<T>(
+    (size, token): (u32, &str),
+    (default, max): (u32, u32),
+    id: fn(&str, &str) -> Result<T, Error>,
+) -> Result<(u32, Option<T>), Status> {
+    let size = match size {
+        0 => default,
+        n => n.min(max),
+    };
+    let after = (!token.is_empty())
+        .then(|| parse(id("page_token", token)))
+        .transpose()?;
+    Ok((size, after))
+}
+
 /// A ListSessions request, parsed: the page size, the session the page starts after, and the
 /// filter.
 pub(super) fn list_sessions_request(
     request: &pb::ListSessionsRequest,
 ) -> Result<(u32, Option<SessionId>, SessionFilter), Status> {
-    let page_size = match request.page_size {
-        0 => DEFAULT_PAGE_SIZE,
-        n => n.min(MAX_PAGE_SIZE),
-    };
-    let after = (!request.page_token.is_empty())
-        .then(|| parse(SessionId::parse("page_token", &request.page_token)))
-        .transpose()?;
+    let (page_size, after) = page(
+        (request.page_size, &request.page_token),
+        (DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE),
+        SessionId::parse,
+    )?;
     let metadata = request
         .metadata
         .iter()

@@ -15,15 +15,14 @@ use crate::render::Rendered;
 use crate::workflow::SavingsReport;
 use crate::workflow::render::{ForModel, Reasoned};
 
-use super::service::{ContextStoreService, Reply, tenant_of};
+use super::service::{ContextStoreService, Reply, split, tenant_of};
 
 impl ContextStoreService {
     pub(super) async fn render_branch(
         &self,
         request: Request<pb::RenderRequest>,
     ) -> Reply<pb::RenderResponse> {
-        let tenant = tenant_of(&request);
-        let r = request.into_inner();
+        let (tenant, r) = split(request);
         let format = provider_format(r.format)?;
         let strict = r.strict_format;
         let (path, rendered, reasoned) = self.rendered(&tenant, r.into()).await?;
@@ -108,8 +107,7 @@ impl ContextStoreService {
         &self,
         request: Request<pb::RecallRequest>,
     ) -> Reply<pb::RecallResponse> {
-        let tenant = tenant_of(&request);
-        let request = request.into_inner();
+        let (tenant, request) = split(request);
         let session = session_id(&request.session_id)?;
         let prefix = parse::reference(&request.reference)?;
         let max_chars = parse::recall_max_chars(request.max_chars)?;

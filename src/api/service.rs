@@ -54,8 +54,7 @@ impl ContextStoreService {
         request: Request<T>,
         session_id: impl FnOnce(&T) -> &str,
     ) -> Result<(T, Scoped), Status> {
-        let tenant = tenant_of(&request);
-        let message = request.into_inner();
+        let (tenant, message) = split(request);
         let session = super::parse::session_id(session_id(&message))?;
         let session = self.scope(&tenant, session).await?;
         Ok((message, session))
@@ -93,6 +92,11 @@ pub(super) fn tenant_of<T>(request: &Request<T>) -> Tenant {
         .get::<Tenant>()
         .cloned()
         .unwrap_or_else(Tenant::local)
+}
+
+/// The request's tenant and its message.
+pub(super) fn split<T>(request: Request<T>) -> (Tenant, T) {
+    (tenant_of(&request), request.into_inner())
 }
 
 pub(super) type Reply<T> = Result<Response<T>, Status>;

@@ -13,7 +13,7 @@ use super::{convert, domain_status, pb, status};
 use crate::domain::{BranchName, Error, NodeId};
 use crate::store::{self, CreationKey};
 
-use super::service::{ContextStoreService, Reply, tenant_of};
+use super::service::{ContextStoreService, Reply, split, tenant_of};
 
 impl ContextStoreService {
     pub(super) async fn new_session(
@@ -57,8 +57,7 @@ impl ContextStoreService {
         &self,
         request: Request<pb::ListSessionsRequest>,
     ) -> Reply<pb::ListSessionsResponse> {
-        let tenant = tenant_of(&request);
-        let request = request.into_inner();
+        let (tenant, request) = split(request);
         let (page_size, after, filter) = parse::list_sessions_request(&request)?;
         let (sessions, next) = self
             .store
@@ -75,8 +74,7 @@ impl ContextStoreService {
         &self,
         request: Request<pb::AppendRequest>,
     ) -> Reply<pb::AppendResponse> {
-        let tenant = tenant_of(&request);
-        let request = request.into_inner();
+        let (tenant, request) = split(request);
         self.reply_fits(
             reply::append_response_len(request.nodes.len()),
             "nodes",
@@ -114,8 +112,7 @@ impl ContextStoreService {
         &self,
         request: Request<pb::LogRequest>,
     ) -> Reply<pb::LogResponse> {
-        let tenant = tenant_of(&request);
-        let request = request.into_inner();
+        let (tenant, request) = split(request);
         let (session, start, limit) = log_request(&request)?;
         let session = self.scope(&tenant, session).await?;
         let (nodes, next) = self

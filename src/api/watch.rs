@@ -22,7 +22,7 @@ use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 
 use super::parse::{parse, session_id};
-use super::service::{ContextStoreService, Reply, tenant_of};
+use super::service::{ContextStoreService, Reply, split};
 use super::{convert, pb, status};
 use crate::domain::{BranchName, NodeId, SessionId};
 use crate::store::{Change, Position, Scoped, Store};
@@ -69,8 +69,7 @@ impl ContextStoreService {
     }
 
     pub(super) async fn follow(&self, request: Request<pb::WatchRequest>) -> Reply<WatchStream> {
-        let tenant = tenant_of(&request);
-        let request = request.into_inner();
+        let (tenant, request) = split(request);
         let session = session_id(&request.session_id)?;
         let branch = match request.branch.as_str() {
             "" => None,

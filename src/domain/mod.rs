@@ -32,3 +32,16 @@ pub use summary::{
 };
 pub use tenant::Tenant;
 pub use usage::{AskedEdit, GatewayCall, GatewayUsage, PrefixChange, ProviderUsage};
+
+/// A node of `content` on no path, unhashed, at time zero: what unit tests build around.
+#[cfg(test)]
+pub(crate) fn loose_node(content: NodeContent) -> Node {
+    Node {
+        id: NodeId::new(),
+        parent_id: None,
+        function_id: None,
+        content,
+        created_at_ms: 0,
+        hash: Hash([0; 32]),
+    }
+}

@@ -134,20 +134,11 @@ impl App {
         let out = match policy {
             GatewayPolicy::Passthrough => Outgoing::as_sent(body, &conv),
             GatewayPolicy::Stepped => {
-                match self
+                let rendered = self
                     .rendered_body(api, &conv, &recorded, &headers, &body)
-                    .await
-                {
-                    Ok(mut forwarded) => {
-                        let key = (recorded.session, recorded.function.map(|(id, _)| id));
-                        let verdict = self.judge(api, &conv, key, &mut forwarded).await;
-                        Outgoing::forwarded(forwarded, body, verdict)
-                    }
-                    Err(reason) => {
-                        passthrough(reason);
-                        Outgoing::as_sent(body, &conv)
-                    }
-                }
+                    .await;
+                let key = (recorded.session, recorded.function.map(|(id, _)| id));
+                self.outgoing(api, &conv, key, rendered, body).await
             }
         };
         let mut headers = headers;
@@ -200,22 +191,13 @@ impl App {
         located: record::Located,
     ) -> Response {
         let (mut conv, mut located) = (conv, located);
-        let out = match self
+        let rendered = self
             .located_body(api, &mut conv, &mut located, &headers, &body)
-            .await
-        {
-            Ok(mut forwarded) => {
-                let verdict = self
-                    .judge(api, &conv, (located.session, None), &mut forwarded)
-                    .await;
-                // Only what is forwarded is held from here on.
-                Outgoing::forwarded(forwarded, body, verdict)
-            }
-            Err(reason) => {
-                passthrough(reason);
-                Outgoing::as_sent(body, &conv)
-            }
-        };
+            .await;
+        // Only what is forwarded is held from here on.
+        let out = self
+            .outgoing(api, &conv, (located.session, None), rendered, body)
+            .await;
         let mut headers = headers;
         out.beta(&mut headers);
         let priced_by = self.models.entry(&conv.model).label();
@@ -262,6 +244,28 @@ impl App {
         };
         self.forward(api, Method::POST, &uri, &headers, out.body, Some(sink))
             .await
+    }
+
+    /// What goes upstream: ctxd's render, judged by the ledger, or the client's body as it
+    /// came when no render could be made.
+    async fn outgoing(
+        &self,
+        api: Api,
+        conv: &Conversation,
+        key: ledger::Key,
+        rendered: Result<ForwardedBody, &'static str>,
+        body: Bytes,
+    ) -> Outgoing {
+        match rendered {
+            Ok(mut forwarded) => {
+                let verdict = self.judge(api, conv, key, &mut forwarded).await;
+                Outgoing::forwarded(forwarded, body, verdict)
+            }
+            Err(reason) => {
+                passthrough(reason);
+                Outgoing::as_sent(body, conv)
+            }
+        }
     }
 
     /// The ledger's verdict on a forwarded request: what it kept of its conversation's previous

@@ -8,23 +8,12 @@ mod tools;
 mod traces;
 
 use super::*;
-use crate::domain::{
-    Expose, FunctionResult, FunctionStatus, Hash, NodeContent, NodeId, Part, Role, ToolCall,
-};
+use crate::domain::{Expose, FunctionResult, FunctionStatus, NodeContent, Part, Role, ToolCall};
 use crate::tokens::{Tokenizer, Tokens};
 use serde_json::Value;
 use std::collections::BTreeSet;
 
-fn node(content: NodeContent) -> Node {
-    Node {
-        id: NodeId::new(),
-        parent_id: None,
-        function_id: None,
-        content,
-        created_at_ms: 0,
-        hash: Hash([0; 32]),
-    }
-}
+use crate::domain::loose_node as node;
 
 fn user(text: &str) -> Node {
     node(NodeContent::Message {

@@ -154,17 +154,11 @@ fn read_items(conv: &mut Conversation, items: &[Value]) -> Result<(), Refusal> {
     let mut i = 0;
     while i < items.len() {
         match kind(i, &items[i])? {
-            Kind::Input(role) => {
-                let content = input_message(i, &items[i], role)?;
-                conv.items.push(Item {
-                    content,
-                    message: i,
-                    through: i,
-                });
-                i += 1;
-            }
-            Kind::Output => {
-                let content = call_output(i, &items[i])?;
+            one @ (Kind::Input(_) | Kind::Output) => {
+                let content = match one {
+                    Kind::Input(role) => input_message(i, &items[i], role)?,
+                    _ => call_output(i, &items[i])?,
+                };
                 conv.items.push(Item {
                     content,
                     message: i,

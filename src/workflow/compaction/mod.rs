@@ -272,7 +272,7 @@ impl Compactions {
         keep_open: bool,
     ) -> Result<CommitOutcome> {
         let committed = self
-            .commit_plan(session, scoped, text, model, keep_open)
+            .commit_plan(session, scoped, (text, model), keep_open)
             .await;
         // The session was deleted under the plan (by a caller, or retention): the compaction
         // ends stale, as when its range left the branch.
@@ -284,12 +284,12 @@ impl Compactions {
         committed
     }
 
+    /// [`Self::commit`], the summary's text and the model that wrote it.
     async fn commit_plan(
         &self,
         session: Scoped,
         scoped: ScopedPlan,
-        text: String,
-        model: String,
+        (text, model): (String, String),
         keep_open: bool,
     ) -> Result<CommitOutcome> {
         let id = scoped.id();

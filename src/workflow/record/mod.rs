@@ -139,13 +139,7 @@ async fn locate(
         ..
     } = opened(w, call, conv).await?;
     let branches = store.list_branches(session).await.map_err(store_error)?;
-    let h = Against {
-        store,
-        session,
-        branches: &branches,
-        contents: &contents,
-        hashes: &hashes,
-    };
+    let h = Against::new((store, session), &branches, (&contents, &hashes));
     let plan = match contents.iter().position(|c| is_codex_compaction(c)) {
         Some(c) => match codex_window(&h, c).await? {
             Some(plan) => Some(plan),
@@ -396,13 +390,7 @@ async fn record_in(
     let mut own_session = false;
     for _ in 0..ATTEMPTS {
         let branches = store.list_branches(session).await.map_err(store_error)?;
-        let h = Against {
-            store,
-            session,
-            branches: &branches,
-            contents: &contents,
-            hashes: &hashes,
-        };
+        let h = Against::new((store, session), &branches, (&contents, &hashes));
         // Codex's compacted window resends old messages under its compaction item: it
         // continues the branch that item answered, never a prefix of the old history.
         let window = match contents.iter().position(|c| is_codex_compaction(c)) {

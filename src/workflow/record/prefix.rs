@@ -167,6 +167,22 @@ pub(super) struct Against<'a> {
     pub hashes: &'a [Hash],
 }
 
+impl<'a> Against<'a> {
+    pub(super) fn new(
+        (store, session): (&'a Store, Scoped),
+        branches: &'a [domain::Branch],
+        (contents, hashes): (&'a [&'a NodeContent], &'a [Hash]),
+    ) -> Self {
+        Self {
+            store,
+            session,
+            branches,
+            contents,
+            hashes,
+        }
+    }
+}
+
 /// Where the request's history goes after its stored prefix ends at `node` (`done` items
 /// matched by hash). The branches through `node` are read on: a sub-agent's call and result
 /// are stored as a function (its call node, then its result), which the client resends as a
