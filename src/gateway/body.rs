@@ -4,7 +4,6 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use axum::http::HeaderMap;
 use serde_json::value::RawValue;
 
 use super::config::render_options;
@@ -25,10 +24,9 @@ impl App {
         api: Api,
         conv: &Conversation,
         recorded: &Recorded,
-        headers: &HeaderMap,
         body: &[u8],
     ) -> Result<ForwardedBody, &'static str> {
-        let (mut options, mode) = self.options(api, conv, headers, recorded.seen)?;
+        let (mut options, mode) = self.options(api, conv, recorded.seen)?;
         let target = match recorded.function {
             // A sub-agent sees its own conversation, as its client sent it. It is short by
             // design: a step must pay back with better odds than in its parent.
@@ -62,10 +60,9 @@ impl App {
         &self,
         api: Api,
         conv: &Conversation,
-        headers: &HeaderMap,
         seen: render::Seen,
     ) -> Result<(render::Options, Mode), &'static str> {
-        let (entry, window) = self.model(conv, headers);
+        let (entry, window) = self.model(conv);
         let mut options = render_options(conv, &window, &entry)
             .ok_or("a budget that leaves the history nothing")?;
         options.seen = if crate::provider::agents::is_summary_request(conv) {
@@ -98,11 +95,10 @@ impl App {
         api: Api,
         conv: &mut Conversation,
         located: &mut record::Located,
-        headers: &HeaderMap,
         body: &[u8],
     ) -> Result<ForwardedBody, &'static str> {
         let t0 = std::time::Instant::now();
-        let (options, mode) = self.options(api, conv, headers, located.seen())?;
+        let (options, mode) = self.options(api, conv, located.seen())?;
         let stored = match located.expected {
             Some((node, _)) => self
                 .workflows

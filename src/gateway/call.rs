@@ -11,11 +11,9 @@ use super::answer::{Named, Recording, Sink};
 use super::body::ForwardedBody;
 use super::config::GatewayPolicy;
 use super::{
-    Api, App, count, invalid, ledger, passthrough, request_policy, session_header,
-    with_client_session,
+    Api, App, count, invalid, ledger, passthrough, request_policy, session_header, text_headers,
 };
 use crate::domain::AskedEdit;
-use crate::provider::anthropic::edits;
 use crate::provider::codec::Request;
 use crate::provider::conversation::{Conversation, Refusal};
 use crate::store::now_ms;
@@ -43,6 +41,7 @@ impl App {
             Ok(body) => api.read(Request {
                 path: uri.path(),
                 body,
+                headers: &text_headers(headers),
             }),
             Err(e) => return refused("body", &format!("not JSON: {e}")),
         };
@@ -59,7 +58,7 @@ impl App {
                     named,
                     max_part_bytes: self.max_part_bytes,
                 };
-                Ok((call, policy, with_client_session(conv, headers)))
+                Ok((call, policy, conv))
             }
             Err(Refusal::Invalid { field, message }) => refused(&field, &message),
             Err(Refusal::Unrecordable(reason)) => Err(self
@@ -134,15 +133,13 @@ impl App {
         let out = match policy {
             GatewayPolicy::Passthrough => Outgoing::as_sent(body, &conv),
             GatewayPolicy::Stepped => {
-                let rendered = self
-                    .rendered_body(api, &conv, &recorded, &headers, &body)
-                    .await;
+                let rendered = self.rendered_body(api, &conv, &recorded, &body).await;
                 let key = (recorded.session, recorded.function.map(|(id, _)| id));
                 self.outgoing(api, &conv, key, rendered, body).await
             }
         };
         let mut headers = headers;
-        out.beta(&mut headers);
+        out.beta(api, &mut headers);
         tracing::debug!(
             read_us = t_read.as_micros() as u64,
             record_us = (t_record - t_read).as_micros() as u64,
@@ -191,15 +188,13 @@ impl App {
         located: record::Located,
     ) -> Response {
         let (mut conv, mut located) = (conv, located);
-        let rendered = self
-            .located_body(api, &mut conv, &mut located, &headers, &body)
-            .await;
+        let rendered = self.located_body(api, &mut conv, &mut located, &body).await;
         // Only what is forwarded is held from here on.
         let out = self
             .outgoing(api, &conv, (located.session, None), rendered, body)
             .await;
         let mut headers = headers;
-        out.beta(&mut headers);
+        out.beta(api, &mut headers);
         let priced_by = self.models.entry(&conv.model).label();
         count(api, "recorded");
         metrics::counter!("ctxd_gateway_tokens_total", "kind" => "client")
@@ -328,18 +323,14 @@ impl Outgoing {
         }
     }
 
-    /// Adds the `anthropic-beta` the forwarded body needs to the client's headers, as a value
-    /// of its own beside theirs.
-    fn beta(&self, headers: &mut HeaderMap) {
-        let present = headers
-            .get_all("anthropic-beta")
-            .iter()
-            .filter_map(|v| v.to_str().ok());
-        if let Some(beta) = self
+    /// Adds the header the forwarded body's provider edit needs to the client's headers, as a
+    /// value of its own beside theirs.
+    fn beta(&self, api: Api, headers: &mut HeaderMap) {
+        let needed = self
             .beta
-            .and_then(|b| edits::beta_needed(present).map(|_| b))
-        {
-            headers.append("anthropic-beta", axum::http::HeaderValue::from_static(beta));
+            .and_then(|beta| api.edit_header(beta, &text_headers(headers)));
+        if let Some((name, value)) = needed {
+            headers.append(name, axum::http::HeaderValue::from_static(value));
         }
     }
 }

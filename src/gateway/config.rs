@@ -2,8 +2,6 @@
 //! the gateway prices and budgets by (the operator's windows over the server's table) and the
 //! render options a request is budgeted with.
 
-use axum::http::HeaderMap;
-
 use super::App;
 use crate::domain::{Budget, CachePrices};
 use crate::provider::conversation::Conversation;
@@ -109,14 +107,9 @@ impl App {
     /// The model table's entry for a request's model, and the window it is budgeted in: the
     /// million-token beta when the client asks for it, else the entry's (the operator's
     /// `--context-window` and `--models` first).
-    pub(super) fn model(&self, conv: &Conversation, headers: &HeaderMap) -> (ModelEntry, Window) {
+    pub(super) fn model(&self, conv: &Conversation) -> (ModelEntry, Window) {
         let entry = self.models.entry(&conv.model);
-        let beta = headers
-            .get_all("anthropic-beta")
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .any(|b| b.trim().starts_with("context-1m"));
+        let beta = conv.wide_window;
         let tokens = match entry.window {
             _ if beta && !entry.overridden => 1_000_000,
             Some(w) => w,

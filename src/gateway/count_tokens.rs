@@ -30,7 +30,7 @@ impl App {
                 .forward(api, Method::POST, &uri, &headers, body, None)
                 .await;
         }
-        let forwarded = self.counted_body(api, &call, &conv, &headers, &body).await;
+        let forwarded = self.counted_body(api, &call, &conv, &body).await;
         let body = forwarded.map_or(body, Bytes::from);
         self.forward(api, Method::POST, &uri, &headers, body, None)
             .await
@@ -42,10 +42,9 @@ impl App {
         api: Api,
         call: &Call,
         conv: &Conversation,
-        headers: &HeaderMap,
         body: &[u8],
     ) -> Option<Vec<u8>> {
-        let (entry, window) = self.model(conv, headers);
+        let (entry, window) = self.model(conv);
         let options = render_options(conv, &window, &entry)?;
         let (path, mut rendered) = self.workflows.preview(call, conv, options).await?;
         let members = json::Members::of(body)?;

@@ -42,7 +42,6 @@ use crate::domain::Tenant;
 use crate::domain::WireFormat;
 use crate::limits::{Admission, Refused};
 use crate::provider::codec::{Action, Codec, Failure, Upstream, codec, codecs};
-use crate::provider::conversation::Conversation;
 use crate::provider::models::ModelTable;
 use crate::workflow::Workflows;
 use crate::workflow::render::Reasoning;
@@ -354,17 +353,12 @@ fn session_header(headers: &HeaderMap) -> Result<Option<String>, ()> {
     }
 }
 
-/// Claude Code names its session in a header too; `metadata.user_id` wins when both are there.
-fn with_client_session(mut conv: Conversation, headers: &HeaderMap) -> Conversation {
-    if conv.client_session.is_none() {
-        conv.client_session = headers
-            .get("x-claude-code-session-id")
-            .and_then(|v| v.to_str().ok())
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(str::to_owned);
-    }
-    conv
+/// The request's headers whose values are text, as a codec reads them.
+fn text_headers(headers: &HeaderMap) -> Vec<(&str, &str)> {
+    headers
+        .iter()
+        .filter_map(|(name, value)| Some((name.as_str(), value.to_str().ok()?)))
+        .collect()
 }
 
 fn count(api: Api, outcome: &'static str) {

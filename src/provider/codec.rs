@@ -67,6 +67,19 @@ pub enum Failure {
 pub struct Request<'a> {
     pub path: &'a str,
     pub body: Value,
+    /// The request's headers with a text value, names lowercase, in order.
+    pub headers: &'a [(&'a str, &'a str)],
+}
+
+impl Request<'_> {
+    /// Every value of header `name`, each comma-separated list split.
+    pub fn values<'h>(&'h self, name: &'h str) -> impl Iterator<Item = &'h str> + 'h {
+        self.headers
+            .iter()
+            .filter(move |(n, _)| *n == name)
+            .flat_map(|(_, v)| v.split(','))
+            .map(str::trim)
+    }
 }
 
 /// What names a wire format at the gateway.
@@ -130,6 +143,16 @@ pub trait Codec: Sync + Send {
     /// entry's own fields, which the document reads).
     fn hollow_block(&self, _block: &ProviderBlock) -> bool {
         false
+    }
+
+    /// The header (name, value) a request needs beside `headers` for the provider's own edit
+    /// that `beta` names, if the client's own do not carry it.
+    fn edit_header(
+        &self,
+        _beta: &'static str,
+        _headers: &[(&str, &str)],
+    ) -> Option<(&'static str, &'static str)> {
+        None
     }
 
     /// The format marks cache breakpoints on its entries (Anthropic's `cache_control`), which

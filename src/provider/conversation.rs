@@ -39,6 +39,8 @@ pub struct Conversation {
     pub fixed_markers: usize,
     /// The history holds the model's reasoning (a thinking block, signed by its provider).
     pub reasoning: bool,
+    /// The client asked for the model's million-token window (Anthropic's `context-1m` beta).
+    pub wide_window: bool,
 }
 
 impl Conversation {

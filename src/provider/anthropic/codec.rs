@@ -4,7 +4,7 @@
 use serde_json::Value;
 
 use super::answer::Events;
-use super::{error, read};
+use super::{edits, error, read};
 use crate::domain::{ProviderBlock, WireFormat};
 use crate::provider::codec::{Action, Answer, Codec, Failure, Request, Spec, Upstream};
 use crate::provider::conversation::{Conversation, Refusal};
@@ -37,7 +37,33 @@ impl Codec for Messages {
     }
 
     fn read(&self, mut request: Request<'_>) -> Result<Conversation, Refusal> {
-        read(&mut request.body)
+        let mut conv = read(&mut request.body)?;
+        // Claude Code names its session in a header too; `metadata.user_id` wins.
+        if conv.client_session.is_none() {
+            conv.client_session = request
+                .headers
+                .iter()
+                .find(|(n, _)| *n == "x-claude-code-session-id")
+                .map(|(_, v)| v.trim())
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned);
+        }
+        conv.wide_window = request
+            .values("anthropic-beta")
+            .any(|b| b.starts_with("context-1m"));
+        Ok(conv)
+    }
+
+    fn edit_header(
+        &self,
+        beta: &'static str,
+        headers: &[(&str, &str)],
+    ) -> Option<(&'static str, &'static str)> {
+        let present = headers
+            .iter()
+            .filter(|(n, _)| *n == "anthropic-beta")
+            .map(|(_, v)| *v);
+        edits::beta_needed(present).map(|_| ("anthropic-beta", beta))
     }
 
     fn document(&self, messages: &[Message]) -> (Vec<Value>, Vec<Vec<usize>>) {

@@ -23,7 +23,11 @@ fn read(body: Value) -> Result<Conversation, Refusal> {
 }
 
 fn read_at(path: &str, body: Value) -> Result<Conversation, Refusal> {
-    Gemini.read(Request { path, body })
+    Gemini.read(Request {
+        path,
+        body,
+        headers: &[],
+    })
 }
 
 /// The corpus's `n`th request of Gemini CLI 0.61.0.
