@@ -100,12 +100,6 @@ const NOT_YET: &[(&str, &str, &str)] = &[
     ("doors", "cli/options.rs", "the cli door names the gateway door"),
     // `NodeId::new` mints a UUID v7 from the clock.
     ("engine", "domain/ids.rs", "the engine (domain) names Uuid::now_v7"),
-    // Providers' and agents' formats, tools and tool inputs, spelled outside `provider/`.
-    ("provider fields", "export/claude_code.rs", "spells the provider field"),
-    ("provider fields", "export/openai.rs", "spells the provider field"),
-    ("provider fields", "import/claude_code.rs", "spells the provider field"),
-    ("provider fields", "import/mod.rs", "spells the provider field"),
-    ("provider fields", "import/openai.rs", "spells the provider field"),
 ];
 
 /// The longest a file may be, its inline tests included.
