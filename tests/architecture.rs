@@ -95,12 +95,6 @@ const OWN_JSON: [(&str, &str); 11] = [
 /// until it is taken off.
 #[rustfmt::skip]
 const NOT_YET: &[(&str, &str, &str)] = &[
-    // Providers' and agents' formats, tools and tool inputs, spelled outside `provider/`.
-    ("provider fields", "export/claude_code.rs", "spells the provider field"),
-    ("provider fields", "export/openai.rs", "spells the provider field"),
-    ("provider fields", "import/claude_code.rs", "spells the provider field"),
-    ("provider fields", "import/mod.rs", "spells the provider field"),
-    ("provider fields", "import/openai.rs", "spells the provider field"),
 ];
 
 /// The longest a file may be, its inline tests included.

@@ -140,9 +140,8 @@ pub(super) fn metadata_keys(metadata: &HashMap<String, String>) -> Result<(), St
     Ok(())
 }
 
-/// A page a listing asks for, `(page_size, page_token)`: its size (`default` when unset, at
-/// most `max`), and the id it starts after, which the page token is (the last id of the page
-/// before), parsed by `id`.
+/// A listing's `(page_size, page_token)`: the size (`default` when unset, at most `max`), and
+/// the id the page starts after (the token is the last id of the page before).
 pub(super) fn page<T>(
     (size, token): (u32, &str),
     (default, max): (u32, u32),

@@ -1,5 +1,5 @@
-//! One branch as a Claude Code-style session file (what `import::claude_code` reads): `user`
-//! and `assistant` lines with `text`, `image`, `tool_use` and `tool_result` blocks, chained by
+//! One branch as a Claude Code-style session file (what `import::claude_code` reads), its lines
+//! written by `provider::anthropic::session`: `user` and `assistant` lines with `text`, `image`, `tool_use` and `tool_result` blocks, chained by
 //! `uuid`/`parentUuid` (the node ids). A function's chain is written as a sidechain
 //! (`isSidechain`, `agentId`), linked to the call that started it by a `progress` line, as
 //! Claude Code writes sub-agents; its result is the `tool_result` answering that call.
@@ -8,15 +8,13 @@
 //! media by URL, or a function's `expose`; each one met is a warning.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 
-use base64::Engine as _;
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use super::{Branch, Export, line};
-use crate::domain::{
-    Expose, FunctionStatus, MediaSource, Node, NodeContent, NodeId, Part, Role, Snapshot,
-};
-use crate::provider::format::{anthropic_block, tool_result_message, tool_use_block};
+use super::{Branch, Export, line, url_media};
+use crate::domain::{Expose, FunctionStatus, Node, NodeContent, NodeId, Part, Role, Snapshot};
+use crate::provider::anthropic::session::{self, Message};
 
 pub(super) fn export<'a>(snapshot: &'a Snapshot, branch: Branch<'a>) -> Export<'a> {
     let mut writer = Writer {
@@ -63,41 +61,43 @@ struct Writer<'b, 'a> {
     exposes: usize,
 }
 
+/// Where a chain's writing stands: the sub-agent whose sidechain it is, the last line written,
+/// and the calls of the latest assistant message not yet answered.
+struct Chain {
+    agent: Option<NodeId>,
+    parent: Option<String>,
+    open: HashSet<String>,
+}
+
 impl Writer<'_, '_> {
     /// Writes one chain; `agent` is the function whose sidechain it is.
-    fn chain(&mut self, nodes: &[&std::sync::Arc<Node>], agent: Option<NodeId>) {
-        let mut parent: Option<String> = None;
-        let mut open: HashSet<String> = HashSet::new();
+    fn chain(&mut self, nodes: &[&Arc<Node>], agent: Option<NodeId>) {
+        let mut chain = Chain {
+            agent,
+            parent: None,
+            open: HashSet::new(),
+        };
         for node in nodes {
             let uuid = node.id.to_string();
-            let entry = match &node.content {
+            let message = match &node.content {
                 NodeContent::Message {
-                    role,
+                    role: Role::User,
+                    parts,
+                    ..
+                } => Message::user(self.blocks(parts)),
+                NodeContent::Message {
+                    role: Role::Assistant,
                     parts,
                     tool_calls,
                 } => {
-                    let mut content = self.blocks(parts);
-                    match role {
-                        Role::System | Role::Developer => {
-                            self.dropped_roles += 1;
-                            continue;
-                        }
-                        Role::User => Some(("user", json!({ "role": "user", "content": content }))),
-                        Role::Assistant => {
-                            for c in tool_calls {
-                                content.push(tool_use_block(
-                                    &c.call_id,
-                                    &c.name,
-                                    &c.arguments_json,
-                                ));
-                            }
-                            open = tool_calls.iter().map(|c| c.call_id.clone()).collect();
-                            Some((
-                                "assistant",
-                                json!({ "id": format!("msg_{uuid}"), "role": "assistant", "content": content }),
-                            ))
-                        }
-                    }
+                    chain.open = tool_calls.iter().map(|c| c.call_id.clone()).collect();
+                    Message::assistant(&uuid, self.blocks(parts), tool_calls)
+                }
+                // A system or developer message: Claude Code's lines are user or assistant.
+                NodeContent::Message { parts, .. } => {
+                    self.url_media += url_media(parts);
+                    self.dropped_roles += 1;
+                    continue;
                 }
                 NodeContent::ToolResult {
                     call_id,
@@ -105,118 +105,62 @@ impl Writer<'_, '_> {
                     is_error,
                     ..
                 } => {
-                    open.remove(call_id);
-                    let content = self.blocks(parts);
-                    Some((
-                        "user",
-                        tool_result_message(call_id, Value::Array(content), *is_error),
-                    ))
+                    chain.open.remove(call_id);
+                    Message::tool_result(call_id, self.blocks(parts), *is_error)
                 }
-                NodeContent::FunctionCall {
-                    call_id,
-                    name,
-                    input,
-                    expose,
-                } => {
-                    self.exposes += usize::from(*expose != Expose::Io);
-                    // A function started by no call of the model gets one, so its result pairs.
-                    if !open.remove(call_id) {
-                        let call_uuid = format!("{uuid}-call");
-                        self.push(
-                            "assistant",
-                            &call_uuid,
-                            parent.replace(call_uuid.clone()),
-                            agent,
-                            json!({
-                                "id": format!("msg_{call_uuid}"), "role": "assistant",
-                                "content": [tool_use_block(
-                                    call_id,
-                                    name,
-                                    &json!({ "prompt": input }).to_string(),
-                                )],
-                            }),
-                        );
-                        open.clear();
-                    }
-                    self.lines.push(json!({
-                        "type": "progress",
-                        "parentToolUseID": call_id,
-                        "data": { "type": "agent_progress", "agentId": node.id.to_string() },
-                        "sessionId": self.session,
-                    }));
-                    let chain = self
-                        .branch
-                        .chains
-                        .get(&node.id)
-                        .cloned()
-                        .unwrap_or_default();
-                    self.chain(&chain, Some(node.id));
-                    None
+                NodeContent::FunctionCall { .. } => {
+                    self.function(node, &mut chain);
+                    continue;
                 }
-                NodeContent::FunctionResult(r) => Some((
-                    "user",
-                    tool_result_message(
-                        &r.call_id,
-                        json!([{ "type": "text", "text": r.output }]),
-                        r.status == FunctionStatus::Error,
-                    ),
-                )),
+                NodeContent::FunctionResult(r) => {
+                    Message::output(&r.call_id, &r.output, r.status == FunctionStatus::Error)
+                }
             };
-            if let Some((kind, message)) = entry {
-                self.push(kind, &uuid, parent.replace(uuid.clone()), agent, message);
-            }
+            self.push(message, uuid, &mut chain);
         }
     }
 
-    fn push(
-        &mut self,
-        kind: &str,
-        uuid: &str,
-        parent: Option<String>,
-        agent: Option<NodeId>,
-        message: Value,
-    ) {
-        let mut v = json!({
-            "type": kind,
-            "uuid": uuid,
-            "parentUuid": parent,
-            "sessionId": self.session,
-            "isSidechain": agent.is_some(),
-            "message": message,
-        });
-        if let Some(agent) = agent {
-            v["agentId"] = Value::String(agent.to_string());
+    /// A function: the call that started it (one written for it if no call of the model did),
+    /// the progress line that links its sidechain to that call, and the sidechain.
+    fn function(&mut self, node: &Node, chain: &mut Chain) {
+        let NodeContent::FunctionCall {
+            call_id,
+            name,
+            input,
+            expose,
+        } = &node.content
+        else {
+            return;
+        };
+        self.exposes += usize::from(*expose != Expose::Io);
+        if !chain.open.remove(call_id) {
+            let call_uuid = format!("{}-call", node.id);
+            let call = Message::agent_call(&call_uuid, call_id, name, input);
+            self.push(call, call_uuid, chain);
+            chain.open.clear();
         }
-        self.lines.push(v);
+        let agent = node.id.to_string();
+        self.lines
+            .push(session::progress(&self.session, call_id, &agent));
+        let sidechain = self
+            .branch
+            .chains
+            .get(&node.id)
+            .cloned()
+            .unwrap_or_default();
+        self.chain(&sidechain, Some(node.id));
+    }
+
+    /// Writes `message` as line `uuid`, the chain's next.
+    fn push(&mut self, message: Message, uuid: String, chain: &mut Chain) {
+        let parent = chain.parent.replace(uuid.clone());
+        let agent = chain.agent.map(|a| a.to_string());
+        let line = message.line(&self.session, &uuid, parent, agent);
+        self.lines.push(line);
     }
 
     fn blocks(&mut self, parts: &[Part]) -> Vec<Value> {
-        parts
-            .iter()
-            .filter_map(|p| match p {
-                Part::Text(text) => Some(json!({ "type": "text", "text": text })),
-                Part::Media {
-                    mime_type,
-                    source: MediaSource::Data(data),
-                } => Some(json!({
-                    "type": "image",
-                    "source": {
-                        "type": "base64",
-                        "media_type": mime_type,
-                        "data": base64::engine::general_purpose::STANDARD.encode(data),
-                    },
-                })),
-                Part::Media {
-                    source: MediaSource::Url(_),
-                    ..
-                } => {
-                    self.url_media += 1;
-                    None
-                }
-                // A kept Messages API block is written as itself; other APIs' are not
-                // Claude Code's to carry.
-                Part::Block(_) => anthropic_block(p),
-            })
-            .collect()
+        self.url_media += url_media(parts);
+        parts.iter().filter_map(session::block).collect()
     }
 }

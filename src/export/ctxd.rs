@@ -11,6 +11,12 @@ use crate::domain::{Expose, FunctionStatus, Node, NodeContent, Snapshot, Summary
 /// The format's version, in the header; an importer refuses one it does not know.
 pub const VERSION: u64 = 1;
 
+/// Whether `line` is one of the format's records: an object naming its record in `ctxd` (how
+/// `import` tells the format by a file's first line).
+pub fn is_record(line: &Value) -> bool {
+    line.get("ctxd").is_some()
+}
+
 pub(super) fn export(snapshot: &Snapshot) -> Export<'_> {
     let session = &snapshot.session;
     let header = json!({

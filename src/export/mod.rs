@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 
 use crate::domain::{Error, MediaSource, Node, NodeId, Part, Snapshot};
 
-pub use ctxd::VERSION;
+pub use ctxd::{VERSION, is_record};
 
 /// The formats a session can be exported in.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -144,6 +144,23 @@ fn part_json(part: &Part) -> Value {
             MediaSource::Url(url) => json!({ "mime_type": mime_type, "url": url }),
         },
     }
+}
+
+/// How many of `parts` are media by URL, which the one-branch formats write otherwise or not at
+/// all.
+fn url_media(parts: &[Part]) -> usize {
+    parts
+        .iter()
+        .filter(|p| {
+            matches!(
+                p,
+                Part::Media {
+                    source: MediaSource::Url(_),
+                    ..
+                }
+            )
+        })
+        .count()
 }
 
 /// One JSON value as a line.

@@ -7,46 +7,26 @@
 
 use std::collections::HashSet;
 
-use serde_json::{Value, json};
-
 use super::{Branch, Export};
-use crate::domain::{MediaSource, NodeContent, Part, Snapshot};
-use crate::provider::format::{session_content, tool_call, tool_message};
+use crate::domain::{NodeContent, Part, Snapshot};
+use crate::provider::format::{session_call, session_message, tool_message};
 
 pub(super) fn export<'a>(snapshot: &'a Snapshot, branch: Branch<'a>) -> Export<'a> {
     let mut warnings = branch.left_out(snapshot);
-    let mut messages: Vec<Value> = Vec::new();
+    let mut messages = Vec::new();
     let (mut errors, mut tool_media, mut url_media, mut chains) = (0, 0, 0, 0);
     // Calls of the latest assistant message not yet answered.
     let mut open: HashSet<&str> = HashSet::new();
     for node in &branch.path {
-        match &node.content {
+        let message = match &node.content {
             NodeContent::Message {
                 role,
                 parts,
                 tool_calls,
             } => {
-                url_media += parts
-                    .iter()
-                    .filter(|p| {
-                        matches!(
-                            p,
-                            Part::Media {
-                                source: MediaSource::Url(_),
-                                ..
-                            }
-                        )
-                    })
-                    .count();
-                let mut m = json!({ "role": role.as_str(), "content": session_content(parts) });
-                if !tool_calls.is_empty() {
-                    m["tool_calls"] = tool_calls
-                        .iter()
-                        .map(|c| tool_call(&c.call_id, &c.name, &c.arguments_json))
-                        .collect();
-                }
+                url_media += super::url_media(parts);
                 open = tool_calls.iter().map(|c| c.call_id.as_str()).collect();
-                messages.push(m);
+                session_message(*role, parts, tool_calls)
             }
             NodeContent::ToolResult {
                 call_id,
@@ -60,7 +40,7 @@ pub(super) fn export<'a>(snapshot: &'a Snapshot, branch: Branch<'a>) -> Export<'
                     .filter(|p| matches!(p, Part::Media { .. }))
                     .count();
                 open.remove(call_id.as_str());
-                messages.push(tool_message(call_id, &Part::text_of(parts)));
+                tool_message(call_id, &Part::text_of(parts))
             }
             NodeContent::FunctionCall {
                 call_id,
@@ -69,21 +49,16 @@ pub(super) fn export<'a>(snapshot: &'a Snapshot, branch: Branch<'a>) -> Export<'
                 ..
             } => {
                 chains += usize::from(branch.chains.contains_key(&node.id));
-                // A function started by no call of the model gets one, so its result pairs.
-                if !open.remove(call_id.as_str()) {
-                    let arguments = json!({ "input": input }).to_string();
-                    messages.push(json!({
-                        "role": "assistant",
-                        "content": Value::Null,
-                        "tool_calls": [tool_call(call_id, name, &arguments)],
-                    }));
-                    open.clear();
+                if open.remove(call_id.as_str()) {
+                    continue;
                 }
+                // A function started by no call of the model gets one, so its result pairs.
+                open.clear();
+                session_call(call_id, name, input)
             }
-            NodeContent::FunctionResult(result) => {
-                messages.push(tool_message(&result.call_id, &result.output));
-            }
-        }
+            NodeContent::FunctionResult(result) => tool_message(&result.call_id, &result.output),
+        };
+        messages.push(message);
     }
     for (n, what) in [
         (

@@ -34,7 +34,8 @@ pub enum Source {
     GeminiCliSession,
 }
 
-/// Guesses the format from the first non-blank character and line.
+/// Guesses the format from the first non-blank character and line, each format's own module
+/// telling its lines.
 pub fn detect(data: &[u8]) -> Source {
     let text = String::from_utf8_lossy(&data[..data.len().min(64 * 1024)]);
     let trimmed = text.trim_start();
@@ -43,10 +44,10 @@ pub fn detect(data: &[u8]) -> Source {
     }
     let first = trimmed.lines().next().unwrap_or_default();
     match serde_json::from_str::<serde_json::Value>(first) {
-        Ok(v) if v.get("ctxd").is_some() => Source::CtxdJsonl,
+        Ok(v) if crate::export::is_record(&v) => Source::CtxdJsonl,
         Ok(v) if crate::provider::gemini::is_session(Some(&v), &text) => Source::GeminiCliSession,
         Err(_) if crate::provider::gemini::is_session(None, trimmed) => Source::GeminiCliSession,
-        Ok(v) if v.get("type").is_some() && v.get("role").is_none() => Source::ClaudeCodeJsonl,
+        Ok(v) if crate::provider::anthropic::session::is_line(&v) => Source::ClaudeCodeJsonl,
         _ => Source::NeutralJsonl,
     }
 }

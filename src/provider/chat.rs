@@ -42,6 +42,40 @@ pub fn read(body: &Value) -> Result<Conversation, Refusal> {
     Ok(conv.finish(&system))
 }
 
+/// A file of chat messages (ctxd imports it as OpenAI's): a `messages` array, or a whole
+/// request body whose `model` may be missing, read as the gateway reads the request; with how
+/// many messages it holds. Tool-call arguments that are not JSON, which the gateway forwards as
+/// they came, are refused here, naming the call.
+pub fn read_file(file: Value) -> Result<(Conversation, usize), Refusal> {
+    let body = match file {
+        Value::Array(messages) => json!({ "model": "", "messages": messages }),
+        Value::Object(mut body) => {
+            if !body.get("model").is_some_and(Value::is_string) {
+                body.insert("model".to_owned(), Value::String(String::new()));
+            }
+            Value::Object(body)
+        }
+        _ => return Err(Refusal::invalid("messages", "must be an array")),
+    };
+    let conversation = read(&body)?;
+    for item in &conversation.items {
+        let NodeContent::Message { tool_calls, .. } = &item.content else {
+            continue;
+        };
+        for (k, call) in tool_calls.iter().enumerate() {
+            if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(&call.arguments_json) {
+                let field = format!(
+                    "messages[{}].tool_calls[{k}].function.arguments",
+                    item.message
+                );
+                return Err(Refusal::invalid(field, format!("not JSON: {e}")));
+            }
+        }
+    }
+    let messages = body["messages"].as_array().map_or(0, Vec::len);
+    Ok((conversation, messages))
+}
+
 fn read_message(conv: &mut Conversation, i: usize, message: &Value) -> Result<(), Refusal> {
     let at = format!("messages[{i}]");
     let Some(obj) = message.as_object() else {

@@ -9,6 +9,7 @@
 mod answer;
 mod codec;
 pub mod edits;
+pub mod session;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;

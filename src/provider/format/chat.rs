@@ -1,6 +1,8 @@
-//! Rendered messages as an OpenAI chat-completions `messages` array.
+//! Rendered messages as an OpenAI chat-completions `messages` array, and a branch's nodes as a
+//! session file of them.
 
 use super::*;
+use crate::domain::{Role, ToolCall};
 
 fn openai_content(parts: &[Part]) -> Value {
     let foreign = |p: &Part| block_of(p, &[WireFormat::AnthropicMessages, WireFormat::Responses]);
@@ -108,8 +110,32 @@ pub fn tool_message(call_id: &str, content: &str) -> Value {
     json!({ "role": "tool", "tool_call_id": call_id, "content": content })
 }
 
+/// A node's message as a session file writes it: its role, its content ([`session_content`])
+/// and its calls.
+pub fn session_message(role: Role, parts: &[Part], calls: &[ToolCall]) -> Value {
+    let mut message = json!({ "role": role.as_str(), "content": session_content(parts) });
+    if !calls.is_empty() {
+        message["tool_calls"] = calls
+            .iter()
+            .map(|c| tool_call(&c.call_id, &c.name, &c.arguments_json))
+            .collect();
+    }
+    message
+}
+
+/// The assistant message a session file gives a function no call of the model started, so its
+/// result pairs: one call, its arguments the function's input.
+pub fn session_call(call_id: &str, name: &str, input: &str) -> Value {
+    let arguments = json!({ "input": input }).to_string();
+    json!({
+        "role": "assistant",
+        "content": Value::Null,
+        "tool_calls": [tool_call(call_id, name, &arguments)],
+    })
+}
+
 /// A tool call of an assistant message.
-pub fn tool_call(id: &str, name: &str, arguments: &str) -> Value {
+fn tool_call(id: &str, name: &str, arguments: &str) -> Value {
     json!({
         "id": id,
         "type": "function",
@@ -120,7 +146,7 @@ pub fn tool_call(id: &str, name: &str, arguments: &str) -> Value {
 /// A message's parts as a session file writes them: a single text as a string, anything else
 /// as an array of parts, media by their data or URL; blocks kept from another API are not chat
 /// completions' to carry and are left out.
-pub fn session_content(parts: &[Part]) -> Value {
+fn session_content(parts: &[Part]) -> Value {
     let parts: Vec<&Part> = parts
         .iter()
         .filter(|p| !block_of(p, &[WireFormat::AnthropicMessages, WireFormat::Responses]))

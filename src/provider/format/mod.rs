@@ -23,7 +23,7 @@ pub use anthropic::{
     tool_result_message, tool_use_block,
 };
 pub use chat::{
-    openai_chat, openai_chat_document, request, session_content, tool_call, tool_message,
+    openai_chat, openai_chat_document, request, session_call, session_message, tool_message,
 };
 pub use responses::{responses_document, responses_input};
 
