@@ -147,10 +147,7 @@ pub(super) fn page<T>(
     (default, max): (u32, u32),
     id: fn(&str, &str) -> Result<T, Error>,
 ) -> Result<(u32, Option<T>), Status> {
-    let size = match size {
-        0 => default,
-        n => n.min(max),
-    };
+    let size = if size == 0 { default } else { size.min(max) };
     let after = (!token.is_empty())
         .then(|| parse(id("page_token", token)))
         .transpose()?;
