@@ -18,3 +18,23 @@ pub mod models;
 pub mod responses;
 pub mod sse;
 pub mod summarize;
+
+/// A message's role, parts and calls, as a test reads what a codec made of a request; panics
+/// on any other content.
+#[cfg(test)]
+pub(crate) fn message_of(
+    content: &crate::domain::NodeContent,
+) -> (
+    crate::domain::Role,
+    &[crate::domain::Part],
+    &[crate::domain::ToolCall],
+) {
+    match content {
+        crate::domain::NodeContent::Message {
+            role,
+            parts,
+            tool_calls,
+        } => (*role, parts, tool_calls),
+        other => panic!("not a message: {other:?}"),
+    }
+}

@@ -8,6 +8,7 @@ use crate::domain::{Part, Role, ToolCall};
 use crate::provider::codec::Action;
 use crate::provider::conversation::estimate;
 use crate::provider::gemini::{WIRE, call_id, part_marker, target};
+use crate::provider::message_of;
 
 #[test]
 fn every_corpus_request_is_written_back_as_it_came() {
@@ -39,26 +40,14 @@ fn a_gemini_cli_request_reads_as_its_nodes() {
     assert!(conv.reasoning, "the call's signature");
     let at: Vec<usize> = conv.items.iter().map(|i| i.message).collect();
     assert_eq!(at, [0, 1, 2]);
-    let NodeContent::Message {
-        role: Role::User,
-        parts,
-        ..
-    } = &conv.items[0].content
-    else {
-        panic!("{:?}", conv.items[0].content)
-    };
+    let (role, parts, _) = message_of(&conv.items[0].content);
+    assert_eq!(role, Role::User);
     assert_eq!(parts.len(), 2, "the session context and the prompt");
     let args = json!({"command": "echo ctxd-gemini-marker > out.txt",
                       "description": "Write the marker into out.txt."});
     let id = call_id(0, "run_shell_command", &canonical(&args));
-    let NodeContent::Message {
-        role: Role::Assistant,
-        parts,
-        tool_calls,
-    } = &conv.items[1].content
-    else {
-        panic!("{:?}", conv.items[1].content)
-    };
+    let (role, parts, tool_calls) = message_of(&conv.items[1].content);
+    assert_eq!(role, Role::Assistant);
     assert_eq!(
         tool_calls,
         &vec![ToolCall {
@@ -243,14 +232,8 @@ fn parts_it_does_not_reduce_come_back_on_their_part() {
     };
     assert!(*is_error);
     assert_eq!(Part::text_of(parts), "denied");
-    let NodeContent::Message {
-        role: Role::User,
-        parts,
-        ..
-    } = &conv.items[5].content
-    else {
-        panic!("{:?}", conv.items[5].content)
-    };
+    let (role, parts, _) = message_of(&conv.items[5].content);
+    assert_eq!(role, Role::User);
     assert!(
         matches!(parts[0], Part::Block(_)),
         "marked as sharing the results' content"
