@@ -190,6 +190,9 @@ pub async fn serve(
 fn endpoint(api: Api) -> MethodRouter<App> {
     post(
         move |State(app): State<App>, uri: Uri, headers: HeaderMap, body: Body| async move {
+            if let Some(response) = announced_over(api, &headers, app.max_body_bytes) {
+                return response;
+            }
             let slot = match app.admit(api) {
                 Ok(slot) => slot,
                 Err(response) => return response,
@@ -225,21 +228,41 @@ async fn read_body(api: Api, body: Body, limit: usize) -> Result<Bytes, Response
     match axum::body::to_bytes(body, limit).await {
         Ok(bytes) => Ok(bytes),
         Err(e) => {
-            let too_large = std::error::Error::source(&e)
+            let over = std::error::Error::source(&e)
                 .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
             count(api, "invalid");
-            Err(if too_large {
-                refuse(
-                    api,
-                    Failure::TooLarge,
-                    &format!("body: the request is over the ctxd gateway's limit of {limit} bytes"),
-                    Some("body"),
-                )
+            Err(if over {
+                too_large(api, limit)
             } else {
                 invalid(api, "body", &format!("could not be read: {e}"))
             })
         }
     }
+}
+
+/// The 413 of a request whose `content-length` announces a body over `limit`: answered before
+/// a byte of the body is read (or a call slot taken), so a client that announces more than it
+/// may send holds nothing.
+fn announced_over(api: Api, headers: &HeaderMap, limit: usize) -> Option<Response> {
+    let announced = headers
+        .get(axum::http::header::CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .parse::<u64>()
+        .ok()?;
+    (announced > limit as u64).then(|| {
+        count(api, "invalid");
+        too_large(api, limit)
+    })
+}
+
+fn too_large(api: Api, limit: usize) -> Response {
+    refuse(
+        api,
+        Failure::TooLarge,
+        &format!("body: the request is over the ctxd gateway's limit of {limit} bytes"),
+        Some("body"),
+    )
 }
 
 /// Any other request: forwarded unchanged, to the provider whose codec claims it (by its path or
@@ -256,6 +279,9 @@ async fn other(
         .into_iter()
         .find(|c| c.claims(uri.path(), &has))
         .unwrap_or(codec(WireFormat::ChatCompletions));
+    if let Some(response) = announced_over(api, &headers, app.max_body_bytes) {
+        return response;
+    }
     let slot = match app.admit(api) {
         Ok(slot) => slot,
         Err(response) => return response,

@@ -366,6 +366,44 @@ async fn a_body_over_the_limit_is_413_in_the_providers_shape() {
     assert!(sessions(&mut gw.app).await.is_empty(), "nothing recorded");
 }
 
+/// A client that announces a body over the limit is answered at once, before it sends a byte
+/// of it: the gateway holds no connection waiting for 300 MiB.
+#[tokio::test]
+async fn an_announced_body_over_the_limit_is_413_before_it_is_read() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut gw = start().await;
+    let addr = gw.url.trim_start_matches("http://").to_owned();
+    for (path, shape) in [
+        ("/v1/messages", "request_too_large"),
+        ("/v1/chat/completions", ""),
+    ] {
+        let mut tcp = tokio::net::TcpStream::connect(&addr)
+            .await
+            .expect("connect");
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\n\
+             anthropic-version: 2023-06-01\r\ncontent-length: {}\r\n\r\n",
+            300u64 << 20
+        );
+        tcp.write_all(head.as_bytes()).await.expect("head");
+        // Nothing of the body follows; a gateway that waited for it would never answer.
+        let mut answer = vec![0u8; 4096];
+        let n = tokio::time::timeout(std::time::Duration::from_secs(30), tcp.read(&mut answer))
+            .await
+            .expect("answered before the body was sent")
+            .expect("read");
+        let answer = String::from_utf8_lossy(&answer[..n]);
+        assert!(answer.starts_with("HTTP/1.1 413"), "{path}: {answer}");
+        assert!(
+            answer.contains("over the ctxd gateway's limit"),
+            "{path}: {answer}"
+        );
+        assert!(answer.contains(shape), "{path}: {answer}");
+    }
+    assert!(gw.fake.requests().is_empty(), "nothing forwarded");
+    assert!(sessions(&mut gw.app).await.is_empty(), "nothing recorded");
+}
+
 #[tokio::test]
 async fn a_request_that_cannot_be_recorded_leaves_no_session_behind() {
     let mut gw = start().await;
