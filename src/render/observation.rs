@@ -43,29 +43,28 @@ fn is_observation(text: &str, action: &str) -> bool {
 mod tests {
     use super::*;
 
-    fn message(role: MessageRole, text: &str) -> Message {
-        Message::new(role, vec![Part::Text(text.to_owned())])
-    }
-
     #[test]
     fn only_an_answer_to_an_action_in_text_is_an_observation() {
-        let mut messages = vec![
-            message(MessageRole::User, "<returncode>0</returncode> as the task"),
-            message(MessageRole::Assistant, "THOUGHT: list\n\n```bash\nls\n```"),
-            message(
-                MessageRole::User,
-                "<returncode>0</returncode>\n<output>a b</output>",
-            ),
-            message(MessageRole::Assistant, "I'll look."),
-            message(MessageRole::User, "Thanks, now fix it."),
-            message(MessageRole::Assistant, "```\nopen x.py\n```"),
-            message(
-                MessageRole::User,
+        use MessageRole::{Assistant, User};
+        // User and assistant in turn, each answer after the action before it.
+        let conversation = [
+            (User, "<returncode>0</returncode> as the task"),
+            (Assistant, "THOUGHT: list\n\n```bash\nls\n```"),
+            (User, "<returncode>0</returncode>\n<output>a b</output>"),
+            (Assistant, "I'll look."),
+            (User, "Thanks, now fix it."),
+            (Assistant, "```\nopen x.py\n```"),
+            (
+                User,
                 "[File: x.py]\n(Open file: x.py)\n(Current directory: /r)",
             ),
-            message(MessageRole::Assistant, "Running it."),
-            message(MessageRole::User, "OBSERVATION:\nok"),
+            (Assistant, "Running it."),
+            (User, "OBSERVATION:\nok"),
         ];
+        let mut messages: Vec<Message> = conversation
+            .iter()
+            .map(|(role, text)| Message::new(*role, vec![Part::Text((*text).to_owned())]))
+            .collect();
         mark(&mut messages);
         let marked: Vec<bool> = messages.iter().map(|m| m.observation).collect();
         assert_eq!(
