@@ -204,7 +204,7 @@ fn endpoint(api: Api) -> MethodRouter<App> {
             let response = match api.action(uri.path()) {
                 Action::Generate => app.handle(api, uri, headers, body).await,
                 Action::Count => app.count_tokens(api, uri, headers, body).await,
-                Action::Other => app.as_sent(api, Method::POST, &uri, &headers, body).await,
+                Action::Other => app.as_sent(api, Method::POST, uri, headers, body).await,
             };
             held(response, slot)
         },
@@ -311,7 +311,7 @@ async fn other_of(
             None,
         );
     }
-    app.as_sent(api, method, &uri, &headers, body).await
+    app.as_sent(api, method, uri, headers, body).await
 }
 
 impl App {
@@ -321,15 +321,15 @@ impl App {
         &self,
         api: Api,
         method: Method,
-        uri: &Uri,
-        headers: &HeaderMap,
+        uri: Uri,
+        headers: HeaderMap,
         body: Bytes,
     ) -> Response {
-        if let Err(response) = self.tenant(api, headers) {
+        if let Err(response) = self.tenant(api, &headers) {
             return response;
         }
         count(api, "forwarded");
-        self.forward(api, method, uri, headers, body, None).await
+        self.forward(api, method, &uri, &headers, body, None).await
     }
 
     /// One of the server's call slots, or the refusal, in the API's shape.
