@@ -332,6 +332,19 @@ impl IntoResponse for Failure {
     }
 }
 
+/// The answer of the service's `method` to `message`, called for `call`'s caller: the shape of
+/// every handler that turns its query into one request (a macro, so a handler keeps moving
+/// fields out of `call` into the message).
+macro_rules! answer {
+    ($call:ident, $method:ident, $message:expr) => {
+        ok($call
+            .app
+            .service
+            .$method(rpc(&$call.request, $message))
+            .await)
+    };
+}
+
 /// `message` as a `tonic::Request` acting for the tenant `authenticate` found.
 fn rpc<T>(request: &Request, message: T) -> tonic::Request<T> {
     let tenant = request
@@ -432,11 +445,7 @@ async fn get_session(call: OnSession) -> Answer {
     let message = pb::GetSessionRequest {
         session_id: call.id,
     };
-    ok(call
-        .app
-        .service
-        .get_session(rpc(&call.request, message))
-        .await)
+    answer!(call, get_session, message)
 }
 
 async fn log(call: OnSession) -> Answer {
@@ -448,7 +457,7 @@ async fn log(call: OnSession) -> Answer {
         limit: q.u32("limit").map_err(bad)?.unwrap_or(0),
         page_token: q.string("page_token"),
     };
-    ok(call.app.service.log(rpc(&call.request, message)).await)
+    answer!(call, log, message)
 }
 
 async fn get_nodes(call: OnSession) -> Answer {
@@ -462,17 +471,13 @@ async fn get_nodes(call: OnSession) -> Answer {
             .map(str::to_owned)
             .collect(),
     };
-    ok(call
-        .app
-        .service
-        .get_nodes(rpc(&call.request, message))
-        .await)
+    answer!(call, get_nodes, message)
 }
 
 async fn render(call: OnSession) -> Answer {
     let q = call.query(query::RENDER_KEYS)?;
     let message = query::render_request(call.id, &q).map_err(bad)?;
-    ok(call.app.service.render(rpc(&call.request, message)).await)
+    answer!(call, render, message)
 }
 
 /// Calls a savings replay covers when the query does not say, and at most.
@@ -542,11 +547,7 @@ async fn list_summaries(call: OnSession) -> Answer {
         session_id: call.id,
         branch: q.string("branch"),
     };
-    ok(call
-        .app
-        .service
-        .list_summaries(rpc(&call.request, message))
-        .await)
+    answer!(call, list_summaries, message)
 }
 
 async fn list_gateway_calls(call: OnSession) -> Answer {
@@ -556,11 +557,7 @@ async fn list_gateway_calls(call: OnSession) -> Answer {
         page_size: q.u32("page_size").map_err(bad)?.unwrap_or(0),
         page_token: q.string("page_token"),
     };
-    ok(call
-        .app
-        .service
-        .list_gateway_calls(rpc(&call.request, message))
-        .await)
+    answer!(call, list_gateway_calls, message)
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@
 //! call costs nanoseconds beside a statement's microseconds.
 
 use std::collections::BTreeMap;
+use std::ops::RangeInclusive;
 
 use async_trait::async_trait;
 
@@ -160,15 +161,8 @@ pub(super) trait Reads: Lookups {
 
     async fn session(&mut self, id: SessionId) -> Result<Option<SessionRow>>;
 
-    /// A tenant's sessions that `filter` lets through, newest first, strictly older than
-    /// `after`; at most `limit`.
-    async fn sessions(
-        &mut self,
-        tenant: &Tenant,
-        after: Option<SessionId>,
-        limit: u32,
-        filter: &SessionFilter,
-    ) -> Result<Vec<SessionRow>>;
+    /// A page of a tenant's sessions (see [`SessionPage`]).
+    async fn sessions(&mut self, page: &SessionPage<'_>) -> Result<Vec<SessionRow>>;
 
     /// Nodes stored for a session, its functions' internal chains included.
     async fn node_count(&mut self, session: SessionId) -> Result<u64>;
@@ -263,13 +257,12 @@ pub(super) trait Reads: Lookups {
     /// prefix by it; a hash covers the enclosing function's, so it names one chain's node).
     async fn node_by_hash(&mut self, session: SessionId, hash: &Hash) -> Result<Option<NodeId>>;
 
-    /// Up to `limit` nodes of `session` whose hash lies in `low..=high` (a reference's prefix,
+    /// Up to `limit` nodes of `session` whose hash lies in `hashes` (a reference's prefix,
     /// padded with zeros and with ones), in hash order.
     async fn nodes_by_hash_range(
         &mut self,
         session: SessionId,
-        low: &Hash,
-        high: &Hash,
+        hashes: RangeInclusive<Hash>,
         limit: u32,
     ) -> Result<Vec<NodeId>>;
 
@@ -312,23 +305,14 @@ pub(super) trait AppendTx: Lookups {
 pub(super) trait WriteTx: Reads + AppendTx {
     /// A session row (remembering the creation key it is made with, if any) and its empty
     /// `main` branch.
-    async fn insert_session(
-        &mut self,
-        id: SessionId,
-        tenant: &Tenant,
-        now: i64,
-        metadata: &BTreeMap<String, String>,
-        creation_key: Option<&str>,
-    ) -> Result<()>;
+    async fn insert_session(&mut self, session: &NewSession<'_>) -> Result<()>;
 
-    /// `false`: the tenant used the key already (a concurrent creation won), nothing was
-    /// written.
+    /// Records `key` as the one that made `session`; `false`: the tenant used the key already
+    /// (a concurrent creation won), nothing was written.
     async fn insert_session_key(
         &mut self,
-        tenant: &Tenant,
+        session: &NewSession<'_>,
         key: &CreationKey,
-        session: SessionId,
-        now: i64,
     ) -> Result<bool>;
 
     /// Records one call the gateway forwarded for `session`.
@@ -338,43 +322,21 @@ pub(super) trait WriteTx: Reads + AppendTx {
         call: &domain::GatewayCall,
     ) -> Result<()>;
 
-    /// Replaces what the gateway keeps for the next call of `session`'s conversation `scope`.
-    async fn save_gateway_conversation(
-        &mut self,
-        session: SessionId,
-        scope: &[u8],
-        state: &str,
-        now: i64,
-    ) -> Result<()>;
+    /// Replaces what the gateway keeps for the next call of a session's conversation.
+    async fn save_gateway_conversation(&mut self, saved: &SavedConversation<'_>) -> Result<()>;
 
-    /// `false`: a branch of that name exists, nothing was written.
-    async fn insert_branch(
-        &mut self,
-        session: SessionId,
-        name: &BranchName,
-        head: Option<NodeId>,
-        now: i64,
-    ) -> Result<bool>;
+    /// A new branch; `false`: a branch of that name exists, nothing was written.
+    async fn insert_branch(&mut self, branch: &BranchAt<'_>) -> Result<bool>;
 
-    /// Points branch `name` (which exists) at `head`.
-    async fn set_branch_head(
-        &mut self,
-        session: SessionId,
-        name: &BranchName,
-        head: Option<NodeId>,
-        now: i64,
-    ) -> Result<()>;
+    /// Points a branch (which exists) at its new head.
+    async fn set_branch_head(&mut self, branch: &BranchAt<'_>) -> Result<()>;
 
     /// `false`: no such branch.
     async fn delete_branch(&mut self, session: SessionId, name: &BranchName) -> Result<bool>;
 
-    async fn insert_pin(
-        &mut self,
-        session: SessionId,
-        node: NodeId,
-        pinned: bool,
-        now: i64,
-    ) -> Result<()>;
+    /// One pin event (node, pinned), as [`Reads::pin_events`] reads it back.
+    async fn insert_pin(&mut self, session: SessionId, pin: (NodeId, bool), now: i64)
+    -> Result<()>;
 
     async fn insert_plan(&mut self, plan: &CompactionPlan) -> Result<()>;
 
@@ -492,6 +454,41 @@ pub(super) enum BranchStart {
         summaries: Vec<Summary>,
         pin_events: Vec<(NodeId, bool)>,
     },
+}
+
+/// A session to create: its row, and the creation key it is made with, if any.
+pub(super) struct NewSession<'a> {
+    pub(super) id: SessionId,
+    pub(super) tenant: &'a Tenant,
+    pub(super) now: i64,
+    pub(super) metadata: &'a BTreeMap<String, String>,
+    pub(super) key: Option<&'a CreationKey>,
+}
+
+/// A page of a tenant's sessions that `filter` lets through, newest first, strictly older than
+/// `after`; at most `limit`.
+pub(super) struct SessionPage<'a> {
+    pub(super) tenant: &'a Tenant,
+    pub(super) after: Option<SessionId>,
+    pub(super) limit: u32,
+    pub(super) filter: &'a SessionFilter,
+}
+
+/// A branch of `session` named `name` with head `head`, as written at `now`.
+pub(super) struct BranchAt<'a> {
+    pub(super) session: SessionId,
+    pub(super) name: &'a BranchName,
+    pub(super) head: Option<NodeId>,
+    pub(super) now: i64,
+}
+
+/// What the gateway left for the next call of `session`'s conversation `scope` (empty: the
+/// session's own; a function's id: a sub-agent's), saved at `now`.
+pub(super) struct SavedConversation<'a> {
+    pub(super) session: SessionId,
+    pub(super) scope: &'a [u8],
+    pub(super) state: &'a str,
+    pub(super) now: i64,
 }
 
 /// An event of a plan's audit trail, to record.

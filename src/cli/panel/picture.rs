@@ -18,10 +18,8 @@ pub fn picture(target: &str, r: &pb::ContextReport) -> String {
         format!("  {label:<15}{bar:<WIDTH$} {:>9} {pct:>5.1}%\n", num(n))
     };
 
-    let mut out = format!("{target}\n");
-    let _ = writeln!(
-        out,
-        "{} messages, {} tokens ({})",
+    let mut out = format!(
+        "{target}\n{} messages, {} tokens ({})\n",
         num(r.messages),
         num(r.total_tokens),
         r.tokenizer

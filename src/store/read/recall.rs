@@ -18,7 +18,7 @@ impl Store {
         let reference: String = prefix.iter().map(|b| format!("{b:02x}")).collect();
         let ids = {
             let (mut conn, id) = self.read_session(session).await?;
-            conn.nodes_by_hash_range(id, &Hash(low), &Hash(high), 2)
+            conn.nodes_by_hash_range(id, Hash(low)..=Hash(high), 2)
                 .await?
         };
         match ids.as_slice() {

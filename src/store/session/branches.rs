@@ -2,7 +2,7 @@
 
 use super::{Result, Scoped, Store};
 use crate::domain::{self, Branch, BranchName, Hash, NodeId, SessionId};
-use crate::store::backend::WriteTx;
+use crate::store::backend::{BranchAt, WriteTx};
 use crate::store::form::clock::now_ms;
 
 impl Store {
@@ -18,30 +18,8 @@ impl Store {
         name: BranchName,
         from: Option<NodeId>,
     ) -> Result<Branch> {
-        let session = session.id();
-        let now = now_ms();
-        let mut tx = self.begin_write().await?;
-        tx.ensure_session(session).await?;
-        let head = match from {
-            Some(id) => Some((id, top_level(&mut *tx, session, id, "from_node_id").await?)),
-            None => None,
-        };
-        if !tx
-            .insert_branch(session, &name, head.map(|(id, _)| id), now)
-            .await?
-        {
-            return Err(domain::Error::AlreadyExists(format!(
-                "name: branch {name:?} already exists in session {session}"
-            ))
-            .into());
-        }
-        tx.commit().await?;
-        self.changes.touched(session);
-        Ok(Branch {
-            name,
-            head,
-            updated_at_ms: now,
-        })
+        self.write_branch(session, name, from, BranchWrite::Create)
+            .await
     }
 
     /// Moves branch `name` to `to` (a top-level node of the session) or to no head; with
@@ -53,27 +31,57 @@ impl Store {
         to: Option<NodeId>,
         expected: Option<Option<NodeId>>,
     ) -> Result<Branch> {
+        self.write_branch(session, name, to, BranchWrite::Reset { expected })
+            .await
+    }
+
+    /// Points branch `name` at `to` (a top-level node of the session) or at no head, creating
+    /// or moving it as `how` says.
+    async fn write_branch(
+        &self,
+        session: Scoped,
+        name: BranchName,
+        to: Option<NodeId>,
+        how: BranchWrite,
+    ) -> Result<Branch> {
         let session = session.id();
         let now = now_ms();
         let mut tx = self.begin_write().await?;
         tx.ensure_session(session).await?;
-        let head = tx.branch_head(session, &name).await?;
-        if let Some(expected) = expected
-            && expected != head
-        {
-            return Err(domain::Error::head_moved(head, expected).into());
+        if let BranchWrite::Reset { expected } = how {
+            let head = tx.branch_head(session, &name).await?;
+            if let Some(expected) = expected
+                && expected != head
+            {
+                return Err(domain::Error::head_moved(head, expected).into());
+            }
         }
-        let to = match to {
-            Some(id) => Some((id, top_level(&mut *tx, session, id, "to_node_id").await?)),
+        let head = match to {
+            Some(id) => Some((id, top_level(&mut *tx, session, id, how.field()).await?)),
             None => None,
         };
-        tx.set_branch_head(session, &name, to.map(|(id, _)| id), now)
-            .await?;
+        let branch = BranchAt {
+            session,
+            name: &name,
+            head: to,
+            now,
+        };
+        match how {
+            BranchWrite::Create => {
+                if !tx.insert_branch(&branch).await? {
+                    return Err(domain::Error::AlreadyExists(format!(
+                        "name: branch {name:?} already exists in session {session}"
+                    ))
+                    .into());
+                }
+            }
+            BranchWrite::Reset { .. } => tx.set_branch_head(&branch).await?,
+        }
         tx.commit().await?;
         self.changes.touched(session);
         Ok(Branch {
             name,
-            head: to,
+            head,
             updated_at_ms: now,
         })
     }
@@ -89,6 +97,24 @@ impl Store {
         tx.commit().await?;
         self.changes.touched(session);
         Ok(())
+    }
+}
+
+/// Whether a branch write creates the branch, or moves an existing one (only if its head is
+/// still `expected`, when given).
+#[derive(Clone, Copy)]
+enum BranchWrite {
+    Create,
+    Reset { expected: Option<Option<NodeId>> },
+}
+
+impl BranchWrite {
+    /// The request field that names the node the branch is to point at.
+    fn field(self) -> &'static str {
+        match self {
+            Self::Create => "from_node_id",
+            Self::Reset { .. } => "to_node_id",
+        }
     }
 }
 

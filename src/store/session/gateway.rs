@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use super::{Result, Scoped, Store};
 use crate::domain::{GatewayCall, GatewayCallId, GatewayUsage, Hash, NodeId, SessionId, Tenant};
 use crate::store::append::idempotency::CreationKey;
+use crate::store::backend::SavedConversation;
 use crate::store::now_ms;
 
 impl Store {
@@ -91,8 +92,13 @@ impl Store {
     ) -> Result<()> {
         let scope = scope.as_ref().map_or(&[][..], |id| &id.as_bytes()[..]);
         let mut tx = self.begin_write().await?;
-        tx.save_gateway_conversation(session.id(), scope, state, now_ms())
-            .await?;
+        let saved = SavedConversation {
+            session: session.id(),
+            scope,
+            state,
+            now: now_ms(),
+        };
+        tx.save_gateway_conversation(&saved).await?;
         tx.commit().await
     }
 

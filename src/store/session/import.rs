@@ -16,7 +16,7 @@ use crate::domain::{
 use crate::store::append::batch;
 use crate::store::append::idempotency::CreationKey;
 use crate::store::append::request::AppendTarget;
-use crate::store::backend::WriteTx;
+use crate::store::backend::{BranchAt, NewSession, WriteTx};
 use crate::store::form::clock::now_ms;
 
 impl Store {
@@ -31,10 +31,14 @@ impl Store {
     ) -> Result<Session> {
         let session = SessionId::new();
         let now = now_ms();
-        let mut tx = match self
-            .begin_session(session, tenant, now, &metadata, key)
-            .await?
-        {
+        let new = NewSession {
+            id: session,
+            tenant,
+            now,
+            metadata: &metadata,
+            key,
+        };
+        let mut tx = match self.begin_session(&new).await? {
             Begun::New(tx) => tx,
             Begun::Existing(session) => return Ok(session),
         };
@@ -128,7 +132,13 @@ async fn write_plan(
                     Some(op) => Some(node_of(&written, *op, format!("line {line}.parent"))?),
                     None => None,
                 };
-                tx.set_branch_head(session, &main, head, now).await?;
+                let branch = BranchAt {
+                    session,
+                    name: &main,
+                    head,
+                    now,
+                };
+                tx.set_branch_head(&branch).await?;
                 // The batch's view of `main` is the head it left; read it afresh.
                 writes
                     .seen
@@ -179,7 +189,7 @@ async fn write_plan(
             }
             domain::Op::Pin { node, line } => {
                 let id = node_of(&written, *node, format!("line {line}.node"))?;
-                tx.insert_pin(session, id, true, now).await?;
+                tx.insert_pin(session, (id, true), now).await?;
             }
             domain::Op::Branch { name, head, line } => branches.push((name, *head, *line)),
         }
@@ -197,9 +207,15 @@ async fn write_plan(
             Some(op) => Some(node_of(&written, op, format!("line {line}.head"))?),
             None => None,
         };
+        let branch = BranchAt {
+            session,
+            name,
+            head,
+            now,
+        };
         if *name == main {
-            tx.set_branch_head(session, &main, head, now).await?;
-        } else if !tx.insert_branch(session, name, head, now).await? {
+            tx.set_branch_head(&branch).await?;
+        } else if !tx.insert_branch(&branch).await? {
             return Err(domain::Error::invalid(
                 format!("line {line}.name"),
                 format!("branch {name:?} appears twice"),

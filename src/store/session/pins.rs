@@ -39,7 +39,7 @@ impl Store {
             } else {
                 after.retain(|p| p != id);
             }
-            tx.insert_pin(session, *id, pin, at).await?;
+            tx.insert_pin(session, (*id, pin), at).await?;
         }
         tx.commit().await?;
         self.changes.touched(session);

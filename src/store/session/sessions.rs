@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use super::{Result, Scoped, Store};
 use crate::domain::{self, Branch, BranchName, Session, SessionFilter, SessionId, Tenant};
 use crate::store::append::idempotency::CreationKey;
-use crate::store::backend::{Reads, SessionRow, WriteTx};
+use crate::store::backend::{NewSession, Reads, SessionPage, SessionRow, WriteTx};
 use crate::store::form::clock::now_ms;
 
 impl Store {
@@ -20,7 +20,14 @@ impl Store {
     ) -> Result<Session> {
         let id = SessionId::new();
         let now = now_ms();
-        let tx = match self.begin_session(id, tenant, now, &metadata, key).await? {
+        let new = NewSession {
+            id,
+            tenant,
+            now,
+            metadata: &metadata,
+            key,
+        };
+        let tx = match self.begin_session(&new).await? {
             Begun::New(tx) => tx,
             Begun::Existing(session) => return Ok(session),
         };
@@ -66,9 +73,13 @@ impl Store {
         let mut conn = self.read().await?;
         // A UUID v7 sorts by creation time, so the id is the cursor. One extra row tells
         // whether a next page exists.
-        let rows = conn
-            .sessions(tenant, after, page_size.saturating_add(1), filter)
-            .await?;
+        let page = SessionPage {
+            tenant,
+            after,
+            limit: page_size.saturating_add(1),
+            filter,
+        };
+        let rows = conn.sessions(&page).await?;
         let more = rows.len() > page_size as usize;
         let mut sessions = Vec::with_capacity(rows.len());
         for row in rows.into_iter().take(page_size as usize) {
@@ -109,16 +120,10 @@ pub(super) enum Begun {
 }
 
 impl Store {
-    /// Begins the write that creates session `id` of `tenant`, its rows written; with a `key`
+    /// Begins the write that creates session `new`, its rows written; with a creation key
     /// already used for the same request, answers the session that request made instead.
-    pub(super) async fn begin_session(
-        &self,
-        id: SessionId,
-        tenant: &Tenant,
-        now: i64,
-        metadata: &BTreeMap<String, String>,
-        key: Option<&CreationKey>,
-    ) -> Result<Begun> {
+    pub(super) async fn begin_session(&self, new: &NewSession<'_>) -> Result<Begun> {
+        let (tenant, key) = (new.tenant, new.key);
         let mut tx = self.begin_write().await?;
         if let Some(existing) = keyed_session(&mut *tx, tenant, key).await? {
             tx.rollback().await?;
@@ -127,10 +132,9 @@ impl Store {
             return Ok(Begun::Existing(session));
         }
         // The session, its empty `main` branch, and its creation key.
-        tx.insert_session(id, tenant, now, metadata, key.map(|k| k.key.as_str()))
-            .await?;
+        tx.insert_session(new).await?;
         if let Some(key) = key
-            && !tx.insert_session_key(tenant, key, id, now).await?
+            && !tx.insert_session_key(new, key).await?
         {
             // A concurrent creation took the key first: read what it made.
             tx.rollback().await?;

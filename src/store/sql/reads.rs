@@ -2,6 +2,8 @@
 //! the engines word it alike, else in the engine's words ([`Sql`]'s texts), bound and decoded
 //! the same way; the few reads whose statements are an engine's own are its ([`Sql`]).
 
+use std::ops::RangeInclusive;
+
 use async_trait::async_trait;
 
 use super::decode::{self, gateway_call_columns, node_columns, summary_columns, tombstone_columns};
@@ -9,11 +11,12 @@ use super::engine::{Sql, ToArg};
 use super::{Arg, Result};
 use crate::domain::{
     Branch, BranchName, CompactionEvent, CompactionId, GatewayCall, GatewayCallId, GatewayUsage,
-    Hash, NodeId, Reason, SessionFilter, SessionId, Summary, Tenant, Tombstone,
+    Hash, NodeId, Reason, SessionId, Summary, Tenant, Tombstone,
 };
 use crate::store::append::request::AppendOutcome;
 use crate::store::backend::{
-    BranchStart, Lookups, Reads, SessionRow, StoredBlob, metadata_filter, tenant_filter,
+    BranchStart, Lookups, Reads, SessionPage, SessionRow, StoredBlob, metadata_filter,
+    tenant_filter,
 };
 use crate::store::form::rows::NodeRow;
 use crate::store::session::compaction::CompactionPlan;
@@ -173,19 +176,14 @@ impl<T: Sql> Reads for T {
         first(self.rows_as(SESSION, &[id.arg()], decode::session).await)
     }
 
-    async fn sessions(
-        &mut self,
-        tenant: &Tenant,
-        after: Option<SessionId>,
-        limit: u32,
-        filter: &SessionFilter,
-    ) -> Result<Vec<SessionRow>> {
+    async fn sessions(&mut self, page: &SessionPage<'_>) -> Result<Vec<SessionRow>> {
+        let filter = page.filter;
         let (low, high) = filter.ids.map_or((None, None), |(l, h)| (Some(l), Some(h)));
         let metadata = metadata_filter(filter);
         let args = [
-            tenant.arg(),
-            after.arg(),
-            Arg::int(limit),
+            page.tenant.arg(),
+            page.after.arg(),
+            Arg::int(page.limit),
             low.arg(),
             high.arg(),
             metadata.arg(),
@@ -348,10 +346,10 @@ impl<T: Sql> Reads for T {
     async fn nodes_by_hash_range(
         &mut self,
         session: SessionId,
-        low: &Hash,
-        high: &Hash,
+        hashes: RangeInclusive<Hash>,
         limit: u32,
     ) -> Result<Vec<NodeId>> {
+        let (low, high) = hashes.into_inner();
         let args = [session.arg(), low.arg(), high.arg(), Arg::int(limit)];
         self.rows_as(NODES_BY_HASH_RANGE, &args, decode::id).await
     }

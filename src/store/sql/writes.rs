@@ -2,8 +2,6 @@
 //! engines word it alike, else in the engine's words ([`SqlWrite`]'s texts), bound the same way;
 //! the writes whose statements are an engine's own are its ([`SqlWrite`]).
 
-use std::collections::BTreeMap;
-
 use async_trait::async_trait;
 
 use super::Result;
@@ -14,7 +12,7 @@ use crate::domain::{
 };
 use crate::store::append::idempotency::CreationKey;
 use crate::store::append::planned::NodeWrite;
-use crate::store::backend::{Deleted, NewEvent, WriteTx};
+use crate::store::backend::{BranchAt, Deleted, NewEvent, NewSession, SavedConversation, WriteTx};
 use crate::store::form::rows::{budget_json, ledger_json, metadata_json, pack_ids, pack_summaries};
 use crate::store::session::compaction::{CompactionPlan, PlanState};
 
@@ -56,23 +54,18 @@ const SAVE_SUMMARIZER_OUTPUT: &str =
 
 #[async_trait]
 impl<T: SqlWrite> WriteTx for T {
-    async fn insert_session(
-        &mut self,
-        id: SessionId,
-        tenant: &Tenant,
-        now: i64,
-        metadata: &BTreeMap<String, String>,
-        creation_key: Option<&str>,
-    ) -> Result<()> {
-        let metadata = metadata_json(metadata);
-        let session = [
+    async fn insert_session(&mut self, session: &NewSession<'_>) -> Result<()> {
+        let (id, now) = (session.id, session.now);
+        let metadata = metadata_json(session.metadata);
+        let creation_key = session.key.map(|k| k.key.as_str());
+        let row = [
             id.arg(),
-            tenant.arg(),
+            session.tenant.arg(),
             now.arg(),
             metadata.arg(),
             creation_key.arg(),
         ];
-        self.execute(T::INSERT_SESSION, &session).await?;
+        self.execute(T::INSERT_SESSION, &row).await?;
         let main = BranchName::main();
         let branch = [id.arg(), main.arg(), now.arg()];
         self.execute(INSERT_MAIN_BRANCH, &branch).await?;
@@ -81,16 +74,15 @@ impl<T: SqlWrite> WriteTx for T {
 
     async fn insert_session_key(
         &mut self,
-        tenant: &Tenant,
+        session: &NewSession<'_>,
         key: &CreationKey,
-        session: SessionId,
-        now: i64,
     ) -> Result<bool> {
+        let (tenant, id, now) = (session.tenant, session.id, session.now);
         let args = [
             tenant.arg(),
             key.key.arg(),
             key.request.arg(),
-            session.arg(),
+            id.arg(),
             now.arg(),
         ];
         Ok(self.execute(INSERT_SESSION_KEY, &args).await? == 1)
@@ -152,38 +144,26 @@ impl<T: SqlWrite> WriteTx for T {
         Ok(())
     }
 
-    async fn save_gateway_conversation(
-        &mut self,
-        session: SessionId,
-        scope: &[u8],
-        state: &str,
-        now: i64,
-    ) -> Result<()> {
+    async fn save_gateway_conversation(&mut self, saved: &SavedConversation<'_>) -> Result<()> {
+        let SavedConversation {
+            session,
+            scope,
+            state,
+            now,
+        } = *saved;
         let args = [session.arg(), scope.arg(), state.arg(), now.arg()];
         self.execute(SAVE_GATEWAY_CONVERSATION, &args).await?;
         Ok(())
     }
 
-    async fn insert_branch(
-        &mut self,
-        session: SessionId,
-        name: &BranchName,
-        head: Option<NodeId>,
-        now: i64,
-    ) -> Result<bool> {
-        let args = [session.arg(), name.arg(), head.arg(), now.arg()];
-        Ok(self.execute(INSERT_BRANCH, &args).await? == 1)
+    async fn insert_branch(&mut self, branch: &BranchAt<'_>) -> Result<bool> {
+        Ok(self.execute(INSERT_BRANCH, &branch_values(branch)).await? == 1)
     }
 
-    async fn set_branch_head(
-        &mut self,
-        session: SessionId,
-        name: &BranchName,
-        head: Option<NodeId>,
-        now: i64,
-    ) -> Result<()> {
-        let args = [head.arg(), now.arg(), session.arg(), name.arg()];
-        self.execute(SET_BRANCH_HEAD, &args).await?;
+    async fn set_branch_head(&mut self, branch: &BranchAt<'_>) -> Result<()> {
+        let [session, name, head, now] = branch_values(branch);
+        self.execute(SET_BRANCH_HEAD, &[head, now, session, name])
+            .await?;
         Ok(())
     }
 
@@ -195,8 +175,7 @@ impl<T: SqlWrite> WriteTx for T {
     async fn insert_pin(
         &mut self,
         session: SessionId,
-        node: NodeId,
-        pinned: bool,
+        (node, pinned): (NodeId, bool),
         now: i64,
     ) -> Result<()> {
         let pinned = i64::from(pinned);
@@ -356,6 +335,17 @@ pub(in crate::store) async fn insert_plan_row(
     .collect();
     conn.execute(sql, &args).await?;
     Ok(())
+}
+
+/// A branch row's values in the order its table names the columns: session, name, head,
+/// updated at.
+fn branch_values<'a>(branch: &'a BranchAt<'_>) -> [Arg<'a>; 4] {
+    [
+        branch.session.arg(),
+        branch.name.arg(),
+        branch.head.arg(),
+        branch.now.arg(),
+    ]
 }
 
 /// The head of the statement that inserts node rows, whose values are [`node_values`].
