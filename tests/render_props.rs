@@ -2469,12 +2469,10 @@ fn minimal_segment_over_a_cut_text_moves_no_step() {
         s.add(None, calls(&[id.as_str()]));
         s.add(None, tool(&id, 300));
     }
-    let options = Options {
-        budget: Some(Budget {
-            context_window: Tokens::MAX / 2,
-            ..Budget::default()
-        }),
-        policy: Policy {
+    let old = segment_keeps_its_prefix(
+        &s,
+        (text, covered),
+        Policy {
             microcompact: Microcompact::Stepped,
             microcompact_first: 3,
             microcompact_every: 1,
@@ -2485,28 +2483,7 @@ fn minimal_segment_over_a_cut_text_moves_no_step() {
             max_assistant_text_chars: 0,
             ..Policy::default()
         },
-        ..Options::default()
-    };
-    let plain = s.path(None);
-    let mut summarized = s.path(None);
-    summarized.summaries.push(ctxd::domain::Summary {
-        id: ctxd::domain::SummaryId::new(),
-        compaction_id: ctxd::domain::CompactionId::new(),
-        kind: ctxd::domain::SummaryKind::Segment,
-        covers: vec![text, covered],
-        range: Some((text, covered)),
-        text: "what happened".to_owned(),
-        rolls_over: Vec::new(),
-        ledger: None,
-        model: "m".to_owned(),
-        base_head: covered,
-        tokens_before: 0,
-        tokens_after: 0,
-        created_at_ms: 0,
-    });
-    let old = render(&plain, &options, &COUNTER);
-    let new = render(&summarized, &options, &COUNTER);
-    let start = index_of(&old.messages, text).expect("the text renders");
+    );
     let cleared = |r: &Rendered| {
         r.messages
             .iter()
@@ -2519,13 +2496,6 @@ fn minimal_segment_over_a_cut_text_moves_no_step() {
         "{}",
         show(&old.messages)
     );
-    assert_eq!(
-        new.messages[..start],
-        old.messages[..start],
-        "the prefix before the segment moved\n{}\n--\n{}",
-        show(&old.messages),
-        show(&new.messages)
-    );
 }
 
 /// A segment summary over a user's message after the results a step would clear: the step
@@ -2533,7 +2503,8 @@ fn minimal_segment_over_a_cut_text_moves_no_step() {
 /// or not the same, and the prefix before the segment does not move.
 #[test]
 fn minimal_segment_over_a_user_message_moves_no_step() {
-    let weigh = |user: usize, after: usize| {
+    // Three calls after the segment.
+    let weigh = |user: usize| {
         let mut s = Script::default();
         s.add(None, say(Role::User, 1));
         s.add(None, calls(&["c1", "c2"]));
@@ -2544,77 +2515,91 @@ fn minimal_segment_over_a_user_message_moves_no_step() {
         s.add(None, say(Role::User, user));
         s.add(None, calls(&["c4"]));
         let last = s.add(None, tool("c4", 160));
-        for _ in 0..after {
+        for _ in 0..3 {
             s.add(None, say(Role::User, 1));
             s.add(None, say(Role::Assistant, 5));
         }
-        let options = Options {
-            budget: Some(Budget {
-                context_window: Tokens::MAX / 2,
-                ..Budget::default()
-            }),
-            policy: Policy {
-                microcompact: Microcompact::Stepped,
-                microcompact_first: 3,
-                microcompact_every: 1,
-                microcompact_keep: 2,
-                clear_at_least_tokens: 0,
-                max_tool_result_chars: 200,
-                recent_tool_result_chars: 5882,
-                max_assistant_text_chars: 0,
-                payback_odds: 1,
-                prices: ctxd::domain::CachePrices {
-                    read_per_mille: 25,
-                    write_per_mille: 2000,
-                },
-                ..Policy::default()
+        let policy = Policy {
+            microcompact: Microcompact::Stepped,
+            microcompact_first: 3,
+            microcompact_every: 1,
+            microcompact_keep: 2,
+            clear_at_least_tokens: 0,
+            max_tool_result_chars: 200,
+            recent_tool_result_chars: 5882,
+            max_assistant_text_chars: 0,
+            payback_odds: 1,
+            prices: ctxd::domain::CachePrices {
+                read_per_mille: 25,
+                write_per_mille: 2000,
             },
-            ..Options::default()
+            ..Policy::default()
         };
-        let plain = s.path(None);
-        let mut summarized = s.path(None);
-        let covers: Vec<NodeId> = s
-            .nodes
-            .iter()
-            .map(|n| n.id)
-            .skip_while(|id| *id != first)
-            .take_while(|id| *id != last)
-            .chain([last])
-            .collect();
-        summarized.summaries.push(ctxd::domain::Summary {
-            id: ctxd::domain::SummaryId::new(),
-            compaction_id: ctxd::domain::CompactionId::new(),
-            kind: ctxd::domain::SummaryKind::Segment,
-            covers,
-            range: Some((first, last)),
-            text: "what happened".to_owned(),
-            rolls_over: Vec::new(),
-            ledger: None,
-            model: "m".to_owned(),
-            base_head: last,
-            tokens_before: 0,
-            tokens_after: 0,
-            created_at_ms: 0,
-        });
-        let old = render(&plain, &options, &COUNTER);
-        let new = render(&summarized, &options, &COUNTER);
-        let start = index_of(&old.messages, first).expect("the segment renders");
-        assert_eq!(
-            new.messages[..start],
-            old.messages[..start],
-            "the prefix before the segment moved\n{}\n--\n{}",
-            show(&old.messages),
-            show(&new.messages)
-        );
-        old.report.trigger
+        segment_keeps_its_prefix(&s, (first, last), policy)
+            .report
+            .trigger
     };
-    // Three calls after the segment: the step at the last pays when the user's message is
-    // short, and not when it is long; with the summary as without it.
-    assert_eq!(weigh(0, 3), Some(Trigger::Count));
-    assert_eq!(weigh(1000, 3), None);
+    // The step at the last call pays when the user's message is short, and not when it is
+    // long; with the summary as without it.
+    assert_eq!(weigh(0), Some(Trigger::Count));
+    assert_eq!(weigh(1000), None);
     for user in [25, 3000] {
-        weigh(user, 3);
+        weigh(user);
     }
+}
+
+/// Renders `s` under `policy` in a window no budget reaches, without and with a segment
+/// summary over `first..=last`, and asserts that the messages before the segment are the same
+/// in both (the cached prefix does not move); returns the render without.
+fn segment_keeps_its_prefix(
+    s: &Script,
+    (first, last): (NodeId, NodeId),
+    policy: Policy,
+) -> Rendered {
+    let options = Options {
+        budget: Some(Budget {
+            context_window: Tokens::MAX / 2,
+            ..Budget::default()
+        }),
+        policy,
+        ..Options::default()
+    };
+    let plain = s.path(None);
+    let mut summarized = s.path(None);
+    let covers: Vec<NodeId> = s
+        .nodes
+        .iter()
+        .map(|n| n.id)
+        .skip_while(|id| *id != first)
+        .take_while(|id| *id != last)
+        .chain([last])
+        .collect();
+    summarized.summaries.push(ctxd::domain::Summary {
+        id: ctxd::domain::SummaryId::new(),
+        compaction_id: ctxd::domain::CompactionId::new(),
+        kind: ctxd::domain::SummaryKind::Segment,
+        covers,
+        range: Some((first, last)),
+        text: "what happened".to_owned(),
+        rolls_over: Vec::new(),
+        ledger: None,
+        model: "m".to_owned(),
+        base_head: last,
+        tokens_before: 0,
+        tokens_after: 0,
+        created_at_ms: 0,
+    });
+    let old = render(&plain, &options, &COUNTER);
+    let new = render(&summarized, &options, &COUNTER);
+    let start = index_of(&old.messages, first).expect("the segment renders");
+    assert_eq!(
+        new.messages[..start],
+        old.messages[..start],
+        "the prefix before the segment moved\n{}\n--\n{}",
+        show(&old.messages),
+        show(&new.messages)
+    );
+    old
 }
 
 /// Nodes as a loaded path holds them: shared with the store's cache.
