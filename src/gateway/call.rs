@@ -19,6 +19,15 @@ use crate::provider::conversation::{Conversation, Refusal};
 use crate::store::now_ms;
 use crate::workflow::record::{self, Call, Unrecorded};
 
+/// A model call's request, read once for whatever its path asks: who calls, how it is
+/// forwarded, what it says, and when its reading began.
+pub(super) struct Parsed {
+    pub(super) call: Call,
+    pub(super) policy: GatewayPolicy,
+    pub(super) conv: Conversation,
+    pub(super) started: std::time::Instant,
+}
+
 impl App {
     /// Reads a model call's request: its caller's tenant, the body through the API's codec
     /// (the parsed JSON lives only while it is read: a large body is not held twice more), and
@@ -31,7 +40,8 @@ impl App {
         uri: &Uri,
         headers: &HeaderMap,
         body: &Bytes,
-    ) -> Result<(Call, GatewayPolicy, Conversation), Response> {
+    ) -> Result<Parsed, Response> {
+        let started = std::time::Instant::now();
         let tenant = self.tenant(api, headers)?;
         let refused = |field: &str, message: &str| {
             count(api, "invalid");
@@ -58,7 +68,12 @@ impl App {
                     named,
                     max_part_bytes: self.max_part_bytes,
                 };
-                Ok((call, policy, conv))
+                Ok(Parsed {
+                    call,
+                    policy,
+                    conv,
+                    started,
+                })
             }
             Err(Refusal::Invalid { field, message }) => refused(&field, &message),
             Err(Refusal::Unrecordable(reason)) => Err(self
@@ -88,12 +103,14 @@ impl App {
         uri: Uri,
         headers: HeaderMap,
         body: Bytes,
+        parsed: Parsed,
     ) -> Response {
-        let t0 = std::time::Instant::now();
-        let (call, policy, conv) = match self.parsed(api, &uri, &headers, &body).await {
-            Ok(parsed) => parsed,
-            Err(response) => return response,
-        };
+        let Parsed {
+            call,
+            policy,
+            conv,
+            started: t0,
+        } = parsed;
         let t_read = t0.elapsed();
         if policy == GatewayPolicy::Stepped {
             let located = self.workflows.locate(&call, &conv).await;

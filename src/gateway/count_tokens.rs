@@ -5,6 +5,7 @@ use axum::body::Bytes;
 use axum::http::{HeaderMap, Method, Uri};
 use axum::response::Response;
 
+use super::call::Parsed;
 use super::config::{GatewayPolicy, render_options};
 use super::{Api, App, forward, json};
 use crate::domain::NodeContent;
@@ -20,11 +21,10 @@ impl App {
         uri: Uri,
         headers: HeaderMap,
         body: Bytes,
+        Parsed {
+            call, policy, conv, ..
+        }: Parsed,
     ) -> Response {
-        let (call, policy, conv) = match self.parsed(api, &uri, &headers, &body).await {
-            Ok(parsed) => parsed,
-            Err(response) => return response,
-        };
         if policy == GatewayPolicy::Passthrough {
             return self
                 .forward(api, Method::POST, &uri, &headers, body, None)

@@ -201,10 +201,16 @@ fn endpoint(api: Api) -> MethodRouter<App> {
                 Ok(body) => body,
                 Err(response) => return response,
             };
+            // A model call and a count read their request alike, once.
             let response = match api.action(uri.path()) {
-                Action::Generate => app.handle(api, uri, headers, body).await,
-                Action::Count => app.count_tokens(api, uri, headers, body).await,
                 Action::Other => app.as_sent(api, Method::POST, uri, headers, body).await,
+                action => match app.parsed(api, &uri, &headers, &body).await {
+                    Err(response) => response,
+                    Ok(parsed) if action == Action::Count => {
+                        app.count_tokens(api, uri, headers, body, parsed).await
+                    }
+                    Ok(parsed) => app.handle(api, uri, headers, body, parsed).await,
+                },
             };
             held(response, slot)
         },
