@@ -18,8 +18,8 @@ use crate::summarizer::{Config as SummarizerConfig, Summarizer};
 #[derive(Debug, clap::Args)]
 pub(super) struct GatewayArgs {
     /// Serve the model gateway on this address too (Anthropic Messages, OpenAI chat
-    /// completions and Responses, recorded as sessions and forwarded with ctxd's render; its bound address is
-    /// printed as `ctxd gateway on ADDR`).
+    /// completions and Responses, Gemini), recorded as sessions and forwarded with ctxd's
+    /// render; its bound address is printed as `ctxd gateway on ADDR`.
     #[arg(long, env = "CTXD_GATEWAY", value_name = "ADDR")]
     pub(super) gateway: Option<SocketAddr>,
     /// Where the gateway forwards Anthropic calls.

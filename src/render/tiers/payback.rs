@@ -146,7 +146,10 @@ impl Timeline {
                 MessageRole::Assistant => Shape::Assistant,
                 MessageRole::User | MessageRole::System | MessageRole::Developer => Shape::Whole,
             };
-            let arguments = m.tool_calls.iter().map(|c| c.arguments_json.len()).sum();
+            let arguments = match policy.provider_edits {
+                true => m.tool_calls.iter().map(|c| c.arguments_json.len()).sum(),
+                false => 0,
+            };
             let (size, written, kind) = weigh(shape, Part::text_chars(&m.parts), arguments);
             entry(size, written, m.at_ms, kind);
         }
