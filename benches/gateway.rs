@@ -80,6 +80,8 @@
 //! fork per call (the stored answer and the resent one differ). Prints one table and a line per
 //! goal, and writes both to `target/bench/gateway.json`.
 
+#[path = "gateway/capacity.rs"]
+mod capacity;
 #[path = "common/clock.rs"]
 mod clock;
 #[path = "../tests/common/fake_provider.rs"]
@@ -127,24 +129,32 @@ const ANSWER: &str = "Done; what next?";
 
 /// Goals.
 const ECONOMY_GOAL: f64 = 0.45;
-const ADDED_P50_GOAL_MS: f64 = 5.0;
-const TTFB_ADDED_GOAL_MS: f64 = 2.0;
+/// Time added over the direct call: p50 and p99 at 100k tokens, p50 at 1M, and to the first byte.
+const ADDED_P50_GOAL_MS: f64 = 1.0;
+const ADDED_P99_GOAL_MS: f64 = 3.0;
+const ADDED_1M_P50_GOAL_MS: f64 = 2.0;
+const TTFB_ADDED_GOAL_MS: f64 = 1.0;
+/// The gateway's CPU per call over a bare proxy's, many conversations at once.
+const CPU_GOAL: f64 = 3.0;
 
 /// Latency: the trace the histories come from, their sizes in tokens (chars / 4), the untimed
 /// rounds first and the timed rounds (each round: one request per arm).
 const LATENCY_TRACE: &str = "cc-main-4d5611e5";
-const LATENCY_SIZES: [usize; 2] = [10_000, 100_000];
+const LATENCY_SIZES: [usize; 3] = [10_000, 100_000, 1_000_000];
+/// Histories over this many tokens ask for the million-token window, as Claude Code's 1M
+/// sessions do (`anthropic-beta: context-1m-…`).
+const WIDE_WINDOW_OVER: usize = 200_000;
 const LATENCY_WARMUP: usize = 10;
 const LATENCY_ROUNDS: usize = 200;
 
-/// Memory: streams held open at once, tokens each.
-const STREAMS: usize = 16;
+/// Memory: streams held open at once, and tokens each: many of a common size, and a few of a
+/// million-token conversation.
+const MEMORY_RUNS: [(usize, usize); 2] = [(16, 100_000), (4, 1_000_000)];
 /// The large body: this many tool results of [`LARGE_PART`] bytes each.
 const LARGE_PARTS: usize = 10;
 const LARGE_PART: usize = 5 * 1024 * 1024;
 /// The most a large body may raise the server's peak memory, over its size.
-const LARGE_GOAL: f64 = 3.0;
-const STREAM_TOKENS: usize = 100_000;
+const LARGE_GOAL: f64 = 2.0;
 /// RSS samples while the streams are open, and their spacing.
 const RSS_SAMPLES: usize = 10;
 const RSS_EVERY: Duration = Duration::from_millis(50);
@@ -158,6 +168,11 @@ const SETTLE: Duration = Duration::from_secs(5);
 const MAX_MESSAGE: usize = 256 * 1024 * 1024;
 
 fn main() {
+    // The capacity run's bare proxy, in a process of its own (see `capacity`).
+    let mut argv = std::env::args().skip(1);
+    if argv.next().as_deref() == Some("--bare-proxy") {
+        capacity::serve_bare_proxy(argv.next().unwrap_or_else(|| fail("--bare-proxy UPSTREAM")));
+    }
     let args = Args::parse();
     // A diagnostic: `RUST_LOG=ctxd::gateway=debug` prints the gateway's phase timings.
     if std::env::var_os("RUST_LOG").is_some() {
@@ -179,6 +194,10 @@ struct Args {
     per_call: Vec<String>,
     skip_latency: bool,
     skip_memory: bool,
+    /// Leaves the replays (economy, records, Responses, models) out: a diagnostic for the
+    /// latency, capacity and memory parts.
+    skip_economy: bool,
+    skip_capacity: bool,
     /// The Codex replay resends answers' items as they came (a diagnostic).
     verbatim: bool,
 }
@@ -189,6 +208,8 @@ impl Args {
             per_call: Vec::new(),
             skip_latency: false,
             skip_memory: false,
+            skip_economy: false,
+            skip_capacity: false,
             verbatim: true,
         };
         let mut it = std::env::args().skip(1);
@@ -199,6 +220,8 @@ impl Args {
                     .push(it.next().unwrap_or_else(|| fail("--per-call TRACE"))),
                 "--skip-latency" => args.skip_latency = true,
                 "--skip-memory" => args.skip_memory = true,
+                "--skip-economy" => args.skip_economy = true,
+                "--skip-capacity" => args.skip_capacity = true,
                 "--responses-stripped" => args.verbatim = false,
                 // `cargo bench` passes this to every bench target.
                 "--bench" => {}
@@ -235,13 +258,14 @@ async fn run(args: Args, metrics: Option<PrometheusHandle>) {
     let mut grpc = connect(server.grpc).await;
 
     // ---- economy: direct, then through the gateway.
+    let replayed: &[Trace] = if args.skip_economy { &[] } else { &traces };
     let direct_url = format!("{}/v1/messages", fake.url());
     let gateway_url = format!("http://{}/v1/messages", server.gateway);
     let started = Instant::now();
     let mut direct = Vec::new();
     let mut prefix = PrefixCache::default();
     let mut clocked = Clocked::new();
-    for trace in &traces {
+    for trace in replayed {
         direct.push(
             replay(
                 &http,
@@ -263,7 +287,7 @@ async fn run(args: Args, metrics: Option<PrometheusHandle>) {
     let mut via = Vec::new();
     let mut prefix = PrefixCache::default();
     let mut clocked = Clocked::new();
-    for trace in &traces {
+    for trace in replayed {
         via.push(
             replay(
                 &http,
@@ -294,7 +318,11 @@ async fn run(args: Args, metrics: Option<PrometheusHandle>) {
     let sessions = count_sessions(&mut grpc).await;
 
     // ---- responses (codex trace): direct, then through the gateway.
-    let codex = CodexTrace::load(&PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(CODEX_TRACE));
+    let mut codex = CodexTrace::load(&PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(CODEX_TRACE));
+    if args.skip_economy {
+        codex.lines.clear();
+        codex.replies.clear();
+    }
     fake.clear_cache();
     let started = Instant::now();
     let (codex_direct, _) = replay_responses(
@@ -331,7 +359,7 @@ async fn run(args: Args, metrics: Option<PrometheusHandle>) {
         &fake,
         &direct_url,
         &gateway_url,
-        &traces,
+        replayed,
         &direct,
         &via,
     )
@@ -461,13 +489,24 @@ async fn run(args: Args, metrics: Option<PrometheusHandle>) {
     latency_server.stop().await;
     proxy_task.abort();
 
-    // ---- memory.
-    let memory = if args.skip_memory {
-        Err("skipped (--skip-memory)".to_owned())
+    // ---- capacity: many conversations at once, ctxd's gateway and a bare proxy as processes.
+    let capacities = if args.skip_capacity {
+        Vec::new()
     } else {
-        let history = source.history(STREAM_TOKENS);
-        memory(&http, &source.system, &history).await
+        let history = source.history(capacity::TOKENS);
+        capacity::capacity(&http, &source.system, &history).await
     };
+
+    // ---- memory.
+    let mut memories = Vec::new();
+    for (streams, tokens) in MEMORY_RUNS {
+        memories.push(if args.skip_memory {
+            Err("skipped (--skip-memory)".to_owned())
+        } else {
+            let history = source.history(tokens);
+            memory(&http, &source.system, &history, streams, tokens).await
+        });
+    }
     let large = if args.skip_memory {
         Err("skipped (--skip-memory)".to_owned())
     } else {
@@ -702,43 +741,79 @@ async fn run(args: Args, metrics: Option<PrometheusHandle>) {
             }
         }
     }
-    match &memory {
-        Ok(m) => {
-            for (case, kib) in [
-                ("VmRSS idle", m.idle_kib),
-                (
-                    "VmRSS during (max of samples while all streams are open)",
-                    m.during_kib,
-                ),
-                ("VmRSS after the streams ended", m.after_kib),
-                ("VmHWM (peak)", m.hwm_kib),
-            ] {
+    for memory in &memories {
+        match memory {
+            Ok(m) => {
+                let what = format!("{} streams × {}k tokens", m.streams, m.tokens / 1000);
+                for (case, kib) in [
+                    ("VmRSS idle", m.idle_kib),
+                    (
+                        "VmRSS during (max of samples while all streams are open)",
+                        m.during_kib,
+                    ),
+                    ("VmRSS after the streams ended", m.after_kib),
+                    ("VmHWM (peak)", m.hwm_kib),
+                ] {
+                    rows.push(Row {
+                        section: "memory",
+                        case: format!("{what}: {case}"),
+                        value: format!("{:.1} MiB", kib as f64 / 1024.0),
+                        ..Row::default()
+                    });
+                }
+                let per_stream = (m.during_kib as f64 - m.idle_kib as f64) / m.streams as f64;
+                // A request's body is its tokens × 4 bytes, about.
+                let body_kib = (m.tokens * 4) as f64 / 1024.0;
                 rows.push(Row {
                     section: "memory",
-                    case: format!(
-                        "{STREAMS} streams × {}k tokens: {case}",
-                        STREAM_TOKENS / 1000
-                    ),
-                    value: format!("{:.1} MiB", kib as f64 / 1024.0),
+                    case: format!("{what}: during − idle, per open stream"),
+                    value: format!("{:.2} MiB", per_stream / 1024.0),
+                    ratio: Some(per_stream / body_kib),
+                    to: "its body's size".into(),
                     ..Row::default()
                 });
             }
-            rows.push(Row {
+            Err(why) => rows.push(Row {
                 section: "memory",
-                case: "during − idle, per open stream".into(),
-                value: format!(
-                    "{:.2} MiB",
-                    (m.during_kib as f64 - m.idle_kib as f64) / 1024.0 / STREAMS as f64
-                ),
+                case: "not measured".into(),
+                value: why.clone(),
                 ..Row::default()
-            });
+            }),
         }
-        Err(why) => rows.push(Row {
-            section: "memory",
-            case: "not measured".into(),
-            value: why.clone(),
+    }
+    for c in &capacities {
+        let bare = capacities.iter().find(|b| b.arm == "bare proxy");
+        let what = format!(
+            "{} conversations × {}k tokens, {}",
+            capacity::CONVERSATIONS,
+            capacity::TOKENS / 1000,
+            c.arm
+        );
+        rows.push(Row {
+            section: "capacity",
+            case: format!("{what}: calls per second"),
+            n: Some(c.calls),
+            value: format!("{:.1}", c.calls_per_second()),
+            ratio: bare
+                .filter(|b| b.arm != c.arm)
+                .map(|b| c.calls_per_second() / b.calls_per_second()),
+            to: "bare proxy".into(),
             ..Row::default()
-        }),
+        });
+        rows.push(Row {
+            section: "capacity",
+            case: format!("{what}: server CPU per call"),
+            n: Some(c.calls),
+            value: format!("{:.2} ms", c.cpu_per_call() * 1e3),
+            ratio: bare
+                .filter(|b| b.arm != c.arm)
+                .map(|b| c.cpu_per_call() / b.cpu_per_call()),
+            to: "bare proxy".into(),
+            ..Row::default()
+        });
+        for f in c.failures.iter().take(5) {
+            println!("  capacity problem: {}: {f}", c.arm);
+        }
     }
 
     let large_ratio = match &large {
@@ -781,9 +856,16 @@ async fn run(args: Args, metrics: Option<PrometheusHandle>) {
             l.arms[1].1.p(metric, q) - l.arms[0].1.p(metric, q)
         })
     };
-    let big = LATENCY_SIZES[LATENCY_SIZES.len() - 1];
+    let cpu_of = |arm: &str| {
+        capacities
+            .iter()
+            .find(|c| c.arm == arm)
+            .map_or(f64::NAN, capacity::Capacity::cpu_per_call)
+    };
+    let cpu_ratio = cpu_of("gateway") / cpu_of("bare proxy");
     // `None`: not measured in this run.
     let within = |v: f64, goal: f64| (!v.is_nan()).then_some(v <= goal);
+    let replayed_goal = |met: bool| (!args.skip_economy).then_some(met);
     let goals: Vec<(String, String, String, Option<bool>)> = vec![
         (
             "economy: cache-weighted cost through the gateway over direct, all traces, \
@@ -791,40 +873,64 @@ async fn run(args: Args, metrics: Option<PrometheusHandle>) {
                 .into(),
             format!("{economy_total:.3}×"),
             format!("≤ {ECONOMY_GOAL}×"),
-            Some(economy_total <= ECONOMY_GOAL),
+            replayed_goal(economy_total <= ECONOMY_GOAL),
         ),
         (
             "economy: the same, prefix cache (OpenAI)".into(),
             format!("{economy_prefix_total:.3}×"),
             format!("≤ {ECONOMY_GOAL}×"),
-            Some(economy_prefix_total <= ECONOMY_GOAL),
+            replayed_goal(economy_prefix_total <= ECONOMY_GOAL),
         ),
         (
             "records: nodes stored / messages sent, all traces".into(),
             format!("{nodes_ratio:.4} ({total_nodes} / {total_sent})"),
             "exactly 1.0".into(),
-            Some(total_nodes == total_sent),
+            replayed_goal(total_nodes == total_sent),
         ),
         (
             "records: branches per session".into(),
             format!("max {max_branches}"),
             "1".into(),
-            Some(max_branches == 1),
+            replayed_goal(max_branches == 1),
         ),
         (
-            format!("latency: added at {}k tokens, p50", big / 1000),
-            format!("{:.2} ms", added_at(big, Metric::Complete, 0.5)),
+            "latency: added at 100k tokens, p50".into(),
+            format!("{:.2} ms", added_at(100_000, Metric::Complete, 0.5)),
             format!("≤ {ADDED_P50_GOAL_MS} ms"),
-            within(added_at(big, Metric::Complete, 0.5), ADDED_P50_GOAL_MS),
+            within(added_at(100_000, Metric::Complete, 0.5), ADDED_P50_GOAL_MS),
+        ),
+        (
+            "latency: added at 100k tokens, p99".into(),
+            format!("{:.2} ms", added_at(100_000, Metric::Complete, 0.99)),
+            format!("≤ {ADDED_P99_GOAL_MS} ms"),
+            within(added_at(100_000, Metric::Complete, 0.99), ADDED_P99_GOAL_MS),
+        ),
+        (
+            "latency: added at 1000k tokens, p50".into(),
+            format!("{:.2} ms", added_at(1_000_000, Metric::Complete, 0.5)),
+            format!("≤ {ADDED_1M_P50_GOAL_MS} ms"),
+            within(
+                added_at(1_000_000, Metric::Complete, 0.5),
+                ADDED_1M_P50_GOAL_MS,
+            ),
+        ),
+        (
+            "latency: time to first byte added at 100k tokens, p50".into(),
+            format!("{:.2} ms", added_at(100_000, Metric::FirstByte, 0.5)),
+            format!("≤ {TTFB_ADDED_GOAL_MS} ms"),
+            within(
+                added_at(100_000, Metric::FirstByte, 0.5),
+                TTFB_ADDED_GOAL_MS,
+            ),
         ),
         (
             format!(
-                "latency: time to first byte added at {}k tokens, p50",
-                big / 1000
+                "capacity: server CPU per call at {} conversations, gateway over bare proxy",
+                capacity::CONVERSATIONS
             ),
-            format!("{:.2} ms", added_at(big, Metric::FirstByte, 0.5)),
-            format!("≤ {TTFB_ADDED_GOAL_MS} ms"),
-            within(added_at(big, Metric::FirstByte, 0.5), TTFB_ADDED_GOAL_MS),
+            format!("{cpu_ratio:.2}×"),
+            format!("≤ {CPU_GOAL}×"),
+            within(cpu_ratio, CPU_GOAL),
         ),
         (
             format!(
@@ -910,10 +1016,15 @@ async fn run(args: Args, metrics: Option<PrometheusHandle>) {
                 .collect::<Vec<_>>(),
             "problems": codex_direct.problems.iter().chain(&codex_via.problems).collect::<Vec<_>>(),
         }),
-        "memory": memory.as_ref().map_or_else(|e| json!({"error": e}), |m| json!({
+        "memory": memories.iter().map(|m| m.as_ref().map_or_else(|e| json!({"error": e}), |m| json!({
             "idle_kib": m.idle_kib, "during_kib": m.during_kib, "after_kib": m.after_kib,
-            "hwm_kib": m.hwm_kib, "streams": STREAMS, "tokens_each": STREAM_TOKENS,
-        })),
+            "hwm_kib": m.hwm_kib, "streams": m.streams, "tokens_each": m.tokens,
+        }))).collect::<Vec<_>>(),
+        "capacity": capacities.iter().map(|c| json!({
+            "arm": c.arm, "conversations": capacity::CONVERSATIONS, "tokens": capacity::TOKENS,
+            "calls": c.calls, "seconds": c.seconds, "cpu_seconds": c.cpu_seconds,
+            "failures": c.failures,
+        })).collect::<Vec<_>>(),
         "large_body": large.as_ref().map_or_else(|e| json!({"error": e}), |l| json!({
             "body_bytes": l.body_bytes, "idle_kib": l.idle_kib, "hwm_kib": l.hwm_kib,
         })),
@@ -1150,24 +1261,48 @@ impl Trace {
     }
 
     /// The longest head of the messages of at most `tokens` tokens (serialised characters / 4)
-    /// that ends right before an assistant message (so no call is left unanswered).
+    /// that ends right before an assistant message (so no call is left unanswered). A history
+    /// longer than the trace goes on with the trace again, its call ids renamed per round (a
+    /// result answers the call of its own round).
     fn history(&self, tokens: usize) -> Vec<Value> {
+        let mut out: Vec<Value> = Vec::new();
         let mut chars = 0;
         let mut end = 0;
-        for (i, m) in self.plain.iter().enumerate() {
-            if chars / 4 > tokens {
-                break;
+        'rounds: for round in 0usize.. {
+            for (i, m) in self.messages.iter().enumerate() {
+                if chars / 4 > tokens {
+                    break 'rounds;
+                }
+                if m["role"] == "assistant" && !out.is_empty() {
+                    end = out.len();
+                }
+                chars += self.plain[i].len();
+                out.push(if round == 0 {
+                    m.clone()
+                } else {
+                    renamed(m, round)
+                });
             }
-            if self.messages[i]["role"] == "assistant" && i > 0 {
-                end = i;
-            }
-            chars += m.len();
         }
-        if chars / 4 <= tokens {
-            end = self.plain.len();
-        }
-        self.messages[..end].to_vec()
+        out.truncate(end);
+        out
     }
+}
+
+/// `message` with its call ids (`tool_use` ids and the results' `tool_use_id`) made its
+/// `round`'s own.
+fn renamed(message: &Value, round: usize) -> Value {
+    let mut m = message.clone();
+    if let Some(Value::Array(blocks)) = m.get_mut("content") {
+        for block in blocks {
+            for key in ["id", "tool_use_id"] {
+                if let Some(Value::String(id)) = block.get_mut(key) {
+                    *id = format!("{id}-r{round}");
+                }
+            }
+        }
+    }
+    m
 }
 
 /// A Messages API request: the fixed fields, `earlier` messages as serialised, and `last`.
@@ -1240,6 +1375,16 @@ fn request(
         request = request.header("x-ctxd-policy", p);
     }
     request
+}
+
+/// `request` asking for the million-token window when its history is over
+/// [`WIDE_WINDOW_OVER`] tokens, as Claude Code's 1M sessions do.
+fn wide(request: reqwest::RequestBuilder, tokens: usize) -> reqwest::RequestBuilder {
+    if tokens > WIDE_WINDOW_OVER {
+        request.header("anthropic-beta", "context-1m-2025-08-07")
+    } else {
+        request
+    }
 }
 
 fn header(response: &reqwest::Response, name: &str) -> Option<String> {
@@ -2373,7 +2518,9 @@ async fn latency(
             let (_, url, session, policy) = &arms[a];
             let body = conversations[a].next(system);
             fake.clear_requests();
-            match post(http, url, session.as_deref(), *policy, body).await {
+            let start = Instant::now();
+            let sent = wide(request(http, url, session.as_deref(), *policy, body), size);
+            match send(start, sent).await {
                 Ok(answer) if answer.status == 200 => {
                     if round >= LATENCY_WARMUP {
                         stats[a].head.push(answer.head.as_secs_f64() * 1e3);
@@ -2417,7 +2564,7 @@ async fn latency(
 
 // ---------------------------------------------------------------- the bare proxy
 
-/// A bare forwarding proxy: the request read whole and sent on with reqwest, the answer relayed
+/// A bare forwarding proxy: the request read whole (any size) and sent on with reqwest, the answer relayed
 /// chunk by chunk through a channel (as the gateway relays it), `TCP_NODELAY` on its accepted
 /// connections. What one more HTTP hop in this process costs, without recording or rendering.
 async fn start_proxy(upstream: String, http: reqwest::Client) -> (SocketAddr, JoinHandle<()>) {
@@ -2430,13 +2577,16 @@ async fn start_proxy(upstream: String, http: reqwest::Client) -> (SocketAddr, Jo
         });
     let addr = axum::serve::Listener::local_addr(&listener).expect("local addr");
     let upstream: std::sync::Arc<str> = upstream.into();
-    let app = axum::Router::new().fallback(
-        move |uri: axum::http::Uri, headers: axum::http::HeaderMap, body: bytes::Bytes| {
-            let http = http.clone();
-            let upstream = upstream.clone();
-            async move { proxy(&http, &upstream, &uri, &headers, body).await }
-        },
-    );
+    let app = axum::Router::new()
+        .fallback(
+            move |uri: axum::http::Uri, headers: axum::http::HeaderMap, body: bytes::Bytes| {
+                let http = http.clone();
+                let upstream = upstream.clone();
+                async move { proxy(&http, &upstream, &uri, &headers, body).await }
+            },
+        )
+        // As the gateway: a body of any size is read (axum's default stops at 2 MB).
+        .layer(axum::extract::DefaultBodyLimit::disable());
     let task = tokio::spawn(async move {
         let _ = axum::serve(listener, app).await;
     });
@@ -2499,6 +2649,8 @@ async fn proxy(
 // ---------------------------------------------------------------- memory
 
 struct Memory {
+    streams: usize,
+    tokens: usize,
     idle_kib: u64,
     during_kib: u64,
     after_kib: u64,
@@ -2686,7 +2838,13 @@ fn start_daemon(dir: &Path, upstream: &str) -> Result<Daemon, String> {
     }
 }
 
-async fn memory(http: &reqwest::Client, system: &str, history: &[Value]) -> Result<Memory, String> {
+async fn memory(
+    http: &reqwest::Client,
+    system: &str,
+    history: &[Value],
+    streams: usize,
+    tokens: usize,
+) -> Result<Memory, String> {
     let fake = FakeProvider::start().await;
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let daemon = start_daemon(dir.path(), &fake.url())?;
@@ -2702,14 +2860,14 @@ async fn memory(http: &reqwest::Client, system: &str, history: &[Value]) -> Resu
     let (idle_kib, _) = status_kib(pid)?;
 
     let mut gates = Vec::new();
-    for _ in 0..STREAMS {
+    for _ in 0..streams {
         let (reply, gate) = Reply::text(ANSWER).paused_after(3);
         fake.script(reply);
         gates.push(gate);
     }
-    let (opened_tx, mut opened_rx) = tokio::sync::mpsc::channel::<()>(STREAMS);
+    let (opened_tx, mut opened_rx) = tokio::sync::mpsc::channel::<()>(streams);
     let mut tasks: Vec<JoinHandle<Result<bool, String>>> = Vec::new();
-    for i in 0..STREAMS {
+    for i in 0..streams {
         let mut messages = history.to_vec();
         // Each agent's own conversation: its opening message differs.
         if let Some(Value::Array(blocks)) = messages[0].get_mut("content")
@@ -2727,7 +2885,7 @@ async fn memory(http: &reqwest::Client, system: &str, history: &[Value]) -> Resu
             let session = format!("memory-{i}");
             let mut response = tokio::time::timeout(
                 PATIENCE,
-                request(&http, &url, Some(&session), None, body).send(),
+                wide(request(&http, &url, Some(&session), None, body), tokens).send(),
             )
             .await
             .map_err(|_| "no answer in time".to_owned())?
@@ -2756,14 +2914,14 @@ async fn memory(http: &reqwest::Client, system: &str, history: &[Value]) -> Resu
     }
     drop(opened_tx);
     let mut open = 0;
-    while open < STREAMS {
+    while open < streams {
         match tokio::time::timeout(PATIENCE, opened_rx.recv()).await {
             Ok(Some(())) => open += 1,
             _ => break,
         }
     }
     let mut during_kib = 0;
-    if open == STREAMS {
+    if open == streams {
         for _ in 0..RSS_SAMPLES {
             during_kib = during_kib.max(status_kib(pid)?.0);
             tokio::time::sleep(RSS_EVERY).await;
@@ -2782,22 +2940,24 @@ async fn memory(http: &reqwest::Client, system: &str, history: &[Value]) -> Resu
             Err(e) => errors.push(e.to_string()),
         }
     }
-    if open < STREAMS {
+    if open < streams {
         return Err(format!(
-            "only {open} of {STREAMS} streams opened: {}",
+            "only {open} of {streams} streams opened: {}",
             errors.join("; ")
         ));
     }
-    if whole < STREAMS {
+    if whole < streams {
         return Err(format!(
-            "{whole} of {STREAMS} streams whole: {}",
+            "{whole} of {streams} streams whole: {}",
             errors.join("; ")
         ));
     }
     let (after_kib, hwm_kib) = status_kib(pid)?;
     drop(daemon);
-    println!("memory: {STREAMS} streams held open and completed");
+    println!("memory: {streams} streams held open and completed");
     Ok(Memory {
+        streams,
+        tokens,
         idle_kib,
         during_kib,
         after_kib,
