@@ -152,7 +152,8 @@ impl App {
             GatewayPolicy::Stepped => {
                 let rendered = self.rendered_body(api, &conv, &recorded, &body).await;
                 let key = (recorded.session, recorded.function.map(|(id, _)| id));
-                self.outgoing(api, &conv, key, rendered, body).await
+                self.outgoing(api, &conv, key, rendered, body, Saved::Now)
+                    .await
             }
         };
         let mut headers = headers;
@@ -206,10 +207,16 @@ impl App {
     ) -> Response {
         let (mut conv, mut located) = (conv, located);
         let rendered = self.located_body(api, &mut conv, &mut located, &body).await;
+        // A session not made yet keeps its ledger state once it is made.
+        let saved = match located.unborn {
+            Some(_) => Saved::OnceRecorded,
+            None => Saved::Now,
+        };
         // Only what is forwarded is held from here on.
-        let out = self
-            .outgoing(api, &conv, (located.session, None), rendered, body)
+        let mut out = self
+            .outgoing(api, &conv, (located.session, None), rendered, body, saved)
             .await;
+        let unsaved = out.unsaved.take();
         let mut headers = headers;
         out.beta(api, &mut headers);
         let priced_by = self.models.entry(&conv.model).label();
@@ -226,7 +233,12 @@ impl App {
             opened.await.ok()?;
             let mut conv = conv;
             match workflows.record_located(&call, &mut conv, located).await {
-                Ok(recorded) => Some(recorded),
+                Ok(recorded) => {
+                    if let Some(state) = unsaved {
+                        state.save(&workflows, (recorded.session, None)).await;
+                    }
+                    Some(recorded)
+                }
                 Err(Unrecorded(reason)) => {
                     tracing::info!(reason, "gateway: a forwarded request was not recorded");
                     metrics::counter!("ctxd_gateway_passthrough_total", "reason" => reason)
@@ -267,11 +279,16 @@ impl App {
         key: ledger::Key,
         rendered: Result<ForwardedBody, &'static str>,
         body: Bytes,
+        saved: Saved,
     ) -> Outgoing {
         match rendered {
             Ok(mut forwarded) => {
-                let verdict = self.judge(api, conv, key, &mut forwarded).await;
-                Outgoing::forwarded(forwarded, body, verdict)
+                let verdict = self.judge(api, conv, key, &mut forwarded, saved).await;
+                let unsaved = (saved == Saved::OnceRecorded).then(|| forwarded.ledger.clone());
+                Outgoing {
+                    unsaved,
+                    ..Outgoing::forwarded(forwarded, body, verdict)
+                }
             }
             Err(reason) => {
                 passthrough(reason);
@@ -282,13 +299,15 @@ impl App {
 
     /// The ledger's verdict on a forwarded request: what it kept of its conversation's previous
     /// one, and why not the rest. The conversation's state is saved before the request is
-    /// forwarded, so its next call finds it whichever replica serves it.
+    /// forwarded, so its next call finds it whichever replica serves it (a session not made
+    /// yet: once the request is recorded, which its answer waits for).
     async fn judge(
         &self,
         api: Api,
         conv: &Conversation,
         key: ledger::Key,
         forwarded: &mut ForwardedBody,
+        saved: Saved,
     ) -> ledger::Verdict {
         let long_ttl = conv.long_ttl();
         let fixed = (conv.system_tokens as usize + conv.tools_tokens as usize) * 4;
@@ -300,9 +319,20 @@ impl App {
             api.cache_markers(),
         );
         let verdict = forwarded.ledger.record(&now, forwarded.step);
-        forwarded.ledger.save(&self.workflows, key).await;
+        if saved == Saved::Now {
+            forwarded.ledger.save(&self.workflows, key).await;
+        }
         verdict
     }
+}
+
+/// When a forwarded request's ledger state is saved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Saved {
+    /// Before it is forwarded.
+    Now,
+    /// Once it is recorded: its session is made then.
+    OnceRecorded,
 }
 
 /// What goes upstream for a recorded call, and what its ledger row says of it.
@@ -313,6 +343,8 @@ struct Outgoing {
     asked: Option<AskedEdit>,
     beta: Option<&'static str>,
     thinking_dropped: u32,
+    /// The ledger state to save once the request is recorded ([`Saved::OnceRecorded`]).
+    unsaved: Option<ledger::State>,
 }
 
 impl Outgoing {
@@ -325,6 +357,7 @@ impl Outgoing {
             asked: None,
             beta: None,
             thinking_dropped: 0,
+            unsaved: None,
         }
     }
 
@@ -337,6 +370,7 @@ impl Outgoing {
             asked: forwarded.asked,
             beta: forwarded.beta,
             thinking_dropped: forwarded.thinking_dropped,
+            unsaved: None,
         }
     }
 

@@ -79,10 +79,12 @@ impl App {
             }
         };
         // A request located before forwarding is recorded now that the upstream has answered;
-        // the answer names where it went, which a call racing it may have changed (a fork).
+        // the answer names where it went, which a call racing it may have changed (a fork, or
+        // the session another call made first for the same key).
         if let Some(sink) = sink.as_mut()
             && let Some(recorded) = sink.recording.get().await
         {
+            sink.named.session = recorded.session;
             sink.named.branch = recorded.branch.clone();
         }
         let status = upstream.status();

@@ -1546,6 +1546,42 @@ async fn gateway_bad_openai_requests_are_refused_naming_the_field() {
 async fn gateway_unreachable_upstream_is_a_502_in_the_provider_shape() {
     let fake = FakeProvider::start().await;
     let dead = dead_url().await;
+    // Anthropic's upstream cannot be reached; OpenAI's (the fake) can.
+    let mut gw = start_configured(fake, None, Options::default(), |gateway| {
+        gateway.anthropic_upstream = dead;
+    })
+    .await;
+    let mut named = Vec::new();
+    for body in [
+        anthropic(json!([user_msg("anyone there?")])),
+        anthropic_stream(json!([user_msg("anyone there?")])),
+    ] {
+        let answer = gw.messages(&body).await;
+        assert_eq!(answer.status, 502, "{answer:?}");
+        named.push(answer.session());
+        let error = answer.json();
+        assert_eq!(error["type"], "error");
+        assert_eq!(error["error"]["type"], "api_error", "{error}");
+    }
+    // A request that never reached the provider records nothing and leaves no session behind,
+    // though its answer names the session it would have made (one conversation: both alike).
+    assert_eq!(named[0], named[1], "one conversation, one session named");
+    assert!(sessions(&mut gw.app).await.is_empty(), "no session left");
+    assert_eq!(gw.app.node_count().await, 0, "nothing recorded");
+    // The same conversation reaching its provider makes the session the 502s named.
+    let answer = gw
+        .chat(&openai(json!([user_msg("anyone there?")])))
+        .await
+        .ok();
+    assert_eq!(answer.session(), named[0], "the session the 502 named");
+    assert_eq!(sessions(&mut gw.app).await, vec![named[0].clone()]);
+    assert_eq!(gw.answered(&named[0], "main", 2).await.len(), 2);
+}
+
+#[tokio::test]
+async fn gateway_unreachable_openai_upstream_is_a_502_in_its_shape() {
+    let fake = FakeProvider::start().await;
+    let dead = dead_url().await;
     let mut gw = start_full(
         fake,
         Some(dead),
@@ -1553,24 +1589,11 @@ async fn gateway_unreachable_upstream_is_a_502_in_the_provider_shape() {
         Options::default(),
     )
     .await;
-    for body in [
-        anthropic(json!([user_msg("anyone there?")])),
-        anthropic_stream(json!([user_msg("anyone there?")])),
-    ] {
-        let answer = gw.messages(&body).await;
-        assert_eq!(answer.status, 502, "{answer:?}");
-        answer.session();
-        let error = answer.json();
-        assert_eq!(error["type"], "error");
-        assert_eq!(error["error"]["type"], "api_error", "{error}");
-    }
     let answer = gw.chat(&openai(json!([user_msg("anyone there?")]))).await;
     assert_eq!(answer.status, 502, "{answer:?}");
     assert_eq!(answer.json()["error"]["type"], "upstream_error");
-    // A request that never reached the provider records nothing: the client's retry is the
-    // first the model sees. Its session is named (the three open alike: one conversation).
-    assert_eq!(sessions(&mut gw.app).await.len(), 1, "one session");
-    assert_eq!(gw.app.node_count().await, 0, "nothing recorded");
+    answer.session();
+    assert!(sessions(&mut gw.app).await.is_empty(), "no session left");
 }
 
 #[tokio::test]

@@ -19,6 +19,24 @@ impl Store {
         key: String,
         metadata: BTreeMap<String, String>,
     ) -> Result<Scoped> {
+        self.session_for_key_as(tenant, key, metadata, None).await
+    }
+
+    /// A session id no session has yet: the one a call names before its session is made
+    /// ([`Store::session_for_key_as`]), so a call that goes no further leaves no session behind.
+    pub fn unborn_session(&self) -> Scoped {
+        Scoped::trusted(SessionId::new())
+    }
+
+    /// [`Store::session_for_key`], a session made with the id `unborn` named before (see
+    /// [`Store::unborn_session`]); a session the key found meanwhile is the one returned.
+    pub async fn session_for_key_as(
+        &self,
+        tenant: &Tenant,
+        key: String,
+        metadata: BTreeMap<String, String>,
+        unborn: Option<Scoped>,
+    ) -> Result<Scoped> {
         let Some(creation) = CreationKey::session(key, &metadata) else {
             return Err(
                 crate::domain::Error::invalid("x-ctxd-session", "must not be empty").into(),
@@ -30,7 +48,8 @@ impl Store {
         let id: SessionId = match found {
             Some(id) => id,
             None => {
-                self.create_session(tenant, metadata, Some(&creation))
+                let id = unborn.map_or_else(SessionId::new, Scoped::id);
+                self.create_session_as(id, tenant, metadata, Some(&creation))
                     .await?
                     .id
             }

@@ -18,7 +18,18 @@ impl Store {
         metadata: BTreeMap<String, String>,
         key: Option<&CreationKey>,
     ) -> Result<Session> {
-        let id = SessionId::new();
+        self.create_session_as(SessionId::new(), tenant, metadata, key)
+            .await
+    }
+
+    /// [`Store::create_session`] with the id `id` (a fresh one, minted by the caller).
+    pub(super) async fn create_session_as(
+        &self,
+        id: SessionId,
+        tenant: &Tenant,
+        metadata: BTreeMap<String, String>,
+        key: Option<&CreationKey>,
+    ) -> Result<Session> {
         let now = now_ms();
         let new = NewSession {
             id,

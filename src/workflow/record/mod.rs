@@ -19,7 +19,7 @@ mod preview;
 
 use compacted::{codex_window, continuation};
 use prefix::{Against, Fork, from_stored_prefix};
-use sessions::{Key, open, session_key};
+use sessions::{Found, Key, born, found, open, session_key};
 use subagent::subagent;
 
 pub use call::{Call, ConversationKey};
@@ -98,26 +98,39 @@ struct Opened<'c> {
     opening: String,
     key: Key,
     session: Scoped,
+    /// The session is not made yet (only [`locate`] leaves it so): the key it will be made for.
+    unborn: Option<String>,
 }
 
-/// Checks `conv` and finds or makes its session: where [`record`] and [`locate`] both begin.
+/// Checks `conv` and finds its session: where [`record`] and [`locate`] both begin. `make`:
+/// a session the request's key names none of is made now; else it is only named
+/// ([`Opened::unborn`]).
 async fn opened<'c>(
     w: &Workflows,
     call: &Call,
     conv: &'c Conversation,
+    make: bool,
 ) -> Result<Opened<'c>, Unrecorded> {
     let (store, tenant) = (&w.store, &call.tenant);
     let contents = checked(conv, call.max_part_bytes)?;
     let hashes = chain_hashes(&contents, None);
     let opening = opening_key(&conv.opening);
     let key = session_key(store, tenant, call.named.as_deref(), conv, &opening).await;
-    let session = open(store, &w.session_keys, tenant, &key).await?;
+    let (session, unborn) = if make {
+        (open(store, &w.session_keys, tenant, &key).await?, None)
+    } else {
+        match found(store, &w.session_keys, tenant, &key).await? {
+            Found::Open(session) => (session, None),
+            Found::Unborn { session, name } => (session, Some(name)),
+        }
+    };
     Ok(Opened {
         contents,
         hashes,
         opening,
         key,
         session,
+        unborn,
     })
 }
 
@@ -136,9 +149,18 @@ async fn locate(
         contents,
         hashes,
         session,
+        unborn,
         ..
-    } = opened(w, call, conv).await?;
-    let branches = store.list_branches(session).await.map_err(store_error)?;
+    } = opened(w, call, conv, false).await?;
+    let branches = match &unborn {
+        // A session not made yet holds an empty main, as a new session does.
+        Some(_) => vec![domain::Branch {
+            name: BranchName::main(),
+            head: None,
+            updated_at_ms: 0,
+        }],
+        None => store.list_branches(session).await.map_err(store_error)?,
+    };
     let h = Against::new((store, session), &branches, (&contents, &hashes));
     let plan = match contents.iter().position(|c| is_codex_compaction(c)) {
         Some(c) => match codex_window(&h, c).await? {
@@ -170,6 +192,7 @@ async fn locate(
     }
     Ok(Some(Located {
         session,
+        unborn,
         branch: plan.branch,
         expected: plan.expected,
         rest: plan.rest,
@@ -192,6 +215,16 @@ async fn record_located(
         return Err(Unrecorded("render"));
     }
     located.give_back(conv);
+    if let Some(name) = located.unborn.take() {
+        located.session = born(
+            &w.store,
+            &w.session_keys,
+            &call.tenant,
+            &name,
+            located.session,
+        )
+        .await?;
+    }
     if !located.rest.is_empty() {
         let seen = located.seen();
         let request = AppendRequest {
@@ -219,7 +252,7 @@ async fn record_located(
 
 /// Records `conv`: finds or makes its session, appends what it does not hold.
 async fn record(w: &Workflows, call: &Call, conv: &Conversation) -> Result<Recorded, Unrecorded> {
-    let opened = opened(w, call, conv).await?;
+    let opened = opened(w, call, conv, true).await?;
     record_in(&w.store, &w.session_keys, &call.tenant, conv, opened).await
 }
 
@@ -236,6 +269,10 @@ fn appended(outcome: &store::AppendOutcome) -> Option<(NodeId, Hash)> {
 #[derive(Debug, Clone)]
 pub struct Located {
     pub session: Scoped,
+    /// The session is not made yet: the key it is made for once the request is recorded (a
+    /// request the upstream never answers leaves no session behind, though its answer names
+    /// the one it would have made).
+    pub unborn: Option<String>,
     pub branch: BranchName,
     /// The stored node the request's history reaches, and its hash.
     pub expected: Option<(NodeId, Hash)>,
@@ -386,6 +423,7 @@ async fn record_in(
         opening,
         key,
         mut session,
+        ..
     } = opened;
     let mut own_session = false;
     for _ in 0..ATTEMPTS {

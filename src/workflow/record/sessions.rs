@@ -44,37 +44,119 @@ pub(super) async fn open(
     tenant: &Tenant,
     key: &Key,
 ) -> Result<Scoped, Unrecorded> {
-    match key {
-        Key::Session(id) => store.scope(tenant, *id).await.map_err(store_error),
-        Key::Named(name) => {
-            // A key names one session for good, unless it is deleted: the cached one is taken
-            // after the tenant check (which a deleted session fails).
-            if let Some(id) = keys.get(tenant, name) {
-                match store.scope(tenant, id).await {
-                    Ok(scoped) => return Ok(scoped),
-                    Err(_) => keys.forget(tenant, name),
-                }
-            }
-            let metadata = BTreeMap::from([(KEY_METADATA.to_owned(), name.clone())]);
-            let scoped = store
-                .session_for_key(tenant, format!("ctxd-gateway:{name}"), metadata)
-                .await
-                .map_err(store_error)?;
-            keys.remember(tenant, name, scoped.id());
-            Ok(scoped)
-        }
+    match found(store, keys, tenant, key).await? {
+        Found::Open(scoped) => Ok(scoped),
+        Found::Unborn { session, name } => born(store, keys, tenant, &name, session).await,
     }
+}
+
+/// The session a key names, found without making it.
+pub(super) enum Found {
+    Open(Scoped),
+    /// None yet: the id it will have, once made for `name` ([`born`]).
+    Unborn {
+        session: Scoped,
+        name: String,
+    },
+}
+
+/// The session `key` names, without making one: a key that names none yet is given the id its
+/// session will have (the same for every call of it this process serves until it is made).
+pub(super) async fn found(
+    store: &Store,
+    keys: &SessionKeys,
+    tenant: &Tenant,
+    key: &Key,
+) -> Result<Found, Unrecorded> {
+    let name = match key {
+        Key::Session(id) => {
+            return store
+                .scope(tenant, *id)
+                .await
+                .map(Found::Open)
+                .map_err(store_error);
+        }
+        Key::Named(name) => name,
+    };
+    // A key names one session for good, unless it is deleted: the cached one is taken after
+    // the tenant check (which a deleted session fails).
+    match keys.get(tenant, name) {
+        Some(Remembered::Made(id)) => match store.scope(tenant, id).await {
+            Ok(scoped) => return Ok(Found::Open(scoped)),
+            Err(_) => keys.forget(tenant, name),
+        },
+        Some(Remembered::Unborn(session)) => {
+            if let Some(scoped) = find(store, tenant, name).await? {
+                keys.remember(tenant, name, Remembered::Made(scoped.id()));
+                return Ok(Found::Open(scoped));
+            }
+            return Ok(Found::Unborn {
+                session,
+                name: name.clone(),
+            });
+        }
+        None => {}
+    }
+    if let Some(scoped) = find(store, tenant, name).await? {
+        keys.remember(tenant, name, Remembered::Made(scoped.id()));
+        return Ok(Found::Open(scoped));
+    }
+    let session = store.unborn_session();
+    keys.remember(tenant, name, Remembered::Unborn(session));
+    Ok(Found::Unborn {
+        session,
+        name: name.clone(),
+    })
+}
+
+/// The session made for key `name` with the id `unborn` ([`found`] named it), or the one made
+/// for it meanwhile.
+pub(super) async fn born(
+    store: &Store,
+    keys: &SessionKeys,
+    tenant: &Tenant,
+    name: &str,
+    unborn: Scoped,
+) -> Result<Scoped, Unrecorded> {
+    let metadata = BTreeMap::from([(KEY_METADATA.to_owned(), name.to_owned())]);
+    let scoped = store
+        .session_for_key_as(
+            tenant,
+            format!("ctxd-gateway:{name}"),
+            metadata,
+            Some(unborn),
+        )
+        .await
+        .map_err(store_error)?;
+    keys.remember(tenant, name, Remembered::Made(scoped.id()));
+    Ok(scoped)
+}
+
+/// The session made for key `name`, if there is one.
+async fn find(store: &Store, tenant: &Tenant, name: &str) -> Result<Option<Scoped>, Unrecorded> {
+    let metadata = BTreeMap::from([(KEY_METADATA.to_owned(), name.to_owned())]);
+    store
+        .find_session_for_key(tenant, format!("ctxd-gateway:{name}"), &metadata)
+        .await
+        .map_err(store_error)
+}
+
+/// What a key is remembered to name: its session, or the id its session will have.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Remembered {
+    Made(SessionId),
+    Unborn(Scoped),
 }
 
 /// The sessions keys named, remembered: a key's session is read once, not on every call.
 #[derive(Default)]
-pub struct SessionKeys(std::sync::Mutex<HashMap<(Tenant, String), SessionId>>);
+pub struct SessionKeys(std::sync::Mutex<HashMap<(Tenant, String), Remembered>>);
 
 /// Keys remembered at most; past it the memory starts over.
 const REMEMBERED_KEYS: usize = 10_000;
 
 impl SessionKeys {
-    fn get(&self, tenant: &Tenant, key: &str) -> Option<SessionId> {
+    fn get(&self, tenant: &Tenant, key: &str) -> Option<Remembered> {
         let map = self
             .0
             .lock()
@@ -82,7 +164,7 @@ impl SessionKeys {
         map.get(&(tenant.clone(), key.to_owned())).copied()
     }
 
-    fn remember(&self, tenant: &Tenant, key: &str, id: SessionId) {
+    fn remember(&self, tenant: &Tenant, key: &str, id: Remembered) {
         let mut map = self
             .0
             .lock()
