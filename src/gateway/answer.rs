@@ -29,6 +29,9 @@ pub(super) struct Sink {
     /// Opened once the upstream has answered: a request located without writing is recorded
     /// then (dropped unopened, it records nothing).
     pub(super) gate: Option<tokio::sync::oneshot::Sender<()>>,
+    /// The conversation's ledger state, being saved beside the upstream call: the client sees
+    /// the end of the answer once it is saved.
+    pub(super) saving: Option<tokio::task::JoinHandle<()>>,
 }
 
 /// The session, branch and function a request goes to.
@@ -75,6 +78,14 @@ impl Sink {
             && let Ok(v) = HeaderValue::from_str(&function.to_string())
         {
             h.insert("x-ctxd-function-id", v);
+        }
+    }
+
+    /// Waits for the conversation's ledger state to be saved (at once when it is, or was never
+    /// to be).
+    pub(super) async fn saved(&mut self) {
+        if let Some(saving) = self.saving.take() {
+            let _ = saving.await;
         }
     }
 

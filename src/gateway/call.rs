@@ -152,7 +152,7 @@ impl App {
             GatewayPolicy::Stepped => {
                 let rendered = self.rendered_body(api, &conv, &recorded, &body).await;
                 let key = (recorded.session, recorded.function.map(|(id, _)| id));
-                self.outgoing(api, &conv, key, rendered, body, Saved::Now)
+                self.outgoing(api, &conv, key, rendered, body, Saved::Beside)
                     .await
             }
         };
@@ -186,6 +186,7 @@ impl App {
             priced_by: self.models.entry(&conv.model).label(),
             asked: out.asked,
             thinking_dropped: out.thinking_dropped,
+            saving: out.saving,
         };
         self.forward(api, Method::POST, &uri, &headers, out.body, Some(sink))
             .await
@@ -210,7 +211,7 @@ impl App {
         // A session not made yet keeps its ledger state once it is made.
         let saved = match located.unborn {
             Some(_) => Saved::OnceRecorded,
-            None => Saved::Now,
+            None => Saved::Beside,
         };
         // Only what is forwarded is held from here on.
         let mut out = self
@@ -265,6 +266,7 @@ impl App {
             priced_by,
             asked: out.asked,
             thinking_dropped: out.thinking_dropped,
+            saving: out.saving,
         };
         self.forward(api, Method::POST, &uri, &headers, out.body, Some(sink))
             .await
@@ -283,10 +285,18 @@ impl App {
     ) -> Outgoing {
         match rendered {
             Ok(mut forwarded) => {
-                let verdict = self.judge(api, conv, key, &mut forwarded, saved).await;
-                let unsaved = (saved == Saved::OnceRecorded).then(|| forwarded.ledger.clone());
+                let verdict = self.judge(api, conv, &mut forwarded);
+                let (unsaved, saving) = match saved {
+                    Saved::OnceRecorded => (Some(forwarded.ledger.clone()), None),
+                    Saved::Beside => {
+                        let (state, workflows) = (forwarded.ledger.clone(), self.workflows.clone());
+                        let saving = tokio::spawn(async move { state.save(&workflows, key).await });
+                        (None, Some(saving))
+                    }
+                };
                 Outgoing {
                     unsaved,
+                    saving,
                     ..Outgoing::forwarded(forwarded, body, verdict)
                 }
             }
@@ -298,16 +308,13 @@ impl App {
     }
 
     /// The ledger's verdict on a forwarded request: what it kept of its conversation's previous
-    /// one, and why not the rest. The conversation's state is saved before the request is
-    /// forwarded, so its next call finds it whichever replica serves it (a session not made
-    /// yet: once the request is recorded, which its answer waits for).
-    async fn judge(
+    /// one, and why not the rest, taken into the conversation's state (which [`Saved`] says
+    /// when to keep).
+    fn judge(
         &self,
         api: Api,
         conv: &Conversation,
-        key: ledger::Key,
         forwarded: &mut ForwardedBody,
-        saved: Saved,
     ) -> ledger::Verdict {
         let long_ttl = conv.long_ttl();
         let fixed = (conv.system_tokens as usize + conv.tools_tokens as usize) * 4;
@@ -318,19 +325,17 @@ impl App {
             &forwarded.kept,
             api.cache_markers(),
         );
-        let verdict = forwarded.ledger.record(&now, forwarded.step);
-        if saved == Saved::Now {
-            forwarded.ledger.save(&self.workflows, key).await;
-        }
-        verdict
+        forwarded.ledger.record(&now, forwarded.step)
     }
 }
 
-/// When a forwarded request's ledger state is saved.
+/// When a forwarded request's ledger state is saved: always before its answer ends, so the
+/// conversation's next call finds it whichever replica serves it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Saved {
-    /// Before it is forwarded.
-    Now,
+    /// Beside the upstream call, a write off the path to the answer's first byte (the end of
+    /// the answer, an error status or a 502 waits for it).
+    Beside,
     /// Once it is recorded: its session is made then.
     OnceRecorded,
 }
@@ -345,6 +350,8 @@ struct Outgoing {
     thinking_dropped: u32,
     /// The ledger state to save once the request is recorded ([`Saved::OnceRecorded`]).
     unsaved: Option<ledger::State>,
+    /// The ledger state being saved beside the upstream call ([`Saved::Beside`]).
+    saving: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Outgoing {
@@ -358,6 +365,7 @@ impl Outgoing {
             beta: None,
             thinking_dropped: 0,
             unsaved: None,
+            saving: None,
         }
     }
 
@@ -371,6 +379,7 @@ impl Outgoing {
             beta: forwarded.beta,
             thinking_dropped: forwarded.thinking_dropped,
             unsaved: None,
+            saving: None,
         }
     }
 

@@ -71,9 +71,11 @@ impl App {
                     ),
                     None,
                 );
-                // The client can still find the session its request went to.
-                if let Some(sink) = &sink {
+                // The client can still find the session its request went to, and retries once
+                // the conversation's state is kept.
+                if let Some(sink) = sink.as_mut() {
                     sink.name(response.headers_mut());
+                    sink.saved().await;
                 }
                 return response;
             }
@@ -130,8 +132,9 @@ fn without_url(e: &reqwest::Error) -> String {
 /// Relays the upstream's body to the client chunk by chunk. A client that goes away ends the
 /// relay and drops the upstream call; a cut upstream cuts the client's answer too; only a
 /// whole answer is appended. The chunk that ends a recorded answer (its terminal event; for a
-/// whole JSON body, the last chunk) is held until the answer is appended, so a client that has
-/// the whole answer finds it in the session, and its next request never races the append.
+/// whole JSON body, the last chunk) is held until the answer is appended and the conversation's
+/// ledger state kept, so a client that has the whole answer finds it in the session, and its
+/// next request never races either write.
 async fn relay(
     mut upstream: reqwest::Response,
     tx: mpsc::Sender<Result<Bytes, std::io::Error>>,
@@ -144,6 +147,11 @@ async fn relay(
         .filter(|_| answered)
         .map(|s| s.api.answer(s.stream));
     let streamed = sink.as_ref().is_none_or(|s| s.stream);
+    // An error is relayed as it comes, so it waits for the conversation's state to be kept; an
+    // answer waits for it only at its end.
+    if !answered && let Some(sink) = sink.as_mut() {
+        sink.saved().await;
+    }
     let mut held: Vec<Bytes> = Vec::new();
     loop {
         match upstream.chunk().await {
@@ -177,6 +185,7 @@ async fn relay(
                 // The client sees the end once its request is recorded, whatever the end.
                 if let Some(sink) = sink.as_mut() {
                     sink.recording.get().await;
+                    sink.saved().await;
                 }
                 for b in held {
                     let _ = tx.send(Ok(b)).await;
@@ -199,6 +208,7 @@ async fn relay(
                 sink.recording.get().await;
             }
         }
+        sink.saved().await;
     }
     for b in held {
         if tx.send(Ok(b)).await.is_err() {
