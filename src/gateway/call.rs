@@ -11,7 +11,8 @@ use super::answer::{Named, Recording, Sink};
 use super::body::ForwardedBody;
 use super::config::GatewayPolicy;
 use super::{
-    Api, App, count, invalid, ledger, passthrough, request_policy, session_header, text_headers,
+    Api, App, count, invalid, ledger, passthrough, request_policy, resend, session_header,
+    text_headers,
 };
 use crate::domain::AskedEdit;
 use crate::provider::codec::Request;
@@ -47,13 +48,61 @@ impl App {
             count(api, "invalid");
             Err(invalid(api, field, message))
         };
-        let read = match serde_json::from_slice::<Value>(body) {
-            Ok(body) => api.read(Request {
-                path: uri.path(),
-                body,
-                headers: &text_headers(headers),
-            }),
-            Err(e) => return refused("body", &format!("not JSON: {e}")),
+        let text = text_headers(headers);
+        // A conversation's request usually resends its previous one: read from what changed.
+        let key = session_header(headers)
+            .ok()
+            .map(|named| resend::Key::new(&tenant, api, uri.path(), named.as_deref()));
+        let compared = resend::compared_headers(&text);
+        let previous = key.as_ref().and_then(|k| self.resends.get(k));
+        let resent = previous
+            .as_deref()
+            .and_then(|p| resend::resent(api, p, body, compared.clone()));
+        tracing::debug!(
+            remembered = previous.is_some(),
+            resent = resent.is_some(),
+            "gateway: a request read from what changed, or whole"
+        );
+        let read = match resent {
+            Some((conv, next)) => {
+                #[cfg(debug_assertions)]
+                {
+                    let whole = serde_json::from_slice::<Value>(body).map(|body| {
+                        api.read(Request {
+                            path: uri.path(),
+                            body,
+                            headers: &text,
+                        })
+                    });
+                    assert_eq!(
+                        whole.ok(),
+                        Some(Ok(conv.clone())),
+                        "a resent request reads as it does whole"
+                    );
+                }
+                if let Some(key) = key {
+                    self.resends.remember(key, next);
+                }
+                metrics::counter!("ctxd_gateway_reads_total", "read" => "resent").increment(1);
+                Ok(conv)
+            }
+            None => match serde_json::from_slice::<Value>(body) {
+                Ok(value) => {
+                    metrics::counter!("ctxd_gateway_reads_total", "read" => "whole").increment(1);
+                    let read = api.read(Request {
+                        path: uri.path(),
+                        body: value,
+                        headers: &text,
+                    });
+                    if let (Ok(conv), Some(key)) = (&read, key)
+                        && let Some(p) = resend::Previous::of(api, body.clone(), compared, conv)
+                    {
+                        self.resends.remember(key, p);
+                    }
+                    read
+                }
+                Err(e) => return refused("body", &format!("not JSON: {e}")),
+            },
         };
         let Ok(policy) = request_policy(self.policy, headers) else {
             return refused("x-ctxd-policy", "must be \"stepped\" or \"passthrough\"");

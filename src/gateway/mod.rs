@@ -22,6 +22,7 @@ mod forward;
 mod json;
 mod ledger;
 mod relay;
+mod resend;
 
 use std::sync::Arc;
 
@@ -136,6 +137,8 @@ struct App {
     /// The server's call slots, shared with the other doors: a call holds one until its answer
     /// is relayed whole, so a shutdown drains the gateway's calls with the rest.
     admission: Admission,
+    /// Each conversation's previous request, so the next is read from what changed.
+    resends: Arc<resend::Resends>,
 }
 
 /// Serves the gateway on its listener until the task is dropped. A call in flight when it is
@@ -165,6 +168,7 @@ pub async fn serve(
         max_body_bytes: gateway.max_body_bytes,
         max_part_bytes,
         admission,
+        resends: Arc::default(),
     };
     let mut router = Router::new();
     for api in codecs() {

@@ -134,6 +134,21 @@ pub trait Codec: Sync + Send {
     /// Reads a request, taking its texts rather than copying them where it can.
     fn read(&self, request: Request<'_>) -> Result<Conversation, Refusal>;
 
+    /// Reads a request that resends an earlier one of its conversation: the same path and
+    /// headers, every member beside [`Codec::field`] byte-identical, and that member's first
+    /// `from` entries byte-identical to those `previous` was read from (`previous`: what
+    /// [`Codec::read`] or this method gave for it). Only the other entries (`tail`) are read;
+    /// the result is what [`Codec::read`] gives for the whole request. `None`: read it whole
+    /// (a format whose entries are not read one by one, or a tail this method does not take).
+    fn read_resent(
+        &self,
+        _previous: &Conversation,
+        _from: usize,
+        _tail: Vec<Value>,
+    ) -> Option<Result<Conversation, Refusal>> {
+        None
+    }
+
     /// Rendered messages as the entries of [`Codec::field`], valid under the format's pairing
     /// rules, and which messages each entry holds.
     fn document(&self, messages: &[Message]) -> (Vec<Value>, Vec<Vec<usize>>);

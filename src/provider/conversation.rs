@@ -6,7 +6,7 @@ use serde_json::{Map, Value};
 use crate::domain::{NodeContent, Part, Role, ToolCall};
 
 /// One node the request's messages make, and the client message it came from.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Item {
     pub content: NodeContent,
     pub message: usize,
@@ -16,7 +16,7 @@ pub struct Item {
 }
 
 /// A request read for recording.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Conversation {
     pub items: Vec<Item>,
     /// The system prompt and the first user message: a conversation's identity when nothing
@@ -88,6 +88,67 @@ impl Conversation {
             NodeContent::Message { role: r, parts, .. } if *r == role => Some(Part::text_of(parts)),
             _ => None,
         })
+    }
+
+    /// What a request resending this one's first `from` client entries unchanged (and every
+    /// field beside them) reads before its other entries: the items and markers of those
+    /// entries, the rest as read. `None` when the opening is not among them (it is read anew).
+    pub fn resent(&self, from: usize) -> Option<Self> {
+        let first_user = self.items.iter().find(|i| {
+            matches!(
+                &i.content,
+                NodeContent::Message {
+                    role: Role::User,
+                    ..
+                }
+            )
+        })?;
+        if first_user.through >= from {
+            return None;
+        }
+        Some(Conversation {
+            items: self
+                .items
+                .iter()
+                .take_while(|i| i.through < from)
+                .cloned()
+                .collect(),
+            markers: self
+                .markers
+                .iter()
+                .filter(|(i, _)| *i < from)
+                .cloned()
+                .collect(),
+            opening: String::new(),
+            ..self.clone_fields()
+        })
+    }
+
+    /// Every field but the items and the markers.
+    fn clone_fields(&self) -> Self {
+        Conversation {
+            items: Vec::new(),
+            opening: self.opening.clone(),
+            client_session: self.client_session.clone(),
+            stream: self.stream,
+            model: self.model.clone(),
+            output_reserve: self.output_reserve,
+            system_tokens: self.system_tokens,
+            tools_tokens: self.tools_tokens,
+            client_tokens: self.client_tokens,
+            markers: Vec::new(),
+            fixed_markers: self.fixed_markers,
+            reasoning: self.reasoning,
+            wide_window: self.wide_window,
+        }
+    }
+
+    /// Ends a read of a resent request ([`Conversation::resent`]): as [`Conversation::finish`],
+    /// the opening the one read before.
+    pub fn finish_resent(self, opening: &str) -> Self {
+        let mut conv = self.finish("");
+        conv.opening = opening.to_owned();
+        conv
     }
 
     /// Ends a read of its items, whatever the API: each tool result takes its call's name,

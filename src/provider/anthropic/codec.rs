@@ -54,6 +54,16 @@ impl Codec for Messages {
         Ok(conv)
     }
 
+    fn read_resent(
+        &self,
+        previous: &Conversation,
+        from: usize,
+        tail: Vec<Value>,
+    ) -> Option<Result<Conversation, Refusal>> {
+        // The headers are the previous request's: what they said is in `previous` already.
+        super::read_resent(previous, from, tail)
+    }
+
     fn edit_header(
         &self,
         beta: &'static str,

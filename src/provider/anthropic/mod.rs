@@ -83,6 +83,23 @@ pub fn read(body: &mut Value) -> Result<Conversation, Refusal> {
     Ok(conv.finish(&system))
 }
 
+/// A request that resends `previous`'s first `from` messages unchanged, and every field beside
+/// its messages (see [`crate::provider::codec::Codec::read_resent`]): its other messages
+/// (`tail`) read after them. `None`: read it whole.
+pub fn read_resent(
+    previous: &Conversation,
+    from: usize,
+    tail: Vec<Value>,
+) -> Option<Result<Conversation, Refusal>> {
+    let mut conv = previous.resent(from)?;
+    for (i, mut message) in tail.into_iter().enumerate() {
+        if let Err(refusal) = read_message(&mut conv, from + i, &mut message) {
+            return Some(Err(refusal));
+        }
+    }
+    Some(Ok(conv.finish_resent(&previous.opening)))
+}
+
 /// Claude Code's session id in `metadata.user_id`: a JSON string with `session_id`, or the
 /// older `user_<hash>_account_<uuid>_session_<uuid>` form.
 fn claude_code_session(user_id: &str) -> Option<String> {
