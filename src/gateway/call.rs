@@ -54,7 +54,7 @@ impl App {
             .ok()
             .map(|named| resend::Key::new(&tenant, api, uri.path(), named.as_deref()));
         let compared = resend::compared_headers(&text);
-        let previous = key.as_ref().and_then(|k| self.resends.get(k));
+        let previous = key.as_ref().and_then(|k| self.resends.get(k, body));
         let resent = previous
             .as_deref()
             .and_then(|p| resend::resent(api, p, body, compared.clone()));
@@ -81,7 +81,7 @@ impl App {
                     );
                 }
                 if let Some(key) = key {
-                    self.resends.remember(key, next);
+                    self.resends.remember(key, next, previous.as_ref());
                 }
                 metrics::counter!("ctxd_gateway_reads_total", "read" => "resent").increment(1);
                 Ok(conv)
@@ -97,7 +97,7 @@ impl App {
                     if let (Ok(conv), Some(key)) = (&read, key)
                         && let Some(p) = resend::Previous::of(api, body.clone(), compared, conv)
                     {
-                        self.resends.remember(key, p);
+                        self.resends.remember(key, p, None);
                     }
                     read
                 }

@@ -21,6 +21,11 @@ const REMEMBERED: usize = 1024;
 const REMEMBERED_BYTES: usize = 512 << 20;
 /// A body larger than this is not remembered: it would hold twice its size for one request.
 const LARGEST: usize = 32 << 20;
+/// Conversations whose requests share a key (a tenant's conversations that name no session, an
+/// agent and its sub-agents) keep this many requests under it; a request resends the one whose
+/// first [`PROBE`] bytes it shares most of.
+const CANDIDATES: usize = 8;
+const PROBE: usize = 64 << 10;
 
 /// Whose request: its caller, its format and path, and the session it names.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -193,47 +198,78 @@ pub(super) struct Resends(Mutex<Remembered>);
 
 #[derive(Default)]
 struct Remembered {
-    map: HashMap<Key, (u64, Arc<Previous>)>,
+    map: HashMap<Key, Vec<(u64, Arc<Previous>)>>,
     tick: u64,
+    count: usize,
     bytes: usize,
 }
 
 impl Resends {
-    pub(super) fn get(&self, key: &Key) -> Option<Arc<Previous>> {
+    /// The request under `key` that `body` most likely resends.
+    pub(super) fn get(&self, key: &Key, body: &[u8]) -> Option<Arc<Previous>> {
         let mut r = self
             .0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         r.tick += 1;
         let tick = r.tick;
-        let (used, previous) = r.map.get_mut(key)?;
+        let probe = &body[..body.len().min(PROBE)];
+        let (used, previous) = r
+            .map
+            .get_mut(key)?
+            .iter_mut()
+            .max_by_key(|(used, p)| (common_prefix(probe, &p.body), *used))?;
         *used = tick;
         Some(previous.clone())
     }
 
-    pub(super) fn remember(&self, key: Key, previous: Previous) {
+    /// Remembers `previous` under `key`, in place of `replaced` (the request it was read from).
+    pub(super) fn remember(&self, key: Key, previous: Previous, replaced: Option<&Arc<Previous>>) {
         let mut r = self
             .0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         r.tick += 1;
         let tick = r.tick;
-        r.bytes += previous.bytes();
-        if let Some((_, old)) = r.map.insert(key, (tick, Arc::new(previous))) {
-            r.bytes -= old.bytes();
+        let added = previous.bytes();
+        let (mut freed, mut gone) = (0, 0);
+        let slot = r.map.entry(key).or_default();
+        if let Some(old) = replaced
+            && let Some(at) = slot.iter().position(|(_, p)| Arc::ptr_eq(p, old))
+        {
+            let (_, old) = slot.swap_remove(at);
+            freed += old.bytes();
+            gone += 1;
         }
-        while r.map.len() > REMEMBERED || r.bytes > REMEMBERED_BYTES {
-            let Some(oldest) = r
+        slot.push((tick, Arc::new(previous)));
+        if slot.len() > CANDIDATES
+            && let Some(at) = (0..slot.len()).min_by_key(|&i| slot[i].0)
+        {
+            let (_, old) = slot.swap_remove(at);
+            freed += old.bytes();
+            gone += 1;
+        }
+        r.bytes = r.bytes + added - freed;
+        r.count = r.count + 1 - gone;
+        while r.count > REMEMBERED || r.bytes > REMEMBERED_BYTES {
+            let oldest = r
                 .map
                 .iter()
-                .min_by_key(|(_, (used, _))| *used)
-                .map(|(k, _)| k.clone())
-            else {
-                break;
-            };
-            if let Some((_, gone)) = r.map.remove(&oldest) {
-                r.bytes -= gone.bytes();
+                .flat_map(|(k, slot)| {
+                    slot.iter()
+                        .enumerate()
+                        .map(move |(i, (used, _))| (*used, k, i))
+                })
+                .min_by_key(|(used, _, _)| *used)
+                .map(|(_, k, i)| (k.clone(), i));
+            let Some((k, i)) = oldest else { break };
+            let Some(slot) = r.map.get_mut(&k) else { break };
+            let (_, old) = slot.swap_remove(i);
+            if slot.is_empty() {
+                r.map.remove(&k);
             }
+            r.bytes -= old.bytes();
+            r.count -= 1;
         }
     }
 }

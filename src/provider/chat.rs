@@ -42,6 +42,27 @@ pub fn read(body: &Value) -> Result<Conversation, Refusal> {
     Ok(conv.finish(&system))
 }
 
+/// A request that resends `previous`'s first `from` messages unchanged, and every field beside
+/// its messages (see [`crate::provider::codec::Codec::read_resent`]): its other messages
+/// (`tail`) read after them. `None`: read it whole.
+pub fn read_resent(
+    previous: &Conversation,
+    from: usize,
+    tail: &[Value],
+) -> Option<Result<Conversation, Refusal>> {
+    let mut conv = previous.resent(from)?;
+    for (i, message) in tail.iter().enumerate() {
+        if let Err(refusal) = read_message(&mut conv, from + i, message) {
+            return Some(Err(refusal));
+        }
+    }
+    let system = conv
+        .first_text(Role::System)
+        .or_else(|| conv.first_text(Role::Developer))
+        .unwrap_or_default();
+    Some(Ok(conv.finish(&system)))
+}
+
 /// A file of chat messages (ctxd imports it as OpenAI's): a `messages` array, or a whole
 /// request body whose `model` may be missing, read as the gateway reads the request; with how
 /// many messages it holds. Tool-call arguments that are not JSON, which the gateway forwards as
@@ -367,6 +388,15 @@ impl Codec for Completions {
 
     fn read(&self, request: Request<'_>) -> Result<Conversation, Refusal> {
         read(&request.body)
+    }
+
+    fn read_resent(
+        &self,
+        previous: &Conversation,
+        from: usize,
+        tail: Vec<Value>,
+    ) -> Option<Result<Conversation, Refusal>> {
+        read_resent(previous, from, &tail)
     }
 
     fn document(&self, messages: &[Message]) -> (Vec<Value>, Vec<Vec<usize>>) {

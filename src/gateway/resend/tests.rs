@@ -164,12 +164,83 @@ fn the_least_recently_used_conversation_is_forgotten_first() {
     for n in 0..=REMEMBERED {
         if n == REMEMBERED {
             // The first is used again: the second is now the oldest.
-            assert!(resends.get(&key(0)).is_some());
+            assert!(resends.get(&key(0), &first).is_some());
         }
         let previous = Previous::of(api(), first.clone(), Vec::new(), &read).expect("spans");
-        resends.remember(key(n), previous);
+        resends.remember(key(n), previous, None);
     }
-    assert!(resends.get(&key(0)).is_some(), "used lately, kept");
-    assert!(resends.get(&key(1)).is_none(), "the oldest, forgotten");
-    assert!(resends.get(&key(REMEMBERED)).is_some());
+    assert!(resends.get(&key(0), &first).is_some(), "used lately, kept");
+    assert!(
+        resends.get(&key(1), &first).is_none(),
+        "the oldest, forgotten"
+    );
+    assert!(resends.get(&key(REMEMBERED), &first).is_some());
+}
+
+#[test]
+fn conversations_under_one_key_each_resend_their_own() {
+    // An agent and its sub-agent, neither naming a session: one key, two conversations.
+    let resends = Resends::default();
+    let key = Key::new(&Tenant::local(), api(), PATH, None);
+    let agent: Vec<Value> = (0..8).map(|n| message(n, 1)).collect();
+    let sub: Vec<Value> = (0..8).map(|n| message(n, 2)).collect();
+    for (len, conversation) in [(2, &agent), (2, &sub), (5, &agent), (5, &sub), (8, &agent)] {
+        let body = body(&conversation[..len], true);
+        let previous = resends.get(&key, &body);
+        let read = whole(&body);
+        match previous
+            .as_deref()
+            .and_then(|p| resent(api(), p, &body, Vec::new()))
+        {
+            Some((conv, next)) => {
+                assert_eq!(conv, read);
+                resends.remember(key.clone(), next, previous.as_ref());
+            }
+            None => {
+                assert_eq!(len, 2, "only a conversation's first request is read whole");
+                let p = Previous::of(api(), body.clone(), Vec::new(), &read).expect("spans");
+                resends.remember(key.clone(), p, None);
+            }
+        }
+    }
+}
+
+#[test]
+fn a_resent_chat_completions_request_reads_as_it_does_whole() {
+    let chat = codec(WireFormat::ChatCompletions);
+    let message = |n: usize| match n % 3 {
+        0 => json!({"role": "user", "content": format!("ask {n}")}),
+        1 => {
+            json!({"role": "assistant", "content": null, "tool_calls": [{"id": format!("call_{n}"),
+            "type": "function", "function": {"name": "read", "arguments": format!("{{\"n\":{n}}}")}}]})
+        }
+        _ => {
+            json!({"role": "tool", "tool_call_id": format!("call_{}", n - 1), "content": "x".repeat(n)})
+        }
+    };
+    let body = |messages: &[Value]| {
+        let mut all = vec![json!({"role": "system", "content": "sys"})];
+        all.extend_from_slice(messages);
+        Bytes::from(json!({"model": "gpt-5", "messages": all, "stream": true}).to_string())
+    };
+    let whole = |body: &Bytes| {
+        chat.read(Request {
+            path: "/v1/chat/completions",
+            body: serde_json::from_slice(body).expect("JSON"),
+            headers: &[],
+        })
+        .expect("a request")
+    };
+    let first = body(&[message(0)]);
+    let mut previous =
+        Previous::of(chat, first.clone(), Vec::new(), &whole(&first)).expect("spans");
+    let mut messages = vec![message(0)];
+    for n in 1..12 {
+        messages.push(message(n));
+        let next = body(&messages);
+        let (conv, remembered) =
+            resent(chat, &previous, &next, Vec::new()).expect("a grown request read from its tail");
+        assert_eq!(conv, whole(&next), "after {n} messages");
+        previous = remembered;
+    }
 }
