@@ -18,7 +18,7 @@ use crate::provider::conversation::Conversation;
 
 /// Conversations remembered at most, and the bytes their bodies and readings may hold.
 const REMEMBERED: usize = 1024;
-const REMEMBERED_BYTES: usize = 512 << 20;
+const REMEMBERED_BYTES: usize = 256 << 20;
 /// A body larger than this is not remembered: it would hold twice its size for one request.
 const LARGEST: usize = 32 << 20;
 /// Conversations whose requests share a key (a tenant's conversations that name no session, an
