@@ -37,6 +37,14 @@ impl<'a> Members<'a> {
         serde_json::from_slice(body).ok()
     }
 
+    /// The bytes of member `field` when the body has it once (a JSON reader takes the last of
+    /// several, this the first: a body with several is not read by its bytes).
+    pub fn only(&self, field: &str) -> Option<&'a RawValue> {
+        let mut named = self.0.iter().filter(|(k, _)| k == field);
+        let (_, value) = named.next()?;
+        named.next().is_none().then_some(*value)
+    }
+
     /// The bytes of member `field`.
     pub fn get(&self, field: &str) -> Option<&'a RawValue> {
         self.0.iter().find(|(k, _)| k == field).map(|(_, v)| *v)

@@ -71,7 +71,7 @@ impl Previous {
         }
         let (array, entries) = {
             let members = Members::of(&body)?;
-            let array = members.get(api.field())?;
+            let array = members.only(api.field())?;
             let entries: Vec<&RawValue> = serde_json::from_str(array.get()).ok()?;
             let at = |raw: &str| raw.as_ptr() as usize - body.as_ptr() as usize;
             let start = at(array.get());

@@ -155,6 +155,20 @@ fn a_request_with_other_headers_or_members_is_read_whole() {
 }
 
 #[test]
+fn a_body_that_names_its_conversation_twice_is_not_remembered() {
+    let once = body(&[message(0, 0)], true);
+    let text = String::from_utf8(once.to_vec()).expect("UTF-8");
+    // A JSON reader takes the last `messages`; the bytes' first would be another conversation.
+    let twice = Bytes::from(text.replacen(
+        r#""messages":"#,
+        r#""messages":[{"role":"user","content":"other"}],"messages":"#,
+        1,
+    ));
+    assert!(Previous::of(api(), twice.clone(), Vec::new(), &whole(&twice)).is_none());
+    assert!(Previous::of(api(), once.clone(), Vec::new(), &whole(&once)).is_some());
+}
+
+#[test]
 fn the_least_recently_used_conversation_is_forgotten_first() {
     let resends = Resends::default();
     let tenant = Tenant::local();
