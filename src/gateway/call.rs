@@ -27,6 +27,8 @@ pub(super) struct Parsed {
     pub(super) policy: GatewayPolicy,
     pub(super) conv: Conversation,
     pub(super) started: std::time::Instant,
+    /// The request as its conversation's next one is compared with, when it is remembered.
+    pub(super) remembered: Option<std::sync::Arc<resend::Previous>>,
 }
 
 impl App {
@@ -63,8 +65,10 @@ impl App {
             resent = resent.is_some(),
             "gateway: a request read from what changed, or whole"
         );
+        let mut remembered = None;
+        let mut known = None;
         let read = match resent {
-            Some((conv, next)) => {
+            Some((conv, next, what)) => {
                 #[cfg(debug_assertions)]
                 {
                     let whole = serde_json::from_slice::<Value>(body).map(|body| {
@@ -81,8 +85,9 @@ impl App {
                     );
                 }
                 if let Some(key) = key {
-                    self.resends.remember(key, next, previous.as_ref());
+                    remembered = Some(self.resends.remember(key, next, previous.as_ref()));
                 }
+                known = what;
                 metrics::counter!("ctxd_gateway_reads_total", "read" => "resent").increment(1);
                 Ok(conv)
             }
@@ -97,7 +102,7 @@ impl App {
                     if let (Ok(conv), Some(key)) = (&read, key)
                         && let Some(p) = resend::Previous::of(api, body.clone(), compared, conv)
                     {
-                        self.resends.remember(key, p, None);
+                        remembered = Some(self.resends.remember(key, p, None));
                     }
                     read
                 }
@@ -116,12 +121,14 @@ impl App {
                     tenant,
                     named,
                     max_part_bytes: self.max_part_bytes,
+                    known,
                 };
                 Ok(Parsed {
                     call,
                     policy,
                     conv,
                     started,
+                    remembered,
                 })
             }
             Err(Refusal::Invalid { field, message }) => refused(&field, &message),
@@ -159,6 +166,7 @@ impl App {
             policy,
             conv,
             started: t0,
+            remembered,
         } = parsed;
         let t_read = t0.elapsed();
         if policy == GatewayPolicy::Stepped {
@@ -170,6 +178,10 @@ impl App {
             );
             match located {
                 Ok(Some(located)) => {
+                    // The next request of the conversation hashes only what it adds.
+                    if let Some(previous) = &remembered {
+                        previous.located(located.known.hashes.clone());
+                    }
                     return self
                         .handle_located(api, uri, headers, body, call, conv, located)
                         .await;

@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 use std::ops::Range;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use axum::body::Bytes;
 use serde_json::Value;
@@ -13,8 +13,9 @@ use serde_json::value::RawValue;
 
 use super::Api;
 use super::json::Members;
-use crate::domain::Tenant;
+use crate::domain::{Hash, Tenant};
 use crate::provider::conversation::Conversation;
+use crate::workflow::record::Known;
 
 /// Conversations remembered at most, and the bytes their bodies and readings may hold.
 const REMEMBERED: usize = 1024;
@@ -56,9 +57,18 @@ pub(super) struct Previous {
     array: Range<usize>,
     entries: Vec<Range<usize>>,
     conv: Conversation,
+    /// Its items' chain hashes, once its call has located it.
+    hashes: OnceLock<Arc<[Hash]>>,
 }
 
 impl Previous {
+    /// Keeps its items' chain hashes, found when its call located it.
+    pub(super) fn located(&self, hashes: Arc<[Hash]>) {
+        if hashes.len() == self.conv.items.len() {
+            let _ = self.hashes.set(hashes);
+        }
+    }
+
     /// `body` as read into `conv`; `None` where its conversation's entries cannot be found.
     pub(super) fn of(
         api: Api,
@@ -89,6 +99,7 @@ impl Previous {
             array,
             entries,
             conv: conv.clone(),
+            hashes: OnceLock::new(),
         })
     }
 
@@ -109,13 +120,14 @@ pub(super) fn compared_headers(headers: &[(&str, &str)]) -> Vec<(String, String)
 
 /// `body`, a request resending `previous` (same headers, every other member byte-identical,
 /// the conversation's first entries too), read from its other entries by `api`: the reading,
-/// and the request as the next one is compared with. `None`: read it whole.
+/// the request as the next one is compared with, and what is known of its first items (when
+/// `previous`'s call located it). `None`: read it whole.
 pub(super) fn resent(
     api: Api,
     previous: &Previous,
     body: &Bytes,
     headers: Vec<(String, String)>,
-) -> Option<(Conversation, Previous)> {
+) -> Option<(Conversation, Previous, Option<Known>)> {
     if headers != previous.headers || body.len() > LARGEST {
         return None;
     }
@@ -158,14 +170,26 @@ pub(super) fn resent(
         return None;
     }
     let conv = api.read_resent(&previous.conv, from, tail)?.ok()?;
+    // The items of the unchanged entries are the previous request's, first and in order.
+    let kept = previous
+        .conv
+        .items
+        .iter()
+        .take_while(|i| i.through < from)
+        .count();
+    let known = previous.hashes.get().map(|hashes| Known {
+        items: kept,
+        hashes: hashes.clone(),
+    });
     let next = Previous {
         body: body.clone(),
         headers,
         array: previous.array.start..at,
         entries,
         conv: conv.clone(),
+        hashes: OnceLock::new(),
     };
-    Some((conv, next))
+    Some((conv, next, known))
 }
 
 fn common_prefix(a: &[u8], b: &[u8]) -> usize {
@@ -224,7 +248,13 @@ impl Resends {
     }
 
     /// Remembers `previous` under `key`, in place of `replaced` (the request it was read from).
-    pub(super) fn remember(&self, key: Key, previous: Previous, replaced: Option<&Arc<Previous>>) {
+    pub(super) fn remember(
+        &self,
+        key: Key,
+        previous: Previous,
+        replaced: Option<&Arc<Previous>>,
+    ) -> Arc<Previous> {
+        let previous = Arc::new(previous);
         let mut r = self
             .0
             .lock()
@@ -241,7 +271,7 @@ impl Resends {
             freed += old.bytes();
             gone += 1;
         }
-        slot.push((tick, Arc::new(previous)));
+        slot.push((tick, previous.clone()));
         if slot.len() > CANDIDATES
             && let Some(at) = (0..slot.len()).min_by_key(|&i| slot[i].0)
         {
@@ -271,6 +301,7 @@ impl Resends {
             r.bytes -= old.bytes();
             r.count -= 1;
         }
+        previous
     }
 }
 

@@ -119,7 +119,7 @@ proptest! {
             let resent = remembered
                 .as_ref()
                 .and_then(|p| resent(api(), p, &body, Vec::new()));
-            if let Some((conv, _)) = &resent {
+            if let Some((conv, _, _)) = &resent {
                 prop_assert_eq!(conv, &read);
             }
             // A request that only adds to the one before is read from what it adds.
@@ -127,7 +127,7 @@ proptest! {
                 prop_assert!(resent.is_some(), "a grown conversation was read whole");
             }
             remembered = match resent {
-                Some((_, next)) => Some(next),
+                Some((_, next, _)) => Some(next),
                 None => Previous::of(api(), body.clone(), Vec::new(), &read),
             };
         }
@@ -206,7 +206,7 @@ fn conversations_under_one_key_each_resend_their_own() {
             .as_deref()
             .and_then(|p| resent(api(), p, &body, Vec::new()))
         {
-            Some((conv, next)) => {
+            Some((conv, next, _)) => {
                 assert_eq!(conv, read);
                 resends.remember(key.clone(), next, previous.as_ref());
             }
@@ -252,7 +252,7 @@ fn a_resent_chat_completions_request_reads_as_it_does_whole() {
     for n in 1..12 {
         messages.push(message(n));
         let next = body(&messages);
-        let (conv, remembered) =
+        let (conv, remembered, _) =
             resent(chat, &previous, &next, Vec::new()).expect("a grown request read from its tail");
         assert_eq!(conv, whole(&next), "after {n} messages");
         previous = remembered;

@@ -11,12 +11,22 @@ use crate::workflow::Workflows;
 use crate::workflow::compaction::{PrepareArgs, PrepareOutcome};
 
 /// Who makes a model call and what it names: the caller's tenant, the session a header names,
-/// and the largest part the store keeps.
+/// and the largest part the store keeps; and what is known of its first items from an earlier
+/// request of its conversation.
 #[derive(Debug, Clone)]
 pub struct Call {
     pub tenant: Tenant,
     pub named: Option<String>,
     pub max_part_bytes: usize,
+    pub known: Option<Known>,
+}
+
+/// The first `items` items of a request are an earlier request's, checked when it was: their
+/// chain hashes (as [`super::chain_hashes`] gives them) are the first of `hashes`.
+#[derive(Debug, Clone)]
+pub struct Known {
+    pub items: usize,
+    pub hashes: std::sync::Arc<[crate::domain::Hash]>,
 }
 
 /// A conversation of a session: its top level, or a sub-agent's function.

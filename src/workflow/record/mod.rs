@@ -18,11 +18,11 @@ mod call;
 mod preview;
 
 use compacted::{codex_window, continuation};
-use prefix::{Against, Fork, from_stored_prefix};
+use prefix::{Against, Fork, chain_hashes_after, from_stored_prefix};
 use sessions::{Found, Key, born, found, open, session_key};
 use subagent::subagent;
 
-pub use call::{Call, ConversationKey};
+pub use call::{Call, ConversationKey, Known};
 pub use prefix::chain_hashes;
 pub use preview::extended;
 pub use sessions::{KEY_METADATA, SessionKeys, opening_key, peek};
@@ -112,8 +112,21 @@ async fn opened<'c>(
     make: bool,
 ) -> Result<Opened<'c>, Unrecorded> {
     let (store, tenant) = (&w.store, &call.tenant);
-    let contents = checked(conv, call.max_part_bytes)?;
-    let hashes = chain_hashes(&contents, None);
+    let known = call
+        .known
+        .as_ref()
+        .filter(|k| k.items <= conv.items.len() && k.items <= k.hashes.len());
+    let contents = checked(conv, call.max_part_bytes, known.map_or(0, |k| k.items))?;
+    let hashes = match known {
+        Some(k) => chain_hashes_after(&k.hashes[..k.items], &contents[k.items..]),
+        None => chain_hashes(&contents, None),
+    };
+    #[cfg(debug_assertions)]
+    assert_eq!(
+        hashes,
+        chain_hashes(&contents, None),
+        "the known items' hashes are the request's"
+    );
     let opening = opening_key(&conv.opening);
     let key = session_key(store, tenant, call.named.as_deref(), conv, &opening).await;
     let (session, unborn) = if make {
@@ -152,6 +165,10 @@ async fn locate(
         unborn,
         ..
     } = opened(w, call, conv, false).await?;
+    let known = Known {
+        items: hashes.len(),
+        hashes: hashes.clone().into(),
+    };
     let branches = match &unborn {
         // A session not made yet holds an empty main, as a new session does.
         Some(_) => vec![domain::Branch {
@@ -193,6 +210,7 @@ async fn locate(
     Ok(Some(Located {
         session,
         unborn,
+        known,
         branch: plan.branch,
         expected: plan.expected,
         rest: plan.rest,
@@ -273,6 +291,8 @@ pub struct Located {
     /// request the upstream never answers leaves no session behind, though its answer names
     /// the one it would have made).
     pub unborn: Option<String>,
+    /// What the next request of its conversation knows of this one's items.
+    pub known: Known,
     pub branch: BranchName,
     /// The stored node the request's history reaches, and its hash.
     pub expected: Option<(NodeId, Hash)>,
@@ -334,10 +354,15 @@ impl Located {
 }
 
 /// The request's messages as node contents, each storable, the whole pairing on its own.
-fn checked(conv: &Conversation, max_part_bytes: usize) -> Result<Vec<&NodeContent>, Unrecorded> {
+/// The first `known` were checked with an earlier request.
+fn checked(
+    conv: &Conversation,
+    max_part_bytes: usize,
+    known: usize,
+) -> Result<Vec<&NodeContent>, Unrecorded> {
     // Borrowed: only what a request adds is copied, when it is recorded.
     let contents: Vec<&NodeContent> = conv.items.iter().map(|i| &i.content).collect();
-    for (i, content) in contents.iter().enumerate() {
+    for (i, content) in contents.iter().enumerate().skip(known) {
         if content.validate(&format!("messages[{i}]")).is_err() {
             return Err(Unrecorded("a message ctxd cannot store"));
         }

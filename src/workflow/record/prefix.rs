@@ -17,6 +17,18 @@ pub fn chain_hashes(contents: &[&NodeContent], scope: Option<&Hash>) -> Vec<Hash
     out
 }
 
+/// [`chain_hashes`] of items whose first ones' hashes are `known` and the rest `rest`, at the
+/// top level.
+pub(super) fn chain_hashes_after(known: &[Hash], rest: &[&NodeContent]) -> Vec<Hash> {
+    let mut out = Vec::with_capacity(known.len() + rest.len());
+    out.extend_from_slice(known);
+    for content in rest {
+        let parent = out.last();
+        out.push(node_hash(parent, None, content));
+    }
+    out
+}
+
 /// The longest stored prefix, found first among the branch heads (an agent's request
 /// usually extends one: its newest messages are new, the rest is the head's history), then by
 /// the search of [`stored_prefix`]. A head's match is taken once the next message is not
