@@ -51,9 +51,11 @@ impl App {
             Err(invalid(api, field, message))
         };
         let text = text_headers(headers);
-        // A conversation's request usually resends its previous one: read from what changed.
+        // A conversation's request usually resends its previous one: read from what changed,
+        // where the format can be.
         let key = session_header(headers)
             .ok()
+            .filter(|_| api.reads_resent())
             .map(|named| resend::Key::new(&tenant, api, uri.path(), named.as_deref()));
         let compared = resend::compared_headers(&text);
         let previous = key.as_ref().and_then(|k| self.resends.get(k, body));

@@ -399,6 +399,10 @@ impl Codec for Completions {
         read_resent(previous, from, &tail)
     }
 
+    fn reads_resent(&self) -> bool {
+        true
+    }
+
     fn document(&self, messages: &[Message]) -> (Vec<Value>, Vec<Vec<usize>>) {
         entries(openai_chat_document(messages))
     }

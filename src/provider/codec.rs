@@ -149,6 +149,11 @@ pub trait Codec: Sync + Send {
         None
     }
 
+    /// Whether [`Codec::read_resent`] reads resent requests, so remembering one is worth it.
+    fn reads_resent(&self) -> bool {
+        false
+    }
+
     /// Rendered messages as the entries of [`Codec::field`], valid under the format's pairing
     /// rules, and which messages each entry holds.
     fn document(&self, messages: &[Message]) -> (Vec<Value>, Vec<Vec<usize>>);

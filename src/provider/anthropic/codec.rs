@@ -64,6 +64,10 @@ impl Codec for Messages {
         super::read_resent(previous, from, tail)
     }
 
+    fn reads_resent(&self) -> bool {
+        true
+    }
+
     fn edit_header(
         &self,
         beta: &'static str,
