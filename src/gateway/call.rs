@@ -55,7 +55,7 @@ impl App {
         // where the format can be.
         let key = session_header(headers)
             .ok()
-            .filter(|_| api.reads_resent())
+            .filter(|_| api.read_resent().is_some())
             .map(|named| resend::Key::new(&tenant, api, uri.path(), named.as_deref()));
         let compared = resend::compared_headers(&text);
         let previous = key.as_ref().and_then(|k| self.resends.get(k, body));

@@ -169,7 +169,7 @@ pub(super) fn resent(
     if body[at..] != previous.body[previous.array.end..] {
         return None;
     }
-    let conv = api.read_resent(&previous.conv, from, tail)?.ok()?;
+    let conv = api.read_resent()?(&previous.conv, from, tail)?.ok()?;
     // The items of the unchanged entries are the previous request's, first and in order.
     let kept = previous
         .conv

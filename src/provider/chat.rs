@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use super::answer::{assistant_node, entries, index, openai_error, openai_usage, part};
 use super::canonical::{canonical_arguments, canonical_block};
-use super::codec::{self, Answer, Codec, Failure, Progress, Request, Spec, Upstream};
+use super::codec::{self, Answer, Codec, Failure, Progress, ReadResent, Request, Spec, Upstream};
 use super::conversation::{Conversation, Item, Refusal};
 use super::format::openai_chat_document;
 use crate::domain::{
@@ -48,7 +48,7 @@ pub fn read(body: &Value) -> Result<Conversation, Refusal> {
 pub fn read_resent(
     previous: &Conversation,
     from: usize,
-    tail: &[Value],
+    tail: Vec<Value>,
 ) -> Option<Result<Conversation, Refusal>> {
     let mut conv = previous.resent(from)?;
     for (i, message) in tail.iter().enumerate() {
@@ -390,17 +390,8 @@ impl Codec for Completions {
         read(&request.body)
     }
 
-    fn read_resent(
-        &self,
-        previous: &Conversation,
-        from: usize,
-        tail: Vec<Value>,
-    ) -> Option<Result<Conversation, Refusal>> {
-        read_resent(previous, from, &tail)
-    }
-
-    fn reads_resent(&self) -> bool {
-        true
+    fn read_resent(&self) -> Option<ReadResent> {
+        Some(read_resent)
     }
 
     fn document(&self, messages: &[Message]) -> (Vec<Value>, Vec<Vec<usize>>) {

@@ -94,6 +94,18 @@ pub struct Spec {
     pub field: &'static str,
 }
 
+/// Reads a request that resends an earlier one of its conversation: the same path and headers,
+/// every member beside [`Codec::field`] byte-identical, and that member's first `from` entries
+/// byte-identical to those `previous` was read from (`previous`: what [`Codec::read`] or this
+/// reader gave for it; its headers' say is in it). Only the other entries (`tail`) are read; the
+/// result is what [`Codec::read`] gives for the whole request. `None`: read it whole (a tail
+/// the reader does not take).
+pub type ReadResent = fn(
+    previous: &Conversation,
+    from: usize,
+    tail: Vec<Value>,
+) -> Option<Result<Conversation, Refusal>>;
+
 /// One provider wire format.
 pub trait Codec: Sync + Send {
     fn spec(&self) -> &'static Spec;
@@ -134,24 +146,10 @@ pub trait Codec: Sync + Send {
     /// Reads a request, taking its texts rather than copying them where it can.
     fn read(&self, request: Request<'_>) -> Result<Conversation, Refusal>;
 
-    /// Reads a request that resends an earlier one of its conversation: the same path and
-    /// headers, every member beside [`Codec::field`] byte-identical, and that member's first
-    /// `from` entries byte-identical to those `previous` was read from (`previous`: what
-    /// [`Codec::read`] or this method gave for it). Only the other entries (`tail`) are read;
-    /// the result is what [`Codec::read`] gives for the whole request. `None`: read it whole
-    /// (a format whose entries are not read one by one, or a tail this method does not take).
-    fn read_resent(
-        &self,
-        _previous: &Conversation,
-        _from: usize,
-        _tail: Vec<Value>,
-    ) -> Option<Result<Conversation, Refusal>> {
+    /// How the format reads a request that resends an earlier one, when it can ([`ReadResent`]);
+    /// `None`: its requests are read whole, and none is remembered for it.
+    fn read_resent(&self) -> Option<ReadResent> {
         None
-    }
-
-    /// Whether [`Codec::read_resent`] reads resent requests, so remembering one is worth it.
-    fn reads_resent(&self) -> bool {
-        false
     }
 
     /// Rendered messages as the entries of [`Codec::field`], valid under the format's pairing

@@ -6,7 +6,7 @@ use serde_json::Value;
 use super::answer::Events;
 use super::{edits, error, read};
 use crate::domain::{ProviderBlock, WireFormat};
-use crate::provider::codec::{Action, Answer, Codec, Failure, Request, Spec, Upstream};
+use crate::provider::codec::{Action, Answer, Codec, Failure, ReadResent, Request, Spec, Upstream};
 use crate::provider::conversation::{Conversation, Refusal};
 use crate::provider::format::{MESSAGE_FIELDS, anthropic_document};
 use crate::render::Message;
@@ -54,18 +54,8 @@ impl Codec for Messages {
         Ok(conv)
     }
 
-    fn read_resent(
-        &self,
-        previous: &Conversation,
-        from: usize,
-        tail: Vec<Value>,
-    ) -> Option<Result<Conversation, Refusal>> {
-        // The headers are the previous request's: what they said is in `previous` already.
-        super::read_resent(previous, from, tail)
-    }
-
-    fn reads_resent(&self) -> bool {
-        true
+    fn read_resent(&self) -> Option<ReadResent> {
+        Some(super::read_resent)
     }
 
     fn edit_header(
