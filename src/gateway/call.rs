@@ -51,9 +51,11 @@ impl App {
             Err(invalid(api, field, message))
         };
         let text = text_headers(headers);
+        let named = session_header(headers);
         // A conversation's request usually resends its previous one: read from what changed,
         // where the format can be.
-        let key = session_header(headers)
+        let key = named
+            .as_ref()
             .ok()
             .filter(|_| api.read_resent().is_some())
             .map(|named| resend::Key::new(&tenant, api, uri.path(), named.as_deref()));
@@ -114,7 +116,7 @@ impl App {
         let Ok(policy) = request_policy(self.policy, headers) else {
             return refused("x-ctxd-policy", "must be \"stepped\" or \"passthrough\"");
         };
-        let Ok(named) = session_header(headers) else {
+        let Ok(named) = named else {
             return refused("x-ctxd-session", "must be visible ASCII and not empty");
         };
         match read {

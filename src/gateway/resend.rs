@@ -218,14 +218,50 @@ fn after_space(body: &[u8], mut at: usize) -> usize {
 
 /// The previous request of each conversation, the least recently used forgotten first.
 #[derive(Default)]
-pub(super) struct Resends(Mutex<Remembered>);
+pub(super) struct Resends(Mutex<Slots>);
 
+/// The requests remembered under each key, each with when it was last used.
 #[derive(Default)]
-struct Remembered {
+struct Slots {
     map: HashMap<Key, Vec<(u64, Arc<Previous>)>>,
     tick: u64,
-    count: usize,
-    bytes: usize,
+}
+
+impl Slots {
+    fn next_tick(&mut self) -> u64 {
+        self.tick += 1;
+        self.tick
+    }
+
+    /// Whether it holds more requests, or more bytes, than it may.
+    fn over(&self) -> bool {
+        let all = self.map.values().flatten();
+        all.clone().count() > REMEMBERED
+            || all.map(|(_, p)| p.bytes()).sum::<usize>() > REMEMBERED_BYTES
+    }
+
+    /// Forgets the least recently used request under `key`, or under any key.
+    fn forget_oldest(&mut self, key: Option<&Key>) {
+        let oldest = self
+            .map
+            .iter()
+            .filter(|(k, _)| key.is_none_or(|key| key == *k))
+            .flat_map(|(k, slot)| {
+                slot.iter()
+                    .enumerate()
+                    .map(move |(i, (used, _))| (*used, k, i))
+            })
+            .min_by_key(|(used, _, _)| *used)
+            .map(|(_, k, i)| (k.clone(), i));
+        if let Some((k, i)) = oldest
+            && let Some(slot) = self.map.get_mut(&k)
+        {
+            slot.swap_remove(i);
+            if slot.is_empty() {
+                self.map.remove(&k);
+            }
+        }
+    }
 }
 
 impl Resends {
@@ -235,8 +271,7 @@ impl Resends {
             .0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        r.tick += 1;
-        let tick = r.tick;
+        let tick = r.next_tick();
         let probe = &body[..body.len().min(PROBE)];
         let (used, previous) = r
             .map
@@ -259,47 +294,17 @@ impl Resends {
             .0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        r.tick += 1;
-        let tick = r.tick;
-        let added = previous.bytes();
-        let (mut freed, mut gone) = (0, 0);
-        let slot = r.map.entry(key).or_default();
-        if let Some(old) = replaced
-            && let Some(at) = slot.iter().position(|(_, p)| Arc::ptr_eq(p, old))
-        {
-            let (_, old) = slot.swap_remove(at);
-            freed += old.bytes();
-            gone += 1;
+        let tick = r.next_tick();
+        let slot = r.map.entry(key.clone()).or_default();
+        if let Some(old) = replaced {
+            slot.retain(|(_, p)| !Arc::ptr_eq(p, old));
         }
         slot.push((tick, previous.clone()));
-        if slot.len() > CANDIDATES
-            && let Some(at) = (0..slot.len()).min_by_key(|&i| slot[i].0)
-        {
-            let (_, old) = slot.swap_remove(at);
-            freed += old.bytes();
-            gone += 1;
+        if slot.len() > CANDIDATES {
+            r.forget_oldest(Some(&key));
         }
-        r.bytes = r.bytes + added - freed;
-        r.count = r.count + 1 - gone;
-        while r.count > REMEMBERED || r.bytes > REMEMBERED_BYTES {
-            let oldest = r
-                .map
-                .iter()
-                .flat_map(|(k, slot)| {
-                    slot.iter()
-                        .enumerate()
-                        .map(move |(i, (used, _))| (*used, k, i))
-                })
-                .min_by_key(|(used, _, _)| *used)
-                .map(|(_, k, i)| (k.clone(), i));
-            let Some((k, i)) = oldest else { break };
-            let Some(slot) = r.map.get_mut(&k) else { break };
-            let (_, old) = slot.swap_remove(i);
-            if slot.is_empty() {
-                r.map.remove(&k);
-            }
-            r.bytes -= old.bytes();
-            r.count -= 1;
+        while r.over() {
+            r.forget_oldest(None);
         }
         previous
     }

@@ -119,7 +119,6 @@ impl Conversation {
                 .filter(|(i, _)| *i < from)
                 .cloned()
                 .collect(),
-            opening: String::new(),
             ..self.clone_fields()
         })
     }

@@ -80,29 +80,26 @@ pub(super) async fn found(
     };
     // A key names one session for good, unless it is deleted: the cached one is taken after
     // the tenant check (which a deleted session fails).
-    match keys.get(tenant, name) {
-        Some(Remembered::Made(id)) => match store.scope(tenant, id).await {
+    let remembered = keys.get(tenant, name);
+    if let Some(Remembered::Made(id)) = remembered {
+        match store.scope(tenant, id).await {
             Ok(scoped) => return Ok(Found::Open(scoped)),
             Err(_) => keys.forget(tenant, name),
-        },
-        Some(Remembered::Unborn(session)) => {
-            if let Some(scoped) = find(store, tenant, name).await? {
-                keys.remember(tenant, name, Remembered::Made(scoped.id()));
-                return Ok(Found::Open(scoped));
-            }
-            return Ok(Found::Unborn {
-                session,
-                name: name.clone(),
-            });
         }
-        None => {}
     }
     if let Some(scoped) = find(store, tenant, name).await? {
         keys.remember(tenant, name, Remembered::Made(scoped.id()));
         return Ok(Found::Open(scoped));
     }
-    let session = store.unborn_session();
-    keys.remember(tenant, name, Remembered::Unborn(session));
+    // Named before (a call that never reached its provider): the same id again.
+    let session = match remembered {
+        Some(Remembered::Unborn(session)) => session,
+        _ => {
+            let session = store.unborn_session();
+            keys.remember(tenant, name, Remembered::Unborn(session));
+            session
+        }
+    };
     Ok(Found::Unborn {
         session,
         name: name.clone(),
