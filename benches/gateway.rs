@@ -2768,6 +2768,21 @@ impl Drop for Daemon {
     }
 }
 
+/// The lines a child process prints on its piped stdout, as they come.
+fn stdout_lines(child: &mut Child) -> std::sync::mpsc::Receiver<String> {
+    let stdout = child.stdout.take().expect("piped stdout");
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { return };
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
 fn start_daemon(dir: &Path, upstream: &str) -> Result<Daemon, String> {
     let stderr = std::fs::File::create(dir.join("stderr.log")).map_err(|e| e.to_string())?;
     let mut command = Command::new(env!("CARGO_BIN_EXE_ctxd"));
@@ -2793,16 +2808,7 @@ fn start_daemon(dir: &Path, upstream: &str) -> Result<Daemon, String> {
         .stderr(stderr)
         .spawn()
         .map_err(|e| format!("start {}: {e}", env!("CARGO_BIN_EXE_ctxd")))?;
-    let stdout = child.stdout.take().expect("piped stdout");
-    let (tx, rx) = std::sync::mpsc::channel::<String>();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stdout).lines() {
-            let Ok(line) = line else { return };
-            if tx.send(line).is_err() {
-                return;
-            }
-        }
-    });
+    let rx = stdout_lines(&mut child);
     let mut daemon = Daemon {
         child,
         grpc: SocketAddr::from(([127, 0, 0, 1], 0)),

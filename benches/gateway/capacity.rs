@@ -3,7 +3,6 @@
 //! binary, `--bare-proxy`), against the loopback fake: calls per second, and each server's CPU
 //! seconds per call read from `/proc/<pid>/stat`.
 
-use std::io::BufRead;
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::time::Instant;
@@ -12,7 +11,7 @@ use serde_json::Value;
 
 use super::{
     ANSWER, Conversation, FakeProvider, PATIENCE, Reply, request, send, start_daemon, start_proxy,
-    status_kib, wide,
+    status_kib, stdout_lines, wide,
 };
 
 /// Conversations resending at once, their history in tokens, and the timed calls each makes
@@ -81,17 +80,8 @@ fn start_bare_proxy(upstream: &str) -> Result<(Proxy, SocketAddr), String> {
         .stderr(Stdio::inherit())
         .spawn()
         .map_err(|e| format!("start the bare proxy: {e}"))?;
-    let stdout = child.stdout.take().expect("piped stdout");
+    let rx = stdout_lines(&mut child);
     let proxy = Proxy(child);
-    let (tx, rx) = std::sync::mpsc::channel::<String>();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stdout).lines() {
-            let Ok(line) = line else { return };
-            if tx.send(line).is_err() {
-                return;
-            }
-        }
-    });
     let line = rx
         .recv_timeout(PATIENCE)
         .map_err(|_| "the bare proxy said nothing".to_owned())?;
